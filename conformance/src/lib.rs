@@ -1,0 +1,1 @@
+//! Conformance suite (scenarios arrive with the dispatch and delivery work).

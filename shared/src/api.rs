@@ -1,0 +1,318 @@
+//! The HTTP edge of intake: API Gateway HTTP API (payload v2) requests in,
+//! JSON or `application/problem+json` responses out. Every error of the
+//! layers below is mapped to a problem document here, and only here.
+
+use chrono::Utc;
+use lambda_http::http::{HeaderValue, Method, StatusCode, header};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde_json::{Map, Value, json};
+use tracing::error;
+
+use crate::domain::{Intent, InvalidInput, OperationId, TenantId};
+use crate::intake::{Intake, IntakeError, Submitted};
+use crate::queue::WorkQueue;
+use crate::record::OperationRecord;
+use crate::store::OperationStore;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+const PROBLEM_BASE: &str = "https://genace-operations.dev/problems/";
+
+/// An RFC 9457 problem, ready to be sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub status: StatusCode,
+    /// Short slug; the problem `type` is a URI built from it.
+    pub kind: &'static str,
+    pub title: &'static str,
+    pub detail: String,
+    pub extensions: Map<String, Value>,
+}
+
+impl Problem {
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            kind,
+            title,
+            detail: detail.into(),
+            extensions: Map::new(),
+        }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.extensions.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn into_response(self, instance: &str) -> Response<Body> {
+        let mut body = Map::new();
+        body.insert("type".into(), format!("{PROBLEM_BASE}{}", self.kind).into());
+        body.insert("title".into(), self.title.into());
+        body.insert("status".into(), self.status.as_u16().into());
+        body.insert("detail".into(), self.detail.into());
+        body.insert("instance".into(), instance.into());
+        body.extend(self.extensions);
+        Response::builder()
+            .status(self.status)
+            .header(header::CONTENT_TYPE, PROBLEM_JSON)
+            .body(Body::Text(Value::Object(body).to_string()))
+            .expect("a problem response is always valid")
+    }
+}
+
+impl From<InvalidInput> for Problem {
+    fn from(e: InvalidInput) -> Self {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            "The request is invalid",
+            e.to_string(),
+        )
+        .with("field", e.field)
+    }
+}
+
+impl From<IntakeError> for Problem {
+    fn from(e: IntakeError) -> Self {
+        match e {
+            IntakeError::KeyReused { ref existing, .. } => {
+                let id = existing.as_str().to_owned();
+                Problem::new(
+                    StatusCode::CONFLICT,
+                    "operation-key-reused",
+                    "The operation key is already used for a different specification",
+                    format!("{e}. Use a new operation key for a new intent."),
+                )
+                .with("operation_id", id)
+            }
+            IntakeError::NotFound => not_found(),
+            IntakeError::Store(inner) => {
+                error!(error = %inner, "store failure");
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-unavailable",
+                    "The operation store is unavailable",
+                    "Try again shortly; nothing was lost.",
+                )
+            }
+        }
+    }
+}
+
+fn not_found() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "No such operation",
+        "No operation with this id exists for the caller.",
+    )
+}
+
+/// The JSON view of an operation that clients see.
+pub fn view(rec: &OperationRecord) -> Value {
+    let mut v = json!({
+        "operation_id": rec.operation_id,
+        "operation_key": rec.operation_key,
+        "media_type": rec.media_type,
+        "phase": rec.phase,
+        "delivery_state": rec.delivery_state,
+        "specification_hash": rec.specification_hash,
+        "specification": rec.specification_value(),
+        "remote_job_id": rec.remote_job_id,
+        "remote_state": rec.remote_state,
+        "created_at": rec.created_at,
+        "updated_at": rec.updated_at,
+    });
+    let obj = v.as_object_mut().expect("view is an object");
+    if let Some(case) = &rec.case {
+        obj.insert("reconciliation_case".into(), json!(case));
+    }
+    if let Some(err) = &rec.last_error {
+        obj.insert("last_error".into(), json!(err));
+    }
+    v
+}
+
+fn json_response(status: StatusCode) -> lambda_http::http::response::Builder {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+}
+
+fn claims_tenant(req: &Request, claim: &str) -> Result<TenantId, Problem> {
+    let unauthorized = |detail: &str| {
+        Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "No usable tenant in the credentials",
+            detail.to_owned(),
+        )
+    };
+    let raw = match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+            .authorizer
+            .as_ref()
+            .and_then(|a| a.jwt.as_ref())
+            .and_then(|j| j.claims.get(claim))
+            .cloned(),
+        _ => None,
+    };
+    let raw = raw.ok_or_else(|| unauthorized(&format!("The token carries no {claim:?} claim.")))?;
+    TenantId::parse(&raw)
+        .map_err(|_| unauthorized(&format!("The {claim:?} claim is not a valid tenant id.")))
+}
+
+fn is_json(req: &Request) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .is_some_and(|m| {
+            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
+        })
+}
+
+enum Route {
+    Operations,
+    Operation(String),
+}
+
+fn route(path: &str) -> Option<Route> {
+    let segments: Vec<&str> = path
+        .trim_end_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    match segments.as_slice() {
+        [.., "v1", "operations"] => Some(Route::Operations),
+        [.., "v1", "operations", id] => Some(Route::Operation((*id).to_owned())),
+        _ => None,
+    }
+}
+
+/// Handles one intake request. Never fails: every outcome is a response.
+pub async fn handle<S: OperationStore, Q: WorkQueue>(
+    intake: &Intake<S, Q>,
+    req: Request,
+) -> Response<Body> {
+    let instance = req.uri().path().to_owned();
+    match dispatch(intake, req).await {
+        Ok(resp) => resp,
+        Err(problem) => problem.into_response(&instance),
+    }
+}
+
+async fn dispatch<S: OperationStore, Q: WorkQueue>(
+    intake: &Intake<S, Q>,
+    req: Request,
+) -> Result<Response<Body>, Problem> {
+    let method_not_allowed = |allow: &'static str| {
+        Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            format!("Use {allow}."),
+        )
+        .with("allow", allow)
+    };
+    match (route(req.uri().path()), req.method()) {
+        (Some(Route::Operations), &Method::POST) => create(intake, req).await,
+        (Some(Route::Operations), _) => Err(method_not_allowed("POST")),
+        (Some(Route::Operation(id)), &Method::GET) => read(intake, &req, &id).await,
+        (Some(Route::Operation(_)), _) => Err(method_not_allowed("GET")),
+        (None, _) => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "no-route",
+            "No such route",
+            "See the API description for the routes.",
+        )),
+    }
+}
+
+async fn create<S: OperationStore, Q: WorkQueue>(
+    intake: &Intake<S, Q>,
+    req: Request,
+) -> Result<Response<Body>, Problem> {
+    let tenant = claims_tenant(&req, &intake.config.tenant_claim)?;
+    let body: &[u8] = req.body().as_ref();
+    if body.len() > intake.config.max_body_bytes {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "The request body is too large",
+            format!(
+                "The body may be at most {} bytes.",
+                intake.config.max_body_bytes
+            ),
+        ));
+    }
+    if !is_json(&req) {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "The request body must be JSON",
+            "Send Content-Type: application/json.",
+        ));
+    }
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+            "The body is not valid JSON",
+            e.to_string(),
+        )
+    })?;
+    let header_key = match req.headers().get("idempotency-key") {
+        None => None,
+        Some(v) => Some(v.to_str().map_err(|_| {
+            Problem::from(InvalidInput::new(
+                "Idempotency-Key",
+                "must be visible ASCII",
+            ))
+        })?),
+    };
+    let intent = Intent::parse(&value, header_key)?;
+    let outcome = intake.submit(&tenant, &intent, Utc::now()).await?;
+    let (status, rec, replayed) = match &outcome {
+        Submitted::New(rec) => (StatusCode::ACCEPTED, rec, false),
+        Submitted::Replayed(rec) => (StatusCode::OK, rec, true),
+    };
+    let body = view(rec);
+    let mut builder = json_response(status).header(
+        header::LOCATION,
+        HeaderValue::from_str(&format!("/v1/operations/{}", rec.operation_id))
+            .expect("ids are ASCII"),
+    );
+    if replayed {
+        builder = builder.header("Idempotent-Replayed", "true");
+    }
+    Ok(builder
+        .body(Body::Text(body.to_string()))
+        .expect("valid response"))
+}
+
+async fn read<S: OperationStore, Q: WorkQueue>(
+    intake: &Intake<S, Q>,
+    req: &Request,
+    raw_id: &str,
+) -> Result<Response<Body>, Problem> {
+    let tenant = claims_tenant(req, &intake.config.tenant_claim)?;
+    let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
+    let rec = intake.get(&tenant, &id, Utc::now()).await?;
+    let body = view(&rec);
+    Ok(json_response(StatusCode::OK)
+        .body(Body::Text(body.to_string()))
+        .expect("valid response"))
+}

@@ -1,0 +1,162 @@
+//! Settings, read once per cold start from environment variables.
+//!
+//! Every setting has a documented default (see the README's configuration
+//! table). Queue URLs default to the local stack's names when
+//! `AWS_ENDPOINT_URL` points at a local endpoint.
+
+use std::env;
+
+use chrono::Duration;
+
+use crate::machine::Policy;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// The local stack's account id (moto's fixed account).
+pub const LOCAL_ACCOUNT: &str = "123456789012";
+
+/// Names of the AWS resources a deployment uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceNames {
+    pub table: String,
+    pub bucket: String,
+    /// Queue names; each also has a `<name>-dlq`.
+    pub dispatch_queue: String,
+    pub poll_queue: String,
+    pub deliver_queue: String,
+    pub recovery_queue: String,
+}
+
+impl ResourceNames {
+    /// The default names, each optionally prefixed (tests use a unique prefix).
+    pub fn with_prefix(prefix: &str) -> Self {
+        Self {
+            table: format!("{prefix}genace-operations"),
+            bucket: format!("{prefix}genace-outputs"),
+            dispatch_queue: format!("{prefix}genace-dispatch"),
+            poll_queue: format!("{prefix}genace-poll"),
+            deliver_queue: format!("{prefix}genace-deliver"),
+            recovery_queue: format!("{prefix}genace-recovery"),
+        }
+    }
+
+    pub fn queues(&self) -> [&str; 4] {
+        [
+            &self.dispatch_queue,
+            &self.poll_queue,
+            &self.deliver_queue,
+            &self.recovery_queue,
+        ]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueUrls {
+    pub dispatch: String,
+    pub poll: String,
+    pub deliver: String,
+    pub recovery: String,
+}
+
+impl QueueUrls {
+    /// URLs as the local stack (moto) forms them.
+    pub fn local(endpoint: &str, names: &ResourceNames) -> Self {
+        let base = endpoint.trim_end_matches('/');
+        let url = |n: &str| format!("{base}/{LOCAL_ACCOUNT}/{n}");
+        Self {
+            dispatch: url(&names.dispatch_queue),
+            poll: url(&names.poll_queue),
+            deliver: url(&names.deliver_queue),
+            recovery: url(&names.recovery_queue),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub table: String,
+    pub bucket: String,
+    pub queues: QueueUrls,
+    /// JWT claim that names the tenant (`TENANT_CLAIM`, default `tenant_id`).
+    pub tenant_claim: String,
+    /// Largest accepted intake body in bytes.
+    pub max_body_bytes: usize,
+    /// A prepared operation older than this is re-enqueued by the sweep.
+    pub dispatch_grace: Duration,
+    pub policy: Policy,
+    /// Whether per-operation fault directives are honoured (never in production).
+    pub fault_injection: bool,
+}
+
+fn var(name: &str) -> Option<String> {
+    env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn number(name: &str, default: i64) -> Result<i64, ConfigError> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| ConfigError(format!("{name} must be a positive integer, got {v:?}"))),
+    }
+}
+
+fn flag(name: &str) -> Result<bool, ConfigError> {
+    match var(name).as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("0" | "false" | "no" | "off" | "disabled") => Ok(false),
+        Some("1" | "true" | "yes" | "on" | "enabled") => Ok(true),
+        Some(other) => Err(ConfigError(format!(
+            "{name} must be true or false, got {other:?}"
+        ))),
+    }
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let names = ResourceNames::with_prefix("");
+        let local = var("AWS_ENDPOINT_URL").map(|e| QueueUrls::local(&e, &names));
+        let queue = |name: &str, pick: fn(&QueueUrls) -> &String| -> Result<String, ConfigError> {
+            var(name)
+                .or_else(|| local.as_ref().map(|l| pick(l).clone()))
+                .ok_or_else(|| ConfigError(format!("{name} is not set")))
+        };
+        Ok(Self {
+            table: var("OPERATIONS_TABLE").unwrap_or(names.table),
+            bucket: var("OUTPUT_BUCKET").unwrap_or(names.bucket),
+            queues: QueueUrls {
+                dispatch: queue("DISPATCH_QUEUE_URL", |q| &q.dispatch)?,
+                poll: queue("POLL_QUEUE_URL", |q| &q.poll)?,
+                deliver: queue("DELIVER_QUEUE_URL", |q| &q.deliver)?,
+                recovery: queue("RECOVERY_QUEUE_URL", |q| &q.recovery)?,
+            },
+            tenant_claim: var("TENANT_CLAIM").unwrap_or_else(|| "tenant_id".into()),
+            max_body_bytes: 64 * 1024,
+            dispatch_grace: Duration::seconds(number("DISPATCH_GRACE_SECONDS", 60)?),
+            policy: Policy {
+                dispatch_lease: Duration::seconds(number("DISPATCH_LEASE_SECONDS", 120)?),
+                observe_grace: Duration::seconds(number("OBSERVE_GRACE_SECONDS", 300)?),
+                retention: Duration::days(number("RETENTION_DAYS", 30)?),
+            },
+            fault_injection: flag("FAULT_INJECTION")?,
+        })
+    }
+
+    /// A configuration for the given resources, with every other setting at its default.
+    pub fn for_resources(names: &ResourceNames, queues: QueueUrls) -> Self {
+        Self {
+            table: names.table.clone(),
+            bucket: names.bucket.clone(),
+            queues,
+            tenant_claim: "tenant_id".into(),
+            max_body_bytes: 64 * 1024,
+            dispatch_grace: Duration::seconds(60),
+            policy: Policy::default(),
+            fault_injection: false,
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Recording intents and reading operations, independent of HTTP.
+
+use chrono::{DateTime, Utc};
+use tracing::{error, info};
+
+use crate::config::Config;
+use crate::domain::{Intent, OperationId, TenantId};
+use crate::queue::{Stage, WorkQueue};
+use crate::record::OperationRecord;
+use crate::store::{Created, OperationStore, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    /// The key is taken by an intent with a different specification.
+    #[error(
+        "operation key {key:?} is already used by operation {existing} with a different specification"
+    )]
+    KeyReused { key: String, existing: OperationId },
+    /// No live operation with this id belongs to the caller.
+    #[error("no such operation")]
+    NotFound,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submitted {
+    /// A new operation was recorded and announced to dispatch.
+    New(Box<OperationRecord>),
+    /// The same intent was recorded before; this is its current state.
+    Replayed(Box<OperationRecord>),
+}
+
+pub struct Intake<S, Q> {
+    pub store: S,
+    pub queue: Q,
+    pub config: Config,
+}
+
+impl<S: OperationStore, Q: WorkQueue> Intake<S, Q> {
+    pub fn new(store: S, queue: Q, config: Config) -> Self {
+        Self {
+            store,
+            queue,
+            config,
+        }
+    }
+
+    /// One conditional put decides: a new record, a replay of the same intent,
+    /// or a refused reuse of the key. A duplicate costs exactly that request.
+    pub async fn submit(
+        &self,
+        tenant: &TenantId,
+        intent: &Intent,
+        now: DateTime<Utc>,
+    ) -> Result<Submitted, IntakeError> {
+        let record =
+            OperationRecord::new_intent(tenant, intent, None, now, self.config.dispatch_grace);
+        match self.store.create(&record, now).await? {
+            Created::Existing(existing) => {
+                if existing.specification_hash == record.specification_hash {
+                    info!(operation_id = %existing.operation_id, tenant = %tenant, phase = existing.phase.as_str(), "intent replayed");
+                    Ok(Submitted::Replayed(existing))
+                } else {
+                    info!(operation_id = %existing.operation_id, tenant = %tenant, "operation key reused with a different specification");
+                    Err(IntakeError::KeyReused {
+                        key: existing.operation_key.clone(),
+                        existing: existing.operation_id.clone(),
+                    })
+                }
+            }
+            Created::New => {
+                info!(operation_id = %record.operation_id, tenant = %tenant, phase = "prepared", "intent recorded");
+                // The record is the truth. If this message is lost, the sweep
+                // finds the prepared operation through the due-time index.
+                if let Err(e) = self
+                    .queue
+                    .enqueue(Stage::Dispatch, &record.operation_id, 0)
+                    .await
+                {
+                    error!(operation_id = %record.operation_id, error = %e, "dispatch enqueue failed; the sweep will re-enqueue");
+                }
+                Ok(Submitted::New(Box::new(record)))
+            }
+        }
+    }
+
+    /// The operation as stored, if it exists, is live and belongs to `tenant`.
+    pub async fn get(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+        now: DateTime<Utc>,
+    ) -> Result<OperationRecord, IntakeError> {
+        match self.store.get(id, now).await? {
+            Some(rec) if rec.tenant_id == *tenant => Ok(rec),
+            _ => Err(IntakeError::NotFound),
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Genace operations: the library every function uses.
+//!
+//! - [`domain`]: parsed inputs (tenant, operation key, specification) and the canonical fingerprint.
+//! - [`record`] and [`machine`]: the operation record and the pure lifecycle rules.
+//! - [`store`]: DynamoDB, every change a conditional write.
+//! - [`queue`]: SQS work hints carrying only an operation id.
+//! - [`intake`] and [`api`]: recording intents, and the HTTP edge with problem+json errors.
+//! - [`config`], [`aws`], [`provision`], [`telemetry`]: settings, clients, local resources, logs.
+
+pub mod api;
+pub mod aws;
+pub mod config;
+pub mod domain;
+pub mod intake;
+pub mod machine;
+pub mod provision;
+pub mod queue;
+pub mod record;
+pub mod store;
+pub mod telemetry;

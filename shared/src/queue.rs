@@ -1,0 +1,95 @@
+//! Work queues. A message is only a hint: it carries the operation id and
+//! nothing else, and every consumer re-reads the record before acting.
+
+use std::future::Future;
+
+use aws_sdk_sqs::Client;
+use serde::{Deserialize, Serialize};
+
+use crate::config::QueueUrls;
+use crate::domain::OperationId;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Dispatch,
+    Poll,
+    Deliver,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("enqueue to {stage:?} failed: {detail}")]
+pub struct QueueError {
+    pub stage: Stage,
+    pub detail: String,
+}
+
+/// The body of every stage message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkMessage {
+    pub operation_id: OperationId,
+}
+
+impl WorkMessage {
+    pub fn parse(body: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(body)
+    }
+}
+
+pub trait WorkQueue: Send + Sync {
+    /// Sends one work message, visible after `delay_seconds` (at most 900).
+    fn enqueue(
+        &self,
+        stage: Stage,
+        id: &OperationId,
+        delay_seconds: u32,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send;
+}
+
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: Client,
+    urls: QueueUrls,
+}
+
+impl SqsQueue {
+    pub fn new(client: Client, urls: QueueUrls) -> Self {
+        Self { client, urls }
+    }
+
+    fn url(&self, stage: Stage) -> &str {
+        match stage {
+            Stage::Dispatch => &self.urls.dispatch,
+            Stage::Poll => &self.urls.poll,
+            Stage::Deliver => &self.urls.deliver,
+        }
+    }
+}
+
+/// SQS refuses delays above 15 minutes.
+pub const MAX_DELAY_SECONDS: u32 = 900;
+
+impl WorkQueue for SqsQueue {
+    async fn enqueue(
+        &self,
+        stage: Stage,
+        id: &OperationId,
+        delay_seconds: u32,
+    ) -> Result<(), QueueError> {
+        let body = serde_json::to_string(&WorkMessage {
+            operation_id: id.clone(),
+        })
+        .expect("a work message always serializes");
+        self.client
+            .send_message()
+            .queue_url(self.url(stage))
+            .message_body(body)
+            .delay_seconds(delay_seconds.min(MAX_DELAY_SECONDS) as i32)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| QueueError {
+                stage,
+                detail: aws_sdk_sqs::error::DisplayErrorContext(e).to_string(),
+            })
+    }
+}

@@ -1,0 +1,310 @@
+//! The operation table in DynamoDB. Every state change is a conditional write.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use chrono::{DateTime, Utc};
+
+use crate::domain::OperationId;
+use crate::record::OperationRecord;
+
+type Item = HashMap<String, AttributeValue>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The conditional write lost: the record changed since it was read (or,
+    /// for a create, already exists). Carries the item as it now is, when
+    /// DynamoDB returned it.
+    #[error("the record changed since it was read")]
+    Conflict(Option<Box<OperationRecord>>),
+    #[error("stored item could not be decoded: {0}")]
+    Decode(String),
+    #[error("DynamoDB request failed: {0}")]
+    Service(String),
+}
+
+/// Result of creating an intent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// The record was written.
+    New,
+    /// A live record with the same id already exists; it is returned as stored.
+    Existing(Box<OperationRecord>),
+}
+
+/// Result of applying a transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Written,
+    /// The transition changed nothing, so nothing was written.
+    Unchanged,
+}
+
+/// Durable storage of operation records.
+pub trait OperationStore: Send + Sync {
+    /// Writes a new record unless a live one with the same id exists.
+    fn create(
+        &self,
+        rec: &OperationRecord,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Created, StoreError>> + Send;
+
+    /// Consistent read by id. Expired records are absent.
+    fn get(
+        &self,
+        id: &OperationId,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<OperationRecord>, StoreError>> + Send;
+
+    /// Writes `next` over `prev` if the stored version is still `prev.version`.
+    fn apply(
+        &self,
+        prev: &OperationRecord,
+        next: &OperationRecord,
+    ) -> impl Future<Output = Result<Applied, StoreError>> + Send;
+}
+
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+fn service_error<E, R>(e: SdkError<E, R>) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    StoreError::Service(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+}
+
+fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
+    serde_dynamo::to_item(rec).map_err(|e| StoreError::Decode(e.to_string()))
+}
+
+fn from_item(item: Item) -> Result<OperationRecord, StoreError> {
+    serde_dynamo::from_item(item).map_err(|e| StoreError::Decode(e.to_string()))
+}
+
+fn conflict(item: Option<&Item>) -> StoreError {
+    match item.cloned().map(from_item) {
+        Some(Ok(rec)) => StoreError::Conflict(Some(Box::new(rec))),
+        Some(Err(e)) => e,
+        None => StoreError::Conflict(None),
+    }
+}
+
+/// An `UpdateItem` that turns `prev` into `next`: SET what changed or
+/// appeared, REMOVE what disappeared. Attribute names go through
+/// placeholders, so reserved words need no special care.
+#[derive(Debug, Default, PartialEq)]
+pub struct UpdatePlan {
+    pub expression: String,
+    pub names: HashMap<String, String>,
+    pub values: Item,
+}
+
+pub fn plan_update(prev: &Item, next: &Item) -> Option<UpdatePlan> {
+    let mut plan = UpdatePlan::default();
+    let mut sets = Vec::new();
+    let mut removes = Vec::new();
+    let mut keys: Vec<&String> = next.keys().chain(prev.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for (i, key) in keys.into_iter().enumerate() {
+        if key == "pk" {
+            continue;
+        }
+        let name = format!("#a{i}");
+        match (prev.get(key), next.get(key)) {
+            (old, Some(new)) if old != Some(new) => {
+                let value = format!(":a{i}");
+                sets.push(format!("{name} = {value}"));
+                plan.values.insert(value, new.clone());
+            }
+            (Some(_), None) => removes.push(name.clone()),
+            _ => continue,
+        }
+        plan.names.insert(name, key.clone());
+    }
+    if sets.is_empty() && removes.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if !sets.is_empty() {
+        parts.push(format!("SET {}", sets.join(", ")));
+    }
+    if !removes.is_empty() {
+        parts.push(format!("REMOVE {}", removes.join(", ")));
+    }
+    plan.expression = parts.join(" ");
+    Some(plan)
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    fn key(id: &OperationId) -> Item {
+        HashMap::from([(
+            "pk".to_owned(),
+            AttributeValue::S(OperationRecord::pk_for(id)),
+        )])
+    }
+}
+
+impl OperationStore for DynamoStore {
+    async fn create(
+        &self,
+        rec: &OperationRecord,
+        now: DateTime<Utc>,
+    ) -> Result<Created, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(rec)?))
+            // An item whose TTL has passed counts as absent, even before DynamoDB deletes it.
+            .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
+            .expression_attribute_values(":now", AttributeValue::N(now.timestamp().to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Created::New),
+            Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
+                PutItemError::ConditionalCheckFailedException(e) => match conflict(e.item()) {
+                    StoreError::Conflict(Some(existing)) => Ok(Created::Existing(existing)),
+                    other => Err(other),
+                },
+                other => Err(StoreError::Service(
+                    aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
+                )),
+            },
+            Err(e) => Err(service_error(e)),
+        }
+    }
+
+    async fn get(
+        &self,
+        id: &OperationId,
+        now: DateTime<Utc>,
+    ) -> Result<Option<OperationRecord>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(service_error)?;
+        match out.item {
+            None => Ok(None),
+            Some(item) => {
+                let rec = from_item(item)?;
+                Ok((!rec.is_expired(now)).then_some(rec))
+            }
+        }
+    }
+
+    async fn apply(
+        &self,
+        prev: &OperationRecord,
+        next: &OperationRecord,
+    ) -> Result<Applied, StoreError> {
+        let Some(plan) = plan_update(&to_item(prev)?, &to_item(next)?) else {
+            return Ok(Applied::Unchanged);
+        };
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(&prev.operation_id)))
+            .update_expression(plan.expression)
+            .set_expression_attribute_names(Some(
+                plan.names
+                    .into_iter()
+                    .chain([("#guard_version".to_owned(), "version".to_owned())])
+                    .collect(),
+            ))
+            .set_expression_attribute_values(Some(
+                plan.values
+                    .into_iter()
+                    .chain([(
+                        ":guard_version".to_owned(),
+                        AttributeValue::N(prev.version.to_string()),
+                    )])
+                    .collect(),
+            ))
+            .condition_expression("#guard_version = :guard_version")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Applied::Written),
+            Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
+                UpdateItemError::ConditionalCheckFailedException(e) => Err(conflict(e.item())),
+                other => Err(StoreError::Service(
+                    aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
+                )),
+            },
+            Err(e) => Err(service_error(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> AttributeValue {
+        AttributeValue::S(v.into())
+    }
+
+    #[test]
+    fn plan_sets_changes_and_removes_disappearances() {
+        let prev: Item = [
+            ("pk", s("OP#1")),
+            ("phase", s("prepared")),
+            ("due_at", s("1")),
+            ("same", s("x")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let next: Item = [
+            ("pk", s("OP#1")),
+            ("phase", s("submitting")),
+            ("claim", s("c")),
+            ("same", s("x")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let plan = plan_update(&prev, &next).unwrap();
+        let named: HashMap<&str, &str> = plan
+            .names
+            .iter()
+            .map(|(k, v)| (v.as_str(), k.as_str()))
+            .collect();
+        assert!(!named.contains_key("pk") && !named.contains_key("same"));
+        assert!(plan.expression.contains(&format!("{} = ", named["phase"])));
+        assert!(plan.expression.contains(&format!("{} = ", named["claim"])));
+        assert!(
+            plan.expression
+                .ends_with(&format!("REMOVE {}", named["due_at"]))
+        );
+        assert_eq!(plan.values.len(), 2);
+        assert_eq!(plan_update(&prev, &prev), None);
+    }
+}
