@@ -18,3 +18,5 @@ pub mod queue;
 pub mod record;
 pub mod store;
 pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;

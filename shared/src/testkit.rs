@@ -1,0 +1,145 @@
+//! Helpers for tests that run against the local AWS endpoint (moto over
+//! HTTP). Each call to [`LocalAws::fresh`] provisions its own uniquely named
+//! table, queues and bucket, so tests never share state.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+
+use crate::config::{Config, QueueUrls, ResourceNames};
+use crate::provision::{self, Clients};
+use crate::{aws, queue::SqsQueue, store::DynamoStore};
+
+pub struct LocalAws {
+    pub sdk: SdkConfig,
+    pub names: ResourceNames,
+    pub queues: QueueUrls,
+    pub config: Config,
+}
+
+/// Counts the DynamoDB requests a client sends (one per attempt).
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter(Arc<AtomicUsize>);
+
+impl RequestCounter {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl LocalAws {
+    /// Provisions a fresh set of resources. Panics with instructions when the
+    /// local endpoint is not configured: run the tests through `scripts/test.sh`.
+    pub async fn fresh() -> Self {
+        assert!(
+            std::env::var("AWS_ENDPOINT_URL").is_ok(),
+            "AWS_ENDPOINT_URL is not set: run the tests with scripts/test.sh, which starts the local AWS endpoint"
+        );
+        let sdk = aws::load().await;
+        let prefix = format!("t{}-", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let names = ResourceNames::with_prefix(&prefix);
+        let (ddb, sqs, s3) = (aws::dynamodb(&sdk), aws::sqs(&sdk), aws::s3(&sdk));
+        let queues = provision::ensure_all(
+            &Clients {
+                dynamodb: &ddb,
+                sqs: &sqs,
+                s3: &s3,
+            },
+            &names,
+        )
+        .await
+        .expect("provisioning the local stack");
+        let config = Config::for_resources(&names, queues.clone());
+        Self {
+            sdk,
+            names,
+            queues,
+            config,
+        }
+    }
+
+    pub fn store(&self) -> DynamoStore {
+        DynamoStore::new(aws::dynamodb(&self.sdk), &self.names.table)
+    }
+
+    /// A store whose client counts its requests.
+    pub fn counted_store(&self) -> (DynamoStore, RequestCounter) {
+        let counter = RequestCounter::default();
+        let conf = aws_sdk_dynamodb::config::Builder::from(&self.sdk)
+            .interceptor(counter.clone())
+            .build();
+        (
+            DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &self.names.table),
+            counter,
+        )
+    }
+
+    pub fn queue(&self) -> SqsQueue {
+        SqsQueue::new(aws::sqs(&self.sdk), self.queues.clone())
+    }
+
+    /// Receives (and deletes) every message currently visible on a queue.
+    pub async fn drain(&self, url: &str) -> Vec<String> {
+        let sqs = aws::sqs(&self.sdk);
+        let mut bodies = Vec::new();
+        loop {
+            let out = sqs
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(0)
+                .send()
+                .await
+                .expect("receive from the local queue");
+            let messages = out.messages.unwrap_or_default();
+            if messages.is_empty() {
+                return bodies;
+            }
+            for m in messages {
+                if let Some(handle) = &m.receipt_handle {
+                    sqs.delete_message()
+                        .queue_url(url)
+                        .receipt_handle(handle)
+                        .send()
+                        .await
+                        .expect("delete from the local queue");
+                }
+                bodies.extend(m.body);
+            }
+        }
+    }
+
+    /// Every item in the table, raw, for assertions on what was written.
+    pub async fn scan(
+        &self,
+    ) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+        aws::dynamodb(&self.sdk)
+            .scan()
+            .table_name(&self.names.table)
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("scan the local table")
+            .items
+            .unwrap_or_default()
+    }
+}
