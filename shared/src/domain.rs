@@ -274,13 +274,11 @@ impl Specification {
         let prompt = text("prompt", true, 32 * 1024)?.unwrap_or_default();
         let resolution = text("resolution", false, 32)?;
         let aspect_ratio = text("aspect_ratio", false, 16)?;
-        if let Some(ratio) = &aspect_ratio {
-            if !is_ratio(ratio) {
-                return Err(InvalidInput::new(
-                    "specification.aspect_ratio",
-                    "must look like W:H with positive integers, for example 16:9",
-                ));
-            }
+        if aspect_ratio.as_deref().is_some_and(|r| !is_ratio(r)) {
+            return Err(InvalidInput::new(
+                "specification.aspect_ratio",
+                "must look like W:H with positive integers, for example 16:9",
+            ));
         }
         let prompt_revision = match present("prompt_revision") {
             None => None,
