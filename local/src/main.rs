@@ -42,9 +42,10 @@ async fn main() -> ExitCode {
 }
 
 fn require_local_endpoint() -> Result<(), String> {
-    std::env::var("AWS_ENDPOINT_URL")
-        .map(|_| ())
-        .map_err(|_| "AWS_ENDPOINT_URL must point at the local AWS endpoint (see scripts/local-aws.sh env)".into())
+    std::env::var("AWS_ENDPOINT_URL").map(|_| ()).map_err(|_| {
+        "AWS_ENDPOINT_URL must point at the local AWS endpoint (see scripts/local-aws.sh env)"
+            .into()
+    })
 }
 
 async fn provision_local() -> Result<(), String> {
@@ -52,9 +53,16 @@ async fn provision_local() -> Result<(), String> {
     let sdk = aws::load().await;
     let (ddb, sqs, s3) = (aws::dynamodb(&sdk), aws::sqs(&sdk), aws::s3(&sdk));
     let names = ResourceNames::with_prefix("");
-    let urls = provision::ensure_all(&Clients { dynamodb: &ddb, sqs: &sqs, s3: &s3 }, &names)
-        .await
-        .map_err(|e| e.to_string())?;
+    let urls = provision::ensure_all(
+        &Clients {
+            dynamodb: &ddb,
+            sqs: &sqs,
+            s3: &s3,
+        },
+        &names,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     println!("table     {}", names.table);
     println!("bucket    {}", names.bucket);
     println!("dispatch  {}", urls.dispatch);
@@ -69,7 +77,10 @@ async fn serve_intake() -> Result<(), String> {
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let port: u16 = std::env::var("INTAKE_PORT")
         .ok()
-        .map(|p| p.parse().map_err(|_| format!("INTAKE_PORT is not a port: {p}")))
+        .map(|p| {
+            p.parse()
+                .map_err(|_| format!("INTAKE_PORT is not a port: {p}"))
+        })
         .transpose()?
         .unwrap_or(3000);
     let sdk = aws::load().await;
@@ -80,13 +91,18 @@ async fn serve_intake() -> Result<(), String> {
     ));
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     tracing::info!(%addr, "intake listening");
-    serve::serve(addr, intake).await.map_err(|e| format!("serving on {addr}: {e}"))
+    serve::serve(addr, intake)
+        .await
+        .map_err(|e| format!("serving on {addr}: {e}"))
 }
 
 fn token(args: &[String]) -> Result<(), String> {
     let tenant = args.first().filter(|a| !a.starts_with("--")).ok_or(USAGE)?;
     let ttl = match args.iter().position(|a| a == "--ttl") {
-        Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).ok_or("--ttl needs a number of seconds")?,
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .ok_or("--ttl needs a number of seconds")?,
         None => 12 * 3600,
     };
     let claim = std::env::var("TENANT_CLAIM").unwrap_or_else(|_| "tenant_id".into());

@@ -10,7 +10,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use lambda_http::aws_lambda_events::apigw::{
-    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription, ApiGatewayV2httpRequestContext,
+    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
+    ApiGatewayV2httpRequestContext,
 };
 use lambda_http::http::{Response, StatusCode};
 use lambda_http::request::RequestContext;
@@ -38,7 +39,10 @@ pub async fn serve(addr: SocketAddr, intake: Arc<LocalIntake>) -> std::io::Resul
                 let intake = intake.clone();
                 async move { Ok::<_, Infallible>(handle(&intake, req).await) }
             });
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await
+            {
                 tracing::debug!(error = %e, "connection closed");
             }
         });
@@ -54,12 +58,22 @@ fn to_hyper(resp: Response<Body>) -> Response<Full<Bytes>> {
 /// deployed HTTP API with its JWT authorizer would, and runs the handler.
 async fn handle(intake: &LocalIntake, req: hyper::Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
-    let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let claims = match devauth::verify(auth.as_deref()) {
         Ok(c) => c,
         Err(reason) => {
             return to_hyper(
-                Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", reason).into_response(&path),
+                Problem::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "Unauthorized",
+                    reason,
+                )
+                .into_response(&path),
             );
         }
     };
@@ -68,8 +82,13 @@ async fn handle(intake: &LocalIntake, req: hyper::Request<Incoming>) -> Response
         Ok(b) => b.to_bytes(),
         Err(_) => {
             return to_hyper(
-                Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "The request body is too large", "")
-                    .into_response(&path),
+                Problem::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body-too-large",
+                    "The request body is too large",
+                    "",
+                )
+                .into_response(&path),
             );
         }
     };
@@ -82,7 +101,12 @@ async fn handle(intake: &LocalIntake, req: hyper::Request<Incoming>) -> Response
     ctx.stage = Some("$default".into());
     ctx.http.method = parts.method.clone();
     ctx.http.path = Some(path);
-    let body = if bytes.is_empty() { Body::Empty } else { Body::Binary(bytes.to_vec()) };
-    let request = lambda_http::http::Request::from_parts(parts, body).with_request_context(RequestContext::ApiGatewayV2(ctx));
+    let body = if bytes.is_empty() {
+        Body::Empty
+    } else {
+        Body::Binary(bytes.to_vec())
+    };
+    let request = lambda_http::http::Request::from_parts(parts, body)
+        .with_request_context(RequestContext::ApiGatewayV2(ctx));
     to_hyper(api::handle(intake, request).await)
 }

@@ -288,7 +288,13 @@ async fn bad_requests_get_problems_and_write_nothing() {
         b.to_string()
     };
     let too_big = with(&|b| b["specification"]["prompt"] = json!("x".repeat(70 * 1024)));
-    type Case<'a> = (&'a str, String, Option<&'a str>, Vec<(&'a str, &'a str)>, u16);
+    type Case<'a> = (
+        &'a str,
+        String,
+        Option<&'a str>,
+        Vec<(&'a str, &'a str)>,
+        u16,
+    );
     let cases: Vec<Case> = vec![
         (
             "malformed JSON",
