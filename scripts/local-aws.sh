@@ -56,7 +56,8 @@ start_moto() {
   if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     log "moto already running on port $MOTO_PORT (pid $(cat "$pidfile"))"
   else
-    "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$STATE_DIR/moto-$MOTO_PORT.log" 2>&1 &
+    # moto, with DynamoDB requests serialized (see scripts/moto_server.py).
+    "$VENV/bin/python" "$ROOT/scripts/moto_server.py" 127.0.0.1 "$MOTO_PORT" >"$STATE_DIR/moto-$MOTO_PORT.log" 2>&1 &
     echo $! >"$pidfile"
     log "moto started on 127.0.0.1:$MOTO_PORT (pid $!)"
   fi

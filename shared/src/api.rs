@@ -284,6 +284,11 @@ async fn create<S: OperationStore, Q: WorkQueue>(
         })?),
     };
     let intent = Intent::parse(&value, header_key)?;
+    if intent.fault.is_some() && !intake.config.fault_injection {
+        return Err(
+            InvalidInput::new("fault", "fault injection is disabled in this deployment").into(),
+        );
+    }
     let outcome = intake.submit(&tenant, &intent, Utc::now()).await?;
     let (status, rec, replayed) = match &outcome {
         Submitted::New(rec) => (StatusCode::ACCEPTED, rec, false),

@@ -427,9 +427,11 @@ pub struct Intent {
     pub media_type: MediaType,
     pub specification: Specification,
     pub canonical: CanonicalSpec,
+    /// A fault to fire once, for conformance runs. Not part of the fingerprint.
+    pub fault: Option<crate::record::Fault>,
 }
 
-const INTENT_FIELDS: [&str; 3] = ["operation_key", "media_type", "specification"];
+const INTENT_FIELDS: [&str; 4] = ["operation_key", "media_type", "specification", "fault"];
 
 impl Intent {
     /// Parses an intake body. `header_key` is the `Idempotency-Key` header, if any.
@@ -479,11 +481,19 @@ impl Intent {
             Some(v) => Specification::parse(v, media_type)?,
         };
         let canonical = CanonicalSpec::new(media_type, &specification);
+        let fault = match obj.get("fault") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                serde_json::from_value(v.clone())
+                    .map_err(|_| InvalidInput::new("fault", "is not a known fault directive"))?,
+            ),
+        };
         Ok(Self {
             operation_key,
             media_type,
             specification,
             canonical,
+            fault,
         })
     }
 }

@@ -54,8 +54,13 @@ impl<S: OperationStore, Q: WorkQueue> Intake<S, Q> {
         intent: &Intent,
         now: DateTime<Utc>,
     ) -> Result<Submitted, IntakeError> {
-        let record =
-            OperationRecord::new_intent(tenant, intent, None, now, self.config.dispatch_grace);
+        let record = OperationRecord::new_intent(
+            tenant,
+            intent,
+            intent.fault.filter(|_| self.config.fault_injection),
+            now,
+            self.config.dispatch_grace,
+        );
         match self.store.create(&record, now).await? {
             Created::Existing(existing) => {
                 if existing.specification_hash == record.specification_hash {

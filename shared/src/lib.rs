@@ -10,12 +10,17 @@
 pub mod api;
 pub mod aws;
 pub mod config;
+pub mod dispatch;
 pub mod domain;
+pub mod genace;
 pub mod intake;
 pub mod machine;
+pub mod metrics;
 pub mod provision;
 pub mod queue;
 pub mod record;
+pub mod recovery;
+pub mod stage;
 pub mod store;
 pub mod telemetry;
 #[cfg(feature = "testkit")]

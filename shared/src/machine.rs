@@ -201,7 +201,8 @@ pub fn accept(
     Ok(next)
 }
 
-/// `submitting -> submit_failed`: a 502 that names the failed remote job.
+/// `submitting | uncertain -> submit_failed`: a 502 that names the failed
+/// remote job, applied by the claimant or later from the recovery channel.
 /// The id is kept for accounting and a settlement case is opened.
 pub fn submit_failed(
     rec: &OperationRecord,
@@ -210,7 +211,16 @@ pub fn submit_failed(
     error: RemoteError,
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
-    require_claimant(rec, token, "record a submission failure")?;
+    if !matches!(rec.phase, Phase::Submitting | Phase::Uncertain) {
+        return Err(Refusal::WrongPhase {
+            action: "record a submission failure",
+            actual: rec.phase,
+            expected: "submitting or uncertain",
+        });
+    }
+    if rec.claim.as_ref().is_none_or(|c| c.token != token) {
+        return Err(Refusal::NotClaimant);
+    }
     let mut next = step(rec, now);
     next.phase = Phase::SubmitFailed;
     next.claim = None;
@@ -484,6 +494,11 @@ mod tests {
             Err(Refusal::NotClaimant)
         );
         assert!(submit_failed(&prepared(), "tok", "J5", err("e"), t0()).is_err());
+        let later = t0() + Duration::seconds(200);
+        let interrupted = interrupt(&submitting(), "lease expired", later).unwrap();
+        let late = submit_failed(&interrupted, "tok", "J5", err("http_502"), later).unwrap();
+        assert_eq!(late.phase, Phase::SubmitFailed);
+        assert_eq!(late.case.unwrap().reason, CaseReason::SettlementPending);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub enum Stage {
     Dispatch,
     Poll,
     Deliver,
+    Recovery,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +34,15 @@ impl WorkMessage {
     pub fn parse(body: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(body)
     }
+}
+
+/// The restricted channel for remote outcomes that could not be written to
+/// the record. Only dispatch sends to it; only the recovery consumer reads it.
+pub trait RecoveryChannel: Send + Sync {
+    fn send_recovery(
+        &self,
+        message: &crate::recovery::RecoveryMessage,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send;
 }
 
 pub trait WorkQueue: Send + Sync {
@@ -61,6 +71,7 @@ impl SqsQueue {
             Stage::Dispatch => &self.urls.dispatch,
             Stage::Poll => &self.urls.poll,
             Stage::Deliver => &self.urls.deliver,
+            Stage::Recovery => &self.urls.recovery,
         }
     }
 }
@@ -68,17 +79,8 @@ impl SqsQueue {
 /// SQS refuses delays above 15 minutes.
 pub const MAX_DELAY_SECONDS: u32 = 900;
 
-impl WorkQueue for SqsQueue {
-    async fn enqueue(
-        &self,
-        stage: Stage,
-        id: &OperationId,
-        delay_seconds: u32,
-    ) -> Result<(), QueueError> {
-        let body = serde_json::to_string(&WorkMessage {
-            operation_id: id.clone(),
-        })
-        .expect("a work message always serializes");
+impl SqsQueue {
+    async fn send(&self, stage: Stage, body: String, delay_seconds: u32) -> Result<(), QueueError> {
         self.client
             .send_message()
             .queue_url(self.url(stage))
@@ -91,5 +93,30 @@ impl WorkQueue for SqsQueue {
                 stage,
                 detail: aws_sdk_sqs::error::DisplayErrorContext(e).to_string(),
             })
+    }
+}
+
+impl WorkQueue for SqsQueue {
+    async fn enqueue(
+        &self,
+        stage: Stage,
+        id: &OperationId,
+        delay_seconds: u32,
+    ) -> Result<(), QueueError> {
+        let body = serde_json::to_string(&WorkMessage {
+            operation_id: id.clone(),
+        })
+        .expect("a work message always serializes");
+        self.send(stage, body, delay_seconds).await
+    }
+}
+
+impl RecoveryChannel for SqsQueue {
+    async fn send_recovery(
+        &self,
+        message: &crate::recovery::RecoveryMessage,
+    ) -> Result<(), QueueError> {
+        let body = serde_json::to_string(message).expect("a recovery message always serializes");
+        self.send(Stage::Recovery, body, 0).await
     }
 }

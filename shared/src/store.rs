@@ -263,6 +263,61 @@ impl OperationStore for DynamoStore {
     }
 }
 
+/// Why [`commit`] gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The rules refuse the change on the record as it now is.
+    #[error("{refusal}")]
+    Refused {
+        refusal: crate::machine::Refusal,
+        current: Box<OperationRecord>,
+    },
+    /// The store kept failing.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Decides a transition on `rec` and writes it, re-deciding on the current
+/// record when the write loses a race (the losing response carries it), and
+/// retrying transient store failures with backoff, `attempts` times at most.
+/// Returns the record as written.
+pub async fn commit<S, F>(
+    store: &S,
+    mut rec: OperationRecord,
+    attempts: u32,
+    decide: F,
+) -> Result<OperationRecord, CommitError>
+where
+    S: OperationStore,
+    F: Fn(&OperationRecord) -> Result<OperationRecord, crate::machine::Refusal>,
+{
+    let mut last = None;
+    let mut backoff = std::time::Duration::from_millis(50);
+    for _ in 0..attempts.max(1) {
+        let next = match decide(&rec) {
+            Ok(next) => next,
+            Err(refusal) => {
+                return Err(CommitError::Refused {
+                    refusal,
+                    current: Box::new(rec),
+                });
+            }
+        };
+        match store.apply(&rec, &next).await {
+            Ok(_) => return Ok(next),
+            Err(StoreError::Conflict(Some(current))) => rec = *current,
+            Err(e) => {
+                last = Some(e);
+                tokio::time::sleep(backoff).await;
+                backoff *= 4;
+            }
+        }
+    }
+    Err(CommitError::Store(
+        last.unwrap_or(StoreError::Conflict(None)),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

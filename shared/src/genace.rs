@@ -1,0 +1,360 @@
+//! The Genace API, isolated in one module: where it lives, how to
+//! authenticate, what a submission body looks like, and how every response
+//! is classified. Nothing else in the library knows Genace's wire format.
+
+use std::future::Future;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use serde_json::{Map, Value, json};
+
+use crate::machine::AcceptedJob;
+use crate::record::OperationRecord;
+
+#[derive(Debug, Clone)]
+pub struct GenaceConfig {
+    pub base_url: String,
+    /// Path of job creation (default `/v1/jobs`).
+    pub submit_path: String,
+    /// Path of a job's status, with `{id}` for the job id (default `/v1/jobs/{id}`).
+    pub status_path: String,
+    pub api_key: String,
+    pub connect_timeout: Duration,
+    /// Total time allowed for one request, response body included.
+    pub timeout: Duration,
+}
+
+impl GenaceConfig {
+    pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            submit_path: "/v1/jobs".into(),
+            status_path: "/v1/jobs/{id}".into(),
+            api_key: api_key.into(),
+            connect_timeout: Duration::from_secs(3),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// `GENACE_BASE_URL` (required), `GENACE_API_KEY`, `GENACE_SUBMIT_PATH`,
+    /// `GENACE_STATUS_PATH`, `GENACE_TIMEOUT_SECONDS` (default 30).
+    pub fn from_env() -> Result<Self, String> {
+        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
+        let base = var("GENACE_BASE_URL").ok_or("GENACE_BASE_URL is not set")?;
+        let mut conf = Self::new(base, var("GENACE_API_KEY").unwrap_or_default());
+        if let Some(p) = var("GENACE_SUBMIT_PATH") {
+            conf.submit_path = p;
+        }
+        if let Some(p) = var("GENACE_STATUS_PATH") {
+            conf.status_path = p;
+        }
+        if let Some(t) = var("GENACE_TIMEOUT_SECONDS") {
+            let secs: u64 = t.parse().ok().filter(|s| *s > 0).ok_or_else(|| {
+                format!("GENACE_TIMEOUT_SECONDS must be a positive integer, got {t:?}")
+            })?;
+            conf.timeout = Duration::from_secs(secs);
+        }
+        Ok(conf)
+    }
+}
+
+/// Every way a job-creating POST can end. Exactly one applies.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubmitOutcome {
+    /// A 202 with a non-empty string `job_id`. The job exists.
+    Accepted { job: AcceptedJob, raw: String },
+    /// A 502 whose `error.job_id` names a failed remote job.
+    FailedWithJob {
+        job_id: String,
+        error: Value,
+        raw: String,
+    },
+    /// A definitive 4xx (other than 429): nothing was created.
+    Rejected { status: u16, detail: String },
+    /// A 429: Genace did not process the request.
+    RateLimited { retry_after: Option<Duration> },
+    /// Anything else: a job may or may not exist.
+    Unknown { evidence: String },
+}
+
+/// Longest response excerpt kept as evidence.
+const EVIDENCE_LIMIT: usize = 2048;
+
+fn excerpt(body: &str) -> String {
+    if body.len() <= EVIDENCE_LIMIT {
+        return body.to_owned();
+    }
+    let mut end = EVIDENCE_LIMIT;
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &body[..end])
+}
+
+fn non_empty_str(v: Option<&Value>) -> Option<String> {
+    v.and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// Classifies a POST response. Pure, so every branch is unit-testable.
+pub fn classify_submit(status: StatusCode, headers: &HeaderMap, body: &str) -> SubmitOutcome {
+    let json: Option<Value> = serde_json::from_str(body).ok();
+    let code = status.as_u16();
+    let unknown = |why: &str| SubmitOutcome::Unknown {
+        evidence: format!("HTTP {code}: {why}; body: {}", excerpt(body)),
+    };
+    match code {
+        202 => match json {
+            None => unknown("202 with a body that is not JSON"),
+            Some(v) => match non_empty_str(v.get("job_id")) {
+                None => unknown("202 without a non-empty string job_id"),
+                Some(job_id) => SubmitOutcome::Accepted {
+                    job: AcceptedJob {
+                        job_id,
+                        state: non_empty_str(v.get("state")),
+                        model: non_empty_str(v.get("model")),
+                        created_at: non_empty_str(v.get("created_at"))
+                            .or_else(|| non_empty_str(v.get("created"))),
+                        held_credits: v
+                            .get("held_credits")
+                            .or_else(|| v.get("credits_held"))
+                            .and_then(Value::as_f64),
+                    },
+                    raw: body.to_owned(),
+                },
+            },
+        },
+        502 => match json
+            .as_ref()
+            .and_then(|v| v.get("error"))
+            .map(|e| (non_empty_str(e.get("job_id")), e.clone()))
+        {
+            Some((Some(job_id), error)) => SubmitOutcome::FailedWithJob {
+                job_id,
+                error,
+                raw: body.to_owned(),
+            },
+            _ => unknown("502 without error.job_id"),
+        },
+        429 => SubmitOutcome::RateLimited {
+            retry_after: retry_after(headers),
+        },
+        400..=499 => SubmitOutcome::Rejected {
+            status: code,
+            detail: excerpt(body),
+        },
+        _ => unknown("no job id in an unexpected status"),
+    }
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let raw = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = raw.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = chrono::DateTime::parse_from_rfc2822(raw).ok()?;
+    let secs = (when.timestamp() - chrono::Utc::now().timestamp()).max(0);
+    Some(Duration::from_secs(secs as u64))
+}
+
+/// The submission body for an operation: the reviewed specification, flattened
+/// the way Genace takes it, plus our operation id as a client reference that
+/// an operator can search for during reconciliation.
+pub fn submission_body(rec: &OperationRecord) -> Value {
+    let spec = rec.specification_value();
+    let mut body = Map::new();
+    body.insert("media_type".into(), json!(rec.media_type));
+    if let Value::Object(fields) = spec {
+        for (k, v) in fields {
+            if k == "parameters" {
+                if let Value::Object(params) = v {
+                    for (pk, pv) in params {
+                        body.entry(pk).or_insert(pv);
+                    }
+                }
+            } else {
+                body.insert(k, v);
+            }
+        }
+    }
+    body.insert("client_reference".into(), json!(rec.operation_id));
+    Value::Object(body)
+}
+
+/// Talks to Genace. One real implementation; tests point it at wiremock.
+pub trait Genace: Send + Sync {
+    /// Sends one job-creating POST. Never retried.
+    fn submit(&self, body: &Value) -> impl Future<Output = SubmitOutcome> + Send;
+}
+
+#[derive(Debug, Clone)]
+pub struct GenaceClient {
+    http: reqwest::Client,
+    conf: GenaceConfig,
+}
+
+impl GenaceClient {
+    pub fn new(conf: GenaceConfig) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(conf.connect_timeout)
+            .timeout(conf.timeout)
+            // A POST here is never repeated by the transport, not even on a protocol NACK.
+            .retry(reqwest::retry::never())
+            .build()?;
+        Ok(Self { http, conf })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.conf.base_url.trim_end_matches('/'), path)
+    }
+}
+
+impl Genace for GenaceClient {
+    async fn submit(&self, body: &Value) -> SubmitOutcome {
+        let sent = self
+            .http
+            .post(self.url(&self.conf.submit_path))
+            .header(AUTHORIZATION, format!("Bearer {}", self.conf.api_key))
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) => return transport_unknown(&e),
+        };
+        let status = response.status();
+        let headers = response.headers().clone();
+        match response.text().await {
+            Ok(text) => classify_submit(status, &headers, &text),
+            Err(e) => SubmitOutcome::Unknown {
+                evidence: format!(
+                    "HTTP {}: the body could not be read: {}",
+                    status.as_u16(),
+                    chain(&e)
+                ),
+            },
+        }
+    }
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+fn transport_unknown(e: &reqwest::Error) -> SubmitOutcome {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else {
+        "transport failed"
+    };
+    SubmitOutcome::Unknown {
+        evidence: format!("no response: {kind}: {}", chain(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(code: u16, body: &str) -> SubmitOutcome {
+        classify_submit(StatusCode::from_u16(code).unwrap(), &HeaderMap::new(), body)
+    }
+
+    #[test]
+    fn a_202_needs_a_non_empty_string_job_id() {
+        let ok = classify(
+            202,
+            r#"{"job_id":"J1","state":"running","model":"m","created_at":"t","held_credits":3,"extra":{}}"#,
+        );
+        match ok {
+            SubmitOutcome::Accepted { job, .. } => {
+                assert_eq!(job.job_id, "J1");
+                assert_eq!(job.state.as_deref(), Some("running"));
+                assert_eq!(job.held_credits, Some(3.0));
+            }
+            other => panic!("{other:?}"),
+        }
+        for body in [
+            r#"{"state":"queued"}"#,
+            r#"{"job_id":""}"#,
+            r#"{"job_id":42}"#,
+            "accepted",
+            "",
+        ] {
+            assert!(
+                matches!(classify(202, body), SubmitOutcome::Unknown { .. }),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_502_with_a_job_id_is_a_failed_job_and_without_one_is_unknown() {
+        assert!(matches!(
+            classify(502, r#"{"error":{"code":"provider_failed","job_id":"J2"}}"#),
+            SubmitOutcome::FailedWithJob { ref job_id, .. } if job_id == "J2"
+        ));
+        for body in [
+            r#"{"error":{"code":"x"}}"#,
+            "<html>bad gateway</html>",
+            r#"{"job_id":"J2"}"#,
+        ] {
+            assert!(
+                matches!(classify(502, body), SubmitOutcome::Unknown { .. }),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn client_errors_are_rejections_except_429() {
+        for code in [400, 401, 403, 404, 409, 422] {
+            assert!(
+                matches!(classify(code, "{}"), SubmitOutcome::Rejected { status, .. } if status == code)
+            );
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, "7".parse().unwrap());
+        assert_eq!(
+            classify_submit(StatusCode::TOO_MANY_REQUESTS, &headers, ""),
+            SubmitOutcome::RateLimited {
+                retry_after: Some(Duration::from_secs(7))
+            }
+        );
+        assert_eq!(
+            classify(429, ""),
+            SubmitOutcome::RateLimited { retry_after: None }
+        );
+    }
+
+    #[test]
+    fn server_errors_and_oddities_are_unknown() {
+        for code in [500, 503, 504, 200, 201, 301] {
+            assert!(
+                matches!(classify(code, "{}"), SubmitOutcome::Unknown { .. }),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn evidence_is_bounded() {
+        let SubmitOutcome::Unknown { evidence } = classify(500, &"é".repeat(5000)) else {
+            panic!()
+        };
+        assert!(evidence.len() < EVIDENCE_LIMIT + 100);
+    }
+}

@@ -1,0 +1,145 @@
+//! The recovery channel: remote outcomes that dispatch received but could
+//! not write to the record. The consumer applies them later, only to the
+//! claim they were received under, and never creates anything remote.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tracing::{error, info};
+
+use crate::domain::OperationId;
+use crate::machine::{self, AcceptedJob, Policy};
+use crate::queue::{Stage, WorkQueue};
+use crate::record::{OperationRecord, Phase, RemoteError};
+use crate::stage::{StageError, write_attempts};
+use crate::store::{CommitError, OperationStore, commit};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RecoveredOutcome {
+    Accepted {
+        job_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        created_at: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        held_credits: Option<f64>,
+    },
+    FailedWithJob {
+        job_id: String,
+        error: serde_json::Value,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryMessage {
+    pub operation_id: OperationId,
+    pub claim_token: String,
+    #[serde(flatten)]
+    pub outcome: RecoveredOutcome,
+    /// The response exactly as received.
+    pub raw_response: String,
+    pub received_at: DateTime<Utc>,
+}
+
+impl RecoveryMessage {
+    pub fn accepted(
+        rec: &OperationRecord,
+        token: &str,
+        job: &AcceptedJob,
+        raw: &str,
+        at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            operation_id: rec.operation_id.clone(),
+            claim_token: token.to_owned(),
+            outcome: RecoveredOutcome::Accepted {
+                job_id: job.job_id.clone(),
+                state: job.state.clone(),
+                model: job.model.clone(),
+                created_at: job.created_at.clone(),
+                held_credits: job.held_credits,
+            },
+            raw_response: raw.to_owned(),
+            received_at: at,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryOutcome {
+    /// The saved outcome is now on the record.
+    Applied(Phase),
+    /// The operation no longer exists (past its retention).
+    Missing,
+}
+
+/// Applies one recovery message. A refusal (another claim, another job, an
+/// operator's decision) is an error: the message stays and ends in the
+/// recovery DLQ, where an alarm brings a person to it.
+pub async fn apply<S: OperationStore, Q: WorkQueue>(
+    store: &S,
+    queue: &Q,
+    policy: &Policy,
+    msg: &RecoveryMessage,
+) -> Result<RecoveryOutcome, StageError> {
+    let now = Utc::now();
+    let Some(rec) = store.get(&msg.operation_id, now).await? else {
+        error!(operation_id = %msg.operation_id, raw_response = %msg.raw_response, "recovery message for a missing operation");
+        return Ok(RecoveryOutcome::Missing);
+    };
+    let token = msg.claim_token.as_str();
+    let result = match &msg.outcome {
+        RecoveredOutcome::Accepted {
+            job_id,
+            state,
+            model,
+            created_at,
+            held_credits,
+        } => {
+            let job = AcceptedJob {
+                job_id: job_id.clone(),
+                state: state.clone(),
+                model: model.clone(),
+                created_at: created_at.clone(),
+                held_credits: *held_credits,
+            };
+            commit(store, rec, write_attempts(), |r| {
+                machine::accept(r, token, &job, now, policy)
+            })
+            .await
+        }
+        RecoveredOutcome::FailedWithJob { job_id, error } => {
+            let remote = RemoteError {
+                kind: "http_502".into(),
+                status: Some(502),
+                detail: error.to_string(),
+            };
+            commit(store, rec, write_attempts(), |r| {
+                if r.phase == Phase::SubmitFailed
+                    && r.remote_job_id.as_deref() == Some(job_id.as_str())
+                {
+                    return Ok(r.clone());
+                }
+                machine::submit_failed(r, token, job_id, remote.clone(), now)
+            })
+            .await
+        }
+    };
+    match result {
+        Ok(rec) => {
+            info!(operation_id = %rec.operation_id, remote_job_id = ?rec.remote_job_id, phase = rec.phase.as_str(), "recovered outcome applied");
+            if rec.phase == Phase::Accepted && rec.observed_at.is_none() {
+                queue.enqueue(Stage::Poll, &rec.operation_id, 0).await?;
+            }
+            Ok(RecoveryOutcome::Applied(rec.phase))
+        }
+        Err(CommitError::Refused { refusal, current }) => {
+            error!(operation_id = %current.operation_id, phase = current.phase.as_str(), %refusal, raw_response = %msg.raw_response, "recovery message refused");
+            Err(StageError::Refused(refusal.to_string()))
+        }
+        Err(CommitError::Store(e)) => Err(e.into()),
+    }
+}

@@ -1,0 +1,60 @@
+//! What the SQS-driven stages share: the error that leaves a message on its
+//! queue, and Lambda's partial batch response.
+
+use std::future::Future;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use tracing::{error, warn};
+
+use crate::queue::QueueError;
+use crate::store::StoreError;
+
+/// Any of these leaves the message on the queue for redelivery.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// A fault directive stopped the handler here, as a killed Lambda would.
+    #[error("injected crash at {0}")]
+    Crashed(&'static str),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The rules refused the message's change; a person must look.
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
+
+/// How many times a state write is tried before giving up.
+pub fn write_attempts() -> u32 {
+    4
+}
+
+/// Runs `handle` on every message body of a batch, one after another, and
+/// reports the ones that failed so SQS redelivers only those.
+pub async fn process_batch<F, Fut>(event: SqsEvent, handle: F) -> SqsBatchResponse
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<(), StageError>>,
+{
+    let mut response = SqsBatchResponse::default();
+    for record in event.records {
+        let id = record.message_id.clone().unwrap_or_default();
+        let Some(body) = record.body else {
+            warn!(message_id = %id, "message without a body");
+            response.add_failure(id);
+            continue;
+        };
+        if let Err(e) = handle(body).await {
+            match e {
+                StageError::Crashed(_) => {
+                    warn!(message_id = %id, error = %e, "message left for redelivery")
+                }
+                _ => error!(message_id = %id, error = %e, "message left for redelivery"),
+            }
+            response.add_failure(id);
+        }
+    }
+    response
+}
