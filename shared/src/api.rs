@@ -321,3 +321,53 @@ async fn read<S: OperationStore, Q: WorkQueue>(
         .body(Body::Text(body.to_string()))
         .expect("valid response"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Intent, TenantId};
+    use crate::machine::{self, AcceptedJob, Policy};
+    use chrono::Duration;
+
+    fn prepared() -> OperationRecord {
+        let intent = Intent::parse(
+            &json!({"operation_key": "k", "media_type": "video",
+                    "specification": {"model": "m", "prompt": "p"}}),
+            None,
+        )
+        .unwrap();
+        OperationRecord::new_intent(
+            &TenantId::parse("t").unwrap(),
+            &intent,
+            None,
+            Utc::now(),
+            Duration::seconds(60),
+        )
+    }
+
+    #[test]
+    fn the_view_shows_the_remote_job_and_the_open_case() {
+        let now = Utc::now();
+        let claimed = machine::claim_dispatch(&prepared(), "tok", now, &Policy::default()).unwrap();
+        let uncertain = machine::mark_uncertain(&claimed, "tok", "timed out", now).unwrap();
+        let v = view(&uncertain);
+        assert_eq!(v["phase"], "uncertain");
+        assert_eq!(v["reconciliation_case"]["reason"], "unknown_submit_outcome");
+        assert_eq!(v["reconciliation_case"]["evidence"], "timed out");
+        assert!(v.get("claim").is_none(), "claim tokens stay private");
+
+        let job = AcceptedJob {
+            job_id: "J1".into(),
+            state: Some("running".into()),
+            model: None,
+            created_at: None,
+            held_credits: None,
+        };
+        let accepted = machine::accept(&claimed, "tok", &job, now, &Policy::default()).unwrap();
+        let v = view(&accepted);
+        assert_eq!(v["phase"], "accepted");
+        assert_eq!(v["remote_job_id"], "J1");
+        assert_eq!(v["remote_state"], "running");
+        assert!(v.get("reconciliation_case").is_none());
+    }
+}

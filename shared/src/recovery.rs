@@ -143,3 +143,15 @@ pub async fn apply<S: OperationStore, Q: WorkQueue>(
         Err(CommitError::Store(e)) => Err(e.into()),
     }
 }
+
+/// Parses and applies one recovery-queue message body.
+pub async fn handle_message<S: OperationStore, Q: WorkQueue>(
+    store: &S,
+    queue: &Q,
+    policy: &Policy,
+    body: &str,
+) -> Result<RecoveryOutcome, StageError> {
+    let msg: RecoveryMessage =
+        serde_json::from_str(body).map_err(|e| StageError::Malformed(e.to_string()))?;
+    apply(store, queue, policy, &msg).await
+}

@@ -431,3 +431,25 @@ async fn a_connection_reset_is_uncertain() {
         .unwrap();
     assert_eq!(stored.phase, Phase::Uncertain);
 }
+
+#[tokio::test]
+async fn a_batch_reports_only_the_messages_that_must_come_back() {
+    let rig = rig(accepted("job-b", "queued")).await;
+    let id = rig.intent("k", None).await;
+    let fixture = include_str!("fixtures/sqs-event.json").replace("REPLACED", id.as_str());
+    let event: aws_lambda_events::event::sqs::SqsEvent = serde_json::from_str(&fixture).unwrap();
+    let dispatcher = &rig.dispatcher;
+    let response = shared::stage::process_batch(event, |body| async move {
+        dispatcher.handle_message(&body).await.map(|_| ())
+    })
+    .await;
+    let failed: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    // The dispatched message is acknowledged; the malformed one stays (and ends in the DLQ).
+    assert_eq!(failed, ["2e1424d4-f796-459a-8184-9c92662be6da"]);
+    assert_eq!(rig.record(&id).await.phase, Phase::Accepted);
+    assert_eq!(rig.posts().await, 1);
+}

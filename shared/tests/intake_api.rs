@@ -373,6 +373,20 @@ async fn bad_requests_get_problems_and_write_nothing() {
             400,
         ),
         (
+            "fault directive while fault injection is off",
+            with(&|b| b["fault"] = json!("dispatch.before_post")),
+            Some("tenant-a"),
+            vec![],
+            400,
+        ),
+        (
+            "unknown fault directive",
+            with(&|b| b["fault"] = json!("dispatch.explode")),
+            Some("tenant-a"),
+            vec![],
+            400,
+        ),
+        (
             "no tenant claim",
             spec_body().to_string(),
             None,
