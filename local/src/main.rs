@@ -16,7 +16,7 @@ use std::sync::Arc;
 use shared::aws;
 use shared::config::{Config, ResourceNames};
 use shared::intake::Intake;
-use shared::provision::{self, Clients};
+use shared::provision;
 use shared::queue::SqsQueue;
 use shared::store::DynamoStore;
 
@@ -51,18 +51,10 @@ fn require_local_endpoint() -> Result<(), String> {
 async fn provision_local() -> Result<(), String> {
     require_local_endpoint()?;
     let sdk = aws::load().await;
-    let (ddb, sqs, s3) = (aws::dynamodb(&sdk), aws::sqs(&sdk), aws::s3(&sdk));
     let names = ResourceNames::with_prefix("");
-    let urls = provision::ensure_all(
-        &Clients {
-            dynamodb: &ddb,
-            sqs: &sqs,
-            s3: &s3,
-        },
-        &names,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let urls = provision::ensure_all(&sdk, &names)
+        .await
+        .map_err(|e| e.to_string())?;
     println!("table     {}", names.table);
     println!("bucket    {}", names.bucket);
     println!("dispatch  {}", urls.dispatch);

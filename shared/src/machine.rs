@@ -90,6 +90,26 @@ fn require_claimant(
     }
 }
 
+/// A remote outcome may be recorded by the claim it was received under, while
+/// that claim is live (`submitting`) or after its lease ran out (`uncertain`).
+fn require_outcome_holder(
+    rec: &OperationRecord,
+    token: &str,
+    action: &'static str,
+) -> Result<(), Refusal> {
+    if !matches!(rec.phase, Phase::Submitting | Phase::Uncertain) {
+        return Err(Refusal::WrongPhase {
+            action,
+            actual: rec.phase,
+            expected: "submitting or uncertain",
+        });
+    }
+    match &rec.claim {
+        Some(c) if c.token == token => Ok(()),
+        _ => Err(Refusal::NotClaimant),
+    }
+}
+
 /// `prepared -> submitting`: the only road to a POST. The claim carries a
 /// fresh token and a lease; the sweep treats an expired lease as an
 /// interrupted dispatch.
@@ -177,16 +197,7 @@ pub fn accept(
             })
         };
     }
-    if !matches!(rec.phase, Phase::Submitting | Phase::Uncertain) {
-        return Err(Refusal::WrongPhase {
-            action: "accept",
-            actual: rec.phase,
-            expected: "submitting or uncertain",
-        });
-    }
-    if rec.claim.as_ref().is_none_or(|c| c.token != token) {
-        return Err(Refusal::NotClaimant);
-    }
+    require_outcome_holder(rec, token, "accept")?;
     let mut next = step(rec, now);
     next.phase = Phase::Accepted;
     next.claim = None;
@@ -211,16 +222,7 @@ pub fn submit_failed(
     error: RemoteError,
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
-    if !matches!(rec.phase, Phase::Submitting | Phase::Uncertain) {
-        return Err(Refusal::WrongPhase {
-            action: "record a submission failure",
-            actual: rec.phase,
-            expected: "submitting or uncertain",
-        });
-    }
-    if rec.claim.as_ref().is_none_or(|c| c.token != token) {
-        return Err(Refusal::NotClaimant);
-    }
+    require_outcome_holder(rec, token, "record a submission failure")?;
     let mut next = step(rec, now);
     next.phase = Phase::SubmitFailed;
     next.claim = None;

@@ -30,23 +30,18 @@ fn fail(resource: &str, e: impl std::fmt::Display) -> ProvisionError {
     }
 }
 
-pub struct Clients<'a> {
-    pub dynamodb: &'a aws_sdk_dynamodb::Client,
-    pub sqs: &'a aws_sdk_sqs::Client,
-    pub s3: &'a aws_sdk_s3::Client,
-}
-
-/// Creates the table, the four queues with their DLQs, and the bucket.
-/// Returns the queue URLs.
+/// Creates the table, the four queues with their DLQs, and the bucket on the
+/// endpoint of `sdk`. Returns the queue URLs.
 pub async fn ensure_all(
-    clients: &Clients<'_>,
+    sdk: &aws_config::SdkConfig,
     names: &ResourceNames,
 ) -> Result<QueueUrls, ProvisionError> {
-    ensure_table(clients.dynamodb, &names.table).await?;
-    ensure_bucket(clients.s3, &names.bucket).await?;
+    ensure_table(&crate::aws::dynamodb(sdk), &names.table).await?;
+    ensure_bucket(&crate::aws::s3(sdk), &names.bucket).await?;
+    let sqs = crate::aws::sqs(sdk);
     let mut urls = Vec::new();
     for q in names.queues() {
-        urls.push(ensure_queue(clients.sqs, q).await?);
+        urls.push(ensure_queue(&sqs, q).await?);
     }
     let [dispatch, poll, deliver, recovery]: [String; 4] =
         urls.try_into().expect("four queues were created");

@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 
 use crate::config::{Config, QueueUrls, ResourceNames};
-use crate::provision::{self, Clients};
+use crate::provision;
 use crate::{aws, queue::SqsQueue, store::DynamoStore};
 
 pub struct LocalAws {
@@ -57,17 +57,9 @@ impl LocalAws {
         let sdk = aws::load().await;
         let prefix = format!("t{}-", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let names = ResourceNames::with_prefix(&prefix);
-        let (ddb, sqs, s3) = (aws::dynamodb(&sdk), aws::sqs(&sdk), aws::s3(&sdk));
-        let queues = provision::ensure_all(
-            &Clients {
-                dynamodb: &ddb,
-                sqs: &sqs,
-                s3: &s3,
-            },
-            &names,
-        )
-        .await
-        .expect("provisioning the local stack");
+        let queues = provision::ensure_all(&sdk, &names)
+            .await
+            .expect("provisioning the local stack");
         let config = Config::for_resources(&names, queues.clone());
         Self {
             sdk,

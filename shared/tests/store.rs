@@ -5,7 +5,7 @@ use serde_json::json;
 use shared::aws;
 use shared::domain::{Intent, TenantId};
 use shared::machine::{self, Policy};
-use shared::provision::{self, Clients, DUE_INDEX};
+use shared::provision::{self, DUE_INDEX};
 use shared::record::{OperationRecord, Phase};
 use shared::store::{Applied, Created, OperationStore, StoreError};
 use shared::testkit::LocalAws;
@@ -150,16 +150,7 @@ async fn provisioning_creates_the_index_ttl_and_dead_letter_queues_idempotently(
         aws::s3(&env.sdk),
     );
     // Running it again changes nothing and fails nothing.
-    let again = provision::ensure_all(
-        &Clients {
-            dynamodb: &ddb,
-            sqs: &sqs,
-            s3: &s3,
-        },
-        &env.names,
-    )
-    .await
-    .unwrap();
+    let again = provision::ensure_all(&env.sdk, &env.names).await.unwrap();
     assert_eq!(again, env.queues);
 
     let table = ddb
