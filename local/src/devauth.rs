@@ -36,17 +36,13 @@ pub fn issue(claim: &str, tenant: &str, ttl_seconds: i64) -> Result<String, Stri
 /// them to a Lambda: every value a string.
 pub fn verify(authorization: Option<&str>) -> Result<HashMap<String, String>, String> {
     let token = authorization
-        .and_then(|h| {
-            h.strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-        })
+        .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
         .ok_or("missing bearer token")?;
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_issuer(&[ISSUER]);
     validation.set_audience(&[AUDIENCE]);
     let key = DecodingKey::from_secret(&secret()).map_err(|e| e.to_string())?;
-    let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation)
-        .map_err(|e| e.to_string())?;
+    let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| e.to_string())?;
     Ok(data
         .claims
         .into_iter()

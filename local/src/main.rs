@@ -42,19 +42,16 @@ async fn main() -> ExitCode {
 }
 
 fn require_local_endpoint() -> Result<(), String> {
-    std::env::var("AWS_ENDPOINT_URL").map(|_| ()).map_err(|_| {
-        "AWS_ENDPOINT_URL must point at the local AWS endpoint (see scripts/local-aws.sh env)"
-            .into()
-    })
+    std::env::var("AWS_ENDPOINT_URL")
+        .map(|_| ())
+        .map_err(|_| "AWS_ENDPOINT_URL must point at the local AWS endpoint (see scripts/local-aws.sh env)".into())
 }
 
 async fn provision_local() -> Result<(), String> {
     require_local_endpoint()?;
     let sdk = aws::load().await;
     let names = ResourceNames::with_prefix("");
-    let urls = provision::ensure_all(&sdk, &names)
-        .await
-        .map_err(|e| e.to_string())?;
+    let urls = provision::ensure_all(&sdk, &names).await.map_err(|e| e.to_string())?;
     println!("table     {}", names.table);
     println!("bucket    {}", names.bucket);
     println!("dispatch  {}", urls.dispatch);
@@ -69,10 +66,7 @@ async fn serve_intake() -> Result<(), String> {
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let port: u16 = std::env::var("INTAKE_PORT")
         .ok()
-        .map(|p| {
-            p.parse()
-                .map_err(|_| format!("INTAKE_PORT is not a port: {p}"))
-        })
+        .map(|p| p.parse().map_err(|_| format!("INTAKE_PORT is not a port: {p}")))
         .transpose()?
         .unwrap_or(3000);
     let sdk = aws::load().await;

@@ -10,8 +10,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use lambda_http::aws_lambda_events::apigw::{
-    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
-    ApiGatewayV2httpRequestContext,
+    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription, ApiGatewayV2httpRequestContext,
 };
 use lambda_http::http::{Response, StatusCode};
 use lambda_http::request::RequestContext;
@@ -39,10 +38,7 @@ pub async fn serve(addr: SocketAddr, intake: Arc<LocalIntake>) -> std::io::Resul
                 let intake = intake.clone();
                 async move { Ok::<_, Infallible>(handle(&intake, req).await) }
             });
-            if let Err(e) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
                 tracing::debug!(error = %e, "connection closed");
             }
         });
@@ -67,13 +63,7 @@ async fn handle(intake: &LocalIntake, req: hyper::Request<Incoming>) -> Response
         Ok(c) => c,
         Err(reason) => {
             return to_hyper(
-                Problem::new(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "Unauthorized",
-                    reason,
-                )
-                .into_response(&path),
+                Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", reason).into_response(&path),
             );
         }
     };
@@ -106,7 +96,7 @@ async fn handle(intake: &LocalIntake, req: hyper::Request<Incoming>) -> Response
     } else {
         Body::Binary(bytes.to_vec())
     };
-    let request = lambda_http::http::Request::from_parts(parts, body)
-        .with_request_context(RequestContext::ApiGatewayV2(ctx));
+    let request =
+        lambda_http::http::Request::from_parts(parts, body).with_request_context(RequestContext::ApiGatewayV2(ctx));
     to_hyper(api::handle(intake, request).await)
 }

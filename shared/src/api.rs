@@ -30,12 +30,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(
-        status: StatusCode,
-        kind: &'static str,
-        title: &'static str,
-        detail: impl Into<String>,
-    ) -> Self {
+    pub fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
         Self {
             status,
             kind,
@@ -164,24 +159,15 @@ fn claims_tenant(req: &Request, claim: &str) -> Result<TenantId, Problem> {
         _ => None,
     };
     let raw = raw.ok_or_else(|| unauthorized(&format!("The token carries no {claim:?} claim.")))?;
-    TenantId::parse(&raw)
-        .map_err(|_| unauthorized(&format!("The {claim:?} claim is not a valid tenant id.")))
+    TenantId::parse(&raw).map_err(|_| unauthorized(&format!("The {claim:?} claim is not a valid tenant id.")))
 }
 
 fn is_json(req: &Request) -> bool {
     req.headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .is_some_and(|m| {
-            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
-        })
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .is_some_and(|m| m == "application/json" || (m.starts_with("application/") && m.ends_with("+json")))
 }
 
 enum Route {
@@ -203,10 +189,7 @@ fn route(path: &str) -> Option<Route> {
 }
 
 /// Handles one intake request. Never fails: every outcome is a response.
-pub async fn handle<S: OperationStore, Q: WorkQueue>(
-    intake: &Intake<S, Q>,
-    req: Request,
-) -> Response<Body> {
+pub async fn handle<S: OperationStore, Q: WorkQueue>(intake: &Intake<S, Q>, req: Request) -> Response<Body> {
     let instance = req.uri().path().to_owned();
     match dispatch(intake, req).await {
         Ok(resp) => resp,
@@ -252,10 +235,7 @@ async fn create<S: OperationStore, Q: WorkQueue>(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body-too-large",
             "The request body is too large",
-            format!(
-                "The body may be at most {} bytes.",
-                intake.config.max_body_bytes
-            ),
+            format!("The body may be at most {} bytes.", intake.config.max_body_bytes),
         ));
     }
     if !is_json(&req) {
@@ -276,18 +256,14 @@ async fn create<S: OperationStore, Q: WorkQueue>(
     })?;
     let header_key = match req.headers().get("idempotency-key") {
         None => None,
-        Some(v) => Some(v.to_str().map_err(|_| {
-            Problem::from(InvalidInput::new(
-                "Idempotency-Key",
-                "must be visible ASCII",
-            ))
-        })?),
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| Problem::from(InvalidInput::new("Idempotency-Key", "must be visible ASCII")))?,
+        ),
     };
     let intent = Intent::parse(&value, header_key)?;
     if intent.fault.is_some() && !intake.config.fault_injection {
-        return Err(
-            InvalidInput::new("fault", "fault injection is disabled in this deployment").into(),
-        );
+        return Err(InvalidInput::new("fault", "fault injection is disabled in this deployment").into());
     }
     let outcome = intake.submit(&tenant, &intent, Utc::now()).await?;
     let (status, rec, replayed) = match &outcome {
@@ -297,15 +273,12 @@ async fn create<S: OperationStore, Q: WorkQueue>(
     let body = view(rec);
     let mut builder = json_response(status).header(
         header::LOCATION,
-        HeaderValue::from_str(&format!("/v1/operations/{}", rec.operation_id))
-            .expect("ids are ASCII"),
+        HeaderValue::from_str(&format!("/v1/operations/{}", rec.operation_id)).expect("ids are ASCII"),
     );
     if replayed {
         builder = builder.header("Idempotent-Replayed", "true");
     }
-    Ok(builder
-        .body(Body::Text(body.to_string()))
-        .expect("valid response"))
+    Ok(builder.body(Body::Text(body.to_string())).expect("valid response"))
 }
 
 async fn read<S: OperationStore, Q: WorkQueue>(

@@ -110,9 +110,7 @@ fn flag(name: &str) -> Result<bool, ConfigError> {
     match var(name).as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("0" | "false" | "no" | "off" | "disabled") => Ok(false),
         Some("1" | "true" | "yes" | "on" | "enabled") => Ok(true),
-        Some(other) => Err(ConfigError(format!(
-            "{name} must be true or false, got {other:?}"
-        ))),
+        Some(other) => Err(ConfigError(format!("{name} must be true or false, got {other:?}"))),
     }
 }
 

@@ -79,8 +79,7 @@ where
     G: Genace,
 {
     pub async fn handle_message(&self, body: &str) -> Result<Dispatched, StageError> {
-        let msg = crate::queue::WorkMessage::parse(body)
-            .map_err(|e| StageError::Malformed(e.to_string()))?;
+        let msg = crate::queue::WorkMessage::parse(body).map_err(|e| StageError::Malformed(e.to_string()))?;
         self.dispatch(&msg.operation_id).await
     }
 
@@ -129,19 +128,14 @@ where
                 },
                 Phase::Accepted if rec.observed_at.is_none() => {
                     // Resume after a stop between the commit and the poll enqueue.
-                    self.queue
-                        .enqueue(Stage::Poll, id, FIRST_POLL_DELAY_SECONDS)
-                        .await?;
+                    self.queue.enqueue(Stage::Poll, id, FIRST_POLL_DELAY_SECONDS).await?;
                     return Ok(Dispatched::Settled(rec.phase));
                 }
                 other => return Ok(Dispatched::Settled(other)),
             };
             match decided {
                 Ok((claimed, fault)) => {
-                    return self
-                        .submit(claimed, &token, fault)
-                        .await
-                        .map(Dispatched::Posted);
+                    return self.submit(claimed, &token, fault).await.map(Dispatched::Posted);
                 }
                 Err(crate::store::StoreError::Conflict(Some(current))) => rec = *current,
                 Err(e) => return Err(e.into()),
@@ -152,10 +146,7 @@ where
 
     /// A released 429 claim waits for its Retry-After before the next claim.
     fn still_rate_limited(&self, rec: &OperationRecord, now: chrono::DateTime<Utc>) -> Option<u32> {
-        let limited = rec
-            .last_error
-            .as_ref()
-            .is_some_and(|e| e.kind == "rate_limited");
+        let limited = rec.last_error.as_ref().is_some_and(|e| e.kind == "rate_limited");
         let wait_ms = rec.due_at? - now.timestamp_millis();
         (limited && wait_ms > 0).then(|| (wait_ms as u64).div_ceil(1000) as u32)
     }
@@ -264,9 +255,7 @@ where
                 })
                 .await
                 .map_err(commit_failure)?;
-                self.queue
-                    .enqueue(Stage::Dispatch, &id, wait.as_secs() as u32)
-                    .await?;
+                self.queue.enqueue(Stage::Dispatch, &id, wait.as_secs() as u32).await?;
                 Ok(PostResult::RateLimited)
             }
             SubmitOutcome::Unknown { evidence } => {
@@ -286,13 +275,7 @@ where
     /// response on the restricted recovery queue, raise an incident, and never
     /// POST again: the record stays `submitting` until the recovery consumer
     /// applies it, or its lease expires and it becomes a case.
-    async fn unpersisted(
-        &self,
-        rec: &OperationRecord,
-        token: &str,
-        msg: RecoveryMessage,
-        cause: &CommitError,
-    ) {
+    async fn unpersisted(&self, rec: &OperationRecord, token: &str, msg: RecoveryMessage, cause: &CommitError) {
         metrics::count("AcceptedJobUnpersisted", &[]);
         let sent = self.queue.send_recovery(&msg).await;
         error!(

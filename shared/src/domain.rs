@@ -127,17 +127,13 @@ impl OperationId {
         h.update(b"\0");
         h.update(key.as_str().as_bytes());
         let digest = h.finalize();
-        Self(format!(
-            "{}{}",
-            Self::PREFIX,
-            &hex(&digest)[..Self::HEX_LEN]
-        ))
+        Self(format!("{}{}", Self::PREFIX, &hex(&digest)[..Self::HEX_LEN]))
     }
 
     pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
-        let ok = raw.strip_prefix(Self::PREFIX).is_some_and(|h| {
-            h.len() == Self::HEX_LEN && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        });
+        let ok = raw
+            .strip_prefix(Self::PREFIX)
+            .is_some_and(|h| h.len() == Self::HEX_LEN && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')));
         if !ok {
             return Err(InvalidInput::new("operation_id", "is not an operation id"));
         }
@@ -187,10 +183,7 @@ impl MediaType {
         match raw {
             "video" => Ok(Self::Video),
             "image" => Ok(Self::Image),
-            _ => Err(InvalidInput::new(
-                "media_type",
-                "must be \"video\" or \"image\"",
-            )),
+            _ => Err(InvalidInput::new("media_type", "must be \"video\" or \"image\"")),
         }
     }
 
@@ -252,23 +245,19 @@ impl Specification {
             ));
         }
         let present = |name: &str| obj.get(name).filter(|v| !v.is_null());
-        let text =
-            |name: &str, required: bool, max: usize| -> Result<Option<String>, InvalidInput> {
-                let field = format!("specification.{name}");
-                match present(name) {
-                    None if required => Err(InvalidInput::new(field, "is required")),
-                    None => Ok(None),
-                    Some(Value::String(s)) if s.trim().is_empty() => {
-                        Err(InvalidInput::new(field, "must not be blank"))
-                    }
-                    Some(Value::String(s)) if s.len() > max => Err(InvalidInput::new(
-                        field,
-                        format!("must be at most {max} bytes"),
-                    )),
-                    Some(Value::String(s)) => Ok(Some(s.clone())),
-                    Some(_) => Err(InvalidInput::new(field, "must be a string")),
+        let text = |name: &str, required: bool, max: usize| -> Result<Option<String>, InvalidInput> {
+            let field = format!("specification.{name}");
+            match present(name) {
+                None if required => Err(InvalidInput::new(field, "is required")),
+                None => Ok(None),
+                Some(Value::String(s)) if s.trim().is_empty() => Err(InvalidInput::new(field, "must not be blank")),
+                Some(Value::String(s)) if s.len() > max => {
+                    Err(InvalidInput::new(field, format!("must be at most {max} bytes")))
                 }
-            };
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(InvalidInput::new(field, "must be a string")),
+            }
+        };
 
         let model = text("model", true, 128)?.unwrap_or_default();
         let prompt = text("prompt", true, 32 * 1024)?.unwrap_or_default();
@@ -282,9 +271,7 @@ impl Specification {
         }
         let prompt_revision = match present("prompt_revision") {
             None => None,
-            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 128 => {
-                Some(PromptRevision::Label(s.clone()))
-            }
+            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 128 => Some(PromptRevision::Label(s.clone())),
             Some(Value::Number(n)) if n.as_u64().is_some() => {
                 Some(PromptRevision::Number(n.as_u64().unwrap_or_default()))
             }
@@ -304,10 +291,7 @@ impl Specification {
         let duration = match present("duration") {
             None => None,
             Some(_) if media_type == MediaType::Image => {
-                return Err(InvalidInput::new(
-                    "specification.duration",
-                    "applies to video only",
-                ));
+                return Err(InvalidInput::new("specification.duration", "applies to video only"));
             }
             Some(v) => match v.as_f64() {
                 Some(d) if d > 0.0 && d.is_finite() => Some(d),
@@ -323,10 +307,7 @@ impl Specification {
             None => Map::new(),
             Some(Value::Object(m)) => strip_nulls(m),
             Some(_) => {
-                return Err(InvalidInput::new(
-                    "specification.parameters",
-                    "must be an object",
-                ));
+                return Err(InvalidInput::new("specification.parameters", "must be an object"));
             }
         };
         Ok(Self {
@@ -345,8 +326,7 @@ fn is_ratio(s: &str) -> bool {
     let Some((w, h)) = s.split_once(':') else {
         return false;
     };
-    let positive =
-        |p: &str| p.parse::<u32>().is_ok_and(|n| n > 0) && p.bytes().all(|b| b.is_ascii_digit());
+    let positive = |p: &str| p.parse::<u32>().is_ok_and(|n| n > 0) && p.bytes().all(|b| b.is_ascii_digit());
     positive(w) && positive(h)
 }
 
@@ -500,12 +480,10 @@ impl Intent {
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 #[cfg(test)]
@@ -563,10 +541,7 @@ mod tests {
         spec["parameters"]["negative_prompt"] = Value::Null;
         spec["parameters"]["style"]["extra"] = Value::Null;
         let mut omitted = base();
-        omitted["specification"]
-            .as_object_mut()
-            .unwrap()
-            .remove("resolution");
+        omitted["specification"].as_object_mut().unwrap().remove("resolution");
         assert_eq!(hash_of(with_nulls), hash_of(omitted));
 
         let mut empty_params = base();
@@ -589,26 +564,16 @@ mod tests {
             ("/specification/resolution", json!("720p")),
             ("/specification/parameters/seed", json!(43)),
             ("/specification/parameters/style/grain", json!(0.25)),
-            (
-                "/specification/parameters/style/palette",
-                json!(["teal", "warm"]),
-            ),
+            ("/specification/parameters/style/palette", json!(["teal", "warm"])),
             ("/media_type", json!("image")),
         ];
         for (pointer, value) in changes {
             let mut changed = base();
             if pointer == "/media_type" {
-                changed["specification"]
-                    .as_object_mut()
-                    .unwrap()
-                    .remove("duration");
+                changed["specification"].as_object_mut().unwrap().remove("duration");
             }
             *changed.pointer_mut(pointer).unwrap() = value;
-            assert_ne!(
-                original,
-                hash_of(changed),
-                "changing {pointer} must change the hash"
-            );
+            assert_ne!(original, hash_of(changed), "changing {pointer} must change the hash");
         }
     }
 
@@ -649,13 +614,7 @@ mod tests {
     fn key_may_come_from_header_but_both_must_agree() {
         let mut v = base();
         v.as_object_mut().unwrap().remove("operation_key");
-        assert_eq!(
-            Intent::parse(&v, Some("hdr"))
-                .unwrap()
-                .operation_key
-                .as_str(),
-            "hdr"
-        );
+        assert_eq!(Intent::parse(&v, Some("hdr")).unwrap().operation_key.as_str(), "hdr");
         assert!(Intent::parse(&v, None).is_err());
         let e = Intent::parse(&base(), Some("other")).unwrap_err();
         assert_eq!(e.field, "operation_key");
@@ -670,10 +629,7 @@ mod tests {
                 json!({"operation_key": "k", "media_type": "audio", "specification": {"model": "m", "prompt": "p"}}),
                 "media_type",
             ),
-            (
-                json!({"operation_key": "k", "media_type": "video"}),
-                "specification",
-            ),
+            (json!({"operation_key": "k", "media_type": "video"}), "specification"),
             (
                 json!({"operation_key": "k", "media_type": "video", "specification": {"prompt": "p"}}),
                 "specification.model",
@@ -727,10 +683,7 @@ mod tests {
         let a = OperationId::derive(&TenantId::parse("tenant-a").unwrap(), &k);
         let b = OperationId::derive(&TenantId::parse("tenant-b").unwrap(), &k);
         assert_ne!(a, b);
-        assert_eq!(
-            a,
-            OperationId::derive(&TenantId::parse("tenant-a").unwrap(), &k)
-        );
+        assert_eq!(a, OperationId::derive(&TenantId::parse("tenant-a").unwrap(), &k));
         assert_eq!(OperationId::parse(a.as_str()).unwrap(), a);
         assert!(OperationId::parse("op_xyz").is_err());
         assert!(a.shard(8) < 8);

@@ -10,7 +10,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 use serde_json::{Map, Value, json};
 
 use crate::machine::AcceptedJob;
-use crate::record::OperationRecord;
+use crate::record::{OperationRecord, OutputRef};
 
 #[derive(Debug, Clone)]
 pub struct GenaceConfig {
@@ -50,9 +50,11 @@ impl GenaceConfig {
             conf.status_path = p;
         }
         if let Some(t) = var("GENACE_TIMEOUT_SECONDS") {
-            let secs: u64 = t.parse().ok().filter(|s| *s > 0).ok_or_else(|| {
-                format!("GENACE_TIMEOUT_SECONDS must be a positive integer, got {t:?}")
-            })?;
+            let secs: u64 = t
+                .parse()
+                .ok()
+                .filter(|s| *s > 0)
+                .ok_or_else(|| format!("GENACE_TIMEOUT_SECONDS must be a positive integer, got {t:?}"))?;
             conf.timeout = Duration::from_secs(secs);
         }
         Ok(conf)
@@ -65,11 +67,7 @@ pub enum SubmitOutcome {
     /// A 202 with a non-empty string `job_id`. The job exists.
     Accepted { job: AcceptedJob, raw: String },
     /// A 502 whose `error.job_id` names a failed remote job.
-    FailedWithJob {
-        job_id: String,
-        error: Value,
-        raw: String,
-    },
+    FailedWithJob { job_id: String, error: Value, raw: String },
     /// A definitive 4xx (other than 429): nothing was created.
     Rejected { status: u16, detail: String },
     /// A 429: Genace did not process the request.
@@ -93,9 +91,7 @@ fn excerpt(body: &str) -> String {
 }
 
 fn non_empty_str(v: Option<&Value>) -> Option<String> {
-    v.and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
+    v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
 /// Classifies a POST response. Pure, so every branch is unit-testable.
@@ -115,8 +111,7 @@ pub fn classify_submit(status: StatusCode, headers: &HeaderMap, body: &str) -> S
                         job_id,
                         state: non_empty_str(v.get("state")),
                         model: non_empty_str(v.get("model")),
-                        created_at: non_empty_str(v.get("created_at"))
-                            .or_else(|| non_empty_str(v.get("created"))),
+                        created_at: non_empty_str(v.get("created_at")).or_else(|| non_empty_str(v.get("created"))),
                         held_credits: v
                             .get("held_credits")
                             .or_else(|| v.get("credits_held"))
@@ -184,10 +179,111 @@ pub fn submission_body(rec: &OperationRecord) -> Value {
     Value::Object(body)
 }
 
+/// How a job stands, in our terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenderStatus {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+/// A status snapshot, normalized: Genace calls the id `id` here (and
+/// `job_id` in a 202); both are read. Outputs are null until completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSnapshot {
+    pub id: Option<String>,
+    pub state: String,
+    pub status: RenderStatus,
+    pub outputs: Option<Vec<OutputRef>>,
+    pub error: Option<Value>,
+}
+
+/// Every way a status read can end.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatusOutcome {
+    Snapshot(JobSnapshot),
+    /// Genace does not know this job id.
+    NotFound,
+    /// Timeouts, 5xx and other answers that say nothing about the job.
+    Transient {
+        evidence: String,
+    },
+}
+
+const SUCCESS_STATES: [&str; 2] = ["completed", "succeeded"];
+const FAILURE_STATES: [&str; 3] = ["failed", "canceled", "cancelled"];
+
+fn parse_outputs(v: &Value) -> Option<Vec<OutputRef>> {
+    let items = v.as_array()?;
+    Some(
+        items
+            .iter()
+            .filter_map(|item| match item {
+                Value::String(url) => Some(OutputRef {
+                    url: url.clone(),
+                    content_type: None,
+                }),
+                Value::Object(o) => Some(OutputRef {
+                    url: o.get("url")?.as_str()?.to_owned(),
+                    content_type: non_empty_str(o.get("content_type"))
+                        .or_else(|| non_empty_str(o.get("mime_type")))
+                        .or_else(|| non_empty_str(o.get("contentType"))),
+                }),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// Normalizes a status body. The one place that knows Genace's snapshot shape.
+pub fn normalize_snapshot(v: &Value) -> Option<JobSnapshot> {
+    let obj = v.as_object()?;
+    let id = non_empty_str(obj.get("id")).or_else(|| non_empty_str(obj.get("job_id")));
+    let error = obj.get("error").filter(|e| !e.is_null()).cloned();
+    let state = non_empty_str(obj.get("state")).map(|s| s.to_ascii_lowercase());
+    let status = match state.as_deref() {
+        Some(s) if SUCCESS_STATES.contains(&s) => RenderStatus::Succeeded,
+        Some(s) if FAILURE_STATES.contains(&s) => RenderStatus::Failed,
+        None if error.is_some() => RenderStatus::Failed,
+        _ => RenderStatus::Running,
+    };
+    Some(JobSnapshot {
+        id,
+        state: state.unwrap_or_else(|| "unknown".into()),
+        status,
+        outputs: obj.get("outputs").and_then(parse_outputs),
+        error,
+    })
+}
+
+/// Classifies a status response.
+pub fn classify_status(status: StatusCode, body: &str) -> StatusOutcome {
+    let code = status.as_u16();
+    match code {
+        200 => match serde_json::from_str::<Value>(body)
+            .ok()
+            .as_ref()
+            .and_then(normalize_snapshot)
+        {
+            Some(snapshot) => StatusOutcome::Snapshot(snapshot),
+            None => StatusOutcome::Transient {
+                evidence: format!("HTTP 200 with a body that is not a job snapshot: {}", excerpt(body)),
+            },
+        },
+        404 => StatusOutcome::NotFound,
+        _ => StatusOutcome::Transient {
+            evidence: format!("HTTP {code}: {}", excerpt(body)),
+        },
+    }
+}
+
 /// Talks to Genace. One real implementation; tests point it at wiremock.
 pub trait Genace: Send + Sync {
     /// Sends one job-creating POST. Never retried.
     fn submit(&self, body: &Value) -> impl Future<Output = SubmitOutcome> + Send;
+
+    /// Reads the status of a saved remote job id.
+    fn status(&self, job_id: &str) -> impl Future<Output = StatusOutcome> + Send;
 }
 
 #[derive(Debug, Clone)]
@@ -231,14 +327,45 @@ impl Genace for GenaceClient {
         match response.text().await {
             Ok(text) => classify_submit(status, &headers, &text),
             Err(e) => SubmitOutcome::Unknown {
-                evidence: format!(
-                    "HTTP {}: the body could not be read: {}",
-                    status.as_u16(),
-                    chain(&e)
-                ),
+                evidence: format!("HTTP {}: the body could not be read: {}", status.as_u16(), chain(&e)),
             },
         }
     }
+
+    async fn status(&self, job_id: &str) -> StatusOutcome {
+        let path = self.conf.status_path.replace("{id}", &path_segment(job_id));
+        let sent = self
+            .http
+            .get(self.url(&path))
+            .header(AUTHORIZATION, format!("Bearer {}", self.conf.api_key))
+            .send()
+            .await;
+        let transient = |why: String| StatusOutcome::Transient { evidence: why };
+        match sent {
+            Err(e) => transient(format!("no response: {}: {}", transport_kind(&e), chain(&e))),
+            Ok(response) => {
+                let status = response.status();
+                match response.text().await {
+                    Ok(text) => classify_status(status, &text),
+                    Err(e) => transient(format!(
+                        "HTTP {}: the body could not be read: {}",
+                        status.as_u16(),
+                        chain(&e)
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// Percent-encodes a job id for use as one path segment.
+fn path_segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn chain(e: &dyn std::error::Error) -> String {
@@ -252,16 +379,19 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn transport_unknown(e: &reqwest::Error) -> SubmitOutcome {
-    let kind = if e.is_timeout() {
+fn transport_kind(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() {
         "timed out"
     } else if e.is_connect() {
         "could not connect"
     } else {
         "transport failed"
-    };
+    }
+}
+
+fn transport_unknown(e: &reqwest::Error) -> SubmitOutcome {
     SubmitOutcome::Unknown {
-        evidence: format!("no response: {kind}: {}", chain(e)),
+        evidence: format!("no response: {}: {}", transport_kind(e), chain(e)),
     }
 }
 
@@ -294,10 +424,7 @@ mod tests {
             "accepted",
             "",
         ] {
-            assert!(
-                matches!(classify(202, body), SubmitOutcome::Unknown { .. }),
-                "{body}"
-            );
+            assert!(matches!(classify(202, body), SubmitOutcome::Unknown { .. }), "{body}");
         }
     }
 
@@ -312,19 +439,14 @@ mod tests {
             "<html>bad gateway</html>",
             r#"{"job_id":"J2"}"#,
         ] {
-            assert!(
-                matches!(classify(502, body), SubmitOutcome::Unknown { .. }),
-                "{body}"
-            );
+            assert!(matches!(classify(502, body), SubmitOutcome::Unknown { .. }), "{body}");
         }
     }
 
     #[test]
     fn client_errors_are_rejections_except_429() {
         for code in [400, 401, 403, 404, 409, 422] {
-            assert!(
-                matches!(classify(code, "{}"), SubmitOutcome::Rejected { status, .. } if status == code)
-            );
+            assert!(matches!(classify(code, "{}"), SubmitOutcome::Rejected { status, .. } if status == code));
         }
         let mut headers = HeaderMap::new();
         headers.insert(RETRY_AFTER, "7".parse().unwrap());
@@ -334,20 +456,68 @@ mod tests {
                 retry_after: Some(Duration::from_secs(7))
             }
         );
-        assert_eq!(
-            classify(429, ""),
-            SubmitOutcome::RateLimited { retry_after: None }
-        );
+        assert_eq!(classify(429, ""), SubmitOutcome::RateLimited { retry_after: None });
     }
 
     #[test]
     fn server_errors_and_oddities_are_unknown() {
         for code in [500, 503, 504, 200, 201, 301] {
-            assert!(
-                matches!(classify(code, "{}"), SubmitOutcome::Unknown { .. }),
-                "{code}"
+            assert!(matches!(classify(code, "{}"), SubmitOutcome::Unknown { .. }), "{code}");
+        }
+    }
+
+    #[test]
+    fn snapshots_are_normalized() {
+        let running =
+            normalize_snapshot(&json!({"id": "J", "state": "Running", "outputs": null, "error": null})).unwrap();
+        assert_eq!(running.status, RenderStatus::Running);
+        assert_eq!(running.state, "running");
+        assert_eq!(running.outputs, None);
+        assert_eq!(running.id.as_deref(), Some("J"));
+        let by_job_id = normalize_snapshot(&json!({"job_id": "K", "state": "queued"})).unwrap();
+        assert_eq!(by_job_id.id.as_deref(), Some("K"));
+        let done = normalize_snapshot(&json!({"id": "J", "state": "succeeded", "outputs": [
+            {"url": "https://cdn/a.mp4", "content_type": "video/mp4"}, "https://cdn/b.png", 7
+        ]}))
+        .unwrap();
+        assert_eq!(done.status, RenderStatus::Succeeded);
+        let outputs = done.outputs.unwrap();
+        assert_eq!(outputs.len(), 2);
+        assert_eq!(outputs[0].content_type.as_deref(), Some("video/mp4"));
+        assert_eq!(outputs[1].url, "https://cdn/b.png");
+        for failed in [
+            json!({"id": "J", "state": "failed"}),
+            json!({"id": "J", "state": "cancelled"}),
+            json!({"id": "J", "error": {"code": "x"}}),
+        ] {
+            assert_eq!(
+                normalize_snapshot(&failed).unwrap().status,
+                RenderStatus::Failed,
+                "{failed}"
             );
         }
+        assert_eq!(
+            normalize_snapshot(&json!({"id": "J", "state": "mystery"}))
+                .unwrap()
+                .status,
+            RenderStatus::Running
+        );
+    }
+
+    #[test]
+    fn status_reads_are_classified() {
+        assert!(matches!(
+            classify_status(StatusCode::OK, r#"{"id":"J","state":"queued"}"#),
+            StatusOutcome::Snapshot(_)
+        ));
+        assert_eq!(classify_status(StatusCode::NOT_FOUND, ""), StatusOutcome::NotFound);
+        for (code, body) in [(500, "x"), (503, ""), (200, "not json"), (401, "no")] {
+            assert!(matches!(
+                classify_status(StatusCode::from_u16(code).unwrap(), body),
+                StatusOutcome::Transient { .. }
+            ));
+        }
+        assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
     }
 
     #[test]

@@ -12,9 +12,7 @@ use crate::store::{Created, OperationStore, StoreError};
 #[derive(Debug, thiserror::Error)]
 pub enum IntakeError {
     /// The key is taken by an intent with a different specification.
-    #[error(
-        "operation key {key:?} is already used by operation {existing} with a different specification"
-    )]
+    #[error("operation key {key:?} is already used by operation {existing} with a different specification")]
     KeyReused { key: String, existing: OperationId },
     /// No live operation with this id belongs to the caller.
     #[error("no such operation")]
@@ -39,11 +37,7 @@ pub struct Intake<S, Q> {
 
 impl<S: OperationStore, Q: WorkQueue> Intake<S, Q> {
     pub fn new(store: S, queue: Q, config: Config) -> Self {
-        Self {
-            store,
-            queue,
-            config,
-        }
+        Self { store, queue, config }
     }
 
     /// One conditional put decides: a new record, a replay of the same intent,
@@ -78,11 +72,7 @@ impl<S: OperationStore, Q: WorkQueue> Intake<S, Q> {
                 info!(operation_id = %record.operation_id, tenant = %tenant, phase = "prepared", "intent recorded");
                 // The record is the truth. If this message is lost, the sweep
                 // finds the prepared operation through the due-time index.
-                if let Err(e) = self
-                    .queue
-                    .enqueue(Stage::Dispatch, &record.operation_id, 0)
-                    .await
-                {
+                if let Err(e) = self.queue.enqueue(Stage::Dispatch, &record.operation_id, 0).await {
                     error!(operation_id = %record.operation_id, error = %e, "dispatch enqueue failed; the sweep will re-enqueue");
                 }
                 Ok(Submitted::New(Box::new(record)))

@@ -8,9 +8,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::record::{
-    CaseReason, Claim, OperationRecord, Phase, ReconciliationCase, RemoteError, Settlement,
-};
+use crate::record::{CaseReason, Claim, OperationRecord, Phase, ReconciliationCase, RemoteError, Settlement};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -72,11 +70,7 @@ fn finish(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
     next.expires_at = Some((now + policy.retention).timestamp());
 }
 
-fn require_claimant(
-    rec: &OperationRecord,
-    token: &str,
-    action: &'static str,
-) -> Result<(), Refusal> {
+fn require_claimant(rec: &OperationRecord, token: &str, action: &'static str) -> Result<(), Refusal> {
     if rec.phase != Phase::Submitting {
         return Err(Refusal::WrongPhase {
             action,
@@ -92,11 +86,7 @@ fn require_claimant(
 
 /// A remote outcome may be recorded by the claim it was received under, while
 /// that claim is live (`submitting`) or after its lease ran out (`uncertain`).
-fn require_outcome_holder(
-    rec: &OperationRecord,
-    token: &str,
-    action: &'static str,
-) -> Result<(), Refusal> {
+fn require_outcome_holder(rec: &OperationRecord, token: &str, action: &'static str) -> Result<(), Refusal> {
     if !matches!(rec.phase, Phase::Submitting | Phase::Uncertain) {
         return Err(Refusal::WrongPhase {
             action,
@@ -122,11 +112,7 @@ pub fn claim_dispatch(
     match rec.phase {
         Phase::Prepared => {}
         Phase::Submitting => {
-            let until = rec
-                .claim
-                .as_ref()
-                .map(|c| c.lease_expires_at)
-                .unwrap_or(now);
+            let until = rec.claim.as_ref().map(|c| c.lease_expires_at).unwrap_or(now);
             return Err(if until > now {
                 Refusal::LeaseLive { until }
             } else {
@@ -264,22 +250,13 @@ pub fn mark_uncertain(
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
     require_claimant(rec, token, "mark uncertain")?;
-    Ok(open_uncertain(
-        rec,
-        CaseReason::UnknownSubmitOutcome,
-        evidence,
-        now,
-    ))
+    Ok(open_uncertain(rec, CaseReason::UnknownSubmitOutcome, evidence, now))
 }
 
 /// `submitting -> uncertain` for a claim whose lease expired: its dispatcher
 /// stopped somewhere between claim and commit and may have POSTed. The claim
 /// token is kept so a late recovery message can still be applied.
-pub fn interrupt(
-    rec: &OperationRecord,
-    evidence: &str,
-    now: DateTime<Utc>,
-) -> Result<OperationRecord, Refusal> {
+pub fn interrupt(rec: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
     if rec.phase != Phase::Submitting {
         return Err(Refusal::WrongPhase {
             action: "interrupt",
@@ -292,20 +269,10 @@ pub fn interrupt(
             until: c.lease_expires_at,
         });
     }
-    Ok(open_uncertain(
-        rec,
-        CaseReason::InterruptedDispatch,
-        evidence,
-        now,
-    ))
+    Ok(open_uncertain(rec, CaseReason::InterruptedDispatch, evidence, now))
 }
 
-fn open_uncertain(
-    rec: &OperationRecord,
-    reason: CaseReason,
-    evidence: &str,
-    now: DateTime<Utc>,
-) -> OperationRecord {
+fn open_uncertain(rec: &OperationRecord, reason: CaseReason, evidence: &str, now: DateTime<Utc>) -> OperationRecord {
     let mut next = step(rec, now);
     next.phase = Phase::Uncertain;
     next.due_at = None;
@@ -380,10 +347,7 @@ mod tests {
         assert_eq!(r.phase, Phase::Prepared);
         assert_eq!(r.delivery_state, DeliveryState::NotCollected);
         assert_eq!(r.version, 1);
-        assert_eq!(
-            r.due_at,
-            Some((t0() + Duration::seconds(60)).timestamp_millis())
-        );
+        assert_eq!(r.due_at, Some((t0() + Duration::seconds(60)).timestamp_millis()));
         assert!(r.due_pk.starts_with("DUE#"));
         assert_eq!(r.expires_at, None);
     }
@@ -454,15 +418,10 @@ mod tests {
     fn accept_is_idempotent_for_the_same_job_and_refuses_another() {
         let p = Policy::default();
         let accepted = accept(&submitting(), "tok", &job("J1"), t0(), &p).unwrap();
-        assert_eq!(
-            accept(&accepted, "tok", &job("J1"), t0(), &p).unwrap(),
-            accepted
-        );
+        assert_eq!(accept(&accepted, "tok", &job("J1"), t0(), &p).unwrap(), accepted);
         assert_eq!(
             accept(&accepted, "tok", &job("J2"), t0(), &p),
-            Err(Refusal::DifferentRemoteJob {
-                existing: "J1".into()
-            })
+            Err(Refusal::DifferentRemoteJob { existing: "J1".into() })
         );
     }
 
@@ -486,10 +445,7 @@ mod tests {
         assert_eq!(r.phase, Phase::SubmitFailed);
         assert_eq!(r.remote_job_id.as_deref(), Some("J5"));
         assert_eq!(r.settlement, Some(Settlement::Pending));
-        assert_eq!(
-            r.case.as_ref().unwrap().reason,
-            CaseReason::SettlementPending
-        );
+        assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::SettlementPending);
         assert_eq!(r.due_at, None);
         assert_eq!(
             submit_failed(&submitting(), "x", "J5", err("e"), t0()),
@@ -536,10 +492,7 @@ mod tests {
         assert_eq!(case.reason, CaseReason::UnknownSubmitOutcome);
         assert_eq!(case.evidence, "timed out after 30s");
         assert_eq!(r.due_at, None);
-        assert_eq!(
-            mark_uncertain(&submitting(), "x", "e", t0()),
-            Err(Refusal::NotClaimant)
-        );
+        assert_eq!(mark_uncertain(&submitting(), "x", "e", t0()), Err(Refusal::NotClaimant));
     }
 
     #[test]
@@ -551,10 +504,7 @@ mod tests {
         let later = t0() + Duration::seconds(120);
         let r = interrupt(&submitting(), "lease expired", later).unwrap();
         assert_eq!(r.phase, Phase::Uncertain);
-        assert_eq!(
-            r.case.as_ref().unwrap().reason,
-            CaseReason::InterruptedDispatch
-        );
+        assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::InterruptedDispatch);
         assert_eq!(r.claim.as_ref().unwrap().token, "tok");
         // An uncertain operation can never be claimed again by itself.
         assert!(claim_dispatch(&r, "new", later, &Policy::default()).is_err());

@@ -44,12 +44,7 @@ mod tests {
 
     #[test]
     fn documents_follow_the_embedded_metric_format() {
-        let d = document(
-            "CasesOpened",
-            1.0,
-            "Count",
-            &[("Reason", "unknown_submit_outcome")],
-        );
+        let d = document("CasesOpened", 1.0, "Count", &[("Reason", "unknown_submit_outcome")]);
         let m = &d["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(m["Namespace"], "GenaceOperations");
         assert_eq!(m["Dimensions"], json!([["Reason"]]));

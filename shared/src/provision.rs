@@ -4,8 +4,8 @@
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 
@@ -32,10 +32,7 @@ fn fail(resource: &str, e: impl std::fmt::Display) -> ProvisionError {
 
 /// Creates the table, the four queues with their DLQs, and the bucket on the
 /// endpoint of `sdk`. Returns the queue URLs.
-pub async fn ensure_all(
-    sdk: &aws_config::SdkConfig,
-    names: &ResourceNames,
-) -> Result<QueueUrls, ProvisionError> {
+pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> Result<QueueUrls, ProvisionError> {
     ensure_table(&crate::aws::dynamodb(sdk), &names.table).await?;
     ensure_bucket(&crate::aws::s3(sdk), &names.bucket).await?;
     let sqs = crate::aws::sqs(sdk);
@@ -43,8 +40,7 @@ pub async fn ensure_all(
     for q in names.queues() {
         urls.push(ensure_queue(&sqs, q).await?);
     }
-    let [dispatch, poll, deliver, recovery]: [String; 4] =
-        urls.try_into().expect("four queues were created");
+    let [dispatch, poll, deliver, recovery]: [String; 4] = urls.try_into().expect("four queues were created");
     Ok(QueueUrls {
         dispatch,
         poll,
@@ -69,10 +65,7 @@ fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
         .expect("attribute fields are set")
 }
 
-pub async fn ensure_table(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-) -> Result<(), ProvisionError> {
+pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ProvisionError> {
     let index = GlobalSecondaryIndex::builder()
         .index_name(DUE_INDEX)
         .key_schema(key("due_pk", KeyType::Hash))
@@ -99,9 +92,7 @@ pub async fn ensure_table(
         .send()
         .await;
     if let Err(e) = created {
-        let exists = e
-            .as_service_error()
-            .is_some_and(|s| s.is_resource_in_use_exception());
+        let exists = e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception());
         if !exists {
             return Err(fail(table, DisplayErrorContext(e)));
         }
@@ -133,16 +124,12 @@ pub async fn ensure_table(
     Ok(())
 }
 
-pub async fn ensure_bucket(
-    client: &aws_sdk_s3::Client,
-    bucket: &str,
-) -> Result<(), ProvisionError> {
+pub async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str) -> Result<(), ProvisionError> {
     match client.create_bucket().bucket(bucket).send().await {
         Ok(_) => Ok(()),
         Err(e)
-            if e.as_service_error().is_some_and(|s| {
-                s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists()
-            }) =>
+            if e.as_service_error()
+                .is_some_and(|s| s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists()) =>
         {
             Ok(())
         }
@@ -151,10 +138,7 @@ pub async fn ensure_bucket(
 }
 
 /// Creates `<name>-dlq` and `<name>` with a redrive policy to it.
-pub async fn ensure_queue(
-    client: &aws_sdk_sqs::Client,
-    name: &str,
-) -> Result<String, ProvisionError> {
+pub async fn ensure_queue(client: &aws_sdk_sqs::Client, name: &str) -> Result<String, ProvisionError> {
     let dlq_name = format!("{name}-dlq");
     let dlq_url = client
         .create_queue()

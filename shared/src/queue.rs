@@ -97,12 +97,7 @@ impl SqsQueue {
 }
 
 impl WorkQueue for SqsQueue {
-    async fn enqueue(
-        &self,
-        stage: Stage,
-        id: &OperationId,
-        delay_seconds: u32,
-    ) -> Result<(), QueueError> {
+    async fn enqueue(&self, stage: Stage, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
         let body = serde_json::to_string(&WorkMessage {
             operation_id: id.clone(),
         })
@@ -112,10 +107,7 @@ impl WorkQueue for SqsQueue {
 }
 
 impl RecoveryChannel for SqsQueue {
-    async fn send_recovery(
-        &self,
-        message: &crate::recovery::RecoveryMessage,
-    ) -> Result<(), QueueError> {
+    async fn send_recovery(&self, message: &crate::recovery::RecoveryMessage) -> Result<(), QueueError> {
         let body = serde_json::to_string(message).expect("a recovery message always serializes");
         self.send(Stage::Recovery, body, 0).await
     }

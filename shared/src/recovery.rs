@@ -45,13 +45,7 @@ pub struct RecoveryMessage {
 }
 
 impl RecoveryMessage {
-    pub fn accepted(
-        rec: &OperationRecord,
-        token: &str,
-        job: &AcceptedJob,
-        raw: &str,
-        at: DateTime<Utc>,
-    ) -> Self {
+    pub fn accepted(rec: &OperationRecord, token: &str, job: &AcceptedJob, raw: &str, at: DateTime<Utc>) -> Self {
         Self {
             operation_id: rec.operation_id.clone(),
             claim_token: token.to_owned(),
@@ -118,9 +112,7 @@ pub async fn apply<S: OperationStore, Q: WorkQueue>(
                 detail: error.to_string(),
             };
             commit(store, rec, write_attempts(), |r| {
-                if r.phase == Phase::SubmitFailed
-                    && r.remote_job_id.as_deref() == Some(job_id.as_str())
-                {
+                if r.phase == Phase::SubmitFailed && r.remote_job_id.as_deref() == Some(job_id.as_str()) {
                     return Ok(r.clone());
                 }
                 machine::submit_failed(r, token, job_id, remote.clone(), now)
@@ -151,7 +143,6 @@ pub async fn handle_message<S: OperationStore, Q: WorkQueue>(
     policy: &Policy,
     body: &str,
 ) -> Result<RecoveryOutcome, StageError> {
-    let msg: RecoveryMessage =
-        serde_json::from_str(body).map_err(|e| StageError::Malformed(e.to_string()))?;
+    let msg: RecoveryMessage = serde_json::from_str(body).map_err(|e| StageError::Malformed(e.to_string()))?;
     apply(store, queue, policy, &msg).await
 }

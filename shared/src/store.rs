@@ -155,19 +155,12 @@ impl DynamoStore {
     }
 
     fn key(id: &OperationId) -> Item {
-        HashMap::from([(
-            "pk".to_owned(),
-            AttributeValue::S(OperationRecord::pk_for(id)),
-        )])
+        HashMap::from([("pk".to_owned(), AttributeValue::S(OperationRecord::pk_for(id)))])
     }
 }
 
 impl OperationStore for DynamoStore {
-    async fn create(
-        &self,
-        rec: &OperationRecord,
-        now: DateTime<Utc>,
-    ) -> Result<Created, StoreError> {
+    async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
         let result = self
             .client
             .put_item()
@@ -194,11 +187,7 @@ impl OperationStore for DynamoStore {
         }
     }
 
-    async fn get(
-        &self,
-        id: &OperationId,
-        now: DateTime<Utc>,
-    ) -> Result<Option<OperationRecord>, StoreError> {
+    async fn get(&self, id: &OperationId, now: DateTime<Utc>) -> Result<Option<OperationRecord>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -217,11 +206,7 @@ impl OperationStore for DynamoStore {
         }
     }
 
-    async fn apply(
-        &self,
-        prev: &OperationRecord,
-        next: &OperationRecord,
-    ) -> Result<Applied, StoreError> {
+    async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
         let Some(plan) = plan_update(&to_item(prev)?, &to_item(next)?) else {
             return Ok(Applied::Unchanged);
         };
@@ -240,10 +225,7 @@ impl OperationStore for DynamoStore {
             .set_expression_attribute_values(Some(
                 plan.values
                     .into_iter()
-                    .chain([(
-                        ":guard_version".to_owned(),
-                        AttributeValue::N(prev.version.to_string()),
-                    )])
+                    .chain([(":guard_version".to_owned(), AttributeValue::N(prev.version.to_string()))])
                     .collect(),
             ))
             .condition_expression("#guard_version = :guard_version")
@@ -313,9 +295,7 @@ where
             }
         }
     }
-    Err(CommitError::Store(
-        last.unwrap_or(StoreError::Conflict(None)),
-    ))
+    Err(CommitError::Store(last.unwrap_or(StoreError::Conflict(None))))
 }
 
 #[cfg(test)]
@@ -347,18 +327,11 @@ mod tests {
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
         let plan = plan_update(&prev, &next).unwrap();
-        let named: HashMap<&str, &str> = plan
-            .names
-            .iter()
-            .map(|(k, v)| (v.as_str(), k.as_str()))
-            .collect();
+        let named: HashMap<&str, &str> = plan.names.iter().map(|(k, v)| (v.as_str(), k.as_str())).collect();
         assert!(!named.contains_key("pk") && !named.contains_key("same"));
         assert!(plan.expression.contains(&format!("{} = ", named["phase"])));
         assert!(plan.expression.contains(&format!("{} = ", named["claim"])));
-        assert!(
-            plan.expression
-                .ends_with(&format!("REMOVE {}", named["due_at"]))
-        );
+        assert!(plan.expression.ends_with(&format!("REMOVE {}", named["due_at"])));
         assert_eq!(plan.values.len(), 2);
         assert_eq!(plan_update(&prev, &prev), None);
     }

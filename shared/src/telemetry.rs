@@ -7,9 +7,7 @@ use tracing_subscriber::EnvFilter;
 pub fn init() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let text = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("text"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     let _ = if text {
         builder.try_init()
     } else {

@@ -121,9 +121,7 @@ impl LocalAws {
     }
 
     /// Every item in the table, raw, for assertions on what was written.
-    pub async fn scan(
-        &self,
-    ) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    pub async fn scan(&self) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
         aws::dynamodb(&self.sdk)
             .scan()
             .table_name(&self.names.table)

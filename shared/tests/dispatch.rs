@@ -72,12 +72,7 @@ impl Rig {
         }
         let intent = Intent::parse(&body, None).unwrap();
         let tenant = TenantId::parse("tenant-a").unwrap();
-        let Submitted::New(rec) = self
-            .intake
-            .submit(&tenant, &intent, Utc::now())
-            .await
-            .unwrap()
-        else {
+        let Submitted::New(rec) = self.intake.submit(&tenant, &intent, Utc::now()).await.unwrap() else {
             panic!("expected a new operation")
         };
         self.env.drain(&self.env.queues.dispatch).await;
@@ -120,8 +115,7 @@ async fn an_accepted_job_is_saved_then_polled() {
     assert_eq!(rec.claim, None);
     assert_eq!(rig.posts().await, 1);
     // Submitted body: the specification, never our id as a job id.
-    let sent: Value =
-        serde_json::from_slice(&rig.genace.received_requests().await.unwrap()[0].body).unwrap();
+    let sent: Value = serde_json::from_slice(&rig.genace.received_requests().await.unwrap()[0].body).unwrap();
     assert_eq!(sent["prompt"], "a lighthouse");
     assert_eq!(sent["client_reference"], id.as_str());
     // Poll is enqueued (delayed), carrying only the operation id.
@@ -196,9 +190,9 @@ async fn a_malformed_202_is_uncertain() {
 
 #[tokio::test]
 async fn a_502_with_a_job_id_is_submit_failed_with_the_id_saved() {
-    let rig = rig(ResponseTemplate::new(502)
-        .set_body_json(json!({"error": {"code": "provider_error", "job_id": "job-f"}})))
-    .await;
+    let rig =
+        rig(ResponseTemplate::new(502).set_body_json(json!({"error": {"code": "provider_error", "job_id": "job-f"}})))
+            .await;
     let id = rig.intent("k", None).await;
     assert_eq!(
         rig.dispatcher.dispatch(&id).await.unwrap(),
@@ -226,10 +220,7 @@ async fn a_4xx_is_rejected() {
     let err = rec.last_error.unwrap();
     assert_eq!(err.status, Some(400));
     assert!(err.detail.contains("unknown model"));
-    assert!(
-        rec.expires_at.is_some(),
-        "a finished operation gets its TTL"
-    );
+    assert!(rec.expires_at.is_some(), "a finished operation gets its TTL");
 }
 
 #[tokio::test]
@@ -244,10 +235,7 @@ async fn a_429_releases_the_claim_and_retries_after_the_delay() {
     assert_eq!(rec.phase, Phase::Prepared);
     assert_eq!(rec.claim, None);
     // An early duplicate does not POST; it re-sends itself for later.
-    assert_eq!(
-        rig.dispatcher.dispatch(&id).await.unwrap(),
-        Dispatched::Deferred
-    );
+    assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Deferred);
     assert_eq!(rig.posts().await, 1);
     assert!(
         rig.queued(&rig.env.queues.dispatch).await.is_empty(),
@@ -274,15 +262,9 @@ async fn an_expired_claim_becomes_uncertain_without_a_post() {
     assert_eq!(rec.phase, Phase::Submitting);
     assert_eq!(rec.fault, None, "a fault fires once");
     // Redelivered while the lease lives: a duplicate.
-    assert_eq!(
-        rig.dispatcher.dispatch(&id).await.unwrap(),
-        Dispatched::Duplicate
-    );
+    assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Duplicate);
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(
-        rig.dispatcher.dispatch(&id).await.unwrap(),
-        Dispatched::Interrupted
-    );
+    assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Interrupted);
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Uncertain);
     assert_eq!(rec.case.unwrap().reason, CaseReason::InterruptedDispatch);
@@ -299,18 +281,11 @@ async fn a_crash_after_the_202_before_the_commit_leaves_a_visible_case() {
     ));
     assert_eq!(rig.record(&id).await.phase, Phase::Submitting);
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(
-        rig.dispatcher.dispatch(&id).await.unwrap(),
-        Dispatched::Interrupted
-    );
+    assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Interrupted);
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Uncertain);
     assert!(rec.case.is_some());
-    assert_eq!(
-        rig.posts().await,
-        1,
-        "exactly one POST, even after redelivery"
-    );
+    assert_eq!(rig.posts().await, 1, "exactly one POST, even after redelivery");
 }
 
 #[tokio::test]
@@ -359,10 +334,7 @@ async fn an_unsaved_acceptance_goes_to_the_recovery_queue_and_is_applied_from_it
     assert!(msg.raw_response.contains("job-p"));
 
     // Redelivery never POSTs again.
-    assert_eq!(
-        rig.dispatcher.dispatch(&id).await.unwrap(),
-        Dispatched::Duplicate
-    );
+    assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Duplicate);
     assert_eq!(rig.posts().await, 1);
 
     // A message under another claim is refused; the right one is applied, twice harmlessly.
@@ -371,15 +343,9 @@ async fn an_unsaved_acceptance_goes_to_the_recovery_queue_and_is_applied_from_it
     let store = rig.env.store();
     let queue = rig.env.queue();
     let policy = rig.dispatcher.config.policy;
-    assert!(
-        recovery::apply(&store, &queue, &policy, &forged)
-            .await
-            .is_err()
-    );
+    assert!(recovery::apply(&store, &queue, &policy, &forged).await.is_err());
     for _ in 0..2 {
-        recovery::apply(&store, &queue, &policy, &msg)
-            .await
-            .unwrap();
+        recovery::apply(&store, &queue, &policy, &msg).await.unwrap();
     }
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Accepted);
@@ -423,12 +389,7 @@ async fn a_connection_reset_is_uncertain() {
         dispatcher.dispatch(&rec.operation_id).await.unwrap(),
         Dispatched::Posted(PostResult::Uncertain)
     );
-    let stored = env
-        .store()
-        .get(&rec.operation_id, Utc::now())
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = env.store().get(&rec.operation_id, Utc::now()).await.unwrap().unwrap();
     assert_eq!(stored.phase, Phase::Uncertain);
 }
 

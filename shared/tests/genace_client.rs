@@ -52,13 +52,8 @@ async fn accepted_with_any_state_and_unknown_fields() {
 
 #[tokio::test]
 async fn a_malformed_202_is_unknown() {
-    for body in [
-        json!({"state": "queued"}),
-        json!({"job_id": ""}),
-        json!({"job_id": 7}),
-    ] {
-        let (outcome, _) =
-            submit_against(ResponseTemplate::new(202).set_body_json(body.clone())).await;
+    for body in [json!({"state": "queued"}), json!({"job_id": ""}), json!({"job_id": 7})] {
+        let (outcome, _) = submit_against(ResponseTemplate::new(202).set_body_json(body.clone())).await;
         assert!(matches!(outcome, SubmitOutcome::Unknown { .. }), "{body}");
     }
     let (outcome, _) = submit_against(ResponseTemplate::new(202).set_body_string("ok")).await;
@@ -68,21 +63,17 @@ async fn a_malformed_202_is_unknown() {
 #[tokio::test]
 async fn a_502_with_error_job_id_names_the_failed_job() {
     let (outcome, posts) = submit_against(
-        ResponseTemplate::new(502)
-            .set_body_json(json!({"error": {"code": "provider_error", "job_id": "job-9"}})),
+        ResponseTemplate::new(502).set_body_json(json!({"error": {"code": "provider_error", "job_id": "job-9"}})),
     )
     .await;
     assert_eq!(posts, 1);
-    assert!(
-        matches!(outcome, SubmitOutcome::FailedWithJob { ref job_id, .. } if job_id == "job-9")
-    );
+    assert!(matches!(outcome, SubmitOutcome::FailedWithJob { ref job_id, .. } if job_id == "job-9"));
 }
 
 #[tokio::test]
 async fn a_5xx_without_job_id_is_unknown() {
     for status in [500, 502, 503] {
-        let (outcome, posts) =
-            submit_against(ResponseTemplate::new(status).set_body_string("upstream trouble")).await;
+        let (outcome, posts) = submit_against(ResponseTemplate::new(status).set_body_string("upstream trouble")).await;
         assert_eq!(posts, 1, "never retried");
         match outcome {
             SubmitOutcome::Unknown { evidence } => assert!(evidence.contains(&status.to_string())),
@@ -93,13 +84,9 @@ async fn a_5xx_without_job_id_is_unknown() {
 
 #[tokio::test]
 async fn a_4xx_is_rejected_and_429_rate_limited() {
-    let (outcome, _) =
-        submit_against(ResponseTemplate::new(422).set_body_string("bad aspect ratio")).await;
-    assert!(
-        matches!(outcome, SubmitOutcome::Rejected { status: 422, ref detail } if detail.contains("aspect"))
-    );
-    let (outcome, posts) =
-        submit_against(ResponseTemplate::new(429).insert_header("retry-after", "12")).await;
+    let (outcome, _) = submit_against(ResponseTemplate::new(422).set_body_string("bad aspect ratio")).await;
+    assert!(matches!(outcome, SubmitOutcome::Rejected { status: 422, ref detail } if detail.contains("aspect")));
+    let (outcome, posts) = submit_against(ResponseTemplate::new(429).insert_header("retry-after", "12")).await;
     assert_eq!(posts, 1);
     assert_eq!(
         outcome,
@@ -132,9 +119,7 @@ async fn a_connection_reset_is_unknown_and_not_retried() {
     let addr = listener.local_addr().unwrap();
     let accepts = tokio::spawn(async move {
         let mut count = 0;
-        while let Ok(Ok((mut sock, _))) =
-            tokio::time::timeout(Duration::from_secs(2), listener.accept()).await
-        {
+        while let Ok(Ok((mut sock, _))) = tokio::time::timeout(Duration::from_secs(2), listener.accept()).await {
             count += 1;
             let mut buf = [0u8; 1024];
             let _ = sock.read(&mut buf).await;
@@ -145,13 +130,6 @@ async fn a_connection_reset_is_unknown_and_not_retried() {
         count
     });
     let outcome = client(&format!("http://{addr}")).submit(&json!({})).await;
-    assert!(
-        matches!(outcome, SubmitOutcome::Unknown { .. }),
-        "{outcome:?}"
-    );
-    assert_eq!(
-        accepts.await.unwrap(),
-        1,
-        "exactly one connection, no retry"
-    );
+    assert!(matches!(outcome, SubmitOutcome::Unknown { .. }), "{outcome:?}");
+    assert_eq!(accepts.await.unwrap(), 1, "exactly one connection, no retry");
 }

@@ -73,11 +73,7 @@ struct Parsed {
 }
 
 fn parse(resp: Response<Body>) -> Parsed {
-    let header = |name: &str| {
-        resp.headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    };
+    let header = |name: &str| resp.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
     Parsed {
         status: resp.status().as_u16(),
         content_type: header("content-type").unwrap_or_default(),
@@ -99,10 +95,7 @@ async fn a_new_intent_is_recorded_and_announced_once() {
     assert_eq!(r.status, 202, "{}", r.body);
     assert_eq!(r.content_type, "application/json");
     let id = r.body["operation_id"].as_str().unwrap().to_owned();
-    assert_eq!(
-        r.location.as_deref(),
-        Some(format!("/v1/operations/{id}").as_str())
-    );
+    assert_eq!(r.location.as_deref(), Some(format!("/v1/operations/{id}").as_str()));
     assert_eq!(r.body["phase"], "prepared");
     assert_eq!(r.body["delivery_state"], "not_collected");
     assert_eq!(r.body["specification_hash"].as_str().unwrap().len(), 64);
@@ -119,35 +112,18 @@ async fn a_new_intent_is_recorded_and_announced_once() {
     let view = parse(api::handle(&intake, get(&id, Some("tenant-a"))).await);
     assert_eq!(view.status, 200);
     assert_eq!(view.body["operation_id"], id.as_str());
-    assert_eq!(
-        view.body["specification"]["parameters"]["camera"]["move"],
-        "dolly"
-    );
+    assert_eq!(view.body["specification"]["parameters"]["camera"]["move"], "dolly");
 }
 
 async fn concurrent_duplicates(n: usize) {
     let env = LocalAws::fresh().await;
     let intake = intake(&env);
     let calls = (0..n).map(|_| api::handle(&intake, post(&spec_body(), "tenant-a")));
-    let responses: Vec<Parsed> = futures::future::join_all(calls)
-        .await
-        .into_iter()
-        .map(parse)
-        .collect();
+    let responses: Vec<Parsed> = futures::future::join_all(calls).await.into_iter().map(parse).collect();
     let created = responses.iter().filter(|r| r.status == 202).count();
-    let replayed = responses
-        .iter()
-        .filter(|r| r.status == 200 && r.replayed)
-        .count();
-    assert_eq!(
-        (created, replayed),
-        (1, n - 1),
-        "one 202, the rest replayed 200s"
-    );
-    let ids: std::collections::HashSet<_> = responses
-        .iter()
-        .map(|r| r.body["operation_id"].clone())
-        .collect();
+    let replayed = responses.iter().filter(|r| r.status == 200 && r.replayed).count();
+    assert_eq!((created, replayed), (1, n - 1), "one 202, the rest replayed 200s");
+    let ids: std::collections::HashSet<_> = responses.iter().map(|r| r.body["operation_id"].clone()).collect();
     assert_eq!(ids.len(), 1, "every response names the same operation");
     assert_eq!(env.scan().await.len(), 1, "exactly one item");
     assert_eq!(
@@ -179,10 +155,7 @@ async fn reordered_keys_and_number_spelling_replay_the_same_operation() {
     assert_eq!(again.status, 200, "{}", again.body);
     assert!(again.replayed);
     assert_eq!(again.body["operation_id"], first.body["operation_id"]);
-    assert_eq!(
-        again.body["specification_hash"],
-        first.body["specification_hash"]
-    );
+    assert_eq!(again.body["specification_hash"], first.body["specification_hash"]);
     assert_eq!(
         env.drain(&env.queues.dispatch).await.len(),
         1,
@@ -214,19 +187,10 @@ async fn tenants_are_isolated() {
     let a_id = a.body["operation_id"].as_str().unwrap().to_owned();
 
     let b_reads_a = parse(api::handle(&intake, get(&a_id, Some("tenant-b"))).await);
-    let unknown = parse(
-        api::handle(
-            &intake,
-            get("op_0123456789abcdef0123456789abcdef", Some("tenant-a")),
-        )
-        .await,
-    );
+    let unknown = parse(api::handle(&intake, get("op_0123456789abcdef0123456789abcdef", Some("tenant-a"))).await);
     assert_eq!((b_reads_a.status, unknown.status), (404, 404));
     assert_eq!(b_reads_a.content_type, "application/problem+json");
-    assert_eq!(
-        b_reads_a.body["detail"], unknown.body["detail"],
-        "both look the same"
-    );
+    assert_eq!(b_reads_a.body["detail"], unknown.body["detail"], "both look the same");
 
     let b = parse(api::handle(&intake, post(&spec_body(), "tenant-b")).await);
     assert_eq!(b.status, 202, "B with A's key gets its own operation");
@@ -288,13 +252,7 @@ async fn bad_requests_get_problems_and_write_nothing() {
         b.to_string()
     };
     let too_big = with(&|b| b["specification"]["prompt"] = json!("x".repeat(70 * 1024)));
-    type Case<'a> = (
-        &'a str,
-        String,
-        Option<&'a str>,
-        Vec<(&'a str, &'a str)>,
-        u16,
-    );
+    type Case<'a> = (&'a str, String, Option<&'a str>, Vec<(&'a str, &'a str)>, u16);
     let cases: Vec<Case> = vec![
         (
             "malformed JSON",
@@ -303,13 +261,7 @@ async fn bad_requests_get_problems_and_write_nothing() {
             vec![],
             400,
         ),
-        (
-            "not an object",
-            "[1,2]".into(),
-            Some("tenant-a"),
-            vec![],
-            400,
-        ),
+        ("not an object", "[1,2]".into(), Some("tenant-a"), vec![], 400),
         (
             "missing key",
             with(&|b| {
@@ -386,13 +338,7 @@ async fn bad_requests_get_problems_and_write_nothing() {
             vec![],
             400,
         ),
-        (
-            "no tenant claim",
-            spec_body().to_string(),
-            None,
-            vec![],
-            401,
-        ),
+        ("no tenant claim", spec_body().to_string(), None, vec![], 401),
         ("body over 64 KiB", too_big, Some("tenant-a"), vec![], 413),
         (
             "not JSON",
@@ -407,20 +353,11 @@ async fn bad_requests_get_problems_and_write_nothing() {
         assert_eq!(r.status, status, "{name}: {}", r.body);
         assert_eq!(r.content_type, "application/problem+json", "{name}");
         assert_eq!(r.body["status"], status, "{name}");
-        assert!(
-            r.body["type"].as_str().unwrap().starts_with("https://"),
-            "{name}"
-        );
-        assert!(
-            r.body["title"].is_string() && r.body["detail"].is_string(),
-            "{name}"
-        );
+        assert!(r.body["type"].as_str().unwrap().starts_with("https://"), "{name}");
+        assert!(r.body["title"].is_string() && r.body["detail"].is_string(), "{name}");
     }
     assert!(env.scan().await.is_empty(), "no item was written");
-    assert!(
-        env.drain(&env.queues.dispatch).await.is_empty(),
-        "nothing was enqueued"
-    );
+    assert!(env.drain(&env.queues.dispatch).await.is_empty(), "nothing was enqueued");
 }
 
 #[tokio::test]

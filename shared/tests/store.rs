@@ -38,15 +38,8 @@ async fn create_then_duplicate_returns_the_stored_record_in_one_request() {
         Created::Existing(existing) => assert_eq!(*existing, rec),
         other => panic!("expected the existing record, got {other:?}"),
     }
-    assert_eq!(
-        counter.get() - before,
-        1,
-        "a duplicate costs exactly one request"
-    );
-    assert_eq!(
-        store.get(&rec.operation_id, Utc::now()).await.unwrap(),
-        Some(rec)
-    );
+    assert_eq!(counter.get() - before, 1, "a duplicate costs exactly one request");
+    assert_eq!(store.get(&rec.operation_id, Utc::now()).await.unwrap(), Some(rec));
 }
 
 #[tokio::test]
@@ -56,19 +49,10 @@ async fn expired_records_are_absent_and_can_be_replaced() {
     let mut rec = record("k2", "p");
     rec.expires_at = Some(Utc::now().timestamp() - 10);
     store.create(&rec, Utc::now()).await.unwrap();
-    assert_eq!(
-        store.get(&rec.operation_id, Utc::now()).await.unwrap(),
-        None
-    );
+    assert_eq!(store.get(&rec.operation_id, Utc::now()).await.unwrap(), None);
     let fresh = record("k2", "other");
-    assert_eq!(
-        store.create(&fresh, Utc::now()).await.unwrap(),
-        Created::New
-    );
-    assert_eq!(
-        store.get(&fresh.operation_id, Utc::now()).await.unwrap(),
-        Some(fresh)
-    );
+    assert_eq!(store.create(&fresh, Utc::now()).await.unwrap(), Created::New);
+    assert_eq!(store.get(&fresh.operation_id, Utc::now()).await.unwrap(), Some(fresh));
 }
 
 #[tokio::test]
@@ -79,11 +63,7 @@ async fn transitions_are_conditional_on_the_version_read() {
     store.create(&rec, Utc::now()).await.unwrap();
     let claimed = machine::claim_dispatch(&rec, "tok", Utc::now(), &Policy::default()).unwrap();
     assert_eq!(store.apply(&rec, &claimed).await.unwrap(), Applied::Written);
-    let stored = store
-        .get(&rec.operation_id, Utc::now())
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = store.get(&rec.operation_id, Utc::now()).await.unwrap().unwrap();
     assert_eq!(stored, claimed);
 
     // A second claimant decided on the stale version: refused, and told why.
@@ -106,10 +86,7 @@ async fn transitions_are_conditional_on_the_version_read() {
     );
 
     let before = counter.get();
-    assert_eq!(
-        store.apply(&uncertain, &uncertain).await.unwrap(),
-        Applied::Unchanged
-    );
+    assert_eq!(store.apply(&uncertain, &uncertain).await.unwrap(), Applied::Unchanged);
     assert_eq!(counter.get(), before, "no write when nothing changed");
 }
 
@@ -123,17 +100,12 @@ async fn fifty_concurrent_claims_have_one_winner() {
         let store = store.clone();
         let rec = rec.clone();
         async move {
-            let next =
-                machine::claim_dispatch(&rec, &format!("tok-{i}"), Utc::now(), &Policy::default())
-                    .unwrap();
+            let next = machine::claim_dispatch(&rec, &format!("tok-{i}"), Utc::now(), &Policy::default()).unwrap();
             store.apply(&rec, &next).await
         }
     });
     let results = futures::future::join_all(attempts).await;
-    let winners = results
-        .iter()
-        .filter(|r| matches!(r, Ok(Applied::Written)))
-        .count();
+    let winners = results.iter().filter(|r| matches!(r, Ok(Applied::Written))).count();
     let losers = results
         .iter()
         .filter(|r| matches!(r, Err(StoreError::Conflict(Some(_)))))
@@ -144,11 +116,7 @@ async fn fifty_concurrent_claims_have_one_winner() {
 #[tokio::test]
 async fn provisioning_creates_the_index_ttl_and_dead_letter_queues_idempotently() {
     let env = LocalAws::fresh().await;
-    let (ddb, sqs, s3) = (
-        aws::dynamodb(&env.sdk),
-        aws::sqs(&env.sdk),
-        aws::s3(&env.sdk),
-    );
+    let (ddb, sqs, s3) = (aws::dynamodb(&env.sdk), aws::sqs(&env.sdk), aws::s3(&env.sdk));
     // Running it again changes nothing and fails nothing.
     let again = provision::ensure_all(&env.sdk, &env.names).await.unwrap();
     assert_eq!(again, env.queues);
@@ -163,11 +131,7 @@ async fn provisioning_creates_the_index_ttl_and_dead_letter_queues_idempotently(
         .unwrap();
     let gsi = &table.global_secondary_indexes()[0];
     assert_eq!(gsi.index_name(), Some(DUE_INDEX));
-    let keys: Vec<_> = gsi
-        .key_schema()
-        .iter()
-        .map(|k| k.attribute_name())
-        .collect();
+    let keys: Vec<_> = gsi.key_schema().iter().map(|k| k.attribute_name()).collect();
     assert_eq!(keys, ["due_pk", "due_at"]);
     let ttl = ddb
         .describe_time_to_live()
@@ -195,13 +159,9 @@ async fn provisioning_creates_the_index_ttl_and_dead_letter_queues_idempotently(
             .attributes
             .unwrap();
         let policy: serde_json::Value =
-            serde_json::from_str(&attrs[&aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy])
-                .unwrap();
+            serde_json::from_str(&attrs[&aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy]).unwrap();
         assert!(
-            policy["deadLetterTargetArn"]
-                .as_str()
-                .unwrap()
-                .ends_with("-dlq"),
+            policy["deadLetterTargetArn"].as_str().unwrap().ends_with("-dlq"),
             "{url}: {policy}"
         );
         assert_eq!(
@@ -211,11 +171,7 @@ async fn provisioning_creates_the_index_ttl_and_dead_letter_queues_idempotently(
             Some(5)
         );
     }
-    s3.head_bucket()
-        .bucket(&env.names.bucket)
-        .send()
-        .await
-        .unwrap();
+    s3.head_bucket().bucket(&env.names.bucket).send().await.unwrap();
 }
 
 #[tokio::test]
@@ -235,18 +191,12 @@ async fn the_due_index_is_sparse() {
             .table_name(&env.names.table)
             .index_name(DUE_INDEX)
             .key_condition_expression("due_pk = :p")
-            .expression_attribute_values(
-                ":p",
-                aws_sdk_dynamodb::types::AttributeValue::S(format!("DUE#{shard}")),
-            )
+            .expression_attribute_values(":p", aws_sdk_dynamodb::types::AttributeValue::S(format!("DUE#{shard}")))
             .send()
             .await
             .unwrap();
         found.extend(out.items.unwrap_or_default());
     }
     assert_eq!(found.len(), 1);
-    assert_eq!(
-        found[0]["operation_id"].as_s().unwrap(),
-        due.operation_id.as_str()
-    );
+    assert_eq!(found[0]["operation_id"].as_s().unwrap(), due.operation_id.as_str());
 }

@@ -20,9 +20,7 @@ async fn main() -> Result<(), Error> {
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, Error>(
             process_batch(event.payload, |body| async move {
-                recovery::handle_message(store, queue, policy, &body)
-                    .await
-                    .map(|_| ())
+                recovery::handle_message(store, queue, policy, &body).await.map(|_| ())
             })
             .await,
         )
