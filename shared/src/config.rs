@@ -139,6 +139,8 @@ impl Config {
                 dispatch_lease: Duration::seconds(number("DISPATCH_LEASE_SECONDS", 120)?),
                 observe_grace: Duration::seconds(number("OBSERVE_GRACE_SECONDS", 300)?),
                 retention: Duration::days(number("RETENTION_DAYS", 30)?),
+                delivery_lease: Duration::seconds(number("DELIVERY_LEASE_SECONDS", 960)?),
+                delivery_max_attempts: number("DELIVERY_MAX_ATTEMPTS", 8)? as u32,
             },
             fault_injection: flag("FAULT_INJECTION")?,
         })

@@ -8,7 +8,11 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::record::{CaseReason, Claim, OperationRecord, Phase, ReconciliationCase, RemoteError, Settlement};
+use crate::genace::{JobSnapshot, RenderStatus};
+use crate::record::{
+    CaseReason, Claim, DeliveredObject, DeliveryState, OperationRecord, Phase, ReconciliationCase, RemoteError,
+    Settlement,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -24,6 +28,8 @@ pub enum Refusal {
     NotClaimant,
     #[error("the operation already holds remote job {existing}")]
     DifferentRemoteJob { existing: String },
+    #[error("delivery has already ended ({actual:?})")]
+    DeliveryFinished { actual: DeliveryState },
 }
 
 /// Timing rules the transitions need. Values come from configuration.
@@ -35,6 +41,10 @@ pub struct Policy {
     pub observe_grace: Duration,
     /// How long a finished operation is kept before its TTL removes it.
     pub retention: Duration,
+    /// How long a delivery claim lasts (the deliver function's timeout and some).
+    pub delivery_lease: Duration,
+    /// Delivery attempts before `delivery_failed` and a case.
+    pub delivery_max_attempts: u32,
 }
 
 impl Default for Policy {
@@ -43,6 +53,8 @@ impl Default for Policy {
             dispatch_lease: Duration::seconds(120),
             observe_grace: Duration::seconds(300),
             retention: Duration::days(30),
+            delivery_lease: Duration::minutes(16),
+            delivery_max_attempts: 8,
         }
     }
 }
@@ -284,11 +296,202 @@ fn open_uncertain(rec: &OperationRecord, reason: CaseReason, evidence: &str, now
     next
 }
 
+/// Folds one status snapshot of the saved job into an `accepted` operation.
+/// Terminal states are recorded once: a rendered or failed operation refuses
+/// further observations. A non-terminal snapshot that changes nothing, while
+/// the sweep's deadline still covers `next_check`, is not written at all.
+pub fn observe(
+    rec: &OperationRecord,
+    snap: &JobSnapshot,
+    now: DateTime<Utc>,
+    next_check: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    if rec.phase != Phase::Accepted {
+        return Err(Refusal::WrongPhase {
+            action: "observe",
+            actual: rec.phase,
+            expected: "accepted",
+        });
+    }
+    let due = next_check.timestamp_millis();
+    if snap.status == RenderStatus::Running
+        && rec.remote_state.as_deref() == Some(snap.state.as_str())
+        && rec.due_at.is_some_and(|d| d >= due)
+    {
+        return Ok(rec.clone());
+    }
+    let mut next = step(rec, now);
+    next.remote_state = Some(snap.state.clone());
+    next.observed_at = Some(now);
+    match snap.status {
+        RenderStatus::Running => next.due_at = Some(due),
+        RenderStatus::Succeeded => {
+            next.phase = Phase::Rendered;
+            next.outputs = Some(snap.outputs.clone().unwrap_or_default());
+            next.case = None;
+            next.due_at = Some((now + policy.observe_grace).timestamp_millis());
+        }
+        RenderStatus::Failed => {
+            next.phase = Phase::RenderFailed;
+            next.case = None;
+            next.last_error = Some(RemoteError {
+                kind: "render_failed".into(),
+                status: None,
+                detail: snap
+                    .error
+                    .as_ref()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| format!("Genace reported the job {}", snap.state)),
+            });
+            finish(&mut next, now, policy);
+        }
+    }
+    Ok(next)
+}
+
+/// Opens a reconciliation case on an operation whose remote job needs a
+/// person (missing at Genace, or silent past the deadline). The phase stays.
+/// `keep_due` keeps the operation on the sweep's schedule (polling goes on).
+pub fn open_case(
+    rec: &OperationRecord,
+    reason: CaseReason,
+    evidence: &str,
+    keep_due: bool,
+    now: DateTime<Utc>,
+) -> Result<OperationRecord, Refusal> {
+    if rec.case.as_ref().is_some_and(|c| c.reason == reason) {
+        return Ok(rec.clone());
+    }
+    let mut next = step(rec, now);
+    next.case = Some(ReconciliationCase {
+        reason,
+        opened_at: now,
+        evidence: evidence.to_owned(),
+    });
+    if !keep_due {
+        next.due_at = None;
+    }
+    Ok(next)
+}
+
+/// Moves the sweep's next look at an operation, without changing anything else.
+pub fn reschedule(rec: &OperationRecord, due: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+    let mut next = step(rec, now);
+    next.due_at = Some(due.timestamp_millis());
+    next
+}
+
+/// `rendered` with delivery pending -> `collecting` under a delivery claim.
+pub fn claim_delivery(
+    rec: &OperationRecord,
+    token: &str,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    if rec.phase != Phase::Rendered {
+        return Err(Refusal::WrongPhase {
+            action: "deliver",
+            actual: rec.phase,
+            expected: "rendered",
+        });
+    }
+    if matches!(
+        rec.delivery_state,
+        DeliveryState::Delivered | DeliveryState::DeliveryFailed
+    ) {
+        return Err(Refusal::DeliveryFinished {
+            actual: rec.delivery_state,
+        });
+    }
+    if let Some(c) = rec.delivery_claim.as_ref().filter(|c| c.lease_expires_at > now) {
+        return Err(Refusal::LeaseLive {
+            until: c.lease_expires_at,
+        });
+    }
+    let mut next = step(rec, now);
+    let lease_expires_at = now + policy.delivery_lease;
+    next.delivery_state = DeliveryState::Collecting;
+    next.delivery_claim = Some(Claim {
+        token: token.to_owned(),
+        lease_expires_at,
+    });
+    next.due_at = Some(lease_expires_at.timestamp_millis());
+    Ok(next)
+}
+
+fn require_delivery_holder(rec: &OperationRecord, token: &str) -> Result<(), Refusal> {
+    if rec.phase != Phase::Rendered || rec.delivery_state != DeliveryState::Collecting {
+        return Err(Refusal::WrongPhase {
+            action: "record delivery",
+            actual: rec.phase,
+            expected: "rendered and collecting",
+        });
+    }
+    match &rec.delivery_claim {
+        Some(c) if c.token == token => Ok(()),
+        _ => Err(Refusal::NotClaimant),
+    }
+}
+
+/// A delivery attempt failed: count it and release the claim for a retry at
+/// `retry_at`, or, at the bound, give up with `delivery_failed` and a case.
+/// Rendering is never repeated.
+pub fn delivery_attempt_failed(
+    rec: &OperationRecord,
+    token: &str,
+    error: &str,
+    retry_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_delivery_holder(rec, token)?;
+    let mut next = step(rec, now);
+    next.delivery_attempts = rec.delivery_attempts + 1;
+    next.delivery_claim = None;
+    next.last_error = Some(RemoteError {
+        kind: "delivery".into(),
+        status: None,
+        detail: error.to_owned(),
+    });
+    if next.delivery_attempts >= policy.delivery_max_attempts {
+        next.delivery_state = DeliveryState::DeliveryFailed;
+        next.due_at = None;
+        next.case = Some(ReconciliationCase {
+            reason: CaseReason::DeliveryFailed,
+            opened_at: now,
+            evidence: format!("{} delivery attempts failed; last: {error}", next.delivery_attempts),
+        });
+    } else {
+        next.due_at = Some(retry_at.timestamp_millis());
+    }
+    Ok(next)
+}
+
+/// `collecting -> delivered`: every output is stored and verified.
+pub fn delivered(
+    rec: &OperationRecord,
+    token: &str,
+    objects: Vec<DeliveredObject>,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_delivery_holder(rec, token)?;
+    let mut next = step(rec, now);
+    next.delivery_state = DeliveryState::Delivered;
+    next.delivery_claim = None;
+    next.delivered_objects = objects;
+    next.last_error = None;
+    finish(&mut next, now, policy);
+    Ok(next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::{Intent, TenantId};
-    use crate::record::DeliveryState;
+    use crate::genace::{JobSnapshot, RenderStatus};
+    use crate::record::{DeliveredObject, OutputRef};
     use serde_json::json;
 
     fn t0() -> DateTime<Utc> {
@@ -509,5 +712,167 @@ mod tests {
         // An uncertain operation can never be claimed again by itself.
         assert!(claim_dispatch(&r, "new", later, &Policy::default()).is_err());
         assert!(interrupt(&prepared(), "e", later).is_err());
+    }
+
+    fn accepted_rec() -> OperationRecord {
+        accept(&submitting(), "tok", &job("J1"), t0(), &Policy::default()).unwrap()
+    }
+
+    fn snap(state: &str, status: RenderStatus) -> JobSnapshot {
+        JobSnapshot {
+            id: Some("J1".into()),
+            state: state.into(),
+            status,
+            outputs: (status == RenderStatus::Succeeded).then(|| {
+                vec![OutputRef {
+                    url: "https://cdn.example/o.mp4".into(),
+                    content_type: Some("video/mp4".into()),
+                }]
+            }),
+            error: (status == RenderStatus::Failed).then(|| json!({"code": "nsfw"})),
+        }
+    }
+
+    #[test]
+    fn observe_records_progress_and_skips_writes_that_change_nothing() {
+        let p = Policy::default();
+        let later = t0() + Duration::seconds(10);
+        let next_check = later + Duration::seconds(60);
+        let r = observe(
+            &accepted_rec(),
+            &snap("queued", RenderStatus::Running),
+            later,
+            next_check,
+            &p,
+        )
+        .unwrap();
+        assert_eq!(r.phase, Phase::Accepted);
+        assert_eq!(r.remote_state.as_deref(), Some("queued"));
+        assert_eq!(r.observed_at, Some(later));
+        assert_eq!(r.due_at, Some(next_check.timestamp_millis()));
+        // Same state, deadline still covers the next check: nothing to write.
+        let same = observe(&r, &snap("queued", RenderStatus::Running), later, next_check, &p).unwrap();
+        assert_eq!(same, r);
+        let moved = observe(&r, &snap("running", RenderStatus::Running), later, next_check, &p).unwrap();
+        assert_eq!(moved.version, r.version + 1);
+    }
+
+    #[test]
+    fn observe_completes_once_and_never_overwrites_a_terminal_state() {
+        let p = Policy::default();
+        let done = observe(
+            &accepted_rec(),
+            &snap("completed", RenderStatus::Succeeded),
+            t0(),
+            t0(),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(done.phase, Phase::Rendered);
+        assert_eq!(done.outputs.as_ref().unwrap().len(), 1);
+        assert_eq!(done.delivery_state, DeliveryState::NotCollected);
+        assert!(done.due_at.is_some(), "delivery is due");
+        assert!(observe(&done, &snap("failed", RenderStatus::Failed), t0(), t0(), &p).is_err());
+
+        let failed = observe(&accepted_rec(), &snap("failed", RenderStatus::Failed), t0(), t0(), &p).unwrap();
+        assert_eq!(failed.phase, Phase::RenderFailed);
+        assert!(failed.last_error.as_ref().unwrap().detail.contains("nsfw"));
+        assert!(failed.expires_at.is_some());
+        assert_eq!(failed.due_at, None);
+        assert!(observe(&failed, &snap("completed", RenderStatus::Succeeded), t0(), t0(), &p).is_err());
+        assert!(observe(&prepared(), &snap("queued", RenderStatus::Running), t0(), t0(), &p).is_err());
+    }
+
+    #[test]
+    fn cases_on_accepted_operations() {
+        let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
+        assert_eq!(missing.phase, Phase::Accepted);
+        assert_eq!(missing.case.as_ref().unwrap().reason, CaseReason::RemoteJobMissing);
+        assert_eq!(missing.due_at, None);
+        assert_eq!(
+            open_case(&missing, CaseReason::RemoteJobMissing, "again", false, t0()).unwrap(),
+            missing
+        );
+        let stalled = open_case(&accepted_rec(), CaseReason::RenderStalled, "6h", true, t0()).unwrap();
+        assert!(stalled.due_at.is_some(), "polling goes on");
+        let done = observe(
+            &stalled,
+            &snap("completed", RenderStatus::Succeeded),
+            t0(),
+            t0(),
+            &Policy::default(),
+        )
+        .unwrap();
+        assert_eq!(done.case, None, "completion closes a stall case");
+    }
+
+    fn rendered() -> OperationRecord {
+        observe(
+            &accepted_rec(),
+            &snap("completed", RenderStatus::Succeeded),
+            t0(),
+            t0(),
+            &Policy::default(),
+        )
+        .unwrap()
+    }
+
+    fn object() -> DeliveredObject {
+        DeliveredObject {
+            key: "outputs/t/op/output-0.mp4".into(),
+            bytes: 3,
+            sha256: "ab".into(),
+            content_type: "video/mp4".into(),
+        }
+    }
+
+    #[test]
+    fn delivery_is_claimed_once_and_finishes_delivered() {
+        let p = Policy::default();
+        let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+        assert_eq!(claimed.delivery_state, DeliveryState::Collecting);
+        assert!(matches!(
+            claim_delivery(&claimed, "d2", t0(), &p),
+            Err(Refusal::LeaseLive { .. })
+        ));
+        let after_lease = t0() + p.delivery_lease + Duration::seconds(1);
+        assert!(
+            claim_delivery(&claimed, "d2", after_lease, &p).is_ok(),
+            "an expired delivery claim may be taken over"
+        );
+        assert_eq!(
+            delivered(&claimed, "other", vec![object()], t0(), &p),
+            Err(Refusal::NotClaimant)
+        );
+        let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
+        assert_eq!(done.delivery_state, DeliveryState::Delivered);
+        assert_eq!(done.delivered_objects, vec![object()]);
+        assert!(done.expires_at.is_some());
+        assert!(matches!(
+            claim_delivery(&done, "d3", t0(), &p),
+            Err(Refusal::DeliveryFinished { .. })
+        ));
+        assert!(claim_delivery(&accepted_rec(), "d1", t0(), &p).is_err());
+    }
+
+    #[test]
+    fn failed_deliveries_retry_then_give_up_with_a_case() {
+        let p = Policy {
+            delivery_max_attempts: 2,
+            ..Policy::default()
+        };
+        let retry_at = t0() + Duration::seconds(30);
+        let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+        let once = delivery_attempt_failed(&claimed, "d1", "503 from cdn", retry_at, t0(), &p).unwrap();
+        assert_eq!(once.delivery_attempts, 1);
+        assert_eq!(once.delivery_state, DeliveryState::Collecting);
+        assert_eq!(once.delivery_claim, None);
+        assert_eq!(once.due_at, Some(retry_at.timestamp_millis()));
+        assert_eq!(once.phase, Phase::Rendered, "never re-rendered");
+        let again = claim_delivery(&once, "d2", t0(), &p).unwrap();
+        let gave_up = delivery_attempt_failed(&again, "d2", "503 again", retry_at, t0(), &p).unwrap();
+        assert_eq!(gave_up.delivery_state, DeliveryState::DeliveryFailed);
+        assert_eq!(gave_up.case.unwrap().reason, CaseReason::DeliveryFailed);
+        assert_eq!(gave_up.due_at, None);
     }
 }
