@@ -18,6 +18,7 @@ use shared::config::{Config, ResourceNames};
 use shared::intake::Intake;
 use shared::provision;
 use shared::queue::SqsQueue;
+use shared::storage::S3Store;
 use shared::store::DynamoStore;
 
 const USAGE: &str = "usage: genace-local provision | serve | token <tenant> [--ttl SECONDS]";
@@ -73,6 +74,7 @@ async fn serve_intake() -> Result<(), String> {
     let intake = Arc::new(Intake::new(
         DynamoStore::new(aws::dynamodb(&sdk), &config.table),
         SqsQueue::new(aws::sqs(&sdk), config.queues.clone()),
+        S3Store::new(aws::s3(&sdk), &config.bucket),
         config,
     ));
     let addr = SocketAddr::from(([127, 0, 0, 1], port));

@@ -18,6 +18,7 @@ use lambda_http::{Body, RequestExt};
 use shared::api::{self, Problem};
 use shared::intake::Intake;
 use shared::queue::SqsQueue;
+use shared::storage::S3Store;
 use shared::store::DynamoStore;
 use tokio::net::TcpListener;
 
@@ -26,7 +27,7 @@ use crate::devauth;
 /// Bodies are read up to this size; the handler enforces the real limit.
 const READ_LIMIT: usize = 1024 * 1024;
 
-pub type LocalIntake = Intake<DynamoStore, SqsQueue>;
+pub type LocalIntake = Intake<DynamoStore, SqsQueue, S3Store>;
 
 pub async fn serve(addr: SocketAddr, intake: Arc<LocalIntake>) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;

@@ -13,6 +13,7 @@ use crate::domain::{Intent, InvalidInput, OperationId, TenantId};
 use crate::intake::{Intake, IntakeError, Submitted};
 use crate::queue::WorkQueue;
 use crate::record::OperationRecord;
+use crate::storage::ObjectStore;
 use crate::store::OperationStore;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -109,6 +110,29 @@ fn not_found() -> Problem {
     )
 }
 
+/// The view with presigned links for the delivered objects.
+pub fn view_with_links(rec: &OperationRecord, links: &[Option<String>]) -> Value {
+    let mut v = view(rec);
+    if !rec.delivered_objects.is_empty() {
+        let objects: Vec<Value> = rec
+            .delivered_objects
+            .iter()
+            .zip(links.iter().chain(std::iter::repeat(&None)))
+            .map(|(o, link)| {
+                json!({
+                    "key": o.key,
+                    "bytes": o.bytes,
+                    "sha256": o.sha256,
+                    "content_type": o.content_type,
+                    "url": link,
+                })
+            })
+            .collect();
+        v["delivered_objects"] = Value::Array(objects);
+    }
+    v
+}
+
 /// The JSON view of an operation that clients see.
 pub fn view(rec: &OperationRecord) -> Value {
     let mut v = json!({
@@ -121,6 +145,7 @@ pub fn view(rec: &OperationRecord) -> Value {
         "specification": rec.specification_value(),
         "remote_job_id": rec.remote_job_id,
         "remote_state": rec.remote_state,
+        "observed_at": rec.observed_at,
         "created_at": rec.created_at,
         "updated_at": rec.updated_at,
     });
@@ -189,7 +214,10 @@ fn route(path: &str) -> Option<Route> {
 }
 
 /// Handles one intake request. Never fails: every outcome is a response.
-pub async fn handle<S: OperationStore, Q: WorkQueue>(intake: &Intake<S, Q>, req: Request) -> Response<Body> {
+pub async fn handle<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
+    intake: &Intake<S, Q, O>,
+    req: Request,
+) -> Response<Body> {
     let instance = req.uri().path().to_owned();
     match dispatch(intake, req).await {
         Ok(resp) => resp,
@@ -197,8 +225,8 @@ pub async fn handle<S: OperationStore, Q: WorkQueue>(intake: &Intake<S, Q>, req:
     }
 }
 
-async fn dispatch<S: OperationStore, Q: WorkQueue>(
-    intake: &Intake<S, Q>,
+async fn dispatch<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
+    intake: &Intake<S, Q, O>,
     req: Request,
 ) -> Result<Response<Body>, Problem> {
     let method_not_allowed = |allow: &'static str| {
@@ -224,8 +252,8 @@ async fn dispatch<S: OperationStore, Q: WorkQueue>(
     }
 }
 
-async fn create<S: OperationStore, Q: WorkQueue>(
-    intake: &Intake<S, Q>,
+async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
+    intake: &Intake<S, Q, O>,
     req: Request,
 ) -> Result<Response<Body>, Problem> {
     let tenant = claims_tenant(&req, &intake.config.tenant_claim)?;
@@ -281,15 +309,15 @@ async fn create<S: OperationStore, Q: WorkQueue>(
     Ok(builder.body(Body::Text(body.to_string())).expect("valid response"))
 }
 
-async fn read<S: OperationStore, Q: WorkQueue>(
-    intake: &Intake<S, Q>,
+async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
+    intake: &Intake<S, Q, O>,
     req: &Request,
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
     let tenant = claims_tenant(req, &intake.config.tenant_claim)?;
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let rec = intake.get(&tenant, &id, Utc::now()).await?;
-    let body = view(&rec);
+    let body = view_with_links(&rec, &intake.links(&rec).await);
     Ok(json_response(StatusCode::OK)
         .body(Body::Text(body.to_string()))
         .expect("valid response"))

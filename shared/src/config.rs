@@ -88,6 +88,30 @@ pub struct Config {
     pub policy: Policy,
     /// Whether per-operation fault directives are honoured (never in production).
     pub fault_injection: bool,
+    /// Longest delay between two polls of a running job (SQS allows 900 s).
+    pub poll_max_delay_seconds: u32,
+    /// A job with no terminal state this long after acceptance opens a stall case.
+    pub stall_after: Duration,
+    /// Key prefix of delivered objects.
+    pub output_prefix: String,
+    /// Multipart part size for deliveries.
+    pub part_size: usize,
+    /// Lifetime of the presigned GET URLs in operation views.
+    pub presign_expiry: std::time::Duration,
+    /// Which output URLs deliver may fetch.
+    pub url_policy: UrlPolicy,
+}
+
+/// Which output URLs may be fetched. Production: https only, public
+/// addresses only, optionally an allow-list of hosts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UrlPolicy {
+    /// `DELIVERY_ALLOW_HTTP`: also plain http (local runs).
+    pub allow_http: bool,
+    /// `DELIVERY_ALLOW_PRIVATE`: also loopback, private and link-local addresses (local runs).
+    pub allow_private: bool,
+    /// `OUTPUT_ALLOWED_HOSTS`: comma-separated host names; empty allows any public host.
+    pub allowed_hosts: Vec<String>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -143,6 +167,23 @@ impl Config {
                 delivery_max_attempts: number("DELIVERY_MAX_ATTEMPTS", 8)? as u32,
             },
             fault_injection: flag("FAULT_INJECTION")?,
+            poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", 900)?.min(900) as u32,
+            stall_after: Duration::seconds(number("RENDER_STALL_SECONDS", 6 * 3600)?),
+            output_prefix: var("OUTPUT_PREFIX").unwrap_or_else(|| "outputs".into()),
+            part_size: number("UPLOAD_PART_BYTES", 8 * 1024 * 1024)? as usize,
+            presign_expiry: std::time::Duration::from_secs(number("PRESIGN_EXPIRY_SECONDS", 3600)? as u64),
+            url_policy: UrlPolicy {
+                allow_http: flag("DELIVERY_ALLOW_HTTP")?,
+                allow_private: flag("DELIVERY_ALLOW_PRIVATE")?,
+                allowed_hosts: var("OUTPUT_ALLOWED_HOSTS")
+                    .map(|v| {
+                        v.split(',')
+                            .map(|h| h.trim().to_ascii_lowercase())
+                            .filter(|h| !h.is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
         })
     }
 
@@ -157,6 +198,12 @@ impl Config {
             dispatch_grace: Duration::seconds(60),
             policy: Policy::default(),
             fault_injection: false,
+            poll_max_delay_seconds: 900,
+            stall_after: Duration::seconds(6 * 3600),
+            output_prefix: "outputs".into(),
+            part_size: 8 * 1024 * 1024,
+            presign_expiry: std::time::Duration::from_secs(3600),
+            url_policy: UrlPolicy::default(),
         }
     }
 }

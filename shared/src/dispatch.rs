@@ -14,7 +14,7 @@ use crate::metrics;
 use crate::queue::{RecoveryChannel, Stage, WorkQueue};
 use crate::record::{Fault, OperationRecord, Phase, RemoteError};
 use crate::recovery::{RecoveredOutcome, RecoveryMessage};
-use crate::stage::{StageError, write_attempts};
+use crate::stage::{StageError, case_opened, commit_failure, write_attempts};
 use crate::store::{CommitError, OperationStore, commit};
 
 /// What one dispatch message led to. The message is acknowledged in every case.
@@ -290,24 +290,6 @@ where
         if let Err(e) = sent {
             error!(operation_id = %rec.operation_id, error = %e, "the recovery queue refused the message too; the log above is the only copy");
         }
-    }
-}
-
-fn commit_failure(e: CommitError) -> StageError {
-    match e {
-        CommitError::Refused { refusal, .. } => StageError::Refused(refusal.to_string()),
-        CommitError::Store(s) => StageError::Store(s),
-    }
-}
-
-fn case_opened(rec: &OperationRecord) {
-    if let Some(case) = &rec.case {
-        let reason = serde_json::to_value(case.reason)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        warn!(operation_id = %rec.operation_id, tenant = %rec.tenant_id, phase = rec.phase.as_str(), reason = %reason, "reconciliation case opened");
-        metrics::count("CasesOpened", &[("Reason", &reason)]);
     }
 }
 

@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::domain::{Intent, OperationId, TenantId};
 use crate::queue::{Stage, WorkQueue};
 use crate::record::OperationRecord;
+use crate::storage::ObjectStore;
 use crate::store::{Created, OperationStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,15 +30,22 @@ pub enum Submitted {
     Replayed(Box<OperationRecord>),
 }
 
-pub struct Intake<S, Q> {
+pub struct Intake<S, Q, O> {
     pub store: S,
     pub queue: Q,
+    /// Signs read links to delivered objects.
+    pub objects: O,
     pub config: Config,
 }
 
-impl<S: OperationStore, Q: WorkQueue> Intake<S, Q> {
-    pub fn new(store: S, queue: Q, config: Config) -> Self {
-        Self { store, queue, config }
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
+    pub fn new(store: S, queue: Q, objects: O, config: Config) -> Self {
+        Self {
+            store,
+            queue,
+            objects,
+            config,
+        }
     }
 
     /// One conditional put decides: a new record, a replay of the same intent,
@@ -91,5 +99,23 @@ impl<S: OperationStore, Q: WorkQueue> Intake<S, Q> {
             Some(rec) if rec.tenant_id == *tenant => Ok(rec),
             _ => Err(IntakeError::NotFound),
         }
+    }
+}
+
+impl<S, Q, O: ObjectStore> Intake<S, Q, O> {
+    /// Presigned GET links to the delivered objects, in output order. A link
+    /// that cannot be signed is left out (and logged); the object list says what exists.
+    pub async fn links(&self, rec: &OperationRecord) -> Vec<Option<String>> {
+        let mut links = Vec::with_capacity(rec.delivered_objects.len());
+        for obj in &rec.delivered_objects {
+            match self.objects.presign_get(&obj.key, self.config.presign_expiry).await {
+                Ok(url) => links.push(Some(url)),
+                Err(e) => {
+                    error!(operation_id = %rec.operation_id, key = %obj.key, error = %e, "presigning failed");
+                    links.push(None);
+                }
+            }
+        }
+        links
     }
 }

@@ -6,8 +6,10 @@ use std::future::Future;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use tracing::{error, warn};
 
+use crate::metrics;
 use crate::queue::QueueError;
-use crate::store::StoreError;
+use crate::record::OperationRecord;
+use crate::store::{CommitError, StoreError};
 
 /// Any of these leaves the message on the queue for redelivery.
 #[derive(Debug, thiserror::Error)]
@@ -57,4 +59,24 @@ where
         }
     }
     response
+}
+
+/// A refused or failed commit leaves the message for redelivery.
+pub fn commit_failure(e: CommitError) -> StageError {
+    match e {
+        CommitError::Refused { refusal, .. } => StageError::Refused(refusal.to_string()),
+        CommitError::Store(s) => StageError::Store(s),
+    }
+}
+
+/// Logs and counts a reconciliation case that a write just opened.
+pub fn case_opened(rec: &OperationRecord) {
+    if let Some(case) = &rec.case {
+        let reason = serde_json::to_value(case.reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        warn!(operation_id = %rec.operation_id, tenant = %rec.tenant_id, phase = rec.phase.as_str(), reason = %reason, "reconciliation case opened");
+        metrics::count("CasesOpened", &[("Reason", &reason)]);
+    }
 }

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 
 use crate::config::{Config, QueueUrls, ResourceNames};
 use crate::provision;
-use crate::{aws, queue::SqsQueue, store::DynamoStore};
+use crate::{aws, queue::SqsQueue, storage::S3Store, store::DynamoStore};
 
 pub struct LocalAws {
     pub sdk: SdkConfig,
@@ -83,6 +83,10 @@ impl LocalAws {
             DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &self.names.table),
             counter,
         )
+    }
+
+    pub fn objects(&self) -> S3Store {
+        S3Store::new(aws::s3(&self.sdk), &self.names.bucket)
     }
 
     pub fn queue(&self) -> SqsQueue {

@@ -12,6 +12,7 @@ use shared::queue::SqsQueue;
 use shared::record::{CaseReason, OperationRecord, Phase, Settlement};
 use shared::recovery::{self, RecoveryMessage};
 use shared::stage::StageError;
+use shared::storage::S3Store;
 use shared::store::{DynamoStore, OperationStore};
 use shared::testkit::LocalAws;
 use wiremock::matchers::{method, path};
@@ -21,7 +22,7 @@ struct Rig {
     env: LocalAws,
     genace: MockServer,
     dispatcher: Dispatcher<DynamoStore, SqsQueue, GenaceClient>,
-    intake: Intake<DynamoStore, SqsQueue>,
+    intake: Intake<DynamoStore, SqsQueue, S3Store>,
 }
 
 fn accepted(job_id: &str, state: &str) -> ResponseTemplate {
@@ -50,7 +51,7 @@ async fn rig_with(response: ResponseTemplate, lease_seconds: i64) -> Rig {
         genace: GenaceClient::new(gconf).unwrap(),
         config: config.clone(),
     };
-    let intake = Intake::new(env.store(), env.queue(), config);
+    let intake = Intake::new(env.store(), env.queue(), env.objects(), config);
     Rig {
         env,
         genace,
@@ -372,7 +373,7 @@ async fn a_connection_reset_is_uncertain() {
         genace: GenaceClient::new(GenaceConfig::new(format!("http://{addr}"), "k")).unwrap(),
         config: config.clone(),
     };
-    let intake = Intake::new(env.store(), env.queue(), config);
+    let intake = Intake::new(env.store(), env.queue(), env.objects(), config);
     let intent = Intent::parse(
         &json!({"operation_key": "k", "media_type": "image", "specification": {"model": "m", "prompt": "p"}}),
         None,

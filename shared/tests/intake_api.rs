@@ -7,6 +7,7 @@ use shared::api;
 use shared::config::QueueUrls;
 use shared::intake::Intake;
 use shared::queue::SqsQueue;
+use shared::storage::S3Store;
 use shared::store::DynamoStore;
 use shared::testkit::LocalAws;
 
@@ -83,8 +84,8 @@ fn parse(resp: Response<Body>) -> Parsed {
     }
 }
 
-fn intake(env: &LocalAws) -> Intake<DynamoStore, SqsQueue> {
-    Intake::new(env.store(), env.queue(), env.config.clone())
+fn intake(env: &LocalAws) -> Intake<DynamoStore, SqsQueue, S3Store> {
+    Intake::new(env.store(), env.queue(), env.objects(), env.config.clone())
 }
 
 #[tokio::test]
@@ -202,7 +203,7 @@ async fn tenants_are_isolated() {
 async fn a_duplicate_intake_costs_one_dynamodb_request() {
     let env = LocalAws::fresh().await;
     let (store, counter) = env.counted_store();
-    let intake = Intake::new(store, env.queue(), env.config.clone());
+    let intake = Intake::new(store, env.queue(), env.objects(), env.config.clone());
     assert_eq!(
         parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await).status,
         202
@@ -380,6 +381,7 @@ async fn a_failed_enqueue_does_not_fail_the_request() {
     let intake = Intake::new(
         env.store(),
         SqsQueue::new(shared::aws::sqs(&env.sdk), broken),
+        env.objects(),
         env.config.clone(),
     );
     let r = parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await);

@@ -1,7 +1,7 @@
 //! Intake Lambda: API Gateway HTTP API -> record an intent or read an operation.
 
 use lambda_http::{Error, Request, run, service_fn};
-use shared::{api, aws, config::Config, intake::Intake, queue::SqsQueue, store::DynamoStore};
+use shared::{api, aws, config::Config, intake::Intake, queue::SqsQueue, storage::S3Store, store::DynamoStore};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -11,6 +11,7 @@ async fn main() -> Result<(), Error> {
     let intake = Intake::new(
         DynamoStore::new(aws::dynamodb(&sdk), &config.table),
         SqsQueue::new(aws::sqs(&sdk), config.queues.clone()),
+        S3Store::new(aws::s3(&sdk), &config.bucket),
         config,
     );
     let intake = &intake;
