@@ -25,6 +25,7 @@ pub mod recovery;
 pub mod stage;
 pub mod storage;
 pub mod store;
+pub mod sweep;
 pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -67,6 +67,35 @@ pub trait OperationStore: Send + Sync {
         prev: &OperationRecord,
         next: &OperationRecord,
     ) -> impl Future<Output = Result<Applied, StoreError>> + Send;
+
+    /// One page of the sparse due-time index: operations of `shard` whose
+    /// `due_at` is at or before `before_ms`, oldest first.
+    fn due_page(
+        &self,
+        shard: u32,
+        before_ms: i64,
+        limit: i32,
+        cursor: Option<DueCursor>,
+    ) -> impl Future<Output = Result<DuePage, StoreError>> + Send;
+}
+
+/// An entry of the due-time index, as projected.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct DueItem {
+    pub operation_id: OperationId,
+    pub phase: crate::record::Phase,
+    pub delivery_state: crate::record::DeliveryState,
+    pub due_at: i64,
+}
+
+/// Where the next page starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueCursor(Item);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DuePage {
+    pub items: Vec<DueItem>,
+    pub next: Option<DueCursor>,
 }
 
 #[derive(Debug, Clone)]
@@ -242,6 +271,38 @@ impl OperationStore for DynamoStore {
             },
             Err(e) => Err(service_error(e)),
         }
+    }
+
+    async fn due_page(
+        &self,
+        shard: u32,
+        before_ms: i64,
+        limit: i32,
+        cursor: Option<DueCursor>,
+    ) -> Result<DuePage, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::provision::DUE_INDEX)
+            .key_condition_expression("due_pk = :shard AND due_at <= :before")
+            .expression_attribute_values(":shard", AttributeValue::S(format!("DUE#{shard}")))
+            .expression_attribute_values(":before", AttributeValue::N(before_ms.to_string()))
+            .limit(limit)
+            .set_exclusive_start_key(cursor.map(|c| c.0))
+            .send()
+            .await
+            .map_err(service_error)?;
+        let items = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| serde_dynamo::from_item(i).map_err(|e| StoreError::Decode(e.to_string())))
+            .collect::<Result<Vec<DueItem>, _>>()?;
+        Ok(DuePage {
+            items,
+            next: out.last_evaluated_key.filter(|k| !k.is_empty()).map(DueCursor),
+        })
     }
 }
 

@@ -1,21 +1,35 @@
-//! Deliver Lambda (SQS). Not built yet: until it is, every message is reported
-//! as a batch item failure, so SQS keeps it (and finally moves it to the DLQ)
-//! instead of it being acknowledged and lost.
+//! Deliver Lambda (SQS): stream rendered outputs into S3 and verify them.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-
-async fn handler(event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
-    let mut response = SqsBatchResponse::default();
-    for record in event.payload.records {
-        tracing::error!(message_id = ?record.message_id, "the deliver stage is not implemented; message left on the queue");
-        response.add_failure(record.message_id.unwrap_or_default());
-    }
-    Ok(response)
-}
+use shared::aws;
+use shared::config::Config;
+use shared::deliver::{Deliverer, download_client};
+use shared::queue::SqsQueue;
+use shared::stage::process_batch;
+use shared::storage::S3Store;
+use shared::store::DynamoStore;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     shared::telemetry::init();
-    run(service_fn(handler)).await
+    let config = Config::from_env()?;
+    let sdk = aws::load().await;
+    let deliverer = Deliverer {
+        store: DynamoStore::new(aws::dynamodb(&sdk), &config.table),
+        queue: SqsQueue::new(aws::sqs(&sdk), config.queues.clone()),
+        objects: S3Store::new(aws::s3(&sdk), &config.bucket),
+        http: download_client(&config.url_policy)?,
+        config,
+    };
+    let deliverer = &deliverer;
+    run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, Error>(
+            process_batch(event.payload, |body| async move {
+                deliverer.handle_message(&body).await.map(|_| ())
+            })
+            .await,
+        )
+    }))
+    .await
 }

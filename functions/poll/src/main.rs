@@ -1,21 +1,34 @@
-//! Poll Lambda (SQS). Not built yet: until it is, every message is reported
-//! as a batch item failure, so SQS keeps it (and finally moves it to the DLQ)
-//! instead of it being acknowledged and lost.
+//! Poll Lambda (SQS): observe an accepted job by its saved id until it ends.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-
-async fn handler(event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
-    let mut response = SqsBatchResponse::default();
-    for record in event.payload.records {
-        tracing::error!(message_id = ?record.message_id, "the poll stage is not implemented; message left on the queue");
-        response.add_failure(record.message_id.unwrap_or_default());
-    }
-    Ok(response)
-}
+use shared::aws;
+use shared::config::Config;
+use shared::genace::{GenaceClient, GenaceConfig};
+use shared::poll::Poller;
+use shared::queue::SqsQueue;
+use shared::stage::process_batch;
+use shared::store::DynamoStore;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     shared::telemetry::init();
-    run(service_fn(handler)).await
+    let config = Config::from_env()?;
+    let sdk = aws::load().await;
+    let poller = Poller {
+        store: DynamoStore::new(aws::dynamodb(&sdk), &config.table),
+        queue: SqsQueue::new(aws::sqs(&sdk), config.queues.clone()),
+        genace: GenaceClient::new(GenaceConfig::from_env()?)?,
+        config,
+    };
+    let poller = &poller;
+    run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, Error>(
+            process_batch(event.payload, |body| async move {
+                poller.handle_message(&body).await.map(|_| ())
+            })
+            .await,
+        )
+    }))
+    .await
 }

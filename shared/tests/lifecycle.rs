@@ -1,0 +1,540 @@
+//! Poll, deliver and sweep against moto (DynamoDB, SQS, S3) with wiremock as
+//! Genace and as the CDN that serves outputs.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use shared::deliver::{DeliverResult, Deliverer, download_client};
+use shared::dispatch::{Dispatched, Dispatcher, PostResult};
+use shared::domain::{Intent, OperationId, TenantId};
+use shared::genace::{GenaceClient, GenaceConfig};
+use shared::intake::{Intake, Submitted};
+use shared::poll::{Polled, Poller};
+use shared::queue::SqsQueue;
+use shared::record::{CaseReason, DeliveryState, OperationRecord, Phase};
+use shared::stage::StageError;
+use shared::storage::S3Store;
+use shared::store::{DynamoStore, OperationStore};
+use shared::sweep::Sweeper;
+use shared::testkit::LocalAws;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const JOB: &str = "job-77";
+
+struct Rig {
+    env: LocalAws,
+    genace: MockServer,
+    config: shared::config::Config,
+}
+
+fn bytes_of(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+fn snapshot(state: &str, outputs: Value) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({"id": JOB, "state": state, "outputs": outputs, "error": null}))
+}
+
+impl Rig {
+    async fn new() -> Self {
+        let env = LocalAws::fresh().await;
+        let genace = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/jobs"))
+            .respond_with(ResponseTemplate::new(202).set_body_json(json!({"job_id": JOB, "state": "queued"})))
+            .mount(&genace)
+            .await;
+        let mut config = env.config.clone();
+        config.fault_injection = true;
+        config.url_policy.allow_http = true;
+        config.url_policy.allow_private = true;
+        config.part_size = 5 * 1024 * 1024;
+        Rig { env, genace, config }
+    }
+
+    fn genace_client(&self) -> GenaceClient {
+        let mut conf = GenaceConfig::new(self.genace.uri(), "key");
+        conf.timeout = Duration::from_secs(1);
+        GenaceClient::new(conf).unwrap()
+    }
+
+    fn poller(&self) -> Poller<DynamoStore, SqsQueue, GenaceClient> {
+        Poller {
+            store: self.env.store(),
+            queue: self.env.queue(),
+            genace: self.genace_client(),
+            config: self.config.clone(),
+        }
+    }
+
+    fn deliverer(&self) -> Deliverer<DynamoStore, SqsQueue, S3Store> {
+        Deliverer {
+            store: self.env.store(),
+            queue: self.env.queue(),
+            objects: self.env.objects(),
+            http: download_client(&self.config.url_policy).unwrap(),
+            config: self.config.clone(),
+        }
+    }
+
+    fn intake(&self) -> Intake<DynamoStore, SqsQueue, S3Store> {
+        Intake::new(
+            self.env.store(),
+            self.env.queue(),
+            self.env.objects(),
+            self.config.clone(),
+        )
+    }
+
+    async fn prepared(&self, fault: Option<&str>) -> OperationId {
+        let mut body = json!({"operation_key": "k", "media_type": "video",
+            "specification": {"model": "genace-video-2", "prompt": "a lighthouse", "duration": 5}});
+        if let Some(f) = fault {
+            body["fault"] = json!(f);
+        }
+        let intent = Intent::parse(&body, None).unwrap();
+        let Submitted::New(rec) = self
+            .intake()
+            .submit(&TenantId::parse("tenant-a").unwrap(), &intent, Utc::now())
+            .await
+            .unwrap()
+        else {
+            panic!()
+        };
+        rec.operation_id
+    }
+
+    /// An operation Genace has accepted as `JOB`.
+    async fn accepted(&self, fault: Option<&str>) -> OperationId {
+        let id = self.prepared(fault).await;
+        let dispatcher = Dispatcher {
+            store: self.env.store(),
+            queue: self.env.queue(),
+            genace: self.genace_client(),
+            config: self.config.clone(),
+        };
+        assert_eq!(
+            dispatcher.dispatch(&id).await.unwrap(),
+            Dispatched::Posted(PostResult::Accepted)
+        );
+        id
+    }
+
+    async fn record(&self, id: &OperationId) -> OperationRecord {
+        self.env.store().get(id, Utc::now()).await.unwrap().unwrap()
+    }
+
+    async fn requests(&self, verb: &str) -> Vec<String> {
+        self.genace
+            .received_requests()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|r| r.method.as_str() == verb)
+            .map(|r| r.url.path().to_owned())
+            .collect()
+    }
+
+    async fn serve_file(&self, name: &str, body: Vec<u8>, content_type: &str) -> String {
+        Mock::given(method("GET"))
+            .and(path(format!("/files/{name}")))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(body, content_type))
+            .mount(&self.genace)
+            .await;
+        format!("{}/files/{name}", self.genace.uri())
+    }
+
+    async fn status_sequence(&self, first: ResponseTemplate, then: ResponseTemplate) {
+        Mock::given(method("GET"))
+            .and(path(format!("/v1/jobs/{JOB}")))
+            .respond_with(first)
+            .up_to_n_times(1)
+            .with_priority(1)
+            .mount(&self.genace)
+            .await;
+        Mock::given(method("GET"))
+            .and(path(format!("/v1/jobs/{JOB}")))
+            .respond_with(then)
+            .with_priority(2)
+            .mount(&self.genace)
+            .await;
+    }
+
+    async fn queued(&self, url: &str) -> usize {
+        self.env.drain(url).await.len()
+    }
+}
+
+#[tokio::test]
+async fn a_job_is_observed_by_its_saved_id_then_delivered_and_verified() {
+    let rig = Rig::new().await;
+    let video = bytes_of(12 * 1024 * 1024 + 123);
+    let url = rig.serve_file("render.mp4", video.clone(), "video/mp4").await;
+    rig.status_sequence(
+        snapshot("running", Value::Null),
+        snapshot("completed", json!([{"url": url, "content_type": "video/mp4"}])),
+    )
+    .await;
+    let id = rig.accepted(None).await;
+
+    // Null outputs while running are fine; the poll is re-enqueued with a delay.
+    let first = rig.poller().poll(&id).await.unwrap();
+    assert!(matches!(first, Polled::Running { next_poll_seconds } if (5..=900).contains(&next_poll_seconds)));
+    let rec = rig.record(&id).await;
+    assert_eq!(
+        (rec.phase, rec.remote_state.as_deref()),
+        (Phase::Accepted, Some("running"))
+    );
+    assert!(rec.observed_at.is_some());
+    assert_eq!(rec.outputs, None);
+
+    assert_eq!(rig.poller().poll(&id).await.unwrap(), Polled::Rendered);
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.phase, Phase::Rendered);
+    assert_eq!(rec.outputs.as_ref().unwrap().len(), 1);
+    assert_eq!(rig.queued(&rig.env.queues.deliver).await, 1);
+    // Status reads used the saved remote id, never the operation id.
+    assert_eq!(
+        rig.requests("GET")
+            .await
+            .iter()
+            .filter(|p| p.starts_with("/v1/jobs/"))
+            .count(),
+        2
+    );
+    assert!(rig.requests("GET").await.iter().all(|p| !p.contains(id.as_str())));
+
+    assert_eq!(
+        rig.deliverer().deliver(&id).await.unwrap(),
+        DeliverResult::Delivered { objects: 1 }
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.delivery_state, DeliveryState::Delivered);
+    assert!(rec.expires_at.is_some(), "finished operations get their TTL");
+    let obj = &rec.delivered_objects[0];
+    assert_eq!(obj.key, format!("outputs/tenant-a/{id}/output-0.mp4"));
+    assert_eq!(obj.bytes, video.len() as u64);
+    assert_eq!(obj.content_type, "video/mp4");
+    let digest: String = Sha256::digest(&video).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(obj.sha256, digest);
+
+    // The stored bytes are the served bytes, uploaded in parts.
+    let s3 = shared::aws::s3(&rig.env.sdk);
+    let got = s3
+        .get_object()
+        .bucket(&rig.env.names.bucket)
+        .key(&obj.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.content_type.as_deref(), Some("video/mp4"));
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        video.as_slice()
+    );
+
+    // The view links to it with a presigned URL that works.
+    let view_rec = rig
+        .intake()
+        .get(&TenantId::parse("tenant-a").unwrap(), &id, Utc::now())
+        .await
+        .unwrap();
+    let links = rig.intake().links(&view_rec).await;
+    let view = shared::api::view_with_links(&view_rec, &links);
+    let link = view["delivered_objects"][0]["url"].as_str().unwrap().to_owned();
+    let fetched = reqwest::get(&link).await.unwrap().bytes().await.unwrap();
+    assert_eq!(fetched.len(), video.len());
+
+    // Later messages change nothing; there was exactly one POST.
+    assert!(matches!(
+        rig.deliverer().deliver(&id).await.unwrap(),
+        DeliverResult::NotDeliverable(..)
+    ));
+    assert_eq!(
+        rig.poller().poll(&id).await.unwrap(),
+        Polled::NotObservable(Phase::Rendered)
+    );
+    assert_eq!(rig.requests("POST").await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_job_read_is_render_failed_and_nothing_is_recreated() {
+    let rig = Rig::new().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/v1/jobs/{JOB}")))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(
+                json!({"id": JOB, "state": "failed", "outputs": null, "error": {"code": "content_policy"}}),
+            ),
+        )
+        .mount(&rig.genace)
+        .await;
+    let id = rig.accepted(None).await;
+    assert_eq!(rig.poller().poll(&id).await.unwrap(), Polled::RenderFailed);
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.phase, Phase::RenderFailed);
+    assert!(rec.last_error.unwrap().detail.contains("content_policy"));
+    assert_eq!(rig.queued(&rig.env.queues.deliver).await, 0);
+    assert_eq!(
+        rig.queued(&rig.env.queues.dispatch).await,
+        1,
+        "only the intake's own message"
+    );
+    assert_eq!(rig.requests("POST").await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_unknown_or_mismatched_job_opens_a_case() {
+    let rig = Rig::new().await;
+    rig.status_sequence(
+        ResponseTemplate::new(404),
+        ResponseTemplate::new(200).set_body_json(json!({"id": "someone-else", "state": "running"})),
+    )
+    .await;
+    let id = rig.accepted(None).await;
+    assert_eq!(
+        rig.poller().poll(&id).await.unwrap(),
+        Polled::CaseOpened(CaseReason::RemoteJobMissing)
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.phase, Phase::Accepted);
+    assert_eq!(rec.case.as_ref().unwrap().reason, CaseReason::RemoteJobMissing);
+    assert_eq!(rec.due_at, None, "a person decides now");
+    assert_eq!(
+        rig.poller().poll(&id).await.unwrap(),
+        Polled::NotObservable(Phase::Accepted)
+    );
+
+    let rig = Rig::new().await;
+    rig.status_sequence(
+        ResponseTemplate::new(200).set_body_json(json!({"id": "someone-else", "state": "running"})),
+        ResponseTemplate::new(404),
+    )
+    .await;
+    let id = rig.accepted(None).await;
+    assert_eq!(
+        rig.poller().poll(&id).await.unwrap(),
+        Polled::CaseOpened(CaseReason::RemoteJobMissing)
+    );
+}
+
+#[tokio::test]
+async fn transient_reads_back_off_and_a_silent_job_opens_a_stall_case() {
+    let mut rig = Rig::new().await;
+    rig.status_sequence(ResponseTemplate::new(503), snapshot("running", Value::Null))
+        .await;
+    let id = rig.accepted(None).await;
+    assert!(matches!(
+        rig.poller().poll(&id).await.unwrap(),
+        Polled::BackedOff { .. }
+    ));
+    assert_eq!(rig.record(&id).await.case, None);
+
+    rig.config.stall_after = chrono::Duration::zero();
+    assert!(matches!(rig.poller().poll(&id).await.unwrap(), Polled::Running { .. }));
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.case.unwrap().reason, CaseReason::RenderStalled);
+    assert!(rec.due_at.is_some(), "polling goes on");
+}
+
+#[tokio::test]
+async fn a_crash_after_an_observation_resumes_on_redelivery() {
+    let rig = Rig::new().await;
+    rig.status_sequence(snapshot("running", Value::Null), snapshot("running", Value::Null))
+        .await;
+    let id = rig.accepted(Some("poll.after_observe")).await;
+    assert!(matches!(
+        rig.poller().poll(&id).await,
+        Err(StageError::Crashed("poll.after_observe"))
+    ));
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.remote_state.as_deref(), Some("running"));
+    assert_eq!(rec.fault, None);
+    assert!(matches!(rig.poller().poll(&id).await.unwrap(), Polled::Running { .. }));
+}
+
+async fn rendered_with_output(rig: &Rig, fault: Option<&str>, output_url: &str) -> OperationId {
+    Mock::given(method("GET"))
+        .and(path(format!("/v1/jobs/{JOB}")))
+        .respond_with(snapshot("succeeded", json!([output_url])))
+        .mount(&rig.genace)
+        .await;
+    let id = rig.accepted(fault).await;
+    assert_eq!(rig.poller().poll(&id).await.unwrap(), Polled::Rendered);
+    id
+}
+
+#[tokio::test]
+async fn a_failed_upload_is_aborted_and_retried_for_the_same_output() {
+    let rig = Rig::new().await;
+    let image = bytes_of(300_000);
+    let url = rig.serve_file("still.png", image.clone(), "image/png").await;
+    let id = rendered_with_output(&rig, Some("deliver.upload_fails"), &url).await;
+
+    let first = rig.deliverer().deliver(&id).await.unwrap();
+    assert!(
+        matches!(first, DeliverResult::Retrying { attempts: 1, .. }),
+        "{first:?}"
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(
+        (rec.phase, rec.delivery_state),
+        (Phase::Rendered, DeliveryState::Collecting)
+    );
+    let s3 = shared::aws::s3(&rig.env.sdk);
+    let pending = s3
+        .list_multipart_uploads()
+        .bucket(&rig.env.names.bucket)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        pending.uploads.unwrap_or_default().is_empty(),
+        "the failed upload was aborted"
+    );
+
+    assert_eq!(
+        rig.deliverer().deliver(&id).await.unwrap(),
+        DeliverResult::Delivered { objects: 1 }
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(
+        rec.delivered_objects[0].key,
+        format!("outputs/tenant-a/{id}/output-0.png")
+    );
+    assert_eq!(rec.delivered_objects[0].bytes, image.len() as u64);
+    assert_eq!(
+        rig.requests("POST").await.len(),
+        1,
+        "one POST: delivery never re-renders"
+    );
+}
+
+#[tokio::test]
+async fn a_crash_after_upload_is_redelivered_once_the_lease_expires() {
+    let mut rig = Rig::new().await;
+    rig.config.policy.delivery_lease = chrono::Duration::seconds(1);
+    let url = rig.serve_file("a.mp4", bytes_of(1000), "video/mp4").await;
+    let id = rendered_with_output(&rig, Some("deliver.after_upload"), &url).await;
+    assert!(matches!(
+        rig.deliverer().deliver(&id).await,
+        Err(StageError::Crashed("deliver.after_upload"))
+    ));
+    assert_eq!(rig.record(&id).await.delivery_state, DeliveryState::Collecting);
+    assert_eq!(rig.deliverer().deliver(&id).await.unwrap(), DeliverResult::Duplicate);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        rig.deliverer().deliver(&id).await.unwrap(),
+        DeliverResult::Delivered { objects: 1 }
+    );
+}
+
+#[tokio::test]
+async fn delivery_gives_up_after_the_bound_with_a_case() {
+    let mut rig = Rig::new().await;
+    rig.config.policy.delivery_max_attempts = 2;
+    Mock::given(method("GET"))
+        .and(path("/files/broken.mp4"))
+        .respond_with(ResponseTemplate::new(500))
+        .mount(&rig.genace)
+        .await;
+    let url = format!("{}/files/broken.mp4", rig.genace.uri());
+    let id = rendered_with_output(&rig, None, &url).await;
+    assert!(matches!(
+        rig.deliverer().deliver(&id).await.unwrap(),
+        DeliverResult::Retrying { attempts: 1, .. }
+    ));
+    assert_eq!(
+        rig.deliverer().deliver(&id).await.unwrap(),
+        DeliverResult::GaveUp { attempts: 2 }
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.delivery_state, DeliveryState::DeliveryFailed);
+    assert_eq!(rec.case.unwrap().reason, CaseReason::DeliveryFailed);
+    assert_eq!(rec.phase, Phase::Rendered);
+    assert_eq!(rig.requests("POST").await.len(), 1);
+}
+
+#[tokio::test]
+async fn internal_output_urls_are_refused() {
+    for (output, expected) in [
+        ("http://169.254.169.254/latest/meta-data/", "not allowed"),
+        ("https://169.254.169.254/latest/meta-data/", "not public"),
+        ("https://127.0.0.1/x.mp4", "not public"),
+    ] {
+        let mut rig = Rig::new().await;
+        rig.config.url_policy = shared::config::UrlPolicy::default();
+        let id = rendered_with_output(&rig, None, output).await;
+        assert!(matches!(
+            rig.deliverer().deliver(&id).await.unwrap(),
+            DeliverResult::Retrying { .. }
+        ));
+        let detail = rig.record(&id).await.last_error.unwrap().detail;
+        assert!(detail.contains(expected), "{output}: {detail}");
+    }
+}
+
+#[tokio::test]
+async fn the_sweep_re_enqueues_due_work_and_interrupts_expired_claims() {
+    let mut rig = Rig::new().await;
+    rig.config.dispatch_grace = chrono::Duration::zero();
+    rig.config.policy.observe_grace = chrono::Duration::zero();
+    rig.config.policy.dispatch_lease = chrono::Duration::seconds(1);
+    let sweeper = || Sweeper::new(rig.env.store(), rig.env.queue(), rig.config.clone());
+
+    // A prepared operation whose dispatch message was lost.
+    let id = rig.prepared(None).await;
+    rig.env.drain(&rig.env.queues.dispatch).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let report = sweeper().run().await.unwrap();
+    assert_eq!((report.examined, report.dispatch), (1, 1));
+    let bodies = rig.env.drain(&rig.env.queues.dispatch).await;
+    assert_eq!(bodies.len(), 1);
+    assert_eq!(
+        serde_json::from_str::<Value>(&bodies[0]).unwrap(),
+        json!({"operation_id": id})
+    );
+    // Its due time moved, so the next run does not send a second copy.
+    assert_eq!(sweeper().run().await.unwrap().dispatch, 0);
+
+    // A dispatcher that stopped after claiming: uncertain with a case, no POST.
+    let mut claimed = rig.record(&id).await;
+    let next = shared::machine::claim_dispatch(&claimed, "tok", Utc::now(), &rig.config.policy).unwrap();
+    rig.env.store().apply(&claimed, &next).await.unwrap();
+    claimed = next;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(sweeper().run().await.unwrap().interrupted, 1);
+    let rec = rig.record(&claimed.operation_id).await;
+    assert_eq!(rec.phase, Phase::Uncertain);
+    assert_eq!(rec.case.unwrap().reason, CaseReason::InterruptedDispatch);
+    assert_eq!(rig.requests("POST").await.len(), 0);
+}
+
+#[tokio::test]
+async fn the_sweep_resumes_observation_and_delivery() {
+    let mut rig = Rig::new().await;
+    rig.config.policy.observe_grace = chrono::Duration::zero();
+    let url = rig.serve_file("s.png", bytes_of(10), "image/png").await;
+    Mock::given(method("GET"))
+        .and(path(format!("/v1/jobs/{JOB}")))
+        .respond_with(snapshot("completed", json!([url])))
+        .mount(&rig.genace)
+        .await;
+    let id = rig.accepted(None).await;
+    rig.env.drain(&rig.env.queues.poll).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let sweeper = Sweeper::new(rig.env.store(), rig.env.queue(), rig.config.clone());
+    assert_eq!(sweeper.run().await.unwrap().poll, 1, "an accepted job nobody observed");
+    assert_eq!(rig.poller().poll(&id).await.unwrap(), Polled::Rendered);
+    rig.env.drain(&rig.env.queues.deliver).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        sweeper.run().await.unwrap().deliver,
+        1,
+        "a rendered job nobody delivered"
+    );
+    assert_eq!(rig.queued(&rig.env.queues.deliver).await, 1);
+}
