@@ -206,7 +206,7 @@ pub fn object_key(prefix: &str, rec: &OperationRecord, index: usize, ext: &str) 
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
     pub async fn handle_message(&self, body: &str) -> Result<DeliverResult, StageError> {
-        let msg = crate::queue::WorkMessage::parse(body).map_err(|e| StageError::Malformed(e.to_string()))?;
+        let msg = crate::stage::work_message(body)?;
         self.deliver(&msg.operation_id).await
     }
 

@@ -79,7 +79,7 @@ where
     G: Genace,
 {
     pub async fn handle_message(&self, body: &str) -> Result<Dispatched, StageError> {
-        let msg = crate::queue::WorkMessage::parse(body).map_err(|e| StageError::Malformed(e.to_string()))?;
+        let msg = crate::stage::work_message(body)?;
         self.dispatch(&msg.operation_id).await
     }
 

@@ -52,7 +52,7 @@ pub fn next_poll_delay(accepted_at: Option<DateTime<Utc>>, now: DateTime<Utc>, m
 
 impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
     pub async fn handle_message(&self, body: &str) -> Result<Polled, StageError> {
-        let msg = crate::queue::WorkMessage::parse(body).map_err(|e| StageError::Malformed(e.to_string()))?;
+        let msg = crate::stage::work_message(body)?;
         self.poll(&msg.operation_id).await
     }
 

@@ -80,3 +80,28 @@ pub fn case_opened(rec: &OperationRecord) {
         metrics::count("CasesOpened", &[("Reason", &reason)]);
     }
 }
+
+/// Runs an SQS-triggered Lambda: every message body goes to `handle`, and
+/// the failures are reported as batch item failures.
+pub async fn serve_sqs<'a, F, Fut>(handle: F) -> Result<(), lambda_runtime::Error>
+where
+    F: Fn(String) -> Fut + Copy + Send,
+    Fut: Future<Output = Result<(), StageError>> + Send + 'a,
+{
+    // Each message's future is boxed: stage futures are deep, and inlining
+    // them into the runtime's own future exceeds the compiler's layout limits.
+    let boxed = move |body: String| -> std::pin::Pin<Box<dyn Future<Output = Result<(), StageError>> + Send + 'a>> {
+        Box::pin(handle(body))
+    };
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<SqsEvent>| async move {
+            Ok::<SqsBatchResponse, lambda_runtime::Error>(process_batch(event.payload, boxed).await)
+        },
+    ))
+    .await
+}
+
+/// Parses a stage message body.
+pub fn work_message(body: &str) -> Result<crate::queue::WorkMessage, StageError> {
+    crate::queue::WorkMessage::parse(body).map_err(|e| StageError::Malformed(e.to_string()))
+}
