@@ -1,44 +1,59 @@
 #!/usr/bin/env bash
-# Runs Genace operations on this machine with no AWS account: builds the
-# binaries, starts local AWS (installing moto if needed), provisions the
-# resources and serves intake on http://127.0.0.1:$INTAKE_PORT.
-# Ctrl-C stops everything it started.
+# Runs Genace operations on this machine with no AWS account and no Genace
+# key: builds the binaries, starts local AWS (installing moto if needed), the
+# Genace simulator and the local runner (intake, dispatch, poll, deliver,
+# recovery and the sweep), prints the API URL, a token and a curl example,
+# then shows one line per phase change. Ctrl-C stops everything it started.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export MOTO_PORT="${MOTO_PORT:-5000}"
 export INTAKE_PORT="${INTAKE_PORT:-3000}"
+export SIM_PORT="${SIM_PORT:-9400}"
 export LOG_FORMAT="${LOG_FORMAT:-text}"
+export RUST_LOG="${RUST_LOG:-warn}"
+export METRICS_DISABLED="${METRICS_DISABLED:-true}"
+export GENACE_BASE_URL="${GENACE_BASE_URL:-http://127.0.0.1:$SIM_PORT}"
+export GENACE_API_KEY="${GENACE_API_KEY:-local-simulator}"
+export GENACE_TIMEOUT_SECONDS="${GENACE_TIMEOUT_SECONDS:-10}"
+# The simulator serves outputs over http on loopback.
+export DELIVERY_ALLOW_HTTP="${DELIVERY_ALLOW_HTTP:-true}"
+export DELIVERY_ALLOW_PRIVATE="${DELIVERY_ALLOW_PRIVATE:-true}"
+export DISPATCH_LEASE_SECONDS="${DISPATCH_LEASE_SECONDS:-30}"
+export SWEEP_INTERVAL_SECONDS="${SWEEP_INTERVAL_SECONDS:-15}"
 
-cargo build --quiet -p genace-local
-BIN="$ROOT/target/debug/genace-local"
+cargo build --quiet -p genace-local --bins
+BIN="$ROOT/target/debug"
 
 children=()
 cleanup() {
   trap - EXIT INT TERM
   for pid in "${children[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   scripts/local-aws.sh stop
 }
 trap cleanup EXIT INT TERM
 
 scripts/local-aws.sh server
 eval "$(scripts/local-aws.sh env)"
-"$BIN" provision >/dev/null
 
-"$BIN" serve &
+"$BIN/genace-sim" >"$ROOT/.local/genace-sim.log" 2>&1 &
 children+=($!)
-for _ in $(seq 1 50); do
+"$BIN/genace-local" run &
+children+=($!)
+for _ in $(seq 1 100); do
   curl -s -o /dev/null "http://127.0.0.1:$INTAKE_PORT/" && break
   sleep 0.1
 done
 
-TOKEN="$("$BIN" token "${TENANT:-tenant-dev}")"
+TENANT="${TENANT:-tenant-dev}"
+TOKEN="$("$BIN/genace-local" token "$TENANT")"
 cat <<INFO
 
-Genace operations is running locally.
+Genace operations is running locally (Genace simulator: $GENACE_BASE_URL).
   API:    http://127.0.0.1:$INTAKE_PORT/v1/operations
-  Tenant: ${TENANT:-tenant-dev}
+  Tenant: $TENANT
   Token:  $TOKEN
 
 Try:
@@ -46,6 +61,6 @@ Try:
     -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\
     -d '{"operation_key":"demo-1","media_type":"video","specification":{"model":"genace-video-2","prompt":"a lighthouse at dusk","duration":5}}'
 
-Press Ctrl-C to stop.
+Phase changes follow. Press Ctrl-C to stop.
 INFO
 wait

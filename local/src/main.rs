@@ -2,34 +2,28 @@
 //!
 //! - `genace-local provision`: creates the table, queues and bucket on the
 //!   endpoint named by `AWS_ENDPOINT_URL` (idempotent) and prints them.
-//! - `genace-local serve`: serves intake on `127.0.0.1:$INTAKE_PORT` (default 3000),
-//!   verifying development JWTs the way the API Gateway authorizer does.
-//! - `genace-local token <tenant>`: prints a development token for a tenant.
+//! - `genace-local run`: provisions, then hosts the whole stack: intake on
+//!   `127.0.0.1:$INTAKE_PORT` (default 3000) behind development JWTs, the
+//!   dispatch, poll, deliver and recovery consumers, and the sweep timer.
+//! - `genace-local token <tenant> [--ttl SECONDS]`: prints a development token.
 
-mod devauth;
-mod serve;
-
-use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 
+use genace_local::{devauth, runner};
 use shared::aws;
 use shared::config::{Config, ResourceNames};
-use shared::intake::Intake;
+use shared::genace::GenaceConfig;
 use shared::provision;
-use shared::queue::SqsQueue;
-use shared::storage::S3Store;
-use shared::store::DynamoStore;
 
-const USAGE: &str = "usage: genace-local provision | serve | token <tenant> [--ttl SECONDS]";
+const USAGE: &str = "usage: genace-local provision | run | token <tenant> [--ttl SECONDS]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
     shared::telemetry::init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("provision") => provision_local().await,
-        Some("serve") => serve_intake().await,
+        Some("provision") => provision_local().await.map(|_| ()),
+        Some("run") => run().await,
         Some("token") => token(&args[1..]),
         _ => Err(USAGE.to_owned()),
     };
@@ -42,46 +36,31 @@ async fn main() -> ExitCode {
     }
 }
 
-fn require_local_endpoint() -> Result<(), String> {
+async fn provision_local() -> Result<aws_config::SdkConfig, String> {
     std::env::var("AWS_ENDPOINT_URL")
-        .map(|_| ())
-        .map_err(|_| "AWS_ENDPOINT_URL must point at the local AWS endpoint (see scripts/local-aws.sh env)".into())
-}
-
-async fn provision_local() -> Result<(), String> {
-    require_local_endpoint()?;
+        .map_err(|_| "AWS_ENDPOINT_URL must point at the local AWS endpoint (see scripts/local-aws.sh env)")?;
     let sdk = aws::load().await;
     let names = ResourceNames::with_prefix("");
     let urls = provision::ensure_all(&sdk, &names).await.map_err(|e| e.to_string())?;
-    println!("table     {}", names.table);
-    println!("bucket    {}", names.bucket);
-    println!("dispatch  {}", urls.dispatch);
-    println!("poll      {}", urls.poll);
-    println!("deliver   {}", urls.deliver);
-    println!("recovery  {}", urls.recovery);
-    Ok(())
+    eprintln!(
+        "table {} | bucket {} | queues {}, {}, {}, {}",
+        names.table, names.bucket, urls.dispatch, urls.poll, urls.deliver, urls.recovery
+    );
+    Ok(sdk)
 }
 
-async fn serve_intake() -> Result<(), String> {
-    require_local_endpoint()?;
+async fn run() -> Result<(), String> {
+    let sdk = provision_local().await?;
     let config = Config::from_env().map_err(|e| e.to_string())?;
-    let port: u16 = std::env::var("INTAKE_PORT")
-        .ok()
-        .map(|p| p.parse().map_err(|_| format!("INTAKE_PORT is not a port: {p}")))
-        .transpose()?
-        .unwrap_or(3000);
-    let sdk = aws::load().await;
-    let intake = Arc::new(Intake::new(
-        DynamoStore::new(aws::dynamodb(&sdk), &config.table),
-        SqsQueue::new(aws::sqs(&sdk), config.queues.clone()),
-        S3Store::new(aws::s3(&sdk), &config.bucket),
-        config,
-    ));
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    tracing::info!(%addr, "intake listening");
-    serve::serve(addr, intake)
-        .await
-        .map_err(|e| format!("serving on {addr}: {e}"))
+    let genace = GenaceConfig::from_env()?;
+    let settings = runner::RunnerSettings::from_env()?;
+    let addr = settings.intake_addr;
+    let running = runner::start(&sdk, config, genace, settings).await?;
+    tracing::info!(%addr, "local stack running");
+    tokio::select! {
+        _ = running.wait() => Err("a stage of the local stack stopped".into()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
 }
 
 fn token(args: &[String]) -> Result<(), String> {

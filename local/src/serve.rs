@@ -1,7 +1,6 @@
 //! Intake over HTTP on loopback, through the same handler the Lambda runs.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full, Limited};
@@ -29,8 +28,7 @@ const READ_LIMIT: usize = 1024 * 1024;
 
 pub type LocalIntake = Intake<DynamoStore, SqsQueue, S3Store>;
 
-pub async fn serve(addr: SocketAddr, intake: Arc<LocalIntake>) -> std::io::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
+pub async fn serve(listener: TcpListener, intake: Arc<LocalIntake>) -> std::io::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let intake = intake.clone();

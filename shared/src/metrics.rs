@@ -29,8 +29,16 @@ pub fn document(name: &str, value: f64, unit: &str, dimensions: &[(&str, &str)])
     Value::Object(doc)
 }
 
+/// `METRICS_DISABLED=true` turns metric lines off (local runs).
+fn enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| !std::env::var("METRICS_DISABLED").is_ok_and(|v| v == "true" || v == "1"))
+}
+
 pub fn emit(name: &str, value: f64, unit: &str, dimensions: &[(&str, &str)]) {
-    println!("{}", document(name, value, unit, dimensions));
+    if enabled() {
+        println!("{}", document(name, value, unit, dimensions));
+    }
 }
 
 /// Adds one to a counter.

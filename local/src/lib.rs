@@ -1,0 +1,7 @@
+//! Genace operations on one machine: local resource provisioning, the
+//! development JWT authorizer, the intake HTTP server and the runner that
+//! hosts every stage's handler.
+
+pub mod devauth;
+pub mod runner;
+pub mod serve;

@@ -1,0 +1,334 @@
+//! The local runner: the same handler functions the Lambdas run, hosted in
+//! one process. Intake over HTTP, SQS long-poll consumers with Lambda's
+//! event-source semantics, a sweep timer, and a phase-change printer.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use shared::config::Config;
+use shared::deliver::{Deliverer, download_client};
+use shared::dispatch::Dispatcher;
+use shared::genace::{GenaceClient, GenaceConfig};
+use shared::intake::Intake;
+use shared::poll::Poller;
+use shared::queue::SqsQueue;
+use shared::stage::{StageError, process_batch};
+use shared::storage::S3Store;
+use shared::store::DynamoStore;
+use shared::sweep::Sweeper;
+use shared::{aws, recovery};
+use tokio::task::JoinSet;
+
+/// Lambda event-source settings of the local consumers.
+#[derive(Debug, Clone)]
+pub struct RunnerSettings {
+    pub intake_addr: SocketAddr,
+    /// Messages per invocation (`LOCAL_BATCH_SIZE`, default 5).
+    pub batch_size: i32,
+    /// Visibility timeout of a received message (`LOCAL_VISIBILITY_SECONDS`, default 10).
+    pub visibility_seconds: i32,
+    /// Sweep period (`SWEEP_INTERVAL_SECONDS`, default 60).
+    pub sweep_every: Duration,
+    /// Print one line per phase change (`LOCAL_PHASE_LOG`, default on).
+    pub phase_log: bool,
+}
+
+impl RunnerSettings {
+    pub fn from_env() -> Result<Self, String> {
+        let num = |name: &str, default: u64| -> Result<u64, String> {
+            match std::env::var(name) {
+                Ok(v) => v.parse().map_err(|_| format!("{name} must be a number, got {v:?}")),
+                Err(_) => Ok(default),
+            }
+        };
+        Ok(Self {
+            intake_addr: SocketAddr::from(([127, 0, 0, 1], num("INTAKE_PORT", 3000)? as u16)),
+            batch_size: num("LOCAL_BATCH_SIZE", 5)?.clamp(1, 10) as i32,
+            visibility_seconds: num("LOCAL_VISIBILITY_SECONDS", 10)? as i32,
+            sweep_every: Duration::from_secs(num("SWEEP_INTERVAL_SECONDS", 60)?.max(1)),
+            phase_log: std::env::var("LOCAL_PHASE_LOG")
+                .map(|v| v != "0" && v != "false")
+                .unwrap_or(true),
+        })
+    }
+}
+
+/// Everything the runner starts; dropping it (or `shutdown`) stops every task.
+pub struct Running {
+    tasks: JoinSet<()>,
+}
+
+impl Running {
+    pub async fn shutdown(mut self) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Waits until a task ends (none should), then stops the rest.
+    pub async fn wait(mut self) {
+        self.tasks.join_next().await;
+        self.shutdown().await;
+    }
+}
+
+/// Starts the whole stack in this process.
+pub async fn start(
+    sdk: &SdkConfig,
+    config: Config,
+    genace: GenaceConfig,
+    settings: RunnerSettings,
+) -> Result<Running, String> {
+    let store = DynamoStore::new(aws::dynamodb(sdk), &config.table);
+    let queue = SqsQueue::new(aws::sqs(sdk), config.queues.clone());
+    let objects = S3Store::new(aws::s3(sdk), &config.bucket);
+    let genace_client = GenaceClient::new(genace).map_err(|e| e.to_string())?;
+    let mut tasks = JoinSet::new();
+
+    let intake = Arc::new(Intake::new(
+        store.clone(),
+        queue.clone(),
+        objects.clone(),
+        config.clone(),
+    ));
+    let listener = tokio::net::TcpListener::bind(settings.intake_addr)
+        .await
+        .map_err(|e| format!("binding intake to {}: {e}", settings.intake_addr))?;
+    tasks.spawn(async move {
+        if let Err(e) = crate::serve::serve(listener, intake).await {
+            tracing::error!(error = %e, "intake server stopped");
+        }
+    });
+
+    let sqs = aws::sqs(sdk);
+    let dispatcher = Arc::new(Dispatcher {
+        store: store.clone(),
+        queue: queue.clone(),
+        genace: genace_client.clone(),
+        config: config.clone(),
+    });
+    let poller = Arc::new(Poller {
+        store: store.clone(),
+        queue: queue.clone(),
+        genace: genace_client,
+        config: config.clone(),
+    });
+    let deliverer = Arc::new(Deliverer {
+        store: store.clone(),
+        queue: queue.clone(),
+        objects,
+        http: download_client(&config.url_policy).map_err(|e| e.to_string())?,
+        config: config.clone(),
+    });
+    let consumer = Consumer {
+        sqs: sqs.clone(),
+        batch_size: settings.batch_size,
+        visibility_seconds: settings.visibility_seconds,
+    };
+    {
+        let c = consumer.clone();
+        let url = config.queues.dispatch.clone();
+        tasks.spawn(async move {
+            c.run(url, move |body| {
+                let d = dispatcher.clone();
+                async move { d.handle_message(&body).await.map(|_| ()) }
+            })
+            .await
+        });
+    }
+    {
+        let c = consumer.clone();
+        let url = config.queues.poll.clone();
+        tasks.spawn(async move {
+            c.run(url, move |body| {
+                let p = poller.clone();
+                async move { p.handle_message(&body).await.map(|_| ()) }
+            })
+            .await
+        });
+    }
+    {
+        let c = consumer.clone();
+        let url = config.queues.deliver.clone();
+        tasks.spawn(async move {
+            c.run(url, move |body| {
+                let d = deliverer.clone();
+                async move { d.handle_message(&body).await.map(|_| ()) }
+            })
+            .await
+        });
+    }
+    {
+        let c = consumer.clone();
+        let url = config.queues.recovery.clone();
+        let (store, queue, policy) = (store.clone(), queue.clone(), config.policy);
+        tasks.spawn(async move {
+            c.run(url, move |body| {
+                let (store, queue) = (store.clone(), queue.clone());
+                async move {
+                    recovery::handle_message(&store, &queue, &policy, &body)
+                        .await
+                        .map(|_| ())
+                }
+            })
+            .await
+        });
+    }
+    {
+        let sweeper = Sweeper::new(store.clone(), queue.clone(), config.clone());
+        let every = settings.sweep_every;
+        tasks.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = sweeper.run().await {
+                    tracing::warn!(error = %e, "sweep failed");
+                }
+            }
+        });
+    }
+    if settings.phase_log {
+        let ddb = aws::dynamodb(sdk);
+        let table = config.table.clone();
+        tasks.spawn(async move { phase_log(ddb, table).await });
+    }
+    Ok(Running { tasks })
+}
+
+/// One SQS queue consumed the way Lambda's event source mapping does it.
+#[derive(Clone)]
+struct Consumer {
+    sqs: aws_sdk_sqs::Client,
+    batch_size: i32,
+    visibility_seconds: i32,
+}
+
+impl Consumer {
+    async fn run<F, Fut>(&self, url: String, handle: F)
+    where
+        F: Fn(String) -> Fut + Clone,
+        Fut: Future<Output = Result<(), StageError>>,
+    {
+        let arn = format!(
+            "arn:aws:sqs:local:000000000000:{}",
+            url.rsplit('/').next().unwrap_or_default()
+        );
+        loop {
+            let received = self
+                .sqs
+                .receive_message()
+                .queue_url(&url)
+                .max_number_of_messages(self.batch_size)
+                .visibility_timeout(self.visibility_seconds)
+                .wait_time_seconds(2)
+                .send()
+                .await;
+            let messages = match received {
+                Ok(out) => out.messages.unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "receive failed");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            if messages.is_empty() {
+                continue;
+            }
+            let mut handles = HashMap::new();
+            let mut event = SqsEvent::default();
+            for m in messages {
+                let mut record = SqsMessage::default();
+                record.message_id = m.message_id.clone();
+                record.receipt_handle = m.receipt_handle.clone();
+                record.body = m.body.clone();
+                record.event_source = Some("aws:sqs".into());
+                record.event_source_arn = Some(arn.clone());
+                if let (Some(id), Some(h)) = (m.message_id, m.receipt_handle) {
+                    handles.insert(id, h);
+                }
+                event.records.push(record);
+            }
+            let response = process_batch(event, handle.clone()).await;
+            for failure in &response.batch_item_failures {
+                handles.remove(&failure.item_identifier);
+            }
+            // Delete what succeeded; failures reappear after the visibility timeout.
+            let entries: Vec<_> = handles
+                .values()
+                .enumerate()
+                .filter_map(|(i, h)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(h)
+                        .build()
+                        .ok()
+                })
+                .collect();
+            if !entries.is_empty()
+                && let Err(e) = self
+                    .sqs
+                    .delete_message_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await
+            {
+                tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "delete failed; messages will be redelivered");
+            }
+        }
+    }
+}
+
+/// Prints one line whenever an operation's phase or delivery state changes.
+async fn phase_log(ddb: aws_sdk_dynamodb::Client, table: String) {
+    let mut seen: HashMap<String, String> = HashMap::new();
+    loop {
+        let mut start = None;
+        loop {
+            let page = ddb
+                .scan()
+                .table_name(&table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await;
+            let Ok(page) = page else { break };
+            for item in page.items.unwrap_or_default() {
+                let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                let id = get("operation_id");
+                let mut line = format!("{:<13} {}", get("phase"), get("delivery_state"));
+                let job = get("remote_job_id");
+                if !job.is_empty() {
+                    line.push_str(&format!("  job={job}"));
+                }
+                if let Some(reason) = item
+                    .get("case")
+                    .and_then(|c| c.as_m().ok())
+                    .and_then(|c| c.get("reason"))
+                    .and_then(|r| r.as_s().ok())
+                {
+                    line.push_str(&format!("  case={reason}"));
+                }
+                if seen.get(&id) != Some(&line) {
+                    println!(
+                        "{}  {id}  tenant={}  {line}",
+                        chrono::Utc::now().format("%H:%M:%S"),
+                        get("tenant_id")
+                    );
+                    seen.insert(id, line);
+                }
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
