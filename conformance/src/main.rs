@@ -1,0 +1,239 @@
+//! `conformance run --target <intake base URL> --token <bearer> [options]`
+//!
+//! Starts wiremock as Genace, prints the `GENACE_BASE_URL` the deployment
+//! under test must use, and runs the acceptance scenarios through the
+//! deployment's public API.
+//!
+//! Options:
+//!   --token-b <bearer>        a second tenant's token (tenant isolation)
+//!   --genace-listen <ADDR>    where the Genace stand-in listens (default 127.0.0.1:0)
+//!   --scenario <NAME>         run only this scenario (repeatable)
+//!   --junit <FILE>            also write a JUnit XML report
+//!   --patience <SECONDS>      longest wait for an asynchronous outcome (default 120)
+//!   --lost-delay <SECONDS>    how long a "lost" 202 is held (default 40; > the deployment's Genace timeout)
+//!   --local                   start the local stack (moto + genace-local) configured to match
+//!   --list                    print the scenario names
+//!
+//! The deployment must run with FAULT_INJECTION=true, and must be able to
+//! reach the Genace stand-in and the output URLs it serves (plain http on
+//! the stand-in's address).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use conformance::api::Api;
+use conformance::genace::GenaceDouble;
+use conformance::{Context, SCENARIOS, junit, run_scenarios, summary};
+use tokio::process::{Child, Command};
+
+struct Options {
+    target: Option<String>,
+    token: Option<String>,
+    token_b: Option<String>,
+    listen: SocketAddr,
+    scenarios: Vec<String>,
+    junit: Option<PathBuf>,
+    patience: u64,
+    lost_delay: u64,
+    local: bool,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        target: None,
+        token: None,
+        token_b: None,
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        scenarios: Vec::new(),
+        junit: None,
+        patience: 120,
+        lost_delay: 40,
+        local: false,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().cloned().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--target" => o.target = Some(value()?),
+            "--token" => o.token = Some(value()?),
+            "--token-b" => o.token_b = Some(value()?),
+            "--genace-listen" => o.listen = value()?.parse().map_err(|e| format!("--genace-listen: {e}"))?,
+            "--scenario" => {
+                let name = value()?;
+                if !SCENARIOS.contains(&name.as_str()) {
+                    return Err(format!("unknown scenario {name:?}; see --list"));
+                }
+                o.scenarios.push(name);
+            }
+            "--junit" => o.junit = Some(PathBuf::from(value()?)),
+            "--patience" => o.patience = value()?.parse().map_err(|e| format!("--patience: {e}"))?,
+            "--lost-delay" => o.lost_delay = value()?.parse().map_err(|e| format!("--lost-delay: {e}"))?,
+            "--local" => o.local = true,
+            other => return Err(format!("unknown option {other:?}")),
+        }
+    }
+    Ok(o)
+}
+
+/// The local stack started by `--local`, stopped on drop.
+struct LocalStack {
+    root: PathBuf,
+    moto_port: u16,
+    runner: Child,
+}
+
+impl Drop for LocalStack {
+    fn drop(&mut self) {
+        let _ = self.runner.start_kill();
+        let _ = std::process::Command::new(self.root.join("scripts/local-aws.sh"))
+            .arg("stop")
+            .env("MOTO_PORT", self.moto_port.to_string())
+            .status();
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+async fn start_local(genace_base: &str) -> Result<(LocalStack, String, String, String), String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let moto_port = free_port().map_err(|e| e.to_string())?;
+    let intake_port = free_port().map_err(|e| e.to_string())?;
+    let ok = Command::new("cargo")
+        .args(["build", "--quiet", "-p", "genace-local", "--bin", "genace-local"])
+        .current_dir(&root)
+        .status()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !ok.success() {
+        return Err("building genace-local failed".into());
+    }
+    let ok = Command::new(root.join("scripts/local-aws.sh"))
+        .arg("server")
+        .env("MOTO_PORT", moto_port.to_string())
+        .status()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !ok.success() {
+        return Err("starting local AWS failed".into());
+    }
+    let bin = root.join("target/debug/genace-local");
+    let env = [
+        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{moto_port}")),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ACCESS_KEY_ID", "local".into()),
+        ("AWS_SECRET_ACCESS_KEY", "local".into()),
+        ("AWS_CONFIG_FILE", "/dev/null".into()),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".into()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ("INTAKE_PORT", intake_port.to_string()),
+        ("GENACE_BASE_URL", genace_base.to_owned()),
+        ("GENACE_TIMEOUT_SECONDS", "3".into()),
+        ("FAULT_INJECTION", "true".into()),
+        ("DELIVERY_ALLOW_HTTP", "true".into()),
+        ("DELIVERY_ALLOW_PRIVATE", "true".into()),
+        ("DISPATCH_LEASE_SECONDS", "8".into()),
+        ("LOCAL_VISIBILITY_SECONDS", "4".into()),
+        ("SWEEP_INTERVAL_SECONDS", "3".into()),
+        ("LOCAL_PHASE_LOG", "false".into()),
+        ("METRICS_DISABLED", "true".into()),
+        ("RUST_LOG", "error".into()),
+    ];
+    let runner = Command::new(&bin)
+        .arg("run")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting genace-local: {e}"))?;
+    let stack = LocalStack {
+        root,
+        moto_port,
+        runner,
+    };
+    let target = format!("http://127.0.0.1:{intake_port}");
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", intake_port)).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let token = |tenant: &str| {
+        std::process::Command::new(&bin)
+            .args(["token", tenant])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .map_err(|e| e.to_string())
+    };
+    let a = token("conformance-tenant-a")?;
+    let b = token("conformance-tenant-b")?;
+    Ok((stack, target, a, b))
+}
+
+async fn run(o: Options) -> Result<bool, String> {
+    let genace = GenaceDouble::start(o.listen)
+        .await
+        .map_err(|e| format!("starting the Genace stand-in: {e}"))?;
+    println!("GENACE_BASE_URL={}", genace.base_url());
+    let mut _stack = None;
+    let (target, token, token_b) = if o.local {
+        let (stack, target, a, b) = start_local(&genace.base_url()).await?;
+        _stack = Some(stack);
+        (target, a, Some(b))
+    } else {
+        (
+            o.target.clone().ok_or("--target is required (or --local)")?,
+            o.token.clone().ok_or("--token is required (or --local)")?,
+            o.token_b.clone(),
+        )
+    };
+    println!("target: {target}");
+    let ctx = Context {
+        api: Api::new(&target, &token),
+        api_other_tenant: token_b.map(|t| Api::new(&target, &t)),
+        genace,
+        patience: Duration::from_secs(o.patience),
+        lost_delay: Duration::from_secs(o.lost_delay),
+        run_id: uuid::Uuid::new_v4().simple().to_string()[..10].to_owned(),
+    };
+    let results = run_scenarios(&ctx, &o.scenarios).await;
+    print!("{}", summary(&results));
+    if let Some(path) = &o.junit {
+        std::fs::write(path, junit(&results)).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(results.iter().all(|r| r.outcome.is_ok()))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("--list") | Some("list") => {
+            SCENARIOS.iter().for_each(|s| println!("{s}"));
+            ExitCode::SUCCESS
+        }
+        Some("run") => match parse(&args[1..]) {
+            Ok(o) => match run(o).await {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("conformance: {e}");
+                    ExitCode::from(2)
+                }
+            },
+            Err(e) => {
+                eprintln!("conformance: {e}");
+                ExitCode::from(2)
+            }
+        },
+        _ => {
+            eprintln!(
+                "usage: conformance run --target <URL> --token <BEARER> [options] | conformance run --local | conformance --list"
+            );
+            ExitCode::from(2)
+        }
+    }
+}
