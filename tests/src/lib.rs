@@ -1,1 +1,3 @@
-//! End-to-end tests live in this crate's `tests/` folder.
+//! End-to-end tests live in this crate's `tests/` folder: the whole stack,
+//! hosted in-process by the local runner against the local AWS endpoint,
+//! checked by the conformance suite.
