@@ -52,7 +52,7 @@ async fn provision_local() -> Result<aws_config::SdkConfig, String> {
 async fn run() -> Result<(), String> {
     let sdk = provision_local().await?;
     let config = Config::from_env().map_err(|e| e.to_string())?;
-    let genace = GenaceConfig::from_env()?;
+    let genace = GenaceConfig::load(&sdk).await?;
     let settings = runner::RunnerSettings::from_env()?;
     let addr = settings.intake_addr;
     let running = runner::start(&sdk, config, genace, settings).await?;

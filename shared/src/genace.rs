@@ -59,6 +59,41 @@ impl GenaceConfig {
         }
         Ok(conf)
     }
+
+    /// [`GenaceConfig::from_env`], with the API key read from Secrets Manager
+    /// when `GENACE_API_KEY_SECRET_ARN` is set (the deployed way: the key is
+    /// never a plain-text parameter). The secret is the key itself, or JSON
+    /// with an `api_key` member.
+    pub async fn load(sdk: &aws_config::SdkConfig) -> Result<Self, String> {
+        let mut conf = Self::from_env()?;
+        if let Some(arn) = std::env::var("GENACE_API_KEY_SECRET_ARN")
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            let secret = aws_sdk_secretsmanager::Client::new(sdk)
+                .get_secret_value()
+                .secret_id(&arn)
+                .send()
+                .await
+                .map_err(|e| {
+                    format!(
+                        "reading the Genace API key secret: {}",
+                        aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+                    )
+                })?
+                .secret_string
+                .ok_or("the Genace API key secret has no string value")?;
+            conf.api_key = api_key_from_secret(&secret);
+        }
+        Ok(conf)
+    }
+}
+
+fn api_key_from_secret(secret: &str) -> String {
+    serde_json::from_str::<Value>(secret)
+        .ok()
+        .and_then(|v| v.get("api_key").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| secret.trim().to_owned())
 }
 
 /// Every way a job-creating POST can end. Exactly one applies.
@@ -518,6 +553,12 @@ mod tests {
             ));
         }
         assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+    }
+
+    #[test]
+    fn the_secret_may_be_the_key_or_json() {
+        assert_eq!(api_key_from_secret("sk-live-123\n"), "sk-live-123");
+        assert_eq!(api_key_from_secret(r#"{"api_key":"sk-json"}"#), "sk-json");
     }
 
     #[test]

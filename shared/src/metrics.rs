@@ -17,7 +17,12 @@ pub fn document(name: &str, value: f64, unit: &str, dimensions: &[(&str, &str)])
             "Timestamp": chrono::Utc::now().timestamp_millis(),
             "CloudWatchMetrics": [{
                 "Namespace": namespace(),
-                "Dimensions": [dimensions.iter().map(|(k, _)| *k).collect::<Vec<_>>()],
+                // With dimensions, also publish the total (the empty set) so alarms need no metric math.
+                "Dimensions": if dimensions.is_empty() {
+                    json!([[]])
+                } else {
+                    json!([dimensions.iter().map(|(k, _)| *k).collect::<Vec<_>>(), []])
+                },
                 "Metrics": [{"Name": name, "Unit": unit}],
             }],
         }),
@@ -55,7 +60,7 @@ mod tests {
         let d = document("CasesOpened", 1.0, "Count", &[("Reason", "unknown_submit_outcome")]);
         let m = &d["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(m["Namespace"], "GenaceOperations");
-        assert_eq!(m["Dimensions"], json!([["Reason"]]));
+        assert_eq!(m["Dimensions"], json!([["Reason"], []]));
         assert_eq!(m["Metrics"][0]["Name"], "CasesOpened");
         assert_eq!(d["CasesOpened"], 1.0);
         assert_eq!(d["Reason"], "unknown_submit_outcome");

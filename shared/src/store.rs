@@ -202,7 +202,10 @@ impl OperationStore for DynamoStore {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Created::New),
+            Ok(_) => {
+                crate::metrics::count("PhaseEntered", &[("Phase", rec.phase.as_str())]);
+                Ok(Created::New)
+            }
             Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
                 PutItemError::ConditionalCheckFailedException(e) => match conflict(e.item()) {
                     StoreError::Conflict(Some(existing)) => Ok(Created::Existing(existing)),
@@ -262,7 +265,10 @@ impl OperationStore for DynamoStore {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Applied::Written),
+            Ok(_) => {
+                phase_metrics(prev, next);
+                Ok(Applied::Written)
+            }
             Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
                 UpdateItemError::ConditionalCheckFailedException(e) => Err(conflict(e.item())),
                 other => Err(StoreError::Service(
@@ -303,6 +309,23 @@ impl OperationStore for DynamoStore {
             items,
             next: out.last_evaluated_key.filter(|k| !k.is_empty()).map(DueCursor),
         })
+    }
+}
+
+/// Counts entries into phases and delivery outcomes, for the dashboard.
+fn phase_metrics(prev: &OperationRecord, next: &OperationRecord) {
+    use crate::record::DeliveryState;
+    if prev.phase != next.phase {
+        crate::metrics::count("PhaseEntered", &[("Phase", next.phase.as_str())]);
+    }
+    if prev.delivery_state != next.delivery_state {
+        let state = match next.delivery_state {
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::DeliveryFailed => "delivery_failed",
+            DeliveryState::Collecting => "collecting",
+            DeliveryState::NotCollected => "not_collected",
+        };
+        crate::metrics::count("PhaseEntered", &[("Phase", state)]);
     }
 }
 

@@ -16,7 +16,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let poller = &Poller {
         store: DynamoStore::new(aws::dynamodb(&sdk), &config.table),
         queue: SqsQueue::new(aws::sqs(&sdk), config.queues.clone()),
-        genace: GenaceClient::new(GenaceConfig::from_env()?)?,
+        genace: GenaceClient::new(GenaceConfig::load(&sdk).await?)?,
         config,
     };
     serve_sqs(move |body| async move { poller.handle_message(&body).await.map(|_| ()) }).await

@@ -1,0 +1,288 @@
+//! The SAM template, read as data: least privilege per function, partial
+//! batch responses on every queue consumer, a DLQ on every queue, visibility
+//! timeouts of at least six times the consumer's timeout, and fault injection
+//! kept out of production.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_yaml::Value;
+
+fn template() -> Value {
+    let text = include_str!("../../infra/template.yaml");
+    serde_yaml::from_str(text).expect("the template is YAML")
+}
+
+/// Strips CloudFormation tags (`!Ref`, `!GetAtt`, ...) down to their values.
+fn untag(v: &Value) -> &Value {
+    match v {
+        Value::Tagged(t) => untag(&t.value),
+        other => other,
+    }
+}
+
+fn resources(t: &Value) -> BTreeMap<String, Value> {
+    untag(&t["Resources"])
+        .as_mapping()
+        .expect("Resources")
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.clone()))
+        .collect()
+}
+
+fn functions(t: &Value) -> BTreeMap<String, Value> {
+    resources(t)
+        .into_iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
+        .collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    match untag(v) {
+        Value::String(s) => vec![s.clone()],
+        Value::Sequence(items) => items.iter().flat_map(strings).collect(),
+        _ => vec![],
+    }
+}
+
+/// Every (action, resource text) a function's inline policies allow.
+fn grants(f: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for policy in untag(&f["Properties"]["Policies"]).as_sequence().into_iter().flatten() {
+        for stmt in untag(&policy["Statement"]).as_sequence().into_iter().flatten() {
+            assert_eq!(stmt["Effect"], "Allow");
+            let resource = format!("{:?}", stmt["Resource"]);
+            for action in strings(&stmt["Action"]) {
+                out.push((action, resource.clone()));
+            }
+        }
+    }
+    out
+}
+
+fn actions(f: &Value) -> BTreeSet<String> {
+    grants(f).into_iter().map(|(a, _)| a).collect()
+}
+
+#[test]
+fn every_function_has_only_the_actions_it_uses() {
+    let t = template();
+    let expected: BTreeMap<&str, &[&str]> = BTreeMap::from([
+        (
+            "IntakeFunction",
+            &[
+                "dynamodb:PutItem",
+                "dynamodb:GetItem",
+                "sqs:SendMessage",
+                "s3:GetObject",
+            ][..],
+        ),
+        (
+            "DispatchFunction",
+            &[
+                "dynamodb:GetItem",
+                "dynamodb:UpdateItem",
+                "sqs:SendMessage",
+                "secretsmanager:GetSecretValue",
+            ][..],
+        ),
+        (
+            "PollFunction",
+            &[
+                "dynamodb:GetItem",
+                "dynamodb:UpdateItem",
+                "sqs:SendMessage",
+                "secretsmanager:GetSecretValue",
+            ][..],
+        ),
+        (
+            "DeliverFunction",
+            &[
+                "dynamodb:GetItem",
+                "dynamodb:UpdateItem",
+                "sqs:SendMessage",
+                "s3:PutObject",
+                "s3:GetObject",
+                "s3:AbortMultipartUpload",
+            ][..],
+        ),
+        (
+            "RecoveryFunction",
+            &["dynamodb:GetItem", "dynamodb:UpdateItem", "sqs:SendMessage"][..],
+        ),
+        (
+            "SweepFunction",
+            &[
+                "dynamodb:Query",
+                "dynamodb:GetItem",
+                "dynamodb:UpdateItem",
+                "sqs:SendMessage",
+            ][..],
+        ),
+    ]);
+    let fns = functions(&t);
+    assert_eq!(
+        fns.keys().map(String::as_str).collect::<BTreeSet<_>>(),
+        expected.keys().copied().collect()
+    );
+    for (name, f) in &fns {
+        let got = actions(f);
+        let want: BTreeSet<String> = expected[name.as_str()].iter().map(|s| s.to_string()).collect();
+        assert_eq!(got, want, "{name}");
+        for (action, resource) in grants(f) {
+            assert!(!action.contains('*'), "{name}: wildcard action {action}");
+            assert!(!resource.contains("\"*\""), "{name}: {action} on every resource");
+        }
+    }
+    // Intake cannot write objects; dispatch cannot touch objects at all.
+    assert!(
+        !actions(&fns["IntakeFunction"])
+            .iter()
+            .any(|a| a.starts_with("s3:Put") || a.contains("Delete"))
+    );
+    assert!(!actions(&fns["DispatchFunction"]).iter().any(|a| a.starts_with("s3:")));
+    // Only dispatch may send to the recovery queue.
+    for (name, f) in &fns {
+        let sends_recovery = grants(f)
+            .iter()
+            .any(|(a, r)| a == "sqs:SendMessage" && r.contains("RecoveryQueue"));
+        assert_eq!(sends_recovery, name == "DispatchFunction", "{name}");
+    }
+}
+
+#[test]
+fn functions_are_rust_on_arm64() {
+    let t = template();
+    let globals = &t["Globals"]["Function"];
+    assert_eq!(globals["Runtime"], "provided.al2023");
+    assert_eq!(strings(&globals["Architectures"]), ["arm64"]);
+    for (name, f) in functions(&t) {
+        assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
+        let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap().to_owned();
+        assert_eq!(format!("{}Function", capitalize(&binary)), name);
+    }
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
+}
+
+fn timeout(t: &Value, f: &Value) -> u64 {
+    f["Properties"]["Timeout"]
+        .as_u64()
+        .or_else(|| t["Globals"]["Function"]["Timeout"].as_u64())
+        .unwrap()
+}
+
+#[test]
+fn queue_consumers_report_partial_failures_and_queues_fit_their_consumers() {
+    let t = template();
+    let res = resources(&t);
+    let mut consumed = BTreeSet::new();
+    for (name, f) in functions(&t) {
+        for (_, event) in untag(&f["Properties"]["Events"]).as_mapping().into_iter().flatten() {
+            if event["Type"] != "SQS" {
+                continue;
+            }
+            let props = &event["Properties"];
+            assert_eq!(
+                strings(&props["FunctionResponseTypes"]),
+                ["ReportBatchItemFailures"],
+                "{name}"
+            );
+            assert!(
+                props["BatchSize"].as_u64().is_some(),
+                "{name}: the batch size is chosen deliberately"
+            );
+            let queue = strings(&props["Queue"])[0].trim_end_matches(".Arn").to_owned();
+            let visibility = res[&queue]["Properties"]["VisibilityTimeout"].as_u64().unwrap();
+            assert!(
+                visibility >= 6 * timeout(&t, &f),
+                "{queue}: visibility {visibility} < 6 x {name}'s timeout"
+            );
+            consumed.insert(queue);
+        }
+    }
+    assert_eq!(consumed.len(), 4, "dispatch, poll, deliver and recovery are consumed");
+    for (name, r) in &res {
+        if r["Type"] != "AWS::SQS::Queue" {
+            continue;
+        }
+        assert!(
+            r["Properties"]["SqsManagedSseEnabled"] == Value::Bool(true)
+                || !r["Properties"]["KmsMasterKeyId"].is_null(),
+            "{name}: encryption"
+        );
+        if name.ends_with("DeadLetterQueue") {
+            continue;
+        }
+        let redrive = &r["Properties"]["RedrivePolicy"];
+        let dlq = strings(&redrive["deadLetterTargetArn"])[0].clone();
+        assert!(dlq.ends_with("DeadLetterQueue.Arn"), "{name}: DLQ {dlq}");
+        assert!(redrive["maxReceiveCount"].as_u64().is_some_and(|n| n > 0), "{name}");
+    }
+}
+
+#[test]
+fn dispatch_outlives_the_genace_timeout_and_deliver_can_stream() {
+    let t = template();
+    let fns = functions(&t);
+    let genace_timeout: u64 = t["Globals"]["Function"]["Environment"]["Variables"]["GENACE_TIMEOUT_SECONDS"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(timeout(&t, &fns["DispatchFunction"]) > genace_timeout);
+    let lease: u64 = t["Globals"]["Function"]["Environment"]["Variables"]["DISPATCH_LEASE_SECONDS"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        lease > timeout(&t, &fns["DispatchFunction"]),
+        "a claim outlives the dispatcher holding it"
+    );
+    assert_eq!(timeout(&t, &fns["DeliverFunction"]), 900);
+}
+
+#[test]
+fn fault_injection_is_off_by_default_and_refused_in_prod() {
+    let t = template();
+    assert_eq!(t["Parameters"]["FaultInjection"]["Default"], "disabled");
+    let rule = &t["Rules"]["NoFaultInjectionInProd"];
+    assert!(format!("{:?}", rule["RuleCondition"]).contains("prod"));
+    assert!(format!("{:?}", rule["Assertions"]).contains("disabled"));
+    let secret = &t["Parameters"]["GenaceApiKeySecretArn"];
+    assert!(secret["AllowedPattern"].as_str().unwrap().contains("secretsmanager"));
+    assert!(
+        t["Parameters"].get("GenaceApiKey").is_none(),
+        "the key is never a plain parameter"
+    );
+}
+
+#[test]
+fn storage_is_protected() {
+    let t = template();
+    let res = resources(&t);
+    let table = &res["OperationsTable"]["Properties"];
+    assert_eq!(table["BillingMode"], "PAY_PER_REQUEST");
+    assert_eq!(
+        table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"],
+        true
+    );
+    assert_eq!(table["SSESpecification"]["SSEEnabled"], true);
+    assert_eq!(table["TimeToLiveSpecification"]["AttributeName"], "expires_at");
+    assert_eq!(table["GlobalSecondaryIndexes"][0]["IndexName"], "due-index");
+    let bucket = &res["OutputBucket"]["Properties"];
+    for flag in [
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ] {
+        assert_eq!(bucket["PublicAccessBlockConfiguration"][flag], true, "{flag}");
+    }
+    assert!(bucket["LifecycleConfiguration"]["Rules"][0]["AbortIncompleteMultipartUpload"].is_mapping());
+}
