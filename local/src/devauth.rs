@@ -19,15 +19,32 @@ pub fn secret() -> Vec<u8> {
 
 /// A token for `tenant`, valid for `ttl_seconds`, carrying the tenant under `claim`.
 pub fn issue(claim: &str, tenant: &str, ttl_seconds: i64) -> Result<String, String> {
-    let now = chrono::Utc::now().timestamp();
     let mut claims = Map::new();
-    claims.insert("iss".into(), json!(ISSUER));
-    claims.insert("aud".into(), json!(AUDIENCE));
     claims.insert("sub".into(), json!(format!("dev-user@{tenant}")));
-    claims.insert("iat".into(), json!(now));
-    claims.insert("exp".into(), json!(now + ttl_seconds));
     claims.insert("scope".into(), json!("operations.read operations.write"));
     claims.insert(claim.into(), json!(tenant));
+    issue_claims(claims, ttl_seconds)
+}
+
+/// An operator's token (`scope` includes `genace:operator`), limited to
+/// `tenant` under `claim` when given.
+pub fn issue_operator(subject: &str, claim: &str, tenant: Option<&str>, ttl_seconds: i64) -> Result<String, String> {
+    let mut claims = Map::new();
+    claims.insert("sub".into(), json!(subject));
+    claims.insert("scope".into(), json!("operations.read genace:operator"));
+    if let Some(t) = tenant {
+        claims.insert(claim.into(), json!(t));
+    }
+    issue_claims(claims, ttl_seconds)
+}
+
+/// Signs `claims` plus issuer, audience and validity.
+pub fn issue_claims(mut claims: Map<String, Value>, ttl_seconds: i64) -> Result<String, String> {
+    let now = chrono::Utc::now().timestamp();
+    claims.insert("iss".into(), json!(ISSUER));
+    claims.insert("aud".into(), json!(AUDIENCE));
+    claims.insert("iat".into(), json!(now));
+    claims.insert("exp".into(), json!(now + ttl_seconds));
     let key = EncodingKey::from_secret(&secret()).map_err(|e| e.to_string())?;
     jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key).map_err(|e| e.to_string())
 }

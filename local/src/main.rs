@@ -15,7 +15,8 @@ use shared::config::{Config, ResourceNames};
 use shared::genace::GenaceConfig;
 use shared::provision;
 
-const USAGE: &str = "usage: genace-local provision | run | token <tenant> [--ttl SECONDS]";
+const USAGE: &str =
+    "usage: genace-local provision | run | token <tenant> [--ttl SECONDS] | token --operator <name> [--tenant T]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -64,6 +65,16 @@ async fn run() -> Result<(), String> {
 }
 
 fn token(args: &[String]) -> Result<(), String> {
+    let claim = std::env::var("TENANT_CLAIM").unwrap_or_else(|_| "tenant_id".into());
+    if args.first().map(String::as_str) == Some("--operator") {
+        let name = args.get(1).ok_or(USAGE)?;
+        let tenant = args.iter().position(|a| a == "--tenant").and_then(|i| args.get(i + 1));
+        println!(
+            "{}",
+            devauth::issue_operator(name, &claim, tenant.map(String::as_str), 12 * 3600)?
+        );
+        return Ok(());
+    }
     let tenant = args.first().filter(|a| !a.starts_with("--")).ok_or(USAGE)?;
     let ttl = match args.iter().position(|a| a == "--ttl") {
         Some(i) => args
@@ -72,7 +83,6 @@ fn token(args: &[String]) -> Result<(), String> {
             .ok_or("--ttl needs a number of seconds")?,
         None => 12 * 3600,
     };
-    let claim = std::env::var("TENANT_CLAIM").unwrap_or_else(|_| "tenant_id".into());
     println!("{}", devauth::issue(&claim, tenant, ttl)?);
     Ok(())
 }

@@ -9,9 +9,12 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Map, Value, json};
 use tracing::error;
 
+use crate::admin::Operator;
 use crate::domain::{Intent, InvalidInput, OperationId, TenantId};
 use crate::intake::{Intake, IntakeError, Submitted};
+use crate::machine::Resolution;
 use crate::queue::WorkQueue;
+use crate::record::CaseReason;
 use crate::record::OperationRecord;
 use crate::storage::ObjectStore;
 use crate::store::OperationStore;
@@ -88,6 +91,15 @@ impl From<IntakeError> for Problem {
                 .with("operation_id", id)
             }
             IntakeError::NotFound => not_found(),
+            IntakeError::Refused(refusal) => Problem::new(
+                StatusCode::CONFLICT,
+                "wrong-phase",
+                "The operation is not in a phase that allows this",
+                refusal.to_string(),
+            ),
+            IntakeError::Store(crate::store::StoreError::Cursor) => {
+                Problem::from(InvalidInput::new("cursor", "is not a cursor this API returned"))
+            }
             IntakeError::Store(inner) => {
                 error!(error = %inner, "store failure");
                 Problem::new(
@@ -146,6 +158,9 @@ pub fn view(rec: &OperationRecord) -> Value {
         "remote_job_id": rec.remote_job_id,
         "remote_state": rec.remote_state,
         "observed_at": rec.observed_at,
+        "accepted_at": rec.accepted_at,
+        "settlement": rec.settlement,
+        "delivery_attempts": rec.delivery_attempts,
         "created_at": rec.created_at,
         "updated_at": rec.updated_at,
     });
@@ -156,6 +171,9 @@ pub fn view(rec: &OperationRecord) -> Value {
     if let Some(err) = &rec.last_error {
         obj.insert("last_error".into(), json!(err));
     }
+    if !rec.audit.is_empty() {
+        obj.insert("audit".into(), json!(rec.audit));
+    }
     v
 }
 
@@ -163,6 +181,90 @@ fn json_response(status: StatusCode) -> lambda_http::http::response::Builder {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")
+}
+
+fn claims(req: &Request) -> Option<&std::collections::HashMap<String, String>> {
+    match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx.authorizer.as_ref()?.jwt.as_ref().map(|j| &j.claims),
+        _ => None,
+    }
+}
+
+/// The operator behind a request, if its token carries the operator claim.
+/// A token that also names a tenant limits the operator to that tenant.
+fn operator(req: &Request, config: &crate::config::Config) -> Option<Operator> {
+    let claims = claims(req)?;
+    let values = claims.get(&config.operator_claim)?;
+    let is_operator = values
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .any(|v| v == config.operator_value);
+    if !is_operator {
+        return None;
+    }
+    Some(Operator {
+        actor: claims.get("sub").cloned().unwrap_or_else(|| "unknown".into()),
+        tenant: claims.get(&config.tenant_claim).and_then(|t| TenantId::parse(t).ok()),
+    })
+}
+
+fn require_operator(req: &Request, config: &crate::config::Config) -> Result<Operator, Problem> {
+    if claims(req).is_none() {
+        return Err(Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "No credentials",
+            "Send a bearer token.",
+        ));
+    }
+    operator(req, config).ok_or_else(|| {
+        Problem::new(
+            StatusCode::FORBIDDEN,
+            "operator-only",
+            "Operators only",
+            format!(
+                "This route needs {:?} in the {:?} claim.",
+                config.operator_value, config.operator_claim
+            ),
+        )
+    })
+}
+
+/// Query parameters, percent-decoded.
+fn query(req: &Request) -> std::collections::HashMap<String, String> {
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            let decoded = match bytes[i] {
+                b'+' => Some((b' ', 1)),
+                b'%' => bytes
+                    .get(i + 1)
+                    .and_then(|h| hex(*h))
+                    .zip(bytes.get(i + 2).and_then(|l| hex(*l)))
+                    .map(|(h, l)| (h * 16 + l, 3)),
+                _ => None,
+            };
+            let (byte, used) = decoded.unwrap_or((bytes[i], 1));
+            out.push(byte);
+            i += used;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
 }
 
 fn claims_tenant(req: &Request, claim: &str) -> Result<TenantId, Problem> {
@@ -198,6 +300,8 @@ fn is_json(req: &Request) -> bool {
 enum Route {
     Operations,
     Operation(String),
+    Resolution(String),
+    Cases,
 }
 
 fn route(path: &str) -> Option<Route> {
@@ -209,6 +313,8 @@ fn route(path: &str) -> Option<Route> {
     match segments.as_slice() {
         [.., "v1", "operations"] => Some(Route::Operations),
         [.., "v1", "operations", id] => Some(Route::Operation((*id).to_owned())),
+        [.., "v1", "operations", id, "resolution"] => Some(Route::Resolution((*id).to_owned())),
+        [.., "v1", "reconciliation-cases"] => Some(Route::Cases),
         _ => None,
     }
 }
@@ -243,6 +349,10 @@ async fn dispatch<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
         (Some(Route::Operations), _) => Err(method_not_allowed("POST")),
         (Some(Route::Operation(id)), &Method::GET) => read(intake, &req, &id).await,
         (Some(Route::Operation(_)), _) => Err(method_not_allowed("GET")),
+        (Some(Route::Resolution(id)), &Method::POST) => resolve(intake, req, &id).await,
+        (Some(Route::Resolution(_)), _) => Err(method_not_allowed("POST")),
+        (Some(Route::Cases), &Method::GET) => list_cases(intake, &req).await,
+        (Some(Route::Cases), _) => Err(method_not_allowed("GET")),
         (None, _) => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "no-route",
@@ -314,9 +424,119 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     req: &Request,
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
-    let tenant = claims_tenant(req, &intake.config.tenant_claim)?;
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
-    let rec = intake.get(&tenant, &id, Utc::now()).await?;
+    let rec = match operator(req, &intake.config) {
+        Some(op) => intake.operator_get(&op, &id).await?,
+        None => {
+            let tenant = claims_tenant(req, &intake.config.tenant_claim)?;
+            intake.get(&tenant, &id, Utc::now()).await?
+        }
+    };
+    let body = view_with_links(&rec, &intake.links(&rec).await);
+    Ok(json_response(StatusCode::OK)
+        .body(Body::Text(body.to_string()))
+        .expect("valid response"))
+}
+
+async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
+    intake: &Intake<S, Q, O>,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let op = require_operator(req, &intake.config)?;
+    let q = query(req);
+    let tenant = q
+        .get("tenant")
+        .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
+        .transpose()?;
+    let reason = q
+        .get("reason")
+        .map(|r| {
+            serde_json::from_value::<CaseReason>(Value::String(r.clone()))
+                .map_err(|_| Problem::from(InvalidInput::new("reason", "is not a case reason")))
+        })
+        .transpose()?;
+    let limit = match q.get("limit") {
+        None => 25,
+        Some(l) => l
+            .parse::<i32>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| Problem::from(InvalidInput::new("limit", "must be 1-100")))?,
+    };
+    let page = intake
+        .cases(&op, tenant, reason, limit, q.get("cursor").map(String::as_str))
+        .await?;
+    let cases: Vec<Value> = page.records.iter().map(case_view).collect();
+    let body = json!({"cases": cases, "next_cursor": page.next});
+    Ok(json_response(StatusCode::OK)
+        .body(Body::Text(body.to_string()))
+        .expect("valid response"))
+}
+
+/// One open case as the case list shows it.
+pub fn case_view(rec: &OperationRecord) -> Value {
+    json!({
+        "operation_id": rec.operation_id,
+        "tenant_id": rec.tenant_id,
+        "operation_key": rec.operation_key,
+        "phase": rec.phase,
+        "delivery_state": rec.delivery_state,
+        "remote_job_id": rec.remote_job_id,
+        "reason": rec.case.as_ref().map(|c| c.reason),
+        "opened_at": rec.case.as_ref().map(|c| c.opened_at),
+        "evidence": rec.case.as_ref().map(|c| c.evidence.clone()),
+    })
+}
+
+async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
+    intake: &Intake<S, Q, O>,
+    req: Request,
+    raw_id: &str,
+) -> Result<Response<Body>, Problem> {
+    let op = require_operator(&req, &intake.config)?;
+    if !is_json(&req) {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "The request body must be JSON",
+            "Send Content-Type: application/json.",
+        ));
+    }
+    let body: Value = serde_json::from_slice(req.body().as_ref()).map_err(|e| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+            "The body is not valid JSON",
+            e.to_string(),
+        )
+    })?;
+    let text = |name: &str| {
+        body.get(name)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    };
+    let reason = text("reason").ok_or_else(|| Problem::from(InvalidInput::new("reason", "is required")))?;
+    let resolution = match text("action") {
+        Some("attach_remote_job") => Resolution::AttachRemoteJob {
+            job_id: text("job_id")
+                .ok_or_else(|| Problem::from(InvalidInput::new("job_id", "is required to attach a job")))?
+                .to_owned(),
+        },
+        Some("confirm_not_created") => Resolution::ConfirmNotCreated,
+        Some("mark_settled") => Resolution::MarkSettled,
+        Some("redrive_delivery") => Resolution::RedriveDelivery,
+        Some("abandon") => Resolution::Abandon,
+        _ => {
+            return Err(InvalidInput::new(
+                "action",
+                "must be attach_remote_job, confirm_not_created, mark_settled, redrive_delivery or abandon",
+            )
+            .into());
+        }
+    };
+    let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
+    let rec = intake.resolve(&op, &id, &resolution, reason).await?;
     let body = view_with_links(&rec, &intake.links(&rec).await);
     Ok(json_response(StatusCode::OK)
         .body(Body::Text(body.to_string()))

@@ -81,6 +81,11 @@ pub struct Config {
     pub queues: QueueUrls,
     /// JWT claim that names the tenant (`TENANT_CLAIM`, default `tenant_id`).
     pub tenant_claim: String,
+    /// Claim that marks operators (`OPERATOR_CLAIM`, default `scope`; a
+    /// space-separated list, or `[a b]` as API Gateway renders groups).
+    pub operator_claim: String,
+    /// Value in that claim that makes an operator (`OPERATOR_VALUE`, default `genace:operator`).
+    pub operator_value: String,
     /// Largest accepted intake body in bytes.
     pub max_body_bytes: usize,
     /// A prepared operation older than this is re-enqueued by the sweep.
@@ -157,6 +162,8 @@ impl Config {
                 recovery: queue("RECOVERY_QUEUE_URL", |q| &q.recovery)?,
             },
             tenant_claim: var("TENANT_CLAIM").unwrap_or_else(|| "tenant_id".into()),
+            operator_claim: var("OPERATOR_CLAIM").unwrap_or_else(|| "scope".into()),
+            operator_value: var("OPERATOR_VALUE").unwrap_or_else(|| "genace:operator".into()),
             max_body_bytes: 64 * 1024,
             dispatch_grace: Duration::seconds(number("DISPATCH_GRACE_SECONDS", 60)?),
             policy: Policy {
@@ -194,6 +201,8 @@ impl Config {
             bucket: names.bucket.clone(),
             queues,
             tenant_claim: "tenant_id".into(),
+            operator_claim: "scope".into(),
+            operator_value: "genace:operator".into(),
             max_body_bytes: 64 * 1024,
             dispatch_grace: Duration::seconds(60),
             policy: Policy::default(),

@@ -18,6 +18,9 @@ pub enum IntakeError {
     /// No live operation with this id belongs to the caller.
     #[error("no such operation")]
     NotFound,
+    /// The lifecycle rules refuse the requested change in the current phase.
+    #[error("{0}")]
+    Refused(crate::machine::Refusal),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -7,6 +7,7 @@
 //! - [`intake`] and [`api`]: recording intents, and the HTTP edge with problem+json errors.
 //! - [`config`], [`aws`], [`provision`], [`telemetry`]: settings, clients, local resources, logs.
 
+pub mod admin;
 pub mod api;
 pub mod aws;
 pub mod config;

@@ -10,8 +10,8 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::genace::{JobSnapshot, RenderStatus};
 use crate::record::{
-    CaseReason, Claim, DeliveredObject, DeliveryState, OperationRecord, Phase, ReconciliationCase, RemoteError,
-    Settlement,
+    AuditEntry, CaseReason, Claim, DeliveredObject, DeliveryState, OperationRecord, Phase, ReconciliationCase,
+    RemoteError, Settlement,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -486,6 +486,117 @@ pub fn delivered(
     Ok(next)
 }
 
+/// An operator's decision on an operation that waits for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// A job was found at Genace: record it and resume observation.
+    AttachRemoteJob { job_id: String },
+    /// Nothing was created at Genace: authorize one new dispatch. The only
+    /// road back to `prepared`.
+    ConfirmNotCreated,
+    /// The failed job's refund is settled.
+    MarkSettled,
+    /// Try delivery again from the first output.
+    RedriveDelivery,
+    /// Close the operation without further work.
+    Abandon,
+}
+
+impl Resolution {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resolution::AttachRemoteJob { .. } => "attach_remote_job",
+            Resolution::ConfirmNotCreated => "confirm_not_created",
+            Resolution::MarkSettled => "mark_settled",
+            Resolution::RedriveDelivery => "redrive_delivery",
+            Resolution::Abandon => "abandon",
+        }
+    }
+}
+
+/// Applies an operator's decision, valid only from the right phase, and
+/// appends who decided, when, what and why to the audit trail.
+pub fn resolve(
+    rec: &OperationRecord,
+    resolution: &Resolution,
+    actor: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    let refuse = |expected: &'static str| Refusal::WrongPhase {
+        action: resolution.name(),
+        actual: rec.phase,
+        expected,
+    };
+    let case_reason = rec.case.as_ref().map(|c| c.reason);
+    let mut next = step(rec, now);
+    match resolution {
+        Resolution::AttachRemoteJob { job_id } => {
+            let missing = rec.phase == Phase::Accepted && case_reason == Some(CaseReason::RemoteJobMissing);
+            if rec.phase != Phase::Uncertain && !missing {
+                return Err(refuse("uncertain, or accepted with its remote job missing"));
+            }
+            next.phase = Phase::Accepted;
+            next.remote_job_id = Some(job_id.clone());
+            next.remote_state = None;
+            next.observed_at = None;
+            next.accepted_at = Some(rec.accepted_at.unwrap_or(now));
+            next.claim = None;
+            next.case = None;
+            next.due_at = Some((now + policy.observe_grace).timestamp_millis());
+        }
+        Resolution::ConfirmNotCreated => {
+            if rec.phase != Phase::Uncertain {
+                return Err(refuse("uncertain"));
+            }
+            next.phase = Phase::Prepared;
+            next.claim = None;
+            next.case = None;
+            next.last_error = None;
+            next.due_at = Some(now.timestamp_millis());
+        }
+        Resolution::MarkSettled => {
+            if rec.phase != Phase::SubmitFailed || rec.settlement != Some(Settlement::Pending) {
+                return Err(refuse("submit_failed with settlement pending"));
+            }
+            next.settlement = Some(Settlement::Settled);
+            next.case = None;
+            finish(&mut next, now, policy);
+        }
+        Resolution::RedriveDelivery => {
+            if rec.phase != Phase::Rendered || rec.delivery_state != DeliveryState::DeliveryFailed {
+                return Err(refuse("rendered with delivery_failed"));
+            }
+            next.delivery_state = DeliveryState::NotCollected;
+            next.delivery_attempts = 0;
+            next.delivery_claim = None;
+            next.case = None;
+            next.due_at = Some(now.timestamp_millis());
+        }
+        Resolution::Abandon => {
+            if rec.case.is_none() || rec.phase == Phase::Abandoned {
+                return Err(refuse("an open reconciliation case"));
+            }
+            next.phase = Phase::Abandoned;
+            next.case = None;
+            next.delivery_claim = None;
+            finish(&mut next, now, policy);
+        }
+    }
+    next.audit.push(AuditEntry {
+        actor: actor.to_owned(),
+        at: now,
+        action: resolution.name().to_owned(),
+        reason: reason.to_owned(),
+        job_id: match resolution {
+            Resolution::AttachRemoteJob { job_id } => Some(job_id.clone()),
+            _ => None,
+        },
+    });
+    Ok(next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -874,5 +985,88 @@ mod tests {
         assert_eq!(gave_up.delivery_state, DeliveryState::DeliveryFailed);
         assert_eq!(gave_up.case.unwrap().reason, CaseReason::DeliveryFailed);
         assert_eq!(gave_up.due_at, None);
+    }
+
+    #[test]
+    fn operators_resolve_only_from_the_right_phase_and_are_audited() {
+        let p = Policy::default();
+        let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
+        let attach = Resolution::AttachRemoteJob { job_id: "J7".into() };
+        let attached = resolve(
+            &uncertain,
+            &attach,
+            "ops@example",
+            "found it in the Genace console",
+            t0(),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(attached.phase, Phase::Accepted);
+        assert_eq!(attached.remote_job_id.as_deref(), Some("J7"));
+        assert_eq!(attached.case, None);
+        let entry = attached.audit.last().unwrap();
+        assert_eq!(
+            (entry.actor.as_str(), entry.action.as_str(), entry.job_id.as_deref()),
+            ("ops@example", "attach_remote_job", Some("J7"))
+        );
+
+        let retry = resolve(
+            &uncertain,
+            &Resolution::ConfirmNotCreated,
+            "ops",
+            "not in Genace",
+            t0(),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(retry.phase, Phase::Prepared);
+        assert!(
+            claim_dispatch(&retry, "new", t0(), &p).is_ok(),
+            "one new dispatch is authorized"
+        );
+
+        for wrong in [Resolution::MarkSettled, Resolution::RedriveDelivery] {
+            assert!(matches!(
+                resolve(&uncertain, &wrong, "ops", "r", t0(), &p),
+                Err(Refusal::WrongPhase { .. })
+            ));
+        }
+        assert!(resolve(&accepted_rec(), &Resolution::ConfirmNotCreated, "ops", "r", t0(), &p).is_err());
+        assert!(resolve(&accepted_rec(), &attach, "ops", "r", t0(), &p).is_err());
+        assert!(
+            resolve(&prepared(), &Resolution::Abandon, "ops", "r", t0(), &p).is_err(),
+            "abandon needs a case"
+        );
+
+        let failed = submit_failed(&submitting(), "tok", "J5", err("http_502"), t0()).unwrap();
+        let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "refunded", t0(), &p).unwrap();
+        assert_eq!(settled.settlement, Some(Settlement::Settled));
+        assert!(settled.expires_at.is_some());
+        assert!(resolve(&settled, &Resolution::MarkSettled, "ops", "again", t0(), &p).is_err());
+
+        let p2 = Policy {
+            delivery_max_attempts: 1,
+            ..p
+        };
+        let claimed = claim_delivery(&rendered(), "d", t0(), &p2).unwrap();
+        let failed_delivery = delivery_attempt_failed(&claimed, "d", "cdn down", t0(), t0(), &p2).unwrap();
+        let redriven = resolve(
+            &failed_delivery,
+            &Resolution::RedriveDelivery,
+            "ops",
+            "cdn back",
+            t0(),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(
+            (redriven.delivery_state, redriven.delivery_attempts),
+            (DeliveryState::NotCollected, 0)
+        );
+        assert!(claim_delivery(&redriven, "d2", t0(), &p).is_ok());
+
+        let abandoned = resolve(&uncertain, &Resolution::Abandon, "ops", "customer cancelled", t0(), &p).unwrap();
+        assert_eq!(abandoned.phase, Phase::Abandoned);
+        assert!(abandoned.expires_at.is_some());
     }
 }

@@ -13,6 +13,8 @@ use crate::config::{QueueUrls, ResourceNames};
 
 /// Name of the sparse due-time index the sweep reads.
 pub const DUE_INDEX: &str = "due-index";
+/// Name of the sparse index of open reconciliation cases.
+pub const CASE_INDEX: &str = "case-index";
 /// Receives before a message moves to its dead-letter queue.
 pub const MAX_RECEIVE_COUNT: u32 = 5;
 
@@ -80,6 +82,13 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         )
         .build()
         .map_err(|e| fail(table, e))?;
+    let cases = GlobalSecondaryIndex::builder()
+        .index_name(CASE_INDEX)
+        .key_schema(key("case_pk", KeyType::Hash))
+        .key_schema(key("case_sk", KeyType::Range))
+        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .build()
+        .map_err(|e| fail(table, e))?;
     let created = client
         .create_table()
         .table_name(table)
@@ -88,7 +97,10 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr("pk", ScalarAttributeType::S))
         .attribute_definitions(attr("due_pk", ScalarAttributeType::S))
         .attribute_definitions(attr("due_at", ScalarAttributeType::N))
+        .attribute_definitions(attr("case_pk", ScalarAttributeType::S))
+        .attribute_definitions(attr("case_sk", ScalarAttributeType::S))
         .global_secondary_indexes(index)
+        .global_secondary_indexes(cases)
         .send()
         .await;
     if let Err(e) = created {

@@ -121,6 +121,18 @@ pub enum Settlement {
     Settled,
 }
 
+/// One operator decision, kept on the record for good.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Who decided: the operator's `sub` claim.
+    pub actor: String,
+    pub at: DateTime<Utc>,
+    pub action: String,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+}
+
 /// A fault to fire once, for conformance runs of deployments that allow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Fault {
@@ -191,6 +203,8 @@ pub struct OperationRecord {
     pub case: Option<ReconciliationCase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<Fault>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditEntry>,
 
     /// Partition of the sparse due-time index (`DUE#<n>`), fixed at creation.
     pub due_pk: String,
@@ -248,6 +262,7 @@ impl OperationRecord {
             last_error: None,
             case: None,
             fault,
+            audit: Vec::new(),
             due_at: Some((now + dispatch_grace).timestamp_millis()),
             expires_at: None,
         }

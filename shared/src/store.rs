@@ -26,6 +26,8 @@ pub enum StoreError {
     Decode(String),
     #[error("DynamoDB request failed: {0}")]
     Service(String),
+    #[error("the page cursor is not valid")]
+    Cursor,
 }
 
 /// Result of creating an intent.
@@ -77,6 +79,23 @@ pub trait OperationStore: Send + Sync {
         limit: i32,
         cursor: Option<DueCursor>,
     ) -> impl Future<Output = Result<DuePage, StoreError>> + Send;
+
+    /// One page of the sparse open-case index, optionally for one tenant.
+    fn open_cases(
+        &self,
+        tenant: Option<&crate::domain::TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> impl Future<Output = Result<CasePage, StoreError>> + Send;
+}
+
+/// A page of operations with an open reconciliation case, oldest first
+/// within a tenant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CasePage {
+    pub records: Vec<OperationRecord>,
+    /// Opaque; pass it back for the next page.
+    pub next: Option<String>,
 }
 
 /// An entry of the due-time index, as projected.
@@ -112,11 +131,30 @@ where
     StoreError::Service(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
 }
 
+/// Partition of the sparse open-case index; cases are rare, so one suffices.
+pub const CASE_PK: &str = "CASE";
+
 fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
-    serde_dynamo::to_item(rec).map_err(|e| StoreError::Decode(e.to_string()))
+    let mut item: Item = serde_dynamo::to_item(rec).map_err(|e| StoreError::Decode(e.to_string()))?;
+    // An open case puts the operation in the case index, sorted by tenant and age.
+    if let Some(case) = &rec.case {
+        item.insert("case_pk".into(), AttributeValue::S(CASE_PK.into()));
+        item.insert(
+            "case_sk".into(),
+            AttributeValue::S(case_sort_key(rec.tenant_id.as_str(), case.opened_at, &rec.operation_id)),
+        );
+    }
+    Ok(item)
 }
 
-fn from_item(item: Item) -> Result<OperationRecord, StoreError> {
+/// `<tenant>#<opened_at>#<operation_id>`: a tenant's cases are one key prefix.
+pub fn case_sort_key(tenant: &str, opened_at: DateTime<Utc>, id: &OperationId) -> String {
+    format!("{tenant}#{}#{id}", opened_at.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
+}
+
+fn from_item(mut item: Item) -> Result<OperationRecord, StoreError> {
+    item.remove("case_pk");
+    item.remove("case_sk");
     serde_dynamo::from_item(item).map_err(|e| StoreError::Decode(e.to_string()))
 }
 
@@ -310,6 +348,45 @@ impl OperationStore for DynamoStore {
             next: out.last_evaluated_key.filter(|k| !k.is_empty()).map(DueCursor),
         })
     }
+
+    async fn open_cases(
+        &self,
+        tenant: Option<&crate::domain::TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        let mut query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::provision::CASE_INDEX)
+            .expression_attribute_values(":pk", AttributeValue::S(CASE_PK.into()))
+            .limit(limit);
+        query = match tenant {
+            Some(t) => query
+                .key_condition_expression("case_pk = :pk AND begins_with(case_sk, :tenant)")
+                .expression_attribute_values(":tenant", AttributeValue::S(format!("{t}#"))),
+            None => query.key_condition_expression("case_pk = :pk"),
+        };
+        if let Some(c) = cursor {
+            query = query.set_exclusive_start_key(Some(decode_cursor(c)?));
+        }
+        let out = query.send().await.map_err(service_error)?;
+        let records = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(from_item)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CasePage {
+            records,
+            next: out
+                .last_evaluated_key
+                .filter(|k| !k.is_empty())
+                .as_ref()
+                .and_then(encode_cursor),
+        })
+    }
 }
 
 /// Counts entries into phases and delivery outcomes, for the dashboard.
@@ -327,6 +404,22 @@ fn phase_metrics(prev: &OperationRecord, next: &OperationRecord) {
         };
         crate::metrics::count("PhaseEntered", &[("Phase", state)]);
     }
+}
+
+fn encode_cursor(key: &Item) -> Option<String> {
+    use base64::Engine;
+    let plain: HashMap<&String, &String> = key.iter().filter_map(|(k, v)| v.as_s().ok().map(|s| (k, s))).collect();
+    let json = serde_json::to_vec(&plain).ok()?;
+    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json))
+}
+
+fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .map_err(|_| StoreError::Cursor)?;
+    let plain: HashMap<String, String> = serde_json::from_slice(&raw).map_err(|_| StoreError::Cursor)?;
+    Ok(plain.into_iter().map(|(k, v)| (k, AttributeValue::S(v))).collect())
 }
 
 /// Why [`commit`] gave up.

@@ -1,0 +1,299 @@
+//! `genace-ops`: the operator's view of Genace operations, through the admin API.
+//!
+//! ```text
+//! genace-ops cases list [--tenant T] [--reason R] [--limit N] [--cursor C] [--json]
+//! genace-ops cases show <operation_id> [--json]
+//! genace-ops resolve <operation_id> attach --job-id <ID> --reason <TEXT> [--json]
+//! genace-ops resolve <operation_id> confirm-not-created --reason <TEXT>
+//! genace-ops resolve <operation_id> mark-settled --reason <TEXT>
+//! genace-ops resolve <operation_id> redrive-delivery --reason <TEXT>
+//! genace-ops resolve <operation_id> abandon --reason <TEXT>
+//! genace-ops op show <operation_id> [--json]
+//! ```
+//!
+//! The API and the operator's token come from `--url`/`--token` or
+//! `GENACE_OPS_URL`/`GENACE_OPS_TOKEN`. Exit codes: 0 done, 1 the API
+//! refused (its problem detail is printed), 2 bad usage or no connection.
+
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+
+const USAGE: &str = "usage: genace-ops [--url URL] [--token JWT] (cases list [--tenant T] [--reason R] [--limit N] [--cursor C] | cases show ID | resolve ID (attach --job-id J | confirm-not-created | mark-settled | redrive-delivery | abandon) --reason TEXT | op show ID) [--json]";
+
+struct Cli {
+    url: String,
+    token: String,
+    json: bool,
+    words: Vec<String>,
+    flags: Vec<(String, String)>,
+}
+
+enum Failure {
+    Usage(String),
+    Api(Value),
+    Transport(String),
+}
+
+fn parse(args: Vec<String>) -> Result<Cli, Failure> {
+    let mut url = std::env::var("GENACE_OPS_URL").ok();
+    let mut token = std::env::var("GENACE_OPS_TOKEN").ok();
+    let (mut json, mut words, mut flags) = (false, Vec::new(), Vec::new());
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => json = true,
+            "--url" => url = it.next(),
+            "--token" => token = it.next(),
+            f if f.starts_with("--") => {
+                let v = it.next().ok_or_else(|| Failure::Usage(format!("{f} needs a value")))?;
+                flags.push((f.trim_start_matches("--").to_owned(), v));
+            }
+            _ => words.push(a),
+        }
+    }
+    Ok(Cli {
+        url: url.ok_or_else(|| Failure::Usage("set --url or GENACE_OPS_URL".into()))?,
+        token: token.ok_or_else(|| Failure::Usage("set --token or GENACE_OPS_TOKEN".into()))?,
+        json,
+        words,
+        flags,
+    })
+}
+
+impl Cli {
+    fn flag(&self, name: &str) -> Option<&str> {
+        self.flags.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, Failure> {
+        let client = reqwest::Client::new();
+        let mut req = client
+            .request(method, format!("{}{path}", self.url.trim_end_matches('/')))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b.to_string());
+        }
+        let resp = req.send().await.map_err(|e| Failure::Transport(e.to_string()))?;
+        let ok = resp.status().is_success();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.map_err(|e| Failure::Transport(e.to_string()))?;
+        let value = serde_json::from_str(&text).unwrap_or_else(|_| json!({"status": status, "detail": text}));
+        if ok { Ok(value) } else { Err(Failure::Api(value)) }
+    }
+}
+
+fn query(pairs: &[(&str, Option<&str>)]) -> String {
+    let enc = |s: &str| -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    let parts: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={}", enc(v))))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn print_cases(page: &Value) {
+    let cases = page["cases"].as_array().cloned().unwrap_or_default();
+    println!(
+        "{:<35} {:<16} {:<13} {:<24} {:<24} EVIDENCE",
+        "OPERATION", "TENANT", "PHASE", "REASON", "OPENED"
+    );
+    for c in &cases {
+        let mut evidence = s(&c["evidence"]);
+        if evidence.len() > 60 {
+            let mut end = 60;
+            while !evidence.is_char_boundary(end) {
+                end -= 1;
+            }
+            evidence.truncate(end);
+            evidence.push('…');
+        }
+        println!(
+            "{:<35} {:<16} {:<13} {:<24} {:<24} {}",
+            s(&c["operation_id"]),
+            s(&c["tenant_id"]),
+            s(&c["phase"]),
+            s(&c["reason"]),
+            s(&c["opened_at"]),
+            evidence
+        );
+    }
+    println!("{} open case(s)", cases.len());
+    if let Some(next) = page["next_cursor"].as_str() {
+        println!("more: --cursor {next}");
+    }
+}
+
+fn print_timeline(op: &Value) {
+    println!("operation   {}", s(&op["operation_id"]));
+    println!("key         {}", s(&op["operation_key"]));
+    println!(
+        "phase       {}  (delivery: {})",
+        s(&op["phase"]),
+        s(&op["delivery_state"])
+    );
+    println!(
+        "remote job  {}  (state: {})",
+        s(&op["remote_job_id"]),
+        s(&op["remote_state"])
+    );
+    let mut events: Vec<(String, String)> = vec![(s(&op["created_at"]), "intent recorded".into())];
+    if !op["accepted_at"].is_null() {
+        events.push((
+            s(&op["accepted_at"]),
+            format!("accepted by Genace as {}", s(&op["remote_job_id"])),
+        ));
+    }
+    if !op["observed_at"].is_null() {
+        events.push((
+            s(&op["observed_at"]),
+            format!("last observed: {}", s(&op["remote_state"])),
+        ));
+    }
+    if let Some(case) = op["reconciliation_case"].as_object() {
+        events.push((
+            s(&case["opened_at"]),
+            format!("case opened: {} — {}", s(&case["reason"]), s(&case["evidence"])),
+        ));
+    }
+    for a in op["audit"].as_array().into_iter().flatten() {
+        let job = a["job_id"].as_str().map(|j| format!(" (job {j})")).unwrap_or_default();
+        events.push((
+            s(&a["at"]),
+            format!("{} by {}{job}: {}", s(&a["action"]), s(&a["actor"]), s(&a["reason"])),
+        ));
+    }
+    for o in op["delivered_objects"].as_array().into_iter().flatten() {
+        events.push((
+            s(&op["updated_at"]),
+            format!("delivered {} ({} bytes)", s(&o["key"]), s(&o["bytes"])),
+        ));
+    }
+    if let Some(e) = op["last_error"].as_object() {
+        events.push((s(&op["updated_at"]), format!("last error: {}", s(&e["detail"]))));
+    }
+    events.sort();
+    println!("timeline:");
+    for (at, what) in events {
+        println!("  {at}  {what}");
+    }
+}
+
+async fn run(cli: &Cli) -> Result<(), Failure> {
+    let words: Vec<&str> = cli.words.iter().map(String::as_str).collect();
+    let out = match words.as_slice() {
+        ["cases", "list"] => {
+            let q = query(&[
+                ("tenant", cli.flag("tenant")),
+                ("reason", cli.flag("reason")),
+                ("limit", cli.flag("limit")),
+                ("cursor", cli.flag("cursor")),
+            ]);
+            let page = cli
+                .call(reqwest::Method::GET, &format!("/v1/reconciliation-cases{q}"), None)
+                .await?;
+            if !cli.json {
+                print_cases(&page);
+                return Ok(());
+            }
+            page
+        }
+        ["cases", "show", id] | ["op", "show", id] => {
+            let op = cli
+                .call(reqwest::Method::GET, &format!("/v1/operations/{id}"), None)
+                .await?;
+            if !cli.json {
+                print_timeline(&op);
+                return Ok(());
+            }
+            op
+        }
+        ["resolve", id, action] => {
+            let reason = cli
+                .flag("reason")
+                .ok_or_else(|| Failure::Usage("--reason is required".into()))?;
+            let mut body = json!({"reason": reason});
+            body["action"] = json!(match *action {
+                "attach" => {
+                    let job = cli
+                        .flag("job-id")
+                        .ok_or_else(|| Failure::Usage("attach needs --job-id".into()))?;
+                    body["job_id"] = json!(job);
+                    "attach_remote_job"
+                }
+                "confirm-not-created" => "confirm_not_created",
+                "mark-settled" => "mark_settled",
+                "redrive-delivery" => "redrive_delivery",
+                "abandon" => "abandon",
+                other => return Err(Failure::Usage(format!("unknown action {other:?}"))),
+            });
+            let op = cli
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/v1/operations/{id}/resolution"),
+                    Some(body),
+                )
+                .await?;
+            if !cli.json {
+                println!(
+                    "resolved: {} is now {} ({})",
+                    s(&op["operation_id"]),
+                    s(&op["phase"]),
+                    s(&op["delivery_state"])
+                );
+                return Ok(());
+            }
+            op
+        }
+        _ => return Err(Failure::Usage(USAGE.into())),
+    };
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let result = match parse(std::env::args().skip(1).collect()) {
+        Ok(cli) => run(&cli).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(u)) => {
+            eprintln!("genace-ops: {u}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Transport(e)) => {
+            eprintln!("genace-ops: cannot reach the API: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Api(problem)) => {
+            eprintln!(
+                "genace-ops: {} {}: {}",
+                s(&problem["status"]),
+                s(&problem["title"]),
+                s(&problem["detail"])
+            );
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Operators find and resolve reconciliation cases with the CLI, against the
+//! whole stack hosted in-process on the local AWS endpoint, with wiremock as Genace.
+
+use std::net::SocketAddr;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use genace_local::{devauth, runner};
+use serde_json::{Value, json};
+use shared::genace::GenaceConfig;
+use shared::testkit::LocalAws;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+struct Stack {
+    _env: LocalAws,
+    genace: MockServer,
+    api: String,
+    running: Option<runner::Running>,
+}
+
+impl Stack {
+    async fn start() -> Self {
+        let env = LocalAws::fresh().await;
+        let genace = MockServer::start().await;
+        let mut config = env.config.clone();
+        config.url_policy.allow_http = true;
+        config.url_policy.allow_private = true;
+        config.policy.dispatch_lease = chrono::Duration::seconds(8);
+        let mut gconf = GenaceConfig::new(genace.uri(), "ops-test-key");
+        gconf.timeout = Duration::from_secs(2);
+        let addr: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let settings = runner::RunnerSettings {
+            intake_addr: addr,
+            batch_size: 5,
+            visibility_seconds: 4,
+            sweep_every: Duration::from_secs(3),
+            phase_log: false,
+        };
+        let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
+        Stack {
+            _env: env,
+            genace,
+            api: format!("http://{addr}"),
+            running: Some(running),
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+
+    async fn create(&self, tenant: &str, key: &str) -> String {
+        let token = devauth::issue("tenant_id", tenant, 600).unwrap();
+        let resp = reqwest::Client::new()
+            .post(format!("{}/v1/operations", self.api))
+            .bearer_auth(token)
+            .json(&json!({"operation_key": key, "media_type": "image",
+                "specification": {"model": "genace-image-1", "prompt": format!("a lighthouse {key}")}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+        resp.json::<Value>().await.unwrap()["operation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    async fn view(&self, token: &str, id: &str) -> (u16, Value) {
+        let resp = reqwest::Client::new()
+            .get(format!("{}/v1/operations/{id}", self.api))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn wait(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let token = operator(None);
+        let start = Instant::now();
+        loop {
+            let (_, v) = self.view(&token, id).await;
+            if done(&v) {
+                return v;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "{what} not reached: {v}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    async fn posts(&self) -> usize {
+        let reqs = self.genace.received_requests().await.unwrap();
+        reqs.iter().filter(|r| r.method.as_str() == "POST").count()
+    }
+
+    fn cli(&self, token: &str, args: &[&str]) -> Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_genace-ops"))
+            .args(["--url", &self.api, "--token", token])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+fn operator(tenant: Option<&str>) -> String {
+    devauth::issue_operator("ops-alice", "tenant_id", tenant, 600).unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The first POST's response is lost (held past the client timeout); later POSTs are accepted as `job-ok`.
+async fn first_post_lost(genace: &MockServer) {
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(
+            ResponseTemplate::new(202)
+                .set_body_json(json!({"job_id": "job-lost", "state": "queued"}))
+                .set_delay(Duration::from_secs(5)),
+        )
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(genace)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(ResponseTemplate::new(202).set_body_json(json!({"job_id": "job-ok", "state": "queued"})))
+        .with_priority(2)
+        .mount(genace)
+        .await;
+}
+
+async fn completes(genace: &MockServer, job: &str) {
+    let file = format!("/files/{job}.png");
+    Mock::given(method("GET"))
+        .and(path(file.clone()))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(vec![7u8; 2048], "image/png"))
+        .mount(genace)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(format!("/v1/jobs/{job}")))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(
+                json!({"id": job, "state": "completed", "outputs": [format!("{}{file}", genace.uri())]}),
+            ),
+        )
+        .mount(genace)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_202_is_listed_and_attached_then_delivered_with_one_post() {
+    let stack = Stack::start().await;
+    first_post_lost(&stack.genace).await;
+    completes(&stack.genace, "job-lost").await;
+    let id = stack.create("tenant-a", "lost-then-found").await;
+    stack.wait(&id, "uncertain", |v| v["phase"] == "uncertain").await;
+
+    let ops = operator(None);
+    let listed = stack.cli(&ops, &["cases", "list", "--json"]);
+    assert!(listed.status.success(), "{listed:?}");
+    let page: Value = serde_json::from_str(&stdout(&listed)).expect("--json output parses");
+    let case = page["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["operation_id"] == id.as_str())
+        .cloned();
+    let case = case.expect("the case is listed");
+    assert_eq!(case["reason"], "unknown_submit_outcome");
+    assert!(case["evidence"].as_str().unwrap().contains("timed out"));
+    let table = stack.cli(&ops, &["cases", "list"]);
+    assert!(stdout(&table).contains(&id) && stdout(&table).contains("unknown_submit_outcome"));
+
+    let attached = stack.cli(
+        &ops,
+        &[
+            "resolve",
+            &id,
+            "attach",
+            "--job-id",
+            "job-lost",
+            "--reason",
+            "found in the Genace console",
+        ],
+    );
+    assert!(attached.status.success(), "{attached:?}");
+    let done = stack
+        .wait(&id, "delivered", |v| v["delivery_state"] == "delivered")
+        .await;
+    assert_eq!(done["remote_job_id"], "job-lost");
+    assert_eq!(stack.posts().await, 1, "attaching never POSTs");
+
+    let timeline = stack.cli(&ops, &["op", "show", &id]);
+    let text = stdout(&timeline);
+    assert!(
+        text.contains("attach_remote_job by ops-alice (job job-lost): found in the Genace console"),
+        "{text}"
+    );
+    assert!(text.contains("delivered outputs/tenant-a/"), "{text}");
+    let listed = stack.cli(&ops, &["cases", "list", "--json"]);
+    let page: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    assert!(
+        page["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["operation_id"] != id.as_str()),
+        "the case is closed"
+    );
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn confirming_nothing_was_created_authorizes_exactly_one_new_post() {
+    let stack = Stack::start().await;
+    first_post_lost(&stack.genace).await;
+    Mock::given(method("GET"))
+        .and(path("/v1/jobs/job-ok"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "job-ok", "state": "running"})))
+        .mount(&stack.genace)
+        .await;
+    let id = stack.create("tenant-a", "retry-authorized").await;
+    stack.wait(&id, "uncertain", |v| v["phase"] == "uncertain").await;
+    assert_eq!(stack.posts().await, 1);
+
+    let ops = operator(None);
+    let out = stack.cli(
+        &ops,
+        &[
+            "resolve",
+            &id,
+            "confirm-not-created",
+            "--reason",
+            "nothing in the Genace console",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let v = stack.wait(&id, "accepted", |v| v["phase"] == "accepted").await;
+    assert_eq!(v["remote_job_id"], "job-ok");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(stack.posts().await, 2, "exactly one new POST");
+    let audit = v["audit"].as_array().unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0]["actor"], "ops-alice");
+    assert_eq!(audit[0]["action"], "confirm_not_created");
+    assert_eq!(audit[0]["reason"], "nothing in the Genace console");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wrong_phases_non_operators_and_other_tenants_are_refused() {
+    let stack = Stack::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(ResponseTemplate::new(500).set_body_string("upstream broke"))
+        .mount(&stack.genace)
+        .await;
+    let a = stack.create("tenant-a", "a-case").await;
+    let b = stack.create("tenant-b", "b-case").await;
+    stack.wait(&a, "uncertain", |v| v["phase"] == "uncertain").await;
+    stack.wait(&b, "uncertain", |v| v["phase"] == "uncertain").await;
+
+    // Wrong phase: 409, nothing changes.
+    let ops = operator(None);
+    let wrong = stack.cli(&ops, &["resolve", &a, "mark-settled", "--reason", "no"]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("409"), "{wrong:?}");
+    assert_eq!(stack.view(&ops, &a).await.1["phase"], "uncertain");
+
+    // A tenant's own token is not an operator's.
+    let user = devauth::issue("tenant_id", "tenant-a", 600).unwrap();
+    let refused = stack.cli(&user, &["cases", "list"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("403"), "{refused:?}");
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/operations/{a}/resolution", stack.api))
+        .bearer_auth(&user)
+        .json(&json!({"action": "abandon", "reason": "mine"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    assert_eq!(resp.headers()["content-type"], "application/problem+json");
+
+    // An operator limited to tenant A sees and resolves only A's cases.
+    let ops_a = operator(Some("tenant-a"));
+    let page: Value = serde_json::from_str(&stdout(&stack.cli(&ops_a, &["cases", "list", "--json"]))).unwrap();
+    let ids: Vec<&str> = page["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["operation_id"].as_str())
+        .collect();
+    assert!(ids.contains(&a.as_str()) && !ids.contains(&b.as_str()), "{ids:?}");
+    let asked_b: Value = serde_json::from_str(&stdout(
+        &stack.cli(&ops_a, &["cases", "list", "--tenant", "tenant-b", "--json"]),
+    ))
+    .unwrap();
+    assert!(asked_b["cases"].as_array().unwrap().is_empty());
+    let not_theirs = stack.cli(&ops_a, &["resolve", &b, "abandon", "--reason", "not mine"]);
+    assert!(
+        String::from_utf8_lossy(&not_theirs.stderr).contains("404"),
+        "{not_theirs:?}"
+    );
+
+    // The unrestricted operator filters by tenant and reason.
+    let page: Value = serde_json::from_str(&stdout(&stack.cli(
+        &ops,
+        &[
+            "cases",
+            "list",
+            "--tenant",
+            "tenant-b",
+            "--reason",
+            "unknown_submit_outcome",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    let ids: Vec<&str> = page["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["operation_id"].as_str())
+        .collect();
+    assert_eq!(ids, [b.as_str()]);
+    let abandoned = stack.cli(&ops, &["resolve", &b, "abandon", "--reason", "customer withdrew"]);
+    assert!(abandoned.status.success(), "{abandoned:?}");
+    assert_eq!(stack.view(&ops, &b).await.1["phase"], "abandoned");
+    stack.stop().await;
+}

@@ -1,0 +1,104 @@
+//! What operators may do: list open reconciliation cases, read any operation
+//! in their scope, and resolve a case with an explicit, audited decision.
+
+use chrono::Utc;
+use tracing::{info, warn};
+
+use crate::domain::{OperationId, TenantId};
+use crate::intake::{Intake, IntakeError};
+use crate::machine::{self, Resolution};
+use crate::metrics;
+use crate::queue::{Stage, WorkQueue};
+use crate::record::{CaseReason, OperationRecord};
+use crate::stage::write_attempts;
+use crate::storage::ObjectStore;
+use crate::store::{CasePage, CommitError, OperationStore, commit};
+
+/// An authenticated operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator {
+    /// Who acts, for the audit trail (the token's `sub`).
+    pub actor: String,
+    /// When set, the operator sees and resolves this tenant's operations only.
+    pub tenant: Option<TenantId>,
+}
+
+impl Operator {
+    pub fn may_see(&self, tenant: &TenantId) -> bool {
+        self.tenant.as_ref().is_none_or(|t| t == tenant)
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
+    /// Open cases, newest pages first by tenant; an operator limited to a
+    /// tenant sees only that tenant's, whatever filter they ask for.
+    pub async fn cases(
+        &self,
+        op: &Operator,
+        tenant: Option<TenantId>,
+        reason: Option<CaseReason>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, IntakeError> {
+        let scope = match (&op.tenant, tenant) {
+            (Some(own), Some(asked)) if *own != asked => {
+                return Ok(CasePage {
+                    records: Vec::new(),
+                    next: None,
+                });
+            }
+            (Some(own), _) => Some(own.clone()),
+            (None, asked) => asked,
+        };
+        let mut page = self.store.open_cases(scope.as_ref(), limit, cursor).await?;
+        page.records.retain(|r| {
+            op.may_see(&r.tenant_id) && reason.is_none_or(|want| r.case.as_ref().is_some_and(|c| c.reason == want))
+        });
+        Ok(page)
+    }
+
+    /// Any live operation in the operator's scope.
+    pub async fn operator_get(&self, op: &Operator, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+        match self.store.get(id, Utc::now()).await? {
+            Some(rec) if op.may_see(&rec.tenant_id) => Ok(rec),
+            _ => Err(IntakeError::NotFound),
+        }
+    }
+
+    /// Applies a decision (valid only from the right phase), records it in the
+    /// audit trail, and hands the operation to the stage that continues it.
+    pub async fn resolve(
+        &self,
+        op: &Operator,
+        id: &OperationId,
+        resolution: &Resolution,
+        reason: &str,
+    ) -> Result<OperationRecord, IntakeError> {
+        let rec = self.operator_get(op, id).await?;
+        let now = Utc::now();
+        let policy = self.config.policy;
+        let next = commit(&self.store, rec, write_attempts(), |r| {
+            machine::resolve(r, resolution, &op.actor, reason, now, &policy)
+        })
+        .await
+        .map_err(|e| match e {
+            CommitError::Refused { refusal, .. } => IntakeError::Refused(refusal),
+            CommitError::Store(s) => IntakeError::Store(s),
+        })?;
+        info!(operation_id = %id, tenant = %next.tenant_id, phase = next.phase.as_str(), actor = %op.actor, action = resolution.name(), %reason, "case resolved");
+        metrics::count("Resolutions", &[("Action", resolution.name())]);
+        let stage = match resolution {
+            Resolution::AttachRemoteJob { .. } => Some(Stage::Poll),
+            Resolution::ConfirmNotCreated => Some(Stage::Dispatch),
+            Resolution::RedriveDelivery => Some(Stage::Deliver),
+            Resolution::MarkSettled | Resolution::Abandon => None,
+        };
+        if let Some(stage) = stage
+            && let Err(e) = self.queue.enqueue(stage, id, 0).await
+        {
+            // The record is due now; the sweep re-enqueues it.
+            warn!(operation_id = %id, error = %e, "enqueue after resolution failed; the sweep will pick it up");
+        }
+        Ok(next)
+    }
+}
