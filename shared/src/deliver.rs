@@ -239,6 +239,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
             return Err(StoreError::Conflict(None).into());
         };
 
+        let started = std::time::Instant::now();
         let outputs = claimed.outputs.clone().unwrap_or_default();
         let mut objects = Vec::with_capacity(outputs.len());
         for (index, output) in outputs.iter().enumerate() {
@@ -259,6 +260,12 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         .await
         .map_err(commit_failure)?;
         metrics::emit("DeliveredBytes", bytes as f64, "Bytes", &[]);
+        metrics::emit(
+            "DeliveryDuration",
+            started.elapsed().as_millis() as f64,
+            "Milliseconds",
+            &[],
+        );
         info!(operation_id = %id, tenant = %done.tenant_id, remote_job_id = ?done.remote_job_id, phase = done.phase.as_str(), objects = count, bytes, "delivered");
         Ok(DeliverResult::Delivered { objects: count })
     }

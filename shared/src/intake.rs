@@ -70,9 +70,11 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
             Created::Existing(existing) => {
                 if existing.specification_hash == record.specification_hash {
                     info!(operation_id = %existing.operation_id, tenant = %tenant, phase = existing.phase.as_str(), "intent replayed");
+                    crate::metrics::count("IntentDuplicates", &[]);
                     Ok(Submitted::Replayed(existing))
                 } else {
                     info!(operation_id = %existing.operation_id, tenant = %tenant, "operation key reused with a different specification");
+                    crate::metrics::count("KeyConflicts", &[]);
                     Err(IntakeError::KeyReused {
                         key: existing.operation_key.clone(),
                         existing: existing.operation_id.clone(),
@@ -81,6 +83,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
             }
             Created::New => {
                 info!(operation_id = %record.operation_id, tenant = %tenant, phase = "prepared", "intent recorded");
+                crate::metrics::count("IntentsCreated", &[]);
                 // The record is the truth. If this message is lost, the sweep
                 // finds the prepared operation through the due-time index.
                 if let Err(e) = self.queue.enqueue(Stage::Dispatch, &record.operation_id, 0).await {
