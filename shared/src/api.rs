@@ -289,6 +289,26 @@ fn claims_tenant(req: &Request, claim: &str) -> Result<TenantId, Problem> {
     TenantId::parse(&raw).map_err(|_| unauthorized(&format!("The {claim:?} claim is not a valid tenant id.")))
 }
 
+/// The request body as JSON: 415 unless it says JSON, 400 unless it is.
+fn json_body(req: &Request) -> Result<Value, Problem> {
+    if !is_json(req) {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "The request body must be JSON",
+            "Send Content-Type: application/json.",
+        ));
+    }
+    serde_json::from_slice(req.body().as_ref()).map_err(|e| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+            "The body is not valid JSON",
+            e.to_string(),
+        )
+    })
+}
+
 fn is_json(req: &Request) -> bool {
     req.headers()
         .get(header::CONTENT_TYPE)
@@ -376,22 +396,7 @@ async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
             format!("The body may be at most {} bytes.", intake.config.max_body_bytes),
         ));
     }
-    if !is_json(&req) {
-        return Err(Problem::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported-media-type",
-            "The request body must be JSON",
-            "Send Content-Type: application/json.",
-        ));
-    }
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "malformed-json",
-            "The body is not valid JSON",
-            e.to_string(),
-        )
-    })?;
+    let value = json_body(&req)?;
     let header_key = match req.headers().get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -494,22 +499,7 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
     let op = require_operator(&req, &intake.config)?;
-    if !is_json(&req) {
-        return Err(Problem::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported-media-type",
-            "The request body must be JSON",
-            "Send Content-Type: application/json.",
-        ));
-    }
-    let body: Value = serde_json::from_slice(req.body().as_ref()).map_err(|e| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "malformed-json",
-            "The body is not valid JSON",
-            e.to_string(),
-        )
-    })?;
+    let body = json_body(&req)?;
     let text = |name: &str| {
         body.get(name)
             .and_then(Value::as_str)
@@ -546,24 +536,10 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Intent, TenantId};
     use crate::machine::{self, AcceptedJob, Policy};
-    use chrono::Duration;
 
     fn prepared() -> OperationRecord {
-        let intent = Intent::parse(
-            &json!({"operation_key": "k", "media_type": "video",
-                    "specification": {"model": "m", "prompt": "p"}}),
-            None,
-        )
-        .unwrap();
-        OperationRecord::new_intent(
-            &TenantId::parse("t").unwrap(),
-            &intent,
-            None,
-            Utc::now(),
-            Duration::seconds(60),
-        )
+        crate::record::sample_prepared(Utc::now())
     }
 
     #[test]

@@ -600,7 +600,6 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Intent, TenantId};
     use crate::genace::{JobSnapshot, RenderStatus};
     use crate::record::{DeliveredObject, OutputRef};
     use serde_json::json;
@@ -612,19 +611,7 @@ mod tests {
     }
 
     fn prepared() -> OperationRecord {
-        let intent = Intent::parse(
-            &json!({"operation_key": "k", "media_type": "video",
-                    "specification": {"model": "m", "prompt": "p"}}),
-            None,
-        )
-        .unwrap();
-        OperationRecord::new_intent(
-            &TenantId::parse("t").unwrap(),
-            &intent,
-            None,
-            t0(),
-            Duration::seconds(60),
-        )
+        crate::record::sample_prepared(t0())
     }
 
     fn job(id: &str) -> AcceptedJob {

@@ -282,3 +282,21 @@ impl OperationRecord {
             .unwrap_or(Value::Null)
     }
 }
+
+/// A fresh `prepared` record, for unit tests.
+#[cfg(test)]
+pub(crate) fn sample_prepared(now: DateTime<Utc>) -> OperationRecord {
+    let intent = Intent::parse(
+        &serde_json::json!({"operation_key": "k", "media_type": "video",
+                "specification": {"model": "m", "prompt": "p"}}),
+        None,
+    )
+    .expect("a valid intent");
+    OperationRecord::new_intent(
+        &TenantId::parse("t").expect("a valid tenant"),
+        &intent,
+        None,
+        now,
+        chrono::Duration::seconds(60),
+    )
+}
