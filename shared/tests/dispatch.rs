@@ -226,7 +226,7 @@ async fn a_4xx_is_rejected() {
 
 #[tokio::test]
 async fn a_429_releases_the_claim_and_retries_after_the_delay() {
-    let rig = rig(ResponseTemplate::new(429).insert_header("retry-after", "2")).await;
+    let rig = rig(ResponseTemplate::new(429).insert_header("retry-after", "4")).await;
     let id = rig.intent("k", None).await;
     assert_eq!(
         rig.dispatcher.dispatch(&id).await.unwrap(),
@@ -242,7 +242,7 @@ async fn a_429_releases_the_claim_and_retries_after_the_delay() {
         rig.queued(&rig.env.queues.dispatch).await.is_empty(),
         "the retry is delayed"
     );
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(Duration::from_millis(4500)).await;
     let retries = rig.queued(&rig.env.queues.dispatch).await;
     assert_eq!(
         retries.len(),
@@ -253,7 +253,7 @@ async fn a_429_releases_the_claim_and_retries_after_the_delay() {
 
 #[tokio::test]
 async fn an_expired_claim_becomes_uncertain_without_a_post() {
-    let rig = rig_with(accepted("job-x", "queued"), 1).await;
+    let rig = rig_with(accepted("job-x", "queued"), 3).await;
     let id = rig.intent("k", Some("dispatch.before_post")).await;
     assert!(matches!(
         rig.dispatcher.dispatch(&id).await,
@@ -264,7 +264,7 @@ async fn an_expired_claim_becomes_uncertain_without_a_post() {
     assert_eq!(rec.fault, None, "a fault fires once");
     // Redelivered while the lease lives: a duplicate.
     assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Duplicate);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Interrupted);
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Uncertain);
@@ -274,14 +274,14 @@ async fn an_expired_claim_becomes_uncertain_without_a_post() {
 
 #[tokio::test]
 async fn a_crash_after_the_202_before_the_commit_leaves_a_visible_case() {
-    let rig = rig_with(accepted("job-c", "queued"), 1).await;
+    let rig = rig_with(accepted("job-c", "queued"), 3).await;
     let id = rig.intent("k", Some("dispatch.after_response")).await;
     assert!(matches!(
         rig.dispatcher.dispatch(&id).await,
         Err(StageError::Crashed("dispatch.after_response"))
     ));
     assert_eq!(rig.record(&id).await.phase, Phase::Submitting);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Interrupted);
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Uncertain);

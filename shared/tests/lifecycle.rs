@@ -416,7 +416,7 @@ async fn a_failed_upload_is_aborted_and_retried_for_the_same_output() {
 #[tokio::test]
 async fn a_crash_after_upload_is_redelivered_once_the_lease_expires() {
     let mut rig = Rig::new().await;
-    rig.config.policy.delivery_lease = chrono::Duration::seconds(1);
+    rig.config.policy.delivery_lease = chrono::Duration::seconds(3);
     let url = rig.serve_file("a.mp4", bytes_of(1000), "video/mp4").await;
     let id = rendered_with_output(&rig, Some("deliver.after_upload"), &url).await;
     assert!(matches!(
@@ -425,7 +425,7 @@ async fn a_crash_after_upload_is_redelivered_once_the_lease_expires() {
     ));
     assert_eq!(rig.record(&id).await.delivery_state, DeliveryState::Collecting);
     assert_eq!(rig.deliverer().deliver(&id).await.unwrap(), DeliverResult::Duplicate);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     assert_eq!(
         rig.deliverer().deliver(&id).await.unwrap(),
         DeliverResult::Delivered { objects: 1 }
