@@ -14,4 +14,13 @@ export MOTO_PORT
 trap 'scripts/local-aws.sh stop' EXIT
 scripts/local-aws.sh server
 eval "$(scripts/local-aws.sh env)"
-cargo test --workspace "$@"
+mkdir -p .local
+log=".local/test-$MOTO_PORT.log"
+set +e
+cargo test --workspace "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole workspace (cargo prints one per test binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
