@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks the deployable stack without an AWS account:
-#   - installs aws-sam-cli (with cfn-lint), cargo-lambda and ziglang into ./.venv if missing,
+#   - installs aws-sam-cli (with cfn-lint), cargo-lambda and ziglang into ./.venv-infra if missing,
 #     and the aarch64 Rust target;
 #   - `sam validate --lint` and `cfn-lint` on infra/template.yaml;
 #   - `cargo lambda build --release --arm64` of every function, printing each
@@ -10,7 +10,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-VENV="${VENV:-$ROOT/.venv}"
+# Its own venv: the SAM CLI pins packages that moto (in ./.venv) also uses.
+VENV="${INFRA_VENV:-$ROOT/.venv-infra}"
 export SAM_CLI_TELEMETRY=0
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
