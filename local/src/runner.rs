@@ -130,53 +130,27 @@ pub async fn start(
         batch_size: settings.batch_size,
         visibility_seconds: settings.visibility_seconds,
     };
+    consumer.spawn(&mut tasks, &config.queues.dispatch, move |body| {
+        let d = dispatcher.clone();
+        async move { d.handle_message(&body).await.map(|_| ()) }
+    });
+    consumer.spawn(&mut tasks, &config.queues.poll, move |body| {
+        let p = poller.clone();
+        async move { p.handle_message(&body).await.map(|_| ()) }
+    });
+    consumer.spawn(&mut tasks, &config.queues.deliver, move |body| {
+        let d = deliverer.clone();
+        async move { d.handle_message(&body).await.map(|_| ()) }
+    });
     {
-        let c = consumer.clone();
-        let url = config.queues.dispatch.clone();
-        tasks.spawn(async move {
-            c.run(url, move |body| {
-                let d = dispatcher.clone();
-                async move { d.handle_message(&body).await.map(|_| ()) }
-            })
-            .await
-        });
-    }
-    {
-        let c = consumer.clone();
-        let url = config.queues.poll.clone();
-        tasks.spawn(async move {
-            c.run(url, move |body| {
-                let p = poller.clone();
-                async move { p.handle_message(&body).await.map(|_| ()) }
-            })
-            .await
-        });
-    }
-    {
-        let c = consumer.clone();
-        let url = config.queues.deliver.clone();
-        tasks.spawn(async move {
-            c.run(url, move |body| {
-                let d = deliverer.clone();
-                async move { d.handle_message(&body).await.map(|_| ()) }
-            })
-            .await
-        });
-    }
-    {
-        let c = consumer.clone();
-        let url = config.queues.recovery.clone();
         let (store, queue, policy) = (store.clone(), queue.clone(), config.policy);
-        tasks.spawn(async move {
-            c.run(url, move |body| {
-                let (store, queue) = (store.clone(), queue.clone());
-                async move {
-                    recovery::handle_message(&store, &queue, &policy, &body)
-                        .await
-                        .map(|_| ())
-                }
-            })
-            .await
+        consumer.spawn(&mut tasks, &config.queues.recovery, move |body| {
+            let (store, queue) = (store.clone(), queue.clone());
+            async move {
+                recovery::handle_message(&store, &queue, &policy, &body)
+                    .await
+                    .map(|_| ())
+            }
         });
     }
     {
@@ -210,6 +184,16 @@ struct Consumer {
 }
 
 impl Consumer {
+    /// Consumes `url` on its own task until the runner stops.
+    fn spawn<F, Fut>(&self, tasks: &mut JoinSet<()>, url: &str, handle: F)
+    where
+        F: Fn(String) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = Result<(), StageError>> + Send + 'static,
+    {
+        let (consumer, url) = (self.clone(), url.to_owned());
+        tasks.spawn(async move { consumer.run(url, handle).await });
+    }
+
     async fn run<F, Fut>(&self, url: String, handle: F)
     where
         F: Fn(String) -> Fut + Clone,
