@@ -89,7 +89,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
         metrics::count("Resolutions", &[("Action", resolution.name())]);
         let stage = match resolution {
             Resolution::AttachRemoteJob { .. } => Some(Stage::Poll),
-            Resolution::ConfirmNotCreated => Some(Stage::Dispatch),
+            Resolution::ConfirmNotCreated | Resolution::ReleaseHold => Some(Stage::Dispatch),
             Resolution::RedriveDelivery => Some(Stage::Deliver),
             Resolution::MarkSettled | Resolution::Abandon => None,
         };

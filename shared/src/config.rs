@@ -101,6 +101,12 @@ pub struct Config {
     pub output_prefix: String,
     /// Multipart part size for deliveries.
     pub part_size: usize,
+    /// First delay before a failed delivery is retried; it doubles per attempt (`DELIVERY_BACKOFF_SECONDS`).
+    pub delivery_backoff_seconds: u32,
+    /// Wall-clock bound of one delivery attempt, below the deliver function's timeout (`DELIVERY_ATTEMPT_SECONDS`).
+    pub delivery_attempt_deadline: std::time::Duration,
+    /// Largest output delivered (`MAX_OUTPUT_BYTES`, default 4 GiB); a larger one opens a case.
+    pub max_output_bytes: u64,
     /// Lifetime of the presigned GET URLs in operation views.
     pub presign_expiry: std::time::Duration,
     /// Which output URLs deliver may fetch.
@@ -117,6 +123,9 @@ pub struct UrlPolicy {
     pub allow_private: bool,
     /// `OUTPUT_ALLOWED_HOSTS`: comma-separated host names; empty allows any public host.
     pub allowed_hosts: Vec<String>,
+    /// `OUTPUT_ALLOWED_PORTS`: comma-separated ports; empty allows 443 (and
+    /// 80 where http is allowed).
+    pub allowed_ports: Vec<u16>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -172,12 +181,17 @@ impl Config {
                 retention: Duration::days(number("RETENTION_DAYS", 30)?),
                 delivery_lease: Duration::seconds(number("DELIVERY_LEASE_SECONDS", 960)?),
                 delivery_max_attempts: number("DELIVERY_MAX_ATTEMPTS", 8)? as u32,
+                account_hold: Duration::seconds(number("ACCOUNT_HOLD_SECONDS", 600)?),
+                rate_limit_max: number("RATE_LIMIT_MAX_RETRIES", 10)? as u32,
             },
             fault_injection: flag("FAULT_INJECTION")?,
             poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", 900)?.min(900) as u32,
             stall_after: Duration::seconds(number("RENDER_STALL_SECONDS", 6 * 3600)?),
             output_prefix: var("OUTPUT_PREFIX").unwrap_or_else(|| "outputs".into()),
             part_size: number("UPLOAD_PART_BYTES", 8 * 1024 * 1024)? as usize,
+            delivery_backoff_seconds: number("DELIVERY_BACKOFF_SECONDS", 5)?.min(900) as u32,
+            delivery_attempt_deadline: std::time::Duration::from_secs(number("DELIVERY_ATTEMPT_SECONDS", 780)? as u64),
+            max_output_bytes: number("MAX_OUTPUT_BYTES", 4 * 1024 * 1024 * 1024)? as u64,
             presign_expiry: std::time::Duration::from_secs(number("PRESIGN_EXPIRY_SECONDS", 3600)? as u64),
             url_policy: UrlPolicy {
                 allow_http: flag("DELIVERY_ALLOW_HTTP")?,
@@ -190,6 +204,18 @@ impl Config {
                             .collect()
                     })
                     .unwrap_or_default(),
+                allowed_ports: match var("OUTPUT_ALLOWED_PORTS") {
+                    None => Vec::new(),
+                    Some(v) => v
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|p| !p.is_empty())
+                        .map(|p| {
+                            p.parse::<u16>()
+                                .map_err(|_| ConfigError(format!("OUTPUT_ALLOWED_PORTS has a bad port {p:?}")))
+                        })
+                        .collect::<Result<_, _>>()?,
+                },
             },
         })
     }
@@ -211,6 +237,9 @@ impl Config {
             stall_after: Duration::seconds(6 * 3600),
             output_prefix: "outputs".into(),
             part_size: 8 * 1024 * 1024,
+            delivery_backoff_seconds: 5,
+            delivery_attempt_deadline: std::time::Duration::from_secs(780),
+            max_output_bytes: 4 * 1024 * 1024 * 1024,
             presign_expiry: std::time::Duration::from_secs(3600),
             url_policy: UrlPolicy::default(),
         }

@@ -17,10 +17,10 @@ use crate::domain::{OperationId, hex};
 use crate::machine::{self, Refusal};
 use crate::metrics;
 use crate::queue::{Stage, WorkQueue};
-use crate::record::{DeliveredObject, DeliveryState, Fault, OperationRecord, OutputRef, Phase};
+use crate::record::{CaseReason, DeliveredObject, DeliveryState, Fault, OperationRecord, OutputRef, Phase};
 use crate::stage::{StageError, case_opened, commit_failure, write_attempts};
 use crate::storage::{ObjectStore, PartReceipt, composite_sha256};
-use crate::store::{OperationStore, StoreError, commit};
+use crate::store::{CommitError, OperationStore, StoreError, commit};
 
 // ---------------------------------------------------------------- URL guard
 
@@ -47,17 +47,32 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
         || a == 0
         || (a == 100 && (64..128).contains(&b)) // shared address space
         || (a == 198 && (b == 18 || b == 19)) // benchmarking
+        || (a == 192 && b == 0 && ip.octets()[2] == 0) // IETF protocol assignments, 192.0.0.0/24
         || a >= 240)
 }
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
+    let seg = ip.segments();
+    let first = seg[0];
+    // Forms that embed or translate to an IPv4 address are refused whole:
+    // their IPv4 part could be anything, an internal address included.
+    let ipv4_compatible = seg[..6].iter().all(|s| *s == 0); // ::a.b.c.d (and ::, ::1)
+    let nat64 = seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0]; // 64:ff9b::/96
+    let nat64_local = first == 0x64 && seg[1] == 0xff9b && seg[2] == 1; // 64:ff9b:1::/48
+    let six_to_four = first == 0x2002; // 2002::/16
+    let teredo = first == 0x2001 && seg[1] == 0; // 2001::/32
     !(ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
+        || ipv4_compatible
+        || nat64
+        || nat64_local
+        || six_to_four
+        || teredo
         || (first & 0xfe00) == 0xfc00 // unique local
         || (first & 0xffc0) == 0xfe80 // link local
-        || first == 0x2001 && ip.segments()[1] == 0x0db8) // documentation
+        || (first & 0xffc0) == 0xfec0 // site local (deprecated)
+        || first == 0x2001 && seg[1] == 0x0db8) // documentation
 }
 
 fn ip_allowed(ip: IpAddr, policy: &UrlPolicy) -> bool {
@@ -74,6 +89,16 @@ pub fn check_url(url: &Url, policy: &UrlPolicy) -> Result<(), String> {
     }
     let host = url.host_str().ok_or("the URL has no host")?.to_ascii_lowercase();
     let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let port = url.port_or_known_default().unwrap_or(0);
+    let port_allowed = if policy.allowed_ports.is_empty() {
+        // Local runs (private addresses allowed) serve outputs on any port.
+        policy.allow_private || port == 443 || (port == 80 && policy.allow_http)
+    } else {
+        policy.allowed_ports.contains(&port)
+    };
+    if !port_allowed {
+        return Err(format!("port {port} is not allowed"));
+    }
     if !policy.allowed_hosts.is_empty() && !policy.allowed_hosts.iter().any(|h| h == bare) {
         return Err(format!("host {bare} is not in the allowed output hosts"));
     }
@@ -100,7 +125,12 @@ impl Resolve for GuardedResolver {
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let allowed: Vec<SocketAddr> = found.iter().copied().filter(|a| ip_allowed(a.ip(), &policy)).collect();
             if allowed.is_empty() {
-                return Err(format!("{host} resolves only to addresses that are not public: {found:?}").into());
+                let addrs: Vec<String> = found.iter().map(|a| a.ip().to_string()).collect();
+                // The addresses go to the log only, never into a stored error.
+                warn!(host, addresses = %addrs.join(", "), "an output host resolves only to refused addresses");
+                return Err(Box::new(GuardRefused(format!(
+                    "host {host} resolves only to addresses that are not allowed"
+                ))) as Box<dyn std::error::Error + Send + Sync>);
             }
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })
@@ -123,7 +153,25 @@ pub fn download_client(policy: &UrlPolicy) -> Result<reqwest::Client, reqwest::E
         }))
         .connect_timeout(Duration::from_secs(5))
         .read_timeout(Duration::from_secs(60))
+        // A proxy from the environment would resolve names itself, past the guard.
+        .no_proxy()
         .build()
+}
+
+/// Content types stored as they are; anything else is stored as
+/// `application/octet-stream`, so an output can never be served as a page.
+pub fn stored_content_type(claimed: &str) -> String {
+    let essence = claimed.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let plain = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    let allowed = match essence.split_once('/') {
+        Some(("video", rest)) | Some(("image", rest)) => plain(rest) && rest != "svg+xml",
+        _ => false,
+    };
+    if allowed {
+        essence
+    } else {
+        "application/octet-stream".into()
+    }
 }
 
 // ---------------------------------------------------------------- the stage
@@ -147,6 +195,11 @@ pub enum DeliverResult {
     GaveUp {
         attempts: u32,
     },
+    /// An output can never be fetched (refused URL, over the byte cap):
+    /// `delivery_failed` with a case after this one attempt.
+    Refused {
+        reason: CaseReason,
+    },
 }
 
 pub struct Deliverer<S, Q, O> {
@@ -157,18 +210,51 @@ pub struct Deliverer<S, Q, O> {
     pub config: Config,
 }
 
-/// Why one output could not be delivered.
+/// Why one output could not be delivered. The reason never carries a URL
+/// or a query string: it is shown to tenants and operators.
 #[derive(Debug, thiserror::Error)]
 #[error("output {index}: {reason}")]
 pub struct TransferError {
     pub index: usize,
     pub reason: String,
+    /// `Some` when retrying cannot help: the case to open at once.
+    pub permanent: Option<CaseReason>,
 }
 
 const MAX_RACES: usize = 5;
 
-fn delivery_backoff_seconds(attempts: u32) -> u32 {
-    (5u32.saturating_mul(1 << attempts.min(8))).min(900)
+/// Delay before the retry that follows attempt number `attempts` (1-based):
+/// `base`, then doubling, at most 900 s (SQS's longest delay).
+fn delivery_backoff_seconds(base: u32, attempts: u32) -> u32 {
+    base.max(1)
+        .saturating_mul(1 << attempts.saturating_sub(1).min(10))
+        .min(900)
+}
+
+/// The URL guard refused an address after DNS resolution.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct GuardRefused(String);
+
+/// A download error as text without the URL (it may carry a signed query
+/// string), and whether the URL guard caused it (a refused redirect target
+/// or resolved address), which no retry can change.
+fn transport(e: reqwest::Error) -> (String, bool) {
+    let mut refused = e.is_redirect();
+    let timeout = e.is_timeout();
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(inner) = source {
+        refused |= inner.downcast_ref::<GuardRefused>().is_some();
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    if timeout && !text.contains("timed out") {
+        text.push_str(" (timed out)");
+    }
+    (text, refused)
 }
 
 /// File extension for a content type, else the URL's own, else `bin`.
@@ -222,6 +308,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
                 let mut next = match machine::claim_delivery(&rec, &token, now, &policy) {
                     Ok(next) => next,
                     Err(Refusal::LeaseLive { .. }) => return Ok(DeliverResult::Duplicate),
+                    Err(Refusal::AttemptsExhausted(_)) => return self.give_up(rec).await,
                     Err(_) => return Ok(DeliverResult::NotDeliverable(rec.phase, rec.delivery_state)),
                 };
                 let fault = next.fault.filter(|f| {
@@ -232,6 +319,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
                 }
                 match self.store.apply(&rec, &next).await {
                     Ok(_) => break 'claim (next, fault),
+                    // A retried claim write that had already landed is our claim.
+                    Err(StoreError::Conflict(Some(current))) if *current == next => break 'claim (next, fault),
                     Err(StoreError::Conflict(Some(current))) => rec = *current,
                     Err(e) => return Err(e.into()),
                 }
@@ -240,11 +329,12 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         };
 
         let started = std::time::Instant::now();
+        let deadline = tokio::time::Instant::now() + self.config.delivery_attempt_deadline;
         let outputs = claimed.outputs.clone().unwrap_or_default();
         let mut objects = Vec::with_capacity(outputs.len());
         for (index, output) in outputs.iter().enumerate() {
             let inject = fault == Some(Fault::DeliverUploadFails) && index == 0;
-            match self.transfer(&claimed, index, output, inject).await {
+            match self.transfer(&claimed, index, output, inject, deadline).await {
                 Ok(obj) => objects.push(obj),
                 Err(e) => return self.attempt_failed(claimed, &token, &e).await,
             }
@@ -270,6 +360,26 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         Ok(DeliverResult::Delivered { objects: count })
     }
 
+    /// Every attempt was used and the last one stopped without reporting.
+    async fn give_up(&self, rec: OperationRecord) -> Result<DeliverResult, StageError> {
+        let now = Utc::now();
+        let rec = match commit(&self.store, rec, write_attempts(), |r| {
+            machine::give_up_delivery(r, now)
+        })
+        .await
+        {
+            Ok(rec) => rec,
+            Err(CommitError::Refused { current, .. }) => {
+                return Ok(DeliverResult::NotDeliverable(current.phase, current.delivery_state));
+            }
+            Err(CommitError::Store(e)) => return Err(e.into()),
+        };
+        case_opened(&rec);
+        Ok(DeliverResult::GaveUp {
+            attempts: rec.delivery_attempts,
+        })
+    }
+
     async fn attempt_failed(
         &self,
         claimed: OperationRecord,
@@ -277,11 +387,20 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         error: &TransferError,
     ) -> Result<DeliverResult, StageError> {
         let now = Utc::now();
-        let wait = delivery_backoff_seconds(claimed.delivery_attempts);
-        let retry_at = now + chrono::Duration::seconds(wait as i64);
         let policy = self.config.policy;
         let detail = error.to_string();
-        warn!(operation_id = %claimed.operation_id, error = %detail, "delivery attempt failed");
+        warn!(operation_id = %claimed.operation_id, error = %detail, permanent = error.permanent.is_some(), "delivery attempt failed");
+        if let Some(reason) = error.permanent {
+            let rec = commit(&self.store, claimed, write_attempts(), |r| {
+                machine::delivery_refused(r, token, reason, &detail, now)
+            })
+            .await
+            .map_err(commit_failure)?;
+            case_opened(&rec);
+            return Ok(DeliverResult::Refused { reason });
+        }
+        let wait = delivery_backoff_seconds(self.config.delivery_backoff_seconds, claimed.delivery_attempts);
+        let retry_at = now + chrono::Duration::seconds(wait as i64);
         let rec = commit(&self.store, claimed, write_attempts(), |r| {
             machine::delivery_attempt_failed(r, token, &detail, retry_at, now, &policy)
         })
@@ -300,37 +419,67 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         })
     }
 
-    /// Streams one output into storage and verifies it.
+    /// Streams one output into storage and verifies it, within `deadline`.
     async fn transfer(
         &self,
         rec: &OperationRecord,
         index: usize,
         output: &OutputRef,
         inject_failure: bool,
+        deadline: tokio::time::Instant,
     ) -> Result<DeliveredObject, TransferError> {
-        let fail = |reason: String| TransferError { index, reason };
-        let url = Url::parse(&output.url).map_err(|e| fail(format!("bad URL: {e}")))?;
-        check_url(&url, &self.config.url_policy).map_err(fail)?;
-        let mut response = self
-            .http
-            .get(url.clone())
-            .send()
-            .await
-            .map_err(|e| fail(format!("download failed: {e}")))?;
+        let fail = |reason: String| TransferError {
+            index,
+            reason,
+            permanent: None,
+        };
+        let refuse = |case: CaseReason, reason: String| TransferError {
+            index,
+            reason,
+            permanent: Some(case),
+        };
+        let url = Url::parse(&output.url).map_err(|e| refuse(CaseReason::OutputUrlRefused, format!("bad URL: {e}")))?;
+        check_url(&url, &self.config.url_policy).map_err(|why| refuse(CaseReason::OutputUrlRefused, why))?;
+        let sent = tokio::time::timeout_at(deadline, self.http.get(url.clone()).send()).await;
+        let mut response = match sent {
+            Err(_) => {
+                return Err(fail(
+                    "the attempt's deadline passed before the download answered".into(),
+                ));
+            }
+            Ok(Err(e)) => {
+                let (text, refused) = transport(e);
+                return Err(if refused {
+                    refuse(CaseReason::OutputUrlRefused, text)
+                } else {
+                    fail(format!("download failed: {text}"))
+                });
+            }
+            Ok(Ok(r)) => r,
+        };
         if !response.status().is_success() {
             return Err(fail(format!("download answered HTTP {}", response.status().as_u16())));
         }
-        let content_type = output
-            .content_type
-            .clone()
-            .or_else(|| {
-                response
-                    .headers()
-                    .get(reqwest::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            })
-            .unwrap_or_else(|| "application/octet-stream".into());
+        let cap = self.config.max_output_bytes;
+        if let Some(len) = response.content_length().filter(|len| *len > cap) {
+            return Err(refuse(
+                CaseReason::OutputTooLarge,
+                format!("the output is {len} bytes, over the {cap}-byte limit"),
+            ));
+        }
+        let content_type = stored_content_type(
+            &output
+                .content_type
+                .clone()
+                .or_else(|| {
+                    response
+                        .headers()
+                        .get(reqwest::header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned)
+                })
+                .unwrap_or_default(),
+        );
         let key = object_key(&self.config.output_prefix, rec, index, &extension(&content_type, &url));
         let upload_id = self
             .objects
@@ -338,14 +487,22 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
             .await
             .map_err(|e| fail(e.to_string()))?;
 
-        let streamed = self.stream_parts(&key, &upload_id, &mut response, inject_failure).await;
+        let streamed = self
+            .stream_parts(&key, &upload_id, &mut response, inject_failure, deadline)
+            .await;
         let (bytes, sha256, parts) = match streamed {
             Ok(v) => v,
-            Err(reason) => {
+            Err(failure) => {
                 if let Err(e) = self.objects.abort(&key, &upload_id).await {
                     warn!(key, error = %e, "aborting the multipart upload failed; the bucket lifecycle rule will remove it");
                 }
-                return Err(fail(reason));
+                return Err(match failure {
+                    StreamFailure::TooLarge => refuse(
+                        CaseReason::OutputTooLarge,
+                        format!("the output is larger than the {cap}-byte limit"),
+                    ),
+                    StreamFailure::Transient(reason) => fail(reason),
+                });
             }
         };
         let head = self
@@ -373,25 +530,44 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
     }
 
     /// Uploads the body one part at a time, hashing as it goes. At most one
-    /// part (plus one network chunk) is held in memory.
+    /// part (plus one network chunk) is held in memory; the byte cap and the
+    /// attempt's deadline are checked on every chunk.
     async fn stream_parts(
         &self,
         key: &str,
         upload_id: &str,
         response: &mut reqwest::Response,
         inject_failure: bool,
-    ) -> Result<(u64, String, Vec<PartReceipt>), String> {
+        deadline: tokio::time::Instant,
+    ) -> Result<(u64, String, Vec<PartReceipt>), StreamFailure> {
         let part_size = self.config.part_size.max(1);
+        let cap = self.config.max_output_bytes;
         let mut hasher = Sha256::new();
         let mut buffer: Vec<u8> = Vec::with_capacity(part_size);
         let mut parts = Vec::new();
         let mut total = 0u64;
         loop {
-            let chunk = response.chunk().await.map_err(|e| format!("download broke off: {e}"))?;
+            let chunk = match tokio::time::timeout_at(deadline, response.chunk()).await {
+                Err(_) => {
+                    return Err(StreamFailure::Transient(format!(
+                        "the attempt's deadline passed after {total} bytes"
+                    )));
+                }
+                Ok(Err(e)) => {
+                    return Err(StreamFailure::Transient(format!(
+                        "download broke off: {}",
+                        transport(e).0
+                    )));
+                }
+                Ok(Ok(chunk)) => chunk,
+            };
             let finished = chunk.is_none();
             if let Some(chunk) = chunk {
-                hasher.update(&chunk);
                 total += chunk.len() as u64;
+                if total > cap {
+                    return Err(StreamFailure::TooLarge);
+                }
+                hasher.update(&chunk);
                 buffer.extend_from_slice(&chunk);
             }
             while buffer.len() >= part_size || (finished && (!buffer.is_empty() || parts.is_empty())) {
@@ -403,13 +579,13 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
                 let part = std::mem::replace(&mut buffer, rest);
                 let number = parts.len() as i32 + 1;
                 if inject_failure {
-                    return Err("injected: deliver.upload_fails".into());
+                    return Err(StreamFailure::Transient("injected: deliver.upload_fails".into()));
                 }
                 parts.push(
                     self.objects
                         .put_part(key, upload_id, number, part)
                         .await
-                        .map_err(|e| e.to_string())?,
+                        .map_err(|e| StreamFailure::Transient(e.to_string()))?,
                 );
             }
             if finished {
@@ -419,9 +595,15 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         self.objects
             .complete(key, upload_id, &parts)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| StreamFailure::Transient(e.to_string()))?;
         Ok((total, hex(&hasher.finalize()), parts))
     }
+}
+
+/// Why streaming one output stopped.
+enum StreamFailure {
+    TooLarge,
+    Transient(String),
 }
 
 #[cfg(test)]
@@ -456,11 +638,59 @@ mod tests {
     }
 
     #[test]
+    fn embedded_ipv4_forms_odd_ranges_and_ports_are_refused() {
+        let ok = |u: &str| check_url(&Url::parse(u).unwrap(), &policy());
+        for bad in [
+            "https://[64:ff9b::a9fe:a9fe]/x",    // NAT64 of 169.254.169.254
+            "https://[64:ff9b:1::a00:1]/x",      // local-use NAT64
+            "https://[2002:a9fe:a9fe::1]/x",     // 6to4 of 169.254.169.254
+            "https://[::a9fe:a9fe]/x",           // IPv4-compatible
+            "https://[2001:0:4136:e378::1]/x",   // Teredo
+            "https://[fec0::1]/x",               // site local
+            "https://192.0.0.8/x",               // IETF protocol assignments
+            "https://cdn.genace.example:8443/x", // not 443
+            "https://cdn.genace.example:80/x",   // 80 without http allowed
+        ] {
+            assert!(ok(bad).is_err(), "{bad} must be refused");
+        }
+        assert!(ok("https://[2606:4700::1111]/x").is_ok(), "a public IPv6 address");
+        assert!(ok("https://8.8.8.8/x").is_ok());
+        let http = UrlPolicy {
+            allow_http: true,
+            ..UrlPolicy::default()
+        };
+        assert!(check_url(&Url::parse("http://cdn.genace.example/x").unwrap(), &http).is_ok());
+        assert!(check_url(&Url::parse("http://cdn.genace.example:8080/x").unwrap(), &http).is_err());
+        let ports = UrlPolicy {
+            allowed_ports: vec![8443],
+            ..UrlPolicy::default()
+        };
+        assert!(check_url(&Url::parse("https://cdn.genace.example:8443/x").unwrap(), &ports).is_ok());
+        assert!(check_url(&Url::parse("https://cdn.genace.example/x").unwrap(), &ports).is_err());
+    }
+
+    #[test]
+    fn stored_content_types_come_from_an_allow_list() {
+        assert_eq!(stored_content_type("video/mp4"), "video/mp4");
+        assert_eq!(stored_content_type("Image/PNG; charset=binary"), "image/png");
+        for risky in [
+            "text/html",
+            "image/svg+xml",
+            "application/javascript",
+            "",
+            "video/",
+            "video/mp4<script>",
+        ] {
+            assert_eq!(stored_content_type(risky), "application/octet-stream", "{risky}");
+        }
+    }
+
+    #[test]
     fn local_flags_and_the_allow_list() {
         let local = UrlPolicy {
             allow_http: true,
             allow_private: true,
-            allowed_hosts: vec![],
+            ..UrlPolicy::default()
         };
         assert!(check_url(&Url::parse("http://127.0.0.1:9000/o.mp4").unwrap(), &local).is_ok());
         let listed = UrlPolicy {
@@ -495,7 +725,9 @@ mod tests {
             extension("application/octet-stream", &Url::parse("https://cdn/x/blob").unwrap()),
             "bin"
         );
-        assert_eq!(delivery_backoff_seconds(0), 5);
-        assert_eq!(delivery_backoff_seconds(20), 900);
+        assert_eq!(delivery_backoff_seconds(5, 1), 5);
+        assert_eq!(delivery_backoff_seconds(5, 2), 10);
+        assert_eq!(delivery_backoff_seconds(5, 20), 900);
+        assert_eq!(delivery_backoff_seconds(0, 1), 1);
     }
 }

@@ -28,8 +28,11 @@ pub enum Dispatched {
     Duplicate,
     /// A claim's lease had expired: the operation is now uncertain, with a case.
     Interrupted,
-    /// A 429 asked us to wait; the message was re-sent with a delay.
+    /// A 429 or an account hold asked us to wait; this early message was
+    /// dropped (the delayed one, or the sweep at `retry_at`, comes later).
     Deferred,
+    /// Held with an open case (repeated 429s): only an operator releases it.
+    Held,
     /// We claimed and POSTed once; this is how it ended.
     Posted(PostResult),
 }
@@ -43,6 +46,8 @@ pub enum PostResult {
     /// The 502's job id could not be written: it is on the recovery queue.
     SubmitFailedUnpersisted,
     Rejected,
+    /// 401/402/403/404/405 and the like: held with an `account_problem` case.
+    AccountHeld,
     RateLimited,
     Uncertain,
 }
@@ -93,12 +98,18 @@ where
         for _ in 0..MAX_RACES {
             let decided = match rec.phase {
                 Phase::Prepared => {
-                    if let Some(wait) = self.still_rate_limited(&rec, now) {
-                        self.queue.enqueue(Stage::Dispatch, id, wait).await?;
-                        return Ok(Dispatched::Deferred);
-                    }
-                    let mut next = machine::claim_dispatch(&rec, &token, now, &self.config.policy)
-                        .expect("a prepared operation can always be claimed");
+                    let mut next = match machine::claim_dispatch(&rec, &token, now, &self.config.policy) {
+                        Ok(next) => next,
+                        Err(Refusal::NotYet { until }) => {
+                            info!(operation_id = %id, %until, "dispatch must wait; early message dropped");
+                            return Ok(Dispatched::Deferred);
+                        }
+                        Err(Refusal::CaseOpen(reason)) => {
+                            info!(operation_id = %id, reason = reason.as_str(), "operation held for a person");
+                            return Ok(Dispatched::Held);
+                        }
+                        Err(other) => return Err(StageError::Refused(other.to_string())),
+                    };
                     // A fault directive fires once: the claim write consumes it.
                     let fault = next
                         .fault
@@ -106,7 +117,11 @@ where
                     if fault.is_some() {
                         next.fault = None;
                     }
-                    self.store.apply(&rec, &next).await.map(|_| (next, fault))
+                    match self.store.apply(&rec, &next).await {
+                        // A retried claim write that had already landed is our claim.
+                        Err(crate::store::StoreError::Conflict(Some(current))) if *current == next => Ok((next, fault)),
+                        other => other.map(|_| (next, fault)),
+                    }
                 }
                 Phase::Submitting => match machine::interrupt(
                     &rec,
@@ -144,13 +159,6 @@ where
         Err(StageError::Store(crate::store::StoreError::Conflict(None)))
     }
 
-    /// A released 429 claim waits for its Retry-After before the next claim.
-    fn still_rate_limited(&self, rec: &OperationRecord, now: chrono::DateTime<Utc>) -> Option<u32> {
-        let limited = rec.last_error.as_ref().is_some_and(|e| e.kind == "rate_limited");
-        let wait_ms = rec.due_at? - now.timestamp_millis();
-        (limited && wait_ms > 0).then(|| (wait_ms as u64).div_ceil(1000) as u32)
-    }
-
     async fn submit(
         &self,
         claimed: OperationRecord,
@@ -164,6 +172,17 @@ where
         info!(operation_id = %id, tenant = %claimed.tenant_id, phase = "submitting", "posting to Genace");
         let outcome = self.genace.submit(&genace::submission_body(&claimed)).await;
         let received_at = Utc::now();
+        // The id is written to the log the moment it is known, before any
+        // commit: if everything after this fails, the log still names the job.
+        match &outcome {
+            SubmitOutcome::Accepted { job, .. } => {
+                info!(operation_id = %id, tenant = %claimed.tenant_id, claim_token = token, remote_job_id = %job.job_id, status = 202, "Genace job id received")
+            }
+            SubmitOutcome::FailedWithJob { job_id, .. } => {
+                info!(operation_id = %id, tenant = %claimed.tenant_id, claim_token = token, remote_job_id = %job_id, status = 502, "Genace job id received")
+            }
+            _ => {}
+        }
         metrics::count("DispatchOutcome", &[("Outcome", outcome_name(&outcome))]);
         if fault == Some(Fault::DispatchAfterResponse) {
             return Err(StageError::Crashed("dispatch.after_response"));
@@ -245,17 +264,41 @@ where
                 .map_err(commit_failure)?;
                 Ok(PostResult::Rejected)
             }
+            SubmitOutcome::AccountProblem { status, detail } => {
+                let remote = RemoteError {
+                    kind: format!("http_{status}"),
+                    status: Some(status),
+                    detail,
+                };
+                let rec = commit(&self.store, claimed, write_attempts(), |r| {
+                    machine::hold_for_account(r, token, remote.clone(), received_at, &policy)
+                })
+                .await
+                .map_err(commit_failure)?;
+                error!(operation_id = %id, status, "Genace refused the account; the operation is held, not rejected");
+                metrics::count("AccountProblem", &[("Status", &status.to_string())]);
+                case_opened(&rec);
+                let wait = policy.account_hold.num_seconds().clamp(1, 900) as u32 + 1;
+                self.queue.enqueue(Stage::Dispatch, &id, wait).await?;
+                Ok(PostResult::AccountHeld)
+            }
             SubmitOutcome::RateLimited { retry_after } => {
                 let wait = retry_after
                     .unwrap_or(DEFAULT_RETRY)
                     .clamp(MIN_RETRY, Duration::from_secs(900));
                 let retry_at = received_at + chrono::Duration::from_std(wait).expect("bounded");
-                commit(&self.store, claimed, write_attempts(), |r| {
-                    machine::release_claim(r, token, retry_at, received_at)
+                let rec = commit(&self.store, claimed, write_attempts(), |r| {
+                    machine::release_claim(r, token, retry_at, received_at, &policy)
                 })
                 .await
                 .map_err(commit_failure)?;
-                self.queue.enqueue(Stage::Dispatch, &id, wait.as_secs() as u32).await?;
+                if rec.case.is_some() {
+                    case_opened(&rec);
+                } else {
+                    // One second late rather than early: an early copy is dropped.
+                    let delay = (wait.as_secs() as u32 + 1).min(crate::queue::MAX_DELAY_SECONDS);
+                    self.queue.enqueue(Stage::Dispatch, &id, delay).await?;
+                }
                 Ok(PostResult::RateLimited)
             }
             SubmitOutcome::Unknown { evidence } => {
@@ -299,6 +342,7 @@ fn outcome_name(o: &SubmitOutcome) -> &'static str {
         SubmitOutcome::FailedWithJob { .. } => "failed_with_job",
         SubmitOutcome::Rejected { .. } => "rejected",
         SubmitOutcome::RateLimited { .. } => "rate_limited",
+        SubmitOutcome::AccountProblem { .. } => "account_problem",
         SubmitOutcome::Unknown { .. } => "unknown",
     }
 }

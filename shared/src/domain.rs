@@ -31,6 +31,33 @@ fn visible_ascii(s: &str) -> bool {
     s.bytes().all(|b| (0x21..=0x7e).contains(&b))
 }
 
+/// A job id Genace gave us: 1-256 visible ASCII characters. Anything longer
+/// or stranger is not stored as an id (it is kept as evidence instead).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RemoteJobId(String);
+
+impl RemoteJobId {
+    pub const MAX_LEN: usize = 256;
+
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        if raw.is_empty() || raw.len() > Self::MAX_LEN || !visible_ascii(raw) {
+            return Err(InvalidInput::new(
+                "job_id",
+                format!("must be 1-{} visible ASCII characters", Self::MAX_LEN),
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
 /// The owner of an operation, taken from the authenticated principal only.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]

@@ -6,13 +6,14 @@ use std::future::Future;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use serde_json::{Map, Value, json};
 
+use crate::domain::RemoteJobId;
 use crate::machine::AcceptedJob;
 use crate::record::{OperationRecord, OutputRef};
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GenaceConfig {
     pub base_url: String,
     /// Path of job creation (default `/v1/jobs`).
@@ -23,6 +24,27 @@ pub struct GenaceConfig {
     pub connect_timeout: Duration,
     /// Total time allowed for one request, response body included.
     pub timeout: Duration,
+}
+
+/// The API key never appears in logs or panics.
+impl std::fmt::Debug for GenaceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GenaceConfig")
+            .field("base_url", &self.base_url)
+            .field("submit_path", &self.submit_path)
+            .field("status_path", &self.status_path)
+            .field(
+                "api_key",
+                &if self.api_key.is_empty() {
+                    "<empty>"
+                } else {
+                    "<redacted>"
+                },
+            )
+            .field("connect_timeout", &self.connect_timeout)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 impl GenaceConfig {
@@ -103,8 +125,11 @@ pub enum SubmitOutcome {
     Accepted { job: AcceptedJob, raw: String },
     /// A 502 whose `error.job_id` names a failed remote job.
     FailedWithJob { job_id: String, error: Value, raw: String },
-    /// A definitive 4xx (other than 429): nothing was created.
+    /// 400, 409 or 422: the request itself is wrong; nothing was created.
     Rejected { status: u16, detail: String },
+    /// Any other 4xx (401, 402, 403, a 404/405 from a wrong path, ...): our
+    /// account or deployment is wrong, not the intent. Nothing was created.
+    AccountProblem { status: u16, detail: String },
     /// A 429: Genace did not process the request.
     RateLimited { retry_after: Option<Duration> },
     /// Anything else: a job may or may not exist.
@@ -113,6 +138,11 @@ pub enum SubmitOutcome {
 
 /// Longest response excerpt kept as evidence.
 const EVIDENCE_LIMIT: usize = 2048;
+/// Largest response body read from Genace. A longer answer to a POST is an
+/// unknown outcome; a longer status answer says nothing about the job.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Most outputs one job may name; more makes the outputs unreadable.
+pub const MAX_OUTPUTS: usize = 64;
 
 fn excerpt(body: &str) -> String {
     if body.len() <= EVIDENCE_LIMIT {
@@ -129,6 +159,17 @@ fn non_empty_str(v: Option<&Value>) -> Option<String> {
     v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
+/// A job id as Genace named it: a string that parses as a [`RemoteJobId`].
+/// `Err` carries why a present value is not usable; `Ok(None)` means absent.
+fn job_id_of(v: Option<&Value>) -> Result<Option<RemoteJobId>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => RemoteJobId::parse(s).map(Some).map_err(|e| e.to_string()),
+        Some(_) => Err("job_id is not a string".into()),
+    }
+}
+
 /// Classifies a POST response. Pure, so every branch is unit-testable.
 pub fn classify_submit(status: StatusCode, headers: &HeaderMap, body: &str) -> SubmitOutcome {
     let json: Option<Value> = serde_json::from_str(body).ok();
@@ -139,11 +180,12 @@ pub fn classify_submit(status: StatusCode, headers: &HeaderMap, body: &str) -> S
     match code {
         202 => match json {
             None => unknown("202 with a body that is not JSON"),
-            Some(v) => match non_empty_str(v.get("job_id")) {
-                None => unknown("202 without a non-empty string job_id"),
-                Some(job_id) => SubmitOutcome::Accepted {
+            Some(v) => match job_id_of(v.get("job_id")) {
+                Err(why) => unknown(&format!("202 with an unusable job_id ({why})")),
+                Ok(None) => unknown("202 without a non-empty string job_id"),
+                Ok(Some(job_id)) => SubmitOutcome::Accepted {
                     job: AcceptedJob {
-                        job_id,
+                        job_id: job_id.into_string(),
                         state: non_empty_str(v.get("state")),
                         model: non_empty_str(v.get("model")),
                         created_at: non_empty_str(v.get("created_at")).or_else(|| non_empty_str(v.get("created"))),
@@ -159,22 +201,28 @@ pub fn classify_submit(status: StatusCode, headers: &HeaderMap, body: &str) -> S
         502 => match json
             .as_ref()
             .and_then(|v| v.get("error"))
-            .map(|e| (non_empty_str(e.get("job_id")), e.clone()))
+            .map(|e| (job_id_of(e.get("job_id")), e.clone()))
         {
-            Some((Some(job_id), error)) => SubmitOutcome::FailedWithJob {
-                job_id,
+            Some((Ok(Some(job_id)), error)) => SubmitOutcome::FailedWithJob {
+                job_id: job_id.into_string(),
                 error,
                 raw: body.to_owned(),
             },
+            Some((Err(why), _)) => unknown(&format!("502 with an unusable error.job_id ({why})")),
             _ => unknown("502 without error.job_id"),
         },
         429 => SubmitOutcome::RateLimited {
             retry_after: retry_after(headers),
         },
-        400..=499 => SubmitOutcome::Rejected {
+        400 | 409 | 422 => SubmitOutcome::Rejected {
             status: code,
             detail: excerpt(body),
         },
+        400..=499 => SubmitOutcome::AccountProblem {
+            status: code,
+            detail: excerpt(body),
+        },
+        300..=399 => unknown("a redirect is never followed for a job-creating POST"),
         _ => unknown("no job id in an unexpected status"),
     }
 }
@@ -230,6 +278,9 @@ pub struct JobSnapshot {
     pub state: String,
     pub status: RenderStatus,
     pub outputs: Option<Vec<OutputRef>>,
+    /// Why the `outputs` member could not be read, when it was present but
+    /// unusable (not a list, too many entries, or entries without a URL).
+    pub outputs_unreadable: Option<String>,
     pub error: Option<Value>,
 }
 
@@ -248,26 +299,43 @@ pub enum StatusOutcome {
 const SUCCESS_STATES: [&str; 2] = ["completed", "succeeded"];
 const FAILURE_STATES: [&str; 3] = ["failed", "canceled", "cancelled"];
 
-fn parse_outputs(v: &Value) -> Option<Vec<OutputRef>> {
-    let items = v.as_array()?;
-    Some(
-        items
-            .iter()
-            .filter_map(|item| match item {
-                Value::String(url) => Some(OutputRef {
-                    url: url.clone(),
-                    content_type: None,
-                }),
-                Value::Object(o) => Some(OutputRef {
-                    url: o.get("url")?.as_str()?.to_owned(),
+/// Longest output URL accepted.
+const MAX_URL_LEN: usize = 8192;
+
+/// Reads the `outputs` member: `Ok(None)` when absent or null, `Err` when it
+/// is present but cannot be used as a whole. An entry without a URL makes the
+/// list unreadable rather than silently shorter.
+fn parse_outputs(v: Option<&Value>) -> Result<Option<Vec<OutputRef>>, String> {
+    let items = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err("outputs is not a list".into()),
+    };
+    if items.len() > MAX_OUTPUTS {
+        return Err(format!("{} outputs, more than the {MAX_OUTPUTS} accepted", items.len()));
+    }
+    let url_ok = |u: &str| !u.is_empty() && u.len() <= MAX_URL_LEN;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::String(url) if url_ok(url) => Ok(OutputRef {
+                url: url.clone(),
+                content_type: None,
+            }),
+            Value::Object(o) => match o.get("url").and_then(Value::as_str).filter(|u| url_ok(u)) {
+                Some(url) => Ok(OutputRef {
+                    url: url.to_owned(),
                     content_type: non_empty_str(o.get("content_type"))
                         .or_else(|| non_empty_str(o.get("mime_type")))
                         .or_else(|| non_empty_str(o.get("contentType"))),
                 }),
-                _ => None,
-            })
-            .collect(),
-    )
+                None => Err(format!("output {i} has no usable url")),
+            },
+            _ => Err(format!("output {i} is neither a URL nor an object with a url")),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 /// Normalizes a status body. The one place that knows Genace's snapshot shape.
@@ -282,11 +350,16 @@ pub fn normalize_snapshot(v: &Value) -> Option<JobSnapshot> {
         None if error.is_some() => RenderStatus::Failed,
         _ => RenderStatus::Running,
     };
+    let (outputs, outputs_unreadable) = match parse_outputs(obj.get("outputs")) {
+        Ok(outputs) => (outputs, None),
+        Err(why) => (None, Some(why)),
+    };
     Some(JobSnapshot {
         id,
         state: state.unwrap_or_else(|| "unknown".into()),
         status,
-        outputs: obj.get("outputs").and_then(parse_outputs),
+        outputs,
+        outputs_unreadable,
         error,
     })
 }
@@ -334,6 +407,9 @@ impl GenaceClient {
             .timeout(conf.timeout)
             // A POST here is never repeated by the transport, not even on a protocol NACK.
             .retry(reqwest::retry::never())
+            // A 307/308 would re-send the POST (a second paid job) and a 301/302
+            // would turn it into a GET: every 3xx is answered as it is.
+            .redirect(reqwest::redirect::Policy::none())
             .build()?;
         Ok(Self { http, conf })
     }
@@ -341,6 +417,45 @@ impl GenaceClient {
     fn url(&self, path: &str) -> String {
         format!("{}{}", self.conf.base_url.trim_end_matches('/'), path)
     }
+
+    fn authorization(&self) -> HeaderValue {
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", self.conf.api_key))
+            .unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
+        value.set_sensitive(true);
+        value
+    }
+}
+
+/// Why a body was not read whole.
+#[derive(Debug)]
+enum BodyError {
+    TooLarge,
+    Broken(reqwest::Error),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::TooLarge => write!(f, "the body is larger than {MAX_BODY_BYTES} bytes"),
+            BodyError::Broken(e) => write!(f, "the body could not be read: {}", chain(e)),
+        }
+    }
+}
+
+/// Reads a response body of at most [`MAX_BODY_BYTES`], chunk by chunk, so
+/// an endless or huge answer never fills memory.
+async fn bounded_text(mut response: reqwest::Response) -> Result<String, BodyError> {
+    if response.content_length().is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Broken)? {
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 impl Genace for GenaceClient {
@@ -348,7 +463,7 @@ impl Genace for GenaceClient {
         let sent = self
             .http
             .post(self.url(&self.conf.submit_path))
-            .header(AUTHORIZATION, format!("Bearer {}", self.conf.api_key))
+            .header(AUTHORIZATION, self.authorization())
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_string())
             .send()
@@ -359,10 +474,10 @@ impl Genace for GenaceClient {
         };
         let status = response.status();
         let headers = response.headers().clone();
-        match response.text().await {
+        match bounded_text(response).await {
             Ok(text) => classify_submit(status, &headers, &text),
             Err(e) => SubmitOutcome::Unknown {
-                evidence: format!("HTTP {}: the body could not be read: {}", status.as_u16(), chain(&e)),
+                evidence: format!("HTTP {}: {e}", status.as_u16()),
             },
         }
     }
@@ -372,7 +487,7 @@ impl Genace for GenaceClient {
         let sent = self
             .http
             .get(self.url(&path))
-            .header(AUTHORIZATION, format!("Bearer {}", self.conf.api_key))
+            .header(AUTHORIZATION, self.authorization())
             .send()
             .await;
         let transient = |why: String| StatusOutcome::Transient { evidence: why };
@@ -380,13 +495,9 @@ impl Genace for GenaceClient {
             Err(e) => transient(format!("no response: {}: {}", transport_kind(&e), chain(&e))),
             Ok(response) => {
                 let status = response.status();
-                match response.text().await {
+                match bounded_text(response).await {
                     Ok(text) => classify_status(status, &text),
-                    Err(e) => transient(format!(
-                        "HTTP {}: the body could not be read: {}",
-                        status.as_u16(),
-                        chain(&e)
-                    )),
+                    Err(e) => transient(format!("HTTP {}: {e}", status.as_u16())),
                 }
             }
         }
@@ -479,9 +590,15 @@ mod tests {
     }
 
     #[test]
-    fn client_errors_are_rejections_except_429() {
-        for code in [400, 401, 403, 404, 409, 422] {
+    fn only_400_409_422_are_rejections_and_account_refusals_are_held() {
+        for code in [400, 409, 422] {
             assert!(matches!(classify(code, "{}"), SubmitOutcome::Rejected { status, .. } if status == code));
+        }
+        for code in [401, 402, 403, 404, 405] {
+            assert!(
+                matches!(classify(code, "{}"), SubmitOutcome::AccountProblem { status, .. } if status == code),
+                "{code}"
+            );
         }
         let mut headers = HeaderMap::new();
         headers.insert(RETRY_AFTER, "7".parse().unwrap());
@@ -512,7 +629,7 @@ mod tests {
         let by_job_id = normalize_snapshot(&json!({"job_id": "K", "state": "queued"})).unwrap();
         assert_eq!(by_job_id.id.as_deref(), Some("K"));
         let done = normalize_snapshot(&json!({"id": "J", "state": "succeeded", "outputs": [
-            {"url": "https://cdn/a.mp4", "content_type": "video/mp4"}, "https://cdn/b.png", 7
+            {"url": "https://cdn/a.mp4", "content_type": "video/mp4"}, "https://cdn/b.png"
         ]}))
         .unwrap();
         assert_eq!(done.status, RenderStatus::Succeeded);
@@ -537,6 +654,72 @@ mod tests {
                 .status,
             RenderStatus::Running
         );
+    }
+
+    #[test]
+    fn unusable_outputs_are_reported_not_dropped() {
+        let read =
+            |outputs: Value| normalize_snapshot(&json!({"id": "J", "state": "completed", "outputs": outputs})).unwrap();
+        for bad in [
+            json!(["https://cdn/a.mp4", 7]),
+            json!([{"name": "no url"}]),
+            json!("https://cdn/a.mp4"),
+            json!([""]),
+            Value::Array(
+                (0..=MAX_OUTPUTS)
+                    .map(|i| json!(format!("https://cdn/{i}.png")))
+                    .collect(),
+            ),
+        ] {
+            let snap = read(bad.clone());
+            assert_eq!(snap.outputs, None, "{bad}");
+            assert!(snap.outputs_unreadable.is_some(), "{bad}");
+        }
+        let ok = read(Value::Array(
+            (0..MAX_OUTPUTS)
+                .map(|i| json!(format!("https://cdn/{i}.png")))
+                .collect(),
+        ));
+        assert_eq!(ok.outputs.map(|o| o.len()), Some(MAX_OUTPUTS));
+        assert_eq!(read(Value::Null).outputs_unreadable, None);
+    }
+
+    #[test]
+    fn job_ids_are_bounded_and_redirects_are_unknown() {
+        let long = "j".repeat(RemoteJobId::MAX_LEN + 1);
+        for body in [
+            format!(r#"{{"job_id":"{long}"}}"#),
+            r#"{"job_id":"has space"}"#.to_owned(),
+            r#"{"job_id":"tab	inside"}"#.to_owned(),
+        ] {
+            assert!(matches!(classify(202, &body), SubmitOutcome::Unknown { .. }), "{body}");
+        }
+        assert!(matches!(
+            classify(502, &format!(r#"{{"error":{{"job_id":"{long}"}}}}"#)),
+            SubmitOutcome::Unknown { .. }
+        ));
+        let fits = "j".repeat(RemoteJobId::MAX_LEN);
+        assert!(matches!(
+            classify(202, &format!(r#"{{"job_id":"{fits}"}}"#)),
+            SubmitOutcome::Accepted { .. }
+        ));
+        for code in [301, 302, 303, 307, 308] {
+            assert!(
+                matches!(classify(code, r#"{"job_id":"J"}"#), SubmitOutcome::Unknown { .. }),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_key_never_shows_in_debug_output() {
+        let conf = GenaceConfig::new("https://genace.example", "sk-live-secret");
+        let shown = format!("{conf:?}");
+        assert!(!shown.contains("sk-live-secret"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+        let client = GenaceClient::new(conf).unwrap();
+        assert!(client.authorization().is_sensitive());
+        assert!(!format!("{client:?}").contains("sk-live-secret"));
     }
 
     #[test]

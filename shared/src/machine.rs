@@ -30,6 +30,79 @@ pub enum Refusal {
     DifferentRemoteJob { existing: String },
     #[error("delivery has already ended ({actual:?})")]
     DeliveryFinished { actual: DeliveryState },
+    /// A 429 or an account hold set a time before which nobody may claim.
+    #[error("dispatch must wait until {until}")]
+    NotYet { until: DateTime<Utc> },
+    /// A reconciliation case is open; only a person moves the operation on.
+    #[error("a {} case is open", .0.as_str())]
+    CaseOpen(CaseReason),
+    /// Every delivery attempt allowed was used; see [`give_up_delivery`].
+    #[error("all {0} delivery attempts were used")]
+    AttemptsExhausted(u32),
+}
+
+/// The phases each transition starts from. Every transition checks its
+/// own entry with [`require_phase`]; the table is public so a test can try
+/// each transition from every phase.
+pub mod from {
+    use crate::record::Phase::{self, *};
+
+    pub const CLAIM_DISPATCH: &[Phase] = &[Prepared];
+    pub const RELEASE_CLAIM: &[Phase] = &[Submitting];
+    pub const HOLD_FOR_ACCOUNT: &[Phase] = &[Submitting];
+    pub const ACCEPT: &[Phase] = &[Submitting, Uncertain];
+    pub const SUBMIT_FAILED: &[Phase] = &[Submitting, Uncertain];
+    pub const REJECT: &[Phase] = &[Submitting];
+    pub const MARK_UNCERTAIN: &[Phase] = &[Submitting];
+    pub const INTERRUPT: &[Phase] = &[Submitting];
+    pub const OBSERVE: &[Phase] = &[Accepted];
+    /// Cases about the remote job (missing, stalled) are opened while it is observed.
+    pub const OPEN_CASE: &[Phase] = &[Accepted];
+    pub const CLAIM_DELIVERY: &[Phase] = &[Rendered];
+    pub const GIVE_UP_DELIVERY: &[Phase] = &[Rendered];
+    pub const DELIVERY_ATTEMPT_FAILED: &[Phase] = &[Rendered];
+    pub const DELIVERY_REFUSED: &[Phase] = &[Rendered];
+    pub const DELIVERED: &[Phase] = &[Rendered];
+    pub const ATTACH_REMOTE_JOB: &[Phase] = &[Uncertain, Accepted];
+    pub const CONFIRM_NOT_CREATED: &[Phase] = &[Uncertain];
+    pub const RELEASE_HOLD: &[Phase] = &[Prepared];
+    pub const MARK_SETTLED: &[Phase] = &[SubmitFailed];
+    pub const REDRIVE_DELIVERY: &[Phase] = &[Rendered];
+    pub const ABANDON: &[Phase] = &[
+        Prepared,
+        Submitting,
+        Accepted,
+        Rendered,
+        RenderFailed,
+        SubmitFailed,
+        Rejected,
+        Uncertain,
+    ];
+}
+
+fn require_phase(rec: &OperationRecord, action: &'static str, allowed: &'static [Phase]) -> Result<(), Refusal> {
+    if allowed.contains(&rec.phase) {
+        return Ok(());
+    }
+    Err(Refusal::WrongPhase {
+        action,
+        actual: rec.phase,
+        expected: phase_list(allowed),
+    })
+}
+
+fn phase_list(phases: &'static [Phase]) -> &'static str {
+    match phases {
+        [Phase::Prepared] => "prepared",
+        [Phase::Submitting] => "submitting",
+        [Phase::Accepted] => "accepted",
+        [Phase::Rendered] => "rendered",
+        [Phase::Uncertain] => "uncertain",
+        [Phase::SubmitFailed] => "submit_failed",
+        [Phase::Submitting, Phase::Uncertain] => "submitting or uncertain",
+        [Phase::Uncertain, Phase::Accepted] => "uncertain, or accepted with its remote job missing",
+        _ => "an unfinished phase",
+    }
 }
 
 /// Timing rules the transitions need. Values come from configuration.
@@ -45,6 +118,10 @@ pub struct Policy {
     pub delivery_lease: Duration,
     /// Delivery attempts before `delivery_failed` and a case.
     pub delivery_max_attempts: u32,
+    /// How long an account problem holds an operation before one new try.
+    pub account_hold: Duration,
+    /// 429 answers in a row before the operation is held with a case.
+    pub rate_limit_max: u32,
 }
 
 impl Default for Policy {
@@ -55,6 +132,8 @@ impl Default for Policy {
             retention: Duration::days(30),
             delivery_lease: Duration::minutes(16),
             delivery_max_attempts: 8,
+            account_hold: Duration::minutes(10),
+            rate_limit_max: 10,
         }
     }
 }
@@ -76,36 +155,30 @@ fn step(rec: &OperationRecord, now: DateTime<Utc>) -> OperationRecord {
     next
 }
 
+/// Opens a case on `next` and takes it off the sweep's schedule: a person
+/// moves it on from here.
+fn hold_with_case(next: &mut OperationRecord, reason: CaseReason, evidence: String, now: DateTime<Utc>) {
+    next.due_at = None;
+    next.case = Some(ReconciliationCase {
+        reason,
+        opened_at: now,
+        evidence,
+    });
+}
+
 fn finish(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
     next.due_at = None;
     next.claim = None;
     next.expires_at = Some((now + policy.retention).timestamp());
 }
 
-fn require_claimant(rec: &OperationRecord, token: &str, action: &'static str) -> Result<(), Refusal> {
-    if rec.phase != Phase::Submitting {
-        return Err(Refusal::WrongPhase {
-            action,
-            actual: rec.phase,
-            expected: "submitting",
-        });
-    }
-    match &rec.claim {
-        Some(c) if c.token == token => Ok(()),
-        _ => Err(Refusal::NotClaimant),
-    }
-}
-
-/// A remote outcome may be recorded by the claim it was received under, while
-/// that claim is live (`submitting`) or after its lease ran out (`uncertain`).
-fn require_outcome_holder(rec: &OperationRecord, token: &str, action: &'static str) -> Result<(), Refusal> {
-    if !matches!(rec.phase, Phase::Submitting | Phase::Uncertain) {
-        return Err(Refusal::WrongPhase {
-            action,
-            actual: rec.phase,
-            expected: "submitting or uncertain",
-        });
-    }
+fn require_claimant(
+    rec: &OperationRecord,
+    token: &str,
+    action: &'static str,
+    allowed: &'static [Phase],
+) -> Result<(), Refusal> {
+    require_phase(rec, action, allowed)?;
     match &rec.claim {
         Some(c) if c.token == token => Ok(()),
         _ => Err(Refusal::NotClaimant),
@@ -121,27 +194,25 @@ pub fn claim_dispatch(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    match rec.phase {
-        Phase::Prepared => {}
-        Phase::Submitting => {
-            let until = rec.claim.as_ref().map(|c| c.lease_expires_at).unwrap_or(now);
-            return Err(if until > now {
-                Refusal::LeaseLive { until }
-            } else {
-                Refusal::WrongPhase {
-                    action: "claim",
-                    actual: rec.phase,
-                    expected: "prepared",
-                }
-            });
-        }
-        actual => {
-            return Err(Refusal::WrongPhase {
-                action: "claim",
-                actual,
-                expected: "prepared",
-            });
-        }
+    if let Some(until) = rec
+        .claim
+        .as_ref()
+        .map(|c| c.lease_expires_at)
+        .filter(|until| rec.phase == Phase::Submitting && *until > now)
+    {
+        return Err(Refusal::LeaseLive { until });
+    }
+    require_phase(rec, "claim", from::CLAIM_DISPATCH)?;
+    if let Some(until) = rec.retry_at.filter(|t| *t > now.timestamp_millis()) {
+        return Err(Refusal::NotYet {
+            until: DateTime::from_timestamp_millis(until).unwrap_or(now),
+        });
+    }
+    // A held operation (account problem) is tried again once its hold ends;
+    // one held for repeated rate limits waits for a person.
+    match rec.case.as_ref().map(|c| c.reason) {
+        None | Some(CaseReason::AccountProblem) => {}
+        Some(other) => return Err(Refusal::CaseOpen(other)),
     }
     let mut next = step(rec, now);
     let lease_expires_at = now + policy.dispatch_lease;
@@ -157,22 +228,65 @@ pub fn claim_dispatch(
 
 /// `submitting -> prepared` after a 429: Genace said definitively that it did
 /// not process the request, so the claim may be released and retried later.
+/// After `policy.rate_limit_max` answers in a row the operation is held with
+/// a `rate_limited` case instead, so a stuck limit reaches a person.
 pub fn release_claim(
     rec: &OperationRecord,
     token: &str,
     retry_at: DateTime<Utc>,
     now: DateTime<Utc>,
+    policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_claimant(rec, token, "release")?;
+    require_claimant(rec, token, "release", from::RELEASE_CLAIM)?;
     let mut next = step(rec, now);
     next.phase = Phase::Prepared;
     next.claim = None;
+    next.rate_limited_count = rec.rate_limited_count + 1;
     next.last_error = Some(RemoteError {
         kind: "rate_limited".into(),
         status: Some(429),
         detail: format!("Genace asked us to retry after {retry_at}"),
     });
-    next.due_at = Some(retry_at.timestamp_millis());
+    if next.rate_limited_count >= policy.rate_limit_max {
+        next.retry_at = None;
+        let evidence = format!("Genace answered 429 {} times in a row", next.rate_limited_count);
+        hold_with_case(&mut next, CaseReason::RateLimited, evidence, now);
+    } else {
+        next.retry_at = Some(retry_at.timestamp_millis());
+        next.due_at = Some(retry_at.timestamp_millis());
+    }
+    Ok(next)
+}
+
+/// `submitting -> prepared`, held: Genace refused our account (401, 402,
+/// 403, or a 404/405 from a wrong path), which is not the intent's fault.
+/// Nothing was created. An `account_problem` case is opened, and one new try
+/// is allowed after `policy.account_hold` (or sooner, by an operator's
+/// `release_hold`). The operation key stays usable.
+pub fn hold_for_account(
+    rec: &OperationRecord,
+    token: &str,
+    error: RemoteError,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_claimant(rec, token, "hold", from::HOLD_FOR_ACCOUNT)?;
+    let mut next = step(rec, now);
+    let retry_at = (now + policy.account_hold).timestamp_millis();
+    next.phase = Phase::Prepared;
+    next.claim = None;
+    next.case = Some(ReconciliationCase {
+        reason: CaseReason::AccountProblem,
+        opened_at: rec
+            .case
+            .as_ref()
+            .filter(|c| c.reason == CaseReason::AccountProblem)
+            .map_or(now, |c| c.opened_at),
+        evidence: format!("Genace answered HTTP {}: {}", error.status.unwrap_or(0), error.detail),
+    });
+    next.last_error = Some(error);
+    next.retry_at = Some(retry_at);
+    next.due_at = Some(retry_at);
     Ok(next)
 }
 
@@ -195,11 +309,12 @@ pub fn accept(
             })
         };
     }
-    require_outcome_holder(rec, token, "accept")?;
+    require_claimant(rec, token, "accept", from::ACCEPT)?;
     let mut next = step(rec, now);
     next.phase = Phase::Accepted;
     next.claim = None;
     next.case = None;
+    next.retry_at = None;
     next.remote_job_id = Some(job.job_id.clone());
     next.remote_state = job.state.clone();
     next.remote_model = job.model.clone();
@@ -220,7 +335,7 @@ pub fn submit_failed(
     error: RemoteError,
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
-    require_outcome_holder(rec, token, "record a submission failure")?;
+    require_claimant(rec, token, "record a submission failure", from::SUBMIT_FAILED)?;
     let mut next = step(rec, now);
     next.phase = Phase::SubmitFailed;
     next.claim = None;
@@ -245,7 +360,7 @@ pub fn reject(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_claimant(rec, token, "reject")?;
+    require_claimant(rec, token, "reject", from::REJECT)?;
     let mut next = step(rec, now);
     next.phase = Phase::Rejected;
     next.last_error = Some(error);
@@ -261,7 +376,7 @@ pub fn mark_uncertain(
     evidence: &str,
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
-    require_claimant(rec, token, "mark uncertain")?;
+    require_claimant(rec, token, "mark uncertain", from::MARK_UNCERTAIN)?;
     Ok(open_uncertain(rec, CaseReason::UnknownSubmitOutcome, evidence, now))
 }
 
@@ -269,13 +384,7 @@ pub fn mark_uncertain(
 /// stopped somewhere between claim and commit and may have POSTed. The claim
 /// token is kept so a late recovery message can still be applied.
 pub fn interrupt(rec: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
-    if rec.phase != Phase::Submitting {
-        return Err(Refusal::WrongPhase {
-            action: "interrupt",
-            actual: rec.phase,
-            expected: "submitting",
-        });
-    }
+    require_phase(rec, "interrupt", from::INTERRUPT)?;
     if let Some(c) = rec.claim.as_ref().filter(|c| c.lease_expires_at > now) {
         return Err(Refusal::LeaseLive {
             until: c.lease_expires_at,
@@ -307,13 +416,7 @@ pub fn observe(
     next_check: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    if rec.phase != Phase::Accepted {
-        return Err(Refusal::WrongPhase {
-            action: "observe",
-            actual: rec.phase,
-            expected: "accepted",
-        });
-    }
+    require_phase(rec, "observe", from::OBSERVE)?;
     let due = next_check.timestamp_millis();
     if snap.status == RenderStatus::Running
         && rec.remote_state.as_deref() == Some(snap.state.as_str())
@@ -331,6 +434,16 @@ pub fn observe(
             next.outputs = Some(snap.outputs.clone().unwrap_or_default());
             next.case = None;
             next.due_at = Some((now + policy.observe_grace).timestamp_millis());
+            let missing = match (&snap.outputs, &snap.outputs_unreadable) {
+                (_, Some(why)) => Some(format!("the outputs could not be read: {why}")),
+                (None, None) => Some("the completed job has no outputs (null)".to_owned()),
+                (Some(list), None) if list.is_empty() => Some("the completed job has an empty outputs list".to_owned()),
+                _ => None,
+            };
+            if let Some(evidence) = missing {
+                // Nothing to deliver: a person decides, delivery never starts.
+                hold_with_case(&mut next, CaseReason::OutputsMissing, evidence, now);
+            }
         }
         RenderStatus::Failed => {
             next.phase = Phase::RenderFailed;
@@ -360,6 +473,7 @@ pub fn open_case(
     keep_due: bool,
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
+    require_phase(rec, "open a case", from::OPEN_CASE)?;
     if rec.case.as_ref().is_some_and(|c| c.reason == reason) {
         return Ok(rec.clone());
     }
@@ -389,16 +503,47 @@ pub fn claim_delivery(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    if rec.phase != Phase::Rendered {
-        return Err(Refusal::WrongPhase {
-            action: "deliver",
-            actual: rec.phase,
-            expected: "rendered",
-        });
-    }
+    require_phase(rec, "deliver", from::CLAIM_DELIVERY)?;
     if matches!(
         rec.delivery_state,
         DeliveryState::Delivered | DeliveryState::DeliveryFailed
+    ) {
+        return Err(Refusal::DeliveryFinished {
+            actual: rec.delivery_state,
+        });
+    }
+    if let Some(case) = &rec.case {
+        return Err(Refusal::CaseOpen(case.reason));
+    }
+    if let Some(c) = rec.delivery_claim.as_ref().filter(|c| c.lease_expires_at > now) {
+        return Err(Refusal::LeaseLive {
+            until: c.lease_expires_at,
+        });
+    }
+    if rec.delivery_attempts >= policy.delivery_max_attempts {
+        return Err(Refusal::AttemptsExhausted(rec.delivery_attempts));
+    }
+    let mut next = step(rec, now);
+    let lease_expires_at = now + policy.delivery_lease;
+    // The attempt counts when it starts, so attempts that stop without
+    // reporting (a timeout, a crash) still use up the bound.
+    next.delivery_attempts = rec.delivery_attempts + 1;
+    next.delivery_state = DeliveryState::Collecting;
+    next.delivery_claim = Some(Claim {
+        token: token.to_owned(),
+        lease_expires_at,
+    });
+    next.due_at = Some(lease_expires_at.timestamp_millis());
+    Ok(next)
+}
+
+/// `collecting -> delivery_failed` with a case, when every attempt was used
+/// and the last one stopped without reporting (its claim lapsed).
+pub fn give_up_delivery(rec: &OperationRecord, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
+    require_phase(rec, "give up delivery", from::GIVE_UP_DELIVERY)?;
+    if !matches!(
+        rec.delivery_state,
+        DeliveryState::NotCollected | DeliveryState::Collecting
     ) {
         return Err(Refusal::DeliveryFinished {
             actual: rec.delivery_state,
@@ -410,22 +555,25 @@ pub fn claim_delivery(
         });
     }
     let mut next = step(rec, now);
-    let lease_expires_at = now + policy.delivery_lease;
-    next.delivery_state = DeliveryState::Collecting;
-    next.delivery_claim = Some(Claim {
-        token: token.to_owned(),
-        lease_expires_at,
-    });
-    next.due_at = Some(lease_expires_at.timestamp_millis());
+    next.delivery_state = DeliveryState::DeliveryFailed;
+    next.delivery_claim = None;
+    let evidence = format!(
+        "{} delivery attempts were used; the last stopped without reporting{}",
+        rec.delivery_attempts,
+        rec.last_error
+            .as_ref()
+            .map(|e| format!(" (earlier: {})", e.detail))
+            .unwrap_or_default()
+    );
+    hold_with_case(&mut next, CaseReason::DeliveryFailed, evidence, now);
     Ok(next)
 }
 
-fn require_delivery_holder(rec: &OperationRecord, token: &str) -> Result<(), Refusal> {
-    if rec.phase != Phase::Rendered || rec.delivery_state != DeliveryState::Collecting {
-        return Err(Refusal::WrongPhase {
-            action: "record delivery",
-            actual: rec.phase,
-            expected: "rendered and collecting",
+fn require_delivery_holder(rec: &OperationRecord, token: &str, action: &'static str) -> Result<(), Refusal> {
+    require_phase(rec, action, from::DELIVERED)?;
+    if rec.delivery_state != DeliveryState::Collecting {
+        return Err(Refusal::DeliveryFinished {
+            actual: rec.delivery_state,
         });
     }
     match &rec.delivery_claim {
@@ -445,9 +593,8 @@ pub fn delivery_attempt_failed(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_delivery_holder(rec, token)?;
+    require_delivery_holder(rec, token, "record a failed delivery")?;
     let mut next = step(rec, now);
-    next.delivery_attempts = rec.delivery_attempts + 1;
     next.delivery_claim = None;
     next.last_error = Some(RemoteError {
         kind: "delivery".into(),
@@ -456,15 +603,34 @@ pub fn delivery_attempt_failed(
     });
     if next.delivery_attempts >= policy.delivery_max_attempts {
         next.delivery_state = DeliveryState::DeliveryFailed;
-        next.due_at = None;
-        next.case = Some(ReconciliationCase {
-            reason: CaseReason::DeliveryFailed,
-            opened_at: now,
-            evidence: format!("{} delivery attempts failed; last: {error}", next.delivery_attempts),
-        });
+        let evidence = format!("{} delivery attempts failed; last: {error}", next.delivery_attempts);
+        hold_with_case(&mut next, CaseReason::DeliveryFailed, evidence, now);
     } else {
         next.due_at = Some(retry_at.timestamp_millis());
     }
+    Ok(next)
+}
+
+/// `collecting -> delivery_failed` at once: an output can never be fetched
+/// (its URL is refused, or it is over the byte cap), so retrying is pointless.
+/// The case names the output and the rule, never the URL's query string.
+pub fn delivery_refused(
+    rec: &OperationRecord,
+    token: &str,
+    reason: CaseReason,
+    evidence: &str,
+    now: DateTime<Utc>,
+) -> Result<OperationRecord, Refusal> {
+    require_delivery_holder(rec, token, "record a refused delivery")?;
+    let mut next = step(rec, now);
+    next.delivery_state = DeliveryState::DeliveryFailed;
+    next.delivery_claim = None;
+    next.last_error = Some(RemoteError {
+        kind: "delivery".into(),
+        status: None,
+        detail: evidence.to_owned(),
+    });
+    hold_with_case(&mut next, reason, evidence.to_owned(), now);
     Ok(next)
 }
 
@@ -476,7 +642,10 @@ pub fn delivered(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_delivery_holder(rec, token)?;
+    require_delivery_holder(rec, token, "record delivery")?;
+    if objects.is_empty() {
+        return Err(Refusal::CaseOpen(CaseReason::OutputsMissing));
+    }
     let mut next = step(rec, now);
     next.delivery_state = DeliveryState::Delivered;
     next.delivery_claim = None;
@@ -494,6 +663,9 @@ pub enum Resolution {
     /// Nothing was created at Genace: authorize one new dispatch. The only
     /// road back to `prepared`.
     ConfirmNotCreated,
+    /// The account problem or rate limit that held a prepared operation is
+    /// fixed: dispatch it now, under the same operation key.
+    ReleaseHold,
     /// The failed job's refund is settled.
     MarkSettled,
     /// Try delivery again from the first output.
@@ -507,6 +679,7 @@ impl Resolution {
         match self {
             Resolution::AttachRemoteJob { .. } => "attach_remote_job",
             Resolution::ConfirmNotCreated => "confirm_not_created",
+            Resolution::ReleaseHold => "release_hold",
             Resolution::MarkSettled => "mark_settled",
             Resolution::RedriveDelivery => "redrive_delivery",
             Resolution::Abandon => "abandon",
@@ -534,7 +707,7 @@ pub fn resolve(
     match resolution {
         Resolution::AttachRemoteJob { job_id } => {
             let missing = rec.phase == Phase::Accepted && case_reason == Some(CaseReason::RemoteJobMissing);
-            if rec.phase != Phase::Uncertain && !missing {
+            if !from::ATTACH_REMOTE_JOB.contains(&rec.phase) || (rec.phase != Phase::Uncertain && !missing) {
                 return Err(refuse("uncertain, or accepted with its remote job missing"));
             }
             next.phase = Phase::Accepted;
@@ -546,8 +719,18 @@ pub fn resolve(
             next.case = None;
             next.due_at = Some((now + policy.observe_grace).timestamp_millis());
         }
+        Resolution::ReleaseHold => {
+            let held = matches!(case_reason, Some(CaseReason::AccountProblem | CaseReason::RateLimited));
+            if !from::RELEASE_HOLD.contains(&rec.phase) || !held {
+                return Err(refuse("prepared and held (account_problem or rate_limited)"));
+            }
+            next.case = None;
+            next.retry_at = None;
+            next.rate_limited_count = 0;
+            next.due_at = Some(now.timestamp_millis());
+        }
         Resolution::ConfirmNotCreated => {
-            if rec.phase != Phase::Uncertain {
+            if !from::CONFIRM_NOT_CREATED.contains(&rec.phase) {
                 return Err(refuse("uncertain"));
             }
             next.phase = Phase::Prepared;
@@ -557,7 +740,7 @@ pub fn resolve(
             next.due_at = Some(now.timestamp_millis());
         }
         Resolution::MarkSettled => {
-            if rec.phase != Phase::SubmitFailed || rec.settlement != Some(Settlement::Pending) {
+            if !from::MARK_SETTLED.contains(&rec.phase) || rec.settlement != Some(Settlement::Pending) {
                 return Err(refuse("submit_failed with settlement pending"));
             }
             next.settlement = Some(Settlement::Settled);
@@ -565,7 +748,7 @@ pub fn resolve(
             finish(&mut next, now, policy);
         }
         Resolution::RedriveDelivery => {
-            if rec.phase != Phase::Rendered || rec.delivery_state != DeliveryState::DeliveryFailed {
+            if !from::REDRIVE_DELIVERY.contains(&rec.phase) || rec.delivery_state != DeliveryState::DeliveryFailed {
                 return Err(refuse("rendered with delivery_failed"));
             }
             next.delivery_state = DeliveryState::NotCollected;
@@ -575,7 +758,7 @@ pub fn resolve(
             next.due_at = Some(now.timestamp_millis());
         }
         Resolution::Abandon => {
-            if rec.case.is_none() || rec.phase == Phase::Abandoned {
+            if rec.case.is_none() || !from::ABANDON.contains(&rec.phase) {
                 return Err(refuse("an open reconciliation case"));
             }
             next.phase = Phase::Abandoned;
@@ -774,15 +957,15 @@ mod tests {
     #[test]
     fn release_after_429_returns_to_prepared() {
         let retry = t0() + Duration::seconds(30);
-        let r = release_claim(&submitting(), "tok", retry, t0()).unwrap();
+        let r = release_claim(&submitting(), "tok", retry, t0(), &Policy::default()).unwrap();
         assert_eq!(r.phase, Phase::Prepared);
         assert_eq!(r.claim, None);
         assert_eq!(r.due_at, Some(retry.timestamp_millis()));
         assert_eq!(
-            release_claim(&submitting(), "x", retry, t0()),
+            release_claim(&submitting(), "x", retry, t0(), &Policy::default()),
             Err(Refusal::NotClaimant)
         );
-        assert!(release_claim(&with_phase(Phase::Uncertain), "tok", retry, t0()).is_err());
+        assert!(release_claim(&with_phase(Phase::Uncertain), "tok", retry, t0(), &Policy::default()).is_err());
     }
 
     #[test]
@@ -827,6 +1010,7 @@ mod tests {
                     content_type: Some("video/mp4".into()),
                 }]
             }),
+            outputs_unreadable: None,
             error: (status == RenderStatus::Failed).then(|| json!({"code": "nsfw"})),
         }
     }
@@ -1055,5 +1239,297 @@ mod tests {
         let abandoned = resolve(&uncertain, &Resolution::Abandon, "ops", "customer cancelled", t0(), &p).unwrap();
         assert_eq!(abandoned.phase, Phase::Abandoned);
         assert!(abandoned.expires_at.is_some());
+    }
+
+    const ALL_PHASES: [Phase; 9] = [
+        Phase::Prepared,
+        Phase::Submitting,
+        Phase::Accepted,
+        Phase::Rendered,
+        Phase::RenderFailed,
+        Phase::SubmitFailed,
+        Phase::Rejected,
+        Phase::Uncertain,
+        Phase::Abandoned,
+    ];
+
+    /// A record in `phase` whose other fields let every transition get past
+    /// its own preconditions (expired claims held by "tok" and "d").
+    fn in_phase(phase: Phase) -> OperationRecord {
+        let mut r = prepared();
+        r.phase = phase;
+        let lapsed = Claim {
+            token: "tok".into(),
+            lease_expires_at: t0() - Duration::seconds(1),
+        };
+        r.claim = Some(lapsed.clone());
+        r.delivery_claim = Some(Claim {
+            token: "d".into(),
+            ..lapsed
+        });
+        r.delivery_state = DeliveryState::Collecting;
+        r.outputs = Some(vec![OutputRef {
+            url: "https://cdn.example/o.mp4".into(),
+            content_type: None,
+        }]);
+        r
+    }
+
+    type Transition = Box<dyn Fn(&OperationRecord) -> Result<OperationRecord, Refusal>>;
+
+    #[test]
+    fn every_transition_states_its_phases_and_refuses_all_others() {
+        let p = Policy::default();
+        let now = t0();
+        let table: Vec<(&str, &[Phase], Transition)> = vec![
+            (
+                "claim_dispatch",
+                from::CLAIM_DISPATCH,
+                Box::new(move |r| claim_dispatch(r, "new", now, &p)),
+            ),
+            (
+                "release_claim",
+                from::RELEASE_CLAIM,
+                Box::new(move |r| release_claim(r, "tok", now, now, &p)),
+            ),
+            (
+                "hold_for_account",
+                from::HOLD_FOR_ACCOUNT,
+                Box::new(move |r| hold_for_account(r, "tok", err("http_401"), now, &p)),
+            ),
+            (
+                "accept",
+                from::ACCEPT,
+                Box::new(move |r| accept(r, "tok", &job("J1"), now, &p)),
+            ),
+            (
+                "submit_failed",
+                from::SUBMIT_FAILED,
+                Box::new(move |r| submit_failed(r, "tok", "J1", err("x"), now)),
+            ),
+            (
+                "reject",
+                from::REJECT,
+                Box::new(move |r| reject(r, "tok", err("http_400"), now, &p)),
+            ),
+            (
+                "mark_uncertain",
+                from::MARK_UNCERTAIN,
+                Box::new(move |r| mark_uncertain(r, "tok", "e", now)),
+            ),
+            ("interrupt", from::INTERRUPT, Box::new(move |r| interrupt(r, "e", now))),
+            (
+                "observe",
+                from::OBSERVE,
+                Box::new(move |r| observe(r, &snap("running", RenderStatus::Running), now, now, &p)),
+            ),
+            (
+                "open_case",
+                from::OPEN_CASE,
+                Box::new(move |r| open_case(r, CaseReason::RemoteJobMissing, "404", false, now)),
+            ),
+            (
+                "claim_delivery",
+                from::CLAIM_DELIVERY,
+                Box::new(move |r| claim_delivery(r, "d2", now, &p)),
+            ),
+            (
+                "give_up_delivery",
+                from::GIVE_UP_DELIVERY,
+                Box::new(move |r| give_up_delivery(r, now)),
+            ),
+            (
+                "delivery_attempt_failed",
+                from::DELIVERY_ATTEMPT_FAILED,
+                Box::new(move |r| delivery_attempt_failed(r, "d", "e", now, now, &p)),
+            ),
+            (
+                "delivery_refused",
+                from::DELIVERY_REFUSED,
+                Box::new(move |r| delivery_refused(r, "d", CaseReason::OutputUrlRefused, "e", now)),
+            ),
+            (
+                "delivered",
+                from::DELIVERED,
+                Box::new(move |r| delivered(r, "d", vec![object()], now, &p)),
+            ),
+        ];
+        for (name, allowed, transition) in &table {
+            for phase in ALL_PHASES {
+                let result = transition(&in_phase(phase));
+                let wrong_phase = matches!(result, Err(Refusal::WrongPhase { .. }));
+                assert_eq!(
+                    wrong_phase,
+                    !allowed.contains(&phase),
+                    "{name} from {phase:?}: {result:?}"
+                );
+            }
+        }
+        let resolutions: [(Resolution, &[Phase]); 6] = [
+            (
+                Resolution::AttachRemoteJob { job_id: "J9".into() },
+                from::ATTACH_REMOTE_JOB,
+            ),
+            (Resolution::ConfirmNotCreated, from::CONFIRM_NOT_CREATED),
+            (Resolution::ReleaseHold, from::RELEASE_HOLD),
+            (Resolution::MarkSettled, from::MARK_SETTLED),
+            (Resolution::RedriveDelivery, from::REDRIVE_DELIVERY),
+            (Resolution::Abandon, from::ABANDON),
+        ];
+        for (resolution, allowed) in &resolutions {
+            for phase in ALL_PHASES.into_iter().filter(|ph| !allowed.contains(ph)) {
+                let result = resolve(&in_phase(phase), resolution, "ops", "r", now, &p);
+                assert!(
+                    matches!(result, Err(Refusal::WrongPhase { .. })),
+                    "{} from {phase:?}: {result:?}",
+                    resolution.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_racing_poll_cannot_open_a_case_on_a_rendered_or_delivered_record() {
+        let p = Policy::default();
+        let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+        let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
+        for rec in [rendered(), done] {
+            assert!(matches!(
+                open_case(&rec, CaseReason::RemoteJobMissing, "404", false, t0()),
+                Err(Refusal::WrongPhase { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_completed_job_without_usable_outputs_opens_outputs_missing() {
+        let p = Policy::default();
+        let mut cases = Vec::new();
+        for (outputs, unreadable) in [
+            (None, None),
+            (Some(vec![]), None),
+            (None, Some("outputs is not a list".to_owned())),
+        ] {
+            let mut s = snap("completed", RenderStatus::Succeeded);
+            s.outputs = outputs;
+            s.outputs_unreadable = unreadable;
+            cases.push(observe(&accepted_rec(), &s, t0(), t0(), &p).unwrap());
+        }
+        for r in cases {
+            assert_eq!(r.phase, Phase::Rendered);
+            assert_eq!(r.delivery_state, DeliveryState::NotCollected);
+            assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::OutputsMissing);
+            assert_eq!(r.due_at, None, "nothing is scheduled; a person decides");
+            assert_eq!(
+                claim_delivery(&r, "d", t0(), &p),
+                Err(Refusal::CaseOpen(CaseReason::OutputsMissing))
+            );
+        }
+        let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
+        assert!(
+            delivered(&claimed, "d", vec![], t0(), &p).is_err(),
+            "never delivered with zero objects"
+        );
+    }
+
+    #[test]
+    fn an_account_refusal_holds_the_operation_and_a_later_try_or_an_operator_releases_it() {
+        let p = Policy::default();
+        let held = hold_for_account(&submitting(), "tok", err("http_401"), t0(), &p).unwrap();
+        assert_eq!(held.phase, Phase::Prepared, "not rejected: the key stays usable");
+        assert_eq!(held.case.as_ref().unwrap().reason, CaseReason::AccountProblem);
+        assert_eq!(held.claim, None);
+        let until = t0() + p.account_hold;
+        assert_eq!(held.retry_at, Some(until.timestamp_millis()));
+        assert!(matches!(
+            claim_dispatch(&held, "n", t0() + Duration::seconds(1), &p),
+            Err(Refusal::NotYet { .. })
+        ));
+        let retried = claim_dispatch(&held, "n", until, &p).unwrap();
+        let accepted = accept(&retried, "n", &job("J1"), until, &p).unwrap();
+        assert_eq!(accepted.case, None, "a later successful POST closes the case");
+        assert_eq!(accepted.retry_at, None);
+
+        let released = resolve(&held, &Resolution::ReleaseHold, "ops", "key rotated", t0(), &p).unwrap();
+        assert_eq!(
+            (released.phase, released.case.clone(), released.retry_at),
+            (Phase::Prepared, None, None)
+        );
+        assert!(claim_dispatch(&released, "n", t0(), &p).is_ok());
+        assert!(resolve(&prepared(), &Resolution::ReleaseHold, "ops", "r", t0(), &p).is_err());
+    }
+
+    #[test]
+    fn rate_limits_keep_their_own_retry_time_and_are_bounded() {
+        let p = Policy {
+            rate_limit_max: 2,
+            ..Policy::default()
+        };
+        let retry = t0() + Duration::seconds(30);
+        let once = release_claim(&submitting(), "tok", retry, t0(), &p).unwrap();
+        assert_eq!(once.retry_at, Some(retry.timestamp_millis()));
+        // The sweep pushes due_at; the claim still opens at retry_at.
+        let pushed = reschedule(&once, retry + Duration::seconds(300), t0());
+        assert!(matches!(
+            claim_dispatch(&pushed, "n", t0(), &p),
+            Err(Refusal::NotYet { .. })
+        ));
+        let again = claim_dispatch(&pushed, "n", retry, &p).unwrap();
+        let held = release_claim(&again, "n", retry + Duration::seconds(30), retry, &p).unwrap();
+        assert_eq!(held.case.as_ref().unwrap().reason, CaseReason::RateLimited);
+        assert_eq!(held.due_at, None);
+        assert_eq!(
+            claim_dispatch(&held, "m", retry + Duration::hours(1), &p),
+            Err(Refusal::CaseOpen(CaseReason::RateLimited))
+        );
+        let released = resolve(&held, &Resolution::ReleaseHold, "ops", "limit raised", retry, &p).unwrap();
+        assert_eq!(released.rate_limited_count, 0);
+        assert!(claim_dispatch(&released, "m", retry, &p).is_ok());
+    }
+
+    #[test]
+    fn delivery_attempts_count_at_claim_so_silent_stops_are_bounded_too() {
+        let p = Policy {
+            delivery_max_attempts: 2,
+            delivery_lease: Duration::seconds(10),
+            ..Policy::default()
+        };
+        let first = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+        assert_eq!(first.delivery_attempts, 1);
+        let later = t0() + Duration::seconds(11);
+        let second = claim_delivery(&first, "d2", later, &p).unwrap();
+        assert_eq!(second.delivery_attempts, 2);
+        let much_later = later + Duration::seconds(11);
+        assert_eq!(
+            claim_delivery(&second, "d3", much_later, &p),
+            Err(Refusal::AttemptsExhausted(2))
+        );
+        assert!(matches!(
+            give_up_delivery(&second, later),
+            Err(Refusal::LeaseLive { .. })
+        ));
+        let gave_up = give_up_delivery(&second, much_later).unwrap();
+        assert_eq!(gave_up.delivery_state, DeliveryState::DeliveryFailed);
+        assert_eq!(gave_up.case.unwrap().reason, CaseReason::DeliveryFailed);
+    }
+
+    #[test]
+    fn a_refused_output_fails_delivery_at_once_with_its_own_case() {
+        let p = Policy::default();
+        let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
+        let r = delivery_refused(
+            &claimed,
+            "d",
+            CaseReason::OutputUrlRefused,
+            "output 0: port 8080 is not allowed",
+            t0(),
+        )
+        .unwrap();
+        assert_eq!(r.delivery_state, DeliveryState::DeliveryFailed);
+        assert_eq!(r.delivery_attempts, 1);
+        let case = r.case.unwrap();
+        assert_eq!(case.reason, CaseReason::OutputUrlRefused);
+        assert!(case.evidence.contains("output 0"));
+        assert_eq!(r.due_at, None);
     }
 }

@@ -10,7 +10,7 @@ use crate::machine;
 use crate::metrics;
 use crate::queue::{Stage, WorkQueue};
 use crate::record::{CaseReason, Fault, OperationRecord, Phase};
-use crate::stage::{StageError, case_opened, commit_failure, write_attempts};
+use crate::stage::{StageError, case_opened, write_attempts};
 use crate::store::{CommitError, OperationStore, commit};
 
 /// What one poll message led to.
@@ -128,7 +128,12 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
                         })
                     }
                     RenderStatus::Succeeded => {
-                        self.queue.enqueue(Stage::Deliver, id, 0).await?;
+                        if written.case.is_some() {
+                            // Outputs missing: nothing to deliver, a person decides.
+                            case_opened(&written);
+                        } else {
+                            self.queue.enqueue(Stage::Deliver, id, 0).await?;
+                        }
                         Ok(Polled::Rendered)
                     }
                     RenderStatus::Failed => {
@@ -149,11 +154,16 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
                         "no terminal state {} after acceptance; last read: {evidence}",
                         humanize(self.config.stall_after)
                     );
-                    commit(&self.store, rec, write_attempts(), |r| {
+                    match commit(&self.store, rec, write_attempts(), |r| {
                         machine::open_case(r, CaseReason::RenderStalled, &evidence, true, now)
                     })
                     .await
-                    .map_err(commit_failure)?;
+                    {
+                        Ok(_) => {}
+                        // Another poll recorded a terminal state meanwhile.
+                        Err(CommitError::Refused { current, .. }) => return Ok(Polled::NotObservable(current.phase)),
+                        Err(CommitError::Store(e)) => return Err(e.into()),
+                    }
                 }
                 self.queue.enqueue(Stage::Poll, id, delay).await?;
                 Ok(Polled::BackedOff {
@@ -171,11 +181,17 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
         keep_due: bool,
     ) -> Result<Polled, StageError> {
         let now = Utc::now();
-        let written = commit(&self.store, rec, write_attempts(), |r| {
+        let written = match commit(&self.store, rec, write_attempts(), |r| {
             machine::open_case(r, reason, evidence, keep_due, now)
         })
         .await
-        .map_err(commit_failure)?;
+        {
+            Ok(written) => written,
+            // A racing poll already moved the job on (rendered, failed):
+            // the case no longer applies, and nothing is written.
+            Err(CommitError::Refused { current, .. }) => return Ok(Polled::NotObservable(current.phase)),
+            Err(CommitError::Store(e)) => return Err(e.into()),
+        };
         case_opened(&written);
         Ok(Polled::CaseOpened(reason))
     }

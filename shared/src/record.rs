@@ -73,6 +73,37 @@ pub enum CaseReason {
     DeliveryFailed,
     /// A 502 with a job id: a failed remote job whose refund needs settling.
     SettlementPending,
+    /// Genace reported the job completed, but its outputs were null, empty or
+    /// unreadable: nothing can be delivered.
+    OutputsMissing,
+    /// An output URL was refused by the URL guard (scheme, host, address or
+    /// port); retrying cannot change that.
+    OutputUrlRefused,
+    /// An output is larger than the configured byte cap.
+    OutputTooLarge,
+    /// Genace refused our account (401, 402, 403, a wrong path): the
+    /// operation is held undispatched, not rejected.
+    AccountProblem,
+    /// Genace kept answering 429 past the bound: the operation is held.
+    RateLimited,
+}
+
+impl CaseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaseReason::UnknownSubmitOutcome => "unknown_submit_outcome",
+            CaseReason::InterruptedDispatch => "interrupted_dispatch",
+            CaseReason::RemoteJobMissing => "remote_job_missing",
+            CaseReason::RenderStalled => "render_stalled",
+            CaseReason::DeliveryFailed => "delivery_failed",
+            CaseReason::SettlementPending => "settlement_pending",
+            CaseReason::OutputsMissing => "outputs_missing",
+            CaseReason::OutputUrlRefused => "output_url_refused",
+            CaseReason::OutputTooLarge => "output_too_large",
+            CaseReason::AccountProblem => "account_problem",
+            CaseReason::RateLimited => "rate_limited",
+        }
+    }
 }
 
 /// An open question a person must answer. While a case is open nothing
@@ -173,6 +204,14 @@ pub struct OperationRecord {
     pub claim: Option<Claim>,
     #[serde(default)]
     pub dispatch_attempts: u32,
+    /// Epoch milliseconds before which no dispatch may claim (after a 429 or
+    /// while an account problem holds the operation). Kept apart from
+    /// `due_at`, which the sweep moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<i64>,
+    /// 429 answers in a row for this operation.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rate_limited_count: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_job_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,6 +256,10 @@ pub struct OperationRecord {
     pub expires_at: Option<i64>,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl OperationRecord {
     pub fn pk_for(id: &OperationId) -> String {
         format!("OP#{}", id.as_str())
@@ -247,6 +290,8 @@ impl OperationRecord {
             updated_at: now,
             claim: None,
             dispatch_attempts: 0,
+            retry_at: None,
+            rate_limited_count: 0,
             remote_job_id: None,
             remote_state: None,
             remote_model: None,

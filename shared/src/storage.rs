@@ -56,6 +56,18 @@ pub trait ObjectStore: Send + Sync {
     fn presign_get(&self, key: &str, expiry: Duration) -> impl Future<Output = Result<String, StorageError>> + Send;
 }
 
+/// `attachment; filename="<last key segment>"`, with only safe characters.
+pub fn attachment_disposition(key: &str) -> String {
+    let name: String = key
+        .rsplit('/')
+        .next()
+        .unwrap_or("output")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        .collect();
+    format!("attachment; filename=\"{name}\"")
+}
+
 #[derive(Debug, Clone)]
 pub struct S3Store {
     client: Client,
@@ -197,6 +209,8 @@ impl ObjectStore for S3Store {
             .get_object()
             .bucket(&self.bucket)
             .key(key)
+            // A browser saves the output rather than rendering it in our origin.
+            .response_content_disposition(attachment_disposition(key))
             .presigned(conf)
             .await
             .map_err(err)?;

@@ -464,6 +464,9 @@ where
         };
         match store.apply(&rec, &next).await {
             Ok(_) => return Ok(next),
+            // Our own write landed, and a retry of it (by the SDK) reported the
+            // conflict with itself: the stored record is exactly ours.
+            Err(StoreError::Conflict(Some(current))) if *current == next => return Ok(next),
             Err(StoreError::Conflict(Some(current))) => rec = *current,
             Err(e) => {
                 last = Some(e);

@@ -235,20 +235,232 @@ async fn a_429_releases_the_claim_and_retries_after_the_delay() {
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Prepared);
     assert_eq!(rec.claim, None);
-    // An early duplicate does not POST; it re-sends itself for later.
+    assert_eq!(rec.rate_limited_count, 1);
+    assert!(rec.retry_at.is_some());
+    // An early duplicate does not POST and is dropped, so copies never multiply.
     assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Deferred);
     assert_eq!(rig.posts().await, 1);
     assert!(
         rig.queued(&rig.env.queues.dispatch).await.is_empty(),
         "the retry is delayed"
     );
-    tokio::time::sleep(Duration::from_millis(4500)).await;
+    tokio::time::sleep(Duration::from_millis(5600)).await;
     let retries = rig.queued(&rig.env.queues.dispatch).await;
+    assert_eq!(retries.len(), 1, "exactly one delayed retry");
+}
+
+#[tokio::test]
+async fn a_redirect_is_never_followed_and_the_outcome_is_uncertain() {
+    let rig = rig(ResponseTemplate::new(307).insert_header("location", "/v1/jobs-elsewhere")).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs-elsewhere"))
+        .respond_with(accepted("job-2", "queued"))
+        .mount(&rig.genace)
+        .await;
+    let id = rig.intent("k", None).await;
     assert_eq!(
-        retries.len(),
-        2,
-        "the release and the deferral each re-sent the message"
+        rig.dispatcher.dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::Uncertain)
     );
+    assert_eq!(
+        rig.posts().await,
+        1,
+        "exactly one POST arrived: the 307 was not re-sent"
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.phase, Phase::Uncertain);
+    assert_eq!(rec.case.unwrap().reason, CaseReason::UnknownSubmitOutcome);
+}
+
+#[tokio::test]
+async fn an_oversized_answer_to_a_post_is_uncertain() {
+    let padding = "x".repeat(shared::genace::MAX_BODY_BYTES);
+    let body = json!({"job_id": "job-big", "state": "queued", "padding": padding});
+    let rig = rig(ResponseTemplate::new(202).set_body_json(body)).await;
+    let id = rig.intent("k", None).await;
+    assert_eq!(
+        rig.dispatcher.dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::Uncertain)
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.phase, Phase::Uncertain);
+    assert!(rec.case.unwrap().evidence.contains("larger than"));
+}
+
+#[tokio::test]
+async fn an_account_refusal_holds_the_operation_and_a_later_try_succeeds_under_the_same_key() {
+    let env_rig = rig(accepted("job-after-fix", "queued")).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(ResponseTemplate::new(401).set_body_string("invalid api key"))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&env_rig.genace)
+        .await;
+    let mut rig = env_rig;
+    rig.dispatcher.config.policy.account_hold = chrono::Duration::seconds(2);
+    let id = rig.intent("k", None).await;
+    assert_eq!(
+        rig.dispatcher.dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::AccountHeld)
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.phase, Phase::Prepared, "held, not rejected");
+    assert_eq!(rec.case.as_ref().unwrap().reason, CaseReason::AccountProblem);
+    assert!(rec.expires_at.is_none());
+    assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Deferred);
+    assert_eq!(rig.posts().await, 1, "nothing is POSTed while held");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(
+        rig.dispatcher.dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.remote_job_id.as_deref(), Some("job-after-fix"));
+    assert_eq!(rec.case, None);
+    assert_eq!(rig.posts().await, 2);
+}
+
+#[tokio::test]
+async fn only_400_409_422_reject_the_intent() {
+    for (status, held) in [
+        (400, false),
+        (409, false),
+        (422, false),
+        (402, true),
+        (403, true),
+        (404, true),
+        (405, true),
+    ] {
+        let rig = rig(ResponseTemplate::new(status)).await;
+        let id = rig.intent("k", None).await;
+        let rec = {
+            rig.dispatcher.dispatch(&id).await.unwrap();
+            rig.record(&id).await
+        };
+        if held {
+            assert_eq!(rec.phase, Phase::Prepared, "{status}");
+            assert_eq!(rec.case.unwrap().reason, CaseReason::AccountProblem, "{status}");
+        } else {
+            assert_eq!(rec.phase, Phase::Rejected, "{status}");
+        }
+    }
+}
+
+/// A store whose every successful write is reported as a conflict carrying
+/// the stored record, as when the SDK retries a write that had landed.
+struct EchoingStore(DynamoStore);
+
+impl OperationStore for EchoingStore {
+    async fn create(
+        &self,
+        rec: &OperationRecord,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<shared::store::Created, shared::store::StoreError> {
+        self.0.create(rec, now).await
+    }
+    async fn get(
+        &self,
+        id: &OperationId,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<Option<OperationRecord>, shared::store::StoreError> {
+        self.0.get(id, now).await
+    }
+    async fn apply(
+        &self,
+        prev: &OperationRecord,
+        next: &OperationRecord,
+    ) -> Result<shared::store::Applied, shared::store::StoreError> {
+        match self.0.apply(prev, next).await? {
+            shared::store::Applied::Written => {
+                let stored = self.0.get(&next.operation_id, Utc::now()).await?.unwrap();
+                Err(shared::store::StoreError::Conflict(Some(Box::new(stored))))
+            }
+            unchanged => Ok(unchanged),
+        }
+    }
+    async fn due_page(
+        &self,
+        shard: u32,
+        before_ms: i64,
+        limit: i32,
+        cursor: Option<shared::store::DueCursor>,
+    ) -> Result<shared::store::DuePage, shared::store::StoreError> {
+        self.0.due_page(shard, before_ms, limit, cursor).await
+    }
+    async fn open_cases(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<shared::store::CasePage, shared::store::StoreError> {
+        self.0.open_cases(tenant, limit, cursor).await
+    }
+}
+
+#[tokio::test]
+async fn a_retried_write_that_already_landed_is_recognised_as_our_own() {
+    let rig = rig(accepted("job-own", "queued")).await;
+    let id = rig.intent("k", None).await;
+    let echoing = Dispatcher {
+        store: EchoingStore(rig.env.store()),
+        queue: rig.env.queue(),
+        genace: rig.dispatcher.genace.clone(),
+        config: rig.dispatcher.config.clone(),
+    };
+    assert_eq!(
+        echoing.dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted),
+        "our own claim is not a duplicate, our own accept is not a conflict"
+    );
+    assert_eq!(rig.posts().await, 1);
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.phase, Phase::Accepted);
+    assert_eq!(rec.case, None);
+    assert!(
+        rig.env.drain(&rig.env.queues.recovery).await.is_empty(),
+        "nothing went to the recovery channel"
+    );
+}
+
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_job_id_is_logged_when_received_before_any_commit() {
+    let rig = rig(accepted("job-logged", "queued")).await;
+    let id = rig.intent("k", Some("dispatch.after_response")).await;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // The handler stops right after the response: nothing was committed.
+    assert!(matches!(
+        rig.dispatcher.dispatch(&id).await,
+        Err(StageError::Crashed("dispatch.after_response"))
+    ));
+    assert_eq!(rig.record(&id).await.remote_job_id, None);
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("Genace job id received"))
+        .unwrap_or_else(|| panic!("no receipt line in {log}"));
+    let v: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["fields"]["remote_job_id"], "job-logged");
+    assert_eq!(v["fields"]["operation_id"], id.as_str());
 }
 
 #[tokio::test]

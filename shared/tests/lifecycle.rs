@@ -163,6 +163,18 @@ impl Rig {
             .await;
     }
 
+    async fn pending_uploads(&self) -> usize {
+        shared::aws::s3(&self.env.sdk)
+            .list_multipart_uploads()
+            .bucket(&self.env.names.bucket)
+            .send()
+            .await
+            .unwrap()
+            .uploads
+            .unwrap_or_default()
+            .len()
+    }
+
     async fn queued(&self, url: &str) -> usize {
         self.env.drain(url).await.len()
     }
@@ -245,7 +257,17 @@ async fn a_job_is_observed_by_its_saved_id_then_delivered_and_verified() {
     let links = rig.intake().links(&view_rec).await;
     let view = shared::api::view_with_links(&view_rec, &links);
     let link = view["delivered_objects"][0]["url"].as_str().unwrap().to_owned();
-    let fetched = reqwest::get(&link).await.unwrap().bytes().await.unwrap();
+    assert!(
+        link.contains("response-content-disposition=attachment"),
+        "the link makes browsers download: {link}"
+    );
+    let response = reqwest::get(&link).await.unwrap();
+    let disposition = response
+        .headers()
+        .get("content-disposition")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(disposition.as_deref(), Some("attachment; filename=\"output-0.mp4\""));
+    let fetched = response.bytes().await.unwrap();
     assert_eq!(fetched.len(), video.len());
 
     // Later messages change nothing; there was exactly one POST.
@@ -384,17 +406,7 @@ async fn a_failed_upload_is_aborted_and_retried_for_the_same_output() {
         (rec.phase, rec.delivery_state),
         (Phase::Rendered, DeliveryState::Collecting)
     );
-    let s3 = shared::aws::s3(&rig.env.sdk);
-    let pending = s3
-        .list_multipart_uploads()
-        .bucket(&rig.env.names.bucket)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        pending.uploads.unwrap_or_default().is_empty(),
-        "the failed upload was aborted"
-    );
+    assert_eq!(rig.pending_uploads().await, 0, "the failed upload was aborted");
 
     assert_eq!(
         rig.deliverer().deliver(&id).await.unwrap(),
@@ -459,22 +471,209 @@ async fn delivery_gives_up_after_the_bound_with_a_case() {
 }
 
 #[tokio::test]
-async fn internal_output_urls_are_refused() {
+async fn a_refused_output_url_opens_a_case_at_the_first_attempt_without_retrying() {
     for (output, expected) in [
-        ("http://169.254.169.254/latest/meta-data/", "not allowed"),
-        ("https://169.254.169.254/latest/meta-data/", "not public"),
-        ("https://127.0.0.1/x.mp4", "not public"),
+        ("http://169.254.169.254/latest/meta-data/?token=secret", "not allowed"),
+        ("https://169.254.169.254/latest/meta-data/?token=secret", "not public"),
+        ("https://127.0.0.1/x.mp4?sig=secret", "not public"),
+        ("https://cdn.genace.example:8443/x.mp4?sig=secret", "port 8443"),
     ] {
         let mut rig = Rig::new().await;
         rig.config.url_policy = shared::config::UrlPolicy::default();
         let id = rendered_with_output(&rig, None, output).await;
-        assert!(matches!(
+        rig.env.drain(&rig.env.queues.deliver).await;
+        assert_eq!(
             rig.deliverer().deliver(&id).await.unwrap(),
-            DeliverResult::Retrying { .. }
-        ));
-        let detail = rig.record(&id).await.last_error.unwrap().detail;
-        assert!(detail.contains(expected), "{output}: {detail}");
+            DeliverResult::Refused {
+                reason: CaseReason::OutputUrlRefused
+            },
+            "{output}"
+        );
+        let rec = rig.record(&id).await;
+        assert_eq!(rec.delivery_state, DeliveryState::DeliveryFailed);
+        assert_eq!(rec.delivery_attempts, 1);
+        assert_eq!(rec.due_at, None);
+        let case = rec.case.unwrap();
+        assert_eq!(case.reason, CaseReason::OutputUrlRefused);
+        assert!(
+            case.evidence.starts_with("output 0:"),
+            "names the output: {}",
+            case.evidence
+        );
+        assert!(case.evidence.contains(expected), "{output}: {}", case.evidence);
+        assert!(!case.evidence.contains("secret"), "no query string: {}", case.evidence);
+        assert_eq!(rig.queued(&rig.env.queues.deliver).await, 0, "no retry is scheduled");
     }
+}
+
+/// Receives deliver messages as Lambda's event source would (waiting out
+/// their delays) and hands each to the deliver stage, until `done` or `rounds`.
+async fn run_deliver_queue(rig: &Rig, id: &OperationId, rounds: usize) -> Vec<DeliverResult> {
+    let sqs = shared::aws::sqs(&rig.env.sdk);
+    let mut results = Vec::new();
+    for _ in 0..rounds {
+        let out = sqs
+            .receive_message()
+            .queue_url(&rig.env.queues.deliver)
+            .max_number_of_messages(10)
+            .wait_time_seconds(5)
+            .send()
+            .await
+            .unwrap();
+        for m in out.messages.unwrap_or_default() {
+            results.push(
+                rig.deliverer()
+                    .handle_message(m.body.as_deref().unwrap())
+                    .await
+                    .unwrap(),
+            );
+            sqs.delete_message()
+                .queue_url(&rig.env.queues.deliver)
+                .receipt_handle(m.receipt_handle.unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+        let rec = rig.record(id).await;
+        if matches!(
+            rec.delivery_state,
+            DeliveryState::Delivered | DeliveryState::DeliveryFailed
+        ) {
+            break;
+        }
+    }
+    results
+}
+
+#[tokio::test]
+async fn a_download_that_fails_twice_is_delivered_by_the_third_queued_attempt() {
+    let mut rig = Rig::new().await;
+    rig.config.delivery_backoff_seconds = 1;
+    let body = bytes_of(4000);
+    Mock::given(method("GET"))
+        .and(path("/files/flaky.mp4"))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .mount(&rig.genace)
+        .await;
+    let url = rig.serve_file("flaky.mp4", body.clone(), "video/mp4").await;
+    let id = rendered_with_output(&rig, None, &url).await;
+    let results = run_deliver_queue(&rig, &id, 8).await;
+    assert_eq!(
+        results,
+        vec![
+            DeliverResult::Retrying {
+                attempts: 1,
+                next_attempt_seconds: 1
+            },
+            DeliverResult::Retrying {
+                attempts: 2,
+                next_attempt_seconds: 2
+            },
+            DeliverResult::Delivered { objects: 1 },
+        ]
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.delivery_attempts, 3, "each attempt is counted");
+    assert_eq!(rec.delivered_objects[0].bytes, body.len() as u64);
+    assert_eq!(rec.case, None);
+}
+
+/// An HTTP server that answers with headers, then drips one byte every
+/// `every`, forever. It counts the connections it served.
+async fn dripping_server(every: Duration) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = [0u8; 2048];
+                let _ = socket.read(&mut request).await;
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: video/mp4\r\ncontent-length: 100000\r\n\r\n";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                loop {
+                    tokio::time::sleep(every).await;
+                    if socket.write_all(b"x").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/drip.mp4"), served)
+}
+
+#[tokio::test]
+async fn a_dripping_download_is_bounded_per_attempt_and_ends_in_a_case() {
+    let mut rig = Rig::new().await;
+    rig.config.delivery_backoff_seconds = 1;
+    rig.config.delivery_attempt_deadline = Duration::from_millis(1500);
+    rig.config.policy.delivery_max_attempts = 2;
+    let (url, served) = dripping_server(Duration::from_millis(400)).await;
+    let id = rendered_with_output(&rig, None, &url).await;
+    let results = run_deliver_queue(&rig, &id, 8).await;
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        matches!(results[0], DeliverResult::Retrying { attempts: 1, .. }),
+        "{results:?}"
+    );
+    assert_eq!(results[1], DeliverResult::GaveUp { attempts: 2 });
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.delivery_state, DeliveryState::DeliveryFailed);
+    assert_eq!(rec.case.as_ref().unwrap().reason, CaseReason::DeliveryFailed);
+    assert!(rec.last_error.unwrap().detail.contains("deadline"));
+    assert_eq!(rig.pending_uploads().await, 0, "every attempt's upload was aborted");
+}
+
+#[tokio::test]
+async fn an_output_over_the_byte_cap_opens_a_case_without_retrying() {
+    let mut rig = Rig::new().await;
+    rig.config.max_output_bytes = 1000;
+    let url = rig.serve_file("big.mp4", bytes_of(1001), "video/mp4").await;
+    let id = rendered_with_output(&rig, None, &url).await;
+    assert_eq!(
+        rig.deliverer().deliver(&id).await.unwrap(),
+        DeliverResult::Refused {
+            reason: CaseReason::OutputTooLarge
+        }
+    );
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.delivery_state, DeliveryState::DeliveryFailed);
+    assert_eq!(rec.case.unwrap().reason, CaseReason::OutputTooLarge);
+}
+
+#[tokio::test]
+async fn a_completed_job_with_null_outputs_opens_a_case_and_is_never_delivered() {
+    let rig = Rig::new().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/v1/jobs/{JOB}")))
+        .respond_with(snapshot("completed", Value::Null))
+        .mount(&rig.genace)
+        .await;
+    let id = rig.accepted(None).await;
+    rig.env.drain(&rig.env.queues.deliver).await;
+    assert_eq!(rig.poller().poll(&id).await.unwrap(), Polled::Rendered);
+    let rec = rig.record(&id).await;
+    assert_eq!(rec.case.as_ref().unwrap().reason, CaseReason::OutputsMissing);
+    assert_eq!(rec.due_at, None);
+    assert!(matches!(
+        rig.deliverer().deliver(&id).await.unwrap(),
+        DeliverResult::NotDeliverable(Phase::Rendered, DeliveryState::NotCollected)
+    ));
+    assert_eq!(rig.record(&id).await.delivery_state, DeliveryState::NotCollected);
+    assert_eq!(
+        rig.queued(&rig.env.queues.deliver).await,
+        0,
+        "nothing to deliver is enqueued"
+    );
 }
 
 #[tokio::test]
