@@ -105,7 +105,7 @@ pub async fn start(
         }
     });
 
-    let sqs = aws::sqs(sdk);
+    let sqs = aws::sqs_receiver(sdk);
     let dispatcher = Arc::new(Dispatcher {
         store: store.clone(),
         queue: queue.clone(),

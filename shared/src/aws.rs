@@ -1,10 +1,54 @@
 //! AWS clients, built once per cold start from the standard environment
 //! (`AWS_REGION`, `AWS_ENDPOINT_URL`, credentials).
 
+//!
+//! Every client has operation and attempt timeouts, so a hung request can
+//! never outlive the Lambda that sent it: a dispatcher that holds a job id
+//! only in memory gets an error in time to put it on the recovery channel.
+
+use std::time::Duration;
+
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 
+/// Small requests (DynamoDB items, SQS messages): one attempt may take
+/// `attempt`, all retries together `operation`. Four commit tries fit well
+/// inside the dispatch function's timeout after a full Genace timeout.
+pub const SMALL_REQUESTS: TimeoutBudget = TimeoutBudget {
+    connect: Duration::from_secs(2),
+    attempt: Duration::from_secs(2),
+    operation: Duration::from_secs(5),
+};
+
+/// S3 parts of up to a few MiB, and completing a multipart upload.
+pub const OBJECT_REQUESTS: TimeoutBudget = TimeoutBudget {
+    connect: Duration::from_secs(2),
+    attempt: Duration::from_secs(60),
+    operation: Duration::from_secs(180),
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeoutBudget {
+    pub connect: Duration,
+    pub attempt: Duration,
+    pub operation: Duration,
+}
+
+impl TimeoutBudget {
+    pub fn config(&self) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
+    }
+}
+
 pub async fn load() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest()).load().await
+    aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(SMALL_REQUESTS.config())
+        .load()
+        .await
 }
 
 pub fn dynamodb(conf: &SdkConfig) -> aws_sdk_dynamodb::Client {
@@ -15,11 +59,27 @@ pub fn sqs(conf: &SdkConfig) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::new(conf)
 }
 
+/// SQS for long polling (the local runner's event-source emulation): a
+/// receive may wait up to 20 s for messages, so its attempt may take longer.
+pub fn sqs_receiver(conf: &SdkConfig) -> aws_sdk_sqs::Client {
+    let budget = TimeoutBudget {
+        attempt: Duration::from_secs(25),
+        operation: Duration::from_secs(60),
+        ..SMALL_REQUESTS
+    };
+    let sqsconf = aws_sdk_sqs::config::Builder::from(conf)
+        .timeout_config(budget.config())
+        .build();
+    aws_sdk_sqs::Client::from_conf(sqsconf)
+}
+
 /// S3 with path-style addressing whenever a custom endpoint is in use: local
-/// object stores do not serve virtual-hosted bucket names.
+/// object stores do not serve virtual-hosted bucket names. Its timeouts fit
+/// part uploads rather than small items.
 pub fn s3(conf: &SdkConfig) -> aws_sdk_s3::Client {
     let s3conf = aws_sdk_s3::config::Builder::from(conf)
         .force_path_style(conf.endpoint_url().is_some())
+        .timeout_config(OBJECT_REQUESTS.config())
         .build();
     aws_sdk_s3::Client::from_conf(s3conf)
 }

@@ -17,6 +17,10 @@ pub const DUE_INDEX: &str = "due-index";
 pub const CASE_INDEX: &str = "case-index";
 /// Receives before a message moves to its dead-letter queue.
 pub const MAX_RECEIVE_COUNT: u32 = 5;
+/// Receives before a recovery message moves to its DLQ: with the 60 s
+/// visibility of the local queues, about 17 hours of a failing table (the
+/// deployed queue: 1000 x 180 s). Its messages are job ids; they wait.
+pub const RECOVERY_MAX_RECEIVE_COUNT: u32 = 1000;
 
 #[derive(Debug, thiserror::Error)]
 #[error("provisioning {resource} failed: {detail}")]
@@ -40,7 +44,12 @@ pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> R
     let sqs = crate::aws::sqs(sdk);
     let mut urls = Vec::new();
     for q in names.queues() {
-        urls.push(ensure_queue(&sqs, q).await?);
+        let receives = if q == names.recovery_queue {
+            RECOVERY_MAX_RECEIVE_COUNT
+        } else {
+            MAX_RECEIVE_COUNT
+        };
+        urls.push(ensure_queue(&sqs, q, receives).await?);
     }
     let [dispatch, poll, deliver, recovery]: [String; 4] = urls.try_into().expect("four queues were created");
     Ok(QueueUrls {
@@ -150,7 +159,11 @@ pub async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str) -> Result<
 }
 
 /// Creates `<name>-dlq` and `<name>` with a redrive policy to it.
-pub async fn ensure_queue(client: &aws_sdk_sqs::Client, name: &str) -> Result<String, ProvisionError> {
+pub async fn ensure_queue(
+    client: &aws_sdk_sqs::Client,
+    name: &str,
+    max_receive_count: u32,
+) -> Result<String, ProvisionError> {
     let dlq_name = format!("{name}-dlq");
     let dlq_url = client
         .create_queue()
@@ -174,6 +187,7 @@ pub async fn ensure_queue(client: &aws_sdk_sqs::Client, name: &str) -> Result<St
     let url = client
         .create_queue()
         .queue_name(name)
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "1209600")
         .send()
         .await
         .map_err(|e| fail(name, DisplayErrorContext(e)))?
@@ -181,7 +195,7 @@ pub async fn ensure_queue(client: &aws_sdk_sqs::Client, name: &str) -> Result<St
         .ok_or_else(|| fail(name, "no queue URL returned"))?;
     let redrive = serde_json::json!({
         "deadLetterTargetArn": dlq_arn,
-        "maxReceiveCount": MAX_RECEIVE_COUNT,
+        "maxReceiveCount": max_receive_count,
     });
     client
         .set_queue_attributes()

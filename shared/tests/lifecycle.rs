@@ -509,7 +509,7 @@ async fn a_refused_output_url_opens_a_case_at_the_first_attempt_without_retrying
 /// Receives deliver messages as Lambda's event source would (waiting out
 /// their delays) and hands each to the deliver stage, until `done` or `rounds`.
 async fn run_deliver_queue(rig: &Rig, id: &OperationId, rounds: usize) -> Vec<DeliverResult> {
-    let sqs = shared::aws::sqs(&rig.env.sdk);
+    let sqs = shared::aws::sqs_receiver(&rig.env.sdk);
     let mut results = Vec::new();
     for _ in 0..rounds {
         let out = sqs

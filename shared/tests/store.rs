@@ -153,6 +153,7 @@ async fn provisioning_creates_the_index_ttl_and_dead_letter_queues_idempotently(
             .get_queue_attributes()
             .queue_url(url)
             .attribute_names(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod)
             .send()
             .await
             .unwrap()
@@ -164,11 +165,23 @@ async fn provisioning_creates_the_index_ttl_and_dead_letter_queues_idempotently(
             policy["deadLetterTargetArn"].as_str().unwrap().ends_with("-dlq"),
             "{url}: {policy}"
         );
+        // The recovery queue holds job ids: it outlasts a long table outage.
+        let receives = if url == &env.queues.recovery {
+            provision::RECOVERY_MAX_RECEIVE_COUNT
+        } else {
+            provision::MAX_RECEIVE_COUNT
+        };
         assert_eq!(
             policy["maxReceiveCount"]
                 .as_u64()
                 .or_else(|| policy["maxReceiveCount"].as_str()?.parse().ok()),
-            Some(5)
+            Some(receives as u64),
+            "{url}"
+        );
+        assert_eq!(
+            attrs[&aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod],
+            "1209600",
+            "{url}: kept 14 days"
         );
     }
     s3.head_bucket().bucket(&env.names.bucket).send().await.unwrap();
@@ -199,4 +212,35 @@ async fn the_due_index_is_sparse() {
     }
     assert_eq!(found.len(), 1);
     assert_eq!(found[0]["operation_id"].as_s().unwrap(), due.operation_id.as_str());
+}
+
+/// A DynamoDB endpoint that accepts connections and never answers: every
+/// request must still end, in an error, within the client's budget.
+#[tokio::test]
+async fn a_hung_table_endpoint_fails_within_the_sdk_budget_instead_of_hanging() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    // The client is configured exactly as `aws::load` configures it, pointed at the hung endpoint.
+    let sdk = aws::load().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .endpoint_url(format!("http://{addr}"))
+        .build();
+    let store = shared::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), "hung");
+    let rec = record("k-hung", "p");
+    let outcome = tokio::time::timeout(
+        aws::SMALL_REQUESTS.operation + std::time::Duration::from_secs(10),
+        store.get(&rec.operation_id, Utc::now()),
+    )
+    .await
+    .expect("the request ended on its own timeout");
+    assert!(
+        matches!(&outcome, Err(StoreError::Service(e)) if e.contains("timed out")),
+        "{outcome:?}"
+    );
 }

@@ -106,6 +106,16 @@ fn every_function_has_only_the_actions_it_uses() {
             ][..],
         ),
         (
+            "OperatorFunction",
+            &[
+                "dynamodb:GetItem",
+                "dynamodb:UpdateItem",
+                "dynamodb:Query",
+                "sqs:SendMessage",
+                "s3:GetObject",
+            ][..],
+        ),
+        (
             "RecoveryFunction",
             &["dynamodb:GetItem", "dynamodb:UpdateItem", "sqs:SendMessage"][..],
         ),
@@ -158,15 +168,14 @@ fn functions_are_rust_on_arm64() {
     for (name, f) in functions(&t) {
         assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
         let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap().to_owned();
-        assert_eq!(format!("{}Function", capitalize(&binary)), name);
+        // The operator routes run the intake binary under their own role.
+        let expected = if name == "OperatorFunction" {
+            "intake".to_owned()
+        } else {
+            name.trim_end_matches("Function").to_ascii_lowercase()
+        };
+        assert_eq!(binary, expected, "{name}");
     }
-}
-
-fn capitalize(s: &str) -> String {
-    let mut c = s.chars();
-    c.next()
-        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
-        .unwrap_or_default()
 }
 
 fn timeout(t: &Value, f: &Value) -> u64 {
@@ -285,4 +294,120 @@ fn storage_is_protected() {
         assert_eq!(bucket["PublicAccessBlockConfiguration"][flag], true, "{flag}");
     }
     assert!(bucket["LifecycleConfiguration"]["Rules"][0]["AbortIncompleteMultipartUpload"].is_mapping());
+}
+
+/// Every HttpApi route of every function: (method, path, operator scopes).
+fn routes(t: &Value) -> BTreeMap<(String, String), (String, Vec<String>)> {
+    let mut out = BTreeMap::new();
+    for (name, f) in functions(t) {
+        for (_, event) in untag(&f["Properties"]["Events"]).as_mapping().into_iter().flatten() {
+            if event["Type"] != "HttpApi" {
+                continue;
+            }
+            let p = &event["Properties"];
+            let key = (
+                p["Method"].as_str().unwrap().to_ascii_lowercase(),
+                p["Path"].as_str().unwrap().to_owned(),
+            );
+            out.insert(key, (name.clone(), strings(&p["Auth"]["AuthorizationScopes"])));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scope() {
+    let t = template();
+    let doc: Value = serde_yaml::from_str(include_str!("../../docs/openapi.yaml")).unwrap();
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_mapping().unwrap() {
+        for (method, _) in item.as_mapping().unwrap() {
+            let method = method.as_str().unwrap();
+            if ["get", "post", "put", "patch", "delete"].contains(&method) {
+                documented.insert((method.to_owned(), path.as_str().unwrap().to_owned()));
+            }
+        }
+    }
+    let deployed = routes(&t);
+    assert_eq!(deployed.keys().cloned().collect::<BTreeSet<_>>(), documented);
+    for ((method, path), (function, scopes)) in &deployed {
+        let operator = path.contains("reconciliation-cases") || path.ends_with("/resolution");
+        if operator {
+            assert_eq!(function, "OperatorFunction", "{method} {path}");
+            assert_eq!(scopes, &["OperatorScope".to_owned()], "{method} {path}");
+        } else {
+            assert_eq!(function, "IntakeFunction", "{method} {path}");
+            assert!(scopes.is_empty(), "{method} {path}");
+        }
+    }
+    // Only the operator function may change records outside the lifecycle.
+    let fns = functions(&t);
+    assert!(!actions(&fns["IntakeFunction"]).contains("dynamodb:UpdateItem"));
+}
+
+#[test]
+fn the_recovery_queue_outlasts_an_outage_and_only_the_admin_may_purge_or_redrive() {
+    let t = template();
+    let res = resources(&t);
+    let q = &res["RecoveryQueue"]["Properties"];
+    assert_eq!(q["MessageRetentionPeriod"], 1_209_600, "14 days");
+    let receives = q["RedrivePolicy"]["maxReceiveCount"].as_u64().unwrap();
+    let visibility = q["VisibilityTimeout"].as_u64().unwrap();
+    assert!(
+        receives * visibility >= 24 * 3600,
+        "messages survive a day of failures before the DLQ ({receives} x {visibility} s)"
+    );
+    assert_eq!(
+        res["RecoveryDeadLetterQueue"]["Properties"]["MessageRetentionPeriod"],
+        1_209_600
+    );
+    for (policy, queue) in [
+        ("RecoveryQueuePolicy", "RecoveryQueue"),
+        ("RecoveryDeadLetterQueuePolicy", "RecoveryDeadLetterQueue"),
+    ] {
+        let p = &res[policy]["Properties"];
+        assert_eq!(strings(&p["Queues"]), [queue]);
+        let text = format!("{:?}", p["PolicyDocument"]);
+        for action in [
+            "sqs:PurgeQueue",
+            "sqs:SetQueueAttributes",
+            "sqs:StartMessageMoveTask",
+            "sqs:ReceiveMessage",
+            "sqs:SendMessage",
+        ] {
+            assert!(text.contains(action), "{policy} restricts {action}");
+        }
+        assert!(
+            text.contains("AdminRoleArn"),
+            "{policy}: the admin role is the exception"
+        );
+        assert!(!text.contains("Allow"), "{policy} only denies");
+    }
+    let rule = format!("{:?}", t["Rules"]["NoFaultInjectionInProd"]["Assertions"]);
+    assert!(rule.contains("AdminRoleArn"), "prod names the admin role");
+}
+
+#[test]
+fn the_api_is_throttled_and_logs_json_access_lines() {
+    let t = template();
+    let res = resources(&t);
+    let api = &res["HttpApi"]["Properties"];
+    assert_eq!(
+        strings(&api["DefaultRouteSettings"]["ThrottlingRateLimit"]),
+        ["ApiThrottlingRateLimit"]
+    );
+    assert_eq!(
+        strings(&api["DefaultRouteSettings"]["ThrottlingBurstLimit"]),
+        ["ApiThrottlingBurstLimit"]
+    );
+    let format = api["AccessLogSettings"]["Format"].as_str().unwrap();
+    let line: serde_yaml::Value = serde_yaml::from_str(format).expect("the access log format is JSON");
+    for field in ["requestId", "route", "status", "latencyMs"] {
+        assert!(line.get(field).is_some(), "{field}");
+    }
+    assert_eq!(
+        strings(&api["AccessLogSettings"]["DestinationArn"]),
+        ["HttpApiAccessLog.Arn"]
+    );
+    assert_eq!(res["HttpApiAccessLog"]["Type"], "AWS::Logs::LogGroup");
 }
