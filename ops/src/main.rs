@@ -5,11 +5,17 @@
 //! genace-ops cases show <operation_id> [--json]
 //! genace-ops resolve <operation_id> attach --job-id <ID> --reason <TEXT> [--json]
 //! genace-ops resolve <operation_id> confirm-not-created --reason <TEXT>
+//! genace-ops resolve <operation_id> release-hold --reason <TEXT>
 //! genace-ops resolve <operation_id> mark-settled --reason <TEXT>
 //! genace-ops resolve <operation_id> redrive-delivery --reason <TEXT>
 //! genace-ops resolve <operation_id> abandon --reason <TEXT>
 //! genace-ops op show <operation_id> [--json]
 //! ```
+//!
+//! Every resolution is tied to the version of the operation it was decided
+//! on: `--version N` (the `version` that `op show` printed), or else the
+//! version `resolve` reads and prints just before it sends the decision. The
+//! API answers 412 when the operation changed since, and nothing happens.
 //!
 //! The API and the operator's token come from `--url`/`--token` or
 //! `GENACE_OPS_URL`/`GENACE_OPS_TOKEN`. Exit codes: 0 done, 1 the API
@@ -19,7 +25,7 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: genace-ops [--url URL] [--token JWT] (cases list [--tenant T] [--reason R] [--limit N] [--cursor C] | cases show ID | resolve ID (attach --job-id J | confirm-not-created | mark-settled | redrive-delivery | abandon) --reason TEXT | op show ID) [--json]";
+const USAGE: &str = "usage: genace-ops [--url URL] [--token JWT] (cases list [--tenant T] [--reason R] [--limit N] [--cursor C] | cases show ID | resolve ID (attach --job-id J | confirm-not-created | release-hold | mark-settled | redrive-delivery | abandon) --reason TEXT [--version N] | op show ID) [--json]";
 
 struct Cli {
     url: String,
@@ -67,12 +73,25 @@ impl Cli {
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, Failure> {
+        self.call_if_match(method, path, body, None).await
+    }
+
+    async fn call_if_match(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        version: Option<u64>,
+    ) -> Result<Value, Failure> {
         let client = reqwest::Client::new();
         let mut req = client
             .request(method, format!("{}{path}", self.url.trim_end_matches('/')))
             .bearer_auth(&self.token);
         if let Some(b) = body {
             req = req.header("content-type", "application/json").body(b.to_string());
+        }
+        if let Some(v) = version {
+            req = req.header("if-match", format!("\"{v}\""));
         }
         let resp = req.send().await.map_err(|e| Failure::Transport(e.to_string()))?;
         let ok = resp.status().is_success();
@@ -241,16 +260,38 @@ async fn run(cli: &Cli) -> Result<(), Failure> {
                     "attach_remote_job"
                 }
                 "confirm-not-created" => "confirm_not_created",
+                "release-hold" => "release_hold",
                 "mark-settled" => "mark_settled",
                 "redrive-delivery" => "redrive_delivery",
                 "abandon" => "abandon",
                 other => return Err(Failure::Usage(format!("unknown action {other:?}"))),
             });
+            let version = match cli.flag("version") {
+                Some(v) => v
+                    .parse::<u64>()
+                    .map_err(|_| Failure::Usage("--version must be a number".into()))?,
+                None => {
+                    let seen = cli
+                        .call(reqwest::Method::GET, &format!("/v1/operations/{id}"), None)
+                        .await?;
+                    let v = seen["version"]
+                        .as_u64()
+                        .ok_or_else(|| Failure::Transport("the operation view has no version".into()))?;
+                    eprintln!(
+                        "deciding on {id} at version {v}: {} ({}), case {}",
+                        s(&seen["phase"]),
+                        s(&seen["delivery_state"]),
+                        s(&seen["reconciliation_case"]["reason"])
+                    );
+                    v
+                }
+            };
             let op = cli
-                .call(
+                .call_if_match(
                     reqwest::Method::POST,
                     &format!("/v1/operations/{id}/resolution"),
                     Some(body),
+                    Some(version),
                 )
                 .await?;
             if !cli.json {

@@ -339,3 +339,113 @@ async fn wrong_phases_non_operators_and_other_tenants_are_refused() {
     assert_eq!(stack.view(&ops, &b).await.1["phase"], "abandoned");
     stack.stop().await;
 }
+
+/// Every POST's response is lost: each dispatch ends uncertain.
+async fn every_post_lost(genace: &MockServer) {
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(
+            ResponseTemplate::new(202)
+                .set_body_json(json!({"job_id": "job-lost", "state": "queued"}))
+                .set_delay(Duration::from_secs(5)),
+        )
+        .mount(genace)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replayed_confirmation_is_refused_with_412_and_never_posts_again() {
+    let stack = Stack::start().await;
+    every_post_lost(&stack.genace).await;
+    let id = stack.create("tenant-a", "replayed-confirm").await;
+    let first = stack.wait(&id, "uncertain", |v| v["phase"] == "uncertain").await;
+    let seen = first["version"].as_u64().unwrap().to_string();
+    let ops = operator(None);
+    let confirm = [
+        "resolve",
+        &id,
+        "confirm-not-created",
+        "--reason",
+        "not in the console",
+        "--version",
+        &seen,
+    ];
+    let out = stack.cli(&ops, &confirm);
+    assert!(out.status.success(), "{out:?}");
+    // The authorized dispatch is lost too: uncertain again, after two POSTs.
+    stack
+        .wait(&id, "uncertain again", |v| {
+            v["phase"] == "uncertain" && v["version"].as_u64() > first["version"].as_u64()
+        })
+        .await;
+    assert_eq!(stack.posts().await, 2);
+
+    let replayed = stack.cli(&ops, &confirm);
+    assert_eq!(replayed.status.code(), Some(1), "{replayed:?}");
+    assert!(
+        String::from_utf8_lossy(&replayed.stderr).contains("412"),
+        "{replayed:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(stack.posts().await, 2, "no third POST");
+    let (_, v) = stack.view(&ops, &id).await;
+    assert_eq!(v["phase"], "uncertain");
+    assert_eq!(
+        v["audit"].as_array().unwrap().len(),
+        1,
+        "only the first decision is recorded"
+    );
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_token_with_a_malformed_tenant_is_refused_not_made_global() {
+    let stack = Stack::start().await;
+    every_post_lost(&stack.genace).await;
+    let id = stack.create("tenant-a", "malformed-tenant").await;
+    stack.wait(&id, "uncertain", |v| v["phase"] == "uncertain").await;
+    // Present, but not a tenant id (a space is not allowed).
+    let bad = operator(Some("tenant a"));
+    let out = stack.cli(&bad, &["cases", "list", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("403"), "{out:?}");
+    let (status, _) = stack.view(&bad, &id).await;
+    assert_eq!(status, 403);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn attach_refuses_a_job_id_another_operation_holds_and_ids_out_of_bounds() {
+    let stack = Stack::start().await;
+    first_post_lost(&stack.genace).await;
+    Mock::given(method("GET"))
+        .and(path("/v1/jobs/job-ok"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "job-ok", "state": "running"})))
+        .mount(&stack.genace)
+        .await;
+    let lost = stack.create("tenant-a", "lost-one").await;
+    stack.wait(&lost, "uncertain", |v| v["phase"] == "uncertain").await;
+    let holder = stack.create("tenant-a", "holder").await;
+    stack
+        .wait(&holder, "accepted", |v| v["remote_job_id"] == "job-ok")
+        .await;
+    let ops = operator(None);
+    let taken = stack.cli(
+        &ops,
+        &[
+            "resolve", &lost, "attach", "--job-id", "job-ok", "--reason", "wrong id", "--json",
+        ],
+    );
+    assert_eq!(taken.status.code(), Some(1), "{taken:?}");
+    let err = String::from_utf8_lossy(&taken.stderr);
+    assert!(err.contains("409") && err.contains("another operation"), "{err}");
+    let long = "j".repeat(300);
+    for bad in [long.as_str(), "has space"] {
+        let out = stack.cli(&ops, &["resolve", &lost, "attach", "--job-id", bad, "--reason", "r"]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("400"), "{out:?}");
+    }
+    let (_, v) = stack.view(&ops, &lost).await;
+    assert_eq!(v["phase"], "uncertain", "nothing changed");
+    stack.stop().await;
+}

@@ -67,21 +67,53 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
 
     /// Applies a decision (valid only from the right phase), records it in the
     /// audit trail, and hands the operation to the stage that continues it.
+    /// `expected_version` is the version the operator decided on (the view's
+    /// `ETag`): a request made on any other version changes nothing, so a
+    /// stale or replayed decision can never act twice.
     pub async fn resolve(
         &self,
         op: &Operator,
         id: &OperationId,
         resolution: &Resolution,
         reason: &str,
+        expected_version: u64,
     ) -> Result<OperationRecord, IntakeError> {
         let rec = self.operator_get(op, id).await?;
+        let stale = |actual: u64| IntakeError::StaleVersion {
+            expected: expected_version,
+            actual,
+        };
+        if rec.version != expected_version {
+            return Err(stale(rec.version));
+        }
+        if let Resolution::AttachRemoteJob { job_id } = resolution {
+            let holders = self.store.holders_of_remote_job(job_id).await?;
+            if let Some(other) = holders.into_iter().find(|h| h != id) {
+                let visible = self
+                    .store
+                    .get(&other, Utc::now())
+                    .await?
+                    .filter(|r| op.may_see(&r.tenant_id));
+                return Err(IntakeError::JobHeldElsewhere {
+                    job_id: job_id.clone(),
+                    holder: visible.map(|r| r.operation_id),
+                });
+            }
+        }
         let now = Utc::now();
         let policy = self.config.policy;
         let next = commit(&self.store, rec, write_attempts(), |r| {
+            if r.version != expected_version {
+                return Err(machine::Refusal::StaleVersion { actual: r.version });
+            }
             machine::resolve(r, resolution, &op.actor, reason, now, &policy)
         })
         .await
         .map_err(|e| match e {
+            CommitError::Refused {
+                refusal: machine::Refusal::StaleVersion { actual },
+                ..
+            } => stale(actual),
             CommitError::Refused { refusal, .. } => IntakeError::Refused(refusal),
             CommitError::Store(s) => IntakeError::Store(s),
         })?;

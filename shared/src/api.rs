@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use tracing::error;
 
 use crate::admin::Operator;
-use crate::domain::{Intent, InvalidInput, OperationId, TenantId};
+use crate::domain::{Intent, InvalidInput, OperationId, RemoteJobId, TenantId};
 use crate::intake::{Intake, IntakeError, Submitted};
 use crate::machine::Resolution;
 use crate::queue::WorkQueue;
@@ -91,6 +91,25 @@ impl From<IntakeError> for Problem {
                 .with("operation_id", id)
             }
             IntakeError::NotFound => not_found(),
+            IntakeError::StaleVersion { actual, .. } => Problem::new(
+                StatusCode::PRECONDITION_FAILED,
+                "stale-version",
+                "The operation changed since it was read",
+                format!("{e}. Read it again and decide on what it is now."),
+            )
+            .with("current_version", actual),
+            IntakeError::JobHeldElsewhere { ref holder, .. } => {
+                let p = Problem::new(
+                    StatusCode::CONFLICT,
+                    "remote-job-held",
+                    "The remote job belongs to another operation",
+                    e.to_string(),
+                );
+                match holder {
+                    Some(id) => p.with("operation_id", id.as_str()),
+                    None => p,
+                }
+            }
             IntakeError::Refused(refusal) => Problem::new(
                 StatusCode::CONFLICT,
                 "wrong-phase",
@@ -161,6 +180,7 @@ pub fn view(rec: &OperationRecord) -> Value {
         "accepted_at": rec.accepted_at,
         "settlement": rec.settlement,
         "delivery_attempts": rec.delivery_attempts,
+        "version": rec.version,
         "created_at": rec.created_at,
         "updated_at": rec.updated_at,
     });
@@ -191,21 +211,41 @@ fn claims(req: &Request) -> Option<&std::collections::HashMap<String, String>> {
 }
 
 /// The operator behind a request, if its token carries the operator claim.
-/// A token that also names a tenant limits the operator to that tenant.
-fn operator(req: &Request, config: &crate::config::Config) -> Option<Operator> {
-    let claims = claims(req)?;
-    let values = claims.get(&config.operator_claim)?;
+/// A token that also names a tenant limits the operator to that tenant; a
+/// tenant claim that is present but not a valid tenant id is refused (403),
+/// never read as "no tenant", which would make the operator global.
+fn operator(req: &Request, config: &crate::config::Config) -> Result<Option<Operator>, Problem> {
+    let Some(claims) = claims(req) else {
+        return Ok(None);
+    };
+    let Some(values) = claims.get(&config.operator_claim) else {
+        return Ok(None);
+    };
     let is_operator = values
         .trim_matches(|c| c == '[' || c == ']')
         .split(|c: char| c.is_whitespace() || c == ',')
         .any(|v| v == config.operator_value);
     if !is_operator {
-        return None;
+        return Ok(None);
     }
-    Some(Operator {
+    let tenant = match claims.get(&config.tenant_claim) {
+        None => None,
+        Some(raw) => Some(TenantId::parse(raw).map_err(|_| {
+            Problem::new(
+                StatusCode::FORBIDDEN,
+                "invalid-operator-tenant",
+                "The operator token's tenant claim is not valid",
+                format!(
+                    "The {:?} claim is present but is not a tenant id; the token is refused.",
+                    config.tenant_claim
+                ),
+            )
+        })?),
+    };
+    Ok(Some(Operator {
         actor: claims.get("sub").cloned().unwrap_or_else(|| "unknown".into()),
-        tenant: claims.get(&config.tenant_claim).and_then(|t| TenantId::parse(t).ok()),
-    })
+        tenant,
+    }))
 }
 
 fn require_operator(req: &Request, config: &crate::config::Config) -> Result<Operator, Problem> {
@@ -217,7 +257,7 @@ fn require_operator(req: &Request, config: &crate::config::Config) -> Result<Ope
             "Send a bearer token.",
         ));
     }
-    operator(req, config).ok_or_else(|| {
+    operator(req, config)?.ok_or_else(|| {
         Problem::new(
             StatusCode::FORBIDDEN,
             "operator-only",
@@ -430,7 +470,7 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
-    let rec = match operator(req, &intake.config) {
+    let rec = match operator(req, &intake.config)? {
         Some(op) => intake.operator_get(&op, &id).await?,
         None => {
             let tenant = claims_tenant(req, &intake.config.tenant_claim)?;
@@ -439,9 +479,51 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     };
     let body = view_with_links(&rec, &intake.links(&rec).await);
     Ok(json_response(StatusCode::OK)
+        .header(header::ETAG, etag(&rec))
         .body(Body::Text(body.to_string()))
         .expect("valid response"))
 }
+
+/// The strong validator of an operation view: its version.
+pub fn etag(rec: &OperationRecord) -> String {
+    format!("\"{}\"", rec.version)
+}
+
+/// The version named by `If-Match`: 428 when absent, 400 for `*` or a list,
+/// 412 when it names no version this API ever gave.
+fn if_match_version(req: &Request) -> Result<u64, Problem> {
+    let raw = req
+        .headers()
+        .get(header::IF_MATCH)
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::PRECONDITION_REQUIRED,
+                "if-match-required",
+                "Send If-Match with the operation's version",
+                "Read the operation first and send its ETag in If-Match, so the decision applies to what was seen.",
+            )
+        })?
+        .to_str()
+        .unwrap_or("")
+        .trim();
+    if raw == "*" || raw.contains(',') {
+        return Err(InvalidInput::new("If-Match", "must be the one ETag of the operation as read").into());
+    }
+    raw.trim_start_matches("W/")
+        .trim_matches('"')
+        .parse::<u64>()
+        .map_err(|_| {
+            Problem::new(
+                StatusCode::PRECONDITION_FAILED,
+                "stale-version",
+                "The operation changed since it was read",
+                "If-Match names no version of this operation.",
+            )
+        })
+}
+
+/// Largest resolution body accepted.
+const MAX_RESOLUTION_BODY: usize = 8 * 1024;
 
 async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     intake: &Intake<S, Q, O>,
@@ -499,6 +581,14 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
     let op = require_operator(&req, &intake.config)?;
+    if req.body().as_ref().len() > MAX_RESOLUTION_BODY {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "The request body is too large",
+            format!("A resolution may be at most {MAX_RESOLUTION_BODY} bytes."),
+        ));
+    }
     let body = json_body(&req)?;
     let text = |name: &str| {
         body.get(name)
@@ -508,27 +598,32 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     };
     let reason = text("reason").ok_or_else(|| Problem::from(InvalidInput::new("reason", "is required")))?;
     let resolution = match text("action") {
-        Some("attach_remote_job") => Resolution::AttachRemoteJob {
-            job_id: text("job_id")
-                .ok_or_else(|| Problem::from(InvalidInput::new("job_id", "is required to attach a job")))?
-                .to_owned(),
-        },
+        Some("attach_remote_job") => {
+            let raw = text("job_id")
+                .ok_or_else(|| Problem::from(InvalidInput::new("job_id", "is required to attach a job")))?;
+            Resolution::AttachRemoteJob {
+                job_id: RemoteJobId::parse(raw)?.into_string(),
+            }
+        }
         Some("confirm_not_created") => Resolution::ConfirmNotCreated,
+        Some("release_hold") => Resolution::ReleaseHold,
         Some("mark_settled") => Resolution::MarkSettled,
         Some("redrive_delivery") => Resolution::RedriveDelivery,
         Some("abandon") => Resolution::Abandon,
         _ => {
             return Err(InvalidInput::new(
                 "action",
-                "must be attach_remote_job, confirm_not_created, mark_settled, redrive_delivery or abandon",
+                "must be attach_remote_job, confirm_not_created, release_hold, mark_settled, redrive_delivery or abandon",
             )
             .into());
         }
     };
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
-    let rec = intake.resolve(&op, &id, &resolution, reason).await?;
+    let version = if_match_version(&req)?;
+    let rec = intake.resolve(&op, &id, &resolution, reason, version).await?;
     let body = view_with_links(&rec, &intake.links(&rec).await);
     Ok(json_response(StatusCode::OK)
+        .header(header::ETAG, etag(&rec))
         .body(Body::Text(body.to_string()))
         .expect("valid response"))
 }

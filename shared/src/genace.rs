@@ -281,6 +281,8 @@ pub struct JobSnapshot {
     /// Why the `outputs` member could not be read, when it was present but
     /// unusable (not a list, too many entries, or entries without a URL).
     pub outputs_unreadable: Option<String>,
+    /// The `client_reference` the job was created with, when Genace returns it.
+    pub client_reference: Option<String>,
     pub error: Option<Value>,
 }
 
@@ -360,6 +362,7 @@ pub fn normalize_snapshot(v: &Value) -> Option<JobSnapshot> {
         status,
         outputs,
         outputs_unreadable,
+        client_reference: non_empty_str(obj.get("client_reference")),
         error,
     })
 }

@@ -21,6 +21,16 @@ pub enum IntakeError {
     /// The lifecycle rules refuse the requested change in the current phase.
     #[error("{0}")]
     Refused(crate::machine::Refusal),
+    /// The decision was made on another version of the operation than the
+    /// stored one (a stale or replayed request): nothing was changed.
+    #[error("the operation is at version {actual}, the request was made on version {expected}")]
+    StaleVersion { expected: u64, actual: u64 },
+    /// The remote job id is already the remote job of another operation.
+    #[error("remote job {job_id} already belongs to another operation")]
+    JobHeldElsewhere {
+        job_id: String,
+        holder: Option<OperationId>,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -36,6 +36,9 @@ pub enum Refusal {
     /// A reconciliation case is open; only a person moves the operation on.
     #[error("a {} case is open", .0.as_str())]
     CaseOpen(CaseReason),
+    /// The record moved on from the version a decision was made on.
+    #[error("the operation is now at version {actual}")]
+    StaleVersion { actual: u64 },
     /// Every delivery attempt allowed was used; see [`give_up_delivery`].
     #[error("all {0} delivery attempts were used")]
     AttemptsExhausted(u32),
@@ -1011,6 +1014,7 @@ mod tests {
                 }]
             }),
             outputs_unreadable: None,
+            client_reference: None,
             error: (status == RenderStatus::Failed).then(|| json!({"code": "nsfw"})),
         }
     }

@@ -80,6 +80,20 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
                 self.open_case(rec, CaseReason::RemoteJobMissing, &evidence, false)
                     .await
             }
+            // The job was created for another operation (an attach of the wrong id).
+            StatusOutcome::Snapshot(snap)
+                if snap
+                    .client_reference
+                    .as_deref()
+                    .is_some_and(|r| r != rec.operation_id.as_str()) =>
+            {
+                let evidence = format!(
+                    "job {job_id} was created with client_reference {:?}, not this operation",
+                    snap.client_reference.as_deref().unwrap_or_default()
+                );
+                self.open_case(rec, CaseReason::RemoteJobMissing, &evidence, false)
+                    .await
+            }
             StatusOutcome::Snapshot(snap) => {
                 let fault = rec
                     .fault

@@ -15,6 +15,8 @@ use crate::config::{QueueUrls, ResourceNames};
 pub const DUE_INDEX: &str = "due-index";
 /// Name of the sparse index of open reconciliation cases.
 pub const CASE_INDEX: &str = "case-index";
+/// Name of the sparse index from a saved remote job id to its operation.
+pub const JOB_INDEX: &str = "job-index";
 /// Receives before a message moves to its dead-letter queue.
 pub const MAX_RECEIVE_COUNT: u32 = 5;
 /// Receives before a recovery message moves to its DLQ: with the 60 s
@@ -98,6 +100,12 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .projection(Projection::builder().projection_type(ProjectionType::All).build())
         .build()
         .map_err(|e| fail(table, e))?;
+    let jobs = GlobalSecondaryIndex::builder()
+        .index_name(JOB_INDEX)
+        .key_schema(key("remote_job_id", KeyType::Hash))
+        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+        .build()
+        .map_err(|e| fail(table, e))?;
     let created = client
         .create_table()
         .table_name(table)
@@ -108,8 +116,10 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr("due_at", ScalarAttributeType::N))
         .attribute_definitions(attr("case_pk", ScalarAttributeType::S))
         .attribute_definitions(attr("case_sk", ScalarAttributeType::S))
+        .attribute_definitions(attr("remote_job_id", ScalarAttributeType::S))
         .global_secondary_indexes(index)
         .global_secondary_indexes(cases)
+        .global_secondary_indexes(jobs)
         .send()
         .await;
     if let Err(e) = created {

@@ -80,6 +80,10 @@ pub trait OperationStore: Send + Sync {
         cursor: Option<DueCursor>,
     ) -> impl Future<Output = Result<DuePage, StoreError>> + Send;
 
+    /// The operations whose saved remote job id is `job_id` (at most a few;
+    /// more than one would be a bug or a mistaken attach).
+    fn holders_of_remote_job(&self, job_id: &str) -> impl Future<Output = Result<Vec<OperationId>, StoreError>> + Send;
+
     /// One page of the sparse open-case index, optionally for one tenant.
     fn open_cases(
         &self,
@@ -147,9 +151,24 @@ fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
     Ok(item)
 }
 
-/// `<tenant>#<opened_at>#<operation_id>`: a tenant's cases are one key prefix.
+/// `<tenant>#<opened_at>#<operation_id>`: a tenant's cases are one key
+/// prefix. The tenant is escaped (`%` and `#`), so the prefix of `acme`
+/// never matches the cases of `acme#x`.
 pub fn case_sort_key(tenant: &str, opened_at: DateTime<Utc>, id: &OperationId) -> String {
-    format!("{tenant}#{}#{id}", opened_at.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
+    format!(
+        "{}#{}#{id}",
+        escape_tenant(tenant),
+        opened_at.format("%Y-%m-%dT%H:%M:%S%.3fZ")
+    )
+}
+
+/// The key prefix of one tenant's cases.
+pub fn case_tenant_prefix(tenant: &str) -> String {
+    format!("{}#", escape_tenant(tenant))
+}
+
+fn escape_tenant(tenant: &str) -> String {
+    tenant.replace('%', "%25").replace('#', "%23")
 }
 
 fn from_item(mut item: Item) -> Result<OperationRecord, StoreError> {
@@ -349,6 +368,26 @@ impl OperationStore for DynamoStore {
         })
     }
 
+    async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::provision::JOB_INDEX)
+            .key_condition_expression("remote_job_id = :job")
+            .expression_attribute_values(":job", AttributeValue::S(job_id.to_owned()))
+            .limit(10)
+            .send()
+            .await
+            .map_err(service_error)?;
+        out.items
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|item| item.get("pk")?.as_s().ok()?.strip_prefix("OP#").map(str::to_owned))
+            .map(|id| OperationId::parse(&id).map_err(|e| StoreError::Decode(e.to_string())))
+            .collect()
+    }
+
     async fn open_cases(
         &self,
         tenant: Option<&crate::domain::TenantId>,
@@ -365,7 +404,7 @@ impl OperationStore for DynamoStore {
         query = match tenant {
             Some(t) => query
                 .key_condition_expression("case_pk = :pk AND begins_with(case_sk, :tenant)")
-                .expression_attribute_values(":tenant", AttributeValue::S(format!("{t}#"))),
+                .expression_attribute_values(":tenant", AttributeValue::S(case_tenant_prefix(t.as_str()))),
             None => query.key_condition_expression("case_pk = :pk"),
         };
         if let Some(c) = cursor {

@@ -388,6 +388,9 @@ impl OperationStore for EchoingStore {
     ) -> Result<shared::store::DuePage, shared::store::StoreError> {
         self.0.due_page(shard, before_ms, limit, cursor).await
     }
+    async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, shared::store::StoreError> {
+        self.0.holders_of_remote_job(job_id).await
+    }
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,

@@ -247,20 +247,35 @@ async fn every_documented_response_matches_what_the_handler_sends() {
 
     let rpath = format!("/v1/operations/{uncertain_id}/resolution");
     let settle = json!({"action": "mark_settled", "reason": "r"}).to_string();
+    let seen_version = format!("\"{}\"", uncertain.version);
+    let if_match = [("if-match", seen_version.as_str())];
+    let view = call(event(
+        "GET",
+        &format!("/v1/operations/{uncertain_id}"),
+        None,
+        operator(),
+        &[],
+    ))
+    .await;
+    assert_eq!(
+        view.headers()["etag"].to_str().unwrap(),
+        seen_version,
+        "the view's ETag is its version"
+    );
     seen.insert(doc.check(
         res,
         "post",
-        &call(event("POST", &rpath, Some(&settle), operator(), &[])).await,
+        &call(event("POST", &rpath, Some(&settle), operator(), &if_match)).await,
     ));
     seen.insert(doc.check(
         res,
         "post",
-        &call(event("POST", &rpath, Some("{}"), operator(), &[])).await,
+        &call(event("POST", &rpath, Some("{}"), operator(), &if_match)).await,
     ));
     seen.insert(doc.check(
         res,
         "post",
-        &call(event("POST", &rpath, Some(&settle), tenant("t1"), &[])).await,
+        &call(event("POST", &rpath, Some(&settle), tenant("t1"), &if_match)).await,
     ));
     seen.insert(doc.check(
         res,
@@ -271,13 +286,56 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     seen.insert(doc.check(
         res,
         "post",
-        &call(event("POST", missing, Some(&settle), operator(), &[])).await,
+        &call(event("POST", missing, Some(&settle), operator(), &if_match)).await,
     ));
     let abandon = json!({"action": "abandon", "reason": "customer withdrew"}).to_string();
-    let done = call(event("POST", &rpath, Some(&abandon), operator(), &[])).await;
+    let no_precondition = call(event("POST", &rpath, Some(&abandon), operator(), &[])).await;
+    assert_eq!(no_precondition.status(), 428);
+    seen.insert(doc.check(res, "post", &no_precondition));
+    let oversized = json!({"action": "abandon", "reason": "x".repeat(10_000)}).to_string();
+    seen.insert(doc.check(
+        res,
+        "post",
+        &call(event("POST", &rpath, Some(&oversized), operator(), &if_match)).await,
+    ));
+    let done = call(event("POST", &rpath, Some(&abandon), operator(), &if_match)).await;
     let done_body: Value = serde_json::from_slice(done.body().as_ref()).unwrap();
     assert_eq!(done_body["audit"][0]["actor"], "ops-1");
     seen.insert(doc.check(res, "post", &done));
+    // The same decision replayed on the version it was made on: 412, nothing changes.
+    let replayed = call(event("POST", &rpath, Some(&abandon), operator(), &if_match)).await;
+    assert_eq!(replayed.status(), 412);
+    seen.insert(doc.check(res, "post", &replayed));
+    let after: Value = serde_json::from_slice(
+        call(event(
+            "GET",
+            &format!("/v1/operations/{uncertain_id}"),
+            None,
+            operator(),
+            &[],
+        ))
+        .await
+        .body()
+        .as_ref(),
+    )
+    .unwrap();
+    assert_eq!(after["audit"].as_array().unwrap().len(), 1);
+    // An operator token whose tenant claim is present but malformed.
+    let bad_operator = json!({"sub": "ops-2", "scope": "genace:operator", "tenant_id": "not a tenant"});
+    seen.insert(
+        doc.check(
+            one,
+            "get",
+            &call(event(
+                "GET",
+                &format!("/v1/operations/{uncertain_id}"),
+                None,
+                bad_operator,
+                &[],
+            ))
+            .await,
+        ),
+    );
     seen.insert(doc.check(cases, "get", &call(event("GET", cases, None, Value::Null, &[])).await));
     seen.insert(doc.check(
         res,

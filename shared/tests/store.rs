@@ -244,3 +244,40 @@ async fn a_hung_table_endpoint_fails_within_the_sdk_budget_instead_of_hanging() 
         "{outcome:?}"
     );
 }
+
+#[tokio::test]
+async fn a_tenants_case_listing_never_includes_a_tenant_whose_name_extends_it() {
+    let env = LocalAws::fresh().await;
+    let store = env.store();
+    let now = Utc::now();
+    let mut ids = Vec::new();
+    for tenant in ["acme", "acme#x", "acme%23x"] {
+        let intent = Intent::parse(
+            &json!({"operation_key": "k", "media_type": "video", "specification": {"model": "m", "prompt": "p"}}),
+            None,
+        )
+        .unwrap();
+        let rec = OperationRecord::new_intent(
+            &TenantId::parse(tenant).unwrap(),
+            &intent,
+            None,
+            now,
+            Duration::seconds(60),
+        );
+        store.create(&rec, now).await.unwrap();
+        let claimed = machine::claim_dispatch(&rec, "tok", now, &Policy::default()).unwrap();
+        store.apply(&rec, &claimed).await.unwrap();
+        let uncertain = machine::mark_uncertain(&claimed, "tok", "timed out", now).unwrap();
+        store.apply(&claimed, &uncertain).await.unwrap();
+        ids.push((tenant, uncertain.operation_id));
+    }
+    for (tenant, id) in &ids {
+        let page = store
+            .open_cases(Some(&TenantId::parse(tenant).unwrap()), 10, None)
+            .await
+            .unwrap();
+        let listed: Vec<_> = page.records.iter().map(|r| r.operation_id.clone()).collect();
+        assert_eq!(listed, vec![id.clone()], "{tenant}");
+    }
+    assert_eq!(store.open_cases(None, 10, None).await.unwrap().records.len(), 3);
+}
