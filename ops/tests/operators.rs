@@ -138,6 +138,16 @@ async fn first_post_lost(genace: &MockServer) {
         .await;
 }
 
+/// [`first_post_lost`], and `job-ok` reads as running.
+async fn first_post_lost_then_job_ok_runs(genace: &MockServer) {
+    first_post_lost(genace).await;
+    Mock::given(method("GET"))
+        .and(path("/v1/jobs/job-ok"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "job-ok", "state": "running"})))
+        .mount(genace)
+        .await;
+}
+
 async fn completes(genace: &MockServer, job: &str) {
     let file = format!("/files/{job}.png");
     Mock::given(method("GET"))
@@ -222,12 +232,7 @@ async fn a_lost_202_is_listed_and_attached_then_delivered_with_one_post() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn confirming_nothing_was_created_authorizes_exactly_one_new_post() {
     let stack = Stack::start().await;
-    first_post_lost(&stack.genace).await;
-    Mock::given(method("GET"))
-        .and(path("/v1/jobs/job-ok"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "job-ok", "state": "running"})))
-        .mount(&stack.genace)
-        .await;
+    first_post_lost_then_job_ok_runs(&stack.genace).await;
     let id = stack.create("tenant-a", "retry-authorized").await;
     stack.wait(&id, "uncertain", |v| v["phase"] == "uncertain").await;
     assert_eq!(stack.posts().await, 1);
@@ -417,12 +422,7 @@ async fn an_operator_token_with_a_malformed_tenant_is_refused_not_made_global() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn attach_refuses_a_job_id_another_operation_holds_and_ids_out_of_bounds() {
     let stack = Stack::start().await;
-    first_post_lost(&stack.genace).await;
-    Mock::given(method("GET"))
-        .and(path("/v1/jobs/job-ok"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "job-ok", "state": "running"})))
-        .mount(&stack.genace)
-        .await;
+    first_post_lost_then_job_ok_runs(&stack.genace).await;
     let lost = stack.create("tenant-a", "lost-one").await;
     stack.wait(&lost, "uncertain", |v| v["phase"] == "uncertain").await;
     let holder = stack.create("tenant-a", "holder").await;
