@@ -33,6 +33,10 @@ pub struct RunnerSettings {
     pub batch_size: i32,
     /// Visibility timeout of a received message (`LOCAL_VISIBILITY_SECONDS`, default 10).
     pub visibility_seconds: i32,
+    /// Pollers per queue, as Lambda runs several invocations at once
+    /// (`LOCAL_CONCURRENCY`, default 3): one slow delivery never holds up
+    /// the others on its queue.
+    pub concurrency: usize,
     /// Sweep period (`SWEEP_INTERVAL_SECONDS`, default 60).
     pub sweep_every: Duration,
     /// Print one line per phase change (`LOCAL_PHASE_LOG`, default on).
@@ -51,6 +55,7 @@ impl RunnerSettings {
             intake_addr: SocketAddr::from(([127, 0, 0, 1], num("INTAKE_PORT", 3000)? as u16)),
             batch_size: num("LOCAL_BATCH_SIZE", 5)?.clamp(1, 10) as i32,
             visibility_seconds: num("LOCAL_VISIBILITY_SECONDS", 10)? as i32,
+            concurrency: num("LOCAL_CONCURRENCY", 3)?.clamp(1, 16) as usize,
             sweep_every: Duration::from_secs(num("SWEEP_INTERVAL_SECONDS", 60)?.max(1)),
             phase_log: std::env::var("LOCAL_PHASE_LOG")
                 .map(|v| v != "0" && v != "false")
@@ -129,6 +134,7 @@ pub async fn start(
         sqs: sqs.clone(),
         batch_size: settings.batch_size,
         visibility_seconds: settings.visibility_seconds,
+        concurrency: settings.concurrency,
     };
     consumer.spawn(&mut tasks, &config.queues.dispatch, move |body| {
         let d = dispatcher.clone();
@@ -181,17 +187,20 @@ struct Consumer {
     sqs: aws_sdk_sqs::Client,
     batch_size: i32,
     visibility_seconds: i32,
+    concurrency: usize,
 }
 
 impl Consumer {
-    /// Consumes `url` on its own task until the runner stops.
+    /// Consumes `url` on `concurrency` tasks until the runner stops.
     fn spawn<F, Fut>(&self, tasks: &mut JoinSet<()>, url: &str, handle: F)
     where
         F: Fn(String) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = Result<(), StageError>> + Send + 'static,
     {
-        let (consumer, url) = (self.clone(), url.to_owned());
-        tasks.spawn(async move { consumer.run(url, handle).await });
+        for _ in 0..self.concurrency.max(1) {
+            let (consumer, url, handle) = (self.clone(), url.to_owned(), handle.clone());
+            tasks.spawn(async move { consumer.run(url, handle).await });
+        }
     }
 
     async fn run<F, Fut>(&self, url: String, handle: F)

@@ -37,6 +37,7 @@ impl Stack {
             intake_addr: addr,
             batch_size: 5,
             visibility_seconds: 4,
+            concurrency: 2,
             sweep_every: Duration::from_secs(3),
             phase_log: false,
         };

@@ -452,7 +452,8 @@ async fn bounded_text(mut response: reqwest::Response) -> Result<String, BodyErr
         return Err(BodyError::TooLarge);
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(BodyError::Broken)? {
+    // Evidence is shown in views: errors lose their URL before they are kept.
+    while let Some(chunk) = response.chunk().await.map_err(|e| BodyError::Broken(e.without_url()))? {
         if body.len() + chunk.len() > MAX_BODY_BYTES {
             return Err(BodyError::TooLarge);
         }
@@ -473,7 +474,7 @@ impl Genace for GenaceClient {
             .await;
         let response = match sent {
             Ok(r) => r,
-            Err(e) => return transport_unknown(&e),
+            Err(e) => return transport_unknown(e),
         };
         let status = response.status();
         let headers = response.headers().clone();
@@ -495,7 +496,11 @@ impl Genace for GenaceClient {
             .await;
         let transient = |why: String| StatusOutcome::Transient { evidence: why };
         match sent {
-            Err(e) => transient(format!("no response: {}: {}", transport_kind(&e), chain(&e))),
+            Err(e) => transient(format!(
+                "no response: {}: {}",
+                transport_kind(&e),
+                chain(&e.without_url())
+            )),
             Ok(response) => {
                 let status = response.status();
                 match bounded_text(response).await {
@@ -538,9 +543,9 @@ fn transport_kind(e: &reqwest::Error) -> &'static str {
     }
 }
 
-fn transport_unknown(e: &reqwest::Error) -> SubmitOutcome {
+fn transport_unknown(e: reqwest::Error) -> SubmitOutcome {
     SubmitOutcome::Unknown {
-        evidence: format!("no response: {}: {}", transport_kind(e), chain(e)),
+        evidence: format!("no response: {}: {}", transport_kind(&e), chain(&e.without_url())),
     }
 }
 

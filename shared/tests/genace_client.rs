@@ -107,7 +107,8 @@ async fn a_lost_response_is_unknown_after_exactly_one_post() {
     assert_eq!(posts, 1);
     match outcome {
         SubmitOutcome::Unknown { evidence } => {
-            assert!(evidence.contains("timed out"), "{evidence}")
+            assert!(evidence.contains("timed out"), "{evidence}");
+            assert!(!evidence.contains("http://"), "evidence names no URL: {evidence}");
         }
         other => panic!("{other:?}"),
     }

@@ -35,6 +35,7 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
         intake_addr: free_addr(),
         batch_size: 5,
         visibility_seconds: 4,
+        concurrency: 2,
         sweep_every: Duration::from_secs(3),
         phase_log: false,
     };
