@@ -6,6 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
 use chrono::Utc;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
@@ -481,28 +482,52 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
                 .unwrap_or_default(),
         );
         let key = object_key(&self.config.output_prefix, rec, index, &extension(&content_type, &url));
-        let upload_id = self
-            .objects
-            .begin(&key, &content_type)
+        let too_large = || {
+            refuse(
+                CaseReason::OutputTooLarge,
+                format!("the output is larger than the {cap}-byte limit"),
+            )
+        };
+        let as_transfer_error = |failure: StreamFailure| match failure {
+            StreamFailure::TooLarge => too_large(),
+            StreamFailure::Transient(reason) => fail(reason),
+        };
+        let part_size = self.config.part_size.max(1);
+        let mut reading = Reading::new(&mut response, cap, deadline);
+        let (first, finished) = reading
+            .fill(Vec::with_capacity(part_size), part_size)
             .await
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(as_transfer_error)?;
 
-        let streamed = self
-            .stream_parts(&key, &upload_id, &mut response, inject_failure, deadline)
-            .await;
-        let (bytes, sha256, parts) = match streamed {
-            Ok(v) => v,
-            Err(failure) => {
-                if let Err(e) = self.objects.abort(&key, &upload_id).await {
-                    warn!(key, error = %e, "aborting the multipart upload failed; the bucket lifecycle rule will remove it");
+        // An output that fits in one part is one PutObject; larger ones stream as a multipart upload.
+        let (bytes, sha256, expected_checksum) = if finished && first.len() <= part_size {
+            if inject_failure {
+                return Err(fail("injected: deliver.upload_fails".into()));
+            }
+            let (bytes, digest) = reading.finish();
+            let b64 = base64::engine::general_purpose::STANDARD.encode(digest);
+            self.objects
+                .put(&key, &content_type, first, &b64)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            (bytes, hex(&digest), b64)
+        } else {
+            let upload_id = self
+                .objects
+                .begin(&key, &content_type)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            match self
+                .stream_parts(&key, &upload_id, reading, first, finished, inject_failure)
+                .await
+            {
+                Ok((bytes, digest, parts)) => (bytes, hex(&digest), composite_sha256(&parts)),
+                Err(failure) => {
+                    if let Err(e) = self.objects.abort(&key, &upload_id).await {
+                        warn!(key, error = %e, "aborting the multipart upload failed; the bucket lifecycle rule will remove it");
+                    }
+                    return Err(as_transfer_error(failure));
                 }
-                return Err(match failure {
-                    StreamFailure::TooLarge => refuse(
-                        CaseReason::OutputTooLarge,
-                        format!("the output is larger than the {cap}-byte limit"),
-                    ),
-                    StreamFailure::Transient(reason) => fail(reason),
-                });
             }
         };
         let head = self
@@ -514,12 +539,17 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         if head.bytes != bytes {
             return Err(fail(format!("stored {} bytes, downloaded {bytes}", head.bytes)));
         }
-        // Only a checksum in S3's composite form can be compared.
-        if let Some(stored) = head.checksum_sha256.as_deref().filter(|c| c.contains('-')) {
-            let expected = composite_sha256(&parts);
-            if stored != expected {
-                return Err(fail(format!("stored checksum {stored} differs from {expected}")));
-            }
+        // A whole-object checksum, or a composite `<b64>-<parts>`, is compared
+        // when the store returns one in the form we expect.
+        if let Some(stored) = head
+            .checksum_sha256
+            .as_deref()
+            .filter(|c| c.contains('-') == expected_checksum.contains('-'))
+            && stored != expected_checksum
+        {
+            return Err(fail(format!(
+                "stored checksum {stored} differs from {expected_checksum}"
+            )));
         }
         Ok(DeliveredObject {
             key,
@@ -529,47 +559,21 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         })
     }
 
-    /// Uploads the body one part at a time, hashing as it goes. At most one
-    /// part (plus one network chunk) is held in memory; the byte cap and the
-    /// attempt's deadline are checked on every chunk.
+    /// Uploads the rest of the body one part at a time, starting with
+    /// `buffer` (what was read so far). At most one part (plus one network
+    /// chunk) is held in memory.
     async fn stream_parts(
         &self,
         key: &str,
         upload_id: &str,
-        response: &mut reqwest::Response,
+        mut reading: Reading<'_>,
+        mut buffer: Vec<u8>,
+        mut finished: bool,
         inject_failure: bool,
-        deadline: tokio::time::Instant,
-    ) -> Result<(u64, String, Vec<PartReceipt>), StreamFailure> {
+    ) -> Result<(u64, [u8; 32], Vec<PartReceipt>), StreamFailure> {
         let part_size = self.config.part_size.max(1);
-        let cap = self.config.max_output_bytes;
-        let mut hasher = Sha256::new();
-        let mut buffer: Vec<u8> = Vec::with_capacity(part_size);
         let mut parts = Vec::new();
-        let mut total = 0u64;
         loop {
-            let chunk = match tokio::time::timeout_at(deadline, response.chunk()).await {
-                Err(_) => {
-                    return Err(StreamFailure::Transient(format!(
-                        "the attempt's deadline passed after {total} bytes"
-                    )));
-                }
-                Ok(Err(e)) => {
-                    return Err(StreamFailure::Transient(format!(
-                        "download broke off: {}",
-                        transport(e).0
-                    )));
-                }
-                Ok(Ok(chunk)) => chunk,
-            };
-            let finished = chunk.is_none();
-            if let Some(chunk) = chunk {
-                total += chunk.len() as u64;
-                if total > cap {
-                    return Err(StreamFailure::TooLarge);
-                }
-                hasher.update(&chunk);
-                buffer.extend_from_slice(&chunk);
-            }
             while buffer.len() >= part_size || (finished && (!buffer.is_empty() || parts.is_empty())) {
                 let rest = if buffer.len() > part_size {
                     buffer.split_off(part_size)
@@ -591,12 +595,71 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
             if finished {
                 break;
             }
+            (buffer, finished) = reading.fill(buffer, part_size).await?;
         }
         self.objects
             .complete(key, upload_id, &parts)
             .await
             .map_err(|e| StreamFailure::Transient(e.to_string()))?;
-        Ok((total, hex(&hasher.finalize()), parts))
+        let (bytes, digest) = reading.finish();
+        Ok((bytes, digest, parts))
+    }
+}
+
+/// A download being read: hashed on the fly, bounded by the byte cap and
+/// the attempt's deadline on every chunk.
+struct Reading<'a> {
+    response: &'a mut reqwest::Response,
+    hasher: Sha256,
+    total: u64,
+    cap: u64,
+    deadline: tokio::time::Instant,
+}
+
+impl<'a> Reading<'a> {
+    fn new(response: &'a mut reqwest::Response, cap: u64, deadline: tokio::time::Instant) -> Self {
+        Self {
+            response,
+            hasher: Sha256::new(),
+            total: 0,
+            cap,
+            deadline,
+        }
+    }
+
+    /// Appends chunks to `buffer` until it holds at least `want` bytes or the
+    /// body ends; says whether it ended.
+    async fn fill(&mut self, mut buffer: Vec<u8>, want: usize) -> Result<(Vec<u8>, bool), StreamFailure> {
+        while buffer.len() < want {
+            let chunk = match tokio::time::timeout_at(self.deadline, self.response.chunk()).await {
+                Err(_) => {
+                    return Err(StreamFailure::Transient(format!(
+                        "the attempt's deadline passed after {} bytes",
+                        self.total
+                    )));
+                }
+                Ok(Err(e)) => {
+                    return Err(StreamFailure::Transient(format!(
+                        "download broke off: {}",
+                        transport(e).0
+                    )));
+                }
+                Ok(Ok(None)) => return Ok((buffer, true)),
+                Ok(Ok(Some(chunk))) => chunk,
+            };
+            self.total += chunk.len() as u64;
+            if self.total > self.cap {
+                return Err(StreamFailure::TooLarge);
+            }
+            self.hasher.update(&chunk);
+            buffer.extend_from_slice(&chunk);
+        }
+        Ok((buffer, false))
+    }
+
+    /// Bytes read and their SHA-256.
+    fn finish(self) -> (u64, [u8; 32]) {
+        (self.total, self.hasher.finalize().into())
     }
 }
 

@@ -85,6 +85,19 @@ impl LocalAws {
         )
     }
 
+    /// An object store whose client counts its requests.
+    pub fn counted_objects(&self) -> (S3Store, RequestCounter) {
+        let counter = RequestCounter::default();
+        let conf = aws_sdk_s3::config::Builder::from(&self.sdk)
+            .force_path_style(true)
+            .interceptor(counter.clone())
+            .build();
+        (
+            S3Store::new(aws_sdk_s3::Client::from_conf(conf), &self.names.bucket),
+            counter,
+        )
+    }
+
     pub fn objects(&self) -> S3Store {
         S3Store::new(aws::s3(&self.sdk), &self.names.bucket)
     }

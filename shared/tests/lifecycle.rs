@@ -230,7 +230,7 @@ async fn a_job_is_observed_by_its_saved_id_then_delivered_and_verified() {
     assert_eq!(obj.key, format!("outputs/tenant-a/{id}/output-0.mp4"));
     assert_eq!(obj.bytes, video.len() as u64);
     assert_eq!(obj.content_type, "video/mp4");
-    let digest: String = Sha256::digest(&video).iter().map(|b| format!("{b:02x}")).collect();
+    let digest = hex_sha256(&video);
     assert_eq!(obj.sha256, digest);
 
     // The stored bytes are the served bytes, uploaded in parts.
@@ -423,6 +423,44 @@ async fn a_failed_upload_is_aborted_and_retried_for_the_same_output() {
         1,
         "one POST: delivery never re-renders"
     );
+}
+
+#[tokio::test]
+async fn an_output_that_fits_in_one_part_is_one_put_and_is_verified() {
+    let rig = Rig::new().await;
+    let image = bytes_of(300_000);
+    let url = rig.serve_file("one.png", image.clone(), "image/png").await;
+    let id = rendered_with_output(&rig, None, &url).await;
+    let (objects, requests) = rig.env.counted_objects();
+    let deliverer = Deliverer {
+        objects,
+        ..rig.deliverer()
+    };
+    assert_eq!(
+        deliverer.deliver(&id).await.unwrap(),
+        DeliverResult::Delivered { objects: 1 }
+    );
+    assert_eq!(requests.get(), 2, "one PutObject and one HeadObject");
+    assert_eq!(rig.pending_uploads().await, 0);
+    let rec = rig.record(&id).await;
+    let obj = &rec.delivered_objects[0];
+    assert_eq!(obj.sha256, hex_sha256(&image));
+    let stored = shared::aws::s3(&rig.env.sdk)
+        .get_object()
+        .bucket(&rig.env.names.bucket)
+        .key(&obj.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stored.content_type.as_deref(), Some("image/png"));
+    assert_eq!(
+        stored.body.collect().await.unwrap().into_bytes().as_ref(),
+        image.as_slice()
+    );
+}
+
+fn hex_sha256(data: &[u8]) -> String {
+    Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[tokio::test]
