@@ -309,6 +309,44 @@ async fn a_failed_job_read_is_render_failed_and_nothing_is_recreated() {
 }
 
 #[tokio::test]
+async fn a_job_created_for_another_operation_opens_a_case_on_the_first_poll() {
+    let rig = Rig::new().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/v1/jobs/{JOB}")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(
+            json!({"id": JOB, "state": "running", "client_reference": "op_00000000000000000000000000000000"}),
+        ))
+        .mount(&rig.genace)
+        .await;
+    let id = rig.accepted(None).await;
+    assert_eq!(
+        rig.poller().poll(&id).await.unwrap(),
+        Polled::CaseOpened(CaseReason::RemoteJobMissing)
+    );
+    let case = rig.record(&id).await.case.unwrap();
+    assert!(case.evidence.contains("client_reference"), "{}", case.evidence);
+
+    // Our own reference is fine.
+    let rig = Rig::new().await;
+    let id = rig.prepared(None).await;
+    Mock::given(method("GET"))
+        .and(path(format!("/v1/jobs/{JOB}")))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"id": JOB, "state": "running", "client_reference": id})),
+        )
+        .mount(&rig.genace)
+        .await;
+    let dispatcher = Dispatcher {
+        store: rig.env.store(),
+        queue: rig.env.queue(),
+        genace: rig.genace_client(),
+        config: rig.config.clone(),
+    };
+    dispatcher.dispatch(&id).await.unwrap();
+    assert!(matches!(rig.poller().poll(&id).await.unwrap(), Polled::Running { .. }));
+}
+
+#[tokio::test]
 async fn an_unknown_or_mismatched_job_opens_a_case() {
     let rig = Rig::new().await;
     rig.status_sequence(
