@@ -2,6 +2,9 @@
 //! development JWT authorizer, the intake HTTP server and the runner that
 //! hosts every stage's handler.
 
+pub mod bench;
 pub mod devauth;
+pub mod meter;
 pub mod runner;
 pub mod serve;
+pub mod sim;

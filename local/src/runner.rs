@@ -135,6 +135,7 @@ pub async fn start(
         batch_size: settings.batch_size,
         visibility_seconds: settings.visibility_seconds,
         concurrency: settings.concurrency,
+        stage: String::new(),
     };
     consumer.spawn(&mut tasks, &config.queues.dispatch, move |body| {
         let d = dispatcher.clone();
@@ -167,7 +168,10 @@ pub async fn start(
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                if let Err(e) = sweeper.run().await {
+                let started = std::time::Instant::now();
+                let swept = sweeper.run().await;
+                crate::meter::invocation("sweep", started.elapsed());
+                if let Err(e) = swept {
                     tracing::warn!(error = %e, "sweep failed");
                 }
             }
@@ -188,6 +192,8 @@ struct Consumer {
     batch_size: i32,
     visibility_seconds: i32,
     concurrency: usize,
+    /// Which stage this consumer feeds (for the meter).
+    stage: String,
 }
 
 impl Consumer {
@@ -197,8 +203,17 @@ impl Consumer {
         F: Fn(String) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = Result<(), StageError>> + Send + 'static,
     {
+        let stage = url
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .rsplit('-')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
         for _ in 0..self.concurrency.max(1) {
-            let (consumer, url, handle) = (self.clone(), url.to_owned(), handle.clone());
+            let (mut consumer, url, handle) = (self.clone(), url.to_owned(), handle.clone());
+            consumer.stage = stage.clone();
             tasks.spawn(async move { consumer.run(url, handle).await });
         }
     }
@@ -247,7 +262,9 @@ impl Consumer {
                 }
                 event.records.push(record);
             }
+            let started = std::time::Instant::now();
             let response = process_batch(event, handle.clone()).await;
+            crate::meter::invocation(&self.stage, started.elapsed());
             for failure in &response.batch_item_failures {
                 handles.remove(&failure.item_identifier);
             }

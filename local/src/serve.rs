@@ -49,6 +49,31 @@ fn to_hyper(resp: Response<Body>) -> Response<Full<Bytes>> {
     Response::from_parts(parts, Full::new(Bytes::copy_from_slice(body.as_ref())))
 }
 
+/// An API Gateway HTTP API (payload v2) request as the deployed JWT
+/// authorizer hands it to the Lambda: the verified claims in
+/// `requestContext.authorizer.jwt.claims`.
+pub fn apigw_v2(
+    parts: lambda_http::http::request::Parts,
+    body: Vec<u8>,
+    claims: std::collections::HashMap<String, String>,
+) -> lambda_http::Request {
+    let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+    jwt.claims = claims;
+    let mut authorizer = ApiGatewayRequestAuthorizer::default();
+    authorizer.jwt = Some(jwt);
+    let mut ctx = ApiGatewayV2httpRequestContext::default();
+    ctx.authorizer = Some(authorizer);
+    ctx.stage = Some("$default".into());
+    ctx.http.method = parts.method.clone();
+    ctx.http.path = Some(parts.uri.path().to_owned());
+    let body = if body.is_empty() {
+        Body::Empty
+    } else {
+        Body::Binary(body)
+    };
+    lambda_http::http::Request::from_parts(parts, body).with_request_context(RequestContext::ApiGatewayV2(ctx))
+}
+
 /// Turns one HTTP request into an API Gateway v2 request, the way the
 /// deployed HTTP API with its JWT authorizer would, and runs the handler.
 async fn handle(intake: &LocalIntake, req: hyper::Request<Incoming>) -> Response<Full<Bytes>> {
@@ -81,21 +106,10 @@ async fn handle(intake: &LocalIntake, req: hyper::Request<Incoming>) -> Response
             );
         }
     };
-    let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
-    jwt.claims = claims;
-    let mut authorizer = ApiGatewayRequestAuthorizer::default();
-    authorizer.jwt = Some(jwt);
-    let mut ctx = ApiGatewayV2httpRequestContext::default();
-    ctx.authorizer = Some(authorizer);
-    ctx.stage = Some("$default".into());
-    ctx.http.method = parts.method.clone();
-    ctx.http.path = Some(path);
-    let body = if bytes.is_empty() {
-        Body::Empty
-    } else {
-        Body::Binary(bytes.to_vec())
-    };
-    let request =
-        lambda_http::http::Request::from_parts(parts, body).with_request_context(RequestContext::ApiGatewayV2(ctx));
-    to_hyper(api::handle(intake, request).await)
+    let request = apigw_v2(parts, bytes.to_vec(), claims);
+    // The Lambda's own handler time, without the local JWT check.
+    let started = std::time::Instant::now();
+    let response = api::handle(intake, request).await;
+    crate::meter::invocation("intake", started.elapsed());
+    to_hyper(response)
 }

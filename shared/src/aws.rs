@@ -6,10 +6,24 @@
 //! never outlive the Lambda that sent it: a dispatcher that holds a job id
 //! only in memory gets an error in time to put it on the recovery channel.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_dynamodb::config::SharedInterceptor;
+
+static METER: OnceLock<SharedInterceptor> = OnceLock::new();
+
+/// Adds `interceptor` to every client built after this call (the benchmark
+/// counts every AWS request with it). Once per process; false if already set.
+pub fn meter_with(interceptor: SharedInterceptor) -> bool {
+    METER.set(interceptor).is_ok()
+}
+
+fn meter() -> Option<SharedInterceptor> {
+    METER.get().cloned()
+}
 
 /// Small requests (DynamoDB items, SQS messages): one attempt may take
 /// `attempt`, all retries together `operation`. Four commit tries fit well
@@ -52,11 +66,19 @@ pub async fn load() -> SdkConfig {
 }
 
 pub fn dynamodb(conf: &SdkConfig) -> aws_sdk_dynamodb::Client {
-    aws_sdk_dynamodb::Client::new(conf)
+    let mut builder = aws_sdk_dynamodb::config::Builder::from(conf);
+    if let Some(m) = meter() {
+        builder.push_interceptor(m);
+    }
+    aws_sdk_dynamodb::Client::from_conf(builder.build())
 }
 
 pub fn sqs(conf: &SdkConfig) -> aws_sdk_sqs::Client {
-    aws_sdk_sqs::Client::new(conf)
+    let mut builder = aws_sdk_sqs::config::Builder::from(conf);
+    if let Some(m) = meter() {
+        builder.push_interceptor(m);
+    }
+    aws_sdk_sqs::Client::from_conf(builder.build())
 }
 
 /// SQS for long polling (the local runner's event-source emulation): a
@@ -67,19 +89,22 @@ pub fn sqs_receiver(conf: &SdkConfig) -> aws_sdk_sqs::Client {
         operation: Duration::from_secs(60),
         ..SMALL_REQUESTS
     };
-    let sqsconf = aws_sdk_sqs::config::Builder::from(conf)
-        .timeout_config(budget.config())
-        .build();
-    aws_sdk_sqs::Client::from_conf(sqsconf)
+    let mut builder = aws_sdk_sqs::config::Builder::from(conf).timeout_config(budget.config());
+    if let Some(m) = meter() {
+        builder.push_interceptor(m);
+    }
+    aws_sdk_sqs::Client::from_conf(builder.build())
 }
 
 /// S3 with path-style addressing whenever a custom endpoint is in use: local
 /// object stores do not serve virtual-hosted bucket names. Its timeouts fit
 /// part uploads rather than small items.
 pub fn s3(conf: &SdkConfig) -> aws_sdk_s3::Client {
-    let s3conf = aws_sdk_s3::config::Builder::from(conf)
+    let mut builder = aws_sdk_s3::config::Builder::from(conf)
         .force_path_style(conf.endpoint_url().is_some())
-        .timeout_config(OBJECT_REQUESTS.config())
-        .build();
-    aws_sdk_s3::Client::from_conf(s3conf)
+        .timeout_config(OBJECT_REQUESTS.config());
+    if let Some(m) = meter() {
+        builder.push_interceptor(m);
+    }
+    aws_sdk_s3::Client::from_conf(builder.build())
 }

@@ -410,8 +410,8 @@ fn open_uncertain(rec: &OperationRecord, reason: CaseReason, evidence: &str, now
 
 /// Folds one status snapshot of the saved job into an `accepted` operation.
 /// Terminal states are recorded once: a rendered or failed operation refuses
-/// further observations. A non-terminal snapshot that changes nothing, while
-/// the sweep's deadline still covers `next_check`, is not written at all.
+/// further observations. A non-terminal snapshot, while the sweep's deadline
+/// still covers `next_check`, is not written at all.
 pub fn observe(
     rec: &OperationRecord,
     snap: &JobSnapshot,
@@ -421,10 +421,11 @@ pub fn observe(
 ) -> Result<OperationRecord, Refusal> {
     require_phase(rec, "observe", from::OBSERVE)?;
     let due = next_check.timestamp_millis();
-    if snap.status == RenderStatus::Running
-        && rec.remote_state.as_deref() == Some(snap.state.as_str())
-        && rec.due_at.is_some_and(|d| d >= due)
-    {
+    // A non-terminal snapshot is written only when the sweep's deadline must
+    // move past the next check: a job that goes queued -> running -> done
+    // within the deadline costs no write until it ends. The recorded remote
+    // state may lag meanwhile (by at most the deadline).
+    if snap.status == RenderStatus::Running && rec.due_at.is_some_and(|d| d >= due) {
         return Ok(rec.clone());
     }
     let mut next = step(rec, now);
@@ -1023,7 +1024,8 @@ mod tests {
     fn observe_records_progress_and_skips_writes_that_change_nothing() {
         let p = Policy::default();
         let later = t0() + Duration::seconds(10);
-        let next_check = later + Duration::seconds(60);
+        // Past the deadline the acceptance set (observe_grace): written.
+        let next_check = t0() + p.observe_grace + Duration::seconds(60);
         let r = observe(
             &accepted_rec(),
             &snap("queued", RenderStatus::Running),
@@ -1036,11 +1038,21 @@ mod tests {
         assert_eq!(r.remote_state.as_deref(), Some("queued"));
         assert_eq!(r.observed_at, Some(later));
         assert_eq!(r.due_at, Some(next_check.timestamp_millis()));
-        // Same state, deadline still covers the next check: nothing to write.
+        // The deadline still covers the next check: nothing to write, even
+        // for a new non-terminal state.
         let same = observe(&r, &snap("queued", RenderStatus::Running), later, next_check, &p).unwrap();
         assert_eq!(same, r);
         let moved = observe(&r, &snap("running", RenderStatus::Running), later, next_check, &p).unwrap();
-        assert_eq!(moved.version, r.version + 1);
+        assert_eq!(moved, r);
+        // Past the deadline, the write carries the state seen.
+        let beyond = next_check + Duration::seconds(1);
+        let extended = observe(&r, &snap("running", RenderStatus::Running), later, beyond, &p).unwrap();
+        assert_eq!(extended.version, r.version + 1);
+        assert_eq!(extended.remote_state.as_deref(), Some("running"));
+        assert_eq!(extended.due_at, Some(beyond.timestamp_millis()));
+        // A terminal state is always written.
+        let done = observe(&r, &snap("completed", RenderStatus::Succeeded), later, next_check, &p).unwrap();
+        assert_eq!(done.phase, Phase::Rendered);
     }
 
     #[test]

@@ -112,7 +112,13 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
                             humanize(self.config.stall_after)
                         );
                         next = machine::open_case(&next, CaseReason::RenderStalled, &evidence, true, now)?;
-                        next.version = r.version + 1;
+                        // One write for both changes; none when the case was already open.
+                        next.version = r.version;
+                        next.updated_at = r.updated_at;
+                        if next != *r {
+                            next.version = r.version + 1;
+                            next.updated_at = now;
+                        }
                     }
                     Ok(next)
                 })

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Measures Genace operations on the local stack and prints tables:
+#   scripts/bench.sh [pipeline] [--intents N] [--output-bytes SIZE]   requests, invocations, latency, $ per million
+#   scripts/bench.sh delivery [--bytes 1GiB]                           one large output: throughput and peak RSS
+#   scripts/bench.sh load [--intents 2000] [--rate 50] [--duplicates 30]
+# Installs and starts moto on a free loopback port (stopped again at the end),
+# builds genace-bench (release; BENCH_PROFILE=dev for a quick debug build) and
+# runs it from the repository root. Prices: docs/prices.json.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+MOTO_PORT="${MOTO_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+export MOTO_PORT
+PROFILE="${BENCH_PROFILE:-release}"
+export RUST_LOG="${RUST_LOG:-error}" METRICS_DISABLED=true LOG_FORMAT=text
+
+cargo build --quiet --profile "$PROFILE" -p genace-local --bin genace-bench
+dir="$PROFILE"
+[ "$PROFILE" = dev ] && dir=debug
+
+trap 'scripts/local-aws.sh stop >/dev/null' EXIT
+scripts/local-aws.sh server >/dev/null
+eval "$(scripts/local-aws.sh env)"
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); profile $PROFILE"
+echo
+"target/$dir/genace-bench" "$@"
