@@ -454,7 +454,16 @@ async fn pipeline(args: &Args) -> Result<(), String> {
     let requests = stack.meter.requests();
     let invocations = stack.meter.invocations();
 
-    // Duplicates over HTTP, counted apart from the pipeline.
+    // Over HTTP on an idle stack, one at a time: new intents, then duplicates,
+    // counted apart from the pipeline.
+    let mut http_idle_new = Vec::new();
+    for i in 0..n.min(100) {
+        let (status, took) = post_http(&client, &api, &token, &format!("idle-{run_id}-{i}")).await?;
+        if status != 202 {
+            return Err(format!("intake answered {status} to a new intent"));
+        }
+        http_idle_new.push(took);
+    }
     stack.meter.reset();
     let mut http_dup = Vec::new();
     for k in keys.iter().take(n.min(100)) {
@@ -558,8 +567,9 @@ async fn pipeline(args: &Args) -> Result<(), String> {
     for (path, kind, v) in [
         ("in-process handler", "new", inproc_new),
         ("in-process handler", "duplicate", inproc_dup),
-        ("HTTP + JWT", "new", http_new),
-        ("HTTP + JWT", "duplicate", http_dup),
+        ("HTTP + JWT, idle, one at a time", "new", http_idle_new),
+        ("HTTP + JWT, idle, one at a time", "duplicate", http_dup),
+        ("HTTP + JWT, 8 at a time while the pipeline runs", "new", http_new),
     ] {
         let (count, p50, p99) = summary(v);
         println!("| {path} | {kind} | {count} | {} | {} |", ms(p50), ms(p99));

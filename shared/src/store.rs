@@ -265,6 +265,9 @@ impl OperationStore for DynamoStore {
             }
             Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
                 PutItemError::ConditionalCheckFailedException(e) => match conflict(e.item()) {
+                    // A retried put whose first attempt landed finds exactly
+                    // our record (its creation time is ours): it is new.
+                    StoreError::Conflict(Some(existing)) if *existing == *rec => Ok(Created::New),
                     StoreError::Conflict(Some(existing)) => Ok(Created::Existing(existing)),
                     other => Err(other),
                 },

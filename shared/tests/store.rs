@@ -43,6 +43,19 @@ async fn create_then_duplicate_returns_the_stored_record_in_one_request() {
 }
 
 #[tokio::test]
+async fn a_retried_create_that_already_landed_is_new_not_a_replay() {
+    let env = LocalAws::fresh().await;
+    let store = env.store();
+    let rec = record("k-retry", "p");
+    assert_eq!(store.create(&rec, Utc::now()).await.unwrap(), Created::New);
+    // The same put again, as the SDK re-sends it after a timed-out attempt.
+    assert_eq!(store.create(&rec, Utc::now()).await.unwrap(), Created::New);
+    // Another request for the same intent is a different record: a replay.
+    let again = record("k-retry", "p");
+    assert!(matches!(store.create(&again, Utc::now()).await.unwrap(), Created::Existing(_)));
+}
+
+#[tokio::test]
 async fn expired_records_are_absent_and_can_be_replaced() {
     let env = LocalAws::fresh().await;
     let store = env.store();
