@@ -454,16 +454,12 @@ async fn pipeline(args: &Args) -> Result<(), String> {
     let requests = stack.meter.requests();
     let invocations = stack.meter.invocations();
 
-    // Over HTTP on an idle stack, one at a time: new intents, then duplicates,
-    // counted apart from the pipeline.
-    let mut http_idle_new = Vec::new();
-    for i in 0..n.min(100) {
-        let (status, took) = post_http(&client, &api, &token, &format!("idle-{run_id}-{i}")).await?;
-        if status != 202 {
-            return Err(format!("intake answered {status} to a new intent"));
-        }
-        http_idle_new.push(took);
-    }
+    let posts = sim.counters.posts.load(Ordering::SeqCst);
+    let gets = sim.counters.status_gets.load(Ordering::SeqCst);
+
+    // Over HTTP on the idle stack, one at a time: duplicates (their AWS
+    // requests counted apart), then new intents (their later stages run on,
+    // outside every count above).
     stack.meter.reset();
     let mut http_dup = Vec::new();
     for k in keys.iter().take(n.min(100)) {
@@ -474,9 +470,15 @@ async fn pipeline(args: &Args) -> Result<(), String> {
         http_dup.push(took);
     }
     let dup_requests = stack.meter.requests();
+    let mut http_idle_new = Vec::new();
+    for i in 0..n.min(100) {
+        let (status, took) = post_http(&client, &api, &token, &format!("idle-{run_id}-{i}")).await?;
+        if status != 202 {
+            return Err(format!("intake answered {status} to a new intent"));
+        }
+        http_idle_new.push(took);
+    }
     running.shutdown().await;
-    let posts = sim.counters.posts.load(Ordering::SeqCst);
-    let gets = sim.counters.status_gets.load(Ordering::SeqCst);
 
     // In-process intake latency: the handler alone, no HTTP, no JWT check.
     let (inproc_new, inproc_dup) = in_process_intake(&stack, n.min(100), run_id).await?;

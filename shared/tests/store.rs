@@ -52,7 +52,10 @@ async fn a_retried_create_that_already_landed_is_new_not_a_replay() {
     assert_eq!(store.create(&rec, Utc::now()).await.unwrap(), Created::New);
     // Another request for the same intent is a different record: a replay.
     let again = record("k-retry", "p");
-    assert!(matches!(store.create(&again, Utc::now()).await.unwrap(), Created::Existing(_)));
+    assert!(matches!(
+        store.create(&again, Utc::now()).await.unwrap(),
+        Created::Existing(_)
+    ));
 }
 
 #[tokio::test]
