@@ -250,6 +250,14 @@ pub fn release_claim(
         status: Some(429),
         detail: format!("Genace asked us to retry after {retry_at}"),
     });
+    // A 429 means Genace took our credentials: an earlier account hold is over.
+    if rec
+        .case
+        .as_ref()
+        .is_some_and(|c| c.reason == CaseReason::AccountProblem)
+    {
+        next.case = None;
+    }
     if next.rate_limited_count >= policy.rate_limit_max {
         next.retry_at = None;
         let evidence = format!("Genace answered 429 {} times in a row", next.rate_limited_count);
@@ -367,6 +375,9 @@ pub fn reject(
     let mut next = step(rec, now);
     next.phase = Phase::Rejected;
     next.last_error = Some(error);
+    // A finished operation keeps no case (an earlier account hold is over).
+    next.case = None;
+    next.retry_at = None;
     finish(&mut next, now, policy);
     Ok(next)
 }
@@ -1465,6 +1476,13 @@ mod tests {
         let accepted = accept(&retried, "n", &job("J1"), until, &p).unwrap();
         assert_eq!(accepted.case, None, "a later successful POST closes the case");
         assert_eq!(accepted.retry_at, None);
+
+        // Whatever ends the hold closes its case.
+        let retried_again = claim_dispatch(&held, "m", until, &p).unwrap();
+        let rejected = reject(&retried_again, "m", err("http_400"), until, &p).unwrap();
+        assert_eq!(rejected.case, None, "a finished operation keeps no case");
+        let limited = release_claim(&retried_again, "m", until + Duration::seconds(5), until, &p).unwrap();
+        assert_eq!(limited.case, None, "a 429 shows the account works again");
 
         let released = resolve(&held, &Resolution::ReleaseHold, "ops", "key rotated", t0(), &p).unwrap();
         assert_eq!(
