@@ -8,3 +8,4 @@ pub mod meter;
 pub mod runner;
 pub mod serve;
 pub mod sim;
+pub mod template;

@@ -15,8 +15,7 @@ use shared::config::{Config, ResourceNames};
 use shared::genace::GenaceConfig;
 use shared::provision;
 
-const USAGE: &str =
-    "usage: genace-local provision | run | token <tenant> [--ttl SECONDS] | token --operator <name> [--tenant T]";
+const USAGE: &str = "usage: genace-local provision | run | token <tenant> [--ttl SECONDS] | token --operator <name> [--tenant T] | env <FunctionLogicalId> [PARAM=VALUE ...]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -26,6 +25,7 @@ async fn main() -> ExitCode {
         Some("provision") => provision_local().await.map(|_| ()),
         Some("run") => run().await,
         Some("token") => token(&args[1..]),
+        Some("env") => function_env(&args[1..]),
         _ => Err(USAGE.to_owned()),
     };
     match result {
@@ -62,6 +62,36 @@ async fn run() -> Result<(), String> {
         _ = running.wait() => Err("a stage of the local stack stopped".into()),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
+}
+
+/// Prints `NAME=VALUE` lines: the environment `infra/template.yaml` gives a
+/// function, resolved for the local stack (its default resource names, the
+/// queue URLs under `AWS_ENDPOINT_URL`, parameters from `PARAM=VALUE`).
+fn function_env(args: &[String]) -> Result<(), String> {
+    let function = args.first().ok_or(USAGE)?;
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").map_err(|_| "AWS_ENDPOINT_URL must be set")?;
+    let names = ResourceNames::with_prefix("");
+    let urls = shared::config::QueueUrls::local(&endpoint, &names);
+    let mut locals = genace_local::template::Locals::default();
+    for (id, value) in [
+        ("OperationsTable", names.table.clone()),
+        ("OutputBucket", names.bucket.clone()),
+        ("DispatchQueue", urls.dispatch),
+        ("PollQueue", urls.poll),
+        ("DeliverQueue", urls.deliver),
+        ("RecoveryQueue", urls.recovery),
+    ] {
+        locals.refs.insert(id.into(), value);
+    }
+    for pair in &args[1..] {
+        let (k, v) = pair.split_once('=').ok_or("parameters are PARAM=VALUE")?;
+        locals.params.insert(k.into(), v.into());
+    }
+    let template = genace_local::template::Template::load("infra/template.yaml")?;
+    for (k, v) in template.function_env(function, &locals)? {
+        println!("{k}={v}");
+    }
+    Ok(())
 }
 
 fn token(args: &[String]) -> Result<(), String> {

@@ -1,0 +1,324 @@
+//! Reads `infra/template.yaml` for local runs of the deployment artifacts:
+//! the environment the template gives each function, with its intrinsic
+//! functions (`!Ref`, `!If` with its conditions, `!FindInMap`, `!GetAtt`,
+//! `!Sub`) resolved against local values. A variable added to the template
+//! reaches a local run without another edit.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_yaml::Value;
+
+/// Local values for the template's parameters and resources.
+#[derive(Debug, Clone, Default)]
+pub struct Locals {
+    /// Parameter values; a parameter not given takes its `Default`.
+    pub params: HashMap<String, String>,
+    /// What `!Ref <logical id>` gives for a resource (table name, queue URL, bucket).
+    pub refs: HashMap<String, String>,
+}
+
+/// The template, parsed.
+#[derive(Debug, Clone)]
+pub struct Template {
+    root: Value,
+}
+
+fn untag(v: &Value) -> &Value {
+    match v {
+        Value::Tagged(t) => untag(&t.value),
+        other => other,
+    }
+}
+
+impl Template {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let root: Value = serde_yaml::from_str(text).map_err(|e| format!("the template is not YAML: {e}"))?;
+        Ok(Self { root })
+    }
+
+    pub fn load(path: &str) -> Result<Self, String> {
+        Self::parse(&std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?)
+    }
+
+    fn resources(&self) -> impl Iterator<Item = (&str, &Value)> {
+        untag(&self.root["Resources"])
+            .as_mapping()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str()?, v)))
+    }
+
+    /// Logical ids of the `AWS::Serverless::Function` resources.
+    pub fn functions(&self) -> Vec<String> {
+        self.resources()
+            .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
+            .map(|(k, _)| k.to_owned())
+            .collect()
+    }
+
+    /// The binary a function runs (`Metadata.BuildProperties.Binary`).
+    pub fn binary(&self, function: &str) -> Option<String> {
+        self.root["Resources"][function]["Metadata"]["BuildProperties"]["Binary"]
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    /// The SQS event sources of a function: (queue logical id, batch size, batching window seconds).
+    pub fn sqs_sources(&self, function: &str) -> Vec<(String, u64, u64)> {
+        let events = untag(&self.root["Resources"][function]["Properties"]["Events"]);
+        events
+            .as_mapping()
+            .into_iter()
+            .flatten()
+            .filter(|(_, e)| e["Type"] == "SQS")
+            .filter_map(|(_, e)| {
+                let p = &e["Properties"];
+                let queue = match untag(&p["Queue"]) {
+                    Value::String(s) => s.trim_end_matches(".Arn").to_owned(),
+                    Value::Sequence(s) => s.first()?.as_str()?.to_owned(),
+                    _ => return None,
+                };
+                Some((
+                    queue,
+                    p["BatchSize"].as_u64().unwrap_or(10),
+                    p["MaximumBatchingWindowInSeconds"].as_u64().unwrap_or(0),
+                ))
+            })
+            .collect()
+    }
+
+    /// The environment the template gives `function`: the global variables,
+    /// then the function's own, every value resolved.
+    pub fn function_env(&self, function: &str, locals: &Locals) -> Result<BTreeMap<String, String>, String> {
+        let mut env = BTreeMap::new();
+        let layers = [
+            &self.root["Globals"]["Function"]["Environment"]["Variables"],
+            &self.root["Resources"][function]["Properties"]["Environment"]["Variables"],
+        ];
+        if self.root["Resources"][function].is_null() {
+            return Err(format!("no resource {function} in the template"));
+        }
+        for layer in layers {
+            for (k, v) in untag(layer).as_mapping().into_iter().flatten() {
+                let name = k.as_str().ok_or("a variable name is not a string")?;
+                let value = self
+                    .resolve(v, locals)
+                    .map_err(|e| format!("{function}: {name}: {e}"))?;
+                env.insert(name.to_owned(), value);
+            }
+        }
+        Ok(env)
+    }
+
+    fn param(&self, name: &str, locals: &Locals) -> Option<String> {
+        if let Some(v) = locals.params.get(name) {
+            return Some(v.clone());
+        }
+        let default = &self.root["Parameters"][name]["Default"];
+        match untag(default) {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
+            _ => None,
+        }
+    }
+
+    fn reference(&self, name: &str, locals: &Locals) -> Result<String, String> {
+        if let Some(v) = self.param(name, locals) {
+            return Ok(v);
+        }
+        if !self.root["Parameters"][name].is_null() {
+            return Err(format!("parameter {name} has no default and no local value"));
+        }
+        match name {
+            "AWS::Region" => return Ok(std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into())),
+            "AWS::AccountId" => return Ok(shared::config::LOCAL_ACCOUNT.into()),
+            "AWS::NoValue" => return Ok(String::new()),
+            _ => {}
+        }
+        locals
+            .refs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("no local value for !Ref {name}"))
+    }
+
+    /// Resolves a value with intrinsic functions to a string.
+    pub fn resolve(&self, v: &Value, locals: &Locals) -> Result<String, String> {
+        match v {
+            Value::String(s) => Ok(s.clone()),
+            Value::Number(n) => Ok(n.to_string()),
+            Value::Bool(b) => Ok(b.to_string()),
+            Value::Tagged(t) => {
+                let tag = t.tag.to_string();
+                let arg = &t.value;
+                match tag.as_str() {
+                    "!Ref" => self.reference(arg.as_str().ok_or("!Ref needs a name")?, locals),
+                    "!If" => {
+                        let parts = arg
+                            .as_sequence()
+                            .filter(|p| p.len() == 3)
+                            .ok_or("!If needs three items")?;
+                        let cond = parts[0].as_str().ok_or("!If needs a condition name")?;
+                        let branch = if self.condition(cond, locals)? {
+                            &parts[1]
+                        } else {
+                            &parts[2]
+                        };
+                        self.resolve(branch, locals)
+                    }
+                    "!FindInMap" => {
+                        let parts = arg
+                            .as_sequence()
+                            .filter(|p| p.len() == 3)
+                            .ok_or("!FindInMap needs three items")?;
+                        let keys = parts
+                            .iter()
+                            .map(|p| self.resolve(p, locals))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        let found = &self.root["Mappings"][keys[0].as_str()][keys[1].as_str()][keys[2].as_str()];
+                        self.resolve(found, locals)
+                    }
+                    "!GetAtt" => {
+                        let target = match arg {
+                            Value::String(s) => s.clone(),
+                            Value::Sequence(p) => p.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("."),
+                            _ => return Err("!GetAtt needs a target".into()),
+                        };
+                        Ok(format!(
+                            "arn:aws:local:us-east-1:{}:{target}",
+                            shared::config::LOCAL_ACCOUNT
+                        ))
+                    }
+                    "!Sub" => {
+                        let text = arg.as_str().ok_or("only the one-argument !Sub is supported")?;
+                        let mut out = String::new();
+                        let mut rest = text;
+                        while let Some(start) = rest.find("${") {
+                            out.push_str(&rest[..start]);
+                            let end = rest[start..].find('}').ok_or("unclosed ${ in !Sub")? + start;
+                            let name = &rest[start + 2..end];
+                            out.push_str(&self.reference(name.split('.').next().unwrap_or(name), locals)?);
+                            rest = &rest[end + 1..];
+                        }
+                        out.push_str(rest);
+                        Ok(out)
+                    }
+                    other => Err(format!("unsupported intrinsic {other}")),
+                }
+            }
+            other => Err(format!("not a scalar: {other:?}")),
+        }
+    }
+
+    /// Evaluates a named condition of the template.
+    pub fn condition(&self, name: &str, locals: &Locals) -> Result<bool, String> {
+        let expr = &self.root["Conditions"][name];
+        if expr.is_null() {
+            return Err(format!("no condition {name}"));
+        }
+        self.eval(expr, locals)
+    }
+
+    fn eval(&self, expr: &Value, locals: &Locals) -> Result<bool, String> {
+        let Value::Tagged(t) = expr else {
+            return Err(format!("not a condition: {expr:?}"));
+        };
+        let items = || t.value.as_sequence().cloned().unwrap_or_default();
+        match t.tag.to_string().as_str() {
+            "!Equals" => {
+                let parts = items();
+                if parts.len() != 2 {
+                    return Err("!Equals needs two items".into());
+                }
+                Ok(self.resolve(&parts[0], locals)? == self.resolve(&parts[1], locals)?)
+            }
+            "!Not" => Ok(!self.eval(items().first().ok_or("!Not needs an item")?, locals)?),
+            "!And" => items().iter().try_fold(true, |acc, c| Ok(acc && self.eval(c, locals)?)),
+            "!Or" => items()
+                .iter()
+                .try_fold(false, |acc, c| Ok(acc || self.eval(c, locals)?)),
+            "!Condition" => self.condition(t.value.as_str().ok_or("!Condition needs a name")?, locals),
+            other => Err(format!("unsupported condition function {other}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEMPLATE: &str = include_str!("../../infra/template.yaml");
+
+    fn locals(faults: &str) -> Locals {
+        Locals {
+            params: HashMap::from([
+                ("GenaceBaseUrl".into(), "http://127.0.0.1:9400".into()),
+                ("GenaceApiKeySecretArn".into(), String::new()),
+                ("JwtIssuer".into(), "genace-local".into()),
+                ("FaultInjection".into(), faults.into()),
+                ("AllowHttpOutputs".into(), "true".into()),
+            ]),
+            refs: HashMap::from([
+                ("OperationsTable".into(), "t-ops".into()),
+                ("OutputBucket".into(), "t-bucket".into()),
+                ("DispatchQueue".into(), "http://q/dispatch".into()),
+                ("PollQueue".into(), "http://q/poll".into()),
+                ("DeliverQueue".into(), "http://q/deliver".into()),
+                ("RecoveryQueue".into(), "http://q/recovery".into()),
+            ]),
+        }
+    }
+
+    #[test]
+    fn every_function_gets_the_templates_environment_resolved() {
+        let t = Template::parse(TEMPLATE).unwrap();
+        let functions = t.functions();
+        assert!(functions.len() >= 6, "{functions:?}");
+        for f in &functions {
+            let env = t.function_env(f, &locals("disabled")).unwrap();
+            assert_eq!(env["OPERATIONS_TABLE"], "t-ops", "{f}");
+            assert_eq!(env["DISPATCH_QUEUE_URL"], "http://q/dispatch", "{f}");
+            assert_eq!(env["GENACE_BASE_URL"], "http://127.0.0.1:9400", "{f}");
+            assert_eq!(env["FAULT_INJECTION"], "false", "{f}");
+            assert_eq!(env["TENANT_CLAIM"], "tenant_id", "{f}: a parameter's default");
+            assert!(t.binary(f).is_some(), "{f}");
+        }
+        let deliver = t.function_env("DeliverFunction", &locals("enabled")).unwrap();
+        assert_eq!(deliver["FAULT_INJECTION"], "true");
+        assert_eq!(
+            deliver["DELIVERY_ALLOW_HTTP"], "true",
+            "the function's own variables, with !If"
+        );
+        assert_eq!(deliver["UPLOAD_PART_BYTES"], "8388608");
+        let mut prod = locals("disabled");
+        prod.params.insert("Stage".into(), "prod".into());
+        assert_eq!(
+            t.function_env("DeliverFunction", &prod).unwrap()["DELIVERY_ALLOW_HTTP"],
+            "false"
+        );
+    }
+
+    #[test]
+    fn a_variable_added_to_the_template_reaches_the_local_run() {
+        let edited = TEMPLATE.replacen(
+            "        METRICS_NAMESPACE: GenaceOperations\n",
+            "        METRICS_NAMESPACE: GenaceOperations\n        BRAND_NEW_SETTING: !Sub \"${OperationsTable}-x\"\n",
+            1,
+        );
+        let t = Template::parse(&edited).unwrap();
+        let env = t.function_env("PollFunction", &locals("disabled")).unwrap();
+        assert_eq!(env["BRAND_NEW_SETTING"], "t-ops-x");
+    }
+
+    #[test]
+    fn event_sources_come_from_the_template() {
+        let t = Template::parse(TEMPLATE).unwrap();
+        assert_eq!(t.sqs_sources("PollFunction"), vec![("PollQueue".to_owned(), 5, 1)]);
+        assert_eq!(
+            t.sqs_sources("DispatchFunction"),
+            vec![("DispatchQueue".to_owned(), 1, 0)]
+        );
+        assert!(t.sqs_sources("IntakeFunction").is_empty());
+    }
+}
