@@ -163,6 +163,19 @@ impl Rig {
             .await;
     }
 
+    /// An object as stored in S3: its content type and bytes.
+    async fn stored_object(&self, key: &str) -> (Option<String>, Vec<u8>) {
+        let got = shared::aws::s3(&self.env.sdk)
+            .get_object()
+            .bucket(&self.env.names.bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+        let content_type = got.content_type.clone();
+        (content_type, got.body.collect().await.unwrap().into_bytes().to_vec())
+    }
+
     async fn pending_uploads(&self) -> usize {
         shared::aws::s3(&self.env.sdk)
             .list_multipart_uploads()
@@ -235,19 +248,9 @@ async fn a_job_is_observed_by_its_saved_id_then_delivered_and_verified() {
     assert_eq!(obj.sha256, digest);
 
     // The stored bytes are the served bytes, uploaded in parts.
-    let s3 = shared::aws::s3(&rig.env.sdk);
-    let got = s3
-        .get_object()
-        .bucket(&rig.env.names.bucket)
-        .key(&obj.key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.content_type.as_deref(), Some("video/mp4"));
-    assert_eq!(
-        got.body.collect().await.unwrap().into_bytes().as_ref(),
-        video.as_slice()
-    );
+    let (content_type, stored) = rig.stored_object(&obj.key).await;
+    assert_eq!(content_type.as_deref(), Some("video/mp4"));
+    assert_eq!(stored, video);
 
     // The view links to it with a presigned URL that works.
     let view_rec = rig
@@ -490,18 +493,9 @@ async fn an_output_that_fits_in_one_part_is_one_put_and_is_verified() {
     let rec = rig.record(&id).await;
     let obj = &rec.delivered_objects[0];
     assert_eq!(obj.sha256, hex_sha256(&image));
-    let stored = shared::aws::s3(&rig.env.sdk)
-        .get_object()
-        .bucket(&rig.env.names.bucket)
-        .key(&obj.key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stored.content_type.as_deref(), Some("image/png"));
-    assert_eq!(
-        stored.body.collect().await.unwrap().into_bytes().as_ref(),
-        image.as_slice()
-    );
+    let (content_type, stored) = rig.stored_object(&obj.key).await;
+    assert_eq!(content_type.as_deref(), Some("image/png"));
+    assert_eq!(stored, image);
 }
 
 fn hex_sha256(data: &[u8]) -> String {
