@@ -4,7 +4,20 @@
 # Genace simulator and the local runner (intake, dispatch, poll, deliver,
 # recovery and the sweep), prints the API URL, a token and a curl example,
 # then shows one line per phase change. Ctrl-C stops everything it started.
+#
+# --artifacts [Param=Value ...]: run the deployment artifacts instead. The six
+# function binaries are built for this host and each runs under the Lambda
+# Runtime Interface Emulator that the SAM CLI ships (installed if missing),
+# with the environment infra/template.yaml gives it; the runner becomes the
+# AWS side (API Gateway payload v2 events, SQS event source mappings as the
+# template sets them, the sweep's schedule). Extra arguments are template
+# parameters. Emulator logs go to .local/artifacts/.
 set -euo pipefail
+
+mode=()
+if [ "${1:-}" = "--artifacts" ]; then
+  mode=("$@")
+fi
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -25,6 +38,16 @@ export SWEEP_INTERVAL_SECONDS="${SWEEP_INTERVAL_SECONDS:-15}"
 
 cargo build --quiet -p genace-local --bins
 BIN="$ROOT/target/debug"
+if [ ${#mode[@]} -gt 0 ]; then
+  cargo build --quiet -p intake -p dispatch -p poll -p deliver -p recovery -p sweep
+  RIE_BIN="$(scripts/rie.sh)"
+  export RIE_BIN ARTIFACTS_DIR="$BIN"
+  # The template's timing is for AWS; locally a dispatch lease outlives a
+  # Genace timeout by less. LOCAL_OVERRIDE_<NAME> sets <NAME> in every function.
+  export LOCAL_OVERRIDE_GENACE_TIMEOUT_SECONDS="$GENACE_TIMEOUT_SECONDS"
+  export LOCAL_OVERRIDE_DISPATCH_LEASE_SECONDS="$DISPATCH_LEASE_SECONDS"
+  export LOCAL_OVERRIDE_DELIVERY_ALLOW_PRIVATE="$DELIVERY_ALLOW_PRIVATE"
+fi
 
 children=()
 cleanup() {
@@ -40,7 +63,7 @@ eval "$(scripts/local-aws.sh env)"
 
 "$BIN/genace-sim" >"$ROOT/.local/genace-sim.log" 2>&1 &
 children+=($!)
-"$BIN/genace-local" run &
+"$BIN/genace-local" run "${mode[@]}" &
 children+=($!)
 for _ in $(seq 1 100); do
   curl -s -o /dev/null "http://127.0.0.1:$INTAKE_PORT/" && break

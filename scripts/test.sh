@@ -4,6 +4,11 @@
 # `cargo test --workspace`, and stops it again whatever the outcome.
 # Every test provisions its own uniquely named resources on that endpoint.
 # Extra arguments go to cargo test.
+#
+# Then the conformance suite runs against the deployment artifacts: the six
+# function binaries under the Lambda Runtime Interface Emulator, configured
+# from infra/template.yaml (`conformance run --local --artifacts`, JUnit
+# report in target/conformance-artifacts.xml). Set SKIP_ARTIFACTS=1 to skip.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +27,19 @@ status=${PIPESTATUS[0]}
 set -e
 scripts/local-aws.sh stop
 trap - EXIT
-# One closing line for the whole workspace (cargo prints one per test binary).
+
+if [ "${SKIP_ARTIFACTS:-}" != 1 ]; then
+  echo "== conformance against the artifacts under the Lambda Runtime Interface Emulator"
+  set +e
+  cargo run --quiet -p conformance -- run --local --artifacts --junit target/conformance-artifacts.xml 2>&1 | tee -a "$log"
+  artifacts_status=${PIPESTATUS[0]}
+  set -e
+  [ "$artifacts_status" = 0 ] || status=$artifacts_status
+fi
+
+# One closing line for the whole run (cargo prints one per test binary, the
+# conformance suite one of its own).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
-     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+     /^conformance: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4; c += $2 + $4 }
+     END { printf "tests: %d passed, %d failed (%d of them conformance scenarios against the artifacts)\n", p, f, c }' "$log"
 exit "$status"

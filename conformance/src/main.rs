@@ -12,6 +12,8 @@
 //!   --patience <SECONDS>      longest wait for an asynchronous outcome (default 120)
 //!   --lost-delay <SECONDS>    how long a "lost" 202 is held (default 40; > the deployment's Genace timeout)
 //!   --local                   start the local stack (moto + genace-local) configured to match
+//!   --artifacts               with --local: run the deployment's function binaries under the
+//!                             Lambda Runtime Interface Emulator, configured from the template
 //!   --list                    print the scenario names
 //!
 //! The deployment must run with FAULT_INJECTION=true, and must be able to
@@ -38,6 +40,7 @@ struct Options {
     patience: u64,
     lost_delay: u64,
     local: bool,
+    artifacts: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -51,6 +54,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         patience: 120,
         lost_delay: 40,
         local: false,
+        artifacts: false,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -71,8 +75,12 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--patience" => o.patience = value()?.parse().map_err(|e| format!("--patience: {e}"))?,
             "--lost-delay" => o.lost_delay = value()?.parse().map_err(|e| format!("--lost-delay: {e}"))?,
             "--local" => o.local = true,
+            "--artifacts" => o.artifacts = true,
             other => return Err(format!("unknown option {other:?}")),
         }
+    }
+    if o.artifacts && !o.local {
+        return Err("--artifacts goes with --local".into());
     }
     Ok(o)
 }
@@ -98,12 +106,19 @@ fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-async fn start_local(genace_base: &str) -> Result<(LocalStack, String, String, String), String> {
+/// The six function binaries `--artifacts` runs.
+const FUNCTIONS: [&str; 6] = ["intake", "dispatch", "poll", "deliver", "recovery", "sweep"];
+
+async fn start_local(genace_base: &str, artifacts: bool) -> Result<(LocalStack, String, String, String), String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let moto_port = free_port().map_err(|e| e.to_string())?;
     let intake_port = free_port().map_err(|e| e.to_string())?;
+    let mut build = vec!["build", "--quiet", "-p", "genace-local", "--bin", "genace-local"];
+    if artifacts {
+        build.extend(FUNCTIONS.iter().flat_map(|f| ["-p", *f]));
+    }
     let ok = Command::new("cargo")
-        .args(["build", "--quiet", "-p", "genace-local", "--bin", "genace-local"])
+        .args(&build)
         .current_dir(&root)
         .status()
         .await
@@ -121,7 +136,7 @@ async fn start_local(genace_base: &str) -> Result<(LocalStack, String, String, S
         return Err("starting local AWS failed".into());
     }
     let bin = root.join("target/debug/genace-local");
-    let env = [
+    let mut env = vec![
         ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{moto_port}")),
         ("AWS_REGION", "us-east-1".into()),
         ("AWS_ACCESS_KEY_ID", "local".into()),
@@ -142,9 +157,48 @@ async fn start_local(genace_base: &str) -> Result<(LocalStack, String, String, S
         ("METRICS_DISABLED", "true".into()),
         ("RUST_LOG", "error".into()),
     ];
+    let mut args = vec!["run".to_owned()];
+    let mut overrides_env = Vec::new();
+    if artifacts {
+        let rie = std::process::Command::new(root.join("scripts/rie.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("scripts/rie.sh: {e}"))?;
+        if !rie.status.success() {
+            return Err("finding the Lambda Runtime Interface Emulator failed (scripts/rie.sh)".into());
+        }
+        let logs = root.join(format!(".local/artifacts-{intake_port}"));
+        args.push("--artifacts".into());
+        env.extend([
+            ("RIE_BIN", String::from_utf8_lossy(&rie.stdout).trim().to_owned()),
+            ("ARTIFACTS_DIR", root.join("target/debug").display().to_string()),
+            ("TEMPLATE", root.join("infra/template.yaml").display().to_string()),
+            ("ARTIFACT_LOGS", logs.display().to_string()),
+        ]);
+        // The template's timings are for AWS; the functions get the suite's
+        // shorter ones as local overrides (everything else is the template's).
+        overrides_env = env
+            .iter()
+            .filter(|(k, _)| {
+                [
+                    "GENACE_TIMEOUT_SECONDS",
+                    "DISPATCH_LEASE_SECONDS",
+                    "DELIVERY_ALLOW_PRIVATE",
+                ]
+                .contains(k)
+            })
+            .map(|(k, v)| (format!("LOCAL_OVERRIDE_{k}"), v.clone()))
+            .collect();
+        println!(
+            "artifacts: {} (emulator logs in {})",
+            FUNCTIONS.join(", "),
+            logs.display()
+        );
+    }
     let runner = Command::new(&bin)
-        .arg("run")
+        .args(&args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .envs(overrides_env)
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -155,7 +209,7 @@ async fn start_local(genace_base: &str) -> Result<(LocalStack, String, String, S
         runner,
     };
     let target = format!("http://127.0.0.1:{intake_port}");
-    for _ in 0..100 {
+    for _ in 0..600 {
         if tokio::net::TcpStream::connect(("127.0.0.1", intake_port)).await.is_ok() {
             break;
         }
@@ -180,7 +234,7 @@ async fn run(o: Options) -> Result<bool, String> {
     println!("GENACE_BASE_URL={}", genace.base_url());
     let mut _stack = None;
     let (target, token, token_b) = if o.local {
-        let (stack, target, a, b) = start_local(&genace.base_url()).await?;
+        let (stack, target, a, b) = start_local(&genace.base_url(), o.artifacts).await?;
         _stack = Some(stack);
         (target, a, Some(b))
     } else {
@@ -231,7 +285,7 @@ async fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: conformance run --target <URL> --token <BEARER> [options] | conformance run --local | conformance --list"
+                "usage: conformance run --target <URL> --token <BEARER> [options] | conformance run --local [--artifacts] | conformance --list"
             );
             ExitCode::from(2)
         }

@@ -2,6 +2,7 @@
 //! development JWT authorizer, the intake HTTP server and the runner that
 //! hosts every stage's handler.
 
+pub mod artifacts;
 pub mod bench;
 pub mod devauth;
 pub mod meter;

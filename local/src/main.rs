@@ -5,17 +5,21 @@
 //! - `genace-local run`: provisions, then hosts the whole stack: intake on
 //!   `127.0.0.1:$INTAKE_PORT` (default 3000) behind development JWTs, the
 //!   dispatch, poll, deliver and recovery consumers, and the sweep timer.
+//! - `genace-local run --artifacts [Param=Value ...]`: the same, but every
+//!   function is its deployment binary run by the Lambda Runtime Interface
+//!   Emulator (`RIE_BIN`), configured from `infra/template.yaml`, and this
+//!   process is the AWS side around them (see `genace_local::artifacts`).
 //! - `genace-local token <tenant> [--ttl SECONDS]`: prints a development token.
 
 use std::process::ExitCode;
 
-use genace_local::{devauth, runner};
+use genace_local::{artifacts, devauth, runner};
 use shared::aws;
 use shared::config::{Config, ResourceNames};
 use shared::genace::GenaceConfig;
 use shared::provision;
 
-const USAGE: &str = "usage: genace-local provision | run | token <tenant> [--ttl SECONDS] | token --operator <name> [--tenant T] | env <FunctionLogicalId> [PARAM=VALUE ...]";
+const USAGE: &str = "usage: genace-local provision | run [--artifacts [Param=Value ...]] | token <tenant> [--ttl SECONDS] | token --operator <name> [--tenant T] | env <FunctionLogicalId> [PARAM=VALUE ...]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -23,7 +27,7 @@ async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("provision") => provision_local().await.map(|_| ()),
-        Some("run") => run().await,
+        Some("run") => run(&args[1..]).await,
         Some("token") => token(&args[1..]),
         Some("env") => function_env(&args[1..]),
         _ => Err(USAGE.to_owned()),
@@ -50,18 +54,29 @@ async fn provision_local() -> Result<aws_config::SdkConfig, String> {
     Ok(sdk)
 }
 
-async fn run() -> Result<(), String> {
+async fn run(args: &[String]) -> Result<(), String> {
+    let artifacts = match args.first().map(String::as_str) {
+        Some("--artifacts") => Some(artifacts::ArtifactSettings::from_env(&args[1..])?),
+        Some(_) => return Err(USAGE.to_owned()),
+        None => None,
+    };
     let sdk = provision_local().await?;
     let config = Config::from_env().map_err(|e| e.to_string())?;
-    let genace = GenaceConfig::load(&sdk).await?;
     let settings = runner::RunnerSettings::from_env()?;
     let addr = settings.intake_addr;
-    let running = runner::start(&sdk, config, genace, settings).await?;
+    let running = match artifacts {
+        Some(a) => artifacts::start(&sdk, config, settings, a).await?,
+        None => runner::start(&sdk, config, GenaceConfig::load(&sdk).await?, settings).await?,
+    };
     tracing::info!(%addr, "local stack running");
-    tokio::select! {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("listening for SIGTERM: {e}"))?;
+    let result = tokio::select! {
         _ = running.wait() => Err("a stage of the local stack stopped".into()),
         _ = tokio::signal::ctrl_c() => Ok(()),
-    }
+        _ = terminate.recv() => Ok(()),
+    };
+    result
 }
 
 /// Prints `NAME=VALUE` lines: the environment `infra/template.yaml` gives a

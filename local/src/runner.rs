@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::SdkConfig;
-use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use shared::config::Config;
 use shared::deliver::{Deliverer, download_client};
 use shared::dispatch::Dispatcher;
@@ -66,7 +66,7 @@ impl RunnerSettings {
 
 /// Everything the runner starts; dropping it (or `shutdown`) stops every task.
 pub struct Running {
-    tasks: JoinSet<()>,
+    pub(crate) tasks: JoinSet<()>,
 }
 
 impl Running {
@@ -130,13 +130,7 @@ pub async fn start(
         http: download_client(&config.url_policy).map_err(|e| e.to_string())?,
         config: config.clone(),
     });
-    let consumer = Consumer {
-        sqs: sqs.clone(),
-        batch_size: settings.batch_size,
-        visibility_seconds: settings.visibility_seconds,
-        concurrency: settings.concurrency,
-        stage: String::new(),
-    };
+    let consumer = Consumer::in_process(sqs, &settings);
     consumer.spawn(&mut tasks, &config.queues.dispatch, move |body| {
         let d = dispatcher.clone();
         async move { d.handle_message(&body).await.map(|_| ()) }
@@ -160,48 +154,71 @@ pub async fn start(
             }
         });
     }
-    {
-        let sweeper = Sweeper::new(store.clone(), queue.clone(), config.clone());
-        let every = settings.sweep_every;
-        tasks.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let started = std::time::Instant::now();
-                let swept = sweeper.run().await;
-                crate::meter::invocation("sweep", started.elapsed());
-                if let Err(e) = swept {
-                    tracing::warn!(error = %e, "sweep failed");
-                }
-            }
-        });
-    }
+    let sweeper = Arc::new(Sweeper::new(store.clone(), queue.clone(), config.clone()));
+    spawn_timer(&mut tasks, settings.sweep_every, move || {
+        let sweeper = sweeper.clone();
+        async move { sweeper.run().await.map(|_| ()).map_err(|e| e.to_string()) }
+    });
     if settings.phase_log {
-        let ddb = aws::dynamodb(sdk);
-        let table = config.table.clone();
-        tasks.spawn(async move { phase_log(ddb, table).await });
+        tasks.spawn(phase_log(aws::dynamodb(sdk), config.table.clone()));
     }
     Ok(Running { tasks })
 }
 
-/// One SQS queue consumed the way Lambda's event source mapping does it.
+/// One SQS queue consumed the way Lambda's event source mapping does it:
+/// batches of up to `batch_size`, gathered for up to `window`, handed to a
+/// function as one `SqsEvent`.
 #[derive(Clone)]
-struct Consumer {
-    sqs: aws_sdk_sqs::Client,
-    batch_size: i32,
-    visibility_seconds: i32,
-    concurrency: usize,
+pub(crate) struct Consumer {
+    pub sqs: aws_sdk_sqs::Client,
+    pub batch_size: i32,
+    /// `MaximumBatchingWindowInSeconds`: how long a partial batch waits for more.
+    pub window: Duration,
+    pub visibility_seconds: i32,
+    pub concurrency: usize,
+    /// `ReportBatchItemFailures`: only the reported messages stay on the
+    /// queue; without it, a batch is deleted or kept as a whole.
+    pub report_failures: bool,
     /// Which stage this consumer feeds (for the meter).
-    stage: String,
+    pub stage: String,
 }
 
+/// What one invocation made of a batch: `None` when the function failed
+/// (every message stays), else its partial batch response.
+pub(crate) type BatchOutcome = Option<SqsBatchResponse>;
+
 impl Consumer {
-    /// Consumes `url` on `concurrency` tasks until the runner stops.
+    fn in_process(sqs: aws_sdk_sqs::Client, settings: &RunnerSettings) -> Self {
+        Self {
+            sqs,
+            batch_size: settings.batch_size,
+            window: Duration::ZERO,
+            visibility_seconds: settings.visibility_seconds,
+            concurrency: settings.concurrency,
+            report_failures: true,
+            stage: String::new(),
+        }
+    }
+
+    /// Consumes `url` with a handler of message bodies, one after another
+    /// within a batch (what `shared::stage::serve_sqs` does in the Lambda).
     fn spawn<F, Fut>(&self, tasks: &mut JoinSet<()>, url: &str, handle: F)
     where
-        F: Fn(String) -> Fut + Clone + Send + 'static,
+        F: Fn(String) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<(), StageError>> + Send + 'static,
+    {
+        self.spawn_batches(tasks, url, move |event| {
+            let handle = handle.clone();
+            async move { Some(process_batch(event, handle).await) }
+        });
+    }
+
+    /// Consumes `url` on `concurrency` tasks until the runner stops, each
+    /// batch going to `invoke`.
+    pub(crate) fn spawn_batches<F, Fut>(&self, tasks: &mut JoinSet<()>, url: &str, invoke: F)
+    where
+        F: Fn(SqsEvent) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = BatchOutcome> + Send + 'static,
     {
         let stage = url
             .rsplit('/')
@@ -212,41 +229,55 @@ impl Consumer {
             .unwrap_or_default()
             .to_owned();
         for _ in 0..self.concurrency.max(1) {
-            let (mut consumer, url, handle) = (self.clone(), url.to_owned(), handle.clone());
+            let (mut consumer, url, invoke) = (self.clone(), url.to_owned(), invoke.clone());
             consumer.stage = stage.clone();
-            tasks.spawn(async move { consumer.run(url, handle).await });
+            tasks.spawn(async move { consumer.run(url, invoke).await });
         }
     }
 
-    async fn run<F, Fut>(&self, url: String, handle: F)
+    async fn receive(&self, url: &str, max: i32, wait_seconds: i32) -> Vec<aws_sdk_sqs::types::Message> {
+        let received = self
+            .sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(max)
+            .visibility_timeout(self.visibility_seconds)
+            .wait_time_seconds(wait_seconds)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await;
+        match received {
+            Ok(out) => out.messages.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "receive failed");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Vec::new()
+            }
+        }
+    }
+
+    async fn run<F, Fut>(&self, url: String, invoke: F)
     where
-        F: Fn(String) -> Fut + Clone,
-        Fut: Future<Output = Result<(), StageError>>,
+        F: Fn(SqsEvent) -> Fut,
+        Fut: Future<Output = BatchOutcome>,
     {
-        let arn = format!(
-            "arn:aws:sqs:local:000000000000:{}",
-            url.rsplit('/').next().unwrap_or_default()
-        );
+        let name = url.rsplit('/').next().unwrap_or_default();
+        let region = std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into());
+        let arn = format!("arn:aws:sqs:{region}:{}:{name}", shared::config::LOCAL_ACCOUNT);
         loop {
-            let received = self
-                .sqs
-                .receive_message()
-                .queue_url(&url)
-                .max_number_of_messages(self.batch_size)
-                .visibility_timeout(self.visibility_seconds)
-                .wait_time_seconds(2)
-                .send()
-                .await;
-            let messages = match received {
-                Ok(out) => out.messages.unwrap_or_default(),
-                Err(e) => {
-                    tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "receive failed");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
+            let mut messages = self.receive(&url, self.batch_size, 2).await;
             if messages.is_empty() {
                 continue;
+            }
+            // The batching window: a partial batch waits for more, up to the window.
+            let deadline = tokio::time::Instant::now() + self.window;
+            while (messages.len() as i32) < self.batch_size && tokio::time::Instant::now() < deadline {
+                let more = self.receive(&url, self.batch_size - messages.len() as i32, 0).await;
+                if more.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(100).min(deadline - tokio::time::Instant::now())).await;
+                }
+                messages.extend(more);
             }
             let mut handles = HashMap::new();
             let mut event = SqsEvent::default();
@@ -255,48 +286,88 @@ impl Consumer {
                 record.message_id = m.message_id.clone();
                 record.receipt_handle = m.receipt_handle.clone();
                 record.body = m.body.clone();
+                record.md5_of_body = m.md5_of_body.clone();
+                record.attributes = m
+                    .attributes
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), v))
+                    .collect();
                 record.event_source = Some("aws:sqs".into());
                 record.event_source_arn = Some(arn.clone());
+                record.aws_region = Some(region.clone());
                 if let (Some(id), Some(h)) = (m.message_id, m.receipt_handle) {
                     handles.insert(id, h);
                 }
                 event.records.push(record);
             }
             let started = std::time::Instant::now();
-            let response = process_batch(event, handle.clone()).await;
+            let outcome = invoke(event).await;
             crate::meter::invocation(&self.stage, started.elapsed());
-            for failure in &response.batch_item_failures {
-                handles.remove(&failure.item_identifier);
+            match outcome {
+                // A failed invocation: the whole batch reappears after the visibility timeout.
+                None => continue,
+                Some(response) if self.report_failures => {
+                    for failure in &response.batch_item_failures {
+                        handles.remove(&failure.item_identifier);
+                    }
+                }
+                Some(response) if !response.batch_item_failures.is_empty() => continue,
+                Some(_) => {}
             }
-            // Delete what succeeded; failures reappear after the visibility timeout.
-            let entries: Vec<_> = handles
-                .values()
-                .enumerate()
-                .filter_map(|(i, h)| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(h)
-                        .build()
-                        .ok()
-                })
-                .collect();
-            if !entries.is_empty()
-                && let Err(e) = self
-                    .sqs
-                    .delete_message_batch()
-                    .queue_url(&url)
-                    .set_entries(Some(entries))
-                    .send()
-                    .await
-            {
-                tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "delete failed; messages will be redelivered");
-            }
+            self.delete(&url, handles.into_values()).await;
+        }
+    }
+
+    /// Deletes what succeeded; failures reappear after the visibility timeout.
+    async fn delete(&self, url: &str, receipts: impl Iterator<Item = String>) {
+        let entries: Vec<_> = receipts
+            .enumerate()
+            .filter_map(|(i, h)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(h)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        if !entries.is_empty()
+            && let Err(e) = self
+                .sqs
+                .delete_message_batch()
+                .queue_url(url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+        {
+            tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "delete failed; messages will be redelivered");
         }
     }
 }
 
+/// Runs the sweep every `every`, as the deployed schedule does.
+pub(crate) fn spawn_timer<F, Fut>(tasks: &mut JoinSet<()>, every: Duration, sweep: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let started = std::time::Instant::now();
+            let swept = sweep().await;
+            crate::meter::invocation("sweep", started.elapsed());
+            if let Err(e) = swept {
+                tracing::warn!(error = %e, "sweep failed");
+            }
+        }
+    });
+}
+
 /// Prints one line whenever an operation's phase or delivery state changes.
-async fn phase_log(ddb: aws_sdk_dynamodb::Client, table: String) {
+pub(crate) async fn phase_log(ddb: aws_sdk_dynamodb::Client, table: String) {
     let mut seen: HashMap<String, String> = HashMap::new();
     loop {
         let mut start = None;

@@ -1,6 +1,12 @@
-//! Intake over HTTP on loopback, through the same handler the Lambda runs.
+//! The HTTP API on loopback: requests are read, checked the way API
+//! Gateway's JWT authorizer checks them, and handed to a [`Gateway`]: the
+//! intake handler in this process, or the intake artifacts under the
+//! emulator (`crate::artifacts`).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full, Limited};
@@ -28,14 +34,53 @@ const READ_LIMIT: usize = 1024 * 1024;
 
 pub type LocalIntake = Intake<DynamoStore, SqsQueue, S3Store>;
 
-pub async fn serve(listener: TcpListener, intake: Arc<LocalIntake>) -> std::io::Result<()> {
+/// A gateway's answer to one request, on its way.
+pub type Answer<'a> = Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send + 'a>>;
+
+/// What answers the API's requests.
+pub trait Gateway: Send + Sync + 'static {
+    /// Answers one request whose body has been read.
+    fn call(&self, parts: lambda_http::http::request::Parts, body: Vec<u8>) -> Answer<'_>;
+}
+
+/// The intake handler in this process, behind the development JWT check.
+impl Gateway for LocalIntake {
+    fn call(&self, parts: lambda_http::http::request::Parts, body: Vec<u8>) -> Answer<'_> {
+        Box::pin(async move {
+            let path = parts.uri.path().to_owned();
+            let claims = match authorize(&parts) {
+                Ok(c) => c,
+                Err(reason) => {
+                    return to_hyper(
+                        Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", reason)
+                            .into_response(&path),
+                    );
+                }
+            };
+            let request = apigw_v2(parts, body, claims);
+            // The Lambda's own handler time, without the local JWT check.
+            let started = std::time::Instant::now();
+            let response = api::handle(self, request).await;
+            crate::meter::invocation("intake", started.elapsed());
+            to_hyper(response)
+        })
+    }
+}
+
+/// The development JWT authorizer: the verified claims of the bearer token.
+pub fn authorize(parts: &lambda_http::http::request::Parts) -> Result<HashMap<String, String>, String> {
+    let auth = parts.headers.get("authorization").and_then(|v| v.to_str().ok());
+    devauth::verify(auth)
+}
+
+pub async fn serve<G: Gateway>(listener: TcpListener, gateway: Arc<G>) -> std::io::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
-        let intake = intake.clone();
+        let gateway = gateway.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
-                let intake = intake.clone();
-                async move { Ok::<_, Infallible>(handle(&intake, req).await) }
+                let gateway = gateway.clone();
+                async move { Ok::<_, Infallible>(handle(gateway.as_ref(), req).await) }
             });
             if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
                 tracing::debug!(error = %e, "connection closed");
@@ -44,7 +89,7 @@ pub async fn serve(listener: TcpListener, intake: Arc<LocalIntake>) -> std::io::
     }
 }
 
-fn to_hyper(resp: Response<Body>) -> Response<Full<Bytes>> {
+pub fn to_hyper(resp: Response<Body>) -> Response<Full<Bytes>> {
     let (parts, body) = resp.into_parts();
     Response::from_parts(parts, Full::new(Bytes::copy_from_slice(body.as_ref())))
 }
@@ -74,23 +119,9 @@ pub fn apigw_v2(
     lambda_http::http::Request::from_parts(parts, body).with_request_context(RequestContext::ApiGatewayV2(ctx))
 }
 
-/// Turns one HTTP request into an API Gateway v2 request, the way the
-/// deployed HTTP API with its JWT authorizer would, and runs the handler.
-async fn handle(intake: &LocalIntake, req: hyper::Request<Incoming>) -> Response<Full<Bytes>> {
+/// Reads one HTTP request's body and hands the request to the gateway.
+async fn handle<G: Gateway>(gateway: &G, req: hyper::Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
-    let auth = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let claims = match devauth::verify(auth.as_deref()) {
-        Ok(c) => c,
-        Err(reason) => {
-            return to_hyper(
-                Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", reason).into_response(&path),
-            );
-        }
-    };
     let (parts, body) = req.into_parts();
     let bytes = match Limited::new(body, READ_LIMIT).collect().await {
         Ok(b) => b.to_bytes(),
@@ -106,10 +137,5 @@ async fn handle(intake: &LocalIntake, req: hyper::Request<Incoming>) -> Response
             );
         }
     };
-    let request = apigw_v2(parts, bytes.to_vec(), claims);
-    // The Lambda's own handler time, without the local JWT check.
-    let started = std::time::Instant::now();
-    let response = api::handle(intake, request).await;
-    crate::meter::invocation("intake", started.elapsed());
-    to_hyper(response)
+    gateway.call(parts, bytes.to_vec()).await
 }

@@ -17,6 +17,60 @@ pub struct Locals {
     pub refs: HashMap<String, String>,
 }
 
+/// One SQS event source mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqsSource {
+    /// Logical id of the queue.
+    pub queue: String,
+    pub batch_size: u64,
+    /// `MaximumBatchingWindowInSeconds`.
+    pub window_seconds: u64,
+    /// `FunctionResponseTypes: [ReportBatchItemFailures]`.
+    pub report_failures: bool,
+}
+
+/// One HTTP API route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRoute {
+    pub function: String,
+    pub method: String,
+    /// The route's path, with `{name}` parameters.
+    pub path: String,
+    /// Scopes the authorizer requires (any one of them suffices).
+    pub scopes: Vec<String>,
+}
+
+impl HttpRoute {
+    /// The path parameters when `method` and `path` match this route.
+    pub fn matches(&self, method: &str, path: &str) -> Option<HashMap<String, String>> {
+        if self.method != "ANY" && !self.method.eq_ignore_ascii_case(method) {
+            return None;
+        }
+        let want: Vec<&str> = self.path.trim_matches('/').split('/').collect();
+        let got: Vec<&str> = path.trim_matches('/').split('/').collect();
+        if want.len() != got.len() {
+            return None;
+        }
+        let mut params = HashMap::new();
+        for (w, g) in want.iter().zip(&got) {
+            match w.strip_prefix('{').and_then(|w| w.strip_suffix('}')) {
+                Some(name) if !g.is_empty() => {
+                    params.insert(name.to_owned(), (*g).to_owned());
+                }
+                Some(_) => return None,
+                None if w == g => {}
+                None => return None,
+            }
+        }
+        Some(params)
+    }
+
+    /// API Gateway's route key, `METHOD /path`.
+    pub fn key(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+}
+
 /// The template, parsed.
 #[derive(Debug, Clone)]
 pub struct Template {
@@ -63,28 +117,78 @@ impl Template {
             .map(str::to_owned)
     }
 
-    /// The SQS event sources of a function: (queue logical id, batch size, batching window seconds).
-    pub fn sqs_sources(&self, function: &str) -> Vec<(String, u64, u64)> {
-        let events = untag(&self.root["Resources"][function]["Properties"]["Events"]);
-        events
-            .as_mapping()
-            .into_iter()
-            .flatten()
-            .filter(|(_, e)| e["Type"] == "SQS")
-            .filter_map(|(_, e)| {
-                let p = &e["Properties"];
+    /// The SQS event sources of a function, as its event source mappings read them.
+    pub fn sqs_sources(&self, function: &str) -> Vec<SqsSource> {
+        self.events(function, "SQS")
+            .filter_map(|p| {
                 let queue = match untag(&p["Queue"]) {
                     Value::String(s) => s.trim_end_matches(".Arn").to_owned(),
                     Value::Sequence(s) => s.first()?.as_str()?.to_owned(),
                     _ => return None,
                 };
-                Some((
+                Some(SqsSource {
                     queue,
-                    p["BatchSize"].as_u64().unwrap_or(10),
-                    p["MaximumBatchingWindowInSeconds"].as_u64().unwrap_or(0),
-                ))
+                    batch_size: p["BatchSize"].as_u64().unwrap_or(10),
+                    window_seconds: p["MaximumBatchingWindowInSeconds"].as_u64().unwrap_or(0),
+                    report_failures: p["FunctionResponseTypes"]
+                        .as_sequence()
+                        .is_some_and(|t| t.iter().any(|t| t == "ReportBatchItemFailures")),
+                })
             })
             .collect()
+    }
+
+    /// The HTTP API routes of every function: method, path and the scopes
+    /// the JWT authorizer requires.
+    pub fn http_routes(&self, locals: &Locals) -> Result<Vec<HttpRoute>, String> {
+        let mut routes = Vec::new();
+        for function in self.functions() {
+            for p in self.events(&function, "HttpApi") {
+                let field = |k: &str| {
+                    p[k].as_str()
+                        .map(str::to_owned)
+                        .ok_or(format!("{function}: an HttpApi event without {k}"))
+                };
+                let scopes = untag(&p["Auth"]["AuthorizationScopes"])
+                    .as_sequence()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| self.resolve(s, locals))
+                    .collect::<Result<Vec<_>, _>>()?;
+                routes.push(HttpRoute {
+                    function: function.clone(),
+                    method: field("Method")?.to_ascii_uppercase(),
+                    path: field("Path")?,
+                    scopes,
+                });
+            }
+        }
+        Ok(routes)
+    }
+
+    /// Whether `function` has an event source of type `kind`.
+    pub fn has_events(&self, function: &str, kind: &str) -> bool {
+        self.events(function, kind).next().is_some()
+    }
+
+    fn events<'a>(&'a self, function: &str, kind: &'a str) -> impl Iterator<Item = &'a Value> {
+        untag(&self.root["Resources"][function]["Properties"]["Events"])
+            .as_mapping()
+            .into_iter()
+            .flatten()
+            .filter(move |(_, e)| e["Type"] == kind)
+            .map(|(_, e)| untag(&e["Properties"]))
+    }
+
+    /// A function property (`Timeout`, `MemorySize`, ...), else its global value.
+    pub fn function_setting(&self, function: &str, name: &str, locals: &Locals) -> Result<Option<String>, String> {
+        let own = &self.root["Resources"][function]["Properties"][name];
+        let global = &self.root["Globals"]["Function"][name];
+        match (own.is_null(), global.is_null()) {
+            (false, _) => self.resolve(own, locals).map(Some),
+            (true, false) => self.resolve(global, locals).map(Some),
+            (true, true) => Ok(None),
+        }
     }
 
     /// The environment the template gives `function`: the global variables,
@@ -314,11 +418,55 @@ mod tests {
     #[test]
     fn event_sources_come_from_the_template() {
         let t = Template::parse(TEMPLATE).unwrap();
-        assert_eq!(t.sqs_sources("PollFunction"), vec![("PollQueue".to_owned(), 5, 1)]);
+        let poll = SqsSource {
+            queue: "PollQueue".into(),
+            batch_size: 5,
+            window_seconds: 1,
+            report_failures: true,
+        };
+        assert_eq!(t.sqs_sources("PollFunction"), vec![poll]);
+        let dispatch = &t.sqs_sources("DispatchFunction")[0];
         assert_eq!(
-            t.sqs_sources("DispatchFunction"),
-            vec![("DispatchQueue".to_owned(), 1, 0)]
+            (dispatch.queue.as_str(), dispatch.batch_size, dispatch.window_seconds),
+            ("DispatchQueue", 1, 0)
         );
         assert!(t.sqs_sources("IntakeFunction").is_empty());
+        let edited = TEMPLATE.replacen("            BatchSize: 5\n", "            BatchSize: 7\n", 1);
+        let edited = Template::parse(&edited).unwrap();
+        assert_eq!(edited.sqs_sources("PollFunction")[0].batch_size, 7);
+    }
+
+    #[test]
+    fn routes_and_settings_come_from_the_template() {
+        let t = Template::parse(TEMPLATE).unwrap();
+        let routes = t.http_routes(&locals("disabled")).unwrap();
+        let find = |method: &str, path: &str| {
+            routes
+                .iter()
+                .find_map(|r| r.matches(method, path).map(|p| (r.clone(), p)))
+        };
+        let (read, params) = find("GET", "/v1/operations/op_1").unwrap();
+        assert_eq!(read.function, "IntakeFunction");
+        assert_eq!(read.key(), "GET /v1/operations/{operation_id}");
+        assert_eq!(params["operation_id"], "op_1");
+        assert!(read.scopes.is_empty());
+        let (resolve, _) = find("POST", "/v1/operations/op_1/resolution").unwrap();
+        assert_eq!(resolve.function, "OperatorFunction");
+        assert_eq!(resolve.scopes, vec!["genace:operator".to_owned()]);
+        assert_eq!(find("POST", "/v1/operations").unwrap().0.function, "IntakeFunction");
+        assert!(find("DELETE", "/v1/operations/op_1").is_none());
+        assert!(find("GET", "/v1/operations/").is_none());
+        assert!(find("GET", "/v1/elsewhere").is_none());
+
+        let l = locals("disabled");
+        assert_eq!(
+            t.function_setting("DeliverFunction", "Timeout", &l).unwrap().as_deref(),
+            Some("900")
+        );
+        assert_eq!(
+            t.function_setting("PollFunction", "MemorySize", &l).unwrap().as_deref(),
+            Some("256")
+        );
+        assert_eq!(t.function_setting("IntakeFunction", "Nothing", &l).unwrap(), None);
     }
 }
