@@ -17,6 +17,8 @@ pub mod domain;
 pub mod genace;
 pub mod intake;
 pub mod machine;
+#[cfg(feature = "testkit")]
+pub mod memory;
 pub mod metrics;
 pub mod poll;
 pub mod provision;

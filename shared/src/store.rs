@@ -113,7 +113,7 @@ pub struct DueItem {
 
 /// Where the next page starts.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DueCursor(Item);
+pub struct DueCursor(pub(crate) Item);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct DuePage {
@@ -448,14 +448,14 @@ fn phase_metrics(prev: &OperationRecord, next: &OperationRecord) {
     }
 }
 
-fn encode_cursor(key: &Item) -> Option<String> {
+pub(crate) fn encode_cursor(key: &Item) -> Option<String> {
     use base64::Engine;
     let plain: HashMap<&String, &String> = key.iter().filter_map(|(k, v)| v.as_s().ok().map(|s| (k, s))).collect();
     let json = serde_json::to_vec(&plain).ok()?;
     Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json))
 }
 
-fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
+pub(crate) fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
     use base64::Engine;
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(cursor)

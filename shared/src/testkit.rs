@@ -150,3 +150,21 @@ impl LocalAws {
             .unwrap_or_default()
     }
 }
+
+/// A new intent's record for `tenant`, with operation key `key` and a
+/// one-field specification of `prompt`.
+pub fn intent_record(tenant: &str, key: &str, prompt: &str) -> crate::record::OperationRecord {
+    let intent = crate::domain::Intent::parse(
+        &serde_json::json!({"operation_key": key, "media_type": "video",
+                "specification": {"model": "m", "prompt": prompt}}),
+        None,
+    )
+    .expect("a valid intent");
+    crate::record::OperationRecord::new_intent(
+        &crate::domain::TenantId::parse(tenant).expect("a valid tenant"),
+        &intent,
+        None,
+        chrono::Utc::now(),
+        chrono::Duration::seconds(60),
+    )
+}
