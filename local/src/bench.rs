@@ -21,14 +21,12 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
+use shared::app::AwsApp;
 use shared::config::{Config, ResourceNames};
-use shared::deliver::{DeliverResult, Deliverer, download_client};
+use shared::deliver::DeliverResult;
 use shared::domain::{Intent, OperationId, TenantId};
 use shared::genace::GenaceConfig;
-use shared::intake::Intake;
-use shared::queue::SqsQueue;
 use shared::record::{DeliveryState, OperationRecord};
-use shared::storage::S3Store;
 use shared::store::{DynamoStore, OperationStore};
 use shared::{aws, machine, provision};
 
@@ -649,12 +647,7 @@ async fn pipeline(args: &Args) -> Result<(), String> {
 
 /// Calls the intake handler directly with API Gateway v2 requests.
 async fn in_process_intake(stack: &Stack, m: usize, run_id: &str) -> Result<(Vec<Duration>, Vec<Duration>), String> {
-    let intake = Intake::new(
-        DynamoStore::new(aws::dynamodb(&stack.sdk), &stack.names.table),
-        SqsQueue::new(aws::sqs(&stack.sdk), stack.config.queues.clone()),
-        S3Store::new(aws::s3(&stack.sdk), &stack.names.bucket),
-        stack.config.clone(),
-    );
+    let intake = AwsApp::from_sdk(&stack.sdk, stack.config.clone()).intake();
     let claims: HashMap<String, String> =
         HashMap::from([("sub".into(), "bench".into()), ("tenant_id".into(), TENANT.into())]);
     let request = |key: &str| {
@@ -759,13 +752,8 @@ async fn delivery(args: &Args) -> Result<(), String> {
     let id = rendered_operation(&store, &stack.config, "delivery-bench", &url).await?;
     let mut config = stack.config.clone();
     config.max_output_bytes = bytes.max(config.max_output_bytes);
-    let deliverer = Deliverer {
-        store: DynamoStore::new(aws::dynamodb(&stack.sdk), &stack.names.table),
-        queue: SqsQueue::new(aws::sqs(&stack.sdk), config.queues.clone()),
-        objects: S3Store::new(aws::s3(&stack.sdk), &stack.names.bucket),
-        http: download_client(&config.url_policy).map_err(|e| e.to_string())?,
-        config: config.clone(),
-    };
+    let app = AwsApp::from_sdk(&stack.sdk, config.clone());
+    let deliverer = app.deliverer()?;
     let baseline = peak_rss_kib();
     let reset = reset_peak_rss();
     let started = Instant::now();
@@ -786,13 +774,7 @@ async fn delivery(args: &Args) -> Result<(), String> {
 
     // The stage's own pipeline, with a store that discards the bytes.
     let discard_id = rendered_operation(&store, &config, "delivery-bench-discard", &url).await?;
-    let discarding = Deliverer {
-        store: DynamoStore::new(aws::dynamodb(&stack.sdk), &stack.names.table),
-        queue: SqsQueue::new(aws::sqs(&stack.sdk), config.queues.clone()),
-        objects: DiscardStore::default(),
-        http: download_client(&config.url_policy).map_err(|e| e.to_string())?,
-        config: config.clone(),
-    };
+    let discarding = app.with_objects(DiscardStore::default()).deliverer()?;
     let started = Instant::now();
     let discarded = discarding.deliver(&discard_id).await.map_err(|e| e.to_string())?;
     let pipeline_only = started.elapsed();
@@ -895,9 +877,9 @@ async fn delivery(args: &Args) -> Result<(), String> {
 
 /// An object store that keeps only sizes: measures the deliver stage's own
 /// pipeline (download, hash, parts) without the local store's speed.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct DiscardStore {
-    sizes: std::sync::Mutex<HashMap<String, u64>>,
+    sizes: std::sync::Arc<std::sync::Mutex<HashMap<String, u64>>>,
 }
 
 impl shared::storage::ObjectStore for DiscardStore {

@@ -11,18 +11,11 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use shared::app::AwsApp;
+use shared::aws;
 use shared::config::Config;
-use shared::deliver::{Deliverer, download_client};
-use shared::dispatch::Dispatcher;
 use shared::genace::{GenaceClient, GenaceConfig};
-use shared::intake::Intake;
-use shared::poll::Poller;
-use shared::queue::SqsQueue;
-use shared::stage::{StageError, process_batch};
-use shared::storage::S3Store;
-use shared::store::DynamoStore;
-use shared::sweep::Sweeper;
-use shared::{aws, recovery};
+use shared::stage::{Stage, process_batch};
 use tokio::task::JoinSet;
 
 /// Lambda event-source settings of the local consumers.
@@ -89,72 +82,25 @@ pub async fn start(
     genace: GenaceConfig,
     settings: RunnerSettings,
 ) -> Result<Running, String> {
-    let store = DynamoStore::new(aws::dynamodb(sdk), &config.table);
-    let queue = SqsQueue::new(aws::sqs(sdk), config.queues.clone());
-    let objects = S3Store::new(aws::s3(sdk), &config.bucket);
-    let genace_client = GenaceClient::new(genace).map_err(|e| e.to_string())?;
+    let app = AwsApp::from_sdk(sdk, config.clone()).with_genace(GenaceClient::new(genace).map_err(|e| e.to_string())?);
     let mut tasks = JoinSet::new();
 
-    let intake = Arc::new(Intake::new(
-        store.clone(),
-        queue.clone(),
-        objects.clone(),
-        config.clone(),
-    ));
     let listener = tokio::net::TcpListener::bind(settings.intake_addr)
         .await
         .map_err(|e| format!("binding intake to {}: {e}", settings.intake_addr))?;
+    let intake = Arc::new(app.intake());
     tasks.spawn(async move {
         if let Err(e) = crate::serve::serve(listener, intake).await {
             tracing::error!(error = %e, "intake server stopped");
         }
     });
 
-    let sqs = aws::sqs_receiver(sdk);
-    let dispatcher = Arc::new(Dispatcher {
-        store: store.clone(),
-        queue: queue.clone(),
-        genace: genace_client.clone(),
-        config: config.clone(),
-    });
-    let poller = Arc::new(Poller {
-        store: store.clone(),
-        queue: queue.clone(),
-        genace: genace_client,
-        config: config.clone(),
-    });
-    let deliverer = Arc::new(Deliverer {
-        store: store.clone(),
-        queue: queue.clone(),
-        objects,
-        http: download_client(&config.url_policy).map_err(|e| e.to_string())?,
-        config: config.clone(),
-    });
-    let consumer = Consumer::in_process(sqs, &settings);
-    consumer.spawn(&mut tasks, &config.queues.dispatch, move |body| {
-        let d = dispatcher.clone();
-        async move { d.handle_message(&body).await.map(|_| ()) }
-    });
-    consumer.spawn(&mut tasks, &config.queues.poll, move |body| {
-        let p = poller.clone();
-        async move { p.handle_message(&body).await.map(|_| ()) }
-    });
-    consumer.spawn(&mut tasks, &config.queues.deliver, move |body| {
-        let d = deliverer.clone();
-        async move { d.handle_message(&body).await.map(|_| ()) }
-    });
-    {
-        let (store, queue, policy) = (store.clone(), queue.clone(), config.policy);
-        consumer.spawn(&mut tasks, &config.queues.recovery, move |body| {
-            let (store, queue) = (store.clone(), queue.clone());
-            async move {
-                recovery::handle_message(&store, &queue, &policy, &body)
-                    .await
-                    .map(|_| ())
-            }
-        });
-    }
-    let sweeper = Arc::new(Sweeper::new(store.clone(), queue.clone(), config.clone()));
+    let consumer = Consumer::in_process(aws::sqs_receiver(sdk), &settings);
+    consumer.spawn(&mut tasks, &config.queues.dispatch, app.dispatcher());
+    consumer.spawn(&mut tasks, &config.queues.poll, app.poller());
+    consumer.spawn(&mut tasks, &config.queues.deliver, app.deliverer()?);
+    consumer.spawn(&mut tasks, &config.queues.recovery, app.recovery());
+    let sweeper = Arc::new(app.sweeper());
     spawn_timer(&mut tasks, settings.sweep_every, move || {
         let sweeper = sweeper.clone();
         async move { sweeper.run().await.map(|_| ()).map_err(|e| e.to_string()) }
@@ -200,16 +146,13 @@ impl Consumer {
         }
     }
 
-    /// Consumes `url` with a handler of message bodies, one after another
-    /// within a batch (what `shared::stage::serve_sqs` does in the Lambda).
-    fn spawn<F, Fut>(&self, tasks: &mut JoinSet<()>, url: &str, handle: F)
-    where
-        F: Fn(String) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), StageError>> + Send + 'static,
-    {
+    /// Consumes `url` into a stage in this process, one message after
+    /// another within a batch (what `shared::stage::serve_sqs` does in the Lambda).
+    fn spawn<S: Stage + 'static>(&self, tasks: &mut JoinSet<()>, url: &str, stage: S) {
+        let stage = Arc::new(stage);
         self.spawn_batches(tasks, url, move |event| {
-            let handle = handle.clone();
-            async move { Some(process_batch(event, handle).await) }
+            let stage = stage.clone();
+            async move { Some(process_batch(event, stage.as_ref()).await) }
         });
     }
 

@@ -1,14 +1,14 @@
 //! What operators may do: list open reconciliation cases, read any operation
 //! in their scope, and resolve a case with an explicit, audited decision.
 
-use chrono::Utc;
 use tracing::{info, warn};
 
+use crate::clock::Clock;
 use crate::domain::{OperationId, TenantId};
 use crate::intake::{Intake, IntakeError};
 use crate::machine::{self, Resolution};
 use crate::metrics;
-use crate::queue::{Stage, WorkQueue};
+use crate::queue::{Queue, WorkQueue};
 use crate::record::{CaseReason, OperationRecord};
 use crate::stage::write_attempts;
 use crate::storage::ObjectStore;
@@ -29,7 +29,7 @@ impl Operator {
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
     /// Open cases, newest pages first by tenant; an operator limited to a
     /// tenant sees only that tenant's, whatever filter they ask for.
     pub async fn cases(
@@ -59,7 +59,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
 
     /// Any live operation in the operator's scope.
     pub async fn operator_get(&self, op: &Operator, id: &OperationId) -> Result<OperationRecord, IntakeError> {
-        match self.store.get(id, Utc::now()).await? {
+        match self.store.get(id, self.clock.now()).await? {
             Some(rec) if op.may_see(&rec.tenant_id) => Ok(rec),
             _ => Err(IntakeError::NotFound),
         }
@@ -91,7 +91,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
             if let Some(other) = holders.into_iter().find(|h| h != id) {
                 let visible = self
                     .store
-                    .get(&other, Utc::now())
+                    .get(&other, self.clock.now())
                     .await?
                     .filter(|r| op.may_see(&r.tenant_id));
                 return Err(IntakeError::JobHeldElsewhere {
@@ -100,7 +100,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
                 });
             }
         }
-        let now = Utc::now();
+        let now = self.clock.now();
         let policy = self.config.policy;
         let next = commit(&self.store, rec, write_attempts(), |r| {
             if r.version != expected_version {
@@ -120,9 +120,9 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
         info!(operation_id = %id, tenant = %next.tenant_id, phase = next.phase.as_str(), actor = %op.actor, action = resolution.name(), %reason, "case resolved");
         metrics::count("Resolutions", &[("Action", resolution.name())]);
         let stage = match resolution {
-            Resolution::AttachRemoteJob { .. } => Some(Stage::Poll),
-            Resolution::ConfirmNotCreated | Resolution::ReleaseHold => Some(Stage::Dispatch),
-            Resolution::RedriveDelivery => Some(Stage::Deliver),
+            Resolution::AttachRemoteJob { .. } => Some(Queue::Poll),
+            Resolution::ConfirmNotCreated | Resolution::ReleaseHold => Some(Queue::Dispatch),
+            Resolution::RedriveDelivery => Some(Queue::Deliver),
             Resolution::MarkSettled | Resolution::Abandon => None,
         };
         if let Some(stage) = stage

@@ -2,7 +2,6 @@
 //! JSON or `application/problem+json` responses out. Every error of the
 //! layers below is mapped to a problem document here, and only here.
 
-use chrono::Utc;
 use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -10,6 +9,7 @@ use serde_json::{Map, Value, json};
 use tracing::error;
 
 use crate::admin::Operator;
+use crate::clock::Clock;
 use crate::domain::{Intent, InvalidInput, OperationId, RemoteJobId, TenantId};
 use crate::intake::{Intake, IntakeError, Submitted};
 use crate::machine::Resolution;
@@ -380,8 +380,8 @@ fn route(path: &str) -> Option<Route> {
 }
 
 /// Handles one intake request. Never fails: every outcome is a response.
-pub async fn handle<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
-    intake: &Intake<S, Q, O>,
+pub async fn handle<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
     req: Request,
 ) -> Response<Body> {
     let instance = req.uri().path().to_owned();
@@ -391,8 +391,8 @@ pub async fn handle<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     }
 }
 
-async fn dispatch<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
-    intake: &Intake<S, Q, O>,
+async fn dispatch<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
     req: Request,
 ) -> Result<Response<Body>, Problem> {
     let method_not_allowed = |allow: &'static str| {
@@ -422,8 +422,8 @@ async fn dispatch<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     }
 }
 
-async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
-    intake: &Intake<S, Q, O>,
+async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
     req: Request,
 ) -> Result<Response<Body>, Problem> {
     let tenant = claims_tenant(&req, &intake.config.tenant_claim)?;
@@ -448,7 +448,7 @@ async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     if intent.fault.is_some() && !intake.config.fault_injection {
         return Err(InvalidInput::new("fault", "fault injection is disabled in this deployment").into());
     }
-    let outcome = intake.submit(&tenant, &intent, Utc::now()).await?;
+    let outcome = intake.submit(&tenant, &intent, intake.clock.now()).await?;
     let (status, rec, replayed) = match &outcome {
         Submitted::New(rec) => (StatusCode::ACCEPTED, rec, false),
         Submitted::Replayed(rec) => (StatusCode::OK, rec, true),
@@ -464,8 +464,8 @@ async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
     Ok(builder.body(Body::Text(body.to_string())).expect("valid response"))
 }
 
-async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
-    intake: &Intake<S, Q, O>,
+async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
     req: &Request,
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
@@ -474,7 +474,7 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
         Some(op) => intake.operator_get(&op, &id).await?,
         None => {
             let tenant = claims_tenant(req, &intake.config.tenant_claim)?;
-            intake.get(&tenant, &id, Utc::now()).await?
+            intake.get(&tenant, &id, intake.clock.now()).await?
         }
     };
     let body = view_with_links(&rec, &intake.links(&rec).await);
@@ -525,8 +525,8 @@ fn if_match_version(req: &Request) -> Result<u64, Problem> {
 /// Largest resolution body accepted.
 const MAX_RESOLUTION_BODY: usize = 8 * 1024;
 
-async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
-    intake: &Intake<S, Q, O>,
+async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
     req: &Request,
 ) -> Result<Response<Body>, Problem> {
     let op = require_operator(req, &intake.config)?;
@@ -575,8 +575,8 @@ pub fn case_view(rec: &OperationRecord) -> Value {
     })
 }
 
-async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore>(
-    intake: &Intake<S, Q, O>,
+async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
     req: Request,
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
@@ -634,12 +634,12 @@ mod tests {
     use crate::machine::{self, AcceptedJob, Policy};
 
     fn prepared() -> OperationRecord {
-        crate::record::sample_prepared(Utc::now())
+        crate::record::sample_prepared(chrono::Utc::now())
     }
 
     #[test]
     fn the_view_shows_the_remote_job_and_the_open_case() {
-        let now = Utc::now();
+        let now = chrono::Utc::now();
         let claimed = machine::claim_dispatch(&prepared(), "tok", now, &Policy::default()).unwrap();
         let uncertain = machine::mark_uncertain(&claimed, "tok", "timed out", now).unwrap();
         let v = view(&uncertain);

@@ -7,19 +7,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use chrono::Utc;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, UrlPolicy};
 use crate::domain::{OperationId, hex};
 use crate::machine::{self, Refusal};
 use crate::metrics;
-use crate::queue::{Stage, WorkQueue};
+use crate::queue::WorkMessage;
+use crate::queue::{Queue, WorkQueue};
 use crate::record::{CaseReason, DeliveredObject, DeliveryState, Fault, OperationRecord, OutputRef, Phase};
-use crate::stage::{StageError, case_opened, commit_failure, write_attempts};
+use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
 use crate::storage::{ObjectStore, PartReceipt, composite_sha256};
 use crate::store::{CommitError, OperationStore, StoreError, commit};
 
@@ -203,12 +204,13 @@ pub enum DeliverResult {
     },
 }
 
-pub struct Deliverer<S, Q, O> {
+pub struct Deliverer<S, Q, O, C = SystemClock> {
     pub store: S,
     pub queue: Q,
     pub objects: O,
     pub http: reqwest::Client,
     pub config: Config,
+    pub clock: C,
 }
 
 /// Why one output could not be delivered. The reason never carries a URL
@@ -291,14 +293,18 @@ pub fn object_key(prefix: &str, rec: &OperationRecord, index: usize, ext: &str) 
     )
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
-    pub async fn handle_message(&self, body: &str) -> Result<DeliverResult, StageError> {
-        let msg = crate::stage::work_message(body)?;
-        self.deliver(&msg.operation_id).await
-    }
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Stage for Deliverer<S, Q, O, C> {
+    type Message = WorkMessage;
+    type Outcome = DeliverResult;
 
+    async fn handle(&self, message: WorkMessage) -> Result<DeliverResult, StageError> {
+        self.deliver(&message.operation_id).await
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Deliverer<S, Q, O, C> {
     pub async fn deliver(&self, id: &OperationId) -> Result<DeliverResult, StageError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let Some(mut rec) = self.store.get(id, now).await? else {
             return Ok(DeliverResult::Missing);
         };
@@ -346,7 +352,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         let count = objects.len();
         let bytes: u64 = objects.iter().map(|o| o.bytes).sum();
         let done = commit(&self.store, claimed, write_attempts(), |r| {
-            machine::delivered(r, &token, objects.clone(), Utc::now(), &policy)
+            machine::delivered(r, &token, objects.clone(), self.clock.now(), &policy)
         })
         .await
         .map_err(commit_failure)?;
@@ -363,7 +369,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
 
     /// Every attempt was used and the last one stopped without reporting.
     async fn give_up(&self, rec: OperationRecord) -> Result<DeliverResult, StageError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let rec = match commit(&self.store, rec, write_attempts(), |r| {
             machine::give_up_delivery(r, now)
         })
@@ -387,7 +393,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
         token: &str,
         error: &TransferError,
     ) -> Result<DeliverResult, StageError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let policy = self.config.policy;
         let detail = error.to_string();
         warn!(operation_id = %claimed.operation_id, error = %detail, permanent = error.permanent.is_some(), "delivery attempt failed");
@@ -413,7 +419,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Deliverer<S, Q, O> {
                 attempts: rec.delivery_attempts,
             });
         }
-        self.queue.enqueue(Stage::Deliver, &rec.operation_id, wait).await?;
+        self.queue.enqueue(Queue::Deliver, &rec.operation_id, wait).await?;
         Ok(DeliverResult::Retrying {
             attempts: rec.delivery_attempts,
             next_attempt_seconds: wait,

@@ -3,18 +3,19 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use tracing::{error, info, warn};
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::domain::OperationId;
 use crate::genace::{self, Genace, SubmitOutcome};
 use crate::machine::{self, Refusal};
 use crate::metrics;
-use crate::queue::{RecoveryChannel, Stage, WorkQueue};
+use crate::queue::WorkMessage;
+use crate::queue::{Queue, RecoveryChannel, WorkQueue};
 use crate::record::{Fault, OperationRecord, Phase, RemoteError};
 use crate::recovery::{RecoveredOutcome, RecoveryMessage};
-use crate::stage::{StageError, case_opened, commit_failure, write_attempts};
+use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
 use crate::store::{CommitError, OperationStore, commit};
 
 /// What one dispatch message led to. The message is acknowledged in every case.
@@ -52,11 +53,12 @@ pub enum PostResult {
     Uncertain,
 }
 
-pub struct Dispatcher<S, Q, G> {
+pub struct Dispatcher<S, Q, G, C = SystemClock> {
     pub store: S,
     pub queue: Q,
     pub genace: G,
     pub config: Config,
+    pub clock: C,
 }
 
 /// Bounds applied to a 429's Retry-After.
@@ -77,19 +79,30 @@ fn is_dispatch_fault(f: Fault) -> bool {
     )
 }
 
-impl<S, Q, G> Dispatcher<S, Q, G>
+impl<S, Q, G, C> Stage for Dispatcher<S, Q, G, C>
 where
     S: OperationStore,
     Q: WorkQueue + RecoveryChannel,
     G: Genace,
+    C: Clock,
 {
-    pub async fn handle_message(&self, body: &str) -> Result<Dispatched, StageError> {
-        let msg = crate::stage::work_message(body)?;
-        self.dispatch(&msg.operation_id).await
-    }
+    type Message = WorkMessage;
+    type Outcome = Dispatched;
 
+    async fn handle(&self, message: WorkMessage) -> Result<Dispatched, StageError> {
+        self.dispatch(&message.operation_id).await
+    }
+}
+
+impl<S, Q, G, C> Dispatcher<S, Q, G, C>
+where
+    S: OperationStore,
+    Q: WorkQueue + RecoveryChannel,
+    G: Genace,
+    C: Clock,
+{
     pub async fn dispatch(&self, id: &OperationId) -> Result<Dispatched, StageError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let Some(mut rec) = self.store.get(id, now).await? else {
             warn!(operation_id = %id, "dispatch message for a missing operation");
             return Ok(Dispatched::Missing);
@@ -143,7 +156,7 @@ where
                 },
                 Phase::Accepted if rec.observed_at.is_none() => {
                     // Resume after a stop between the commit and the poll enqueue.
-                    self.queue.enqueue(Stage::Poll, id, FIRST_POLL_DELAY_SECONDS).await?;
+                    self.queue.enqueue(Queue::Poll, id, FIRST_POLL_DELAY_SECONDS).await?;
                     return Ok(Dispatched::Settled(rec.phase));
                 }
                 other => return Ok(Dispatched::Settled(other)),
@@ -171,7 +184,7 @@ where
         }
         info!(operation_id = %id, tenant = %claimed.tenant_id, phase = "submitting", "posting to Genace");
         let outcome = self.genace.submit(&genace::submission_body(&claimed)).await;
-        let received_at = Utc::now();
+        let received_at = self.clock.now();
         // The id is written to the log the moment it is known, before any
         // commit: if everything after this fails, the log still names the job.
         match &outcome {
@@ -207,7 +220,7 @@ where
                             return Err(StageError::Crashed("dispatch.after_commit"));
                         }
                         self.queue
-                            .enqueue(Stage::Poll, &rec.operation_id, FIRST_POLL_DELAY_SECONDS)
+                            .enqueue(Queue::Poll, &rec.operation_id, FIRST_POLL_DELAY_SECONDS)
                             .await?;
                         Ok(PostResult::Accepted)
                     }
@@ -279,7 +292,7 @@ where
                 metrics::count("AccountProblem", &[("Status", &status.to_string())]);
                 case_opened(&rec);
                 let wait = policy.account_hold.num_seconds().clamp(1, 900) as u32 + 1;
-                self.queue.enqueue(Stage::Dispatch, &id, wait).await?;
+                self.queue.enqueue(Queue::Dispatch, &id, wait).await?;
                 Ok(PostResult::AccountHeld)
             }
             SubmitOutcome::RateLimited { retry_after } => {
@@ -297,7 +310,7 @@ where
                 } else {
                     // One second late rather than early: an early copy is dropped.
                     let delay = (wait.as_secs() as u32 + 1).min(crate::queue::MAX_DELAY_SECONDS);
-                    self.queue.enqueue(Stage::Dispatch, &id, delay).await?;
+                    self.queue.enqueue(Queue::Dispatch, &id, delay).await?;
                 }
                 Ok(PostResult::RateLimited)
             }

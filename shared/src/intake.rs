@@ -3,9 +3,10 @@
 use chrono::{DateTime, Utc};
 use tracing::{error, info};
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::domain::{Intent, OperationId, TenantId};
-use crate::queue::{Stage, WorkQueue};
+use crate::queue::{Queue, WorkQueue};
 use crate::record::OperationRecord;
 use crate::storage::ObjectStore;
 use crate::store::{Created, OperationStore, StoreError};
@@ -43,24 +44,29 @@ pub enum Submitted {
     Replayed(Box<OperationRecord>),
 }
 
-pub struct Intake<S, Q, O> {
+pub struct Intake<S, Q, O, C = SystemClock> {
     pub store: S,
     pub queue: Q,
     /// Signs read links to delivered objects.
     pub objects: O,
     pub config: Config,
+    pub clock: C,
 }
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
+    /// An intake on the system clock.
     pub fn new(store: S, queue: Q, objects: O, config: Config) -> Self {
         Self {
             store,
             queue,
             objects,
             config,
+            clock: SystemClock,
         }
     }
+}
 
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
     /// One conditional put decides: a new record, a replay of the same intent,
     /// or a refused reuse of the key. A duplicate costs exactly that request.
     pub async fn submit(
@@ -96,7 +102,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
                 crate::metrics::count("IntentsCreated", &[]);
                 // The record is the truth. If this message is lost, the sweep
                 // finds the prepared operation through the due-time index.
-                if let Err(e) = self.queue.enqueue(Stage::Dispatch, &record.operation_id, 0).await {
+                if let Err(e) = self.queue.enqueue(Queue::Dispatch, &record.operation_id, 0).await {
                     error!(operation_id = %record.operation_id, error = %e, "dispatch enqueue failed; the sweep will re-enqueue");
                 }
                 Ok(Submitted::New(Box::new(record)))
@@ -118,7 +124,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
     }
 }
 
-impl<S, Q, O: ObjectStore> Intake<S, Q, O> {
+impl<S, Q, O: ObjectStore, C> Intake<S, Q, O, C> {
     /// Presigned GET links to the delivered objects, in output order. A link
     /// that cannot be signed is left out (and logged); the object list says what exists.
     pub async fn links(&self, rec: &OperationRecord) -> Vec<Option<String>> {

@@ -9,7 +9,9 @@
 
 pub mod admin;
 pub mod api;
+pub mod app;
 pub mod aws;
+pub mod clock;
 pub mod config;
 pub mod deliver;
 pub mod dispatch;

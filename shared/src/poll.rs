@@ -3,14 +3,16 @@
 use chrono::{DateTime, Duration, Utc};
 use tracing::{info, warn};
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::domain::OperationId;
 use crate::genace::{Genace, RenderStatus, StatusOutcome};
 use crate::machine;
 use crate::metrics;
-use crate::queue::{Stage, WorkQueue};
+use crate::queue::WorkMessage;
+use crate::queue::{Queue, WorkQueue};
 use crate::record::{CaseReason, Fault, OperationRecord, Phase};
-use crate::stage::{StageError, case_opened, write_attempts};
+use crate::stage::{Stage, StageError, case_opened, write_attempts};
 use crate::store::{CommitError, OperationStore, commit};
 
 /// What one poll message led to.
@@ -33,11 +35,12 @@ pub enum Polled {
     },
 }
 
-pub struct Poller<S, Q, G> {
+pub struct Poller<S, Q, G, C = SystemClock> {
     pub store: S,
     pub queue: Q,
     pub genace: G,
     pub config: Config,
+    pub clock: C,
 }
 
 /// Slack added to the sweep deadline beyond the next scheduled poll.
@@ -50,14 +53,18 @@ pub fn next_poll_delay(accepted_at: Option<DateTime<Utc>>, now: DateTime<Utc>, m
     ((age / 10) as u32).clamp(MIN_POLL_DELAY_SECONDS, max.max(MIN_POLL_DELAY_SECONDS))
 }
 
-impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
-    pub async fn handle_message(&self, body: &str) -> Result<Polled, StageError> {
-        let msg = crate::stage::work_message(body)?;
-        self.poll(&msg.operation_id).await
-    }
+impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Stage for Poller<S, Q, G, C> {
+    type Message = WorkMessage;
+    type Outcome = Polled;
 
+    async fn handle(&self, message: WorkMessage) -> Result<Polled, StageError> {
+        self.poll(&message.operation_id).await
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
     pub async fn poll(&self, id: &OperationId) -> Result<Polled, StageError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let Some(rec) = self.store.get(id, now).await? else {
             return Ok(Polled::Missing);
         };
@@ -142,7 +149,7 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
                 }
                 match snap.status {
                     RenderStatus::Running => {
-                        self.queue.enqueue(Stage::Poll, id, delay).await?;
+                        self.queue.enqueue(Queue::Poll, id, delay).await?;
                         Ok(Polled::Running {
                             next_poll_seconds: delay,
                         })
@@ -152,7 +159,7 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
                             // Outputs missing: nothing to deliver, a person decides.
                             case_opened(&written);
                         } else {
-                            self.queue.enqueue(Stage::Deliver, id, 0).await?;
+                            self.queue.enqueue(Queue::Deliver, id, 0).await?;
                         }
                         Ok(Polled::Rendered)
                     }
@@ -185,7 +192,7 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
                         Err(CommitError::Store(e)) => return Err(e.into()),
                     }
                 }
-                self.queue.enqueue(Stage::Poll, id, delay).await?;
+                self.queue.enqueue(Queue::Poll, id, delay).await?;
                 Ok(Polled::BackedOff {
                     next_poll_seconds: delay,
                 })
@@ -200,7 +207,7 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace> Poller<S, Q, G> {
         evidence: &str,
         keep_due: bool,
     ) -> Result<Polled, StageError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let written = match commit(&self.store, rec, write_attempts(), |r| {
             machine::open_case(r, reason, evidence, keep_due, now)
         })

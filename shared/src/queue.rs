@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::QueueUrls;
 use crate::domain::OperationId;
 
+/// Which work queue a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub enum Queue {
     Dispatch,
     Poll,
     Deliver,
@@ -18,9 +19,9 @@ pub enum Stage {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("enqueue to {stage:?} failed: {detail}")]
+#[error("enqueue to {queue:?} failed: {detail}")]
 pub struct QueueError {
-    pub stage: Stage,
+    pub queue: Queue,
     pub detail: String,
 }
 
@@ -49,7 +50,7 @@ pub trait WorkQueue: Send + Sync {
     /// Sends one work message, visible after `delay_seconds` (at most 900).
     fn enqueue(
         &self,
-        stage: Stage,
+        queue: Queue,
         id: &OperationId,
         delay_seconds: u32,
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
@@ -66,12 +67,12 @@ impl SqsQueue {
         Self { client, urls }
     }
 
-    fn url(&self, stage: Stage) -> &str {
-        match stage {
-            Stage::Dispatch => &self.urls.dispatch,
-            Stage::Poll => &self.urls.poll,
-            Stage::Deliver => &self.urls.deliver,
-            Stage::Recovery => &self.urls.recovery,
+    fn url(&self, queue: Queue) -> &str {
+        match queue {
+            Queue::Dispatch => &self.urls.dispatch,
+            Queue::Poll => &self.urls.poll,
+            Queue::Deliver => &self.urls.deliver,
+            Queue::Recovery => &self.urls.recovery,
         }
     }
 }
@@ -80,35 +81,35 @@ impl SqsQueue {
 pub const MAX_DELAY_SECONDS: u32 = 900;
 
 impl SqsQueue {
-    async fn send(&self, stage: Stage, body: String, delay_seconds: u32) -> Result<(), QueueError> {
+    async fn send(&self, queue: Queue, body: String, delay_seconds: u32) -> Result<(), QueueError> {
         self.client
             .send_message()
-            .queue_url(self.url(stage))
+            .queue_url(self.url(queue))
             .message_body(body)
             .delay_seconds(delay_seconds.min(MAX_DELAY_SECONDS) as i32)
             .send()
             .await
             .map(|_| ())
             .map_err(|e| QueueError {
-                stage,
+                queue,
                 detail: aws_sdk_sqs::error::DisplayErrorContext(e).to_string(),
             })
     }
 }
 
 impl WorkQueue for SqsQueue {
-    async fn enqueue(&self, stage: Stage, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
+    async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
         let body = serde_json::to_string(&WorkMessage {
             operation_id: id.clone(),
         })
         .expect("a work message always serializes");
-        self.send(stage, body, delay_seconds).await
+        self.send(queue, body, delay_seconds).await
     }
 }
 
 impl RecoveryChannel for SqsQueue {
     async fn send_recovery(&self, message: &crate::recovery::RecoveryMessage) -> Result<(), QueueError> {
         let body = serde_json::to_string(message).expect("a recovery message always serializes");
-        self.send(Stage::Recovery, body, 0).await
+        self.send(Queue::Recovery, body, 0).await
     }
 }

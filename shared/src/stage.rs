@@ -1,5 +1,6 @@
-//! What the SQS-driven stages share: the error that leaves a message on its
-//! queue, and Lambda's partial batch response.
+//! What the SQS-driven stages share: the [`Stage`] shape (a typed message
+//! and one `handle`), the error that leaves a message on its queue, and the
+//! one runner that turns an SQS batch into Lambda's partial batch response.
 
 use std::future::Future;
 
@@ -33,13 +34,28 @@ pub fn write_attempts() -> u32 {
     4
 }
 
-/// Runs `handle` on every message body of a batch, one after another, and
+/// A queue-driven stage: dispatch, poll, deliver and recovery.
+pub trait Stage: Send + Sync {
+    /// The message body, parsed; a body that does not parse is malformed.
+    type Message: serde::de::DeserializeOwned + Send;
+    /// What the stage made of one message (for tests and logs).
+    type Outcome: std::fmt::Debug + Send;
+
+    fn handle(&self, message: Self::Message) -> impl Future<Output = Result<Self::Outcome, StageError>> + Send;
+}
+
+/// Parses one message body for `S` and hands it to the stage.
+pub async fn handle_body<S: Stage>(stage: &S, body: &str) -> Result<S::Outcome, StageError> {
+    let message = serde_json::from_str(body).map_err(|e| StageError::Malformed(e.to_string()))?;
+    // Boxed: stage futures are deep, and inlining them into a caller's
+    // future (the Lambda runtime's) exceeds the compiler's layout limits.
+    let handled: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> = Box::pin(stage.handle(message));
+    handled.await
+}
+
+/// Runs the stage on every message of a batch, one after another, and
 /// reports the ones that failed so SQS redelivers only those.
-pub async fn process_batch<F, Fut>(event: SqsEvent, handle: F) -> SqsBatchResponse
-where
-    F: Fn(String) -> Fut,
-    Fut: Future<Output = Result<(), StageError>>,
-{
+pub async fn process_batch<S: Stage>(event: SqsEvent, stage: &S) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
     for record in event.records {
         let id = record.message_id.clone().unwrap_or_default();
@@ -48,7 +64,7 @@ where
             response.add_failure(id);
             continue;
         };
-        if let Err(e) = handle(body).await {
+        if let Err(e) = handle_body(stage, &body).await {
             match e {
                 StageError::Crashed(_) => {
                     warn!(message_id = %id, error = %e, "message left for redelivery")
@@ -81,27 +97,14 @@ pub fn case_opened(rec: &OperationRecord) {
     }
 }
 
-/// Runs an SQS-triggered Lambda: every message body goes to `handle`, and
-/// the failures are reported as batch item failures.
-pub async fn serve_sqs<'a, F, Fut>(handle: F) -> Result<(), lambda_runtime::Error>
-where
-    F: Fn(String) -> Fut + Copy + Send,
-    Fut: Future<Output = Result<(), StageError>> + Send + 'a,
-{
-    // Each message's future is boxed: stage futures are deep, and inlining
-    // them into the runtime's own future exceeds the compiler's layout limits.
-    let boxed = move |body: String| -> std::pin::Pin<Box<dyn Future<Output = Result<(), StageError>> + Send + 'a>> {
-        Box::pin(handle(body))
-    };
+/// Runs an SQS-triggered Lambda: every message goes to the stage, and the
+/// failures are reported as batch item failures.
+pub async fn serve_sqs<S: Stage>(stage: S) -> Result<(), lambda_runtime::Error> {
+    let stage = &stage;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<SqsEvent>| async move {
-            Ok::<SqsBatchResponse, lambda_runtime::Error>(process_batch(event.payload, boxed).await)
+            Ok::<SqsBatchResponse, lambda_runtime::Error>(process_batch(event.payload, stage).await)
         },
     ))
     .await
-}
-
-/// Parses a stage message body.
-pub fn work_message(body: &str) -> Result<crate::queue::WorkMessage, StageError> {
-    crate::queue::WorkMessage::parse(body).map_err(|e| StageError::Malformed(e.to_string()))
 }

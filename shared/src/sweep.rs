@@ -2,18 +2,19 @@
 //! the sweep reads the sparse due-time index and re-enqueues work whose
 //! message was lost or whose handler stopped after a commit.
 
-use chrono::{Duration, Utc};
+use chrono::Duration;
 use tracing::{info, warn};
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::machine;
-use crate::queue::{Stage, WorkQueue};
+use crate::queue::{Queue, WorkQueue};
 use crate::record::{DUE_SHARDS, DeliveryState, Phase};
 use crate::stage::{StageError, case_opened};
 use crate::store::{DueItem, OperationStore, StoreError};
 
 /// Counts of what one sweep did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SweepReport {
     pub examined: usize,
     pub dispatch: usize,
@@ -25,10 +26,11 @@ pub struct SweepReport {
     pub truncated: bool,
 }
 
-pub struct Sweeper<S, Q> {
+pub struct Sweeper<S, Q, C = SystemClock> {
     pub store: S,
     pub queue: Q,
     pub config: Config,
+    pub clock: C,
     /// Items read per page, and pages per shard per run.
     pub page_size: i32,
     pub max_pages: usize,
@@ -38,19 +40,22 @@ pub struct Sweeper<S, Q> {
 /// slow consumer does not receive a copy every minute.
 const RECHECK: i64 = 300;
 
-impl<S: OperationStore, Q: WorkQueue> Sweeper<S, Q> {
-    pub fn new(store: S, queue: Q, config: Config) -> Self {
+impl<S, Q, C> Sweeper<S, Q, C> {
+    pub fn new(store: S, queue: Q, config: Config, clock: C) -> Self {
         Self {
             store,
             queue,
             config,
+            clock,
             page_size: 100,
             max_pages: 10,
         }
     }
+}
 
+impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
     pub async fn run(&self) -> Result<SweepReport, StageError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let mut report = SweepReport::default();
         for shard in 0..DUE_SHARDS {
             let mut cursor = None;
@@ -79,11 +84,11 @@ impl<S: OperationStore, Q: WorkQueue> Sweeper<S, Q> {
     }
 
     async fn handle(&self, item: &DueItem, report: &mut SweepReport) -> Result<(), StageError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let stage = match (item.phase, item.delivery_state) {
-            (Phase::Prepared, _) => Stage::Dispatch,
-            (Phase::Accepted, _) => Stage::Poll,
-            (Phase::Rendered, DeliveryState::NotCollected | DeliveryState::Collecting) => Stage::Deliver,
+            (Phase::Prepared, _) => Queue::Dispatch,
+            (Phase::Accepted, _) => Queue::Poll,
+            (Phase::Rendered, DeliveryState::NotCollected | DeliveryState::Collecting) => Queue::Deliver,
             (Phase::Submitting, _) => {
                 // The interrupted-dispatch rule: uncertain plus a case, never a POST.
                 let Some(rec) = self.store.get(&item.operation_id, now).await? else {
@@ -121,8 +126,8 @@ impl<S: OperationStore, Q: WorkQueue> Sweeper<S, Q> {
         }
         self.queue.enqueue(stage, &item.operation_id, 0).await?;
         match stage {
-            Stage::Dispatch => report.dispatch += 1,
-            Stage::Poll => report.poll += 1,
+            Queue::Dispatch => report.dispatch += 1,
+            Queue::Poll => report.poll += 1,
             _ => report.deliver += 1,
         }
         Ok(())

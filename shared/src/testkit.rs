@@ -69,6 +69,11 @@ impl LocalAws {
         }
     }
 
+    /// The deployed adapters on these resources, configured by `config`.
+    pub fn app(&self, config: Config) -> crate::app::AwsApp<crate::app::NoGenace> {
+        crate::app::AwsApp::from_sdk(&self.sdk, config)
+    }
+
     pub fn store(&self) -> DynamoStore {
         DynamoStore::new(aws::dynamodb(&self.sdk), &self.names.table)
     }
@@ -167,4 +172,30 @@ pub fn intent_record(tenant: &str, key: &str, prompt: &str) -> crate::record::Op
         chrono::Utc::now(),
         chrono::Duration::seconds(60),
     )
+}
+
+/// Runs each contract case (an `async fn(adapter)`) once per adapter: in
+/// module `$a` on the adapter `$make_a` builds, and in module `$b` on the
+/// one `$make_b` builds from a fresh [`LocalAws`] named `$env`.
+#[macro_export]
+macro_rules! contract_tests {
+    ($a:ident => $make_a:expr, $b:ident => |$env:ident| $make_b:expr; $($case:ident),* $(,)?) => {
+        mod $a {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case($make_a).await;
+                }
+            )*
+        }
+        mod $b {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let $env = shared::testkit::LocalAws::fresh().await;
+                    super::$case($make_b).await;
+                }
+            )*
+        }
+    };
 }

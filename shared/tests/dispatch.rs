@@ -4,13 +4,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::{Value, json};
+use shared::clock::SystemClock;
 use shared::dispatch::{Dispatched, Dispatcher, PostResult};
 use shared::domain::{Intent, OperationId, TenantId};
 use shared::genace::{GenaceClient, GenaceConfig};
 use shared::intake::{Intake, Submitted};
 use shared::queue::SqsQueue;
 use shared::record::{CaseReason, OperationRecord, Phase, Settlement};
-use shared::recovery::{self, RecoveryMessage};
+use shared::recovery::RecoveryMessage;
 use shared::stage::StageError;
 use shared::storage::S3Store;
 use shared::store::{DynamoStore, OperationStore};
@@ -45,13 +46,8 @@ async fn rig_with(response: ResponseTemplate, lease_seconds: i64) -> Rig {
     config.policy.dispatch_lease = chrono::Duration::seconds(lease_seconds);
     let mut gconf = GenaceConfig::new(genace.uri(), "key");
     gconf.timeout = Duration::from_secs(1);
-    let dispatcher = Dispatcher {
-        store: env.store(),
-        queue: env.queue(),
-        genace: GenaceClient::new(gconf).unwrap(),
-        config: config.clone(),
-    };
-    let intake = Intake::new(env.store(), env.queue(), env.objects(), config);
+    let app = env.app(config).with_genace(GenaceClient::new(gconf).unwrap());
+    let (dispatcher, intake) = (app.dispatcher(), app.intake());
     Rig {
         env,
         genace,
@@ -410,6 +406,7 @@ async fn a_retried_write_that_already_landed_is_recognised_as_our_own() {
         queue: rig.env.queue(),
         genace: rig.dispatcher.genace.clone(),
         config: rig.dispatcher.config.clone(),
+        clock: SystemClock,
     };
     assert_eq!(
         echoing.dispatch(&id).await.unwrap(),
@@ -556,12 +553,10 @@ async fn an_unsaved_acceptance_goes_to_the_recovery_queue_and_is_applied_from_it
     // A message under another claim is refused; the right one is applied, twice harmlessly.
     let mut forged = msg.clone();
     forged.claim_token = "someone-else".into();
-    let store = rig.env.store();
-    let queue = rig.env.queue();
-    let policy = rig.dispatcher.config.policy;
-    assert!(recovery::apply(&store, &queue, &policy, &forged).await.is_err());
+    let recovery = rig.env.app(rig.dispatcher.config.clone()).recovery();
+    assert!(recovery.apply(&forged).await.is_err());
     for _ in 0..2 {
-        recovery::apply(&store, &queue, &policy, &msg).await.unwrap();
+        recovery.apply(&msg).await.unwrap();
     }
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Accepted);
@@ -582,13 +577,10 @@ async fn a_connection_reset_is_uncertain() {
     });
     let env = LocalAws::fresh().await;
     let config = env.config.clone();
-    let dispatcher = Dispatcher {
-        store: env.store(),
-        queue: env.queue(),
-        genace: GenaceClient::new(GenaceConfig::new(format!("http://{addr}"), "k")).unwrap(),
-        config: config.clone(),
-    };
-    let intake = Intake::new(env.store(), env.queue(), env.objects(), config);
+    let app = env
+        .app(config)
+        .with_genace(GenaceClient::new(GenaceConfig::new(format!("http://{addr}"), "k")).unwrap());
+    let (dispatcher, intake) = (app.dispatcher(), app.intake());
     let intent = Intent::parse(
         &json!({"operation_key": "k", "media_type": "image", "specification": {"model": "m", "prompt": "p"}}),
         None,
@@ -615,11 +607,7 @@ async fn a_batch_reports_only_the_messages_that_must_come_back() {
     let id = rig.intent("k", None).await;
     let fixture = include_str!("fixtures/sqs-event.json").replace("REPLACED", id.as_str());
     let event: aws_lambda_events::event::sqs::SqsEvent = serde_json::from_str(&fixture).unwrap();
-    let dispatcher = &rig.dispatcher;
-    let response = shared::stage::process_batch(event, |body| async move {
-        dispatcher.handle_message(&body).await.map(|_| ())
-    })
-    .await;
+    let response = shared::stage::process_batch(event, &rig.dispatcher).await;
     let failed: Vec<_> = response
         .batch_item_failures
         .iter()

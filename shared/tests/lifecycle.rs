@@ -6,8 +6,9 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use shared::deliver::{DeliverResult, Deliverer, download_client};
-use shared::dispatch::{Dispatched, Dispatcher, PostResult};
+use shared::app::AwsApp;
+use shared::deliver::{DeliverResult, Deliverer};
+use shared::dispatch::{Dispatched, PostResult};
 use shared::domain::{Intent, OperationId, TenantId};
 use shared::genace::{GenaceClient, GenaceConfig};
 use shared::intake::{Intake, Submitted};
@@ -17,7 +18,6 @@ use shared::record::{CaseReason, DeliveryState, OperationRecord, Phase};
 use shared::stage::StageError;
 use shared::storage::S3Store;
 use shared::store::{DynamoStore, OperationStore};
-use shared::sweep::Sweeper;
 use shared::testkit::LocalAws;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -61,32 +61,20 @@ impl Rig {
         GenaceClient::new(conf).unwrap()
     }
 
+    fn app(&self) -> AwsApp {
+        self.env.app(self.config.clone()).with_genace(self.genace_client())
+    }
+
     fn poller(&self) -> Poller<DynamoStore, SqsQueue, GenaceClient> {
-        Poller {
-            store: self.env.store(),
-            queue: self.env.queue(),
-            genace: self.genace_client(),
-            config: self.config.clone(),
-        }
+        self.app().poller()
     }
 
     fn deliverer(&self) -> Deliverer<DynamoStore, SqsQueue, S3Store> {
-        Deliverer {
-            store: self.env.store(),
-            queue: self.env.queue(),
-            objects: self.env.objects(),
-            http: download_client(&self.config.url_policy).unwrap(),
-            config: self.config.clone(),
-        }
+        self.app().deliverer().unwrap()
     }
 
     fn intake(&self) -> Intake<DynamoStore, SqsQueue, S3Store> {
-        Intake::new(
-            self.env.store(),
-            self.env.queue(),
-            self.env.objects(),
-            self.config.clone(),
-        )
+        self.app().intake()
     }
 
     async fn prepared(&self, fault: Option<&str>) -> OperationId {
@@ -110,12 +98,7 @@ impl Rig {
     /// An operation Genace has accepted as `JOB`.
     async fn accepted(&self, fault: Option<&str>) -> OperationId {
         let id = self.prepared(fault).await;
-        let dispatcher = Dispatcher {
-            store: self.env.store(),
-            queue: self.env.queue(),
-            genace: self.genace_client(),
-            config: self.config.clone(),
-        };
+        let dispatcher = self.app().dispatcher();
         assert_eq!(
             dispatcher.dispatch(&id).await.unwrap(),
             Dispatched::Posted(PostResult::Accepted)
@@ -340,12 +323,7 @@ async fn a_job_created_for_another_operation_opens_a_case_on_the_first_poll() {
         )
         .mount(&rig.genace)
         .await;
-    let dispatcher = Dispatcher {
-        store: rig.env.store(),
-        queue: rig.env.queue(),
-        genace: rig.genace_client(),
-        config: rig.config.clone(),
-    };
+    let dispatcher = rig.app().dispatcher();
     dispatcher.dispatch(&id).await.unwrap();
     assert!(matches!(rig.poller().poll(&id).await.unwrap(), Polled::Running { .. }));
 }
@@ -599,8 +577,7 @@ async fn run_deliver_queue(rig: &Rig, id: &OperationId, rounds: usize) -> Vec<De
             .unwrap();
         for m in out.messages.unwrap_or_default() {
             results.push(
-                rig.deliverer()
-                    .handle_message(m.body.as_deref().unwrap())
+                shared::stage::handle_body(&rig.deliverer(), m.body.as_deref().unwrap())
                     .await
                     .unwrap(),
             );
@@ -759,7 +736,7 @@ async fn the_sweep_re_enqueues_due_work_and_interrupts_expired_claims() {
     rig.config.dispatch_grace = chrono::Duration::zero();
     rig.config.policy.observe_grace = chrono::Duration::zero();
     rig.config.policy.dispatch_lease = chrono::Duration::seconds(1);
-    let sweeper = || Sweeper::new(rig.env.store(), rig.env.queue(), rig.config.clone());
+    let sweeper = || rig.app().sweeper();
 
     // A prepared operation whose dispatch message was lost.
     let id = rig.prepared(None).await;
@@ -802,7 +779,7 @@ async fn the_sweep_resumes_observation_and_delivery() {
     let id = rig.accepted(None).await;
     rig.env.drain(&rig.env.queues.poll).await;
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let sweeper = Sweeper::new(rig.env.store(), rig.env.queue(), rig.config.clone());
+    let sweeper = rig.app().sweeper();
     assert_eq!(sweeper.run().await.unwrap().poll, 1, "an accepted job nobody observed");
     assert_eq!(rig.poller().poll(&id).await.unwrap(), Polled::Rendered);
     rig.env.drain(&rig.env.queues.deliver).await;

@@ -232,30 +232,9 @@ async fn the_job_index_finds_the_holder<S: OperationStore>(store: S) {
     assert!(store.holders_of_remote_job("job-unknown").await.unwrap().is_empty());
 }
 
-/// Each contract case, once per store.
-macro_rules! contract {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(shared::memory::MemoryStore::default()).await;
-                }
-            )*
-        }
-        mod dynamodb {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    let env = shared::testkit::LocalAws::fresh().await;
-                    super::$case(env.store()).await;
-                }
-            )*
-        }
-    };
-}
-
-contract!(
+shared::contract_tests!(
+    memory => shared::memory::MemoryStore::default(),
+    dynamodb => |env| env.store();
     a_duplicate_create_returns_the_stored_record,
     a_retried_create_that_landed_is_new,
     expired_records_are_absent_and_replaceable,

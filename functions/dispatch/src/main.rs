@@ -1,23 +1,9 @@
 //! Dispatch Lambda (SQS): claim, POST once to Genace, save the outcome.
 
-use shared::aws;
-use shared::config::Config;
-use shared::dispatch::Dispatcher;
-use shared::genace::{GenaceClient, GenaceConfig};
-use shared::queue::SqsQueue;
-use shared::stage::serve_sqs;
-use shared::store::DynamoStore;
+use shared::app::AwsApp;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     shared::telemetry::init();
-    let config = Config::from_env()?;
-    let sdk = aws::load().await;
-    let dispatcher = &Dispatcher {
-        store: DynamoStore::new(aws::dynamodb(&sdk), &config.table),
-        queue: SqsQueue::new(aws::sqs(&sdk), config.queues.clone()),
-        genace: GenaceClient::new(GenaceConfig::load(&sdk).await?)?,
-        config,
-    };
-    serve_sqs(move |body| async move { dispatcher.handle_message(&body).await.map(|_| ()) }).await
+    shared::stage::serve_sqs(AwsApp::from_env_with_genace().await?.dispatcher()).await
 }

@@ -3,33 +3,15 @@
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
-use shared::aws;
-use shared::config::Config;
-use shared::queue::SqsQueue;
-use shared::store::DynamoStore;
-use shared::sweep::Sweeper;
+use shared::app::AwsApp;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     shared::telemetry::init();
-    let config = Config::from_env()?;
-    let sdk = aws::load().await;
-    let sweeper = Sweeper::new(
-        DynamoStore::new(aws::dynamodb(&sdk), &config.table),
-        SqsQueue::new(aws::sqs(&sdk), config.queues.clone()),
-        config,
-    );
-    let sweeper = &sweeper;
+    let sweeper = &AwsApp::from_env().await?.sweeper();
     run(service_fn(move |_event: LambdaEvent<Value>| async move {
         let report = sweeper.run().await?;
-        Ok::<Value, Error>(serde_json::json!({
-            "examined": report.examined,
-            "dispatch": report.dispatch,
-            "poll": report.poll,
-            "deliver": report.deliver,
-            "interrupted": report.interrupted,
-            "truncated": report.truncated,
-        }))
+        Ok::<Value, Error>(serde_json::to_value(report)?)
     }))
     .await
 }
