@@ -113,18 +113,23 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<(LocalStack, 
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let moto_port = free_port().map_err(|e| e.to_string())?;
     let intake_port = free_port().map_err(|e| e.to_string())?;
-    let mut build = vec!["build", "--quiet", "-p", "genace-local", "--bin", "genace-local"];
+    // `--bin` would apply to every package named, so the functions build apart.
+    let mut builds = vec![vec!["build", "--quiet", "-p", "genace-local", "--bin", "genace-local"]];
     if artifacts {
-        build.extend(FUNCTIONS.iter().flat_map(|f| ["-p", *f]));
+        let mut functions = vec!["build", "--quiet"];
+        functions.extend(FUNCTIONS.iter().flat_map(|f| ["-p", *f]));
+        builds.push(functions);
     }
-    let ok = Command::new("cargo")
-        .args(&build)
-        .current_dir(&root)
-        .status()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !ok.success() {
-        return Err("building genace-local failed".into());
+    for build in builds {
+        let ok = Command::new("cargo")
+            .args(&build)
+            .current_dir(&root)
+            .status()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !ok.success() {
+            return Err(format!("cargo {} failed", build.join(" ")));
+        }
     }
     let ok = Command::new(root.join("scripts/local-aws.sh"))
         .arg("server")

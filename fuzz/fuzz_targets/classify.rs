@@ -3,29 +3,24 @@
 //! `FailedWithJob` only for a 502 whose `error.job_id` is one.
 #![no_main]
 
+use genace_core::domain::RemoteJobId;
+use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_submit, normalize_snapshot};
 use libfuzzer_sys::fuzz_target;
-use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
-use shared::domain::RemoteJobId;
-use shared::genace::{StatusOutcome, SubmitOutcome, classify_status, classify_submit, normalize_snapshot};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 3 {
         return;
     }
     let code = 100 + u16::from_le_bytes([data[0], data[1]]) % 500;
-    let status = StatusCode::from_u16(code).expect("100-599 is a status");
-    let mut headers = HeaderMap::new();
     let rest = &data[3..];
     let split = (data[2] as usize).min(rest.len());
     let (retry, body) = rest.split_at(if data[2] % 2 == 0 { split.min(16) } else { 0 });
-    if let Ok(v) = HeaderValue::from_bytes(retry) {
-        headers.insert(RETRY_AFTER, v);
-    }
+    // A header value is visible ASCII; anything else never reaches the classifier.
+    let retry = std::str::from_utf8(retry).ok().filter(|r| !r.is_empty() && r.bytes().all(|b| (0x20..0x7f).contains(&b)));
     let body = String::from_utf8_lossy(body);
     let parsed: Option<Value> = serde_json::from_str(&body).ok();
-    match classify_submit(status, &headers, &body) {
+    match classify_submit(code, retry, &body, chrono::Utc::now()) {
         SubmitOutcome::Accepted { job, .. } => {
             assert_eq!(code, 202);
             assert!(!job.job_id.is_empty());
@@ -44,10 +39,10 @@ fuzz_target!(|data: &[u8]| {
         SubmitOutcome::RateLimited { .. } => assert_eq!(code, 429),
         SubmitOutcome::Unknown { evidence } => assert!(evidence.len() < 4096),
     }
-    if let StatusOutcome::Snapshot(snap) = classify_status(status, &body) {
+    if let StatusOutcome::Snapshot(snap) = classify_status(code, &body) {
         assert_eq!(code, 200);
         if let Some(outputs) = &snap.outputs {
-            assert!(outputs.len() <= shared::genace::MAX_OUTPUTS);
+            assert!(outputs.len() <= genace_core::remote::MAX_OUTPUTS);
             assert!(outputs.iter().all(|o| !o.url.is_empty()));
         }
         assert!(snap.outputs.is_none() || snap.outputs_unreadable.is_none());

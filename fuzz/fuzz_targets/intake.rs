@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use shared::domain::Intent;
+use genace_core::domain::Intent;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(value) = serde_json::from_slice::<Value>(data) else {

@@ -35,11 +35,11 @@ use aws_lambda_events::event::apigw::{
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_lambda_events::query_map::QueryMap;
 use base64::Engine;
+use genace_stages::config::Config;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use lambda_http::http::{Response, StatusCode};
 use serde_json::{Value, json};
-use shared::config::Config;
 use tokio::process::{Child, Command};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
@@ -339,7 +339,7 @@ pub fn apigw_event(
     authorizer.jwt = Some(jwt);
     let mut ctx = ApiGatewayV2httpRequestContext::default();
     ctx.route_key = Some(route.key());
-    ctx.account_id = Some(shared::config::LOCAL_ACCOUNT.into());
+    ctx.account_id = Some(genace_stages::config::LOCAL_ACCOUNT.into());
     ctx.stage = Some("$default".into());
     ctx.request_id = Some(uuid::Uuid::new_v4().to_string());
     ctx.authorizer = Some(authorizer);
@@ -512,7 +512,7 @@ pub async fn start(
         }
     });
 
-    let sqs = shared::aws::sqs_receiver(sdk);
+    let sqs = genace_aws::clients::sqs_receiver(sdk);
     for (name, function) in &functions {
         for source in template.sqs_sources(name) {
             let url = locals
@@ -557,7 +557,7 @@ pub async fn start(
                     "id": uuid::Uuid::new_v4().to_string(),
                     "source": "aws.scheduler",
                     "detail-type": "Scheduled Event",
-                    "account": shared::config::LOCAL_ACCOUNT,
+                    "account": genace_stages::config::LOCAL_ACCOUNT,
                     "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                     "region": std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
                     "resources": [],
@@ -571,7 +571,7 @@ pub async fn start(
         });
     }
     if runner.phase_log {
-        tasks.spawn(phase_log(shared::aws::dynamodb(sdk), config.table.clone()));
+        tasks.spawn(phase_log(genace_aws::clients::dynamodb(sdk), config.table.clone()));
     }
     Ok(Running { tasks })
 }

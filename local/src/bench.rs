@@ -20,15 +20,21 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use genace_aws::DynamoStore;
+use genace_aws::clients as aws;
+use genace_aws::provision;
+use genace_core::domain::Intent;
+use genace_core::domain::OperationId;
+use genace_core::domain::TenantId;
+use genace_core::machine;
+use genace_core::record::DeliveryState;
+use genace_core::record::OperationRecord;
+use genace_http::GenaceConfig;
+use genace_stages::config::Config;
+use genace_stages::config::ResourceNames;
+use genace_stages::deliver::DeliverResult;
+use genace_stages::store::OperationStore;
 use serde_json::{Value, json};
-use shared::app::AwsApp;
-use shared::config::{Config, ResourceNames};
-use shared::deliver::DeliverResult;
-use shared::domain::{Intent, OperationId, TenantId};
-use shared::genace::GenaceConfig;
-use shared::record::{DeliveryState, OperationRecord};
-use shared::store::{DynamoStore, OperationStore};
-use shared::{aws, machine, provision};
 
 use crate::{devauth, meter, runner, serve, sim};
 
@@ -231,7 +237,7 @@ impl Stack {
                 std::env::var("AWS_ENDPOINT_URL")
                     .unwrap_or_default()
                     .trim_end_matches('/'),
-                shared::config::LOCAL_ACCOUNT
+                genace_stages::config::LOCAL_ACCOUNT
             );
             let attrs = self
                 .observer_sqs
@@ -647,7 +653,7 @@ async fn pipeline(args: &Args) -> Result<(), String> {
 
 /// Calls the intake handler directly with API Gateway v2 requests.
 async fn in_process_intake(stack: &Stack, m: usize, run_id: &str) -> Result<(Vec<Duration>, Vec<Duration>), String> {
-    let intake = AwsApp::from_sdk(&stack.sdk, stack.config.clone()).intake();
+    let intake = genace_app::from_sdk(&stack.sdk, stack.config.clone()).intake();
     let claims: HashMap<String, String> =
         HashMap::from([("sub".into(), "bench".into()), ("tenant_id".into(), TENANT.into())]);
     let request = |key: &str| {
@@ -665,7 +671,7 @@ async fn in_process_intake(stack: &Stack, m: usize, run_id: &str) -> Result<(Vec
         for i in 0..m {
             let req = request(&format!("inproc-{run_id}-{i}"));
             let started = Instant::now();
-            let resp = shared::api::handle(&intake, req).await;
+            let resp = genace_edge::http::handle(&intake, req).await;
             let took = started.elapsed();
             let expected = if pass == 0 { 202 } else { 200 };
             if resp.status().as_u16() != expected {
@@ -752,8 +758,8 @@ async fn delivery(args: &Args) -> Result<(), String> {
     let id = rendered_operation(&store, &stack.config, "delivery-bench", &url).await?;
     let mut config = stack.config.clone();
     config.max_output_bytes = bytes.max(config.max_output_bytes);
-    let app = AwsApp::from_sdk(&stack.sdk, config.clone());
-    let deliverer = app.deliverer()?;
+    let app = genace_app::from_sdk(&stack.sdk, config.clone()).with_downloads(genace_app::downloads(&config)?);
+    let deliverer = app.deliverer();
     let baseline = peak_rss_kib();
     let reset = reset_peak_rss();
     let started = Instant::now();
@@ -774,7 +780,7 @@ async fn delivery(args: &Args) -> Result<(), String> {
 
     // The stage's own pipeline, with a store that discards the bytes.
     let discard_id = rendered_operation(&store, &config, "delivery-bench-discard", &url).await?;
-    let discarding = app.with_objects(DiscardStore::default()).deliverer()?;
+    let discarding = app.with_objects(DiscardStore::default()).deliverer();
     let started = Instant::now();
     let discarded = discarding.deliver(&discard_id).await.map_err(|e| e.to_string())?;
     let pipeline_only = started.elapsed();
@@ -882,15 +888,21 @@ struct DiscardStore {
     sizes: std::sync::Arc<std::sync::Mutex<HashMap<String, u64>>>,
 }
 
-impl shared::storage::ObjectStore for DiscardStore {
-    async fn put(&self, key: &str, _: &str, data: Vec<u8>, _: &str) -> Result<(), shared::storage::StorageError> {
+impl genace_stages::objects::ObjectStore for DiscardStore {
+    async fn put(
+        &self,
+        key: &str,
+        _: &str,
+        data: Vec<u8>,
+        _: &str,
+    ) -> Result<(), genace_stages::objects::StorageError> {
         self.sizes
             .lock()
             .expect("sizes")
             .insert(key.to_owned(), data.len() as u64);
         Ok(())
     }
-    async fn begin(&self, key: &str, _: &str) -> Result<String, shared::storage::StorageError> {
+    async fn begin(&self, key: &str, _: &str) -> Result<String, genace_stages::objects::StorageError> {
         self.sizes.lock().expect("sizes").insert(key.to_owned(), 0);
         Ok("discard".into())
     }
@@ -900,9 +912,9 @@ impl shared::storage::ObjectStore for DiscardStore {
         _: &str,
         number: i32,
         data: Vec<u8>,
-    ) -> Result<shared::storage::PartReceipt, shared::storage::StorageError> {
+    ) -> Result<genace_stages::objects::PartReceipt, genace_stages::objects::StorageError> {
         *self.sizes.lock().expect("sizes").entry(key.to_owned()).or_default() += data.len() as u64;
-        Ok(shared::storage::PartReceipt {
+        Ok(genace_stages::objects::PartReceipt {
             number,
             etag: String::new(),
             sha256: String::new(),
@@ -912,26 +924,29 @@ impl shared::storage::ObjectStore for DiscardStore {
         &self,
         _: &str,
         _: &str,
-        _: &[shared::storage::PartReceipt],
-    ) -> Result<(), shared::storage::StorageError> {
+        _: &[genace_stages::objects::PartReceipt],
+    ) -> Result<(), genace_stages::objects::StorageError> {
         Ok(())
     }
-    async fn abort(&self, _: &str, _: &str) -> Result<(), shared::storage::StorageError> {
+    async fn abort(&self, _: &str, _: &str) -> Result<(), genace_stages::objects::StorageError> {
         Ok(())
     }
-    async fn head(&self, key: &str) -> Result<Option<shared::storage::ObjectHead>, shared::storage::StorageError> {
+    async fn head(
+        &self,
+        key: &str,
+    ) -> Result<Option<genace_stages::objects::ObjectHead>, genace_stages::objects::StorageError> {
         Ok(self
             .sizes
             .lock()
             .expect("sizes")
             .get(key)
-            .map(|b| shared::storage::ObjectHead {
+            .map(|b| genace_stages::objects::ObjectHead {
                 bytes: *b,
                 content_type: None,
                 checksum_sha256: None,
             }))
     }
-    async fn presign_get(&self, key: &str, _: Duration) -> Result<String, shared::storage::StorageError> {
+    async fn presign_get(&self, key: &str, _: Duration) -> Result<String, genace_stages::objects::StorageError> {
         Ok(key.to_owned())
     }
 }
@@ -954,8 +969,9 @@ async fn rendered_operation(store: &DynamoStore, config: &Config, key: &str, url
         held_credits: None,
     };
     let accepted = machine::accept(&claimed, "t", &job, now, &policy).map_err(|e| e.to_string())?;
-    let snap = shared::genace::normalize_snapshot(&json!({"id": job.job_id, "state": "completed", "outputs": [url]}))
-        .ok_or("snapshot")?;
+    let snap =
+        genace_core::remote::normalize_snapshot(&json!({"id": job.job_id, "state": "completed", "outputs": [url]}))
+            .ok_or("snapshot")?;
     let rendered = machine::observe(&accepted, &snap, now, now, &policy).map_err(|e| e.to_string())?;
     for (a, b) in [(&rec, &claimed), (&claimed, &accepted), (&accepted, &rendered)] {
         store.apply(a, b).await.map_err(|e| e.to_string())?;

@@ -13,17 +13,17 @@
 
 use std::process::ExitCode;
 
+use genace_aws::clients as aws;
+use genace_aws::provision;
 use genace_local::{artifacts, devauth, runner};
-use shared::aws;
-use shared::config::{Config, ResourceNames};
-use shared::genace::GenaceConfig;
-use shared::provision;
+use genace_stages::config::Config;
+use genace_stages::config::ResourceNames;
 
 const USAGE: &str = "usage: genace-local provision | run [--artifacts [Param=Value ...]] | token <tenant> [--ttl SECONDS] | token --operator <name> [--tenant T] | env <FunctionLogicalId> [PARAM=VALUE ...]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    shared::telemetry::init();
+    genace_stages::telemetry::init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("provision") => provision_local().await.map(|_| ()),
@@ -66,7 +66,7 @@ async fn run(args: &[String]) -> Result<(), String> {
     let addr = settings.intake_addr;
     let running = match artifacts {
         Some(a) => artifacts::start(&sdk, config, settings, a).await?,
-        None => runner::start(&sdk, config, GenaceConfig::load(&sdk).await?, settings).await?,
+        None => runner::start(&sdk, config, genace_app::genace_config(&sdk).await?, settings).await?,
     };
     tracing::info!(%addr, "local stack running");
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -86,7 +86,7 @@ fn function_env(args: &[String]) -> Result<(), String> {
     let function = args.first().ok_or(USAGE)?;
     let endpoint = std::env::var("AWS_ENDPOINT_URL").map_err(|_| "AWS_ENDPOINT_URL must be set")?;
     let names = ResourceNames::with_prefix("");
-    let urls = shared::config::QueueUrls::local(&endpoint, &names);
+    let urls = genace_stages::config::QueueUrls::local(&endpoint, &names);
     let mut locals = genace_local::template::Locals::default();
     for (id, value) in [
         ("OperationsTable", names.table.clone()),

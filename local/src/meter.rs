@@ -1,6 +1,6 @@
 //! Counts what the local stack does, for the benchmark: every AWS request by
 //! service and operation (an SDK interceptor on every client, installed with
-//! `shared::aws::meter_with`), and every handler invocation by stage with
+//! `genace_aws::clients::meter_with`), and every handler invocation by stage with
 //! its duration. Off unless the benchmark turns it on.
 
 use std::collections::BTreeMap;
@@ -30,7 +30,7 @@ pub fn global() -> Arc<Meter> {
 pub fn enable() -> Arc<Meter> {
     let meter = global();
     meter.on.store(true, Ordering::SeqCst);
-    shared::aws::meter_with(SharedInterceptor::new(Counting(meter.clone())));
+    genace_aws::clients::meter_with(SharedInterceptor::new(Counting(meter.clone())));
     meter
 }
 

@@ -11,11 +11,12 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
-use shared::app::AwsApp;
-use shared::aws;
-use shared::config::Config;
-use shared::genace::{GenaceClient, GenaceConfig};
-use shared::stage::{Stage, process_batch};
+use genace_aws::clients as aws;
+use genace_edge::sqs::process_batch;
+use genace_http::GenaceClient;
+use genace_http::GenaceConfig;
+use genace_stages::config::Config;
+use genace_stages::stage::Stage;
 use tokio::task::JoinSet;
 
 /// Lambda event-source settings of the local consumers.
@@ -82,7 +83,9 @@ pub async fn start(
     genace: GenaceConfig,
     settings: RunnerSettings,
 ) -> Result<Running, String> {
-    let app = AwsApp::from_sdk(sdk, config.clone()).with_genace(GenaceClient::new(genace).map_err(|e| e.to_string())?);
+    let app = genace_app::from_sdk(sdk, config.clone())
+        .with_genace(GenaceClient::new(genace).map_err(|e| e.to_string())?)
+        .with_downloads(genace_app::downloads(&config)?);
     let mut tasks = JoinSet::new();
 
     let listener = tokio::net::TcpListener::bind(settings.intake_addr)
@@ -98,7 +101,7 @@ pub async fn start(
     let consumer = Consumer::in_process(aws::sqs_receiver(sdk), &settings);
     consumer.spawn(&mut tasks, &config.queues.dispatch, app.dispatcher());
     consumer.spawn(&mut tasks, &config.queues.poll, app.poller());
-    consumer.spawn(&mut tasks, &config.queues.deliver, app.deliverer()?);
+    consumer.spawn(&mut tasks, &config.queues.deliver, app.deliverer());
     consumer.spawn(&mut tasks, &config.queues.recovery, app.recovery());
     let sweeper = Arc::new(app.sweeper());
     spawn_timer(&mut tasks, settings.sweep_every, move || {
@@ -147,7 +150,7 @@ impl Consumer {
     }
 
     /// Consumes `url` into a stage in this process, one message after
-    /// another within a batch (what `shared::stage::serve_sqs` does in the Lambda).
+    /// another within a batch (what `genace_edge::sqs::serve_sqs` does in the Lambda).
     fn spawn<S: Stage + 'static>(&self, tasks: &mut JoinSet<()>, url: &str, stage: S) {
         let stage = Arc::new(stage);
         self.spawn_batches(tasks, url, move |event| {
@@ -207,7 +210,7 @@ impl Consumer {
     {
         let name = url.rsplit('/').next().unwrap_or_default();
         let region = std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into());
-        let arn = format!("arn:aws:sqs:{region}:{}:{name}", shared::config::LOCAL_ACCOUNT);
+        let arn = format!("arn:aws:sqs:{region}:{}:{name}", genace_stages::config::LOCAL_ACCOUNT);
         loop {
             let mut messages = self.receive(&url, self.batch_size, 2).await;
             if messages.is_empty() {

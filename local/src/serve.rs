@@ -9,6 +9,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use genace_aws::DynamoStore;
+use genace_aws::S3Store;
+use genace_aws::SqsQueue;
+use genace_edge::http as api;
+use genace_edge::http::Problem;
+use genace_stages::intake::Intake;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
@@ -20,11 +26,6 @@ use lambda_http::aws_lambda_events::apigw::{
 use lambda_http::http::{Response, StatusCode};
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, RequestExt};
-use shared::api::{self, Problem};
-use shared::intake::Intake;
-use shared::queue::SqsQueue;
-use shared::storage::S3Store;
-use shared::store::DynamoStore;
 use tokio::net::TcpListener;
 
 use crate::devauth;
@@ -100,7 +101,7 @@ pub fn to_hyper(resp: Response<Body>) -> Response<Full<Bytes>> {
 pub fn apigw_v2(
     parts: lambda_http::http::request::Parts,
     body: Vec<u8>,
-    claims: std::collections::HashMap<String, String>,
+    claims: HashMap<String, String>,
 ) -> lambda_http::Request {
     let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
     jwt.claims = claims;
@@ -111,12 +112,21 @@ pub fn apigw_v2(
     ctx.stage = Some("$default".into());
     ctx.http.method = parts.method.clone();
     ctx.http.path = Some(parts.uri.path().to_owned());
+    // API Gateway hands the decoded query parameters apart from the URI.
+    let mut query: HashMap<String, Vec<String>> = HashMap::new();
+    if let Ok(url) = reqwest::Url::parse(&format!("http://local/?{}", parts.uri.query().unwrap_or_default())) {
+        for (k, v) in url.query_pairs() {
+            query.entry(k.into_owned()).or_default().push(v.into_owned());
+        }
+    }
     let body = if body.is_empty() {
         Body::Empty
     } else {
         Body::Binary(body)
     };
-    lambda_http::http::Request::from_parts(parts, body).with_request_context(RequestContext::ApiGatewayV2(ctx))
+    lambda_http::http::Request::from_parts(parts, body)
+        .with_request_context(RequestContext::ApiGatewayV2(ctx))
+        .with_query_string_parameters(query)
 }
 
 /// Reads one HTTP request's body and hands the request to the gateway.

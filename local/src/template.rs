@@ -236,7 +236,7 @@ impl Template {
         }
         match name {
             "AWS::Region" => return Ok(std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into())),
-            "AWS::AccountId" => return Ok(shared::config::LOCAL_ACCOUNT.into()),
+            "AWS::AccountId" => return Ok(genace_stages::config::LOCAL_ACCOUNT.into()),
             "AWS::NoValue" => return Ok(String::new()),
             _ => {}
         }
@@ -291,7 +291,7 @@ impl Template {
                         };
                         Ok(format!(
                             "arn:aws:local:us-east-1:{}:{target}",
-                            shared::config::LOCAL_ACCOUNT
+                            genace_stages::config::LOCAL_ACCOUNT
                         ))
                     }
                     "!Sub" => {

@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use genace_aws::testkit::LocalAws;
+use genace_http::GenaceConfig;
 use genace_local::{devauth, runner};
 use serde_json::{Value, json};
-use shared::genace::GenaceConfig;
-use shared::testkit::LocalAws;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

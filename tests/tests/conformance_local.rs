@@ -8,9 +8,9 @@ use std::time::Duration;
 use conformance::api::Api;
 use conformance::genace::GenaceDouble;
 use conformance::{Context, run_scenarios, summary};
+use genace_aws::testkit::LocalAws;
+use genace_http::GenaceConfig;
 use genace_local::{devauth, runner};
-use shared::genace::GenaceConfig;
-use shared::testkit::LocalAws;
 
 fn free_addr() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -1,9 +1,7 @@
 //! Deliver Lambda (SQS): stream rendered outputs into S3 and verify them.
 
-use shared::app::AwsApp;
-
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::telemetry::init();
-    shared::stage::serve_sqs(AwsApp::from_env().await?.deliverer()?).await
+    genace_stages::telemetry::init();
+    genace_edge::sqs::serve_sqs(genace_app::from_env_with_downloads().await?.deliverer()).await
 }

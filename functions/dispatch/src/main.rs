@@ -1,9 +1,7 @@
 //! Dispatch Lambda (SQS): claim, POST once to Genace, save the outcome.
 
-use shared::app::AwsApp;
-
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::telemetry::init();
-    shared::stage::serve_sqs(AwsApp::from_env_with_genace().await?.dispatcher()).await
+    genace_stages::telemetry::init();
+    genace_edge::sqs::serve_sqs(genace_app::from_env_with_genace().await?.dispatcher()).await
 }

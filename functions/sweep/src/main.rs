@@ -3,12 +3,11 @@
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
-use shared::app::AwsApp;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    shared::telemetry::init();
-    let sweeper = &AwsApp::from_env().await?.sweeper();
+    genace_stages::telemetry::init();
+    let sweeper = &genace_app::from_env().await?.sweeper();
     run(service_fn(move |_event: LambdaEvent<Value>| async move {
         let report = sweeper.run().await?;
         Ok::<Value, Error>(serde_json::to_value(report)?)

@@ -1,0 +1,113 @@
+//! The composition root of Genace operations: the deployed adapters, each
+//! built once from the environment, in an [`App`](genace_stages::app::App).
+//! The six Lambda mains and the local runner start here:
+//!
+//! ```no_run
+//! # async fn main_of_dispatch() -> Result<(), String> {
+//! let dispatcher = genace_app::from_env_with_genace().await?.dispatcher();
+//! # Ok(()) }
+//! ```
+//!
+//! Depends on every library crate of the workspace except the edge; nothing
+//! depends on it but the functions, the local stack and tests.
+
+use aws_config::SdkConfig;
+use genace_aws::{DynamoStore, S3Store, SqsQueue};
+use genace_http::{GenaceClient, GenaceConfig, HttpDownloads};
+use genace_stages::app::{App, Unused};
+use genace_stages::clock::SystemClock;
+use genace_stages::config::Config;
+use serde_json::Value;
+
+/// The deployed adapters: DynamoDB, SQS, S3, the Genace HTTP client, the
+/// guarded download client and the system clock. A function builds only the
+/// clients it uses: `G` and `D` are [`Unused`] elsewhere, so neither a
+/// Genace key nor a TLS client is loaded where no call needs them.
+pub type AwsApp<G = GenaceClient, D = HttpDownloads> = App<DynamoStore, SqsQueue, S3Store, G, D, SystemClock>;
+
+/// The AWS adapters for `config`, on clients made from `sdk`.
+pub fn from_sdk(sdk: &SdkConfig, config: Config) -> AwsApp<Unused, Unused> {
+    App {
+        store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
+        queue: SqsQueue::new(genace_aws::clients::sqs(sdk), config.queues.clone()),
+        objects: S3Store::new(genace_aws::clients::s3(sdk), &config.bucket),
+        genace: Unused,
+        downloads: Unused,
+        clock: SystemClock,
+        config,
+    }
+}
+
+/// What a function without Genace needs: the configuration from the
+/// environment and the AWS clients.
+pub async fn from_env() -> Result<AwsApp<Unused, Unused>, String> {
+    let config = Config::from_env().map_err(|e| e.to_string())?;
+    Ok(from_sdk(&genace_aws::clients::load().await, config))
+}
+
+/// [`from_env`] with the guarded download client: what deliver needs.
+pub async fn from_env_with_downloads() -> Result<AwsApp<Unused>, String> {
+    let app = from_env().await?;
+    let downloads = downloads(&app.config)?;
+    Ok(app.with_downloads(downloads))
+}
+
+/// The download client behind the output URL guard of `config`.
+pub fn downloads(config: &Config) -> Result<HttpDownloads, String> {
+    HttpDownloads::new(&config.url_policy).map_err(|e| format!("building the download client: {e}"))
+}
+
+/// The same, plus the Genace client; its key is read once, from Secrets
+/// Manager when `GENACE_API_KEY_SECRET_ARN` is set.
+pub async fn from_env_with_genace() -> Result<AwsApp<GenaceClient, Unused>, String> {
+    let config = Config::from_env().map_err(|e| e.to_string())?;
+    let sdk = genace_aws::clients::load().await;
+    let genace = GenaceClient::new(genace_config(&sdk).await?).map_err(|e| e.to_string())?;
+    Ok(from_sdk(&sdk, config).with_genace(genace))
+}
+
+/// [`GenaceConfig::from_env`], with the API key read from Secrets Manager
+/// when `GENACE_API_KEY_SECRET_ARN` is set (the deployed way: the key is
+/// never a plain-text parameter). The secret is the key itself, or JSON
+/// with an `api_key` member.
+pub async fn genace_config(sdk: &SdkConfig) -> Result<GenaceConfig, String> {
+    let mut conf = GenaceConfig::from_env()?;
+    if let Some(arn) = std::env::var("GENACE_API_KEY_SECRET_ARN")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        let secret = aws_sdk_secretsmanager::Client::new(sdk)
+            .get_secret_value()
+            .secret_id(&arn)
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "reading the Genace API key secret: {}",
+                    aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+                )
+            })?
+            .secret_string
+            .ok_or("the Genace API key secret has no string value")?;
+        conf.api_key = api_key_from_secret(&secret);
+    }
+    Ok(conf)
+}
+
+fn api_key_from_secret(secret: &str) -> String {
+    serde_json::from_str::<Value>(secret)
+        .ok()
+        .and_then(|v| v.get("api_key").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| secret.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_may_be_the_key_or_json() {
+        assert_eq!(api_key_from_secret("sk-live-123\n"), "sk-live-123");
+        assert_eq!(api_key_from_secret(r#"{"api_key":"sk-json"}"#), "sk-json");
+    }
+}

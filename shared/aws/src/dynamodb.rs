@@ -1,0 +1,406 @@
+//! The operation table in DynamoDB: the [`OperationStore`] port as
+//! conditional writes. A create is a put conditional on absence (or an
+//! expired record); a change is an `UpdateItem` of the attributes that
+//! changed, conditional on the version read, returning the current item when
+//! the condition fails.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use chrono::{DateTime, Utc};
+use genace_core::domain::{OperationId, TenantId};
+use genace_core::record::OperationRecord;
+use genace_stages::metrics;
+use genace_stages::store::{
+    Applied, CasePage, Created, DueCursor, DueItem, DuePage, OperationStore, StoreError, case_sort_key,
+    case_tenant_prefix,
+};
+
+type Item = HashMap<String, AttributeValue>;
+
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+fn service_error<E, R>(e: SdkError<E, R>) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    StoreError::Service(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+}
+
+/// Partition of the sparse open-case index; cases are rare, so one suffices.
+pub const CASE_PK: &str = "CASE";
+
+fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
+    let mut item: Item = serde_dynamo::to_item(rec).map_err(|e| StoreError::Decode(e.to_string()))?;
+    // An open case puts the operation in the case index, sorted by tenant and age.
+    if let Some(case) = &rec.case {
+        item.insert("case_pk".into(), AttributeValue::S(CASE_PK.into()));
+        item.insert(
+            "case_sk".into(),
+            AttributeValue::S(case_sort_key(rec.tenant_id.as_str(), case.opened_at, &rec.operation_id)),
+        );
+    }
+    Ok(item)
+}
+
+fn from_item(mut item: Item) -> Result<OperationRecord, StoreError> {
+    item.remove("case_pk");
+    item.remove("case_sk");
+    serde_dynamo::from_item(item).map_err(|e| StoreError::Decode(e.to_string()))
+}
+
+fn conflict(item: Option<&Item>) -> StoreError {
+    match item.cloned().map(from_item) {
+        Some(Ok(rec)) => StoreError::Conflict(Some(Box::new(rec))),
+        Some(Err(e)) => e,
+        None => StoreError::Conflict(None),
+    }
+}
+
+/// An `UpdateItem` that turns `prev` into `next`: SET what changed or
+/// appeared, REMOVE what disappeared. Attribute names go through
+/// placeholders, so reserved words need no special care.
+#[derive(Debug, Default, PartialEq)]
+pub struct UpdatePlan {
+    pub expression: String,
+    pub names: HashMap<String, String>,
+    pub values: Item,
+}
+
+pub fn plan_update(prev: &Item, next: &Item) -> Option<UpdatePlan> {
+    let mut plan = UpdatePlan::default();
+    let mut sets = Vec::new();
+    let mut removes = Vec::new();
+    let mut keys: Vec<&String> = next.keys().chain(prev.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for (i, key) in keys.into_iter().enumerate() {
+        if key == "pk" {
+            continue;
+        }
+        let name = format!("#a{i}");
+        match (prev.get(key), next.get(key)) {
+            (old, Some(new)) if old != Some(new) => {
+                let value = format!(":a{i}");
+                sets.push(format!("{name} = {value}"));
+                plan.values.insert(value, new.clone());
+            }
+            (Some(_), None) => removes.push(name.clone()),
+            _ => continue,
+        }
+        plan.names.insert(name, key.clone());
+    }
+    if sets.is_empty() && removes.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if !sets.is_empty() {
+        parts.push(format!("SET {}", sets.join(", ")));
+    }
+    if !removes.is_empty() {
+        parts.push(format!("REMOVE {}", removes.join(", ")));
+    }
+    plan.expression = parts.join(" ");
+    Some(plan)
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    fn key(id: &OperationId) -> Item {
+        HashMap::from([("pk".to_owned(), AttributeValue::S(OperationRecord::pk_for(id)))])
+    }
+}
+
+impl OperationStore for DynamoStore {
+    async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(rec)?))
+            // An item whose TTL has passed counts as absent, even before DynamoDB deletes it.
+            .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
+            .expression_attribute_values(":now", AttributeValue::N(now.timestamp().to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => {
+                metrics::count("PhaseEntered", &[("Phase", rec.phase.as_str())]);
+                Ok(Created::New)
+            }
+            Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
+                PutItemError::ConditionalCheckFailedException(e) => match conflict(e.item()) {
+                    // A retried put whose first attempt landed finds exactly
+                    // our record (its creation time is ours): it is new.
+                    StoreError::Conflict(Some(existing)) if *existing == *rec => Ok(Created::New),
+                    StoreError::Conflict(Some(existing)) => Ok(Created::Existing(existing)),
+                    other => Err(other),
+                },
+                other => Err(StoreError::Service(
+                    aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
+                )),
+            },
+            Err(e) => Err(service_error(e)),
+        }
+    }
+
+    async fn get(&self, id: &OperationId, now: DateTime<Utc>) -> Result<Option<OperationRecord>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(service_error)?;
+        match out.item {
+            None => Ok(None),
+            Some(item) => {
+                let rec = from_item(item)?;
+                Ok((!rec.is_expired(now)).then_some(rec))
+            }
+        }
+    }
+
+    async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
+        let Some(plan) = plan_update(&to_item(prev)?, &to_item(next)?) else {
+            return Ok(Applied::Unchanged);
+        };
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(&prev.operation_id)))
+            .update_expression(plan.expression)
+            .set_expression_attribute_names(Some(
+                plan.names
+                    .into_iter()
+                    .chain([("#guard_version".to_owned(), "version".to_owned())])
+                    .collect(),
+            ))
+            .set_expression_attribute_values(Some(
+                plan.values
+                    .into_iter()
+                    .chain([(":guard_version".to_owned(), AttributeValue::N(prev.version.to_string()))])
+                    .collect(),
+            ))
+            .condition_expression("#guard_version = :guard_version")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => {
+                phase_metrics(prev, next);
+                Ok(Applied::Written)
+            }
+            Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
+                UpdateItemError::ConditionalCheckFailedException(e) => Err(conflict(e.item())),
+                other => Err(StoreError::Service(
+                    aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
+                )),
+            },
+            Err(e) => Err(service_error(e)),
+        }
+    }
+
+    async fn due_page(
+        &self,
+        shard: u32,
+        before_ms: i64,
+        limit: i32,
+        cursor: Option<DueCursor>,
+    ) -> Result<DuePage, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::provision::DUE_INDEX)
+            .key_condition_expression("due_pk = :shard AND due_at <= :before")
+            .expression_attribute_values(":shard", AttributeValue::S(format!("DUE#{shard}")))
+            .expression_attribute_values(":before", AttributeValue::N(before_ms.to_string()))
+            .limit(limit)
+            .set_exclusive_start_key(cursor.map(|c| decode_cursor(&c.0)).transpose()?)
+            .send()
+            .await
+            .map_err(service_error)?;
+        let items = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| serde_dynamo::from_item(i).map_err(|e| StoreError::Decode(e.to_string())))
+            .collect::<Result<Vec<DueItem>, _>>()?;
+        Ok(DuePage {
+            items,
+            next: out
+                .last_evaluated_key
+                .filter(|k| !k.is_empty())
+                .as_ref()
+                .and_then(encode_cursor)
+                .map(DueCursor),
+        })
+    }
+
+    async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::provision::JOB_INDEX)
+            .key_condition_expression("remote_job_id = :job")
+            .expression_attribute_values(":job", AttributeValue::S(job_id.to_owned()))
+            .limit(10)
+            .send()
+            .await
+            .map_err(service_error)?;
+        out.items
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|item| item.get("pk")?.as_s().ok()?.strip_prefix("OP#").map(str::to_owned))
+            .map(|id| OperationId::parse(&id).map_err(|e| StoreError::Decode(e.to_string())))
+            .collect()
+    }
+
+    async fn open_cases(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        let mut query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::provision::CASE_INDEX)
+            .expression_attribute_values(":pk", AttributeValue::S(CASE_PK.into()))
+            .limit(limit);
+        query = match tenant {
+            Some(t) => query
+                .key_condition_expression("case_pk = :pk AND begins_with(case_sk, :tenant)")
+                .expression_attribute_values(":tenant", AttributeValue::S(case_tenant_prefix(t.as_str()))),
+            None => query.key_condition_expression("case_pk = :pk"),
+        };
+        if let Some(c) = cursor {
+            query = query.set_exclusive_start_key(Some(decode_cursor(c)?));
+        }
+        let out = query.send().await.map_err(service_error)?;
+        let records = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(from_item)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CasePage {
+            records,
+            next: out
+                .last_evaluated_key
+                .filter(|k| !k.is_empty())
+                .as_ref()
+                .and_then(encode_cursor),
+        })
+    }
+}
+
+/// Counts entries into phases and delivery outcomes, for the dashboard.
+fn phase_metrics(prev: &OperationRecord, next: &OperationRecord) {
+    use genace_core::record::DeliveryState;
+    if prev.phase != next.phase {
+        metrics::count("PhaseEntered", &[("Phase", next.phase.as_str())]);
+    }
+    if prev.delivery_state != next.delivery_state {
+        let state = match next.delivery_state {
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::DeliveryFailed => "delivery_failed",
+            DeliveryState::Collecting => "collecting",
+            DeliveryState::NotCollected => "not_collected",
+        };
+        metrics::count("PhaseEntered", &[("Phase", state)]);
+    }
+}
+
+/// A key of the table or an index as an opaque page cursor: its string and
+/// number attributes, as JSON, base64url.
+fn encode_cursor(key: &Item) -> Option<String> {
+    use base64::Engine;
+    let plain: HashMap<&String, (&str, &String)> = key
+        .iter()
+        .filter_map(|(k, v)| match v {
+            AttributeValue::S(s) => Some((k, ("S", s))),
+            AttributeValue::N(n) => Some((k, ("N", n))),
+            _ => None,
+        })
+        .collect();
+    let json = serde_json::to_vec(&plain).ok()?;
+    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json))
+}
+
+fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .map_err(|_| StoreError::Cursor)?;
+    let plain: HashMap<String, (String, String)> = serde_json::from_slice(&raw).map_err(|_| StoreError::Cursor)?;
+    plain
+        .into_iter()
+        .map(|(k, (kind, v))| match kind.as_str() {
+            "S" => Ok((k, AttributeValue::S(v))),
+            "N" => Ok((k, AttributeValue::N(v))),
+            _ => Err(StoreError::Cursor),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> AttributeValue {
+        AttributeValue::S(v.into())
+    }
+
+    #[test]
+    fn plan_sets_changes_and_removes_disappearances() {
+        let prev: Item = [
+            ("pk", s("OP#1")),
+            ("phase", s("prepared")),
+            ("due_at", s("1")),
+            ("same", s("x")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let next: Item = [
+            ("pk", s("OP#1")),
+            ("phase", s("submitting")),
+            ("claim", s("c")),
+            ("same", s("x")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let plan = plan_update(&prev, &next).unwrap();
+        let named: HashMap<&str, &str> = plan.names.iter().map(|(k, v)| (v.as_str(), k.as_str())).collect();
+        assert!(!named.contains_key("pk") && !named.contains_key("same"));
+        assert!(plan.expression.contains(&format!("{} = ", named["phase"])));
+        assert!(plan.expression.contains(&format!("{} = ", named["claim"])));
+        assert!(plan.expression.ends_with(&format!("REMOVE {}", named["due_at"])));
+        assert_eq!(plan.values.len(), 2);
+        assert_eq!(plan_update(&prev, &prev), None);
+    }
+}

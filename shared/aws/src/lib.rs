@@ -1,0 +1,24 @@
+//! Genace operations on AWS: the adapters behind the stages' ports.
+//!
+//! - [`dynamodb`]: the operation table (`OperationStore`), every change a
+//!   conditional write.
+//! - [`sqs`]: the work queues and the recovery channel.
+//! - [`s3`]: the output bucket (`ObjectStore`).
+//! - [`clients`]: SDK configuration, timeouts and retries.
+//! - [`provision`]: creating the table, queues and bucket (local runs, tests).
+//! - `testkit` (feature): a fresh set of resources on the local endpoint.
+//!
+//! Depends on `genace-core` and `genace-stages`; must not import the Genace
+//! HTTP adapter, the edge or Lambda crates.
+
+pub mod clients;
+pub mod dynamodb;
+pub mod provision;
+pub mod s3;
+pub mod sqs;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use dynamodb::DynamoStore;
+pub use s3::S3Store;
+pub use sqs::SqsQueue;

@@ -1,0 +1,219 @@
+//! Creates the stack's AWS resources on a local endpoint. Every step is
+//! idempotent: running it again against existing resources changes nothing.
+//! Deployed stacks get the same resources from the SAM template.
+
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TimeToLiveSpecification,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+
+use genace_stages::config::{QueueUrls, ResourceNames};
+
+/// Name of the sparse due-time index the sweep reads.
+pub const DUE_INDEX: &str = "due-index";
+/// Name of the sparse index of open reconciliation cases.
+pub const CASE_INDEX: &str = "case-index";
+/// Name of the sparse index from a saved remote job id to its operation.
+pub const JOB_INDEX: &str = "job-index";
+/// Receives before a message moves to its dead-letter queue.
+pub const MAX_RECEIVE_COUNT: u32 = 5;
+/// Receives before a recovery message moves to its DLQ: with the 60 s
+/// visibility of the local queues, about 17 hours of a failing table (the
+/// deployed queue: 1000 x 180 s). Its messages are job ids; they wait.
+pub const RECOVERY_MAX_RECEIVE_COUNT: u32 = 1000;
+
+#[derive(Debug, thiserror::Error)]
+#[error("provisioning {resource} failed: {detail}")]
+pub struct ProvisionError {
+    pub resource: String,
+    pub detail: String,
+}
+
+fn fail(resource: &str, e: impl std::fmt::Display) -> ProvisionError {
+    ProvisionError {
+        resource: resource.to_owned(),
+        detail: e.to_string(),
+    }
+}
+
+/// Creates the table, the four queues with their DLQs, and the bucket on the
+/// endpoint of `sdk`. Returns the queue URLs.
+pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> Result<QueueUrls, ProvisionError> {
+    ensure_table(&crate::clients::dynamodb(sdk), &names.table).await?;
+    ensure_bucket(&crate::clients::s3(sdk), &names.bucket).await?;
+    let sqs = crate::clients::sqs(sdk);
+    let mut urls = Vec::new();
+    for q in names.queues() {
+        let receives = if q == names.recovery_queue {
+            RECOVERY_MAX_RECEIVE_COUNT
+        } else {
+            MAX_RECEIVE_COUNT
+        };
+        urls.push(ensure_queue(&sqs, q, receives).await?);
+    }
+    let [dispatch, poll, deliver, recovery]: [String; 4] = urls.try_into().expect("four queues were created");
+    Ok(QueueUrls {
+        dispatch,
+        poll,
+        deliver,
+        recovery,
+    })
+}
+
+fn key(name: &str, kind: KeyType) -> KeySchemaElement {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(kind)
+        .build()
+        .expect("key schema fields are set")
+}
+
+fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(kind)
+        .build()
+        .expect("attribute fields are set")
+}
+
+pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ProvisionError> {
+    let index = GlobalSecondaryIndex::builder()
+        .index_name(DUE_INDEX)
+        .key_schema(key("due_pk", KeyType::Hash))
+        .key_schema(key("due_at", KeyType::Range))
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::Include)
+                .non_key_attributes("operation_id")
+                .non_key_attributes("phase")
+                .non_key_attributes("delivery_state")
+                .build(),
+        )
+        .build()
+        .map_err(|e| fail(table, e))?;
+    let cases = GlobalSecondaryIndex::builder()
+        .index_name(CASE_INDEX)
+        .key_schema(key("case_pk", KeyType::Hash))
+        .key_schema(key("case_sk", KeyType::Range))
+        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .build()
+        .map_err(|e| fail(table, e))?;
+    let jobs = GlobalSecondaryIndex::builder()
+        .index_name(JOB_INDEX)
+        .key_schema(key("remote_job_id", KeyType::Hash))
+        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+        .build()
+        .map_err(|e| fail(table, e))?;
+    let created = client
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(key("pk", KeyType::Hash))
+        .attribute_definitions(attr("pk", ScalarAttributeType::S))
+        .attribute_definitions(attr("due_pk", ScalarAttributeType::S))
+        .attribute_definitions(attr("due_at", ScalarAttributeType::N))
+        .attribute_definitions(attr("case_pk", ScalarAttributeType::S))
+        .attribute_definitions(attr("case_sk", ScalarAttributeType::S))
+        .attribute_definitions(attr("remote_job_id", ScalarAttributeType::S))
+        .global_secondary_indexes(index)
+        .global_secondary_indexes(cases)
+        .global_secondary_indexes(jobs)
+        .send()
+        .await;
+    if let Err(e) = created {
+        let exists = e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception());
+        if !exists {
+            return Err(fail(table, DisplayErrorContext(e)));
+        }
+    }
+    let ttl_on = client
+        .describe_time_to_live()
+        .table_name(table)
+        .send()
+        .await
+        .map_err(|e| fail(table, DisplayErrorContext(e)))?
+        .time_to_live_description
+        .and_then(|d| d.time_to_live_status)
+        .is_some_and(|s| s.as_str() == "ENABLED");
+    if !ttl_on {
+        client
+            .update_time_to_live()
+            .table_name(table)
+            .time_to_live_specification(
+                TimeToLiveSpecification::builder()
+                    .attribute_name("expires_at")
+                    .enabled(true)
+                    .build()
+                    .map_err(|e| fail(table, e))?,
+            )
+            .send()
+            .await
+            .map_err(|e| fail(table, DisplayErrorContext(e)))?;
+    }
+    Ok(())
+}
+
+pub async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str) -> Result<(), ProvisionError> {
+    match client.create_bucket().bucket(bucket).send().await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists()) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(fail(bucket, DisplayErrorContext(e))),
+    }
+}
+
+/// Creates `<name>-dlq` and `<name>` with a redrive policy to it.
+pub async fn ensure_queue(
+    client: &aws_sdk_sqs::Client,
+    name: &str,
+    max_receive_count: u32,
+) -> Result<String, ProvisionError> {
+    let dlq_name = format!("{name}-dlq");
+    let dlq_url = client
+        .create_queue()
+        .queue_name(&dlq_name)
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "1209600")
+        .send()
+        .await
+        .map_err(|e| fail(&dlq_name, DisplayErrorContext(e)))?
+        .queue_url
+        .ok_or_else(|| fail(&dlq_name, "no queue URL returned"))?;
+    let dlq_arn = client
+        .get_queue_attributes()
+        .queue_url(&dlq_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| fail(&dlq_name, DisplayErrorContext(e)))?
+        .attributes
+        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+        .ok_or_else(|| fail(&dlq_name, "no queue ARN returned"))?;
+    let url = client
+        .create_queue()
+        .queue_name(name)
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "1209600")
+        .send()
+        .await
+        .map_err(|e| fail(name, DisplayErrorContext(e)))?
+        .queue_url
+        .ok_or_else(|| fail(name, "no queue URL returned"))?;
+    let redrive = serde_json::json!({
+        "deadLetterTargetArn": dlq_arn,
+        "maxReceiveCount": max_receive_count,
+    });
+    client
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
+        .attributes(QueueAttributeName::VisibilityTimeout, "60")
+        .send()
+        .await
+        .map_err(|e| fail(name, DisplayErrorContext(e)))?;
+    Ok(url)
+}

@@ -1,0 +1,157 @@
+//! The output bucket in S3: the [`ObjectStore`] port with S3's own SHA-256
+//! checksums, multipart uploads and presigned reads.
+
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart};
+use genace_stages::objects::{ObjectHead, ObjectStore, PartReceipt, StorageError, attachment_disposition, b64_sha256};
+
+fn err(e: impl std::error::Error) -> StorageError {
+    StorageError(aws_sdk_s3::error::DisplayErrorContext(e).to_string())
+}
+
+#[derive(Debug, Clone)]
+pub struct S3Store {
+    client: Client,
+    bucket: String,
+}
+
+impl S3Store {
+    pub fn new(client: Client, bucket: impl Into<String>) -> Self {
+        Self {
+            client,
+            bucket: bucket.into(),
+        }
+    }
+}
+
+impl ObjectStore for S3Store {
+    async fn put(&self, key: &str, content_type: &str, data: Vec<u8>, sha256: &str) -> Result<(), StorageError> {
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .checksum_sha256(sha256)
+            .body(ByteStream::from(data))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(err)
+    }
+
+    async fn begin(&self, key: &str, content_type: &str) -> Result<String, StorageError> {
+        let out = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .send()
+            .await
+            .map_err(err)?;
+        out.upload_id
+            .ok_or_else(|| StorageError("no upload id returned".into()))
+    }
+
+    async fn put_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        data: Vec<u8>,
+    ) -> Result<PartReceipt, StorageError> {
+        let sha256 = b64_sha256(&data);
+        let out = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(number)
+            .checksum_sha256(&sha256)
+            .body(ByteStream::from(data))
+            .send()
+            .await
+            .map_err(err)?;
+        Ok(PartReceipt {
+            number,
+            etag: out.e_tag.unwrap_or_default(),
+            sha256,
+        })
+    }
+
+    async fn complete(&self, key: &str, upload_id: &str, parts: &[PartReceipt]) -> Result<(), StorageError> {
+        let parts = parts
+            .iter()
+            .map(|p| {
+                CompletedPart::builder()
+                    .part_number(p.number)
+                    .e_tag(&p.etag)
+                    .checksum_sha256(&p.sha256)
+                    .build()
+            })
+            .collect();
+        self.client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(err)
+    }
+
+    async fn abort(&self, key: &str, upload_id: &str) -> Result<(), StorageError> {
+        self.client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(err)
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<ObjectHead>, StorageError> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some(ObjectHead {
+                bytes: out.content_length.unwrap_or(0).max(0) as u64,
+                content_type: out.content_type,
+                checksum_sha256: out.checksum_sha256,
+            })),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(None),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    async fn presign_get(&self, key: &str, expiry: Duration) -> Result<String, StorageError> {
+        let conf = PresigningConfig::expires_in(expiry).map_err(|e| StorageError(e.to_string()))?;
+        let req = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            // A browser saves the output rather than rendering it in our origin.
+            .response_content_disposition(attachment_disposition(key))
+            .presigned(conf)
+            .await
+            .map_err(err)?;
+        Ok(req.uri().to_owned())
+    }
+}

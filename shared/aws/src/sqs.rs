@@ -1,0 +1,63 @@
+//! The work queues in SQS: one queue per stage, and the restricted
+//! recovery queue.
+
+use aws_sdk_sqs::Client;
+use genace_core::domain::OperationId;
+use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
+use genace_stages::config::QueueUrls;
+use genace_stages::queue::{MAX_DELAY_SECONDS, QueueError, RecoveryChannel, WorkQueue};
+
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: Client,
+    urls: QueueUrls,
+}
+
+impl SqsQueue {
+    pub fn new(client: Client, urls: QueueUrls) -> Self {
+        Self { client, urls }
+    }
+
+    fn url(&self, queue: Queue) -> &str {
+        match queue {
+            Queue::Dispatch => &self.urls.dispatch,
+            Queue::Poll => &self.urls.poll,
+            Queue::Deliver => &self.urls.deliver,
+            Queue::Recovery => &self.urls.recovery,
+        }
+    }
+}
+
+impl SqsQueue {
+    async fn send(&self, queue: Queue, body: String, delay_seconds: u32) -> Result<(), QueueError> {
+        self.client
+            .send_message()
+            .queue_url(self.url(queue))
+            .message_body(body)
+            .delay_seconds(delay_seconds.min(MAX_DELAY_SECONDS) as i32)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| QueueError {
+                queue,
+                detail: aws_sdk_sqs::error::DisplayErrorContext(e).to_string(),
+            })
+    }
+}
+
+impl WorkQueue for SqsQueue {
+    async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
+        let body = serde_json::to_string(&WorkMessage {
+            operation_id: id.clone(),
+        })
+        .expect("a work message always serializes");
+        self.send(queue, body, delay_seconds).await
+    }
+}
+
+impl RecoveryChannel for SqsQueue {
+    async fn send_recovery(&self, message: &RecoveryMessage) -> Result<(), QueueError> {
+        let body = serde_json::to_string(message).expect("a recovery message always serializes");
+        self.send(Queue::Recovery, body, 0).await
+    }
+}

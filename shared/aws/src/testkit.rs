@@ -1,0 +1,196 @@
+//! Helpers for tests that run against the local AWS endpoint (moto over
+//! HTTP). Each call to [`LocalAws::fresh`] provisions its own uniquely named
+//! table, queues and bucket, so tests never share state.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+
+use crate::provision;
+use crate::{DynamoStore, S3Store, SqsQueue, clients as aws};
+use genace_stages::config::{Config, QueueUrls, ResourceNames};
+
+pub struct LocalAws {
+    pub sdk: SdkConfig,
+    pub names: ResourceNames,
+    pub queues: QueueUrls,
+    pub config: Config,
+}
+
+/// Counts the DynamoDB requests a client sends (one per attempt).
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter(Arc<AtomicUsize>);
+
+impl RequestCounter {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl LocalAws {
+    /// Provisions a fresh set of resources. Panics with instructions when the
+    /// local endpoint is not configured: run the tests through `scripts/test.sh`.
+    pub async fn fresh() -> Self {
+        assert!(
+            std::env::var("AWS_ENDPOINT_URL").is_ok(),
+            "AWS_ENDPOINT_URL is not set: run the tests with scripts/test.sh, which starts the local AWS endpoint"
+        );
+        let sdk = aws::load().await;
+        let prefix = format!("t{}-", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let names = ResourceNames::with_prefix(&prefix);
+        let queues = provision::ensure_all(&sdk, &names)
+            .await
+            .expect("provisioning the local stack");
+        let config = Config::for_resources(&names, queues.clone());
+        Self {
+            sdk,
+            names,
+            queues,
+            config,
+        }
+    }
+
+    pub fn store(&self) -> DynamoStore {
+        DynamoStore::new(aws::dynamodb(&self.sdk), &self.names.table)
+    }
+
+    /// A store whose client counts its requests.
+    pub fn counted_store(&self) -> (DynamoStore, RequestCounter) {
+        let counter = RequestCounter::default();
+        let conf = aws_sdk_dynamodb::config::Builder::from(&self.sdk)
+            .interceptor(counter.clone())
+            .build();
+        (
+            DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &self.names.table),
+            counter,
+        )
+    }
+
+    /// An object store whose client counts its requests.
+    pub fn counted_objects(&self) -> (S3Store, RequestCounter) {
+        let counter = RequestCounter::default();
+        let conf = aws_sdk_s3::config::Builder::from(&self.sdk)
+            .force_path_style(true)
+            .interceptor(counter.clone())
+            .build();
+        (
+            S3Store::new(aws_sdk_s3::Client::from_conf(conf), &self.names.bucket),
+            counter,
+        )
+    }
+
+    pub fn objects(&self) -> S3Store {
+        S3Store::new(aws::s3(&self.sdk), &self.names.bucket)
+    }
+
+    pub fn queue(&self) -> SqsQueue {
+        SqsQueue::new(aws::sqs(&self.sdk), self.queues.clone())
+    }
+
+    /// Receives (and deletes) every message currently visible on a queue.
+    pub async fn drain(&self, url: &str) -> Vec<String> {
+        let sqs = aws::sqs(&self.sdk);
+        let mut bodies = Vec::new();
+        loop {
+            let out = sqs
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(0)
+                .send()
+                .await
+                .expect("receive from the local queue");
+            let messages = out.messages.unwrap_or_default();
+            if messages.is_empty() {
+                return bodies;
+            }
+            for m in messages {
+                if let Some(handle) = &m.receipt_handle {
+                    sqs.delete_message()
+                        .queue_url(url)
+                        .receipt_handle(handle)
+                        .send()
+                        .await
+                        .expect("delete from the local queue");
+                }
+                bodies.extend(m.body);
+            }
+        }
+    }
+
+    /// Every item in the table, raw, for assertions on what was written.
+    pub async fn scan(&self) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+        aws::dynamodb(&self.sdk)
+            .scan()
+            .table_name(&self.names.table)
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("scan the local table")
+            .items
+            .unwrap_or_default()
+    }
+}
+
+/// A new intent's record for `tenant`, with operation key `key` and a
+/// one-field specification of `prompt`.
+pub fn intent_record(tenant: &str, key: &str, prompt: &str) -> genace_core::record::OperationRecord {
+    let intent = genace_core::domain::Intent::parse(
+        &serde_json::json!({"operation_key": key, "media_type": "video",
+                "specification": {"model": "m", "prompt": prompt}}),
+        None,
+    )
+    .expect("a valid intent");
+    genace_core::record::OperationRecord::new_intent(
+        &genace_core::domain::TenantId::parse(tenant).expect("a valid tenant"),
+        &intent,
+        None,
+        chrono::Utc::now(),
+        chrono::Duration::seconds(60),
+    )
+}
+
+/// Runs each contract case (an `async fn(adapter)`) once per adapter: in
+/// module `$a` on the adapter `$make_a` builds, and in module `$b` on the
+/// one `$make_b` builds from a fresh [`LocalAws`] named `$env`.
+#[macro_export]
+macro_rules! contract_tests {
+    ($a:ident => $make_a:expr, $b:ident => |$env:ident| $make_b:expr; $($case:ident),* $(,)?) => {
+        mod $a {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case($make_a).await;
+                }
+            )*
+        }
+        mod $b {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let $env = genace_aws::testkit::LocalAws::fresh().await;
+                    super::$case($make_b).await;
+                }
+            )*
+        }
+    };
+}

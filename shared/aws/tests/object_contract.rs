@@ -1,0 +1,98 @@
+//! One contract for every `ObjectStore`: each assertion runs against the
+//! in-memory bucket and the S3 store on the local endpoint (moto over HTTP,
+//! through the real SDK).
+
+use genace_stages::objects::ObjectStore;
+use genace_stages::objects::b64_sha256;
+use genace_stages::objects::composite_sha256;
+
+/// What deliver relies on: a checksum the store returns never contradicts
+/// ours. S3 returns the whole-object SHA-256 of a put and `<b64>-<parts>`
+/// for a multipart object; moto returns none for a put and the composite
+/// digest without its `-<parts>` suffix, which deliver does not compare.
+fn consistent(stored: Option<&str>, expected: &str) -> bool {
+    match stored {
+        None => true,
+        Some(s) => s == expected || expected.split('-').next() == Some(s) && expected.contains('-'),
+    }
+}
+
+async fn a_whole_put_is_read_back_with_its_checksum<O: ObjectStore>(objects: O) {
+    let data = b"one small output".to_vec();
+    let sha = b64_sha256(&data);
+    assert_eq!(objects.head("outputs/a/0.mp4").await.unwrap(), None);
+    objects
+        .put("outputs/a/0.mp4", "video/mp4", data.clone(), &sha)
+        .await
+        .unwrap();
+    let head = objects.head("outputs/a/0.mp4").await.unwrap().unwrap();
+    assert_eq!(head.bytes, data.len() as u64);
+    assert_eq!(head.content_type.as_deref(), Some("video/mp4"));
+    assert!(consistent(head.checksum_sha256.as_deref(), &sha), "{head:?}");
+    let link = objects
+        .presign_get("outputs/a/0.mp4", std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(link.contains("outputs/a/0.mp4"), "{link}");
+}
+
+async fn a_multipart_upload_is_one_object_with_the_composite_checksum<O: ObjectStore>(objects: O) {
+    let key = "outputs/b/0.mp4";
+    let upload = objects.begin(key, "video/mp4").await.unwrap();
+    let first = vec![7u8; 5 * 1024 * 1024];
+    let second = b"tail".to_vec();
+    let parts = vec![
+        objects.put_part(key, &upload, 1, first.clone()).await.unwrap(),
+        objects.put_part(key, &upload, 2, second.clone()).await.unwrap(),
+    ];
+    assert_eq!(parts[0].sha256, b64_sha256(&first));
+    assert_eq!(
+        objects.head(key).await.unwrap(),
+        None,
+        "nothing visible before completion"
+    );
+    objects.complete(key, &upload, &parts).await.unwrap();
+    let head = objects.head(key).await.unwrap().unwrap();
+    assert_eq!(head.bytes, (first.len() + second.len()) as u64);
+    assert!(
+        consistent(head.checksum_sha256.as_deref(), &composite_sha256(&parts)),
+        "{head:?}"
+    );
+    assert!(!consistent(Some("another"), &composite_sha256(&parts)));
+}
+
+async fn an_aborted_upload_leaves_nothing<O: ObjectStore>(objects: O) {
+    let key = "outputs/c/0.png";
+    let upload = objects.begin(key, "image/png").await.unwrap();
+    objects.put_part(key, &upload, 1, vec![1; 1024]).await.unwrap();
+    objects.abort(key, &upload).await.unwrap();
+    assert_eq!(objects.head(key).await.unwrap(), None);
+}
+
+genace_aws::contract_tests!(
+    memory => genace_stages::memory::MemoryObjects::default(),
+    s3 => |env| env.objects();
+    a_whole_put_is_read_back_with_its_checksum,
+    a_multipart_upload_is_one_object_with_the_composite_checksum,
+    an_aborted_upload_leaves_nothing,
+);
+
+#[tokio::test]
+async fn the_memory_bucket_refuses_a_body_that_does_not_match_its_checksum() {
+    let objects = genace_stages::memory::MemoryObjects::default();
+    let sha = b64_sha256(b"body");
+    objects
+        .put("outputs/e/0.mp4", "video/mp4", b"body".to_vec(), &sha)
+        .await
+        .unwrap();
+    let head = objects.head("outputs/e/0.mp4").await.unwrap().unwrap();
+    assert_eq!(head.checksum_sha256.as_deref(), Some(sha.as_str()), "as S3 returns it");
+    let wrong = b64_sha256(b"something else");
+    assert!(
+        objects
+            .put("outputs/d/0.mp4", "video/mp4", b"body".to_vec(), &wrong)
+            .await
+            .is_err()
+    );
+    assert_eq!(objects.head("outputs/d/0.mp4").await.unwrap(), None);
+}

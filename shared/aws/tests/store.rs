@@ -1,0 +1,156 @@
+//! What only the DynamoDB store and provisioning promise (request counts,
+//! the provisioned resources, timeouts), against the local AWS endpoint. The
+//! behaviour every store shares is in `store_contract.rs`.
+
+use chrono::Utc;
+use genace_aws::clients as aws;
+use genace_aws::provision;
+use genace_aws::provision::DUE_INDEX;
+use genace_aws::testkit::LocalAws;
+use genace_core::machine;
+use genace_core::machine::Policy;
+use genace_core::record::OperationRecord;
+use genace_stages::store::Applied;
+use genace_stages::store::Created;
+use genace_stages::store::OperationStore;
+use genace_stages::store::StoreError;
+
+fn record(key: &str, prompt: &str) -> OperationRecord {
+    genace_aws::testkit::intent_record("tenant-a", key, prompt)
+}
+
+#[tokio::test]
+async fn create_then_duplicate_returns_the_stored_record_in_one_request() {
+    let env = LocalAws::fresh().await;
+    let (store, counter) = env.counted_store();
+    let rec = record("k1", "p");
+    assert_eq!(store.create(&rec, Utc::now()).await.unwrap(), Created::New);
+    let before = counter.get();
+    let dup = record("k1", "changed");
+    match store.create(&dup, Utc::now()).await.unwrap() {
+        Created::Existing(existing) => assert_eq!(*existing, rec),
+        other => panic!("expected the existing record, got {other:?}"),
+    }
+    assert_eq!(counter.get() - before, 1, "a duplicate costs exactly one request");
+    assert_eq!(store.get(&rec.operation_id, Utc::now()).await.unwrap(), Some(rec));
+}
+
+#[tokio::test]
+async fn a_transition_that_changes_nothing_sends_no_request() {
+    let env = LocalAws::fresh().await;
+    let (store, counter) = env.counted_store();
+    let rec = record("k3", "p");
+    store.create(&rec, Utc::now()).await.unwrap();
+    let claimed = machine::claim_dispatch(&rec, "tok", Utc::now(), &Policy::default()).unwrap();
+    let before = counter.get();
+    assert_eq!(store.apply(&rec, &claimed).await.unwrap(), Applied::Written);
+    assert_eq!(counter.get() - before, 1, "one conditional UpdateItem");
+    let before = counter.get();
+    assert_eq!(store.apply(&claimed, &claimed).await.unwrap(), Applied::Unchanged);
+    assert_eq!(counter.get(), before, "no write when nothing changed");
+}
+
+#[tokio::test]
+async fn provisioning_creates_the_index_ttl_and_dead_letter_queues_idempotently() {
+    let env = LocalAws::fresh().await;
+    let (ddb, sqs, s3) = (aws::dynamodb(&env.sdk), aws::sqs(&env.sdk), aws::s3(&env.sdk));
+    // Running it again changes nothing and fails nothing.
+    let again = provision::ensure_all(&env.sdk, &env.names).await.unwrap();
+    assert_eq!(again, env.queues);
+
+    let table = ddb
+        .describe_table()
+        .table_name(&env.names.table)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    let gsi = &table.global_secondary_indexes()[0];
+    assert_eq!(gsi.index_name(), Some(DUE_INDEX));
+    let keys: Vec<_> = gsi.key_schema().iter().map(|k| k.attribute_name()).collect();
+    assert_eq!(keys, ["due_pk", "due_at"]);
+    let ttl = ddb
+        .describe_time_to_live()
+        .table_name(&env.names.table)
+        .send()
+        .await
+        .unwrap()
+        .time_to_live_description
+        .unwrap();
+    assert_eq!(ttl.attribute_name(), Some("expires_at"));
+
+    for url in [
+        &env.queues.dispatch,
+        &env.queues.poll,
+        &env.queues.deliver,
+        &env.queues.recovery,
+    ] {
+        let attrs = sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod)
+            .send()
+            .await
+            .unwrap()
+            .attributes
+            .unwrap();
+        let policy: serde_json::Value =
+            serde_json::from_str(&attrs[&aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy]).unwrap();
+        assert!(
+            policy["deadLetterTargetArn"].as_str().unwrap().ends_with("-dlq"),
+            "{url}: {policy}"
+        );
+        // The recovery queue holds job ids: it outlasts a long table outage.
+        let receives = if url == &env.queues.recovery {
+            provision::RECOVERY_MAX_RECEIVE_COUNT
+        } else {
+            provision::MAX_RECEIVE_COUNT
+        };
+        assert_eq!(
+            policy["maxReceiveCount"]
+                .as_u64()
+                .or_else(|| policy["maxReceiveCount"].as_str()?.parse().ok()),
+            Some(receives as u64),
+            "{url}"
+        );
+        assert_eq!(
+            attrs[&aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod],
+            "1209600",
+            "{url}: kept 14 days"
+        );
+    }
+    s3.head_bucket().bucket(&env.names.bucket).send().await.unwrap();
+}
+
+/// A DynamoDB endpoint that accepts connections and never answers: every
+/// request must still end, in an error, within the client's budget.
+#[tokio::test]
+async fn a_hung_table_endpoint_fails_within_the_sdk_budget_instead_of_hanging() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    // The client is configured exactly as `aws::load` configures it, pointed at the hung endpoint.
+    let sdk = aws::load().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .endpoint_url(format!("http://{addr}"))
+        .build();
+    let store = genace_aws::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), "hung");
+    let rec = record("k-hung", "p");
+    let outcome = tokio::time::timeout(
+        aws::SMALL_REQUESTS.operation + std::time::Duration::from_secs(10),
+        store.get(&rec.operation_id, Utc::now()),
+    )
+    .await
+    .expect("the request ended on its own timeout");
+    assert!(
+        matches!(&outcome, Err(StoreError::Service(e)) if e.contains("timed out")),
+        "{outcome:?}"
+    );
+}

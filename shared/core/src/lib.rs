@@ -1,0 +1,19 @@
+//! The core of Genace operations: what an operation is and the rules it
+//! lives by.
+//!
+//! - [`domain`]: parsed inputs (tenant, operation key, specification, remote
+//!   job id, fault directives) and the canonical fingerprint.
+//! - [`record`]: the operation record as stored.
+//! - [`machine`]: the pure lifecycle rules; every record change is decided here.
+//! - [`remote`]: Genace's protocol as data: outcomes of a POST and of a
+//!   status read, and the submission body.
+//! - [`messages`]: what the stages send each other.
+//!
+//! This crate does no I/O. It must not import AWS, HTTP or Lambda crates, nor
+//! any other crate of this workspace: every other crate depends on it.
+
+pub mod domain;
+pub mod machine;
+pub mod messages;
+pub mod record;
+pub mod remote;

@@ -1,0 +1,1561 @@
+//! The lifecycle rules as pure functions.
+//!
+//! Each transition takes the record as last read and returns the next record,
+//! or a [`Refusal`] saying why the rules forbid it. It performs no I/O. The
+//! store writes the difference between the two records as one conditional
+//! `UpdateItem` guarded by the version that was read, so a transition decided
+//! on stale data can never be written.
+
+use chrono::{DateTime, Duration, Utc};
+
+use crate::record::{
+    AuditEntry, CaseReason, Claim, DeliveredObject, DeliveryState, OperationRecord, Phase, ReconciliationCase,
+    RemoteError, Settlement,
+};
+pub use crate::remote::AcceptedJob;
+use crate::remote::{JobSnapshot, RenderStatus};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the operation is {actual}, and {action} needs {expected}", actual = .actual.as_str())]
+    WrongPhase {
+        action: &'static str,
+        actual: Phase,
+        expected: &'static str,
+    },
+    #[error("the claim is held by another dispatcher until {until}")]
+    LeaseLive { until: DateTime<Utc> },
+    #[error("the claim token does not match the one on the record")]
+    NotClaimant,
+    #[error("the operation already holds remote job {existing}")]
+    DifferentRemoteJob { existing: String },
+    #[error("delivery has already ended ({actual:?})")]
+    DeliveryFinished { actual: DeliveryState },
+    /// A 429 or an account hold set a time before which nobody may claim.
+    #[error("dispatch must wait until {until}")]
+    NotYet { until: DateTime<Utc> },
+    /// A reconciliation case is open; only a person moves the operation on.
+    #[error("a {} case is open", .0.as_str())]
+    CaseOpen(CaseReason),
+    /// The record moved on from the version a decision was made on.
+    #[error("the operation is now at version {actual}")]
+    StaleVersion { actual: u64 },
+    /// Every delivery attempt allowed was used; see [`give_up_delivery`].
+    #[error("all {0} delivery attempts were used")]
+    AttemptsExhausted(u32),
+}
+
+/// The phases each transition starts from. Every transition checks its
+/// own entry with [`require_phase`]; the table is public so a test can try
+/// each transition from every phase.
+pub mod from {
+    use crate::record::Phase::{self, *};
+
+    pub const CLAIM_DISPATCH: &[Phase] = &[Prepared];
+    pub const RELEASE_CLAIM: &[Phase] = &[Submitting];
+    pub const HOLD_FOR_ACCOUNT: &[Phase] = &[Submitting];
+    pub const ACCEPT: &[Phase] = &[Submitting, Uncertain];
+    pub const SUBMIT_FAILED: &[Phase] = &[Submitting, Uncertain];
+    pub const REJECT: &[Phase] = &[Submitting];
+    pub const MARK_UNCERTAIN: &[Phase] = &[Submitting];
+    pub const INTERRUPT: &[Phase] = &[Submitting];
+    pub const OBSERVE: &[Phase] = &[Accepted];
+    /// Cases about the remote job (missing, stalled) are opened while it is observed.
+    pub const OPEN_CASE: &[Phase] = &[Accepted];
+    pub const CLAIM_DELIVERY: &[Phase] = &[Rendered];
+    pub const GIVE_UP_DELIVERY: &[Phase] = &[Rendered];
+    pub const DELIVERY_ATTEMPT_FAILED: &[Phase] = &[Rendered];
+    pub const DELIVERY_REFUSED: &[Phase] = &[Rendered];
+    pub const DELIVERED: &[Phase] = &[Rendered];
+    pub const ATTACH_REMOTE_JOB: &[Phase] = &[Uncertain, Accepted];
+    pub const CONFIRM_NOT_CREATED: &[Phase] = &[Uncertain];
+    pub const RELEASE_HOLD: &[Phase] = &[Prepared];
+    pub const MARK_SETTLED: &[Phase] = &[SubmitFailed];
+    pub const REDRIVE_DELIVERY: &[Phase] = &[Rendered];
+    pub const ABANDON: &[Phase] = &[
+        Prepared,
+        Submitting,
+        Accepted,
+        Rendered,
+        RenderFailed,
+        SubmitFailed,
+        Rejected,
+        Uncertain,
+    ];
+}
+
+fn require_phase(rec: &OperationRecord, action: &'static str, allowed: &'static [Phase]) -> Result<(), Refusal> {
+    if allowed.contains(&rec.phase) {
+        return Ok(());
+    }
+    Err(Refusal::WrongPhase {
+        action,
+        actual: rec.phase,
+        expected: phase_list(allowed),
+    })
+}
+
+fn phase_list(phases: &'static [Phase]) -> &'static str {
+    match phases {
+        [Phase::Prepared] => "prepared",
+        [Phase::Submitting] => "submitting",
+        [Phase::Accepted] => "accepted",
+        [Phase::Rendered] => "rendered",
+        [Phase::Uncertain] => "uncertain",
+        [Phase::SubmitFailed] => "submit_failed",
+        [Phase::Submitting, Phase::Uncertain] => "submitting or uncertain",
+        [Phase::Uncertain, Phase::Accepted] => "uncertain, or accepted with its remote job missing",
+        _ => "an unfinished phase",
+    }
+}
+
+/// Timing rules the transitions need. Values come from configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    /// How long a dispatcher may hold a claim. Longer than the Genace client timeout.
+    pub dispatch_lease: Duration,
+    /// After acceptance, when the sweep should check that observation happened.
+    pub observe_grace: Duration,
+    /// How long a finished operation is kept before its TTL removes it.
+    pub retention: Duration,
+    /// How long a delivery claim lasts (the deliver function's timeout and some).
+    pub delivery_lease: Duration,
+    /// Delivery attempts before `delivery_failed` and a case.
+    pub delivery_max_attempts: u32,
+    /// How long an account problem holds an operation before one new try.
+    pub account_hold: Duration,
+    /// 429 answers in a row before the operation is held with a case.
+    pub rate_limit_max: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            dispatch_lease: Duration::seconds(120),
+            observe_grace: Duration::seconds(300),
+            retention: Duration::days(30),
+            delivery_lease: Duration::minutes(16),
+            delivery_max_attempts: 8,
+            account_hold: Duration::minutes(10),
+            rate_limit_max: 10,
+        }
+    }
+}
+
+fn step(rec: &OperationRecord, now: DateTime<Utc>) -> OperationRecord {
+    let mut next = rec.clone();
+    next.version = rec.version + 1;
+    next.updated_at = now;
+    next
+}
+
+/// Opens a case on `next` and takes it off the sweep's schedule: a person
+/// moves it on from here.
+fn hold_with_case(next: &mut OperationRecord, reason: CaseReason, evidence: String, now: DateTime<Utc>) {
+    next.due_at = None;
+    next.case = Some(ReconciliationCase {
+        reason,
+        opened_at: now,
+        evidence,
+    });
+}
+
+fn finish(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
+    next.due_at = None;
+    next.claim = None;
+    next.expires_at = Some((now + policy.retention).timestamp());
+}
+
+fn require_claimant(
+    rec: &OperationRecord,
+    token: &str,
+    action: &'static str,
+    allowed: &'static [Phase],
+) -> Result<(), Refusal> {
+    require_phase(rec, action, allowed)?;
+    match &rec.claim {
+        Some(c) if c.token == token => Ok(()),
+        _ => Err(Refusal::NotClaimant),
+    }
+}
+
+/// `prepared -> submitting`: the only road to a POST. The claim carries a
+/// fresh token and a lease; the sweep treats an expired lease as an
+/// interrupted dispatch.
+pub fn claim_dispatch(
+    rec: &OperationRecord,
+    token: &str,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    if let Some(until) = rec
+        .claim
+        .as_ref()
+        .map(|c| c.lease_expires_at)
+        .filter(|until| rec.phase == Phase::Submitting && *until > now)
+    {
+        return Err(Refusal::LeaseLive { until });
+    }
+    require_phase(rec, "claim", from::CLAIM_DISPATCH)?;
+    if let Some(until) = rec.retry_at.filter(|t| *t > now.timestamp_millis()) {
+        return Err(Refusal::NotYet {
+            until: DateTime::from_timestamp_millis(until).unwrap_or(now),
+        });
+    }
+    // A held operation (account problem) is tried again once its hold ends;
+    // one held for repeated rate limits waits for a person.
+    match rec.case.as_ref().map(|c| c.reason) {
+        None | Some(CaseReason::AccountProblem) => {}
+        Some(other) => return Err(Refusal::CaseOpen(other)),
+    }
+    let mut next = step(rec, now);
+    let lease_expires_at = now + policy.dispatch_lease;
+    next.phase = Phase::Submitting;
+    next.claim = Some(Claim {
+        token: token.to_owned(),
+        lease_expires_at,
+    });
+    next.dispatch_attempts = rec.dispatch_attempts + 1;
+    next.due_at = Some(lease_expires_at.timestamp_millis());
+    Ok(next)
+}
+
+/// `submitting -> prepared` after a 429: Genace said definitively that it did
+/// not process the request, so the claim may be released and retried later.
+/// After `policy.rate_limit_max` answers in a row the operation is held with
+/// a `rate_limited` case instead, so a stuck limit reaches a person.
+pub fn release_claim(
+    rec: &OperationRecord,
+    token: &str,
+    retry_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_claimant(rec, token, "release", from::RELEASE_CLAIM)?;
+    let mut next = step(rec, now);
+    next.phase = Phase::Prepared;
+    next.claim = None;
+    next.rate_limited_count = rec.rate_limited_count + 1;
+    next.last_error = Some(RemoteError {
+        kind: "rate_limited".into(),
+        status: Some(429),
+        detail: format!("Genace asked us to retry after {retry_at}"),
+    });
+    // A 429 means Genace took our credentials: an earlier account hold is over.
+    if rec
+        .case
+        .as_ref()
+        .is_some_and(|c| c.reason == CaseReason::AccountProblem)
+    {
+        next.case = None;
+    }
+    if next.rate_limited_count >= policy.rate_limit_max {
+        next.retry_at = None;
+        let evidence = format!("Genace answered 429 {} times in a row", next.rate_limited_count);
+        hold_with_case(&mut next, CaseReason::RateLimited, evidence, now);
+    } else {
+        next.retry_at = Some(retry_at.timestamp_millis());
+        next.due_at = Some(retry_at.timestamp_millis());
+    }
+    Ok(next)
+}
+
+/// `submitting -> prepared`, held: Genace refused our account (401, 402,
+/// 403, or a 404/405 from a wrong path), which is not the intent's fault.
+/// Nothing was created. An `account_problem` case is opened, and one new try
+/// is allowed after `policy.account_hold` (or sooner, by an operator's
+/// `release_hold`). The operation key stays usable.
+pub fn hold_for_account(
+    rec: &OperationRecord,
+    token: &str,
+    error: RemoteError,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_claimant(rec, token, "hold", from::HOLD_FOR_ACCOUNT)?;
+    let mut next = step(rec, now);
+    let retry_at = (now + policy.account_hold).timestamp_millis();
+    next.phase = Phase::Prepared;
+    next.claim = None;
+    next.case = Some(ReconciliationCase {
+        reason: CaseReason::AccountProblem,
+        opened_at: rec
+            .case
+            .as_ref()
+            .filter(|c| c.reason == CaseReason::AccountProblem)
+            .map_or(now, |c| c.opened_at),
+        evidence: format!("Genace answered HTTP {}: {}", error.status.unwrap_or(0), error.detail),
+    });
+    next.last_error = Some(error);
+    next.retry_at = Some(retry_at);
+    next.due_at = Some(retry_at);
+    Ok(next)
+}
+
+/// `submitting | uncertain -> accepted`, only for the dispatcher (or the
+/// recovery channel) holding the claim token the job was created under.
+/// Applying the same job id again is a no-op, so the write can be retried.
+pub fn accept(
+    rec: &OperationRecord,
+    token: &str,
+    job: &AcceptedJob,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    if let Some(existing) = &rec.remote_job_id {
+        return if *existing == job.job_id && rec.phase != Phase::SubmitFailed {
+            Ok(rec.clone())
+        } else {
+            Err(Refusal::DifferentRemoteJob {
+                existing: existing.clone(),
+            })
+        };
+    }
+    require_claimant(rec, token, "accept", from::ACCEPT)?;
+    let mut next = step(rec, now);
+    next.phase = Phase::Accepted;
+    next.claim = None;
+    next.case = None;
+    next.retry_at = None;
+    next.remote_job_id = Some(job.job_id.clone());
+    next.remote_state = job.state.clone();
+    next.remote_model = job.model.clone();
+    next.remote_created_at = job.created_at.clone();
+    next.held_credits = job.held_credits;
+    next.accepted_at = Some(now);
+    next.due_at = Some((now + policy.observe_grace).timestamp_millis());
+    Ok(next)
+}
+
+/// `submitting | uncertain -> submit_failed`: a 502 that names the failed
+/// remote job, applied by the claimant or later from the recovery channel.
+/// The id is kept for accounting and a settlement case is opened.
+pub fn submit_failed(
+    rec: &OperationRecord,
+    token: &str,
+    job_id: &str,
+    error: RemoteError,
+    now: DateTime<Utc>,
+) -> Result<OperationRecord, Refusal> {
+    require_claimant(rec, token, "record a submission failure", from::SUBMIT_FAILED)?;
+    let mut next = step(rec, now);
+    next.phase = Phase::SubmitFailed;
+    next.claim = None;
+    next.remote_job_id = Some(job_id.to_owned());
+    next.settlement = Some(Settlement::Pending);
+    next.case = Some(ReconciliationCase {
+        reason: CaseReason::SettlementPending,
+        opened_at: now,
+        evidence: error.detail.clone(),
+    });
+    next.last_error = Some(error);
+    next.due_at = None;
+    Ok(next)
+}
+
+/// `submitting -> rejected`: a definitive 4xx. Nothing was created; the client
+/// needs a new operation key to try again.
+pub fn reject(
+    rec: &OperationRecord,
+    token: &str,
+    error: RemoteError,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_claimant(rec, token, "reject", from::REJECT)?;
+    let mut next = step(rec, now);
+    next.phase = Phase::Rejected;
+    next.last_error = Some(error);
+    // A finished operation keeps no case (an earlier account hold is over).
+    next.case = None;
+    next.retry_at = None;
+    finish(&mut next, now, policy);
+    Ok(next)
+}
+
+/// `submitting -> uncertain`: the dispatcher does not know whether Genace
+/// created a job. A case is opened; nothing automatic POSTs again.
+pub fn mark_uncertain(
+    rec: &OperationRecord,
+    token: &str,
+    evidence: &str,
+    now: DateTime<Utc>,
+) -> Result<OperationRecord, Refusal> {
+    require_claimant(rec, token, "mark uncertain", from::MARK_UNCERTAIN)?;
+    Ok(open_uncertain(rec, CaseReason::UnknownSubmitOutcome, evidence, now))
+}
+
+/// `submitting -> uncertain` for a claim whose lease expired: its dispatcher
+/// stopped somewhere between claim and commit and may have POSTed. The claim
+/// token is kept so a late recovery message can still be applied.
+pub fn interrupt(rec: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
+    require_phase(rec, "interrupt", from::INTERRUPT)?;
+    if let Some(c) = rec.claim.as_ref().filter(|c| c.lease_expires_at > now) {
+        return Err(Refusal::LeaseLive {
+            until: c.lease_expires_at,
+        });
+    }
+    Ok(open_uncertain(rec, CaseReason::InterruptedDispatch, evidence, now))
+}
+
+fn open_uncertain(rec: &OperationRecord, reason: CaseReason, evidence: &str, now: DateTime<Utc>) -> OperationRecord {
+    let mut next = step(rec, now);
+    next.phase = Phase::Uncertain;
+    next.due_at = None;
+    next.case = Some(ReconciliationCase {
+        reason,
+        opened_at: now,
+        evidence: evidence.to_owned(),
+    });
+    next
+}
+
+/// Folds one status snapshot of the saved job into an `accepted` operation.
+/// Terminal states are recorded once: a rendered or failed operation refuses
+/// further observations. A non-terminal snapshot, while the sweep's deadline
+/// still covers `next_check`, is not written at all.
+pub fn observe(
+    rec: &OperationRecord,
+    snap: &JobSnapshot,
+    now: DateTime<Utc>,
+    next_check: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_phase(rec, "observe", from::OBSERVE)?;
+    let due = next_check.timestamp_millis();
+    // A non-terminal snapshot is written only when the sweep's deadline must
+    // move past the next check: a job that goes queued -> running -> done
+    // within the deadline costs no write until it ends. The recorded remote
+    // state may lag meanwhile (by at most the deadline).
+    if snap.status == RenderStatus::Running && rec.due_at.is_some_and(|d| d >= due) {
+        return Ok(rec.clone());
+    }
+    let mut next = step(rec, now);
+    next.remote_state = Some(snap.state.clone());
+    next.observed_at = Some(now);
+    match snap.status {
+        RenderStatus::Running => next.due_at = Some(due),
+        RenderStatus::Succeeded => {
+            next.phase = Phase::Rendered;
+            next.outputs = Some(snap.outputs.clone().unwrap_or_default());
+            next.case = None;
+            next.due_at = Some((now + policy.observe_grace).timestamp_millis());
+            let missing = match (&snap.outputs, &snap.outputs_unreadable) {
+                (_, Some(why)) => Some(format!("the outputs could not be read: {why}")),
+                (None, None) => Some("the completed job has no outputs (null)".to_owned()),
+                (Some(list), None) if list.is_empty() => Some("the completed job has an empty outputs list".to_owned()),
+                _ => None,
+            };
+            if let Some(evidence) = missing {
+                // Nothing to deliver: a person decides, delivery never starts.
+                hold_with_case(&mut next, CaseReason::OutputsMissing, evidence, now);
+            }
+        }
+        RenderStatus::Failed => {
+            next.phase = Phase::RenderFailed;
+            next.case = None;
+            next.last_error = Some(RemoteError {
+                kind: "render_failed".into(),
+                status: None,
+                detail: snap
+                    .error
+                    .as_ref()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| format!("Genace reported the job {}", snap.state)),
+            });
+            finish(&mut next, now, policy);
+        }
+    }
+    Ok(next)
+}
+
+/// Opens a reconciliation case on an operation whose remote job needs a
+/// person (missing at Genace, or silent past the deadline). The phase stays.
+/// `keep_due` keeps the operation on the sweep's schedule (polling goes on).
+pub fn open_case(
+    rec: &OperationRecord,
+    reason: CaseReason,
+    evidence: &str,
+    keep_due: bool,
+    now: DateTime<Utc>,
+) -> Result<OperationRecord, Refusal> {
+    require_phase(rec, "open a case", from::OPEN_CASE)?;
+    if rec.case.as_ref().is_some_and(|c| c.reason == reason) {
+        return Ok(rec.clone());
+    }
+    let mut next = step(rec, now);
+    next.case = Some(ReconciliationCase {
+        reason,
+        opened_at: now,
+        evidence: evidence.to_owned(),
+    });
+    if !keep_due {
+        next.due_at = None;
+    }
+    Ok(next)
+}
+
+/// Moves the sweep's next look at an operation, without changing anything else.
+pub fn reschedule(rec: &OperationRecord, due: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+    let mut next = step(rec, now);
+    next.due_at = Some(due.timestamp_millis());
+    next
+}
+
+/// `rendered` with delivery pending -> `collecting` under a delivery claim.
+pub fn claim_delivery(
+    rec: &OperationRecord,
+    token: &str,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_phase(rec, "deliver", from::CLAIM_DELIVERY)?;
+    if matches!(
+        rec.delivery_state,
+        DeliveryState::Delivered | DeliveryState::DeliveryFailed
+    ) {
+        return Err(Refusal::DeliveryFinished {
+            actual: rec.delivery_state,
+        });
+    }
+    if let Some(case) = &rec.case {
+        return Err(Refusal::CaseOpen(case.reason));
+    }
+    if let Some(c) = rec.delivery_claim.as_ref().filter(|c| c.lease_expires_at > now) {
+        return Err(Refusal::LeaseLive {
+            until: c.lease_expires_at,
+        });
+    }
+    if rec.delivery_attempts >= policy.delivery_max_attempts {
+        return Err(Refusal::AttemptsExhausted(rec.delivery_attempts));
+    }
+    let mut next = step(rec, now);
+    let lease_expires_at = now + policy.delivery_lease;
+    // The attempt counts when it starts, so attempts that stop without
+    // reporting (a timeout, a crash) still use up the bound.
+    next.delivery_attempts = rec.delivery_attempts + 1;
+    next.delivery_state = DeliveryState::Collecting;
+    next.delivery_claim = Some(Claim {
+        token: token.to_owned(),
+        lease_expires_at,
+    });
+    next.due_at = Some(lease_expires_at.timestamp_millis());
+    Ok(next)
+}
+
+/// `collecting -> delivery_failed` with a case, when every attempt was used
+/// and the last one stopped without reporting (its claim lapsed).
+pub fn give_up_delivery(rec: &OperationRecord, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
+    require_phase(rec, "give up delivery", from::GIVE_UP_DELIVERY)?;
+    if !matches!(
+        rec.delivery_state,
+        DeliveryState::NotCollected | DeliveryState::Collecting
+    ) {
+        return Err(Refusal::DeliveryFinished {
+            actual: rec.delivery_state,
+        });
+    }
+    if let Some(c) = rec.delivery_claim.as_ref().filter(|c| c.lease_expires_at > now) {
+        return Err(Refusal::LeaseLive {
+            until: c.lease_expires_at,
+        });
+    }
+    let mut next = step(rec, now);
+    next.delivery_state = DeliveryState::DeliveryFailed;
+    next.delivery_claim = None;
+    let evidence = format!(
+        "{} delivery attempts were used; the last stopped without reporting{}",
+        rec.delivery_attempts,
+        rec.last_error
+            .as_ref()
+            .map(|e| format!(" (earlier: {})", e.detail))
+            .unwrap_or_default()
+    );
+    hold_with_case(&mut next, CaseReason::DeliveryFailed, evidence, now);
+    Ok(next)
+}
+
+fn require_delivery_holder(rec: &OperationRecord, token: &str, action: &'static str) -> Result<(), Refusal> {
+    require_phase(rec, action, from::DELIVERED)?;
+    if rec.delivery_state != DeliveryState::Collecting {
+        return Err(Refusal::DeliveryFinished {
+            actual: rec.delivery_state,
+        });
+    }
+    match &rec.delivery_claim {
+        Some(c) if c.token == token => Ok(()),
+        _ => Err(Refusal::NotClaimant),
+    }
+}
+
+/// A delivery attempt failed: count it and release the claim for a retry at
+/// `retry_at`, or, at the bound, give up with `delivery_failed` and a case.
+/// Rendering is never repeated.
+pub fn delivery_attempt_failed(
+    rec: &OperationRecord,
+    token: &str,
+    error: &str,
+    retry_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_delivery_holder(rec, token, "record a failed delivery")?;
+    let mut next = step(rec, now);
+    next.delivery_claim = None;
+    next.last_error = Some(RemoteError {
+        kind: "delivery".into(),
+        status: None,
+        detail: error.to_owned(),
+    });
+    if next.delivery_attempts >= policy.delivery_max_attempts {
+        next.delivery_state = DeliveryState::DeliveryFailed;
+        let evidence = format!("{} delivery attempts failed; last: {error}", next.delivery_attempts);
+        hold_with_case(&mut next, CaseReason::DeliveryFailed, evidence, now);
+    } else {
+        next.due_at = Some(retry_at.timestamp_millis());
+    }
+    Ok(next)
+}
+
+/// `collecting -> delivery_failed` at once: an output can never be fetched
+/// (its URL is refused, or it is over the byte cap), so retrying is pointless.
+/// The case names the output and the rule, never the URL's query string.
+pub fn delivery_refused(
+    rec: &OperationRecord,
+    token: &str,
+    reason: CaseReason,
+    evidence: &str,
+    now: DateTime<Utc>,
+) -> Result<OperationRecord, Refusal> {
+    require_delivery_holder(rec, token, "record a refused delivery")?;
+    let mut next = step(rec, now);
+    next.delivery_state = DeliveryState::DeliveryFailed;
+    next.delivery_claim = None;
+    next.last_error = Some(RemoteError {
+        kind: "delivery".into(),
+        status: None,
+        detail: evidence.to_owned(),
+    });
+    hold_with_case(&mut next, reason, evidence.to_owned(), now);
+    Ok(next)
+}
+
+/// `collecting -> delivered`: every output is stored and verified.
+pub fn delivered(
+    rec: &OperationRecord,
+    token: &str,
+    objects: Vec<DeliveredObject>,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    require_delivery_holder(rec, token, "record delivery")?;
+    if objects.is_empty() {
+        return Err(Refusal::CaseOpen(CaseReason::OutputsMissing));
+    }
+    let mut next = step(rec, now);
+    next.delivery_state = DeliveryState::Delivered;
+    next.delivery_claim = None;
+    next.delivered_objects = objects;
+    next.last_error = None;
+    finish(&mut next, now, policy);
+    Ok(next)
+}
+
+/// An operator's decision on an operation that waits for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// A job was found at Genace: record it and resume observation.
+    AttachRemoteJob { job_id: String },
+    /// Nothing was created at Genace: authorize one new dispatch. The only
+    /// road back to `prepared`.
+    ConfirmNotCreated,
+    /// The account problem or rate limit that held a prepared operation is
+    /// fixed: dispatch it now, under the same operation key.
+    ReleaseHold,
+    /// The failed job's refund is settled.
+    MarkSettled,
+    /// Try delivery again from the first output.
+    RedriveDelivery,
+    /// Close the operation without further work.
+    Abandon,
+}
+
+impl Resolution {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resolution::AttachRemoteJob { .. } => "attach_remote_job",
+            Resolution::ConfirmNotCreated => "confirm_not_created",
+            Resolution::ReleaseHold => "release_hold",
+            Resolution::MarkSettled => "mark_settled",
+            Resolution::RedriveDelivery => "redrive_delivery",
+            Resolution::Abandon => "abandon",
+        }
+    }
+}
+
+/// Applies an operator's decision, valid only from the right phase, and
+/// appends who decided, when, what and why to the audit trail.
+pub fn resolve(
+    rec: &OperationRecord,
+    resolution: &Resolution,
+    actor: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    let refuse = |expected: &'static str| Refusal::WrongPhase {
+        action: resolution.name(),
+        actual: rec.phase,
+        expected,
+    };
+    let case_reason = rec.case.as_ref().map(|c| c.reason);
+    let mut next = step(rec, now);
+    match resolution {
+        Resolution::AttachRemoteJob { job_id } => {
+            let missing = rec.phase == Phase::Accepted && case_reason == Some(CaseReason::RemoteJobMissing);
+            if !from::ATTACH_REMOTE_JOB.contains(&rec.phase) || (rec.phase != Phase::Uncertain && !missing) {
+                return Err(refuse("uncertain, or accepted with its remote job missing"));
+            }
+            next.phase = Phase::Accepted;
+            next.remote_job_id = Some(job_id.clone());
+            next.remote_state = None;
+            next.observed_at = None;
+            next.accepted_at = Some(rec.accepted_at.unwrap_or(now));
+            next.claim = None;
+            next.case = None;
+            next.due_at = Some((now + policy.observe_grace).timestamp_millis());
+        }
+        Resolution::ReleaseHold => {
+            let held = matches!(case_reason, Some(CaseReason::AccountProblem | CaseReason::RateLimited));
+            if !from::RELEASE_HOLD.contains(&rec.phase) || !held {
+                return Err(refuse("prepared and held (account_problem or rate_limited)"));
+            }
+            next.case = None;
+            next.retry_at = None;
+            next.rate_limited_count = 0;
+            next.due_at = Some(now.timestamp_millis());
+        }
+        Resolution::ConfirmNotCreated => {
+            if !from::CONFIRM_NOT_CREATED.contains(&rec.phase) {
+                return Err(refuse("uncertain"));
+            }
+            next.phase = Phase::Prepared;
+            next.claim = None;
+            next.case = None;
+            next.last_error = None;
+            next.due_at = Some(now.timestamp_millis());
+        }
+        Resolution::MarkSettled => {
+            if !from::MARK_SETTLED.contains(&rec.phase) || rec.settlement != Some(Settlement::Pending) {
+                return Err(refuse("submit_failed with settlement pending"));
+            }
+            next.settlement = Some(Settlement::Settled);
+            next.case = None;
+            finish(&mut next, now, policy);
+        }
+        Resolution::RedriveDelivery => {
+            if !from::REDRIVE_DELIVERY.contains(&rec.phase) || rec.delivery_state != DeliveryState::DeliveryFailed {
+                return Err(refuse("rendered with delivery_failed"));
+            }
+            next.delivery_state = DeliveryState::NotCollected;
+            next.delivery_attempts = 0;
+            next.delivery_claim = None;
+            next.case = None;
+            next.due_at = Some(now.timestamp_millis());
+        }
+        Resolution::Abandon => {
+            if rec.case.is_none() || !from::ABANDON.contains(&rec.phase) {
+                return Err(refuse("an open reconciliation case"));
+            }
+            next.phase = Phase::Abandoned;
+            next.case = None;
+            next.delivery_claim = None;
+            finish(&mut next, now, policy);
+        }
+    }
+    next.audit.push(AuditEntry {
+        actor: actor.to_owned(),
+        at: now,
+        action: resolution.name().to_owned(),
+        reason: reason.to_owned(),
+        job_id: match resolution {
+            Resolution::AttachRemoteJob { job_id } => Some(job_id.clone()),
+            _ => None,
+        },
+    });
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{DeliveredObject, OutputRef};
+    pub use crate::remote::AcceptedJob;
+    use crate::remote::{JobSnapshot, RenderStatus};
+    use serde_json::json;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn prepared() -> OperationRecord {
+        crate::record::sample_prepared(t0())
+    }
+
+    fn job(id: &str) -> AcceptedJob {
+        AcceptedJob {
+            job_id: id.into(),
+            state: Some("running".into()),
+            model: Some("m".into()),
+            created_at: Some("2026-01-01T00:00:01Z".into()),
+            held_credits: Some(12.5),
+        }
+    }
+
+    fn err(kind: &str) -> RemoteError {
+        RemoteError {
+            kind: kind.into(),
+            status: Some(502),
+            detail: "boom".into(),
+        }
+    }
+
+    fn submitting() -> OperationRecord {
+        claim_dispatch(&prepared(), "tok", t0(), &Policy::default()).unwrap()
+    }
+
+    fn with_phase(phase: Phase) -> OperationRecord {
+        let mut r = prepared();
+        r.phase = phase;
+        r
+    }
+
+    #[test]
+    fn a_new_intent_is_prepared_and_due_for_dispatch() {
+        let r = prepared();
+        assert_eq!(r.phase, Phase::Prepared);
+        assert_eq!(r.delivery_state, DeliveryState::NotCollected);
+        assert_eq!(r.version, 1);
+        assert_eq!(r.due_at, Some((t0() + Duration::seconds(60)).timestamp_millis()));
+        assert!(r.due_pk.starts_with("DUE#"));
+        assert_eq!(r.expires_at, None);
+    }
+
+    #[test]
+    fn claim_moves_prepared_to_submitting_with_a_lease() {
+        let r = submitting();
+        assert_eq!(r.phase, Phase::Submitting);
+        assert_eq!(r.version, 2);
+        assert_eq!(r.dispatch_attempts, 1);
+        let c = r.claim.as_ref().unwrap();
+        assert_eq!(c.token, "tok");
+        assert_eq!(c.lease_expires_at, t0() + Duration::seconds(120));
+        assert_eq!(r.due_at, Some(c.lease_expires_at.timestamp_millis()));
+    }
+
+    #[test]
+    fn claim_is_refused_outside_prepared() {
+        let live = claim_dispatch(&submitting(), "other", t0(), &Policy::default());
+        assert!(matches!(live, Err(Refusal::LeaseLive { .. })));
+        let later = t0() + Duration::seconds(121);
+        let expired = claim_dispatch(&submitting(), "other", later, &Policy::default());
+        assert!(matches!(
+            expired,
+            Err(Refusal::WrongPhase {
+                actual: Phase::Submitting,
+                ..
+            })
+        ));
+        for phase in [
+            Phase::Accepted,
+            Phase::Rendered,
+            Phase::RenderFailed,
+            Phase::SubmitFailed,
+            Phase::Rejected,
+            Phase::Uncertain,
+            Phase::Abandoned,
+        ] {
+            let r = claim_dispatch(&with_phase(phase), "tok", t0(), &Policy::default());
+            assert!(matches!(r, Err(Refusal::WrongPhase { actual, .. }) if actual == phase));
+        }
+    }
+
+    #[test]
+    fn accept_needs_the_claim_token() {
+        let p = Policy::default();
+        let r = accept(&submitting(), "tok", &job("J1"), t0(), &p).unwrap();
+        assert_eq!(r.phase, Phase::Accepted);
+        assert_eq!(r.remote_job_id.as_deref(), Some("J1"));
+        assert_eq!(r.remote_state.as_deref(), Some("running"));
+        assert_eq!(r.held_credits, Some(12.5));
+        assert_eq!(r.claim, None);
+        assert_eq!(r.accepted_at, Some(t0()));
+        assert_eq!(
+            accept(&submitting(), "stolen", &job("J1"), t0(), &p),
+            Err(Refusal::NotClaimant)
+        );
+        assert!(matches!(
+            accept(&prepared(), "tok", &job("J1"), t0(), &p),
+            Err(Refusal::WrongPhase {
+                actual: Phase::Prepared,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn accept_is_idempotent_for_the_same_job_and_refuses_another() {
+        let p = Policy::default();
+        let accepted = accept(&submitting(), "tok", &job("J1"), t0(), &p).unwrap();
+        assert_eq!(accept(&accepted, "tok", &job("J1"), t0(), &p).unwrap(), accepted);
+        assert_eq!(
+            accept(&accepted, "tok", &job("J2"), t0(), &p),
+            Err(Refusal::DifferentRemoteJob { existing: "J1".into() })
+        );
+    }
+
+    #[test]
+    fn accept_from_uncertain_keeps_the_job_and_closes_the_case() {
+        let p = Policy::default();
+        let later = t0() + Duration::seconds(200);
+        let interrupted = interrupt(&submitting(), "lease expired", later).unwrap();
+        let r = accept(&interrupted, "tok", &job("J9"), later, &p).unwrap();
+        assert_eq!(r.phase, Phase::Accepted);
+        assert_eq!(r.case, None);
+        assert_eq!(
+            accept(&interrupted, "other", &job("J9"), later, &p),
+            Err(Refusal::NotClaimant)
+        );
+    }
+
+    #[test]
+    fn submit_failed_saves_the_job_and_opens_settlement() {
+        let r = submit_failed(&submitting(), "tok", "J5", err("http_502"), t0()).unwrap();
+        assert_eq!(r.phase, Phase::SubmitFailed);
+        assert_eq!(r.remote_job_id.as_deref(), Some("J5"));
+        assert_eq!(r.settlement, Some(Settlement::Pending));
+        assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::SettlementPending);
+        assert_eq!(r.due_at, None);
+        assert_eq!(
+            submit_failed(&submitting(), "x", "J5", err("e"), t0()),
+            Err(Refusal::NotClaimant)
+        );
+        assert!(submit_failed(&prepared(), "tok", "J5", err("e"), t0()).is_err());
+        let later = t0() + Duration::seconds(200);
+        let interrupted = interrupt(&submitting(), "lease expired", later).unwrap();
+        let late = submit_failed(&interrupted, "tok", "J5", err("http_502"), later).unwrap();
+        assert_eq!(late.phase, Phase::SubmitFailed);
+        assert_eq!(late.case.unwrap().reason, CaseReason::SettlementPending);
+    }
+
+    #[test]
+    fn reject_finishes_the_operation() {
+        let p = Policy::default();
+        let r = reject(&submitting(), "tok", err("http_400"), t0(), &p).unwrap();
+        assert_eq!(r.phase, Phase::Rejected);
+        assert_eq!(r.claim, None);
+        assert_eq!(r.due_at, None);
+        assert_eq!(r.expires_at, Some((t0() + Duration::days(30)).timestamp()));
+        assert!(reject(&with_phase(Phase::Accepted), "tok", err("e"), t0(), &p).is_err());
+    }
+
+    #[test]
+    fn release_after_429_returns_to_prepared() {
+        let retry = t0() + Duration::seconds(30);
+        let r = release_claim(&submitting(), "tok", retry, t0(), &Policy::default()).unwrap();
+        assert_eq!(r.phase, Phase::Prepared);
+        assert_eq!(r.claim, None);
+        assert_eq!(r.due_at, Some(retry.timestamp_millis()));
+        assert_eq!(
+            release_claim(&submitting(), "x", retry, t0(), &Policy::default()),
+            Err(Refusal::NotClaimant)
+        );
+        assert!(release_claim(&with_phase(Phase::Uncertain), "tok", retry, t0(), &Policy::default()).is_err());
+    }
+
+    #[test]
+    fn unknown_outcome_is_uncertain_with_a_case() {
+        let r = mark_uncertain(&submitting(), "tok", "timed out after 30s", t0()).unwrap();
+        assert_eq!(r.phase, Phase::Uncertain);
+        let case = r.case.unwrap();
+        assert_eq!(case.reason, CaseReason::UnknownSubmitOutcome);
+        assert_eq!(case.evidence, "timed out after 30s");
+        assert_eq!(r.due_at, None);
+        assert_eq!(mark_uncertain(&submitting(), "x", "e", t0()), Err(Refusal::NotClaimant));
+    }
+
+    #[test]
+    fn interrupt_needs_an_expired_lease_and_never_returns_to_prepared() {
+        assert!(matches!(
+            interrupt(&submitting(), "e", t0()),
+            Err(Refusal::LeaseLive { .. })
+        ));
+        let later = t0() + Duration::seconds(120);
+        let r = interrupt(&submitting(), "lease expired", later).unwrap();
+        assert_eq!(r.phase, Phase::Uncertain);
+        assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::InterruptedDispatch);
+        assert_eq!(r.claim.as_ref().unwrap().token, "tok");
+        // An uncertain operation can never be claimed again by itself.
+        assert!(claim_dispatch(&r, "new", later, &Policy::default()).is_err());
+        assert!(interrupt(&prepared(), "e", later).is_err());
+    }
+
+    fn accepted_rec() -> OperationRecord {
+        accept(&submitting(), "tok", &job("J1"), t0(), &Policy::default()).unwrap()
+    }
+
+    fn snap(state: &str, status: RenderStatus) -> JobSnapshot {
+        JobSnapshot {
+            id: Some("J1".into()),
+            state: state.into(),
+            status,
+            outputs: (status == RenderStatus::Succeeded).then(|| {
+                vec![OutputRef {
+                    url: "https://cdn.example/o.mp4".into(),
+                    content_type: Some("video/mp4".into()),
+                }]
+            }),
+            outputs_unreadable: None,
+            client_reference: None,
+            error: (status == RenderStatus::Failed).then(|| json!({"code": "nsfw"})),
+        }
+    }
+
+    #[test]
+    fn observe_records_progress_and_skips_writes_that_change_nothing() {
+        let p = Policy::default();
+        let later = t0() + Duration::seconds(10);
+        // Past the deadline the acceptance set (observe_grace): written.
+        let next_check = t0() + p.observe_grace + Duration::seconds(60);
+        let r = observe(
+            &accepted_rec(),
+            &snap("queued", RenderStatus::Running),
+            later,
+            next_check,
+            &p,
+        )
+        .unwrap();
+        assert_eq!(r.phase, Phase::Accepted);
+        assert_eq!(r.remote_state.as_deref(), Some("queued"));
+        assert_eq!(r.observed_at, Some(later));
+        assert_eq!(r.due_at, Some(next_check.timestamp_millis()));
+        // The deadline still covers the next check: nothing to write, even
+        // for a new non-terminal state.
+        let same = observe(&r, &snap("queued", RenderStatus::Running), later, next_check, &p).unwrap();
+        assert_eq!(same, r);
+        let moved = observe(&r, &snap("running", RenderStatus::Running), later, next_check, &p).unwrap();
+        assert_eq!(moved, r);
+        // Past the deadline, the write carries the state seen.
+        let beyond = next_check + Duration::seconds(1);
+        let extended = observe(&r, &snap("running", RenderStatus::Running), later, beyond, &p).unwrap();
+        assert_eq!(extended.version, r.version + 1);
+        assert_eq!(extended.remote_state.as_deref(), Some("running"));
+        assert_eq!(extended.due_at, Some(beyond.timestamp_millis()));
+        // A terminal state is always written.
+        let done = observe(&r, &snap("completed", RenderStatus::Succeeded), later, next_check, &p).unwrap();
+        assert_eq!(done.phase, Phase::Rendered);
+    }
+
+    #[test]
+    fn observe_completes_once_and_never_overwrites_a_terminal_state() {
+        let p = Policy::default();
+        let done = observe(
+            &accepted_rec(),
+            &snap("completed", RenderStatus::Succeeded),
+            t0(),
+            t0(),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(done.phase, Phase::Rendered);
+        assert_eq!(done.outputs.as_ref().unwrap().len(), 1);
+        assert_eq!(done.delivery_state, DeliveryState::NotCollected);
+        assert!(done.due_at.is_some(), "delivery is due");
+        assert!(observe(&done, &snap("failed", RenderStatus::Failed), t0(), t0(), &p).is_err());
+
+        let failed = observe(&accepted_rec(), &snap("failed", RenderStatus::Failed), t0(), t0(), &p).unwrap();
+        assert_eq!(failed.phase, Phase::RenderFailed);
+        assert!(failed.last_error.as_ref().unwrap().detail.contains("nsfw"));
+        assert!(failed.expires_at.is_some());
+        assert_eq!(failed.due_at, None);
+        assert!(observe(&failed, &snap("completed", RenderStatus::Succeeded), t0(), t0(), &p).is_err());
+        assert!(observe(&prepared(), &snap("queued", RenderStatus::Running), t0(), t0(), &p).is_err());
+    }
+
+    #[test]
+    fn cases_on_accepted_operations() {
+        let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
+        assert_eq!(missing.phase, Phase::Accepted);
+        assert_eq!(missing.case.as_ref().unwrap().reason, CaseReason::RemoteJobMissing);
+        assert_eq!(missing.due_at, None);
+        assert_eq!(
+            open_case(&missing, CaseReason::RemoteJobMissing, "again", false, t0()).unwrap(),
+            missing
+        );
+        let stalled = open_case(&accepted_rec(), CaseReason::RenderStalled, "6h", true, t0()).unwrap();
+        assert!(stalled.due_at.is_some(), "polling goes on");
+        let done = observe(
+            &stalled,
+            &snap("completed", RenderStatus::Succeeded),
+            t0(),
+            t0(),
+            &Policy::default(),
+        )
+        .unwrap();
+        assert_eq!(done.case, None, "completion closes a stall case");
+    }
+
+    fn rendered() -> OperationRecord {
+        observe(
+            &accepted_rec(),
+            &snap("completed", RenderStatus::Succeeded),
+            t0(),
+            t0(),
+            &Policy::default(),
+        )
+        .unwrap()
+    }
+
+    fn object() -> DeliveredObject {
+        DeliveredObject {
+            key: "outputs/t/op/output-0.mp4".into(),
+            bytes: 3,
+            sha256: "ab".into(),
+            content_type: "video/mp4".into(),
+        }
+    }
+
+    #[test]
+    fn delivery_is_claimed_once_and_finishes_delivered() {
+        let p = Policy::default();
+        let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+        assert_eq!(claimed.delivery_state, DeliveryState::Collecting);
+        assert!(matches!(
+            claim_delivery(&claimed, "d2", t0(), &p),
+            Err(Refusal::LeaseLive { .. })
+        ));
+        let after_lease = t0() + p.delivery_lease + Duration::seconds(1);
+        assert!(
+            claim_delivery(&claimed, "d2", after_lease, &p).is_ok(),
+            "an expired delivery claim may be taken over"
+        );
+        assert_eq!(
+            delivered(&claimed, "other", vec![object()], t0(), &p),
+            Err(Refusal::NotClaimant)
+        );
+        let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
+        assert_eq!(done.delivery_state, DeliveryState::Delivered);
+        assert_eq!(done.delivered_objects, vec![object()]);
+        assert!(done.expires_at.is_some());
+        assert!(matches!(
+            claim_delivery(&done, "d3", t0(), &p),
+            Err(Refusal::DeliveryFinished { .. })
+        ));
+        assert!(claim_delivery(&accepted_rec(), "d1", t0(), &p).is_err());
+    }
+
+    #[test]
+    fn failed_deliveries_retry_then_give_up_with_a_case() {
+        let p = Policy {
+            delivery_max_attempts: 2,
+            ..Policy::default()
+        };
+        let retry_at = t0() + Duration::seconds(30);
+        let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+        let once = delivery_attempt_failed(&claimed, "d1", "503 from cdn", retry_at, t0(), &p).unwrap();
+        assert_eq!(once.delivery_attempts, 1);
+        assert_eq!(once.delivery_state, DeliveryState::Collecting);
+        assert_eq!(once.delivery_claim, None);
+        assert_eq!(once.due_at, Some(retry_at.timestamp_millis()));
+        assert_eq!(once.phase, Phase::Rendered, "never re-rendered");
+        let again = claim_delivery(&once, "d2", t0(), &p).unwrap();
+        let gave_up = delivery_attempt_failed(&again, "d2", "503 again", retry_at, t0(), &p).unwrap();
+        assert_eq!(gave_up.delivery_state, DeliveryState::DeliveryFailed);
+        assert_eq!(gave_up.case.unwrap().reason, CaseReason::DeliveryFailed);
+        assert_eq!(gave_up.due_at, None);
+    }
+
+    #[test]
+    fn operators_resolve_only_from_the_right_phase_and_are_audited() {
+        let p = Policy::default();
+        let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
+        let attach = Resolution::AttachRemoteJob { job_id: "J7".into() };
+        let attached = resolve(
+            &uncertain,
+            &attach,
+            "ops@example",
+            "found it in the Genace console",
+            t0(),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(attached.phase, Phase::Accepted);
+        assert_eq!(attached.remote_job_id.as_deref(), Some("J7"));
+        assert_eq!(attached.case, None);
+        let entry = attached.audit.last().unwrap();
+        assert_eq!(
+            (entry.actor.as_str(), entry.action.as_str(), entry.job_id.as_deref()),
+            ("ops@example", "attach_remote_job", Some("J7"))
+        );
+
+        let retry = resolve(
+            &uncertain,
+            &Resolution::ConfirmNotCreated,
+            "ops",
+            "not in Genace",
+            t0(),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(retry.phase, Phase::Prepared);
+        assert!(
+            claim_dispatch(&retry, "new", t0(), &p).is_ok(),
+            "one new dispatch is authorized"
+        );
+
+        for wrong in [Resolution::MarkSettled, Resolution::RedriveDelivery] {
+            assert!(matches!(
+                resolve(&uncertain, &wrong, "ops", "r", t0(), &p),
+                Err(Refusal::WrongPhase { .. })
+            ));
+        }
+        assert!(resolve(&accepted_rec(), &Resolution::ConfirmNotCreated, "ops", "r", t0(), &p).is_err());
+        assert!(resolve(&accepted_rec(), &attach, "ops", "r", t0(), &p).is_err());
+        assert!(
+            resolve(&prepared(), &Resolution::Abandon, "ops", "r", t0(), &p).is_err(),
+            "abandon needs a case"
+        );
+
+        let failed = submit_failed(&submitting(), "tok", "J5", err("http_502"), t0()).unwrap();
+        let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "refunded", t0(), &p).unwrap();
+        assert_eq!(settled.settlement, Some(Settlement::Settled));
+        assert!(settled.expires_at.is_some());
+        assert!(resolve(&settled, &Resolution::MarkSettled, "ops", "again", t0(), &p).is_err());
+
+        let p2 = Policy {
+            delivery_max_attempts: 1,
+            ..p
+        };
+        let claimed = claim_delivery(&rendered(), "d", t0(), &p2).unwrap();
+        let failed_delivery = delivery_attempt_failed(&claimed, "d", "cdn down", t0(), t0(), &p2).unwrap();
+        let redriven = resolve(
+            &failed_delivery,
+            &Resolution::RedriveDelivery,
+            "ops",
+            "cdn back",
+            t0(),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(
+            (redriven.delivery_state, redriven.delivery_attempts),
+            (DeliveryState::NotCollected, 0)
+        );
+        assert!(claim_delivery(&redriven, "d2", t0(), &p).is_ok());
+
+        let abandoned = resolve(&uncertain, &Resolution::Abandon, "ops", "customer cancelled", t0(), &p).unwrap();
+        assert_eq!(abandoned.phase, Phase::Abandoned);
+        assert!(abandoned.expires_at.is_some());
+    }
+
+    const ALL_PHASES: [Phase; 9] = [
+        Phase::Prepared,
+        Phase::Submitting,
+        Phase::Accepted,
+        Phase::Rendered,
+        Phase::RenderFailed,
+        Phase::SubmitFailed,
+        Phase::Rejected,
+        Phase::Uncertain,
+        Phase::Abandoned,
+    ];
+
+    /// A record in `phase` whose other fields let every transition get past
+    /// its own preconditions (expired claims held by "tok" and "d").
+    fn in_phase(phase: Phase) -> OperationRecord {
+        let mut r = prepared();
+        r.phase = phase;
+        let lapsed = Claim {
+            token: "tok".into(),
+            lease_expires_at: t0() - Duration::seconds(1),
+        };
+        r.claim = Some(lapsed.clone());
+        r.delivery_claim = Some(Claim {
+            token: "d".into(),
+            ..lapsed
+        });
+        r.delivery_state = DeliveryState::Collecting;
+        r.outputs = Some(vec![OutputRef {
+            url: "https://cdn.example/o.mp4".into(),
+            content_type: None,
+        }]);
+        r
+    }
+
+    type Transition = Box<dyn Fn(&OperationRecord) -> Result<OperationRecord, Refusal>>;
+
+    #[test]
+    fn every_transition_states_its_phases_and_refuses_all_others() {
+        let p = Policy::default();
+        let now = t0();
+        let table: Vec<(&str, &[Phase], Transition)> = vec![
+            (
+                "claim_dispatch",
+                from::CLAIM_DISPATCH,
+                Box::new(move |r| claim_dispatch(r, "new", now, &p)),
+            ),
+            (
+                "release_claim",
+                from::RELEASE_CLAIM,
+                Box::new(move |r| release_claim(r, "tok", now, now, &p)),
+            ),
+            (
+                "hold_for_account",
+                from::HOLD_FOR_ACCOUNT,
+                Box::new(move |r| hold_for_account(r, "tok", err("http_401"), now, &p)),
+            ),
+            (
+                "accept",
+                from::ACCEPT,
+                Box::new(move |r| accept(r, "tok", &job("J1"), now, &p)),
+            ),
+            (
+                "submit_failed",
+                from::SUBMIT_FAILED,
+                Box::new(move |r| submit_failed(r, "tok", "J1", err("x"), now)),
+            ),
+            (
+                "reject",
+                from::REJECT,
+                Box::new(move |r| reject(r, "tok", err("http_400"), now, &p)),
+            ),
+            (
+                "mark_uncertain",
+                from::MARK_UNCERTAIN,
+                Box::new(move |r| mark_uncertain(r, "tok", "e", now)),
+            ),
+            ("interrupt", from::INTERRUPT, Box::new(move |r| interrupt(r, "e", now))),
+            (
+                "observe",
+                from::OBSERVE,
+                Box::new(move |r| observe(r, &snap("running", RenderStatus::Running), now, now, &p)),
+            ),
+            (
+                "open_case",
+                from::OPEN_CASE,
+                Box::new(move |r| open_case(r, CaseReason::RemoteJobMissing, "404", false, now)),
+            ),
+            (
+                "claim_delivery",
+                from::CLAIM_DELIVERY,
+                Box::new(move |r| claim_delivery(r, "d2", now, &p)),
+            ),
+            (
+                "give_up_delivery",
+                from::GIVE_UP_DELIVERY,
+                Box::new(move |r| give_up_delivery(r, now)),
+            ),
+            (
+                "delivery_attempt_failed",
+                from::DELIVERY_ATTEMPT_FAILED,
+                Box::new(move |r| delivery_attempt_failed(r, "d", "e", now, now, &p)),
+            ),
+            (
+                "delivery_refused",
+                from::DELIVERY_REFUSED,
+                Box::new(move |r| delivery_refused(r, "d", CaseReason::OutputUrlRefused, "e", now)),
+            ),
+            (
+                "delivered",
+                from::DELIVERED,
+                Box::new(move |r| delivered(r, "d", vec![object()], now, &p)),
+            ),
+        ];
+        for (name, allowed, transition) in &table {
+            for phase in ALL_PHASES {
+                let result = transition(&in_phase(phase));
+                let wrong_phase = matches!(result, Err(Refusal::WrongPhase { .. }));
+                assert_eq!(
+                    wrong_phase,
+                    !allowed.contains(&phase),
+                    "{name} from {phase:?}: {result:?}"
+                );
+            }
+        }
+        let resolutions: [(Resolution, &[Phase]); 6] = [
+            (
+                Resolution::AttachRemoteJob { job_id: "J9".into() },
+                from::ATTACH_REMOTE_JOB,
+            ),
+            (Resolution::ConfirmNotCreated, from::CONFIRM_NOT_CREATED),
+            (Resolution::ReleaseHold, from::RELEASE_HOLD),
+            (Resolution::MarkSettled, from::MARK_SETTLED),
+            (Resolution::RedriveDelivery, from::REDRIVE_DELIVERY),
+            (Resolution::Abandon, from::ABANDON),
+        ];
+        for (resolution, allowed) in &resolutions {
+            for phase in ALL_PHASES.into_iter().filter(|ph| !allowed.contains(ph)) {
+                let result = resolve(&in_phase(phase), resolution, "ops", "r", now, &p);
+                assert!(
+                    matches!(result, Err(Refusal::WrongPhase { .. })),
+                    "{} from {phase:?}: {result:?}",
+                    resolution.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_racing_poll_cannot_open_a_case_on_a_rendered_or_delivered_record() {
+        let p = Policy::default();
+        let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+        let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
+        for rec in [rendered(), done] {
+            assert!(matches!(
+                open_case(&rec, CaseReason::RemoteJobMissing, "404", false, t0()),
+                Err(Refusal::WrongPhase { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_completed_job_without_usable_outputs_opens_outputs_missing() {
+        let p = Policy::default();
+        let mut cases = Vec::new();
+        for (outputs, unreadable) in [
+            (None, None),
+            (Some(vec![]), None),
+            (None, Some("outputs is not a list".to_owned())),
+        ] {
+            let mut s = snap("completed", RenderStatus::Succeeded);
+            s.outputs = outputs;
+            s.outputs_unreadable = unreadable;
+            cases.push(observe(&accepted_rec(), &s, t0(), t0(), &p).unwrap());
+        }
+        for r in cases {
+            assert_eq!(r.phase, Phase::Rendered);
+            assert_eq!(r.delivery_state, DeliveryState::NotCollected);
+            assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::OutputsMissing);
+            assert_eq!(r.due_at, None, "nothing is scheduled; a person decides");
+            assert_eq!(
+                claim_delivery(&r, "d", t0(), &p),
+                Err(Refusal::CaseOpen(CaseReason::OutputsMissing))
+            );
+        }
+        let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
+        assert!(
+            delivered(&claimed, "d", vec![], t0(), &p).is_err(),
+            "never delivered with zero objects"
+        );
+    }
+
+    #[test]
+    fn an_account_refusal_holds_the_operation_and_a_later_try_or_an_operator_releases_it() {
+        let p = Policy::default();
+        let held = hold_for_account(&submitting(), "tok", err("http_401"), t0(), &p).unwrap();
+        assert_eq!(held.phase, Phase::Prepared, "not rejected: the key stays usable");
+        assert_eq!(held.case.as_ref().unwrap().reason, CaseReason::AccountProblem);
+        assert_eq!(held.claim, None);
+        let until = t0() + p.account_hold;
+        assert_eq!(held.retry_at, Some(until.timestamp_millis()));
+        assert!(matches!(
+            claim_dispatch(&held, "n", t0() + Duration::seconds(1), &p),
+            Err(Refusal::NotYet { .. })
+        ));
+        let retried = claim_dispatch(&held, "n", until, &p).unwrap();
+        let accepted = accept(&retried, "n", &job("J1"), until, &p).unwrap();
+        assert_eq!(accepted.case, None, "a later successful POST closes the case");
+        assert_eq!(accepted.retry_at, None);
+
+        // Whatever ends the hold closes its case.
+        let retried_again = claim_dispatch(&held, "m", until, &p).unwrap();
+        let rejected = reject(&retried_again, "m", err("http_400"), until, &p).unwrap();
+        assert_eq!(rejected.case, None, "a finished operation keeps no case");
+        let limited = release_claim(&retried_again, "m", until + Duration::seconds(5), until, &p).unwrap();
+        assert_eq!(limited.case, None, "a 429 shows the account works again");
+
+        let released = resolve(&held, &Resolution::ReleaseHold, "ops", "key rotated", t0(), &p).unwrap();
+        assert_eq!(
+            (released.phase, released.case.clone(), released.retry_at),
+            (Phase::Prepared, None, None)
+        );
+        assert!(claim_dispatch(&released, "n", t0(), &p).is_ok());
+        assert!(resolve(&prepared(), &Resolution::ReleaseHold, "ops", "r", t0(), &p).is_err());
+    }
+
+    #[test]
+    fn rate_limits_keep_their_own_retry_time_and_are_bounded() {
+        let p = Policy {
+            rate_limit_max: 2,
+            ..Policy::default()
+        };
+        let retry = t0() + Duration::seconds(30);
+        let once = release_claim(&submitting(), "tok", retry, t0(), &p).unwrap();
+        assert_eq!(once.retry_at, Some(retry.timestamp_millis()));
+        // The sweep pushes due_at; the claim still opens at retry_at.
+        let pushed = reschedule(&once, retry + Duration::seconds(300), t0());
+        assert!(matches!(
+            claim_dispatch(&pushed, "n", t0(), &p),
+            Err(Refusal::NotYet { .. })
+        ));
+        let again = claim_dispatch(&pushed, "n", retry, &p).unwrap();
+        let held = release_claim(&again, "n", retry + Duration::seconds(30), retry, &p).unwrap();
+        assert_eq!(held.case.as_ref().unwrap().reason, CaseReason::RateLimited);
+        assert_eq!(held.due_at, None);
+        assert_eq!(
+            claim_dispatch(&held, "m", retry + Duration::hours(1), &p),
+            Err(Refusal::CaseOpen(CaseReason::RateLimited))
+        );
+        let released = resolve(&held, &Resolution::ReleaseHold, "ops", "limit raised", retry, &p).unwrap();
+        assert_eq!(released.rate_limited_count, 0);
+        assert!(claim_dispatch(&released, "m", retry, &p).is_ok());
+    }
+
+    #[test]
+    fn delivery_attempts_count_at_claim_so_silent_stops_are_bounded_too() {
+        let p = Policy {
+            delivery_max_attempts: 2,
+            delivery_lease: Duration::seconds(10),
+            ..Policy::default()
+        };
+        let first = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+        assert_eq!(first.delivery_attempts, 1);
+        let later = t0() + Duration::seconds(11);
+        let second = claim_delivery(&first, "d2", later, &p).unwrap();
+        assert_eq!(second.delivery_attempts, 2);
+        let much_later = later + Duration::seconds(11);
+        assert_eq!(
+            claim_delivery(&second, "d3", much_later, &p),
+            Err(Refusal::AttemptsExhausted(2))
+        );
+        assert!(matches!(
+            give_up_delivery(&second, later),
+            Err(Refusal::LeaseLive { .. })
+        ));
+        let gave_up = give_up_delivery(&second, much_later).unwrap();
+        assert_eq!(gave_up.delivery_state, DeliveryState::DeliveryFailed);
+        assert_eq!(gave_up.case.unwrap().reason, CaseReason::DeliveryFailed);
+    }
+
+    #[test]
+    fn a_refused_output_fails_delivery_at_once_with_its_own_case() {
+        let p = Policy::default();
+        let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
+        let r = delivery_refused(
+            &claimed,
+            "d",
+            CaseReason::OutputUrlRefused,
+            "output 0: port 8080 is not allowed",
+            t0(),
+        )
+        .unwrap();
+        assert_eq!(r.delivery_state, DeliveryState::DeliveryFailed);
+        assert_eq!(r.delivery_attempts, 1);
+        let case = r.case.unwrap();
+        assert_eq!(case.reason, CaseReason::OutputUrlRefused);
+        assert!(case.evidence.contains("output 0"));
+        assert_eq!(r.due_at, None);
+    }
+}

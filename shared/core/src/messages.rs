@@ -1,0 +1,84 @@
+//! The messages the stages send each other: a work message that carries
+//! only an operation id (every consumer re-reads the record before acting),
+//! and the recovery message that carries a remote outcome dispatch could not
+//! write.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::OperationId;
+use crate::record::OperationRecord;
+use crate::remote::AcceptedJob;
+
+/// Which work queue a message goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Queue {
+    Dispatch,
+    Poll,
+    Deliver,
+    Recovery,
+}
+
+/// The body of every dispatch, poll and deliver message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkMessage {
+    pub operation_id: OperationId,
+}
+
+impl WorkMessage {
+    pub fn parse(body: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(body)
+    }
+}
+
+/// A remote outcome as dispatch received it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RecoveredOutcome {
+    Accepted {
+        job_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        created_at: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        held_credits: Option<f64>,
+    },
+    FailedWithJob {
+        job_id: String,
+        error: serde_json::Value,
+    },
+}
+
+/// What dispatch puts on the recovery channel when it cannot write an
+/// outcome: enough to apply it later, only under the claim it was received in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryMessage {
+    pub operation_id: OperationId,
+    pub claim_token: String,
+    #[serde(flatten)]
+    pub outcome: RecoveredOutcome,
+    /// The response exactly as received.
+    pub raw_response: String,
+    pub received_at: DateTime<Utc>,
+}
+
+impl RecoveryMessage {
+    pub fn accepted(rec: &OperationRecord, token: &str, job: &AcceptedJob, raw: &str, at: DateTime<Utc>) -> Self {
+        Self {
+            operation_id: rec.operation_id.clone(),
+            claim_token: token.to_owned(),
+            outcome: RecoveredOutcome::Accepted {
+                job_id: job.job_id.clone(),
+                state: job.state.clone(),
+                model: job.model.clone(),
+                created_at: job.created_at.clone(),
+                held_credits: job.held_credits,
+            },
+            raw_response: raw.to_owned(),
+            received_at: at,
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! The operation record: one DynamoDB item per operation.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use crate::domain::Fault;
+use crate::domain::{Intent, MediaType, OperationId, TenantId};
+
+/// Number of partitions of the sweep's due-time index. Changing it strands
+/// items in shards the sweep no longer reads, so it is a constant.
+pub const DUE_SHARDS: u32 = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Recorded, not yet claimed for dispatch.
+    Prepared,
+    /// One dispatcher holds the claim and may POST once.
+    Submitting,
+    /// Genace accepted the job and its id is saved.
+    Accepted,
+    /// Genace reported the job completed.
+    Rendered,
+    /// Genace reported the job failed.
+    RenderFailed,
+    /// Genace answered 502 with a job id: a failed job whose refund needs settling.
+    SubmitFailed,
+    /// Genace refused the request definitively; nothing was created.
+    Rejected,
+    /// The outcome of a POST is unknown; a reconciliation case is open.
+    Uncertain,
+    /// An operator closed the operation without further work.
+    Abandoned,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Prepared => "prepared",
+            Phase::Submitting => "submitting",
+            Phase::Accepted => "accepted",
+            Phase::Rendered => "rendered",
+            Phase::RenderFailed => "render_failed",
+            Phase::SubmitFailed => "submit_failed",
+            Phase::Rejected => "rejected",
+            Phase::Uncertain => "uncertain",
+            Phase::Abandoned => "abandoned",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    NotCollected,
+    Collecting,
+    Delivered,
+    DeliveryFailed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaseReason {
+    /// The POST's outcome is unknown (timeout, reset, 5xx without id, malformed 202).
+    UnknownSubmitOutcome,
+    /// A dispatcher's lease expired while it was submitting: it may have POSTed.
+    InterruptedDispatch,
+    /// Genace does not know the saved job id, or answered for another id.
+    RemoteJobMissing,
+    /// No terminal state was observed within the deadline.
+    RenderStalled,
+    /// Delivery failed after the bounded number of attempts.
+    DeliveryFailed,
+    /// A 502 with a job id: a failed remote job whose refund needs settling.
+    SettlementPending,
+    /// Genace reported the job completed, but its outputs were null, empty or
+    /// unreadable: nothing can be delivered.
+    OutputsMissing,
+    /// An output URL was refused by the URL guard (scheme, host, address or
+    /// port); retrying cannot change that.
+    OutputUrlRefused,
+    /// An output is larger than the configured byte cap.
+    OutputTooLarge,
+    /// Genace refused our account (401, 402, 403, a wrong path): the
+    /// operation is held undispatched, not rejected.
+    AccountProblem,
+    /// Genace kept answering 429 past the bound: the operation is held.
+    RateLimited,
+}
+
+impl CaseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaseReason::UnknownSubmitOutcome => "unknown_submit_outcome",
+            CaseReason::InterruptedDispatch => "interrupted_dispatch",
+            CaseReason::RemoteJobMissing => "remote_job_missing",
+            CaseReason::RenderStalled => "render_stalled",
+            CaseReason::DeliveryFailed => "delivery_failed",
+            CaseReason::SettlementPending => "settlement_pending",
+            CaseReason::OutputsMissing => "outputs_missing",
+            CaseReason::OutputUrlRefused => "output_url_refused",
+            CaseReason::OutputTooLarge => "output_too_large",
+            CaseReason::AccountProblem => "account_problem",
+            CaseReason::RateLimited => "rate_limited",
+        }
+    }
+}
+
+/// An open question a person must answer. While a case is open nothing
+/// automatic creates remote work for the operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReconciliationCase {
+    pub reason: CaseReason,
+    pub opened_at: DateTime<Utc>,
+    pub evidence: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    pub token: String,
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteError {
+    /// `http_<status>`, `remote`, `transport`, ...
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputRef {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveredObject {
+    pub key: String,
+    pub bytes: u64,
+    pub sha256: String,
+    pub content_type: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Settlement {
+    Pending,
+    Settled,
+}
+
+/// One operator decision, kept on the record for good.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Who decided: the operator's `sub` claim.
+    pub actor: String,
+    pub at: DateTime<Utc>,
+    pub action: String,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationRecord {
+    pub pk: String,
+    pub operation_id: OperationId,
+    pub tenant_id: TenantId,
+    pub operation_key: String,
+    pub media_type: MediaType,
+    /// RFC 8785 canonical JSON of `{media_type, specification}`.
+    pub specification: String,
+    pub specification_hash: String,
+    pub phase: Phase,
+    pub delivery_state: DeliveryState,
+    /// Incremented by every write; each transition is conditional on it.
+    pub version: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<Claim>,
+    #[serde(default)]
+    pub dispatch_attempts: u32,
+    /// Epoch milliseconds before which no dispatch may claim (after a 429 or
+    /// while an account problem holds the operation). Kept apart from
+    /// `due_at`, which the sweep moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<i64>,
+    /// 429 answers in a row for this operation.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rate_limited_count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_created_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_credits: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settlement: Option<Settlement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<Vec<OutputRef>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delivered_objects: Vec<DeliveredObject>,
+    #[serde(default)]
+    pub delivery_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_claim: Option<Claim>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<RemoteError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case: Option<ReconciliationCase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Fault>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditEntry>,
+
+    /// Partition of the sparse due-time index (`DUE#<n>`), fixed at creation.
+    pub due_pk: String,
+    /// Epoch milliseconds at which the sweep should look at this operation;
+    /// absent when nothing is due, which keeps the index sparse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<i64>,
+    /// TTL (epoch seconds), set only once the operation is finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl OperationRecord {
+    pub fn pk_for(id: &OperationId) -> String {
+        format!("OP#{}", id.as_str())
+    }
+
+    /// A fresh `prepared` record for an intent.
+    pub fn new_intent(
+        tenant: &TenantId,
+        intent: &Intent,
+        fault: Option<Fault>,
+        now: DateTime<Utc>,
+        dispatch_grace: chrono::Duration,
+    ) -> Self {
+        let id = OperationId::derive(tenant, &intent.operation_key);
+        Self {
+            pk: Self::pk_for(&id),
+            due_pk: format!("DUE#{}", id.shard(DUE_SHARDS)),
+            operation_id: id,
+            tenant_id: tenant.clone(),
+            operation_key: intent.operation_key.as_str().to_owned(),
+            media_type: intent.media_type,
+            specification: intent.canonical.json().to_owned(),
+            specification_hash: intent.canonical.hash().as_str().to_owned(),
+            phase: Phase::Prepared,
+            delivery_state: DeliveryState::NotCollected,
+            version: 1,
+            created_at: now,
+            updated_at: now,
+            claim: None,
+            dispatch_attempts: 0,
+            retry_at: None,
+            rate_limited_count: 0,
+            remote_job_id: None,
+            remote_state: None,
+            remote_model: None,
+            remote_created_at: None,
+            held_credits: None,
+            accepted_at: None,
+            observed_at: None,
+            settlement: None,
+            outputs: None,
+            delivered_objects: Vec::new(),
+            delivery_attempts: 0,
+            delivery_claim: None,
+            last_error: None,
+            case: None,
+            fault,
+            audit: Vec::new(),
+            due_at: Some((now + dispatch_grace).timestamp_millis()),
+            expires_at: None,
+        }
+    }
+
+    /// True when the TTL has passed. DynamoDB may still return such an item
+    /// for days, so every read treats it as absent.
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_some_and(|t| t <= now.timestamp())
+    }
+
+    /// The specification as a JSON object, for views.
+    pub fn specification_value(&self) -> Value {
+        serde_json::from_str::<Value>(&self.specification)
+            .ok()
+            .and_then(|mut v| v.get_mut("specification").map(Value::take))
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// A fresh `prepared` record, for unit tests.
+#[cfg(test)]
+pub fn sample_prepared(now: DateTime<Utc>) -> OperationRecord {
+    let intent = Intent::parse(
+        &serde_json::json!({"operation_key": "k", "media_type": "video",
+                "specification": {"model": "m", "prompt": "p"}}),
+        None,
+    )
+    .expect("a valid intent");
+    OperationRecord::new_intent(
+        &TenantId::parse("t").expect("a valid tenant"),
+        &intent,
+        None,
+        now,
+        chrono::Duration::seconds(60),
+    )
+}

@@ -1,0 +1,109 @@
+//! Who is calling: the one reader of the claims API Gateway's JWT
+//! authorizer verified and put in `requestContext.authorizer.jwt.claims`.
+
+use std::collections::HashMap;
+
+use genace_core::domain::TenantId;
+use genace_stages::admin::Operator;
+use genace_stages::config::Config;
+use lambda_http::http::StatusCode;
+use lambda_http::request::RequestContext;
+use lambda_http::{Request, RequestExt};
+
+use super::problem::Problem;
+
+/// The caller of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// An application acting for its tenant.
+    Tenant(TenantId),
+    /// An operator (the operator claim holds the operator value), limited to
+    /// one tenant when the token also names one.
+    Operator(Operator),
+}
+
+fn claims(req: &Request) -> Option<&HashMap<String, String>> {
+    match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx.authorizer.as_ref()?.jwt.as_ref().map(|j| &j.claims),
+        _ => None,
+    }
+}
+
+fn unauthorized(title: &'static str, detail: String) -> Problem {
+    Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", title, detail)
+}
+
+impl Principal {
+    /// Reads the caller. No claims at all is 401. A token with the operator
+    /// value is an operator; a tenant claim on it that is not a tenant id is
+    /// refused (403), never read as "no tenant", which would make the
+    /// operator global. Any other token must name a valid tenant (401).
+    pub fn read(req: &Request, config: &Config) -> Result<Self, Problem> {
+        let claims = claims(req).ok_or_else(|| unauthorized("No credentials", "Send a bearer token.".into()))?;
+        let is_operator = claims.get(&config.operator_claim).is_some_and(|values| {
+            values
+                .trim_matches(|c| c == '[' || c == ']')
+                .split(|c: char| c.is_whitespace() || c == ',')
+                .any(|v| v == config.operator_value)
+        });
+        let claim = &config.tenant_claim;
+        if is_operator {
+            let tenant = match claims.get(claim) {
+                None => None,
+                Some(raw) => Some(TenantId::parse(raw).map_err(|_| {
+                    Problem::new(
+                        StatusCode::FORBIDDEN,
+                        "invalid-operator-tenant",
+                        "The operator token's tenant claim is not valid",
+                        format!("The {claim:?} claim is present but is not a tenant id; the token is refused."),
+                    )
+                })?),
+            };
+            return Ok(Principal::Operator(Operator {
+                actor: claims.get("sub").cloned().unwrap_or_else(|| "unknown".into()),
+                tenant,
+            }));
+        }
+        let raw = claims.get(claim).ok_or_else(|| {
+            unauthorized(
+                "No usable tenant in the credentials",
+                format!("The token carries no {claim:?} claim."),
+            )
+        })?;
+        TenantId::parse(raw).map(Principal::Tenant).map_err(|_| {
+            unauthorized(
+                "No usable tenant in the credentials",
+                format!("The {claim:?} claim is not a valid tenant id."),
+            )
+        })
+    }
+
+    /// The tenant a new intent is recorded for: the caller's own, or the
+    /// one an operator's token is limited to.
+    pub fn tenant(&self, config: &Config) -> Result<&TenantId, Problem> {
+        match self {
+            Principal::Tenant(t) => Ok(t),
+            Principal::Operator(Operator { tenant: Some(t), .. }) => Ok(t),
+            Principal::Operator(_) => Err(unauthorized(
+                "No usable tenant in the credentials",
+                format!("The token carries no {:?} claim.", config.tenant_claim),
+            )),
+        }
+    }
+
+    /// The operator, or 403 for an application's token.
+    pub fn operator(self, config: &Config) -> Result<Operator, Problem> {
+        match self {
+            Principal::Operator(op) => Ok(op),
+            Principal::Tenant(_) => Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "operator-only",
+                "Operators only",
+                format!(
+                    "This route needs {:?} in the {:?} claim.",
+                    config.operator_value, config.operator_claim
+                ),
+            )),
+        }
+    }
+}

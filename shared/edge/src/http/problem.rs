@@ -1,0 +1,132 @@
+//! Problems: RFC 9457 `application/problem+json` documents. Every error of
+//! the layers below is mapped to one here, and only here.
+
+use genace_core::domain::InvalidInput;
+use genace_stages::intake::IntakeError;
+use genace_stages::store::StoreError;
+use lambda_http::http::{StatusCode, header};
+use lambda_http::{Body, Response};
+use serde_json::{Map, Value};
+use tracing::error;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+const PROBLEM_BASE: &str = "https://genace-operations.dev/problems/";
+
+/// An RFC 9457 problem, ready to be sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub status: StatusCode,
+    /// Short slug; the problem `type` is a URI built from it.
+    pub kind: &'static str,
+    pub title: &'static str,
+    pub detail: String,
+    pub extensions: Map<String, Value>,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            title,
+            detail: detail.into(),
+            extensions: Map::new(),
+        }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.extensions.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn into_response(self, instance: &str) -> Response<Body> {
+        let mut body = Map::new();
+        body.insert("type".into(), format!("{PROBLEM_BASE}{}", self.kind).into());
+        body.insert("title".into(), self.title.into());
+        body.insert("status".into(), self.status.as_u16().into());
+        body.insert("detail".into(), self.detail.into());
+        body.insert("instance".into(), instance.into());
+        body.extend(self.extensions);
+        Response::builder()
+            .status(self.status)
+            .header(header::CONTENT_TYPE, PROBLEM_JSON)
+            .body(Body::Text(Value::Object(body).to_string()))
+            .expect("a problem response is always valid")
+    }
+}
+
+impl From<InvalidInput> for Problem {
+    fn from(e: InvalidInput) -> Self {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            "The request is invalid",
+            e.to_string(),
+        )
+        .with("field", e.field)
+    }
+}
+
+impl From<IntakeError> for Problem {
+    fn from(e: IntakeError) -> Self {
+        match e {
+            IntakeError::KeyReused { ref existing, .. } => {
+                let id = existing.as_str().to_owned();
+                Problem::new(
+                    StatusCode::CONFLICT,
+                    "operation-key-reused",
+                    "The operation key is already used for a different specification",
+                    format!("{e}. Use a new operation key for a new intent."),
+                )
+                .with("operation_id", id)
+            }
+            IntakeError::NotFound => not_found(),
+            IntakeError::StaleVersion { actual, .. } => Problem::new(
+                StatusCode::PRECONDITION_FAILED,
+                "stale-version",
+                "The operation changed since it was read",
+                format!("{e}. Read it again and decide on what it is now."),
+            )
+            .with("current_version", actual),
+            IntakeError::JobHeldElsewhere { ref holder, .. } => {
+                let p = Problem::new(
+                    StatusCode::CONFLICT,
+                    "remote-job-held",
+                    "The remote job belongs to another operation",
+                    e.to_string(),
+                );
+                match holder {
+                    Some(id) => p.with("operation_id", id.as_str()),
+                    None => p,
+                }
+            }
+            IntakeError::Refused(refusal) => Problem::new(
+                StatusCode::CONFLICT,
+                "wrong-phase",
+                "The operation is not in a phase that allows this",
+                refusal.to_string(),
+            ),
+            IntakeError::Store(StoreError::Cursor) => {
+                Problem::from(InvalidInput::new("cursor", "is not a cursor this API returned"))
+            }
+            IntakeError::Store(inner) => {
+                error!(error = %inner, "store failure");
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-unavailable",
+                    "The operation store is unavailable",
+                    "Try again shortly; nothing was lost.",
+                )
+            }
+        }
+    }
+}
+
+pub fn not_found() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "No such operation",
+        "No operation with this id exists for the caller.",
+    )
+}

@@ -1,0 +1,310 @@
+//! The HTTP router of intake: API Gateway HTTP API (payload v2) requests
+//! in, JSON or `application/problem+json` responses out. Path and query come
+//! from lambda_http's request extensions; the caller from [`Principal`].
+
+use genace_core::domain::{Intent, InvalidInput, OperationId, RemoteJobId, TenantId};
+use genace_core::machine::Resolution;
+use genace_core::record::CaseReason;
+use genace_stages::clock::Clock;
+use genace_stages::intake::{Intake, Submitted};
+use genace_stages::objects::ObjectStore;
+use genace_stages::queue::WorkQueue;
+use genace_stages::store::OperationStore;
+use lambda_http::http::{HeaderValue, Method, StatusCode, header};
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde_json::{Value, json};
+
+use super::auth::Principal;
+use super::problem::{Problem, not_found};
+use super::views::{case_view, etag, view, view_with_links};
+
+fn json_response(status: StatusCode) -> lambda_http::http::response::Builder {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+}
+
+/// The request body as JSON: 415 unless it says JSON, 400 unless it is.
+fn json_body(req: &Request) -> Result<Value, Problem> {
+    if !is_json(req) {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "The request body must be JSON",
+            "Send Content-Type: application/json.",
+        ));
+    }
+    serde_json::from_slice(req.body().as_ref()).map_err(|e| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+            "The body is not valid JSON",
+            e.to_string(),
+        )
+    })
+}
+
+fn is_json(req: &Request) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .is_some_and(|m| m == "application/json" || (m.starts_with("application/") && m.ends_with("+json")))
+}
+
+enum Route {
+    Operations,
+    Operation(String),
+    Resolution(String),
+    Cases,
+}
+
+/// The route of a request, and the operation id in its path. API Gateway
+/// names the id in the path parameters; a request made without them (a
+/// local server) gives it by position.
+fn route(req: &Request) -> Option<Route> {
+    let path = req.uri().path();
+    let named = req
+        .path_parameters_ref()
+        .and_then(|p| p.first("operation_id"))
+        .map(str::to_owned);
+    let segments: Vec<&str> = path
+        .trim_end_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    match segments.as_slice() {
+        [.., "v1", "operations"] => Some(Route::Operations),
+        [.., "v1", "operations", id] => Some(Route::Operation(named.unwrap_or_else(|| (*id).to_owned()))),
+        [.., "v1", "operations", id, "resolution"] => {
+            Some(Route::Resolution(named.unwrap_or_else(|| (*id).to_owned())))
+        }
+        [.., "v1", "reconciliation-cases"] => Some(Route::Cases),
+        _ => None,
+    }
+}
+
+/// Handles one intake request. Never fails: every outcome is a response.
+pub async fn handle<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+) -> Response<Body> {
+    let instance = req.uri().path().to_owned();
+    match route_request(intake, req).await {
+        Ok(resp) => resp,
+        Err(problem) => problem.into_response(&instance),
+    }
+}
+
+async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+) -> Result<Response<Body>, Problem> {
+    let method_not_allowed = |allow: &'static str| {
+        Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            format!("Use {allow}."),
+        )
+        .with("allow", allow)
+    };
+    match (route(&req), req.method()) {
+        (Some(Route::Operations), &Method::POST) => create(intake, req).await,
+        (Some(Route::Operations), _) => Err(method_not_allowed("POST")),
+        (Some(Route::Operation(id)), &Method::GET) => read(intake, &req, &id).await,
+        (Some(Route::Operation(_)), _) => Err(method_not_allowed("GET")),
+        (Some(Route::Resolution(id)), &Method::POST) => resolve(intake, req, &id).await,
+        (Some(Route::Resolution(_)), _) => Err(method_not_allowed("POST")),
+        (Some(Route::Cases), &Method::GET) => list_cases(intake, &req).await,
+        (Some(Route::Cases), _) => Err(method_not_allowed("GET")),
+        (None, _) => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "no-route",
+            "No such route",
+            "See the API description for the routes.",
+        )),
+    }
+}
+
+async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+) -> Result<Response<Body>, Problem> {
+    let principal = Principal::read(&req, &intake.config)?;
+    let tenant = principal.tenant(&intake.config)?;
+    let body: &[u8] = req.body().as_ref();
+    if body.len() > intake.config.max_body_bytes {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "The request body is too large",
+            format!("The body may be at most {} bytes.", intake.config.max_body_bytes),
+        ));
+    }
+    let value = json_body(&req)?;
+    let header_key = match req.headers().get("idempotency-key") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| Problem::from(InvalidInput::new("Idempotency-Key", "must be visible ASCII")))?,
+        ),
+    };
+    let intent = Intent::parse(&value, header_key)?;
+    if intent.fault.is_some() && !intake.config.fault_injection {
+        return Err(InvalidInput::new("fault", "fault injection is disabled in this deployment").into());
+    }
+    let outcome = intake.submit(tenant, &intent, intake.clock.now()).await?;
+    let (status, rec, replayed) = match &outcome {
+        Submitted::New(rec) => (StatusCode::ACCEPTED, rec, false),
+        Submitted::Replayed(rec) => (StatusCode::OK, rec, true),
+    };
+    let body = view(rec);
+    let mut builder = json_response(status).header(
+        header::LOCATION,
+        HeaderValue::from_str(&format!("/v1/operations/{}", rec.operation_id)).expect("ids are ASCII"),
+    );
+    if replayed {
+        builder = builder.header("Idempotent-Replayed", "true");
+    }
+    Ok(builder.body(Body::Text(body.to_string())).expect("valid response"))
+}
+
+async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+    raw_id: &str,
+) -> Result<Response<Body>, Problem> {
+    let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
+    let rec = match Principal::read(req, &intake.config)? {
+        Principal::Operator(op) => intake.operator_get(&op, &id).await?,
+        Principal::Tenant(tenant) => intake.get(&tenant, &id, intake.clock.now()).await?,
+    };
+    let body = view_with_links(&rec, &intake.links(&rec).await);
+    Ok(json_response(StatusCode::OK)
+        .header(header::ETAG, etag(&rec))
+        .body(Body::Text(body.to_string()))
+        .expect("valid response"))
+}
+
+/// The version named by `If-Match`: 428 when absent, 400 for `*` or a list,
+/// 412 when it names no version this API ever gave.
+fn if_match_version(req: &Request) -> Result<u64, Problem> {
+    let raw = req
+        .headers()
+        .get(header::IF_MATCH)
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::PRECONDITION_REQUIRED,
+                "if-match-required",
+                "Send If-Match with the operation's version",
+                "Read the operation first and send its ETag in If-Match, so the decision applies to what was seen.",
+            )
+        })?
+        .to_str()
+        .unwrap_or("")
+        .trim();
+    if raw == "*" || raw.contains(',') {
+        return Err(InvalidInput::new("If-Match", "must be the one ETag of the operation as read").into());
+    }
+    raw.trim_start_matches("W/")
+        .trim_matches('"')
+        .parse::<u64>()
+        .map_err(|_| {
+            Problem::new(
+                StatusCode::PRECONDITION_FAILED,
+                "stale-version",
+                "The operation changed since it was read",
+                "If-Match names no version of this operation.",
+            )
+        })
+}
+
+/// Largest resolution body accepted.
+const MAX_RESOLUTION_BODY: usize = 8 * 1024;
+
+async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let op = Principal::read(req, &intake.config)?.operator(&intake.config)?;
+    let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
+    let tenant = q
+        .first("tenant")
+        .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
+        .transpose()?;
+    let reason = q
+        .first("reason")
+        .map(|r| {
+            serde_json::from_value::<CaseReason>(Value::String(r.to_owned()))
+                .map_err(|_| Problem::from(InvalidInput::new("reason", "is not a case reason")))
+        })
+        .transpose()?;
+    let limit = match q.first("limit") {
+        None => 25,
+        Some(l) => l
+            .parse::<i32>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| Problem::from(InvalidInput::new("limit", "must be 1-100")))?,
+    };
+    let page = intake.cases(&op, tenant, reason, limit, q.first("cursor")).await?;
+    let cases: Vec<Value> = page.records.iter().map(case_view).collect();
+    let body = json!({"cases": cases, "next_cursor": page.next});
+    Ok(json_response(StatusCode::OK)
+        .body(Body::Text(body.to_string()))
+        .expect("valid response"))
+}
+
+async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+    raw_id: &str,
+) -> Result<Response<Body>, Problem> {
+    let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
+    if req.body().as_ref().len() > MAX_RESOLUTION_BODY {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "The request body is too large",
+            format!("A resolution may be at most {MAX_RESOLUTION_BODY} bytes."),
+        ));
+    }
+    let body = json_body(&req)?;
+    let text = |name: &str| {
+        body.get(name)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    };
+    let reason = text("reason").ok_or_else(|| Problem::from(InvalidInput::new("reason", "is required")))?;
+    let resolution = match text("action") {
+        Some("attach_remote_job") => {
+            let raw = text("job_id")
+                .ok_or_else(|| Problem::from(InvalidInput::new("job_id", "is required to attach a job")))?;
+            Resolution::AttachRemoteJob {
+                job_id: RemoteJobId::parse(raw)?.into_string(),
+            }
+        }
+        Some("confirm_not_created") => Resolution::ConfirmNotCreated,
+        Some("release_hold") => Resolution::ReleaseHold,
+        Some("mark_settled") => Resolution::MarkSettled,
+        Some("redrive_delivery") => Resolution::RedriveDelivery,
+        Some("abandon") => Resolution::Abandon,
+        _ => {
+            return Err(InvalidInput::new(
+                "action",
+                "must be attach_remote_job, confirm_not_created, release_hold, mark_settled, redrive_delivery or abandon",
+            )
+            .into());
+        }
+    };
+    let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
+    let version = if_match_version(&req)?;
+    let rec = intake.resolve(&op, &id, &resolution, reason, version).await?;
+    let body = view_with_links(&rec, &intake.links(&rec).await);
+    Ok(json_response(StatusCode::OK)
+        .header(header::ETAG, etag(&rec))
+        .body(Body::Text(body.to_string()))
+        .expect("valid response"))
+}

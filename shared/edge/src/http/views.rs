@@ -1,0 +1,129 @@
+//! Views: the JSON an application or an operator sees of an operation. Claim
+//! tokens, fault directives and internal scheduling never appear.
+
+use genace_core::record::OperationRecord;
+use serde_json::{Value, json};
+
+/// The view with presigned links for the delivered objects.
+pub fn view_with_links(rec: &OperationRecord, links: &[Option<String>]) -> Value {
+    let mut v = view(rec);
+    if !rec.delivered_objects.is_empty() {
+        let objects: Vec<Value> = rec
+            .delivered_objects
+            .iter()
+            .zip(links.iter().chain(std::iter::repeat(&None)))
+            .map(|(o, link)| {
+                json!({
+                    "key": o.key,
+                    "bytes": o.bytes,
+                    "sha256": o.sha256,
+                    "content_type": o.content_type,
+                    "url": link,
+                })
+            })
+            .collect();
+        v["delivered_objects"] = Value::Array(objects);
+    }
+    v
+}
+
+/// The JSON view of an operation that clients see.
+pub fn view(rec: &OperationRecord) -> Value {
+    let mut v = json!({
+        "operation_id": rec.operation_id,
+        "operation_key": rec.operation_key,
+        "media_type": rec.media_type,
+        "phase": rec.phase,
+        "delivery_state": rec.delivery_state,
+        "specification_hash": rec.specification_hash,
+        "specification": rec.specification_value(),
+        "remote_job_id": rec.remote_job_id,
+        "remote_state": rec.remote_state,
+        "observed_at": rec.observed_at,
+        "accepted_at": rec.accepted_at,
+        "settlement": rec.settlement,
+        "delivery_attempts": rec.delivery_attempts,
+        "version": rec.version,
+        "created_at": rec.created_at,
+        "updated_at": rec.updated_at,
+    });
+    let obj = v.as_object_mut().expect("view is an object");
+    if let Some(case) = &rec.case {
+        obj.insert("reconciliation_case".into(), json!(case));
+    }
+    if let Some(err) = &rec.last_error {
+        obj.insert("last_error".into(), json!(err));
+    }
+    if !rec.audit.is_empty() {
+        obj.insert("audit".into(), json!(rec.audit));
+    }
+    v
+}
+
+/// The strong validator of an operation view: its version.
+pub fn etag(rec: &OperationRecord) -> String {
+    format!("\"{}\"", rec.version)
+}
+
+/// One open case as the case list shows it.
+pub fn case_view(rec: &OperationRecord) -> Value {
+    json!({
+        "operation_id": rec.operation_id,
+        "tenant_id": rec.tenant_id,
+        "operation_key": rec.operation_key,
+        "phase": rec.phase,
+        "delivery_state": rec.delivery_state,
+        "remote_job_id": rec.remote_job_id,
+        "reason": rec.case.as_ref().map(|c| c.reason),
+        "opened_at": rec.case.as_ref().map(|c| c.opened_at),
+        "evidence": rec.case.as_ref().map(|c| c.evidence.clone()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use genace_core::machine::{self, AcceptedJob, Policy};
+
+    fn prepared() -> OperationRecord {
+        let intent = genace_core::domain::Intent::parse(
+            &json!({"operation_key": "k", "media_type": "video", "specification": {"model": "m", "prompt": "p"}}),
+            None,
+        )
+        .unwrap();
+        let tenant = genace_core::domain::TenantId::parse("tenant-a").unwrap();
+        OperationRecord::new_intent(
+            &tenant,
+            &intent,
+            None,
+            chrono::Utc::now(),
+            chrono::Duration::seconds(60),
+        )
+    }
+
+    #[test]
+    fn the_view_shows_the_remote_job_and_the_open_case() {
+        let now = chrono::Utc::now();
+        let claimed = machine::claim_dispatch(&prepared(), "tok", now, &Policy::default()).unwrap();
+        let uncertain = machine::mark_uncertain(&claimed, "tok", "timed out", now).unwrap();
+        let v = view(&uncertain);
+        assert_eq!(v["phase"], "uncertain");
+        assert_eq!(v["reconciliation_case"]["reason"], "unknown_submit_outcome");
+        assert_eq!(v["reconciliation_case"]["evidence"], "timed out");
+        assert!(v.get("claim").is_none(), "claim tokens stay private");
+
+        let job = AcceptedJob {
+            job_id: "J1".into(),
+            state: Some("running".into()),
+            model: None,
+            created_at: None,
+            held_credits: None,
+        };
+        let accepted = machine::accept(&claimed, "tok", &job, now, &Policy::default()).unwrap();
+        let v = view(&accepted);
+        assert_eq!(v["phase"], "accepted");
+        assert_eq!(v["remote_job_id"], "J1");
+        assert_eq!(v["remote_state"], "running");
+        assert!(v.get("reconciliation_case").is_none());
+    }
+}

@@ -1,0 +1,15 @@
+//! Genace over HTTP, and output downloads over HTTP.
+//!
+//! - [`client`]: the Genace client behind the `genace_stages::genace::Genace`
+//!   port: never retried, never redirected, bounded bodies, a redacted key.
+//! - [`download`]: the output URL guard and the download client behind the
+//!   `genace_stages::downloads::Downloads` port.
+//!
+//! Depends on `genace-core` and `genace-stages` (for the ports); must not
+//! import the AWS adapters, the HTTP edge or Lambda crates.
+
+pub mod client;
+pub mod download;
+
+pub use client::{GenaceClient, GenaceConfig};
+pub use download::HttpDownloads;

@@ -1,0 +1,137 @@
+//! What operators may do: list open reconciliation cases, read any operation
+//! in their scope, and resolve a case with an explicit, audited decision.
+
+use tracing::{info, warn};
+
+use crate::clock::Clock;
+use crate::intake::{Intake, IntakeError};
+use crate::metrics;
+use crate::objects::ObjectStore;
+use crate::queue::WorkQueue;
+use crate::stage::write_attempts;
+use crate::store::{CasePage, CommitError, OperationStore, commit};
+use genace_core::domain::{OperationId, TenantId};
+use genace_core::machine::{self, Resolution};
+use genace_core::messages::Queue;
+use genace_core::record::{CaseReason, OperationRecord};
+
+/// An authenticated operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator {
+    /// Who acts, for the audit trail (the token's `sub`).
+    pub actor: String,
+    /// When set, the operator sees and resolves this tenant's operations only.
+    pub tenant: Option<TenantId>,
+}
+
+impl Operator {
+    pub fn may_see(&self, tenant: &TenantId) -> bool {
+        self.tenant.as_ref().is_none_or(|t| t == tenant)
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+    /// Open cases, newest pages first by tenant; an operator limited to a
+    /// tenant sees only that tenant's, whatever filter they ask for.
+    pub async fn cases(
+        &self,
+        op: &Operator,
+        tenant: Option<TenantId>,
+        reason: Option<CaseReason>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, IntakeError> {
+        let scope = match (&op.tenant, tenant) {
+            (Some(own), Some(asked)) if *own != asked => {
+                return Ok(CasePage {
+                    records: Vec::new(),
+                    next: None,
+                });
+            }
+            (Some(own), _) => Some(own.clone()),
+            (None, asked) => asked,
+        };
+        let mut page = self.store.open_cases(scope.as_ref(), limit, cursor).await?;
+        page.records.retain(|r| {
+            op.may_see(&r.tenant_id) && reason.is_none_or(|want| r.case.as_ref().is_some_and(|c| c.reason == want))
+        });
+        Ok(page)
+    }
+
+    /// Any live operation in the operator's scope.
+    pub async fn operator_get(&self, op: &Operator, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+        match self.store.get(id, self.clock.now()).await? {
+            Some(rec) if op.may_see(&rec.tenant_id) => Ok(rec),
+            _ => Err(IntakeError::NotFound),
+        }
+    }
+
+    /// Applies a decision (valid only from the right phase), records it in the
+    /// audit trail, and hands the operation to the stage that continues it.
+    /// `expected_version` is the version the operator decided on (the view's
+    /// `ETag`): a request made on any other version changes nothing, so a
+    /// stale or replayed decision can never act twice.
+    pub async fn resolve(
+        &self,
+        op: &Operator,
+        id: &OperationId,
+        resolution: &Resolution,
+        reason: &str,
+        expected_version: u64,
+    ) -> Result<OperationRecord, IntakeError> {
+        let rec = self.operator_get(op, id).await?;
+        let stale = |actual: u64| IntakeError::StaleVersion {
+            expected: expected_version,
+            actual,
+        };
+        if rec.version != expected_version {
+            return Err(stale(rec.version));
+        }
+        if let Resolution::AttachRemoteJob { job_id } = resolution {
+            let holders = self.store.holders_of_remote_job(job_id).await?;
+            if let Some(other) = holders.into_iter().find(|h| h != id) {
+                let visible = self
+                    .store
+                    .get(&other, self.clock.now())
+                    .await?
+                    .filter(|r| op.may_see(&r.tenant_id));
+                return Err(IntakeError::JobHeldElsewhere {
+                    job_id: job_id.clone(),
+                    holder: visible.map(|r| r.operation_id),
+                });
+            }
+        }
+        let now = self.clock.now();
+        let policy = self.config.policy;
+        let next = commit(&self.store, rec, write_attempts(), |r| {
+            if r.version != expected_version {
+                return Err(machine::Refusal::StaleVersion { actual: r.version });
+            }
+            machine::resolve(r, resolution, &op.actor, reason, now, &policy)
+        })
+        .await
+        .map_err(|e| match e {
+            CommitError::Refused {
+                refusal: machine::Refusal::StaleVersion { actual },
+                ..
+            } => stale(actual),
+            CommitError::Refused { refusal, .. } => IntakeError::Refused(refusal),
+            CommitError::Store(s) => IntakeError::Store(s),
+        })?;
+        info!(operation_id = %id, tenant = %next.tenant_id, phase = next.phase.as_str(), actor = %op.actor, action = resolution.name(), %reason, "case resolved");
+        metrics::count("Resolutions", &[("Action", resolution.name())]);
+        let stage = match resolution {
+            Resolution::AttachRemoteJob { .. } => Some(Queue::Poll),
+            Resolution::ConfirmNotCreated | Resolution::ReleaseHold => Some(Queue::Dispatch),
+            Resolution::RedriveDelivery => Some(Queue::Deliver),
+            Resolution::MarkSettled | Resolution::Abandon => None,
+        };
+        if let Some(stage) = stage
+            && let Err(e) = self.queue.enqueue(stage, id, 0).await
+        {
+            // The record is due now; the sweep re-enqueues it.
+            warn!(operation_id = %id, error = %e, "enqueue after resolution failed; the sweep will pick it up");
+        }
+        Ok(next)
+    }
+}

@@ -1,0 +1,247 @@
+//! Settings, read once per cold start from environment variables.
+//!
+//! Every setting has a documented default (see the README's configuration
+//! table). Queue URLs default to the local stack's names when
+//! `AWS_ENDPOINT_URL` points at a local endpoint.
+
+use std::env;
+
+use chrono::Duration;
+
+use genace_core::machine::Policy;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// The local stack's account id (moto's fixed account).
+pub const LOCAL_ACCOUNT: &str = "123456789012";
+
+/// Names of the AWS resources a deployment uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceNames {
+    pub table: String,
+    pub bucket: String,
+    /// Queue names; each also has a `<name>-dlq`.
+    pub dispatch_queue: String,
+    pub poll_queue: String,
+    pub deliver_queue: String,
+    pub recovery_queue: String,
+}
+
+impl ResourceNames {
+    /// The default names, each optionally prefixed (tests use a unique prefix).
+    pub fn with_prefix(prefix: &str) -> Self {
+        Self {
+            table: format!("{prefix}genace-operations"),
+            bucket: format!("{prefix}genace-outputs"),
+            dispatch_queue: format!("{prefix}genace-dispatch"),
+            poll_queue: format!("{prefix}genace-poll"),
+            deliver_queue: format!("{prefix}genace-deliver"),
+            recovery_queue: format!("{prefix}genace-recovery"),
+        }
+    }
+
+    pub fn queues(&self) -> [&str; 4] {
+        [
+            &self.dispatch_queue,
+            &self.poll_queue,
+            &self.deliver_queue,
+            &self.recovery_queue,
+        ]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueUrls {
+    pub dispatch: String,
+    pub poll: String,
+    pub deliver: String,
+    pub recovery: String,
+}
+
+impl QueueUrls {
+    /// URLs as the local stack (moto) forms them.
+    pub fn local(endpoint: &str, names: &ResourceNames) -> Self {
+        let base = endpoint.trim_end_matches('/');
+        let url = |n: &str| format!("{base}/{LOCAL_ACCOUNT}/{n}");
+        Self {
+            dispatch: url(&names.dispatch_queue),
+            poll: url(&names.poll_queue),
+            deliver: url(&names.deliver_queue),
+            recovery: url(&names.recovery_queue),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub table: String,
+    pub bucket: String,
+    pub queues: QueueUrls,
+    /// JWT claim that names the tenant (`TENANT_CLAIM`, default `tenant_id`).
+    pub tenant_claim: String,
+    /// Claim that marks operators (`OPERATOR_CLAIM`, default `scope`; a
+    /// space-separated list, or `[a b]` as API Gateway renders groups).
+    pub operator_claim: String,
+    /// Value in that claim that makes an operator (`OPERATOR_VALUE`, default `genace:operator`).
+    pub operator_value: String,
+    /// Largest accepted intake body in bytes.
+    pub max_body_bytes: usize,
+    /// A prepared operation older than this is re-enqueued by the sweep.
+    pub dispatch_grace: Duration,
+    pub policy: Policy,
+    /// Whether per-operation fault directives are honoured (never in production).
+    pub fault_injection: bool,
+    /// Longest delay between two polls of a running job (SQS allows 900 s).
+    pub poll_max_delay_seconds: u32,
+    /// A job with no terminal state this long after acceptance opens a stall case.
+    pub stall_after: Duration,
+    /// Key prefix of delivered objects.
+    pub output_prefix: String,
+    /// Multipart part size for deliveries.
+    pub part_size: usize,
+    /// First delay before a failed delivery is retried; it doubles per attempt (`DELIVERY_BACKOFF_SECONDS`).
+    pub delivery_backoff_seconds: u32,
+    /// Wall-clock bound of one delivery attempt, below the deliver function's timeout (`DELIVERY_ATTEMPT_SECONDS`).
+    pub delivery_attempt_deadline: std::time::Duration,
+    /// Largest output delivered (`MAX_OUTPUT_BYTES`, default 4 GiB); a larger one opens a case.
+    pub max_output_bytes: u64,
+    /// Lifetime of the presigned GET URLs in operation views.
+    pub presign_expiry: std::time::Duration,
+    /// Which output URLs deliver may fetch.
+    pub url_policy: UrlPolicy,
+}
+
+/// Which output URLs may be fetched. Production: https only, public
+/// addresses only, optionally an allow-list of hosts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UrlPolicy {
+    /// `DELIVERY_ALLOW_HTTP`: also plain http (local runs).
+    pub allow_http: bool,
+    /// `DELIVERY_ALLOW_PRIVATE`: also loopback, private and link-local addresses (local runs).
+    pub allow_private: bool,
+    /// `OUTPUT_ALLOWED_HOSTS`: comma-separated host names; empty allows any public host.
+    pub allowed_hosts: Vec<String>,
+    /// `OUTPUT_ALLOWED_PORTS`: comma-separated ports; empty allows 443 (and
+    /// 80 where http is allowed).
+    pub allowed_ports: Vec<u16>,
+}
+
+fn var(name: &str) -> Option<String> {
+    env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn number(name: &str, default: i64) -> Result<i64, ConfigError> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| ConfigError(format!("{name} must be a positive integer, got {v:?}"))),
+    }
+}
+
+fn flag(name: &str) -> Result<bool, ConfigError> {
+    match var(name).as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("0" | "false" | "no" | "off" | "disabled") => Ok(false),
+        Some("1" | "true" | "yes" | "on" | "enabled") => Ok(true),
+        Some(other) => Err(ConfigError(format!("{name} must be true or false, got {other:?}"))),
+    }
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let names = ResourceNames::with_prefix("");
+        let local = var("AWS_ENDPOINT_URL").map(|e| QueueUrls::local(&e, &names));
+        let queue = |name: &str, pick: fn(&QueueUrls) -> &String| -> Result<String, ConfigError> {
+            var(name)
+                .or_else(|| local.as_ref().map(|l| pick(l).clone()))
+                .ok_or_else(|| ConfigError(format!("{name} is not set")))
+        };
+        Ok(Self {
+            table: var("OPERATIONS_TABLE").unwrap_or(names.table),
+            bucket: var("OUTPUT_BUCKET").unwrap_or(names.bucket),
+            queues: QueueUrls {
+                dispatch: queue("DISPATCH_QUEUE_URL", |q| &q.dispatch)?,
+                poll: queue("POLL_QUEUE_URL", |q| &q.poll)?,
+                deliver: queue("DELIVER_QUEUE_URL", |q| &q.deliver)?,
+                recovery: queue("RECOVERY_QUEUE_URL", |q| &q.recovery)?,
+            },
+            tenant_claim: var("TENANT_CLAIM").unwrap_or_else(|| "tenant_id".into()),
+            operator_claim: var("OPERATOR_CLAIM").unwrap_or_else(|| "scope".into()),
+            operator_value: var("OPERATOR_VALUE").unwrap_or_else(|| "genace:operator".into()),
+            max_body_bytes: 64 * 1024,
+            dispatch_grace: Duration::seconds(number("DISPATCH_GRACE_SECONDS", 60)?),
+            policy: Policy {
+                dispatch_lease: Duration::seconds(number("DISPATCH_LEASE_SECONDS", 120)?),
+                observe_grace: Duration::seconds(number("OBSERVE_GRACE_SECONDS", 300)?),
+                retention: Duration::days(number("RETENTION_DAYS", 30)?),
+                delivery_lease: Duration::seconds(number("DELIVERY_LEASE_SECONDS", 960)?),
+                delivery_max_attempts: number("DELIVERY_MAX_ATTEMPTS", 8)? as u32,
+                account_hold: Duration::seconds(number("ACCOUNT_HOLD_SECONDS", 600)?),
+                rate_limit_max: number("RATE_LIMIT_MAX_RETRIES", 10)? as u32,
+            },
+            fault_injection: flag("FAULT_INJECTION")?,
+            poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", 900)?.min(900) as u32,
+            stall_after: Duration::seconds(number("RENDER_STALL_SECONDS", 6 * 3600)?),
+            output_prefix: var("OUTPUT_PREFIX").unwrap_or_else(|| "outputs".into()),
+            part_size: number("UPLOAD_PART_BYTES", 8 * 1024 * 1024)? as usize,
+            delivery_backoff_seconds: number("DELIVERY_BACKOFF_SECONDS", 5)?.min(900) as u32,
+            delivery_attempt_deadline: std::time::Duration::from_secs(number("DELIVERY_ATTEMPT_SECONDS", 780)? as u64),
+            max_output_bytes: number("MAX_OUTPUT_BYTES", 4 * 1024 * 1024 * 1024)? as u64,
+            presign_expiry: std::time::Duration::from_secs(number("PRESIGN_EXPIRY_SECONDS", 3600)? as u64),
+            url_policy: UrlPolicy {
+                allow_http: flag("DELIVERY_ALLOW_HTTP")?,
+                allow_private: flag("DELIVERY_ALLOW_PRIVATE")?,
+                allowed_hosts: var("OUTPUT_ALLOWED_HOSTS")
+                    .map(|v| {
+                        v.split(',')
+                            .map(|h| h.trim().to_ascii_lowercase())
+                            .filter(|h| !h.is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                allowed_ports: match var("OUTPUT_ALLOWED_PORTS") {
+                    None => Vec::new(),
+                    Some(v) => v
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|p| !p.is_empty())
+                        .map(|p| {
+                            p.parse::<u16>()
+                                .map_err(|_| ConfigError(format!("OUTPUT_ALLOWED_PORTS has a bad port {p:?}")))
+                        })
+                        .collect::<Result<_, _>>()?,
+                },
+            },
+        })
+    }
+
+    /// A configuration for the given resources, with every other setting at its default.
+    pub fn for_resources(names: &ResourceNames, queues: QueueUrls) -> Self {
+        Self {
+            table: names.table.clone(),
+            bucket: names.bucket.clone(),
+            queues,
+            tenant_claim: "tenant_id".into(),
+            operator_claim: "scope".into(),
+            operator_value: "genace:operator".into(),
+            max_body_bytes: 64 * 1024,
+            dispatch_grace: Duration::seconds(60),
+            policy: Policy::default(),
+            fault_injection: false,
+            poll_max_delay_seconds: 900,
+            stall_after: Duration::seconds(6 * 3600),
+            output_prefix: "outputs".into(),
+            part_size: 8 * 1024 * 1024,
+            delivery_backoff_seconds: 5,
+            delivery_attempt_deadline: std::time::Duration::from_secs(780),
+            max_output_bytes: 4 * 1024 * 1024 * 1024,
+            presign_expiry: std::time::Duration::from_secs(3600),
+            url_policy: UrlPolicy::default(),
+        }
+    }
+}

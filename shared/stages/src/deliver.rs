@@ -1,0 +1,536 @@
+//! Deliver: stream each finished output into S3, verify it, then record
+//! `delivered`. A failed upload retries delivery of the same outputs; it
+//! never renders or POSTs again.
+
+use base64::Engine;
+use sha2::{Digest, Sha256};
+use tracing::{info, warn};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::downloads::{DownloadBody, DownloadError, Downloads};
+use crate::metrics;
+use crate::objects::{ObjectStore, PartReceipt, composite_sha256};
+use crate::queue::WorkQueue;
+use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
+use crate::store::{CommitError, OperationStore, StoreError, commit};
+use genace_core::domain::{OperationId, hex};
+use genace_core::machine::{self, Refusal};
+use genace_core::messages::Queue;
+use genace_core::messages::WorkMessage;
+use genace_core::record::{CaseReason, DeliveredObject, DeliveryState, Fault, OperationRecord, OutputRef, Phase};
+
+/// Content types stored as they are; anything else is stored as
+/// `application/octet-stream`, so an output can never be served as a page.
+pub fn stored_content_type(claimed: &str) -> String {
+    let essence = claimed.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let plain = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    let allowed = match essence.split_once('/') {
+        Some(("video", rest)) | Some(("image", rest)) => plain(rest) && rest != "svg+xml",
+        _ => false,
+    };
+    if allowed {
+        essence
+    } else {
+        "application/octet-stream".into()
+    }
+}
+
+// ---------------------------------------------------------------- the stage
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliverResult {
+    Missing,
+    /// Not rendered, or delivery already ended.
+    NotDeliverable(Phase, DeliveryState),
+    /// Another deliverer holds a live claim.
+    Duplicate,
+    Delivered {
+        objects: usize,
+    },
+    /// This attempt failed; the next is enqueued after `next_attempt_seconds`.
+    Retrying {
+        attempts: u32,
+        next_attempt_seconds: u32,
+    },
+    /// The bound was reached: `delivery_failed` with a case.
+    GaveUp {
+        attempts: u32,
+    },
+    /// An output can never be fetched (refused URL, over the byte cap):
+    /// `delivery_failed` with a case after this one attempt.
+    Refused {
+        reason: CaseReason,
+    },
+}
+
+pub struct Deliverer<S, Q, O, D, C = SystemClock> {
+    pub store: S,
+    pub queue: Q,
+    pub objects: O,
+    /// Where outputs are fetched, behind the output URL guard.
+    pub downloads: D,
+    pub config: Config,
+    pub clock: C,
+}
+
+/// Why one output could not be delivered. The reason never carries a URL
+/// or a query string: it is shown to tenants and operators.
+#[derive(Debug, thiserror::Error)]
+#[error("output {index}: {reason}")]
+pub struct TransferError {
+    pub index: usize,
+    pub reason: String,
+    /// `Some` when retrying cannot help: the case to open at once.
+    pub permanent: Option<CaseReason>,
+}
+
+const MAX_RACES: usize = 5;
+
+/// Delay before the retry that follows attempt number `attempts` (1-based):
+/// `base`, then doubling, at most 900 s (SQS's longest delay).
+fn delivery_backoff_seconds(base: u32, attempts: u32) -> u32 {
+    base.max(1)
+        .saturating_mul(1 << attempts.saturating_sub(1).min(10))
+        .min(900)
+}
+
+/// File extension for a content type, else the URL's own, else `bin`.
+fn extension(content_type: &str, url: &str) -> String {
+    let known = match content_type.split(';').next().unwrap_or("").trim() {
+        "video/mp4" => Some("mp4"),
+        "video/webm" => Some("webm"),
+        "video/quicktime" => Some("mov"),
+        "image/png" => Some("png"),
+        "image/jpeg" => Some("jpg"),
+        "image/webp" => Some("webp"),
+        "image/gif" => Some("gif"),
+        _ => None,
+    };
+    known
+        .map(str::to_owned)
+        .or_else(|| {
+            let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+            let path = after_scheme.split(['?', '#']).next()?;
+            let last = path.split_once('/')?.1.rsplit('/').next()?;
+            let (_, ext) = last.rsplit_once('.')?;
+            (!ext.is_empty() && ext.len() <= 5 && ext.bytes().all(|b| b.is_ascii_alphanumeric()))
+                .then(|| ext.to_ascii_lowercase())
+        })
+        .unwrap_or_else(|| "bin".into())
+}
+
+/// `<prefix>/<tenant>/<operation_id>/output-<index>.<ext>`
+pub fn object_key(prefix: &str, rec: &OperationRecord, index: usize, ext: &str) -> String {
+    format!(
+        "{}/{}/{}/output-{index}.{ext}",
+        prefix.trim_end_matches('/'),
+        rec.tenant_id,
+        rec.operation_id
+    )
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> Stage for Deliverer<S, Q, O, D, C> {
+    type Message = WorkMessage;
+    type Outcome = DeliverResult;
+
+    async fn handle(&self, message: WorkMessage) -> Result<DeliverResult, StageError> {
+        self.deliver(&message.operation_id).await
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> Deliverer<S, Q, O, D, C> {
+    pub async fn deliver(&self, id: &OperationId) -> Result<DeliverResult, StageError> {
+        let now = self.clock.now();
+        let Some(mut rec) = self.store.get(id, now).await? else {
+            return Ok(DeliverResult::Missing);
+        };
+        let token = uuid::Uuid::new_v4().to_string();
+        let policy = self.config.policy;
+        let (claimed, fault) = 'claim: {
+            for _ in 0..MAX_RACES {
+                let mut next = match machine::claim_delivery(&rec, &token, now, &policy) {
+                    Ok(next) => next,
+                    Err(Refusal::LeaseLive { .. }) => return Ok(DeliverResult::Duplicate),
+                    Err(Refusal::AttemptsExhausted(_)) => return self.give_up(rec).await,
+                    Err(_) => return Ok(DeliverResult::NotDeliverable(rec.phase, rec.delivery_state)),
+                };
+                let fault = next.fault.filter(|f| {
+                    self.config.fault_injection && matches!(f, Fault::DeliverUploadFails | Fault::DeliverAfterUpload)
+                });
+                if fault.is_some() {
+                    next.fault = None;
+                }
+                match self.store.apply(&rec, &next).await {
+                    Ok(_) => break 'claim (next, fault),
+                    // A retried claim write that had already landed is our claim.
+                    Err(StoreError::Conflict(Some(current))) if *current == next => break 'claim (next, fault),
+                    Err(StoreError::Conflict(Some(current))) => rec = *current,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return Err(StoreError::Conflict(None).into());
+        };
+
+        let started = std::time::Instant::now();
+        let deadline = tokio::time::Instant::now() + self.config.delivery_attempt_deadline;
+        let outputs = claimed.outputs.clone().unwrap_or_default();
+        let mut objects = Vec::with_capacity(outputs.len());
+        for (index, output) in outputs.iter().enumerate() {
+            let inject = fault == Some(Fault::DeliverUploadFails) && index == 0;
+            match self.transfer(&claimed, index, output, inject, deadline).await {
+                Ok(obj) => objects.push(obj),
+                Err(e) => return self.attempt_failed(claimed, &token, &e).await,
+            }
+        }
+        if fault == Some(Fault::DeliverAfterUpload) {
+            return Err(StageError::Crashed("deliver.after_upload"));
+        }
+        let count = objects.len();
+        let bytes: u64 = objects.iter().map(|o| o.bytes).sum();
+        let done = commit(&self.store, claimed, write_attempts(), |r| {
+            machine::delivered(r, &token, objects.clone(), self.clock.now(), &policy)
+        })
+        .await
+        .map_err(commit_failure)?;
+        metrics::emit("DeliveredBytes", bytes as f64, "Bytes", &[]);
+        metrics::emit(
+            "DeliveryDuration",
+            started.elapsed().as_millis() as f64,
+            "Milliseconds",
+            &[],
+        );
+        info!(operation_id = %id, tenant = %done.tenant_id, remote_job_id = ?done.remote_job_id, phase = done.phase.as_str(), objects = count, bytes, "delivered");
+        Ok(DeliverResult::Delivered { objects: count })
+    }
+
+    /// Every attempt was used and the last one stopped without reporting.
+    async fn give_up(&self, rec: OperationRecord) -> Result<DeliverResult, StageError> {
+        let now = self.clock.now();
+        let rec = match commit(&self.store, rec, write_attempts(), |r| {
+            machine::give_up_delivery(r, now)
+        })
+        .await
+        {
+            Ok(rec) => rec,
+            Err(CommitError::Refused { current, .. }) => {
+                return Ok(DeliverResult::NotDeliverable(current.phase, current.delivery_state));
+            }
+            Err(CommitError::Store(e)) => return Err(e.into()),
+        };
+        case_opened(&rec);
+        Ok(DeliverResult::GaveUp {
+            attempts: rec.delivery_attempts,
+        })
+    }
+
+    async fn attempt_failed(
+        &self,
+        claimed: OperationRecord,
+        token: &str,
+        error: &TransferError,
+    ) -> Result<DeliverResult, StageError> {
+        let now = self.clock.now();
+        let policy = self.config.policy;
+        let detail = error.to_string();
+        warn!(operation_id = %claimed.operation_id, error = %detail, permanent = error.permanent.is_some(), "delivery attempt failed");
+        if let Some(reason) = error.permanent {
+            let rec = commit(&self.store, claimed, write_attempts(), |r| {
+                machine::delivery_refused(r, token, reason, &detail, now)
+            })
+            .await
+            .map_err(commit_failure)?;
+            case_opened(&rec);
+            return Ok(DeliverResult::Refused { reason });
+        }
+        let wait = delivery_backoff_seconds(self.config.delivery_backoff_seconds, claimed.delivery_attempts);
+        let retry_at = now + chrono::Duration::seconds(wait as i64);
+        let rec = commit(&self.store, claimed, write_attempts(), |r| {
+            machine::delivery_attempt_failed(r, token, &detail, retry_at, now, &policy)
+        })
+        .await
+        .map_err(commit_failure)?;
+        if rec.delivery_state == DeliveryState::DeliveryFailed {
+            case_opened(&rec);
+            return Ok(DeliverResult::GaveUp {
+                attempts: rec.delivery_attempts,
+            });
+        }
+        self.queue.enqueue(Queue::Deliver, &rec.operation_id, wait).await?;
+        Ok(DeliverResult::Retrying {
+            attempts: rec.delivery_attempts,
+            next_attempt_seconds: wait,
+        })
+    }
+
+    /// Streams one output into storage and verifies it, within `deadline`.
+    async fn transfer(
+        &self,
+        rec: &OperationRecord,
+        index: usize,
+        output: &OutputRef,
+        inject_failure: bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<DeliveredObject, TransferError> {
+        let fail = |reason: String| TransferError {
+            index,
+            reason,
+            permanent: None,
+        };
+        let refuse = |case: CaseReason, reason: String| TransferError {
+            index,
+            reason,
+            permanent: Some(case),
+        };
+        let opened = tokio::time::timeout_at(deadline, self.downloads.open(&output.url)).await;
+        let mut download = match opened {
+            Err(_) => {
+                return Err(fail(
+                    "the attempt's deadline passed before the download answered".into(),
+                ));
+            }
+            Ok(Err(DownloadError::Refused(why))) => return Err(refuse(CaseReason::OutputUrlRefused, why)),
+            Ok(Err(DownloadError::Failed(why))) => return Err(fail(format!("download failed: {why}"))),
+            Ok(Ok(d)) => d,
+        };
+        if !(200..300).contains(&download.status) {
+            return Err(fail(format!("download answered HTTP {}", download.status)));
+        }
+        let cap = self.config.max_output_bytes;
+        if let Some(len) = download.content_length.filter(|len| *len > cap) {
+            return Err(refuse(
+                CaseReason::OutputTooLarge,
+                format!("the output is {len} bytes, over the {cap}-byte limit"),
+            ));
+        }
+        let content_type = stored_content_type(
+            &output
+                .content_type
+                .clone()
+                .or_else(|| download.content_type.clone())
+                .unwrap_or_default(),
+        );
+        let key = object_key(
+            &self.config.output_prefix,
+            rec,
+            index,
+            &extension(&content_type, &output.url),
+        );
+        let too_large = || {
+            refuse(
+                CaseReason::OutputTooLarge,
+                format!("the output is larger than the {cap}-byte limit"),
+            )
+        };
+        let as_transfer_error = |failure: StreamFailure| match failure {
+            StreamFailure::TooLarge => too_large(),
+            StreamFailure::Transient(reason) => fail(reason),
+        };
+        let part_size = self.config.part_size.max(1);
+        let mut reading = Reading::new(&mut download.body, cap, deadline);
+        let (first, finished) = reading
+            .fill(Vec::with_capacity(part_size), part_size)
+            .await
+            .map_err(as_transfer_error)?;
+
+        // An output that fits in one part is one PutObject; larger ones stream as a multipart upload.
+        let (bytes, sha256, expected_checksum) = if finished && first.len() <= part_size {
+            if inject_failure {
+                return Err(fail("injected: deliver.upload_fails".into()));
+            }
+            let (bytes, digest) = reading.finish();
+            let b64 = base64::engine::general_purpose::STANDARD.encode(digest);
+            self.objects
+                .put(&key, &content_type, first, &b64)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            (bytes, hex(&digest), b64)
+        } else {
+            let upload_id = self
+                .objects
+                .begin(&key, &content_type)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            match self
+                .stream_parts(&key, &upload_id, reading, first, finished, inject_failure)
+                .await
+            {
+                Ok((bytes, digest, parts)) => (bytes, hex(&digest), composite_sha256(&parts)),
+                Err(failure) => {
+                    if let Err(e) = self.objects.abort(&key, &upload_id).await {
+                        warn!(key, error = %e, "aborting the multipart upload failed; the bucket lifecycle rule will remove it");
+                    }
+                    return Err(as_transfer_error(failure));
+                }
+            }
+        };
+        let head = self
+            .objects
+            .head(&key)
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .ok_or_else(|| fail("the stored object is missing after upload".into()))?;
+        if head.bytes != bytes {
+            return Err(fail(format!("stored {} bytes, downloaded {bytes}", head.bytes)));
+        }
+        // A whole-object checksum, or a composite `<b64>-<parts>`, is compared
+        // when the store returns one in the form we expect.
+        if let Some(stored) = head
+            .checksum_sha256
+            .as_deref()
+            .filter(|c| c.contains('-') == expected_checksum.contains('-'))
+            && stored != expected_checksum
+        {
+            return Err(fail(format!(
+                "stored checksum {stored} differs from {expected_checksum}"
+            )));
+        }
+        Ok(DeliveredObject {
+            key,
+            bytes,
+            sha256,
+            content_type,
+        })
+    }
+
+    /// Uploads the rest of the body one part at a time, starting with
+    /// `buffer` (what was read so far). At most one part (plus one network
+    /// chunk) is held in memory.
+    async fn stream_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+        mut reading: Reading<'_, D::Body>,
+        mut buffer: Vec<u8>,
+        mut finished: bool,
+        inject_failure: bool,
+    ) -> Result<(u64, [u8; 32], Vec<PartReceipt>), StreamFailure> {
+        let part_size = self.config.part_size.max(1);
+        let mut parts = Vec::new();
+        loop {
+            while buffer.len() >= part_size || (finished && (!buffer.is_empty() || parts.is_empty())) {
+                let rest = if buffer.len() > part_size {
+                    buffer.split_off(part_size)
+                } else {
+                    Vec::new()
+                };
+                let part = std::mem::replace(&mut buffer, rest);
+                let number = parts.len() as i32 + 1;
+                if inject_failure {
+                    return Err(StreamFailure::Transient("injected: deliver.upload_fails".into()));
+                }
+                parts.push(
+                    self.objects
+                        .put_part(key, upload_id, number, part)
+                        .await
+                        .map_err(|e| StreamFailure::Transient(e.to_string()))?,
+                );
+            }
+            if finished {
+                break;
+            }
+            (buffer, finished) = reading.fill(buffer, part_size).await?;
+        }
+        self.objects
+            .complete(key, upload_id, &parts)
+            .await
+            .map_err(|e| StreamFailure::Transient(e.to_string()))?;
+        let (bytes, digest) = reading.finish();
+        Ok((bytes, digest, parts))
+    }
+}
+
+/// A download being read: hashed on the fly, bounded by the byte cap and
+/// the attempt's deadline on every chunk.
+struct Reading<'a, B> {
+    body: &'a mut B,
+    hasher: Sha256,
+    total: u64,
+    cap: u64,
+    deadline: tokio::time::Instant,
+}
+
+impl<'a, B: DownloadBody> Reading<'a, B> {
+    fn new(body: &'a mut B, cap: u64, deadline: tokio::time::Instant) -> Self {
+        Self {
+            body,
+            hasher: Sha256::new(),
+            total: 0,
+            cap,
+            deadline,
+        }
+    }
+
+    /// Appends chunks to `buffer` until it holds at least `want` bytes or the
+    /// body ends; says whether it ended.
+    async fn fill(&mut self, mut buffer: Vec<u8>, want: usize) -> Result<(Vec<u8>, bool), StreamFailure> {
+        while buffer.len() < want {
+            let chunk = match tokio::time::timeout_at(self.deadline, self.body.chunk()).await {
+                Err(_) => {
+                    return Err(StreamFailure::Transient(format!(
+                        "the attempt's deadline passed after {} bytes",
+                        self.total
+                    )));
+                }
+                Ok(Err(e)) => {
+                    return Err(StreamFailure::Transient(format!("download broke off: {e}")));
+                }
+                Ok(Ok(None)) => return Ok((buffer, true)),
+                Ok(Ok(Some(chunk))) => chunk,
+            };
+            self.total += chunk.len() as u64;
+            if self.total > self.cap {
+                return Err(StreamFailure::TooLarge);
+            }
+            self.hasher.update(&chunk);
+            buffer.extend_from_slice(&chunk);
+        }
+        Ok((buffer, false))
+    }
+
+    /// Bytes read and their SHA-256.
+    fn finish(self) -> (u64, [u8; 32]) {
+        (self.total, self.hasher.finalize().into())
+    }
+}
+
+/// Why streaming one output stopped.
+enum StreamFailure {
+    TooLarge,
+    Transient(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_content_types_come_from_an_allow_list() {
+        assert_eq!(stored_content_type("video/mp4"), "video/mp4");
+        assert_eq!(stored_content_type("Image/PNG; charset=binary"), "image/png");
+        for risky in [
+            "text/html",
+            "image/svg+xml",
+            "application/javascript",
+            "",
+            "video/",
+            "video/mp4<script>",
+        ] {
+            assert_eq!(stored_content_type(risky), "application/octet-stream", "{risky}");
+        }
+    }
+
+    #[test]
+    fn keys_and_extensions_are_deterministic() {
+        let url = "https://cdn/x/render.MOV?sig=1.exe";
+        assert_eq!(extension("video/mp4", url), "mp4");
+        assert_eq!(extension("application/octet-stream", url), "mov");
+        assert_eq!(extension("application/octet-stream", "https://cdn/x/blob"), "bin");
+        assert_eq!(extension("application/octet-stream", "https://cdn/x.y/blob#a.b"), "bin");
+        assert_eq!(extension("application/octet-stream", "https://cdn"), "bin");
+        assert_eq!(delivery_backoff_seconds(5, 1), 5);
+        assert_eq!(delivery_backoff_seconds(5, 2), 10);
+        assert_eq!(delivery_backoff_seconds(5, 20), 900);
+        assert_eq!(delivery_backoff_seconds(0, 1), 1);
+    }
+}

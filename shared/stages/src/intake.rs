@@ -1,0 +1,144 @@
+//! Recording intents and reading operations, independent of HTTP.
+
+use chrono::{DateTime, Utc};
+use tracing::{error, info};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::objects::ObjectStore;
+use crate::queue::WorkQueue;
+use crate::store::{Created, OperationStore, StoreError};
+use genace_core::domain::{Intent, OperationId, TenantId};
+use genace_core::messages::Queue;
+use genace_core::record::OperationRecord;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    /// The key is taken by an intent with a different specification.
+    #[error("operation key {key:?} is already used by operation {existing} with a different specification")]
+    KeyReused { key: String, existing: OperationId },
+    /// No live operation with this id belongs to the caller.
+    #[error("no such operation")]
+    NotFound,
+    /// The lifecycle rules refuse the requested change in the current phase.
+    #[error("{0}")]
+    Refused(genace_core::machine::Refusal),
+    /// The decision was made on another version of the operation than the
+    /// stored one (a stale or replayed request): nothing was changed.
+    #[error("the operation is at version {actual}, the request was made on version {expected}")]
+    StaleVersion { expected: u64, actual: u64 },
+    /// The remote job id is already the remote job of another operation.
+    #[error("remote job {job_id} already belongs to another operation")]
+    JobHeldElsewhere {
+        job_id: String,
+        holder: Option<OperationId>,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submitted {
+    /// A new operation was recorded and announced to dispatch.
+    New(Box<OperationRecord>),
+    /// The same intent was recorded before; this is its current state.
+    Replayed(Box<OperationRecord>),
+}
+
+pub struct Intake<S, Q, O, C = SystemClock> {
+    pub store: S,
+    pub queue: Q,
+    /// Signs read links to delivered objects.
+    pub objects: O,
+    pub config: Config,
+    pub clock: C,
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
+    /// An intake on the system clock.
+    pub fn new(store: S, queue: Q, objects: O, config: Config) -> Self {
+        Self {
+            store,
+            queue,
+            objects,
+            config,
+            clock: SystemClock,
+        }
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+    /// One conditional put decides: a new record, a replay of the same intent,
+    /// or a refused reuse of the key. A duplicate costs exactly that request.
+    pub async fn submit(
+        &self,
+        tenant: &TenantId,
+        intent: &Intent,
+        now: DateTime<Utc>,
+    ) -> Result<Submitted, IntakeError> {
+        let record = OperationRecord::new_intent(
+            tenant,
+            intent,
+            intent.fault.filter(|_| self.config.fault_injection),
+            now,
+            self.config.dispatch_grace,
+        );
+        match self.store.create(&record, now).await? {
+            Created::Existing(existing) => {
+                if existing.specification_hash == record.specification_hash {
+                    info!(operation_id = %existing.operation_id, tenant = %tenant, phase = existing.phase.as_str(), "intent replayed");
+                    crate::metrics::count("IntentDuplicates", &[]);
+                    Ok(Submitted::Replayed(existing))
+                } else {
+                    info!(operation_id = %existing.operation_id, tenant = %tenant, "operation key reused with a different specification");
+                    crate::metrics::count("KeyConflicts", &[]);
+                    Err(IntakeError::KeyReused {
+                        key: existing.operation_key.clone(),
+                        existing: existing.operation_id.clone(),
+                    })
+                }
+            }
+            Created::New => {
+                info!(operation_id = %record.operation_id, tenant = %tenant, phase = "prepared", "intent recorded");
+                crate::metrics::count("IntentsCreated", &[]);
+                // The record is the truth. If this message is lost, the sweep
+                // finds the prepared operation through the due-time index.
+                if let Err(e) = self.queue.enqueue(Queue::Dispatch, &record.operation_id, 0).await {
+                    error!(operation_id = %record.operation_id, error = %e, "dispatch enqueue failed; the sweep will re-enqueue");
+                }
+                Ok(Submitted::New(Box::new(record)))
+            }
+        }
+    }
+
+    /// The operation as stored, if it exists, is live and belongs to `tenant`.
+    pub async fn get(
+        &self,
+        tenant: &TenantId,
+        id: &OperationId,
+        now: DateTime<Utc>,
+    ) -> Result<OperationRecord, IntakeError> {
+        match self.store.get(id, now).await? {
+            Some(rec) if rec.tenant_id == *tenant => Ok(rec),
+            _ => Err(IntakeError::NotFound),
+        }
+    }
+}
+
+impl<S, Q, O: ObjectStore, C> Intake<S, Q, O, C> {
+    /// Presigned GET links to the delivered objects, in output order. A link
+    /// that cannot be signed is left out (and logged); the object list says what exists.
+    pub async fn links(&self, rec: &OperationRecord) -> Vec<Option<String>> {
+        let mut links = Vec::with_capacity(rec.delivered_objects.len());
+        for obj in &rec.delivered_objects {
+            match self.objects.presign_get(&obj.key, self.config.presign_expiry).await {
+                Ok(url) => links.push(Some(url)),
+                Err(e) => {
+                    error!(operation_id = %rec.operation_id, key = %obj.key, error = %e, "presigning failed");
+                    links.push(None);
+                }
+            }
+        }
+        links
+    }
+}

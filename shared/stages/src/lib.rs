@@ -1,0 +1,37 @@
+//! The stages of Genace operations and the ports they use.
+//!
+//! - Stages: [`intake`] (and [`admin`], the operators' resolutions),
+//!   [`dispatch`], [`poll`], [`deliver`], [`recovery`] and [`sweep`]; the
+//!   queue-driven ones share the [`stage::Stage`] shape.
+//! - Ports: [`store`] (the operation table), [`queue`] (work queues and the
+//!   recovery channel), [`objects`] (the output bucket), [`genace`],
+//!   [`downloads`] and [`clock`].
+//! - [`app::App`]: every port in one place, and each stage made from it.
+//! - [`config`], [`metrics`], [`telemetry`]: settings, metric lines, logs.
+//! - `memory` (feature `testkit`): in-memory adapters and a manual clock.
+//!
+//! Depends on `genace-core` only among this workspace's crates. It must not
+//! import AWS, HTTP or Lambda crates: adapters implement its ports from
+//! above (`genace-aws`, `genace-http`), and the edge drives it
+//! (`genace-edge`).
+
+pub mod admin;
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod deliver;
+pub mod dispatch;
+pub mod downloads;
+pub mod genace;
+pub mod intake;
+#[cfg(feature = "testkit")]
+pub mod memory;
+pub mod metrics;
+pub mod objects;
+pub mod poll;
+pub mod queue;
+pub mod recovery;
+pub mod stage;
+pub mod store;
+pub mod sweep;
+pub mod telemetry;

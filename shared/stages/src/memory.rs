@@ -1,0 +1,752 @@
+//! In-memory adapters for stage-logic tests and simulation (feature
+//! `testkit`). [`MemoryStore`] keeps DynamoDB's semantics as the stages rely
+//! on them: a create conditional on absence (an expired record counts as
+//! absent), an update conditional on the version read, the current record
+//! returned with a lost condition (`ALL_OLD`), no write when nothing changed,
+//! and the sparse due, case and job indexes. `shared/aws/tests/store_contract.rs`
+//! runs one suite of assertions against this store and the DynamoDB store on
+//! the local endpoint, so the two cannot drift.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use genace_core::domain::{OperationId, TenantId};
+use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
+use genace_core::record::OperationRecord;
+use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_submit};
+
+use crate::queue::QueueError;
+use crate::store::{
+    Applied, CasePage, Created, DueCursor, DueItem, DuePage, OperationStore, StoreError, case_sort_key,
+    case_tenant_prefix,
+};
+
+/// The operation table, in memory. Clones share the same table.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    table: Arc<Mutex<BTreeMap<String, OperationRecord>>>,
+}
+
+impl MemoryStore {
+    /// Every stored record (expired ones included), by key.
+    pub fn records(&self) -> Vec<OperationRecord> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, OperationRecord>> {
+        // A test that panicked while holding the lock leaves a usable table.
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn case_key(rec: &OperationRecord) -> Option<String> {
+    rec.case
+        .as_ref()
+        .map(|c| case_sort_key(rec.tenant_id.as_str(), c.opened_at, &rec.operation_id))
+}
+
+/// The memory store's page cursors: `<sort key>\u{1f}<pk>` of the last item.
+const CURSOR_SEPARATOR: char = '\u{1f}';
+
+fn make_cursor(sort: &str, pk: &str) -> String {
+    format!("{sort}{CURSOR_SEPARATOR}{pk}")
+}
+
+fn parse_cursor(c: &str) -> Result<(String, String), StoreError> {
+    c.split_once(CURSOR_SEPARATOR)
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .ok_or(StoreError::Cursor)
+}
+
+impl OperationStore for MemoryStore {
+    async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
+        let mut table = self.lock();
+        match table.get(&rec.pk) {
+            Some(existing) if !existing.is_expired(now) => {
+                if existing == rec {
+                    Ok(Created::New)
+                } else {
+                    Ok(Created::Existing(Box::new(existing.clone())))
+                }
+            }
+            _ => {
+                table.insert(rec.pk.clone(), rec.clone());
+                Ok(Created::New)
+            }
+        }
+    }
+
+    async fn get(&self, id: &OperationId, now: DateTime<Utc>) -> Result<Option<OperationRecord>, StoreError> {
+        Ok(self
+            .lock()
+            .get(&OperationRecord::pk_for(id))
+            .filter(|r| !r.is_expired(now))
+            .cloned())
+    }
+
+    async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
+        if prev == next {
+            return Ok(Applied::Unchanged);
+        }
+        let mut table = self.lock();
+        match table.get_mut(&prev.pk) {
+            Some(current) if current.version == prev.version => {
+                *current = next.clone();
+                Ok(Applied::Written)
+            }
+            Some(current) => Err(StoreError::Conflict(Some(Box::new(current.clone())))),
+            None => Err(StoreError::Conflict(None)),
+        }
+    }
+
+    async fn due_page(
+        &self,
+        shard: u32,
+        before_ms: i64,
+        limit: i32,
+        cursor: Option<DueCursor>,
+    ) -> Result<DuePage, StoreError> {
+        let shard_key = format!("DUE#{shard}");
+        let after = match &cursor {
+            Some(c) => {
+                let (due_at, pk) = parse_cursor(&c.0)?;
+                Some((due_at.parse::<i64>().map_err(|_| StoreError::Cursor)?, pk))
+            }
+            None => None,
+        };
+        let table = self.lock();
+        let mut entries: Vec<(i64, &OperationRecord)> = table
+            .values()
+            .filter(|r| r.due_pk == shard_key)
+            .filter_map(|r| r.due_at.filter(|d| *d <= before_ms).map(|d| (d, r)))
+            .filter(|(d, r)| after.as_ref().is_none_or(|(ad, apk)| (*d, &r.pk) > (*ad, apk)))
+            .collect();
+        entries.sort_by(|a, b| (a.0, &a.1.pk).cmp(&(b.0, &b.1.pk)));
+        let limit = limit.max(1) as usize;
+        let full = entries.len() >= limit;
+        entries.truncate(limit);
+        let next = match entries.last() {
+            Some((d, r)) if full => Some(DueCursor(make_cursor(&d.to_string(), &r.pk))),
+            _ => None,
+        };
+        let items = entries
+            .into_iter()
+            .map(|(d, r)| DueItem {
+                operation_id: r.operation_id.clone(),
+                phase: r.phase,
+                delivery_state: r.delivery_state,
+                due_at: d,
+            })
+            .collect();
+        Ok(DuePage { items, next })
+    }
+
+    async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, StoreError> {
+        Ok(self
+            .lock()
+            .values()
+            .filter(|r| r.remote_job_id.as_deref() == Some(job_id))
+            .take(10)
+            .map(|r| r.operation_id.clone())
+            .collect())
+    }
+
+    async fn open_cases(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        let after = cursor.map(parse_cursor).transpose()?;
+        let prefix = tenant.map(|t| case_tenant_prefix(t.as_str()));
+        let table = self.lock();
+        let mut entries: Vec<(String, &OperationRecord)> = table
+            .values()
+            .filter_map(|r| case_key(r).map(|k| (k, r)))
+            .filter(|(k, _)| prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str())))
+            .filter(|(k, r)| after.as_ref().is_none_or(|(ak, apk)| (k, &r.pk) > (ak, apk)))
+            .collect();
+        entries.sort_by(|a, b| (&a.0, &a.1.pk).cmp(&(&b.0, &b.1.pk)));
+        let limit = limit.max(1) as usize;
+        let full = entries.len() >= limit;
+        entries.truncate(limit);
+        let next = match entries.last() {
+            Some((k, r)) if full => Some(make_cursor(k, &r.pk)),
+            _ => None,
+        };
+        Ok(CasePage {
+            records: entries.into_iter().map(|(_, r)| r.clone()).collect(),
+            next,
+        })
+    }
+}
+
+/// A clock that moves only when told. Clones share the same time.
+#[derive(Debug, Clone)]
+pub struct ManualClock(Arc<Mutex<DateTime<Utc>>>);
+
+impl ManualClock {
+    pub fn new(start: DateTime<Utc>) -> Self {
+        Self(Arc::new(Mutex::new(start)))
+    }
+
+    pub fn advance(&self, by: chrono::Duration) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) += by;
+    }
+
+    pub fn set(&self, to: DateTime<Utc>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = to;
+    }
+}
+
+impl crate::clock::Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One message on a [`MemoryQueue`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedMessage {
+    pub queue: Queue,
+    pub body: String,
+    pub visible_at: DateTime<Utc>,
+    /// How many times it was received.
+    pub receives: u32,
+    /// The receipt of its latest receive (a delete needs the latest).
+    pub receipt: u64,
+}
+
+/// The four work queues, in memory, with SQS's delay, visibility timeout
+/// and redelivery: a received message is hidden for the visibility timeout
+/// and comes back unless deleted with its latest receipt. Time is the given
+/// clock's. Clones share the same queues.
+#[derive(Debug, Clone)]
+pub struct MemoryQueue<C = ManualClock> {
+    clock: C,
+    state: Arc<Mutex<QueueState>>,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    next: u64,
+    messages: BTreeMap<u64, QueuedMessage>,
+}
+
+/// A received message: its body and the receipt that deletes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    pub id: u64,
+    pub receipt: u64,
+    pub body: String,
+    pub receives: u32,
+}
+
+impl<C: crate::clock::Clock> MemoryQueue<C> {
+    pub fn new(clock: C) -> Self {
+        Self {
+            clock,
+            state: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a message, visible after `delay_seconds` (at most 900, as SQS).
+    pub fn send(&self, queue: Queue, body: String, delay_seconds: u32) -> u64 {
+        let visible_at =
+            self.clock.now() + chrono::Duration::seconds(delay_seconds.min(crate::queue::MAX_DELAY_SECONDS) as i64);
+        let mut state = self.lock();
+        state.next += 1;
+        let id = state.next;
+        state.messages.insert(
+            id,
+            QueuedMessage {
+                queue,
+                body,
+                visible_at,
+                receives: 0,
+                receipt: 0,
+            },
+        );
+        id
+    }
+
+    /// Receives up to `max` visible messages of `queue`, oldest first, and
+    /// hides them for `visibility`.
+    pub fn receive(&self, queue: Queue, max: usize, visibility: chrono::Duration) -> Vec<Received> {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        let ids: Vec<u64> = state
+            .messages
+            .iter()
+            .filter(|(_, m)| m.queue == queue && m.visible_at <= now)
+            .map(|(id, _)| *id)
+            .take(max)
+            .collect();
+        let mut out = Vec::new();
+        for id in ids {
+            state.next += 1;
+            let receipt = state.next;
+            let m = state.messages.get_mut(&id).expect("a listed message");
+            m.receives += 1;
+            m.receipt = receipt;
+            m.visible_at = now + visibility;
+            out.push(Received {
+                id,
+                receipt,
+                body: m.body.clone(),
+                receives: m.receives,
+            });
+        }
+        out
+    }
+
+    /// Deletes a received message; a stale receipt (the message was received
+    /// again since) deletes nothing, as SQS.
+    pub fn delete(&self, id: u64, receipt: u64) -> bool {
+        let mut state = self.lock();
+        match state.messages.get(&id) {
+            Some(m) if m.receipt == receipt => state.messages.remove(&id).is_some(),
+            _ => false,
+        }
+    }
+
+    /// Every message, visible or not.
+    pub fn messages(&self) -> Vec<QueuedMessage> {
+        self.lock().messages.values().cloned().collect()
+    }
+}
+
+impl<C: crate::clock::Clock> crate::queue::WorkQueue for MemoryQueue<C> {
+    async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
+        let body = serde_json::to_string(&WorkMessage {
+            operation_id: id.clone(),
+        })
+        .expect("a work message serializes");
+        self.send(queue, body, delay_seconds);
+        Ok(())
+    }
+}
+
+impl<C: crate::clock::Clock> crate::queue::RecoveryChannel for MemoryQueue<C> {
+    async fn send_recovery(&self, message: &RecoveryMessage) -> Result<(), QueueError> {
+        let body = serde_json::to_string(message).expect("a recovery message serializes");
+        self.send(Queue::Recovery, body, 0);
+        Ok(())
+    }
+}
+
+/// One stored object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredObject {
+    pub content_type: String,
+    pub data: Vec<u8>,
+    pub checksum_sha256: String,
+}
+
+/// The output bucket, in memory: whole puts and multipart uploads, each
+/// checked against its SHA-256 as S3 checks it. Clones share the bucket.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryObjects {
+    state: Arc<Mutex<ObjectState>>,
+}
+
+#[derive(Debug, Default)]
+struct ObjectState {
+    next_upload: u64,
+    objects: BTreeMap<String, StoredObject>,
+    uploads: BTreeMap<String, Upload>,
+}
+
+/// A multipart upload in progress: its key, content type and parts.
+#[derive(Debug)]
+struct Upload {
+    key: String,
+    content_type: String,
+    parts: BTreeMap<i32, Vec<u8>>,
+}
+
+impl MemoryObjects {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ObjectState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn get(&self, key: &str) -> Option<StoredObject> {
+        self.lock().objects.get(key).cloned()
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.lock().objects.keys().cloned().collect()
+    }
+}
+
+impl crate::objects::ObjectStore for MemoryObjects {
+    async fn put(
+        &self,
+        key: &str,
+        content_type: &str,
+        data: Vec<u8>,
+        sha256: &str,
+    ) -> Result<(), crate::objects::StorageError> {
+        let checksum = crate::objects::b64_sha256(&data);
+        if checksum != sha256 {
+            return Err(crate::objects::StorageError(
+                "the SHA-256 does not match the body".into(),
+            ));
+        }
+        self.lock().objects.insert(
+            key.to_owned(),
+            StoredObject {
+                content_type: content_type.to_owned(),
+                data,
+                checksum_sha256: checksum,
+            },
+        );
+        Ok(())
+    }
+
+    async fn begin(&self, key: &str, content_type: &str) -> Result<String, crate::objects::StorageError> {
+        let mut state = self.lock();
+        state.next_upload += 1;
+        let id = format!("upload-{}", state.next_upload);
+        state.uploads.insert(
+            id.clone(),
+            Upload {
+                key: key.to_owned(),
+                content_type: content_type.to_owned(),
+                parts: BTreeMap::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    async fn put_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        data: Vec<u8>,
+    ) -> Result<crate::objects::PartReceipt, crate::objects::StorageError> {
+        let sha256 = crate::objects::b64_sha256(&data);
+        let mut state = self.lock();
+        let upload = state
+            .uploads
+            .get_mut(upload_id)
+            .filter(|u| u.key == key)
+            .ok_or_else(|| crate::objects::StorageError(format!("no upload {upload_id} for {key}")))?;
+        upload.parts.insert(number, data);
+        Ok(crate::objects::PartReceipt {
+            number,
+            etag: format!("\"{upload_id}-{number}\""),
+            sha256,
+        })
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: &[crate::objects::PartReceipt],
+    ) -> Result<(), crate::objects::StorageError> {
+        let mut state = self.lock();
+        let Upload {
+            key: upload_key,
+            content_type,
+            parts: stored,
+        } = state
+            .uploads
+            .remove(upload_id)
+            .ok_or_else(|| crate::objects::StorageError(format!("no upload {upload_id}")))?;
+        if upload_key != key {
+            return Err(crate::objects::StorageError(format!(
+                "upload {upload_id} is not for {key}"
+            )));
+        }
+        let mut data = Vec::new();
+        for p in parts {
+            let part = stored
+                .get(&p.number)
+                .ok_or_else(|| crate::objects::StorageError(format!("part {} was never uploaded", p.number)))?;
+            if crate::objects::b64_sha256(part) != p.sha256 {
+                return Err(crate::objects::StorageError(format!(
+                    "part {} checksum mismatch",
+                    p.number
+                )));
+            }
+            data.extend_from_slice(part);
+        }
+        state.objects.insert(
+            key.to_owned(),
+            StoredObject {
+                content_type,
+                data,
+                checksum_sha256: crate::objects::composite_sha256(parts),
+            },
+        );
+        Ok(())
+    }
+
+    async fn abort(&self, _key: &str, upload_id: &str) -> Result<(), crate::objects::StorageError> {
+        self.lock().uploads.remove(upload_id);
+        Ok(())
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<crate::objects::ObjectHead>, crate::objects::StorageError> {
+        Ok(self.lock().objects.get(key).map(|o| crate::objects::ObjectHead {
+            bytes: o.data.len() as u64,
+            content_type: Some(o.content_type.clone()),
+            checksum_sha256: Some(o.checksum_sha256.clone()),
+        }))
+    }
+
+    async fn presign_get(
+        &self,
+        key: &str,
+        expiry: std::time::Duration,
+    ) -> Result<String, crate::objects::StorageError> {
+        Ok(format!("memory://outputs/{key}?expires-in={}", expiry.as_secs()))
+    }
+}
+
+/// How [`MemoryGenace`] answers the next POST.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubmitPlan {
+    /// 202 with a new job in `state`.
+    Accept { state: String },
+    /// 502 with `error.job_id` of a new, failed job.
+    FailWithJob,
+    /// 502 without a job id; nothing created.
+    BadGateway,
+    /// Any status and body, as Genace might send them; nothing created.
+    Answer { status: u16, body: String },
+    /// The job is created, then the answer is lost (a timeout after the fact).
+    LostAfterCreate,
+    /// The request never reached Genace (refused, timed out before sending).
+    Unreachable,
+}
+
+/// One job Genace holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimJob {
+    pub id: String,
+    /// The submission's `client_reference` (the operation id).
+    pub client_reference: Option<String>,
+    pub state: String,
+    pub outputs: Option<serde_json::Value>,
+}
+
+/// Genace, in memory: answers POSTs from a plan (accepting by default),
+/// keeps the jobs it created, and answers status reads from them. Answers
+/// go through the real response classification (`classify_submit`,
+/// `classify_status`), so the stages see exactly what the HTTP client
+/// would give them. Clones share the same state.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryGenace {
+    state: Arc<Mutex<GenaceState>>,
+}
+
+#[derive(Debug, Default)]
+struct GenaceState {
+    plans: std::collections::VecDeque<SubmitPlan>,
+    jobs: BTreeMap<String, SimJob>,
+    posts: Vec<serde_json::Value>,
+    next: u64,
+}
+
+impl MemoryGenace {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GenaceState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues how the next POSTs are answered (after that: accepted, queued).
+    pub fn plan(&self, plans: impl IntoIterator<Item = SubmitPlan>) {
+        self.lock().plans.extend(plans);
+    }
+
+    /// Moves a job to `state`, with `outputs` (a JSON list, or null).
+    pub fn set_job(&self, id: &str, state: &str, outputs: Option<serde_json::Value>) {
+        if let Some(job) = self.lock().jobs.get_mut(id) {
+            job.state = state.to_owned();
+            job.outputs = outputs;
+        }
+    }
+
+    /// Every job created, in creation order of their ids.
+    pub fn jobs(&self) -> Vec<SimJob> {
+        self.lock().jobs.values().cloned().collect()
+    }
+
+    /// Every POST body received, in order.
+    pub fn posts(&self) -> Vec<serde_json::Value> {
+        self.lock().posts.clone()
+    }
+
+    fn create(state: &mut GenaceState, body: &serde_json::Value, job_state: &str) -> String {
+        state.next += 1;
+        let id = format!("job-{:04}", state.next);
+        state.jobs.insert(
+            id.clone(),
+            SimJob {
+                id: id.clone(),
+                client_reference: body.get("client_reference").and_then(|v| v.as_str()).map(str::to_owned),
+                state: job_state.to_owned(),
+                outputs: None,
+            },
+        );
+        id
+    }
+}
+
+impl crate::genace::Genace for MemoryGenace {
+    async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
+        let mut state = self.lock();
+        state.posts.push(body.clone());
+        let plan = state
+            .plans
+            .pop_front()
+            .unwrap_or(SubmitPlan::Accept { state: "queued".into() });
+        let (status, text) = match plan {
+            SubmitPlan::Accept { state: job_state } => {
+                let id = Self::create(&mut state, body, &job_state);
+                (202, serde_json::json!({"job_id": id, "state": job_state}).to_string())
+            }
+            SubmitPlan::FailWithJob => {
+                let id = Self::create(&mut state, body, "failed");
+                (
+                    502,
+                    serde_json::json!({"error": {"code": "upstream_failed", "job_id": id}}).to_string(),
+                )
+            }
+            SubmitPlan::BadGateway => (502, r#"{"error":{"code":"bad_gateway"}}"#.to_owned()),
+            SubmitPlan::Answer { status, body } => (status, body),
+            SubmitPlan::LostAfterCreate => {
+                Self::create(&mut state, body, "queued");
+                return SubmitOutcome::Unknown {
+                    evidence: "timed out waiting for the response".into(),
+                };
+            }
+            SubmitPlan::Unreachable => {
+                return SubmitOutcome::Unknown {
+                    evidence: "connection refused".into(),
+                };
+            }
+        };
+        // No Retry-After is sent, so the time it would count from does not matter.
+        classify_submit(status, None, &text, DateTime::UNIX_EPOCH)
+    }
+
+    async fn status(&self, job_id: &str) -> StatusOutcome {
+        let job = self.lock().jobs.get(job_id).cloned();
+        match job {
+            Some(job) => {
+                let body = serde_json::json!({
+                    "id": job.id,
+                    "state": job.state,
+                    "outputs": job.outputs,
+                    "client_reference": job.client_reference,
+                });
+                classify_status(200, &body.to_string())
+            }
+            None => classify_status(404, r#"{"error":{"code":"not_found"}}"#),
+        }
+    }
+}
+
+/// Outputs served from memory, by URL.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryDownloads {
+    files: Arc<Mutex<BTreeMap<String, ServedFile>>>,
+}
+
+/// What a URL answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedFile {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub data: Vec<u8>,
+}
+
+impl MemoryDownloads {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ServedFile>> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serves `data` at `url` with a 200.
+    pub fn serve(&self, url: &str, content_type: Option<&str>, data: Vec<u8>) {
+        self.answer(
+            url,
+            ServedFile {
+                status: 200,
+                content_type: content_type.map(str::to_owned),
+                data,
+            },
+        );
+    }
+
+    /// Answers `url` with anything.
+    pub fn answer(&self, url: &str, file: ServedFile) {
+        self.lock().insert(url.to_owned(), file);
+    }
+}
+
+/// A served body, handed out in chunks of at most 64 KiB.
+#[derive(Debug)]
+pub struct MemoryBody {
+    data: Vec<u8>,
+    at: usize,
+}
+
+impl crate::downloads::DownloadBody for MemoryBody {
+    async fn chunk(&mut self) -> Result<Option<Vec<u8>>, crate::downloads::DownloadError> {
+        if self.at >= self.data.len() {
+            return Ok(None);
+        }
+        let end = (self.at + 64 * 1024).min(self.data.len());
+        let chunk = self.data[self.at..end].to_vec();
+        self.at = end;
+        Ok(Some(chunk))
+    }
+}
+
+impl crate::downloads::Downloads for MemoryDownloads {
+    type Body = MemoryBody;
+
+    async fn open(&self, url: &str) -> Result<crate::downloads::Download<MemoryBody>, crate::downloads::DownloadError> {
+        let file = self
+            .lock()
+            .get(url)
+            .cloned()
+            .ok_or_else(|| crate::downloads::DownloadError::Failed("connection refused".into()))?;
+        Ok(crate::downloads::Download {
+            status: file.status,
+            content_length: Some(file.data.len() as u64),
+            content_type: file.content_type,
+            body: MemoryBody { data: file.data, at: 0 },
+        })
+    }
+}
+
+/// Every adapter in memory, on a manual clock.
+pub type MemoryApp =
+    crate::app::App<MemoryStore, MemoryQueue, MemoryObjects, MemoryGenace, MemoryDownloads, ManualClock>;
+
+/// An app on in-memory adapters whose clock starts at `start`, with the
+/// default configuration (fault injection off).
+pub fn memory_app(start: DateTime<Utc>) -> MemoryApp {
+    let names = crate::config::ResourceNames::with_prefix("memory-");
+    let queues = crate::config::QueueUrls::local("http://memory.invalid", &names);
+    let clock = ManualClock::new(start);
+    crate::app::App {
+        store: MemoryStore::default(),
+        queue: MemoryQueue::new(clock.clone()),
+        objects: MemoryObjects::default(),
+        genace: MemoryGenace::default(),
+        downloads: MemoryDownloads::default(),
+        clock,
+        config: crate::config::Config::for_resources(&names, queues),
+    }
+}

@@ -1,0 +1,235 @@
+//! Poll: observe an accepted job, by its saved remote id, until a terminal state.
+
+use chrono::{DateTime, Duration, Utc};
+use tracing::{info, warn};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::genace::Genace;
+use crate::metrics;
+use crate::queue::WorkQueue;
+use crate::stage::{Stage, StageError, case_opened, write_attempts};
+use crate::store::{CommitError, OperationStore, commit};
+use genace_core::domain::OperationId;
+use genace_core::machine;
+use genace_core::messages::Queue;
+use genace_core::messages::WorkMessage;
+use genace_core::record::{CaseReason, Fault, OperationRecord, Phase};
+use genace_core::remote::{RenderStatus, StatusOutcome};
+
+/// What one poll message led to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Polled {
+    Missing,
+    /// Not (or no longer) an accepted operation, or one waiting for a person.
+    NotObservable(Phase),
+    /// Still rendering; the next poll was enqueued with this delay.
+    Running {
+        next_poll_seconds: u32,
+    },
+    Rendered,
+    RenderFailed,
+    /// Genace does not know the saved id, or answered for another one.
+    CaseOpened(CaseReason),
+    /// The read said nothing (timeout, 5xx): polled again later.
+    BackedOff {
+        next_poll_seconds: u32,
+    },
+}
+
+pub struct Poller<S, Q, G, C = SystemClock> {
+    pub store: S,
+    pub queue: Q,
+    pub genace: G,
+    pub config: Config,
+    pub clock: C,
+}
+
+/// Slack added to the sweep deadline beyond the next scheduled poll.
+const SWEEP_SLACK_SECONDS: i64 = 120;
+const MIN_POLL_DELAY_SECONDS: u32 = 5;
+
+/// Backoff grows with the job's age: about a tenth of it, within bounds.
+pub fn next_poll_delay(accepted_at: Option<DateTime<Utc>>, now: DateTime<Utc>, max: u32) -> u32 {
+    let age = accepted_at.map(|a| (now - a).num_seconds().max(0)).unwrap_or(0);
+    ((age / 10) as u32).clamp(MIN_POLL_DELAY_SECONDS, max.max(MIN_POLL_DELAY_SECONDS))
+}
+
+impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Stage for Poller<S, Q, G, C> {
+    type Message = WorkMessage;
+    type Outcome = Polled;
+
+    async fn handle(&self, message: WorkMessage) -> Result<Polled, StageError> {
+        self.poll(&message.operation_id).await
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
+    pub async fn poll(&self, id: &OperationId) -> Result<Polled, StageError> {
+        let now = self.clock.now();
+        let Some(rec) = self.store.get(id, now).await? else {
+            return Ok(Polled::Missing);
+        };
+        let waiting_for_person = rec
+            .case
+            .as_ref()
+            .is_some_and(|c| c.reason == CaseReason::RemoteJobMissing);
+        let job_id = match (&rec.phase, &rec.remote_job_id) {
+            (Phase::Accepted, Some(job_id)) if !waiting_for_person => job_id.clone(),
+            _ => return Ok(Polled::NotObservable(rec.phase)),
+        };
+        let delay = next_poll_delay(rec.accepted_at, now, self.config.poll_max_delay_seconds);
+        let next_check = now + Duration::seconds(delay as i64 + SWEEP_SLACK_SECONDS);
+        let stalled = rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
+        let policy = self.config.policy;
+
+        match self.genace.status(&job_id).await {
+            StatusOutcome::Snapshot(snap) if snap.id.as_deref().is_some_and(|sid| sid != job_id) => {
+                let evidence = format!("status of {job_id} answered for job {:?}", snap.id);
+                self.open_case(rec, CaseReason::RemoteJobMissing, &evidence, false)
+                    .await
+            }
+            // The job was created for another operation (an attach of the wrong id).
+            StatusOutcome::Snapshot(snap)
+                if snap
+                    .client_reference
+                    .as_deref()
+                    .is_some_and(|r| r != rec.operation_id.as_str()) =>
+            {
+                let evidence = format!(
+                    "job {job_id} was created with client_reference {:?}, not this operation",
+                    snap.client_reference.as_deref().unwrap_or_default()
+                );
+                self.open_case(rec, CaseReason::RemoteJobMissing, &evidence, false)
+                    .await
+            }
+            StatusOutcome::Snapshot(snap) => {
+                let fault = rec
+                    .fault
+                    .filter(|f| self.config.fault_injection && *f == Fault::PollAfterObserve);
+                let written = commit(&self.store, rec, write_attempts(), |r| {
+                    let mut next = machine::observe(r, &snap, now, next_check, &policy)?;
+                    if fault.is_some() && next.fault.is_some() {
+                        next.fault = None;
+                        if next.version == r.version {
+                            next.version += 1;
+                        }
+                    }
+                    if stalled && next.phase == Phase::Accepted {
+                        let evidence = format!(
+                            "no terminal state {} after acceptance",
+                            humanize(self.config.stall_after)
+                        );
+                        next = machine::open_case(&next, CaseReason::RenderStalled, &evidence, true, now)?;
+                        // One write for both changes; none when the case was already open.
+                        next.version = r.version;
+                        next.updated_at = r.updated_at;
+                        if next != *r {
+                            next.version = r.version + 1;
+                            next.updated_at = now;
+                        }
+                    }
+                    Ok(next)
+                })
+                .await;
+                let written = match written {
+                    Ok(w) => w,
+                    // Another poll already recorded a terminal state.
+                    Err(CommitError::Refused { current, .. }) => return Ok(Polled::NotObservable(current.phase)),
+                    Err(CommitError::Store(e)) => return Err(e.into()),
+                };
+                if written
+                    .case
+                    .as_ref()
+                    .is_some_and(|c| c.reason == CaseReason::RenderStalled && c.opened_at == now)
+                {
+                    case_opened(&written);
+                }
+                info!(operation_id = %written.operation_id, remote_job_id = %job_id, remote_state = %snap.state, phase = written.phase.as_str(), "observed");
+                if fault.is_some() {
+                    return Err(StageError::Crashed("poll.after_observe"));
+                }
+                match snap.status {
+                    RenderStatus::Running => {
+                        self.queue.enqueue(Queue::Poll, id, delay).await?;
+                        Ok(Polled::Running {
+                            next_poll_seconds: delay,
+                        })
+                    }
+                    RenderStatus::Succeeded => {
+                        if written.case.is_some() {
+                            // Outputs missing: nothing to deliver, a person decides.
+                            case_opened(&written);
+                        } else {
+                            self.queue.enqueue(Queue::Deliver, id, 0).await?;
+                        }
+                        Ok(Polled::Rendered)
+                    }
+                    RenderStatus::Failed => {
+                        metrics::count("RenderFailed", &[]);
+                        Ok(Polled::RenderFailed)
+                    }
+                }
+            }
+            StatusOutcome::NotFound => {
+                let evidence = format!("Genace answered 404 for the saved job id {job_id}");
+                self.open_case(rec, CaseReason::RemoteJobMissing, &evidence, false)
+                    .await
+            }
+            StatusOutcome::Transient { evidence } => {
+                warn!(operation_id = %id, remote_job_id = %job_id, %evidence, "status read failed; backing off");
+                if stalled {
+                    let evidence = format!(
+                        "no terminal state {} after acceptance; last read: {evidence}",
+                        humanize(self.config.stall_after)
+                    );
+                    match commit(&self.store, rec, write_attempts(), |r| {
+                        machine::open_case(r, CaseReason::RenderStalled, &evidence, true, now)
+                    })
+                    .await
+                    {
+                        Ok(_) => {}
+                        // Another poll recorded a terminal state meanwhile.
+                        Err(CommitError::Refused { current, .. }) => return Ok(Polled::NotObservable(current.phase)),
+                        Err(CommitError::Store(e)) => return Err(e.into()),
+                    }
+                }
+                self.queue.enqueue(Queue::Poll, id, delay).await?;
+                Ok(Polled::BackedOff {
+                    next_poll_seconds: delay,
+                })
+            }
+        }
+    }
+
+    async fn open_case(
+        &self,
+        rec: OperationRecord,
+        reason: CaseReason,
+        evidence: &str,
+        keep_due: bool,
+    ) -> Result<Polled, StageError> {
+        let now = self.clock.now();
+        let written = match commit(&self.store, rec, write_attempts(), |r| {
+            machine::open_case(r, reason, evidence, keep_due, now)
+        })
+        .await
+        {
+            Ok(written) => written,
+            // A racing poll already moved the job on (rendered, failed):
+            // the case no longer applies, and nothing is written.
+            Err(CommitError::Refused { current, .. }) => return Ok(Polled::NotObservable(current.phase)),
+            Err(CommitError::Store(e)) => return Err(e.into()),
+        };
+        case_opened(&written);
+        Ok(Polled::CaseOpened(reason))
+    }
+}
+
+fn humanize(d: Duration) -> String {
+    if d.num_hours() >= 1 {
+        format!("{} h", d.num_hours())
+    } else {
+        format!("{} s", d.num_seconds())
+    }
+}

@@ -1,0 +1,103 @@
+//! The recovery channel: remote outcomes that dispatch received but could
+//! not write to the record. The consumer applies them later, only to the
+//! claim they were received under, and never creates anything remote.
+
+use tracing::{error, info};
+
+use crate::clock::{Clock, SystemClock};
+use crate::queue::WorkQueue;
+use crate::stage::{Stage, StageError, write_attempts};
+use crate::store::{CommitError, OperationStore, commit};
+use genace_core::machine::{self, AcceptedJob, Policy};
+use genace_core::messages::Queue;
+use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
+use genace_core::record::{Phase, RemoteError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryOutcome {
+    /// The saved outcome is now on the record.
+    Applied(Phase),
+    /// The operation no longer exists (past its retention).
+    Missing,
+}
+
+/// The recovery stage: applies saved outcomes to their records.
+pub struct Recovery<S, Q, C = SystemClock> {
+    pub store: S,
+    pub queue: Q,
+    pub policy: Policy,
+    pub clock: C,
+}
+
+impl<S: OperationStore, Q: WorkQueue, C: Clock> Stage for Recovery<S, Q, C> {
+    type Message = RecoveryMessage;
+    type Outcome = RecoveryOutcome;
+
+    async fn handle(&self, message: RecoveryMessage) -> Result<RecoveryOutcome, StageError> {
+        self.apply(&message).await
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, C: Clock> Recovery<S, Q, C> {
+    /// Applies one recovery message. A refusal (another claim, another job,
+    /// an operator's decision) is an error: the message stays and ends in the
+    /// recovery DLQ, where an alarm brings a person to it.
+    pub async fn apply(&self, msg: &RecoveryMessage) -> Result<RecoveryOutcome, StageError> {
+        let (store, queue, policy) = (&self.store, &self.queue, &self.policy);
+        let now = self.clock.now();
+        let Some(rec) = store.get(&msg.operation_id, now).await? else {
+            error!(operation_id = %msg.operation_id, raw_response = %msg.raw_response, "recovery message for a missing operation");
+            return Ok(RecoveryOutcome::Missing);
+        };
+        let token = msg.claim_token.as_str();
+        let result = match &msg.outcome {
+            RecoveredOutcome::Accepted {
+                job_id,
+                state,
+                model,
+                created_at,
+                held_credits,
+            } => {
+                let job = AcceptedJob {
+                    job_id: job_id.clone(),
+                    state: state.clone(),
+                    model: model.clone(),
+                    created_at: created_at.clone(),
+                    held_credits: *held_credits,
+                };
+                commit(store, rec, write_attempts(), |r| {
+                    machine::accept(r, token, &job, now, policy)
+                })
+                .await
+            }
+            RecoveredOutcome::FailedWithJob { job_id, error } => {
+                let remote = RemoteError {
+                    kind: "http_502".into(),
+                    status: Some(502),
+                    detail: error.to_string(),
+                };
+                commit(store, rec, write_attempts(), |r| {
+                    if r.phase == Phase::SubmitFailed && r.remote_job_id.as_deref() == Some(job_id.as_str()) {
+                        return Ok(r.clone());
+                    }
+                    machine::submit_failed(r, token, job_id, remote.clone(), now)
+                })
+                .await
+            }
+        };
+        match result {
+            Ok(rec) => {
+                info!(operation_id = %rec.operation_id, remote_job_id = ?rec.remote_job_id, phase = rec.phase.as_str(), "recovered outcome applied");
+                if rec.phase == Phase::Accepted && rec.observed_at.is_none() {
+                    queue.enqueue(Queue::Poll, &rec.operation_id, 0).await?;
+                }
+                Ok(RecoveryOutcome::Applied(rec.phase))
+            }
+            Err(CommitError::Refused { refusal, current }) => {
+                error!(operation_id = %current.operation_id, phase = current.phase.as_str(), %refusal, raw_response = %msg.raw_response, "recovery message refused");
+                Err(StageError::Refused(refusal.to_string()))
+            }
+            Err(CommitError::Store(e)) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! What the queue-driven stages share: the [`Stage`] shape (a typed message
+//! and one `handle`) and the error that leaves a message on its queue. The
+//! runner that feeds SQS batches to a stage is `genace_edge::sqs`.
+
+use std::future::Future;
+
+use tracing::warn;
+
+use crate::metrics;
+use crate::queue::QueueError;
+use crate::store::{CommitError, StoreError};
+use genace_core::record::OperationRecord;
+
+/// Any of these leaves the message on the queue for redelivery.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// A fault directive stopped the handler here, as a killed Lambda would.
+    #[error("injected crash at {0}")]
+    Crashed(&'static str),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The rules refused the message's change; a person must look.
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
+
+/// How many times a state write is tried before giving up.
+pub fn write_attempts() -> u32 {
+    4
+}
+
+/// A queue-driven stage: dispatch, poll, deliver and recovery.
+pub trait Stage: Send + Sync {
+    /// The message body, parsed; a body that does not parse is malformed.
+    type Message: serde::de::DeserializeOwned + Send;
+    /// What the stage made of one message (for tests and logs).
+    type Outcome: std::fmt::Debug + Send;
+
+    fn handle(&self, message: Self::Message) -> impl Future<Output = Result<Self::Outcome, StageError>> + Send;
+}
+
+/// Parses one message body for `S` and hands it to the stage.
+pub async fn handle_body<S: Stage>(stage: &S, body: &str) -> Result<S::Outcome, StageError> {
+    let message = serde_json::from_str(body).map_err(|e| StageError::Malformed(e.to_string()))?;
+    // Boxed: stage futures are deep, and inlining them into a caller's
+    // future (the Lambda runtime's) exceeds the compiler's layout limits.
+    let handled: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> = Box::pin(stage.handle(message));
+    handled.await
+}
+
+/// A refused or failed commit leaves the message for redelivery.
+pub fn commit_failure(e: CommitError) -> StageError {
+    match e {
+        CommitError::Refused { refusal, .. } => StageError::Refused(refusal.to_string()),
+        CommitError::Store(s) => StageError::Store(s),
+    }
+}
+
+/// Logs and counts a reconciliation case that a write just opened.
+pub fn case_opened(rec: &OperationRecord) {
+    if let Some(case) = &rec.case {
+        let reason = serde_json::to_value(case.reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        warn!(operation_id = %rec.operation_id, tenant = %rec.tenant_id, phase = rec.phase.as_str(), reason = %reason, "reconciliation case opened");
+        metrics::count("CasesOpened", &[("Reason", &reason)]);
+    }
+}

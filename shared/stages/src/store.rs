@@ -1,0 +1,190 @@
+//! The operation table port: durable records, every change conditional on
+//! the version read, and [`commit`], the one way stages write a decision.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use genace_core::domain::{OperationId, TenantId};
+use genace_core::record::OperationRecord;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The conditional write lost: the record changed since it was read (or,
+    /// for a create, already exists). Carries the item as it now is, when
+    /// DynamoDB returned it.
+    #[error("the record changed since it was read")]
+    Conflict(Option<Box<OperationRecord>>),
+    #[error("stored item could not be decoded: {0}")]
+    Decode(String),
+    #[error("DynamoDB request failed: {0}")]
+    Service(String),
+    #[error("the page cursor is not valid")]
+    Cursor,
+}
+
+/// Result of creating an intent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// The record was written.
+    New,
+    /// A live record with the same id already exists; it is returned as stored.
+    Existing(Box<OperationRecord>),
+}
+
+/// Result of applying a transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Written,
+    /// The transition changed nothing, so nothing was written.
+    Unchanged,
+}
+
+/// Durable storage of operation records.
+pub trait OperationStore: Send + Sync {
+    /// Writes a new record unless a live one with the same id exists.
+    fn create(
+        &self,
+        rec: &OperationRecord,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Created, StoreError>> + Send;
+
+    /// Consistent read by id. Expired records are absent.
+    fn get(
+        &self,
+        id: &OperationId,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<OperationRecord>, StoreError>> + Send;
+
+    /// Writes `next` over `prev` if the stored version is still `prev.version`.
+    fn apply(
+        &self,
+        prev: &OperationRecord,
+        next: &OperationRecord,
+    ) -> impl Future<Output = Result<Applied, StoreError>> + Send;
+
+    /// One page of the sparse due-time index: operations of `shard` whose
+    /// `due_at` is at or before `before_ms`, oldest first.
+    fn due_page(
+        &self,
+        shard: u32,
+        before_ms: i64,
+        limit: i32,
+        cursor: Option<DueCursor>,
+    ) -> impl Future<Output = Result<DuePage, StoreError>> + Send;
+
+    /// The operations whose saved remote job id is `job_id` (at most a few;
+    /// more than one would be a bug or a mistaken attach).
+    fn holders_of_remote_job(&self, job_id: &str) -> impl Future<Output = Result<Vec<OperationId>, StoreError>> + Send;
+
+    /// One page of the sparse open-case index, optionally for one tenant.
+    fn open_cases(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> impl Future<Output = Result<CasePage, StoreError>> + Send;
+}
+
+/// A page of operations with an open reconciliation case, oldest first
+/// within a tenant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CasePage {
+    pub records: Vec<OperationRecord>,
+    /// Opaque; pass it back for the next page.
+    pub next: Option<String>,
+}
+
+/// An entry of the due-time index, as projected.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct DueItem {
+    pub operation_id: OperationId,
+    pub phase: genace_core::record::Phase,
+    pub delivery_state: genace_core::record::DeliveryState,
+    pub due_at: i64,
+}
+
+/// Where the next page starts: opaque, made by the store that returned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueCursor(pub String);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DuePage {
+    pub items: Vec<DueItem>,
+    pub next: Option<DueCursor>,
+}
+
+/// `<tenant>#<opened_at>#<operation_id>`: a tenant's cases are one key
+/// prefix. The tenant is escaped (`%` and `#`), so the prefix of `acme`
+/// never matches the cases of `acme#x`.
+pub fn case_sort_key(tenant: &str, opened_at: DateTime<Utc>, id: &OperationId) -> String {
+    format!(
+        "{}#{}#{id}",
+        escape_tenant(tenant),
+        opened_at.format("%Y-%m-%dT%H:%M:%S%.3fZ")
+    )
+}
+
+/// The key prefix of one tenant's cases.
+pub fn case_tenant_prefix(tenant: &str) -> String {
+    format!("{}#", escape_tenant(tenant))
+}
+
+fn escape_tenant(tenant: &str) -> String {
+    tenant.replace('%', "%25").replace('#', "%23")
+}
+
+/// Why [`commit`] gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The rules refuse the change on the record as it now is.
+    #[error("{refusal}")]
+    Refused {
+        refusal: genace_core::machine::Refusal,
+        current: Box<OperationRecord>,
+    },
+    /// The store kept failing.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Decides a transition on `rec` and writes it, re-deciding on the current
+/// record when the write loses a race (the losing response carries it), and
+/// retrying transient store failures with backoff, `attempts` times at most.
+/// Returns the record as written.
+pub async fn commit<S, F>(
+    store: &S,
+    mut rec: OperationRecord,
+    attempts: u32,
+    decide: F,
+) -> Result<OperationRecord, CommitError>
+where
+    S: OperationStore,
+    F: Fn(&OperationRecord) -> Result<OperationRecord, genace_core::machine::Refusal>,
+{
+    let mut last = None;
+    let mut backoff = std::time::Duration::from_millis(50);
+    for _ in 0..attempts.max(1) {
+        let next = match decide(&rec) {
+            Ok(next) => next,
+            Err(refusal) => {
+                return Err(CommitError::Refused {
+                    refusal,
+                    current: Box::new(rec),
+                });
+            }
+        };
+        match store.apply(&rec, &next).await {
+            Ok(_) => return Ok(next),
+            // Our own write landed, and a retry of it (by the SDK) reported the
+            // conflict with itself: the stored record is exactly ours.
+            Err(StoreError::Conflict(Some(current))) if *current == next => return Ok(next),
+            Err(StoreError::Conflict(Some(current))) => rec = *current,
+            Err(e) => {
+                last = Some(e);
+                tokio::time::sleep(backoff).await;
+                backoff *= 4;
+            }
+        }
+    }
+    Err(CommitError::Store(last.unwrap_or(StoreError::Conflict(None))))
+}

@@ -1,0 +1,136 @@
+//! The sweep: the table is the truth and queues are hints, so every minute
+//! the sweep reads the sparse due-time index and re-enqueues work whose
+//! message was lost or whose handler stopped after a commit.
+
+use chrono::Duration;
+use tracing::{info, warn};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::queue::WorkQueue;
+use crate::stage::{StageError, case_opened};
+use crate::store::{DueItem, OperationStore, StoreError};
+use genace_core::machine;
+use genace_core::messages::Queue;
+use genace_core::record::{DUE_SHARDS, DeliveryState, Phase};
+
+/// Counts of what one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SweepReport {
+    pub examined: usize,
+    pub dispatch: usize,
+    pub poll: usize,
+    pub deliver: usize,
+    /// Expired dispatch claims turned into uncertain operations with a case.
+    pub interrupted: usize,
+    /// More due work was left for the next run (page bound reached).
+    pub truncated: bool,
+}
+
+pub struct Sweeper<S, Q, C = SystemClock> {
+    pub store: S,
+    pub queue: Q,
+    pub config: Config,
+    pub clock: C,
+    /// Items read per page, and pages per shard per run.
+    pub page_size: i32,
+    pub max_pages: usize,
+}
+
+/// How far the sweep pushes an item's due time after re-enqueueing it, so a
+/// slow consumer does not receive a copy every minute.
+const RECHECK: i64 = 300;
+
+impl<S, Q, C> Sweeper<S, Q, C> {
+    pub fn new(store: S, queue: Q, config: Config, clock: C) -> Self {
+        Self {
+            store,
+            queue,
+            config,
+            clock,
+            page_size: 100,
+            max_pages: 10,
+        }
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
+    pub async fn run(&self) -> Result<SweepReport, StageError> {
+        let now = self.clock.now();
+        let mut report = SweepReport::default();
+        for shard in 0..DUE_SHARDS {
+            let mut cursor = None;
+            for page_no in 0..self.max_pages {
+                let page = self
+                    .store
+                    .due_page(shard, now.timestamp_millis(), self.page_size, cursor)
+                    .await?;
+                for item in &page.items {
+                    report.examined += 1;
+                    if let Err(e) = self.handle(item, &mut report).await {
+                        warn!(operation_id = %item.operation_id, error = %e, "sweep could not handle an item");
+                    }
+                }
+                cursor = page.next;
+                if cursor.is_none() {
+                    break;
+                }
+                if page_no + 1 == self.max_pages {
+                    report.truncated = true;
+                }
+            }
+        }
+        info!(?report, "sweep finished");
+        Ok(report)
+    }
+
+    async fn handle(&self, item: &DueItem, report: &mut SweepReport) -> Result<(), StageError> {
+        let now = self.clock.now();
+        let stage = match (item.phase, item.delivery_state) {
+            (Phase::Prepared, _) => Queue::Dispatch,
+            (Phase::Accepted, _) => Queue::Poll,
+            (Phase::Rendered, DeliveryState::NotCollected | DeliveryState::Collecting) => Queue::Deliver,
+            (Phase::Submitting, _) => {
+                // The interrupted-dispatch rule: uncertain plus a case, never a POST.
+                let Some(rec) = self.store.get(&item.operation_id, now).await? else {
+                    return Ok(());
+                };
+                // A live lease (or a phase that moved on) is left alone.
+                if let Ok(next) = machine::interrupt(
+                    &rec,
+                    "the dispatch claim expired before an outcome was recorded; found by the sweep",
+                    now,
+                ) {
+                    self.store.apply(&rec, &next).await?;
+                    case_opened(&next);
+                    report.interrupted += 1;
+                }
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
+        // Push the due time first, so a concurrent sweep does not send a second copy.
+        let Some(rec) = self.store.get(&item.operation_id, now).await? else {
+            return Ok(());
+        };
+        if rec.due_at != Some(item.due_at) {
+            return Ok(());
+        }
+        match self
+            .store
+            .apply(&rec, &machine::reschedule(&rec, now + Duration::seconds(RECHECK), now))
+            .await
+        {
+            Ok(_) => {}
+            Err(StoreError::Conflict(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        self.queue.enqueue(stage, &item.operation_id, 0).await?;
+        match stage {
+            Queue::Dispatch => report.dispatch += 1,
+            Queue::Poll => report.poll += 1,
+            _ => report.deliver += 1,
+        }
+        Ok(())
+    }
+}

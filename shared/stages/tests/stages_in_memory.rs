@@ -1,0 +1,240 @@
+//! Stage logic on the in-memory adapters and a manual clock: the real
+//! intake, dispatch, poll, recovery and sweep code, with no network. The
+//! same stages run against moto and wiremock in `dispatch.rs` and
+//! `lifecycle.rs`; these run in milliseconds and move time by hand.
+
+use chrono::{Duration, TimeZone, Utc};
+use genace_core::domain::Intent;
+use genace_core::domain::OperationId;
+use genace_core::domain::TenantId;
+use genace_core::messages::Queue;
+use genace_core::record::CaseReason;
+use genace_core::record::OperationRecord;
+use genace_core::record::Phase;
+use genace_stages::clock::Clock;
+use genace_stages::dispatch::Dispatched;
+use genace_stages::dispatch::PostResult;
+use genace_stages::intake::Submitted;
+use genace_stages::memory::MemoryApp;
+use genace_stages::memory::SubmitPlan;
+use genace_stages::memory::memory_app;
+use genace_stages::poll::Polled;
+use genace_stages::recovery::RecoveryOutcome;
+use genace_stages::stage::Stage;
+use genace_stages::stage::StageError;
+use genace_stages::stage::handle_body;
+use genace_stages::store::OperationStore;
+use serde_json::json;
+
+fn app() -> MemoryApp {
+    let mut app = memory_app(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
+    app.config.fault_injection = true;
+    app
+}
+
+async fn submit(app: &MemoryApp, key: &str, fault: Option<&str>) -> OperationId {
+    let mut body = json!({"operation_key": key, "media_type": "video",
+        "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
+    if let Some(f) = fault {
+        body["fault"] = json!(f);
+    }
+    let intent = Intent::parse(&body, None).unwrap();
+    match app
+        .intake()
+        .submit(&TenantId::parse("tenant-a").unwrap(), &intent, app.clock.now())
+        .await
+        .unwrap()
+    {
+        Submitted::New(rec) => rec.operation_id,
+        other => panic!("expected a new operation, got {other:?}"),
+    }
+}
+
+async fn record(app: &MemoryApp, id: &OperationId) -> OperationRecord {
+    app.store.get(id, app.clock.now()).await.unwrap().unwrap()
+}
+
+/// Delivers every visible message of `queue` to `stage`, deleting the ones it handled.
+async fn drain<S: Stage>(app: &MemoryApp, queue: Queue, stage: &S) -> Vec<Result<S::Outcome, StageError>> {
+    let mut outcomes = Vec::new();
+    for m in app.queue.receive(queue, 10, Duration::seconds(30)) {
+        let outcome = handle_body(stage, &m.body).await;
+        if outcome.is_ok() {
+            app.queue.delete(m.id, m.receipt);
+        }
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
+#[tokio::test]
+async fn an_intent_is_posted_once_however_often_its_message_comes() {
+    let app = app();
+    let id = submit(&app, "k", None).await;
+    assert_eq!(app.queue.messages().len(), 1, "intake announced it to dispatch");
+    let dispatcher = app.dispatcher();
+    let first = drain(&app, Queue::Dispatch, &dispatcher).await;
+    assert!(matches!(first[..], [Ok(Dispatched::Posted(PostResult::Accepted))]));
+    for _ in 0..3 {
+        assert_eq!(
+            dispatcher.dispatch(&id).await.unwrap(),
+            Dispatched::Settled(Phase::Accepted)
+        );
+    }
+    assert_eq!(app.genace.posts().len(), 1);
+    let rec = record(&app, &id).await;
+    assert_eq!(rec.remote_job_id.as_deref(), Some("job-0001"));
+    assert_eq!(app.genace.jobs()[0].client_reference.as_deref(), Some(id.as_str()));
+}
+
+#[tokio::test]
+async fn a_lost_answer_leaves_an_uncertain_operation_with_a_case_and_no_second_post() {
+    let app = app();
+    app.genace.plan([SubmitPlan::LostAfterCreate]);
+    let id = submit(&app, "k", None).await;
+    let dispatcher = app.dispatcher();
+    assert_eq!(
+        dispatcher.dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::Uncertain)
+    );
+    let rec = record(&app, &id).await;
+    assert_eq!(rec.phase, Phase::Uncertain);
+    assert!(rec.case.is_some(), "a person must reconcile the job Genace created");
+    app.clock.advance(Duration::hours(1));
+    assert_eq!(
+        dispatcher.dispatch(&id).await.unwrap(),
+        Dispatched::Settled(Phase::Uncertain)
+    );
+    assert_eq!((app.genace.posts().len(), app.genace.jobs().len()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_502_with_a_job_id_saves_the_id() {
+    let app = app();
+    app.genace.plan([SubmitPlan::FailWithJob]);
+    let id = submit(&app, "k", None).await;
+    assert_eq!(
+        app.dispatcher().dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::SubmitFailed)
+    );
+    let rec = record(&app, &id).await;
+    assert_eq!(rec.phase, Phase::SubmitFailed);
+    assert_eq!(rec.remote_job_id.as_deref(), Some("job-0001"));
+}
+
+#[tokio::test]
+async fn a_claim_whose_lease_expires_becomes_uncertain_not_a_second_post() {
+    let app = app();
+    let id = submit(&app, "k", Some("dispatch.after_response")).await;
+    let dispatcher = app.dispatcher();
+    assert!(matches!(dispatcher.dispatch(&id).await, Err(StageError::Crashed(_))));
+    assert_eq!(record(&app, &id).await.phase, Phase::Submitting);
+    assert_eq!(
+        dispatcher.dispatch(&id).await.unwrap(),
+        Dispatched::Duplicate,
+        "lease still live"
+    );
+    app.clock
+        .advance(app.config.policy.dispatch_lease + Duration::seconds(1));
+    assert_eq!(dispatcher.dispatch(&id).await.unwrap(), Dispatched::Interrupted);
+    let rec = record(&app, &id).await;
+    assert_eq!(rec.phase, Phase::Uncertain);
+    assert_eq!(app.genace.posts().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unwritable_acceptance_goes_to_recovery_and_is_applied_from_there() {
+    let app = app();
+    let id = submit(&app, "k", Some("dispatch.persist_fails")).await;
+    assert_eq!(
+        app.dispatcher().dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::AcceptedUnpersisted)
+    );
+    assert_eq!(record(&app, &id).await.phase, Phase::Submitting);
+    let outcomes = drain(&app, Queue::Recovery, &app.recovery()).await;
+    assert!(matches!(outcomes[..], [Ok(RecoveryOutcome::Applied(Phase::Accepted))]));
+    let rec = record(&app, &id).await;
+    assert_eq!(rec.remote_job_id.as_deref(), Some("job-0001"));
+    assert_eq!(app.genace.posts().len(), 1);
+}
+
+#[tokio::test]
+async fn polling_follows_the_job_to_rendered_and_hands_it_to_delivery() {
+    let app = app();
+    let id = submit(&app, "k", None).await;
+    app.dispatcher().dispatch(&id).await.unwrap();
+    let poller = app.poller();
+    assert!(matches!(poller.poll(&id).await.unwrap(), Polled::Running { .. }));
+    app.genace.set_job(
+        "job-0001",
+        "completed",
+        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
+    );
+    assert_eq!(poller.poll(&id).await.unwrap(), Polled::Rendered);
+    let rec = record(&app, &id).await;
+    assert_eq!(rec.phase, Phase::Rendered);
+    assert!(
+        app.queue
+            .messages()
+            .iter()
+            .any(|m| m.queue == Queue::Deliver && m.body.contains(id.as_str()))
+    );
+}
+
+#[tokio::test]
+async fn a_job_genace_does_not_know_opens_a_case() {
+    let app = app();
+    let id = submit(&app, "k", None).await;
+    app.dispatcher().dispatch(&id).await.unwrap();
+    let mut rec = record(&app, &id).await;
+    let before = rec.clone();
+    rec.remote_job_id = Some("job-unknown".into());
+    rec.version += 1;
+    app.store.apply(&before, &rec).await.unwrap();
+    assert_eq!(
+        app.poller().poll(&id).await.unwrap(),
+        Polled::CaseOpened(CaseReason::RemoteJobMissing)
+    );
+}
+
+#[tokio::test]
+async fn the_sweep_re_announces_an_intent_whose_message_was_lost() {
+    let app = app();
+    let id = submit(&app, "k", None).await;
+    let lost = app.queue.receive(Queue::Dispatch, 10, Duration::seconds(30));
+    assert!(
+        app.queue.delete(lost[0].id, lost[0].receipt),
+        "the announcement is gone"
+    );
+    let sweeper = app.sweeper();
+    assert_eq!(sweeper.run().await.unwrap().dispatch, 0, "not due yet");
+    app.clock.advance(app.config.dispatch_grace + Duration::seconds(1));
+    assert_eq!(sweeper.run().await.unwrap().dispatch, 1);
+    let outcomes = drain(&app, Queue::Dispatch, &app.dispatcher()).await;
+    assert!(matches!(outcomes[..], [Ok(Dispatched::Posted(PostResult::Accepted))]));
+    assert_eq!(record(&app, &id).await.phase, Phase::Accepted);
+}
+
+#[tokio::test]
+async fn the_memory_queue_hides_received_messages_and_redelivers_undeleted_ones() {
+    let app = app();
+    let id = submit(&app, "k", None).await;
+    let first = app.queue.receive(Queue::Dispatch, 10, Duration::seconds(30));
+    assert_eq!(first.len(), 1);
+    assert!(app.queue.receive(Queue::Dispatch, 10, Duration::seconds(30)).is_empty());
+    app.clock.advance(Duration::seconds(31));
+    let again = app.queue.receive(Queue::Dispatch, 10, Duration::seconds(30));
+    assert_eq!((again.len(), again[0].receives), (1, 2));
+    assert!(
+        !app.queue.delete(first[0].id, first[0].receipt),
+        "a stale receipt deletes nothing"
+    );
+    assert!(app.queue.delete(again[0].id, again[0].receipt));
+    assert!(app.queue.messages().is_empty());
+    // A delayed message stays hidden until its delay has passed.
+    use genace_stages::queue::WorkQueue;
+    app.queue.enqueue(Queue::Poll, &id, 60).await.unwrap();
+    assert!(app.queue.receive(Queue::Poll, 10, Duration::seconds(30)).is_empty());
+    app.clock.advance(Duration::seconds(60));
+    assert_eq!(app.queue.receive(Queue::Poll, 10, Duration::seconds(30)).len(), 1);
+}
