@@ -22,7 +22,7 @@ eval "$(scripts/local-aws.sh env)"
 mkdir -p .local
 log=".local/test-$MOTO_PORT.log"
 set +e
-cargo test --workspace "$@" 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 scripts/local-aws.sh stop

@@ -210,8 +210,26 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Starts one emulator instance running `binary` with exactly `env`.
+/// Starts one emulator instance running `binary` with exactly `env`. A
+/// port taken between choosing and binding it makes the emulator exit at
+/// once; that start is tried again on other ports.
 async fn start_instance(
+    settings: &ArtifactSettings,
+    binary: &Path,
+    env: &BTreeMap<String, String>,
+    log: &Path,
+) -> Result<(String, Child), String> {
+    let mut last = String::new();
+    for _ in 0..3 {
+        match start_once(settings, binary, env, log).await {
+            Ok(started) => return Ok(started),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+async fn start_once(
     settings: &ArtifactSettings,
     binary: &Path,
     env: &BTreeMap<String, String>,
@@ -233,7 +251,7 @@ async fn start_instance(
             }
         });
     }
-    let child = command
+    let mut child = command
         .arg("--runtime-interface-emulator-address")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--runtime-api-address")
@@ -248,7 +266,15 @@ async fn start_instance(
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("starting {}: {e}", settings.rie.display()))?;
-    for _ in 0..100 {
+    // Generous: on a loaded machine an emulator can take seconds to listen.
+    for _ in 0..600 {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "the emulator for {} exited ({status}); see {}",
+                binary.display(),
+                log.display()
+            ));
+        }
         if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
             return Ok((
                 format!("http://127.0.0.1:{port}/2015-03-31/functions/function/invocations"),
@@ -258,7 +284,7 @@ async fn start_instance(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Err(format!(
-        "the emulator for {} did not listen on port {port}",
+        "the emulator for {} did not listen on port {port} within 30 s",
         binary.display()
     ))
 }

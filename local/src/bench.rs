@@ -960,7 +960,8 @@ async fn rendered_operation(store: &DynamoStore, config: &Config, key: &str, url
     let rec = OperationRecord::new_intent(&tenant, &intent, None, now, chrono::Duration::seconds(60));
     store.create(&rec, now).await.map_err(|e| e.to_string())?;
     let policy = config.policy;
-    let claimed = machine::claim_dispatch(&rec, "t", now, &policy).map_err(|e| e.to_string())?;
+    let claimed = machine::transition(&rec, machine::Event::ClaimDispatch { token: "t" }, now, &policy)
+        .map_err(|e| e.to_string())?;
     let job = machine::AcceptedJob {
         job_id: format!("bench-job-{key}"),
         state: None,
@@ -968,11 +969,27 @@ async fn rendered_operation(store: &DynamoStore, config: &Config, key: &str, url
         created_at: None,
         held_credits: None,
     };
-    let accepted = machine::accept(&claimed, "t", &job, now, &policy).map_err(|e| e.to_string())?;
+    let accepted = machine::transition(
+        &claimed,
+        machine::Event::Accepted { token: "t", job: &job },
+        now,
+        &policy,
+    )
+    .map_err(|e| e.to_string())?;
     let snap =
         genace_core::remote::normalize_snapshot(&json!({"id": job.job_id, "state": "completed", "outputs": [url]}))
             .ok_or("snapshot")?;
-    let rendered = machine::observe(&accepted, &snap, now, now, &policy).map_err(|e| e.to_string())?;
+    let rendered = machine::transition(
+        &accepted,
+        machine::Event::Observed {
+            snapshot: &snap,
+            next_check: now,
+            stalled: None,
+        },
+        now,
+        &policy,
+    )
+    .map_err(|e| e.to_string())?;
     for (a, b) in [(&rec, &claimed), (&claimed, &accepted), (&accepted, &rendered)] {
         store.apply(a, b).await.map_err(|e| e.to_string())?;
     }

@@ -134,7 +134,7 @@ async fn an_accepted_job_is_saved_then_polled() {
     // A redelivered message changes nothing and never POSTs again.
     assert_eq!(
         rig.dispatcher.dispatch(&id).await.unwrap(),
-        Dispatched::Settled(Phase::Accepted)
+        Dispatched::NotDispatchable(Phase::Accepted)
     );
     assert_eq!(rig.posts().await, 1);
 }
@@ -181,7 +181,7 @@ async fn a_lost_202_is_uncertain_with_a_case_and_never_reposted() {
     for _ in 0..3 {
         assert_eq!(
             rig.dispatcher.dispatch(&id).await.unwrap(),
-            Dispatched::Settled(Phase::Uncertain)
+            Dispatched::NotDispatchable(Phase::Uncertain)
         );
     }
     assert_eq!(rig.posts().await, 1);
@@ -527,7 +527,7 @@ async fn a_crash_after_the_commit_resumes_polling_on_redelivery() {
     );
     assert_eq!(
         rig.dispatcher.dispatch(&id).await.unwrap(),
-        Dispatched::Settled(Phase::Accepted)
+        Dispatched::NotDispatchable(Phase::Accepted)
     );
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(

@@ -769,7 +769,13 @@ async fn the_sweep_re_enqueues_due_work_and_interrupts_expired_claims() {
 
     // A dispatcher that stopped after claiming: uncertain with a case, no POST.
     let mut claimed = rig.record(&id).await;
-    let next = genace_core::machine::claim_dispatch(&claimed, "tok", Utc::now(), &rig.config.policy).unwrap();
+    let next = genace_core::machine::transition(
+        &claimed,
+        genace_core::machine::Event::ClaimDispatch { token: "tok" },
+        Utc::now(),
+        &rig.config.policy,
+    )
+    .unwrap();
     rig.env.store().apply(&claimed, &next).await.unwrap();
     claimed = next;
     tokio::time::sleep(Duration::from_millis(1100)).await;

@@ -203,6 +203,9 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     delivered.version += 1;
     delivered.phase = Phase::Rendered;
     delivered.delivery_state = DeliveryState::Delivered;
+    // A delivered operation is finished: its retention clock runs.
+    delivered.expires_at = Some(Utc::now().timestamp() + 3600);
+    delivered.due_at = None;
     delivered.remote_job_id = Some("job-1".into());
     delivered.delivered_objects = vec![DeliveredObject {
         key: format!("outputs/t1/{id}/output-0.mp4"),
@@ -232,9 +235,24 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let oid = genace_core::domain::OperationId::parse(&uncertain_id).unwrap();
     let prepared: OperationRecord = store.get(&oid, Utc::now()).await.unwrap().unwrap();
     let policy = genace_core::machine::Policy::default();
-    let claimed = genace_core::machine::claim_dispatch(&prepared, "tok", Utc::now(), &policy).unwrap();
+    let claimed = genace_core::machine::transition(
+        &prepared,
+        genace_core::machine::Event::ClaimDispatch { token: "tok" },
+        Utc::now(),
+        &policy,
+    )
+    .unwrap();
     store.apply(&prepared, &claimed).await.unwrap();
-    let uncertain = genace_core::machine::mark_uncertain(&claimed, "tok", "timed out", Utc::now()).unwrap();
+    let uncertain = genace_core::machine::transition(
+        &claimed,
+        genace_core::machine::Event::OutcomeUnknown {
+            token: "tok",
+            evidence: "timed out",
+        },
+        Utc::now(),
+        &genace_core::machine::Policy::default(),
+    )
+    .unwrap();
     store.apply(&claimed, &uncertain).await.unwrap();
 
     seen.insert(doc.check(cases, "get", &call(event("GET", cases, None, operator(), &[])).await));

@@ -174,7 +174,11 @@ impl OperationStore for DynamoStore {
             None => Ok(None),
             Some(item) => {
                 let rec = from_item(item)?;
-                Ok((!rec.is_expired(now)).then_some(rec))
+                if rec.is_expired(now) {
+                    return Ok(None);
+                }
+                genace_core::machine::debug_check(&rec);
+                Ok(Some(rec))
             }
         }
     }

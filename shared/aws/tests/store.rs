@@ -41,7 +41,13 @@ async fn a_transition_that_changes_nothing_sends_no_request() {
     let (store, counter) = env.counted_store();
     let rec = record("k3", "p");
     store.create(&rec, Utc::now()).await.unwrap();
-    let claimed = machine::claim_dispatch(&rec, "tok", Utc::now(), &Policy::default()).unwrap();
+    let claimed = machine::transition(
+        &rec,
+        machine::Event::ClaimDispatch { token: "tok" },
+        Utc::now(),
+        &Policy::default(),
+    )
+    .unwrap();
     let before = counter.get();
     assert_eq!(store.apply(&rec, &claimed).await.unwrap(), Applied::Written);
     assert_eq!(counter.get() - before, 1, "one conditional UpdateItem");

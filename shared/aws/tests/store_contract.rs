@@ -29,9 +29,24 @@ async fn with_case<S: OperationStore>(store: &S, tenant: &str, key: &str) -> Ope
     let now = Utc::now();
     let rec = record_for(tenant, key, "p");
     store.create(&rec, now).await.unwrap();
-    let claimed = machine::claim_dispatch(&rec, "tok", now, &Policy::default()).unwrap();
+    let claimed = machine::transition(
+        &rec,
+        machine::Event::ClaimDispatch { token: "tok" },
+        now,
+        &Policy::default(),
+    )
+    .unwrap();
     store.apply(&rec, &claimed).await.unwrap();
-    let uncertain = machine::mark_uncertain(&claimed, "tok", "timed out", now).unwrap();
+    let uncertain = machine::transition(
+        &claimed,
+        machine::Event::OutcomeUnknown {
+            token: "tok",
+            evidence: "timed out",
+        },
+        now,
+        &machine::Policy::default(),
+    )
+    .unwrap();
     store.apply(&claimed, &uncertain).await.unwrap();
     uncertain
 }
@@ -71,7 +86,13 @@ async fn expired_records_are_absent_and_replaceable<S: OperationStore>(store: S)
 async fn writes_are_conditional_on_the_version_read<S: OperationStore>(store: S) {
     let rec = record("k3", "p");
     assert_eq!(store.get(&rec.operation_id, Utc::now()).await.unwrap(), None);
-    let claimed = machine::claim_dispatch(&rec, "tok", Utc::now(), &Policy::default()).unwrap();
+    let claimed = machine::transition(
+        &rec,
+        machine::Event::ClaimDispatch { token: "tok" },
+        Utc::now(),
+        &Policy::default(),
+    )
+    .unwrap();
     assert!(
         matches!(store.apply(&rec, &claimed).await, Err(StoreError::Conflict(None))),
         "an update of a missing record loses, with nothing to show"
@@ -84,14 +105,29 @@ async fn writes_are_conditional_on_the_version_read<S: OperationStore>(store: S)
     );
 
     // A rival decided on the stale version: refused, with the record as it now is.
-    let rival = machine::claim_dispatch(&rec, "rival", Utc::now(), &Policy::default()).unwrap();
+    let rival = machine::transition(
+        &rec,
+        machine::Event::ClaimDispatch { token: "rival" },
+        Utc::now(),
+        &Policy::default(),
+    )
+    .unwrap();
     match store.apply(&rec, &rival).await {
         Err(StoreError::Conflict(Some(current))) => assert_eq!(*current, claimed),
         other => panic!("expected a conflict with the current record, got {other:?}"),
     }
 
     // Removed attributes are removed: `due_at` disappears when uncertain.
-    let uncertain = machine::mark_uncertain(&claimed, "tok", "timeout", Utc::now()).unwrap();
+    let uncertain = machine::transition(
+        &claimed,
+        machine::Event::OutcomeUnknown {
+            token: "tok",
+            evidence: "timeout",
+        },
+        Utc::now(),
+        &machine::Policy::default(),
+    )
+    .unwrap();
     assert_eq!(uncertain.due_at, None);
     store.apply(&claimed, &uncertain).await.unwrap();
     assert_eq!(
@@ -107,7 +143,15 @@ async fn fifty_concurrent_claims_have_one_winner<S: OperationStore + Clone + 'st
     let attempts = (0..50).map(|i| {
         let (store, rec) = (store.clone(), rec.clone());
         async move {
-            let next = machine::claim_dispatch(&rec, &format!("tok-{i}"), Utc::now(), &Policy::default()).unwrap();
+            let next = machine::transition(
+                &rec,
+                machine::Event::ClaimDispatch {
+                    token: &format!("tok-{i}"),
+                },
+                Utc::now(),
+                &Policy::default(),
+            )
+            .unwrap();
             store.apply(&rec, &next).await
         }
     });
@@ -219,7 +263,13 @@ async fn the_job_index_finds_the_holder<S: OperationStore>(store: S) {
     let now = Utc::now();
     let rec = record("k-job", "p");
     store.create(&rec, now).await.unwrap();
-    let claimed = machine::claim_dispatch(&rec, "tok", now, &Policy::default()).unwrap();
+    let claimed = machine::transition(
+        &rec,
+        machine::Event::ClaimDispatch { token: "tok" },
+        now,
+        &Policy::default(),
+    )
+    .unwrap();
     store.apply(&rec, &claimed).await.unwrap();
     let job = machine::AcceptedJob {
         job_id: "job-contract-1".into(),
@@ -228,7 +278,16 @@ async fn the_job_index_finds_the_holder<S: OperationStore>(store: S) {
         created_at: None,
         held_credits: None,
     };
-    let accepted = machine::accept(&claimed, "tok", &job, now, &Policy::default()).unwrap();
+    let accepted = machine::transition(
+        &claimed,
+        machine::Event::Accepted {
+            token: "tok",
+            job: &job,
+        },
+        now,
+        &Policy::default(),
+    )
+    .unwrap();
     store.apply(&claimed, &accepted).await.unwrap();
     store.create(&record("k-other", "p"), now).await.unwrap();
     assert_eq!(

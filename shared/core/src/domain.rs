@@ -532,6 +532,24 @@ pub enum Fault {
     DeliverAfterUpload,
 }
 
+impl Fault {
+    /// Fired by dispatch (consumed by its claim).
+    pub fn fires_in_dispatch(self) -> bool {
+        matches!(
+            self,
+            Fault::DispatchBeforePost
+                | Fault::DispatchAfterResponse
+                | Fault::DispatchAfterCommit
+                | Fault::DispatchPersistFails
+        )
+    }
+
+    /// Fired by deliver (consumed by its claim).
+    pub fn fires_in_delivery(self) -> bool {
+        matches!(self, Fault::DeliverUploadFails | Fault::DeliverAfterUpload)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

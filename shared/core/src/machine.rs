@@ -1,12 +1,18 @@
-//! The lifecycle rules as pure functions.
+//! The lifecycle rules: one pure function, [`transition`], owns every change
+//! of an operation record.
 //!
-//! Each transition takes the record as last read and returns the next record,
-//! or a [`Refusal`] saying why the rules forbid it. It performs no I/O. The
-//! store writes the difference between the two records as one conditional
-//! `UpdateItem` guarded by the version that was read, so a transition decided
-//! on stale data can never be written.
+//! It takes the record as last read and an [`Event`] and returns the next
+//! record, or a [`Refusal`] saying why the rules forbid it. Its table is one
+//! `match` over (phase, event). It alone bumps `version`, consumes fault
+//! directives, folds a stall case into an observation and decides when a
+//! repeated outcome changes nothing; every record it returns satisfies
+//! [`check_invariants`]. It performs no I/O. The store writes the difference
+//! between the two records as one conditional write guarded by the version
+//! that was read, so a decision made on stale data is never written.
 
 use chrono::{DateTime, Duration, Utc};
+
+use crate::domain::Fault;
 
 use crate::record::{
     AuditEntry, CaseReason, Claim, DeliveredObject, DeliveryState, OperationRecord, Phase, ReconciliationCase,
@@ -45,70 +51,6 @@ pub enum Refusal {
     AttemptsExhausted(u32),
 }
 
-/// The phases each transition starts from. Every transition checks its
-/// own entry with [`require_phase`]; the table is public so a test can try
-/// each transition from every phase.
-pub mod from {
-    use crate::record::Phase::{self, *};
-
-    pub const CLAIM_DISPATCH: &[Phase] = &[Prepared];
-    pub const RELEASE_CLAIM: &[Phase] = &[Submitting];
-    pub const HOLD_FOR_ACCOUNT: &[Phase] = &[Submitting];
-    pub const ACCEPT: &[Phase] = &[Submitting, Uncertain];
-    pub const SUBMIT_FAILED: &[Phase] = &[Submitting, Uncertain];
-    pub const REJECT: &[Phase] = &[Submitting];
-    pub const MARK_UNCERTAIN: &[Phase] = &[Submitting];
-    pub const INTERRUPT: &[Phase] = &[Submitting];
-    pub const OBSERVE: &[Phase] = &[Accepted];
-    /// Cases about the remote job (missing, stalled) are opened while it is observed.
-    pub const OPEN_CASE: &[Phase] = &[Accepted];
-    pub const CLAIM_DELIVERY: &[Phase] = &[Rendered];
-    pub const GIVE_UP_DELIVERY: &[Phase] = &[Rendered];
-    pub const DELIVERY_ATTEMPT_FAILED: &[Phase] = &[Rendered];
-    pub const DELIVERY_REFUSED: &[Phase] = &[Rendered];
-    pub const DELIVERED: &[Phase] = &[Rendered];
-    pub const ATTACH_REMOTE_JOB: &[Phase] = &[Uncertain, Accepted];
-    pub const CONFIRM_NOT_CREATED: &[Phase] = &[Uncertain];
-    pub const RELEASE_HOLD: &[Phase] = &[Prepared];
-    pub const MARK_SETTLED: &[Phase] = &[SubmitFailed];
-    pub const REDRIVE_DELIVERY: &[Phase] = &[Rendered];
-    pub const ABANDON: &[Phase] = &[
-        Prepared,
-        Submitting,
-        Accepted,
-        Rendered,
-        RenderFailed,
-        SubmitFailed,
-        Rejected,
-        Uncertain,
-    ];
-}
-
-fn require_phase(rec: &OperationRecord, action: &'static str, allowed: &'static [Phase]) -> Result<(), Refusal> {
-    if allowed.contains(&rec.phase) {
-        return Ok(());
-    }
-    Err(Refusal::WrongPhase {
-        action,
-        actual: rec.phase,
-        expected: phase_list(allowed),
-    })
-}
-
-fn phase_list(phases: &'static [Phase]) -> &'static str {
-    match phases {
-        [Phase::Prepared] => "prepared",
-        [Phase::Submitting] => "submitting",
-        [Phase::Accepted] => "accepted",
-        [Phase::Rendered] => "rendered",
-        [Phase::Uncertain] => "uncertain",
-        [Phase::SubmitFailed] => "submit_failed",
-        [Phase::Submitting, Phase::Uncertain] => "submitting or uncertain",
-        [Phase::Uncertain, Phase::Accepted] => "uncertain, or accepted with its remote job missing",
-        _ => "an unfinished phase",
-    }
-}
-
 /// Timing rules the transitions need. Values come from configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Policy {
@@ -142,11 +84,10 @@ impl Default for Policy {
     }
 }
 
-fn step(rec: &OperationRecord, now: DateTime<Utc>) -> OperationRecord {
-    let mut next = rec.clone();
-    next.version = rec.version + 1;
-    next.updated_at = now;
-    next
+/// The record an effect starts from. Only [`transition`] moves `version` and
+/// `updated_at`, once, and only when something changed.
+fn step(rec: &OperationRecord, _now: DateTime<Utc>) -> OperationRecord {
+    rec.clone()
 }
 
 /// Opens a case on `next` and takes it off the sweep's schedule: a person
@@ -166,13 +107,7 @@ fn finish(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
     next.expires_at = Some((now + policy.retention).timestamp());
 }
 
-fn require_claimant(
-    rec: &OperationRecord,
-    token: &str,
-    action: &'static str,
-    allowed: &'static [Phase],
-) -> Result<(), Refusal> {
-    require_phase(rec, action, allowed)?;
+fn require_claimant(rec: &OperationRecord, token: &str) -> Result<(), Refusal> {
     match &rec.claim {
         Some(c) if c.token == token => Ok(()),
         _ => Err(Refusal::NotClaimant),
@@ -182,21 +117,12 @@ fn require_claimant(
 /// `prepared -> submitting`: the only road to a POST. The claim carries a
 /// fresh token and a lease; the sweep treats an expired lease as an
 /// interrupted dispatch.
-pub fn claim_dispatch(
+fn claim_dispatch(
     rec: &OperationRecord,
     token: &str,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    if let Some(until) = rec
-        .claim
-        .as_ref()
-        .map(|c| c.lease_expires_at)
-        .filter(|until| rec.phase == Phase::Submitting && *until > now)
-    {
-        return Err(Refusal::LeaseLive { until });
-    }
-    require_phase(rec, "claim", from::CLAIM_DISPATCH)?;
     if let Some(until) = rec.retry_at.filter(|t| *t > now.timestamp_millis()) {
         return Err(Refusal::NotYet {
             until: DateTime::from_timestamp_millis(until).unwrap_or(now),
@@ -217,21 +143,31 @@ pub fn claim_dispatch(
     });
     next.dispatch_attempts = rec.dispatch_attempts + 1;
     next.due_at = Some(lease_expires_at.timestamp_millis());
+    // A dispatch fault directive fires once: the claim consumes it.
+    consume_fault(&mut next, Fault::fires_in_dispatch);
     Ok(next)
+}
+
+/// Clears the record's fault directive when it belongs to this stage; the
+/// stage fires the one it read on the record it claimed.
+fn consume_fault(next: &mut OperationRecord, here: fn(Fault) -> bool) {
+    if next.fault.is_some_and(here) {
+        next.fault = None;
+    }
 }
 
 /// `submitting -> prepared` after a 429: Genace said definitively that it did
 /// not process the request, so the claim may be released and retried later.
 /// After `policy.rate_limit_max` answers in a row the operation is held with
 /// a `rate_limited` case instead, so a stuck limit reaches a person.
-pub fn release_claim(
+fn release_claim(
     rec: &OperationRecord,
     token: &str,
     retry_at: DateTime<Utc>,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_claimant(rec, token, "release", from::RELEASE_CLAIM)?;
+    require_claimant(rec, token)?;
     let mut next = step(rec, now);
     next.phase = Phase::Prepared;
     next.claim = None;
@@ -265,14 +201,14 @@ pub fn release_claim(
 /// Nothing was created. An `account_problem` case is opened, and one new try
 /// is allowed after `policy.account_hold` (or sooner, by an operator's
 /// `release_hold`). The operation key stays usable.
-pub fn hold_for_account(
+fn hold_for_account(
     rec: &OperationRecord,
     token: &str,
     error: RemoteError,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_claimant(rec, token, "hold", from::HOLD_FOR_ACCOUNT)?;
+    require_claimant(rec, token)?;
     let mut next = step(rec, now);
     let retry_at = (now + policy.account_hold).timestamp_millis();
     next.phase = Phase::Prepared;
@@ -295,23 +231,14 @@ pub fn hold_for_account(
 /// `submitting | uncertain -> accepted`, only for the dispatcher (or the
 /// recovery channel) holding the claim token the job was created under.
 /// Applying the same job id again is a no-op, so the write can be retried.
-pub fn accept(
+fn accept(
     rec: &OperationRecord,
     token: &str,
     job: &AcceptedJob,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    if let Some(existing) = &rec.remote_job_id {
-        return if *existing == job.job_id && rec.phase != Phase::SubmitFailed {
-            Ok(rec.clone())
-        } else {
-            Err(Refusal::DifferentRemoteJob {
-                existing: existing.clone(),
-            })
-        };
-    }
-    require_claimant(rec, token, "accept", from::ACCEPT)?;
+    require_claimant(rec, token)?;
     let mut next = step(rec, now);
     next.phase = Phase::Accepted;
     next.claim = None;
@@ -330,14 +257,14 @@ pub fn accept(
 /// `submitting | uncertain -> submit_failed`: a 502 that names the failed
 /// remote job, applied by the claimant or later from the recovery channel.
 /// The id is kept for accounting and a settlement case is opened.
-pub fn submit_failed(
+fn submit_failed(
     rec: &OperationRecord,
     token: &str,
     job_id: &str,
     error: RemoteError,
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
-    require_claimant(rec, token, "record a submission failure", from::SUBMIT_FAILED)?;
+    require_claimant(rec, token)?;
     let mut next = step(rec, now);
     next.phase = Phase::SubmitFailed;
     next.claim = None;
@@ -355,14 +282,14 @@ pub fn submit_failed(
 
 /// `submitting -> rejected`: a definitive 4xx. Nothing was created; the client
 /// needs a new operation key to try again.
-pub fn reject(
+fn reject(
     rec: &OperationRecord,
     token: &str,
     error: RemoteError,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_claimant(rec, token, "reject", from::REJECT)?;
+    require_claimant(rec, token)?;
     let mut next = step(rec, now);
     next.phase = Phase::Rejected;
     next.last_error = Some(error);
@@ -375,21 +302,20 @@ pub fn reject(
 
 /// `submitting -> uncertain`: the dispatcher does not know whether Genace
 /// created a job. A case is opened; nothing automatic POSTs again.
-pub fn mark_uncertain(
+fn mark_uncertain(
     rec: &OperationRecord,
     token: &str,
     evidence: &str,
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
-    require_claimant(rec, token, "mark uncertain", from::MARK_UNCERTAIN)?;
+    require_claimant(rec, token)?;
     Ok(open_uncertain(rec, CaseReason::UnknownSubmitOutcome, evidence, now))
 }
 
 /// `submitting -> uncertain` for a claim whose lease expired: its dispatcher
 /// stopped somewhere between claim and commit and may have POSTed. The claim
 /// token is kept so a late recovery message can still be applied.
-pub fn interrupt(rec: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
-    require_phase(rec, "interrupt", from::INTERRUPT)?;
+fn interrupt(rec: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
     if let Some(c) = rec.claim.as_ref().filter(|c| c.lease_expires_at > now) {
         return Err(Refusal::LeaseLive {
             until: c.lease_expires_at,
@@ -414,21 +340,38 @@ fn open_uncertain(rec: &OperationRecord, reason: CaseReason, evidence: &str, now
 /// Terminal states are recorded once: a rendered or failed operation refuses
 /// further observations. A non-terminal snapshot, while the sweep's deadline
 /// still covers `next_check`, is not written at all.
-pub fn observe(
+fn observe(
+    rec: &OperationRecord,
+    snap: &JobSnapshot,
+    now: DateTime<Utc>,
+    next_check: DateTime<Utc>,
+    stalled: Option<&str>,
+    policy: &Policy,
+) -> OperationRecord {
+    let mut next = observe_snapshot(rec, snap, now, next_check, policy);
+    consume_fault(&mut next, |f| f == Fault::PollAfterObserve);
+    // A job silent past the deadline: the stall case rides on the same write,
+    // and polling goes on.
+    if let Some(evidence) = stalled.filter(|_| next.phase == Phase::Accepted) {
+        next = open_case(&next, CaseReason::RenderStalled, evidence, true, now);
+    }
+    next
+}
+
+fn observe_snapshot(
     rec: &OperationRecord,
     snap: &JobSnapshot,
     now: DateTime<Utc>,
     next_check: DateTime<Utc>,
     policy: &Policy,
-) -> Result<OperationRecord, Refusal> {
-    require_phase(rec, "observe", from::OBSERVE)?;
+) -> OperationRecord {
     let due = next_check.timestamp_millis();
     // A non-terminal snapshot is written only when the sweep's deadline must
     // move past the next check: a job that goes queued -> running -> done
     // within the deadline costs no write until it ends. The recorded remote
     // state may lag meanwhile (by at most the deadline).
     if snap.status == RenderStatus::Running && rec.due_at.is_some_and(|d| d >= due) {
-        return Ok(rec.clone());
+        return rec.clone();
     }
     let mut next = step(rec, now);
     next.remote_state = Some(snap.state.clone());
@@ -466,22 +409,21 @@ pub fn observe(
             finish(&mut next, now, policy);
         }
     }
-    Ok(next)
+    next
 }
 
 /// Opens a reconciliation case on an operation whose remote job needs a
 /// person (missing at Genace, or silent past the deadline). The phase stays.
 /// `keep_due` keeps the operation on the sweep's schedule (polling goes on).
-pub fn open_case(
+fn open_case(
     rec: &OperationRecord,
     reason: CaseReason,
     evidence: &str,
     keep_due: bool,
     now: DateTime<Utc>,
-) -> Result<OperationRecord, Refusal> {
-    require_phase(rec, "open a case", from::OPEN_CASE)?;
+) -> OperationRecord {
     if rec.case.as_ref().is_some_and(|c| c.reason == reason) {
-        return Ok(rec.clone());
+        return rec.clone();
     }
     let mut next = step(rec, now);
     next.case = Some(ReconciliationCase {
@@ -492,24 +434,23 @@ pub fn open_case(
     if !keep_due {
         next.due_at = None;
     }
-    Ok(next)
+    next
 }
 
 /// Moves the sweep's next look at an operation, without changing anything else.
-pub fn reschedule(rec: &OperationRecord, due: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+fn reschedule(rec: &OperationRecord, due: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
     let mut next = step(rec, now);
     next.due_at = Some(due.timestamp_millis());
     next
 }
 
 /// `rendered` with delivery pending -> `collecting` under a delivery claim.
-pub fn claim_delivery(
+fn claim_delivery(
     rec: &OperationRecord,
     token: &str,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_phase(rec, "deliver", from::CLAIM_DELIVERY)?;
     if matches!(
         rec.delivery_state,
         DeliveryState::Delivered | DeliveryState::DeliveryFailed
@@ -540,13 +481,13 @@ pub fn claim_delivery(
         lease_expires_at,
     });
     next.due_at = Some(lease_expires_at.timestamp_millis());
+    consume_fault(&mut next, Fault::fires_in_delivery);
     Ok(next)
 }
 
 /// `collecting -> delivery_failed` with a case, when every attempt was used
 /// and the last one stopped without reporting (its claim lapsed).
-pub fn give_up_delivery(rec: &OperationRecord, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
-    require_phase(rec, "give up delivery", from::GIVE_UP_DELIVERY)?;
+fn give_up_delivery(rec: &OperationRecord, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
     if !matches!(
         rec.delivery_state,
         DeliveryState::NotCollected | DeliveryState::Collecting
@@ -575,8 +516,7 @@ pub fn give_up_delivery(rec: &OperationRecord, now: DateTime<Utc>) -> Result<Ope
     Ok(next)
 }
 
-fn require_delivery_holder(rec: &OperationRecord, token: &str, action: &'static str) -> Result<(), Refusal> {
-    require_phase(rec, action, from::DELIVERED)?;
+fn require_delivery_holder(rec: &OperationRecord, token: &str) -> Result<(), Refusal> {
     if rec.delivery_state != DeliveryState::Collecting {
         return Err(Refusal::DeliveryFinished {
             actual: rec.delivery_state,
@@ -591,7 +531,7 @@ fn require_delivery_holder(rec: &OperationRecord, token: &str, action: &'static 
 /// A delivery attempt failed: count it and release the claim for a retry at
 /// `retry_at`, or, at the bound, give up with `delivery_failed` and a case.
 /// Rendering is never repeated.
-pub fn delivery_attempt_failed(
+fn delivery_attempt_failed(
     rec: &OperationRecord,
     token: &str,
     error: &str,
@@ -599,7 +539,7 @@ pub fn delivery_attempt_failed(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_delivery_holder(rec, token, "record a failed delivery")?;
+    require_delivery_holder(rec, token)?;
     let mut next = step(rec, now);
     next.delivery_claim = None;
     next.last_error = Some(RemoteError {
@@ -620,14 +560,14 @@ pub fn delivery_attempt_failed(
 /// `collecting -> delivery_failed` at once: an output can never be fetched
 /// (its URL is refused, or it is over the byte cap), so retrying is pointless.
 /// The case names the output and the rule, never the URL's query string.
-pub fn delivery_refused(
+fn delivery_refused(
     rec: &OperationRecord,
     token: &str,
     reason: CaseReason,
     evidence: &str,
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
-    require_delivery_holder(rec, token, "record a refused delivery")?;
+    require_delivery_holder(rec, token)?;
     let mut next = step(rec, now);
     next.delivery_state = DeliveryState::DeliveryFailed;
     next.delivery_claim = None;
@@ -641,14 +581,14 @@ pub fn delivery_refused(
 }
 
 /// `collecting -> delivered`: every output is stored and verified.
-pub fn delivered(
+fn delivered(
     rec: &OperationRecord,
     token: &str,
     objects: Vec<DeliveredObject>,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    require_delivery_holder(rec, token, "record delivery")?;
+    require_delivery_holder(rec, token)?;
     if objects.is_empty() {
         return Err(Refusal::CaseOpen(CaseReason::OutputsMissing));
     }
@@ -693,29 +633,416 @@ impl Resolution {
     }
 }
 
+/// Everything that can happen to an operation, as a stage or an operator
+/// reports it.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// Dispatch claims a prepared operation: the only road to a POST.
+    ClaimDispatch { token: &'a str },
+    /// Genace answered 429: it did not process the request.
+    RateLimited { token: &'a str, retry_at: DateTime<Utc> },
+    /// Genace refused our account (401, 402, 403, a wrong path).
+    AccountRefused { token: &'a str, error: &'a RemoteError },
+    /// A 202 with a job id.
+    Accepted { token: &'a str, job: &'a AcceptedJob },
+    /// A 502 naming the failed job.
+    SubmitFailed {
+        token: &'a str,
+        job_id: &'a str,
+        error: &'a RemoteError,
+    },
+    /// 400, 409 or 422: the request itself is wrong.
+    Rejected { token: &'a str, error: &'a RemoteError },
+    /// Nobody knows whether Genace created a job.
+    OutcomeUnknown { token: &'a str, evidence: &'a str },
+    /// A dispatcher's claim lapsed before it recorded an outcome.
+    LeaseExpired { evidence: &'a str },
+    /// A status snapshot of the saved job. `stalled` carries the evidence
+    /// when the job is silent past the deadline: the stall case rides on
+    /// the same write.
+    Observed {
+        snapshot: &'a JobSnapshot,
+        next_check: DateTime<Utc>,
+        stalled: Option<&'a str>,
+    },
+    /// The remote job needs a person (missing, answered for another id, or
+    /// silent past the deadline with no snapshot). `keep_due` keeps polling.
+    CaseNeeded {
+        reason: CaseReason,
+        evidence: &'a str,
+        keep_due: bool,
+    },
+    /// The sweep moves its next look.
+    Reschedule { due: DateTime<Utc> },
+    /// Deliver claims a rendered operation's outputs.
+    ClaimDelivery { token: &'a str },
+    /// Every delivery attempt was used and the last stopped without reporting.
+    DeliveryLapsed,
+    /// One delivery attempt failed; the next comes at `retry_at`.
+    DeliveryFailed {
+        token: &'a str,
+        error: &'a str,
+        retry_at: DateTime<Utc>,
+    },
+    /// An output can never be fetched.
+    DeliveryRefused {
+        token: &'a str,
+        reason: CaseReason,
+        evidence: &'a str,
+    },
+    /// Every output is stored and verified.
+    Delivered {
+        token: &'a str,
+        objects: &'a [DeliveredObject],
+    },
+    /// An operator's audited decision.
+    Resolved(Decision<'a>),
+}
+
+/// Who decided what, and why.
+#[derive(Debug, Clone, Copy)]
+pub struct Decision<'a> {
+    pub resolution: &'a Resolution,
+    pub actor: &'a str,
+    pub reason: &'a str,
+}
+
+impl Event<'_> {
+    /// What the event asks for, as a refusal names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::ClaimDispatch { .. } => "claim",
+            Event::RateLimited { .. } => "release",
+            Event::AccountRefused { .. } => "hold",
+            Event::Accepted { .. } => "accept",
+            Event::SubmitFailed { .. } => "record a submission failure",
+            Event::Rejected { .. } => "reject",
+            Event::OutcomeUnknown { .. } => "mark uncertain",
+            Event::LeaseExpired { .. } => "interrupt",
+            Event::Observed { .. } => "observe",
+            Event::CaseNeeded { .. } => "open a case",
+            Event::Reschedule { .. } => "reschedule",
+            Event::ClaimDelivery { .. } => "deliver",
+            Event::DeliveryLapsed => "give up delivery",
+            Event::DeliveryFailed { .. } => "record a failed delivery",
+            Event::DeliveryRefused { .. } => "record a refused delivery",
+            Event::Delivered { .. } => "record delivery",
+            Event::Resolved(d) => d.resolution.name(),
+        }
+    }
+
+    /// Where the event applies, as a refusal names it.
+    pub fn expected(&self) -> &'static str {
+        match self {
+            Event::ClaimDispatch { .. } => "prepared",
+            Event::RateLimited { .. }
+            | Event::AccountRefused { .. }
+            | Event::Rejected { .. }
+            | Event::OutcomeUnknown { .. }
+            | Event::LeaseExpired { .. } => "submitting",
+            Event::Accepted { .. } | Event::SubmitFailed { .. } => "submitting or uncertain",
+            Event::Observed { .. } | Event::CaseNeeded { .. } => "accepted",
+            Event::Reschedule { .. } => "any phase",
+            Event::ClaimDelivery { .. }
+            | Event::DeliveryLapsed
+            | Event::DeliveryFailed { .. }
+            | Event::DeliveryRefused { .. }
+            | Event::Delivered { .. } => "rendered",
+            Event::Resolved(d) => match d.resolution {
+                Resolution::AttachRemoteJob { .. } => "uncertain, or accepted with its remote job missing",
+                Resolution::ConfirmNotCreated => "uncertain",
+                Resolution::ReleaseHold => "prepared and held (account_problem or rate_limited)",
+                Resolution::MarkSettled => "submit_failed with settlement pending",
+                Resolution::RedriveDelivery => "rendered with delivery_failed",
+                Resolution::Abandon => "an open reconciliation case",
+            },
+        }
+    }
+}
+
+fn case_is(rec: &OperationRecord, reasons: &[CaseReason]) -> bool {
+    rec.case.as_ref().is_some_and(|c| reasons.contains(&c.reason))
+}
+
+/// The lifecycle: the next record after `event`, or why the rules refuse
+/// it. The one `match` below is the whole table of (phase, event); every
+/// pair it does not name is refused with [`Refusal::WrongPhase`]. A result
+/// equal to `rec` means the event changes nothing (a repeated outcome, an
+/// observation the schedule already covers): it is returned as it is, and
+/// nothing needs writing. Otherwise `version` moves by exactly one.
+pub fn transition(
+    rec: &OperationRecord,
+    event: Event<'_>,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    use CaseReason::{AccountProblem, RateLimited, RemoteJobMissing};
+    use Phase::*;
+    let next = match (rec.phase, event) {
+        // ---- dispatch
+        (Prepared, Event::ClaimDispatch { token }) => claim_dispatch(rec, token, now, policy)?,
+        (Submitting, Event::ClaimDispatch { .. }) if rec.claim.as_ref().is_some_and(|c| c.lease_expires_at > now) => {
+            let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
+            return Err(Refusal::LeaseLive { until });
+        }
+        (Submitting, Event::RateLimited { token, retry_at }) => release_claim(rec, token, retry_at, now, policy)?,
+        (Submitting, Event::AccountRefused { token, error }) => {
+            hold_for_account(rec, token, error.clone(), now, policy)?
+        }
+        // A job id already saved: the same one again changes nothing (a
+        // retried write, a recovery message applied twice); another is refused.
+        (SubmitFailed, Event::Accepted { .. }) if rec.remote_job_id.is_some() => {
+            return Err(Refusal::DifferentRemoteJob {
+                existing: rec.remote_job_id.clone().unwrap_or_default(),
+            });
+        }
+        (_, Event::Accepted { job, .. }) if rec.remote_job_id.is_some() => match &rec.remote_job_id {
+            Some(existing) if *existing == job.job_id => rec.clone(),
+            existing => {
+                return Err(Refusal::DifferentRemoteJob {
+                    existing: existing.clone().unwrap_or_default(),
+                });
+            }
+        },
+        (Submitting | Uncertain, Event::Accepted { token, job }) => accept(rec, token, job, now, policy)?,
+        (SubmitFailed, Event::SubmitFailed { job_id, .. }) if rec.remote_job_id.as_deref() == Some(job_id) => {
+            rec.clone()
+        }
+        (Submitting | Uncertain, Event::SubmitFailed { token, job_id, error }) => {
+            submit_failed(rec, token, job_id, error.clone(), now)?
+        }
+        (Submitting, Event::Rejected { token, error }) => reject(rec, token, error.clone(), now, policy)?,
+        (Submitting, Event::OutcomeUnknown { token, evidence }) => mark_uncertain(rec, token, evidence, now)?,
+        (Submitting, Event::LeaseExpired { evidence }) => interrupt(rec, evidence, now)?,
+        // ---- observation
+        (
+            Accepted,
+            Event::Observed {
+                snapshot,
+                next_check,
+                stalled,
+            },
+        ) => observe(rec, snapshot, now, next_check, stalled, policy),
+        (
+            Accepted,
+            Event::CaseNeeded {
+                reason,
+                evidence,
+                keep_due,
+            },
+        ) => open_case(rec, reason, evidence, keep_due, now),
+        (_, Event::Reschedule { due }) => reschedule(rec, due, now),
+        // ---- delivery
+        (Rendered, Event::ClaimDelivery { token }) => claim_delivery(rec, token, now, policy)?,
+        (Rendered, Event::DeliveryLapsed) => give_up_delivery(rec, now)?,
+        (Rendered, Event::DeliveryFailed { token, error, retry_at }) => {
+            delivery_attempt_failed(rec, token, error, retry_at, now, policy)?
+        }
+        (
+            Rendered,
+            Event::DeliveryRefused {
+                token,
+                reason,
+                evidence,
+            },
+        ) => delivery_refused(rec, token, reason, evidence, now)?,
+        (Rendered, Event::Delivered { token, objects }) => delivered(rec, token, objects.to_vec(), now, policy)?,
+        // ---- operators
+        (
+            Uncertain,
+            Event::Resolved(
+                d @ Decision {
+                    resolution: Resolution::AttachRemoteJob { .. },
+                    ..
+                },
+            ),
+        )
+        | (
+            Uncertain,
+            Event::Resolved(
+                d @ Decision {
+                    resolution: Resolution::ConfirmNotCreated,
+                    ..
+                },
+            ),
+        ) => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
+        (
+            Accepted,
+            Event::Resolved(
+                d @ Decision {
+                    resolution: Resolution::AttachRemoteJob { .. },
+                    ..
+                },
+            ),
+        ) if case_is(rec, &[RemoteJobMissing]) => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
+        (
+            Prepared,
+            Event::Resolved(
+                d @ Decision {
+                    resolution: Resolution::ReleaseHold,
+                    ..
+                },
+            ),
+        ) if case_is(rec, &[AccountProblem, RateLimited]) => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
+        (
+            SubmitFailed,
+            Event::Resolved(
+                d @ Decision {
+                    resolution: Resolution::MarkSettled,
+                    ..
+                },
+            ),
+        ) if rec.settlement == Some(Settlement::Pending) => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
+        (
+            Rendered,
+            Event::Resolved(
+                d @ Decision {
+                    resolution: Resolution::RedriveDelivery,
+                    ..
+                },
+            ),
+        ) if rec.delivery_state == DeliveryState::DeliveryFailed => {
+            resolve(rec, d.resolution, d.actor, d.reason, now, policy)
+        }
+        (
+            phase,
+            Event::Resolved(
+                d @ Decision {
+                    resolution: Resolution::Abandon,
+                    ..
+                },
+            ),
+        ) if phase != Abandoned && rec.case.is_some() => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
+        // ---- everything else
+        (actual, event) => {
+            return Err(Refusal::WrongPhase {
+                action: event.name(),
+                actual,
+                expected: event.expected(),
+            });
+        }
+    };
+    Ok(versioned(rec, next, now))
+}
+
+/// `next` with the version moved by one and `updated_at` set, or `rec`
+/// itself when nothing but those would differ.
+fn versioned(rec: &OperationRecord, mut next: OperationRecord, now: DateTime<Utc>) -> OperationRecord {
+    next.version = rec.version;
+    next.updated_at = rec.updated_at;
+    if next == *rec {
+        return next;
+    }
+    next.version = rec.version + 1;
+    next.updated_at = now;
+    debug_assert!(
+        check_invariants(&next).is_ok(),
+        "a transition broke an invariant: {:?}",
+        check_invariants(&next)
+    );
+    next
+}
+
+/// Whether the operation is done: nothing more will happen to it without a
+/// person, and its retention clock runs.
+pub fn is_finished(rec: &OperationRecord) -> bool {
+    match rec.phase {
+        Phase::Rejected | Phase::RenderFailed | Phase::Abandoned => true,
+        Phase::Rendered => rec.delivery_state == DeliveryState::Delivered,
+        Phase::SubmitFailed => rec.settlement == Some(Settlement::Settled),
+        _ => false,
+    }
+}
+
+/// The rules every stored record keeps:
+/// - `expires_at` is set if and only if the operation is finished;
+/// - a case is open whenever the phase or delivery state needs a person
+///   (uncertain, a settlement pending, delivery failed), and only with a
+///   reason that belongs to the phase; a finished operation has none;
+/// - a claimed phase has its claim (a token and a lease): `submitting` a
+///   dispatch claim; a delivery claim exists only while a rendered
+///   operation is collecting;
+/// - an unfinished operation without a case has a due time, so the sweep
+///   finds it: nothing is left waiting silently.
+pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
+    use CaseReason::*;
+    let finished = is_finished(rec);
+    if finished != rec.expires_at.is_some() {
+        return Err(format!(
+            "expires_at is {:?} on a {} operation",
+            rec.expires_at,
+            if finished { "finished" } else { "unfinished" }
+        ));
+    }
+    let needs_case = rec.phase == Phase::Uncertain
+        || (rec.phase == Phase::SubmitFailed && rec.settlement == Some(Settlement::Pending))
+        || (rec.phase == Phase::Rendered && rec.delivery_state == DeliveryState::DeliveryFailed);
+    if needs_case && rec.case.is_none() {
+        return Err(format!("a {} operation without a case", rec.phase.as_str()));
+    }
+    if let Some(case) = &rec.case {
+        let allowed: &[CaseReason] = match rec.phase {
+            _ if finished => &[],
+            Phase::Prepared | Phase::Submitting => &[AccountProblem, RateLimited],
+            Phase::Accepted => &[RemoteJobMissing, RenderStalled],
+            Phase::Rendered => &[OutputsMissing, DeliveryFailed, OutputUrlRefused, OutputTooLarge],
+            Phase::Uncertain => &[UnknownSubmitOutcome, InterruptedDispatch],
+            Phase::SubmitFailed => &[SettlementPending],
+            Phase::RenderFailed | Phase::Rejected | Phase::Abandoned => &[],
+        };
+        if !allowed.contains(&case.reason) {
+            return Err(format!(
+                "a {} case on a {} operation",
+                case.reason.as_str(),
+                rec.phase.as_str()
+            ));
+        }
+    }
+    if rec.phase == Phase::Submitting && rec.claim.is_none() {
+        return Err("submitting without a claim".into());
+    }
+    // Between attempts a collecting operation holds no claim; a claim
+    // exists only while a rendered operation is collecting.
+    if rec.delivery_claim.is_some() && (rec.delivery_state != DeliveryState::Collecting || rec.phase != Phase::Rendered)
+    {
+        return Err(format!(
+            "a delivery claim on a {} operation with delivery {:?}",
+            rec.phase.as_str(),
+            rec.delivery_state
+        ));
+    }
+    if !finished && rec.case.is_none() && rec.due_at.is_none() {
+        return Err(format!(
+            "an unfinished {} operation with neither a due time nor a case",
+            rec.phase.as_str()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a record as read from storage, in debug builds and tests: a
+/// stored record that breaks a rule is a bug somewhere, caught where it shows.
+pub fn debug_check(rec: &OperationRecord) {
+    if cfg!(debug_assertions)
+        && let Err(broken) = check_invariants(rec)
+    {
+        panic!("operation {} breaks an invariant: {broken}", rec.operation_id);
+    }
+}
+
 /// Applies an operator's decision, valid only from the right phase, and
 /// appends who decided, when, what and why to the audit trail.
-pub fn resolve(
+fn resolve(
     rec: &OperationRecord,
     resolution: &Resolution,
     actor: &str,
     reason: &str,
     now: DateTime<Utc>,
     policy: &Policy,
-) -> Result<OperationRecord, Refusal> {
-    let refuse = |expected: &'static str| Refusal::WrongPhase {
-        action: resolution.name(),
-        actual: rec.phase,
-        expected,
-    };
-    let case_reason = rec.case.as_ref().map(|c| c.reason);
+) -> OperationRecord {
     let mut next = step(rec, now);
     match resolution {
         Resolution::AttachRemoteJob { job_id } => {
-            let missing = rec.phase == Phase::Accepted && case_reason == Some(CaseReason::RemoteJobMissing);
-            if !from::ATTACH_REMOTE_JOB.contains(&rec.phase) || (rec.phase != Phase::Uncertain && !missing) {
-                return Err(refuse("uncertain, or accepted with its remote job missing"));
-            }
             next.phase = Phase::Accepted;
             next.remote_job_id = Some(job_id.clone());
             next.remote_state = None;
@@ -726,19 +1053,12 @@ pub fn resolve(
             next.due_at = Some((now + policy.observe_grace).timestamp_millis());
         }
         Resolution::ReleaseHold => {
-            let held = matches!(case_reason, Some(CaseReason::AccountProblem | CaseReason::RateLimited));
-            if !from::RELEASE_HOLD.contains(&rec.phase) || !held {
-                return Err(refuse("prepared and held (account_problem or rate_limited)"));
-            }
             next.case = None;
             next.retry_at = None;
             next.rate_limited_count = 0;
             next.due_at = Some(now.timestamp_millis());
         }
         Resolution::ConfirmNotCreated => {
-            if !from::CONFIRM_NOT_CREATED.contains(&rec.phase) {
-                return Err(refuse("uncertain"));
-            }
             next.phase = Phase::Prepared;
             next.claim = None;
             next.case = None;
@@ -746,17 +1066,11 @@ pub fn resolve(
             next.due_at = Some(now.timestamp_millis());
         }
         Resolution::MarkSettled => {
-            if !from::MARK_SETTLED.contains(&rec.phase) || rec.settlement != Some(Settlement::Pending) {
-                return Err(refuse("submit_failed with settlement pending"));
-            }
             next.settlement = Some(Settlement::Settled);
             next.case = None;
             finish(&mut next, now, policy);
         }
         Resolution::RedriveDelivery => {
-            if !from::REDRIVE_DELIVERY.contains(&rec.phase) || rec.delivery_state != DeliveryState::DeliveryFailed {
-                return Err(refuse("rendered with delivery_failed"));
-            }
             next.delivery_state = DeliveryState::NotCollected;
             next.delivery_attempts = 0;
             next.delivery_claim = None;
@@ -764,9 +1078,6 @@ pub fn resolve(
             next.due_at = Some(now.timestamp_millis());
         }
         Resolution::Abandon => {
-            if rec.case.is_none() || !from::ABANDON.contains(&rec.phase) {
-                return Err(refuse("an open reconciliation case"));
-            }
             next.phase = Phase::Abandoned;
             next.case = None;
             next.delivery_claim = None;
@@ -783,7 +1094,7 @@ pub fn resolve(
             _ => None,
         },
     });
-    Ok(next)
+    next
 }
 
 #[cfg(test)]
@@ -793,6 +1104,153 @@ mod tests {
     pub use crate::remote::AcceptedJob;
     use crate::remote::{JobSnapshot, RenderStatus};
     use serde_json::json;
+
+    // The tests speak of each transition by name; every one goes through
+    // the one table, [`transition`].
+    type Next = Result<OperationRecord, Refusal>;
+
+    fn claim_dispatch(r: &OperationRecord, token: &str, now: DateTime<Utc>, p: &Policy) -> Next {
+        transition(r, Event::ClaimDispatch { token }, now, p)
+    }
+    fn release_claim(
+        r: &OperationRecord,
+        token: &str,
+        retry_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+        p: &Policy,
+    ) -> Next {
+        transition(r, Event::RateLimited { token, retry_at }, now, p)
+    }
+    fn hold_for_account(r: &OperationRecord, token: &str, error: RemoteError, now: DateTime<Utc>, p: &Policy) -> Next {
+        transition(r, Event::AccountRefused { token, error: &error }, now, p)
+    }
+    fn accept(r: &OperationRecord, token: &str, job: &AcceptedJob, now: DateTime<Utc>, p: &Policy) -> Next {
+        transition(r, Event::Accepted { token, job }, now, p)
+    }
+    fn submit_failed(r: &OperationRecord, token: &str, job_id: &str, error: RemoteError, now: DateTime<Utc>) -> Next {
+        transition(
+            r,
+            Event::SubmitFailed {
+                token,
+                job_id,
+                error: &error,
+            },
+            now,
+            &Policy::default(),
+        )
+    }
+    fn reject(r: &OperationRecord, token: &str, error: RemoteError, now: DateTime<Utc>, p: &Policy) -> Next {
+        transition(r, Event::Rejected { token, error: &error }, now, p)
+    }
+    fn mark_uncertain(r: &OperationRecord, token: &str, evidence: &str, now: DateTime<Utc>) -> Next {
+        transition(r, Event::OutcomeUnknown { token, evidence }, now, &Policy::default())
+    }
+    fn interrupt(r: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Next {
+        transition(r, Event::LeaseExpired { evidence }, now, &Policy::default())
+    }
+    fn observe(
+        r: &OperationRecord,
+        snapshot: &JobSnapshot,
+        now: DateTime<Utc>,
+        next_check: DateTime<Utc>,
+        p: &Policy,
+    ) -> Next {
+        transition(
+            r,
+            Event::Observed {
+                snapshot,
+                next_check,
+                stalled: None,
+            },
+            now,
+            p,
+        )
+    }
+    fn open_case(r: &OperationRecord, reason: CaseReason, evidence: &str, keep_due: bool, now: DateTime<Utc>) -> Next {
+        transition(
+            r,
+            Event::CaseNeeded {
+                reason,
+                evidence,
+                keep_due,
+            },
+            now,
+            &Policy::default(),
+        )
+    }
+    fn reschedule(r: &OperationRecord, due: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+        transition(r, Event::Reschedule { due }, now, &Policy::default()).unwrap()
+    }
+    fn claim_delivery(r: &OperationRecord, token: &str, now: DateTime<Utc>, p: &Policy) -> Next {
+        transition(r, Event::ClaimDelivery { token }, now, p)
+    }
+    fn give_up_delivery(r: &OperationRecord, now: DateTime<Utc>) -> Next {
+        transition(r, Event::DeliveryLapsed, now, &Policy::default())
+    }
+    fn delivery_attempt_failed(
+        r: &OperationRecord,
+        token: &str,
+        error: &str,
+        retry_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+        p: &Policy,
+    ) -> Next {
+        transition(r, Event::DeliveryFailed { token, error, retry_at }, now, p)
+    }
+    fn delivery_refused(
+        r: &OperationRecord,
+        token: &str,
+        reason: CaseReason,
+        evidence: &str,
+        now: DateTime<Utc>,
+    ) -> Next {
+        transition(
+            r,
+            Event::DeliveryRefused {
+                token,
+                reason,
+                evidence,
+            },
+            now,
+            &Policy::default(),
+        )
+    }
+    fn delivered(
+        r: &OperationRecord,
+        token: &str,
+        objects: Vec<DeliveredObject>,
+        now: DateTime<Utc>,
+        p: &Policy,
+    ) -> Next {
+        transition(
+            r,
+            Event::Delivered {
+                token,
+                objects: &objects,
+            },
+            now,
+            p,
+        )
+    }
+    fn resolve(
+        r: &OperationRecord,
+        resolution: &Resolution,
+        actor: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+        p: &Policy,
+    ) -> Next {
+        transition(
+            r,
+            Event::Resolved(Decision {
+                resolution,
+                actor,
+                reason,
+            }),
+            now,
+            p,
+        )
+    }
 
     fn t0() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
@@ -1282,11 +1740,14 @@ mod tests {
             lease_expires_at: t0() - Duration::seconds(1),
         };
         r.claim = Some(lapsed.clone());
-        r.delivery_claim = Some(Claim {
-            token: "d".into(),
-            ..lapsed
-        });
-        r.delivery_state = DeliveryState::Collecting;
+        // A delivery claim exists only while a rendered operation is collecting.
+        if phase == Phase::Rendered {
+            r.delivery_claim = Some(Claim {
+                token: "d".into(),
+                ..lapsed
+            });
+            r.delivery_state = DeliveryState::Collecting;
+        }
         r.outputs = Some(vec![OutputRef {
             url: "https://cdn.example/o.mp4".into(),
             content_type: None,
@@ -1296,80 +1757,83 @@ mod tests {
 
     type Transition = Box<dyn Fn(&OperationRecord) -> Result<OperationRecord, Refusal>>;
 
+    /// The phases each event starts from, written out apart from the table
+    /// in [`transition`], which must agree.
     #[test]
     fn every_transition_states_its_phases_and_refuses_all_others() {
+        use Phase::*;
         let p = Policy::default();
         let now = t0();
         let table: Vec<(&str, &[Phase], Transition)> = vec![
             (
                 "claim_dispatch",
-                from::CLAIM_DISPATCH,
+                &[Prepared],
                 Box::new(move |r| claim_dispatch(r, "new", now, &p)),
             ),
             (
                 "release_claim",
-                from::RELEASE_CLAIM,
+                &[Submitting],
                 Box::new(move |r| release_claim(r, "tok", now, now, &p)),
             ),
             (
                 "hold_for_account",
-                from::HOLD_FOR_ACCOUNT,
+                &[Submitting],
                 Box::new(move |r| hold_for_account(r, "tok", err("http_401"), now, &p)),
             ),
             (
                 "accept",
-                from::ACCEPT,
+                &[Submitting, Uncertain],
                 Box::new(move |r| accept(r, "tok", &job("J1"), now, &p)),
             ),
             (
                 "submit_failed",
-                from::SUBMIT_FAILED,
+                &[Submitting, Uncertain],
                 Box::new(move |r| submit_failed(r, "tok", "J1", err("x"), now)),
             ),
             (
                 "reject",
-                from::REJECT,
+                &[Submitting],
                 Box::new(move |r| reject(r, "tok", err("http_400"), now, &p)),
             ),
             (
                 "mark_uncertain",
-                from::MARK_UNCERTAIN,
+                &[Submitting],
                 Box::new(move |r| mark_uncertain(r, "tok", "e", now)),
             ),
-            ("interrupt", from::INTERRUPT, Box::new(move |r| interrupt(r, "e", now))),
+            ("interrupt", &[Submitting], Box::new(move |r| interrupt(r, "e", now))),
             (
                 "observe",
-                from::OBSERVE,
+                &[Accepted],
                 Box::new(move |r| observe(r, &snap("running", RenderStatus::Running), now, now, &p)),
             ),
             (
                 "open_case",
-                from::OPEN_CASE,
+                &[Accepted],
                 Box::new(move |r| open_case(r, CaseReason::RemoteJobMissing, "404", false, now)),
             ),
             (
                 "claim_delivery",
-                from::CLAIM_DELIVERY,
+                &[Rendered],
                 Box::new(move |r| claim_delivery(r, "d2", now, &p)),
             ),
             (
                 "give_up_delivery",
-                from::GIVE_UP_DELIVERY,
+                &[Rendered],
                 Box::new(move |r| give_up_delivery(r, now)),
             ),
             (
                 "delivery_attempt_failed",
-                from::DELIVERY_ATTEMPT_FAILED,
+                &[Rendered],
                 Box::new(move |r| delivery_attempt_failed(r, "d", "e", now, now, &p)),
             ),
             (
                 "delivery_refused",
-                from::DELIVERY_REFUSED,
+                &[Rendered],
                 Box::new(move |r| delivery_refused(r, "d", CaseReason::OutputUrlRefused, "e", now)),
             ),
             (
                 "delivered",
-                from::DELIVERED,
+                &[Rendered],
                 Box::new(move |r| delivered(r, "d", vec![object()], now, &p)),
             ),
         ];
@@ -1387,13 +1851,25 @@ mod tests {
         let resolutions: [(Resolution, &[Phase]); 6] = [
             (
                 Resolution::AttachRemoteJob { job_id: "J9".into() },
-                from::ATTACH_REMOTE_JOB,
+                &[Uncertain, Accepted],
             ),
-            (Resolution::ConfirmNotCreated, from::CONFIRM_NOT_CREATED),
-            (Resolution::ReleaseHold, from::RELEASE_HOLD),
-            (Resolution::MarkSettled, from::MARK_SETTLED),
-            (Resolution::RedriveDelivery, from::REDRIVE_DELIVERY),
-            (Resolution::Abandon, from::ABANDON),
+            (Resolution::ConfirmNotCreated, &[Uncertain]),
+            (Resolution::ReleaseHold, &[Prepared]),
+            (Resolution::MarkSettled, &[SubmitFailed]),
+            (Resolution::RedriveDelivery, &[Rendered]),
+            (
+                Resolution::Abandon,
+                &[
+                    Prepared,
+                    Submitting,
+                    Accepted,
+                    Rendered,
+                    RenderFailed,
+                    SubmitFailed,
+                    Rejected,
+                    Uncertain,
+                ],
+            ),
         ];
         for (resolution, allowed) in &resolutions {
             for phase in ALL_PHASES.into_iter().filter(|ph| !allowed.contains(ph)) {
@@ -1557,5 +2033,130 @@ mod tests {
         assert_eq!(case.reason, CaseReason::OutputUrlRefused);
         assert!(case.evidence.contains("output 0"));
         assert_eq!(r.due_at, None);
+    }
+    #[test]
+    fn the_table_alone_moves_the_version_once_and_not_at_all_for_no_change() {
+        let p = Policy::default();
+        let claimed = submitting();
+        assert_eq!(claimed.version, prepared().version + 1);
+        assert_eq!(claimed.updated_at, t0());
+        // A repeated outcome is the record itself: nothing to write.
+        let accepted = accepted_rec();
+        assert_eq!(accept(&accepted, "tok", &job("J1"), t0(), &p), Ok(accepted.clone()));
+        let failed = submit_failed(&submitting(), "tok", "J7", err("x"), t0()).unwrap();
+        assert_eq!(
+            submit_failed(&failed, "tok", "J7", err("x"), t0() + Duration::seconds(5)),
+            Ok(failed.clone()),
+            "a recovery message applied twice changes nothing"
+        );
+        assert!(matches!(
+            submit_failed(&failed, "tok", "J8", err("x"), t0()),
+            Err(Refusal::WrongPhase { .. })
+        ));
+        let later = t0() + Duration::seconds(5);
+        let running = snap("running", RenderStatus::Running);
+        assert_eq!(observe(&accepted, &running, later, later, &p), Ok(accepted.clone()));
+    }
+
+    #[test]
+    fn claims_consume_their_own_fault_directives_only() {
+        let p = Policy::default();
+        let mut r = prepared();
+        r.fault = Some(Fault::DispatchAfterCommit);
+        assert_eq!(claim_dispatch(&r, "tok", t0(), &p).unwrap().fault, None);
+        r.fault = Some(Fault::DeliverUploadFails);
+        let claimed = claim_dispatch(&r, "tok", t0(), &p).unwrap();
+        assert_eq!(
+            claimed.fault,
+            Some(Fault::DeliverUploadFails),
+            "not dispatch's to consume"
+        );
+        let accepted = accept(&claimed, "tok", &job("J1"), t0(), &p).unwrap();
+        let rendered = observe(&accepted, &snap("completed", RenderStatus::Succeeded), t0(), t0(), &p).unwrap();
+        let collecting = claim_delivery(&rendered, "d", t0(), &p).unwrap();
+        assert_eq!(collecting.fault, None);
+        // A poll fault is consumed by the observation, which is then written
+        // even when the snapshot alone would not be.
+        let mut a = accepted_rec();
+        a.fault = Some(Fault::PollAfterObserve);
+        let later = t0() + Duration::seconds(5);
+        let seen = observe(&a, &snap("running", RenderStatus::Running), later, later, &p).unwrap();
+        assert_eq!((seen.fault, seen.version), (None, a.version + 1));
+    }
+
+    #[test]
+    fn a_stall_rides_on_the_observation_in_one_version() {
+        let p = Policy::default();
+        let a = accepted_rec();
+        let later = t0() + Duration::hours(3);
+        let running = snap("running", RenderStatus::Running);
+        let event = Event::Observed {
+            snapshot: &running,
+            next_check: later + Duration::minutes(5),
+            stalled: Some("no terminal state in 2 h"),
+        };
+        let stalled = transition(&a, event, later, &p).unwrap();
+        assert_eq!(stalled.version, a.version + 1);
+        assert_eq!(stalled.case.as_ref().map(|c| c.reason), Some(CaseReason::RenderStalled));
+        assert!(stalled.due_at.is_some(), "polling goes on");
+        assert_eq!(
+            transition(&stalled, event, later, &p),
+            Ok(stalled.clone()),
+            "already open: no write"
+        );
+        let done = snap("completed", RenderStatus::Succeeded);
+        let finished = Event::Observed {
+            snapshot: &done,
+            next_check: later + Duration::minutes(5),
+            stalled: Some("no terminal state in 2 h"),
+        };
+        let rendered = transition(&stalled, finished, later, &p).unwrap();
+        assert_eq!(
+            (rendered.phase, rendered.case.clone()),
+            (Phase::Rendered, None),
+            "a rendered job is not stalled"
+        );
+    }
+
+    #[test]
+    fn the_invariants_catch_each_broken_rule() {
+        let ok = prepared();
+        assert_eq!(check_invariants(&ok), Ok(()));
+        let mut r = ok.clone();
+        r.expires_at = Some(1);
+        assert!(check_invariants(&r).unwrap_err().contains("expires_at"));
+        let mut r = ok.clone();
+        r.phase = Phase::Uncertain;
+        assert!(check_invariants(&r).unwrap_err().contains("without a case"));
+        let mut r = accepted_rec();
+        r.case = Some(ReconciliationCase {
+            reason: CaseReason::SettlementPending,
+            opened_at: t0(),
+            evidence: String::new(),
+        });
+        assert!(check_invariants(&r).unwrap_err().contains("case on a accepted"));
+        let mut r = ok.clone();
+        r.phase = Phase::Submitting;
+        assert!(check_invariants(&r).unwrap_err().contains("without a claim"));
+        let mut r = ok.clone();
+        r.delivery_claim = r.claim.clone().or(Some(Claim {
+            token: "d".into(),
+            lease_expires_at: t0(),
+        }));
+        assert!(check_invariants(&r).unwrap_err().contains("delivery claim"));
+        let mut r = ok.clone();
+        r.due_at = None;
+        assert!(
+            check_invariants(&r)
+                .unwrap_err()
+                .contains("neither a due time nor a case")
+        );
+        let rendered = rendered();
+        let collecting = claim_delivery(&rendered, "d", t0(), &Policy::default()).unwrap();
+        let done = delivered(&collecting, "d", vec![object()], t0(), &Policy::default()).unwrap();
+        assert_eq!(check_invariants(&done), Ok(()));
+        let mut r = done.clone();
+        r.expires_at = None;
+        assert!(check_invariants(&r).is_err());
     }
 }

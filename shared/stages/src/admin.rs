@@ -11,7 +11,7 @@ use crate::queue::WorkQueue;
 use crate::stage::write_attempts;
 use crate::store::{CasePage, CommitError, OperationStore, commit};
 use genace_core::domain::{OperationId, TenantId};
-use genace_core::machine::{self, Resolution};
+use genace_core::machine::{self, Decision, Event, Resolution};
 use genace_core::messages::Queue;
 use genace_core::record::{CaseReason, OperationRecord};
 
@@ -107,7 +107,16 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             if r.version != expected_version {
                 return Err(machine::Refusal::StaleVersion { actual: r.version });
             }
-            machine::resolve(r, resolution, &op.actor, reason, now, &policy)
+            machine::transition(
+                r,
+                Event::Resolved(Decision {
+                    resolution,
+                    actor: &op.actor,
+                    reason,
+                }),
+                now,
+                &policy,
+            )
         })
         .await
         .map_err(|e| match e {

@@ -13,9 +13,9 @@ use crate::metrics;
 use crate::objects::{ObjectStore, PartReceipt, composite_sha256};
 use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
-use crate::store::{CommitError, OperationStore, StoreError, commit};
+use crate::store::{CommitError, OperationStore, commit, commit_with};
 use genace_core::domain::{OperationId, hex};
-use genace_core::machine::{self, Refusal};
+use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
 use genace_core::messages::WorkMessage;
 use genace_core::record::{CaseReason, DeliveredObject, DeliveryState, Fault, OperationRecord, OutputRef, Phase};
@@ -85,8 +85,6 @@ pub struct TransferError {
     pub permanent: Option<CaseReason>,
 }
 
-const MAX_RACES: usize = 5;
-
 /// Delay before the retry that follows attempt number `attempts` (1-based):
 /// `base`, then doubling, at most 900 s (SQS's longest delay).
 fn delivery_backoff_seconds(base: u32, attempts: u32) -> u32 {
@@ -142,34 +140,28 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> St
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> Deliverer<S, Q, O, D, C> {
     pub async fn deliver(&self, id: &OperationId) -> Result<DeliverResult, StageError> {
         let now = self.clock.now();
-        let Some(mut rec) = self.store.get(id, now).await? else {
+        let Some(rec) = self.store.get(id, now).await? else {
             return Ok(DeliverResult::Missing);
         };
         let token = uuid::Uuid::new_v4().to_string();
         let policy = self.config.policy;
-        let (claimed, fault) = 'claim: {
-            for _ in 0..MAX_RACES {
-                let mut next = match machine::claim_delivery(&rec, &token, now, &policy) {
-                    Ok(next) => next,
-                    Err(Refusal::LeaseLive { .. }) => return Ok(DeliverResult::Duplicate),
-                    Err(Refusal::AttemptsExhausted(_)) => return self.give_up(rec).await,
-                    Err(_) => return Ok(DeliverResult::NotDeliverable(rec.phase, rec.delivery_state)),
+        let faults = self.config.fault_injection;
+        let claimed = commit_with(&self.store, rec, write_attempts(), |r| {
+            // The fault directive the claim consumes fires in this attempt.
+            let fault = r.fault.filter(|f| faults && f.fires_in_delivery());
+            machine::transition(r, Event::ClaimDelivery { token: &token }, now, &policy).map(|next| (next, fault))
+        })
+        .await;
+        let (claimed, fault) = match claimed {
+            Ok(claimed) => claimed,
+            Err(CommitError::Refused { refusal, current }) => {
+                return match refusal {
+                    Refusal::LeaseLive { .. } => Ok(DeliverResult::Duplicate),
+                    Refusal::AttemptsExhausted(_) => self.give_up(*current).await,
+                    _ => Ok(DeliverResult::NotDeliverable(current.phase, current.delivery_state)),
                 };
-                let fault = next.fault.filter(|f| {
-                    self.config.fault_injection && matches!(f, Fault::DeliverUploadFails | Fault::DeliverAfterUpload)
-                });
-                if fault.is_some() {
-                    next.fault = None;
-                }
-                match self.store.apply(&rec, &next).await {
-                    Ok(_) => break 'claim (next, fault),
-                    // A retried claim write that had already landed is our claim.
-                    Err(StoreError::Conflict(Some(current))) if *current == next => break 'claim (next, fault),
-                    Err(StoreError::Conflict(Some(current))) => rec = *current,
-                    Err(e) => return Err(e.into()),
-                }
             }
-            return Err(StoreError::Conflict(None).into());
+            Err(CommitError::Store(e)) => return Err(e.into()),
         };
 
         let started = std::time::Instant::now();
@@ -189,7 +181,15 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         let count = objects.len();
         let bytes: u64 = objects.iter().map(|o| o.bytes).sum();
         let done = commit(&self.store, claimed, write_attempts(), |r| {
-            machine::delivered(r, &token, objects.clone(), self.clock.now(), &policy)
+            machine::transition(
+                r,
+                Event::Delivered {
+                    token: &token,
+                    objects: &objects,
+                },
+                self.clock.now(),
+                &policy,
+            )
         })
         .await
         .map_err(commit_failure)?;
@@ -208,7 +208,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
     async fn give_up(&self, rec: OperationRecord) -> Result<DeliverResult, StageError> {
         let now = self.clock.now();
         let rec = match commit(&self.store, rec, write_attempts(), |r| {
-            machine::give_up_delivery(r, now)
+            machine::transition(r, Event::DeliveryLapsed, now, &self.config.policy)
         })
         .await
         {
@@ -236,7 +236,16 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         warn!(operation_id = %claimed.operation_id, error = %detail, permanent = error.permanent.is_some(), "delivery attempt failed");
         if let Some(reason) = error.permanent {
             let rec = commit(&self.store, claimed, write_attempts(), |r| {
-                machine::delivery_refused(r, token, reason, &detail, now)
+                machine::transition(
+                    r,
+                    Event::DeliveryRefused {
+                        token,
+                        reason,
+                        evidence: &detail,
+                    },
+                    now,
+                    &policy,
+                )
             })
             .await
             .map_err(commit_failure)?;
@@ -246,7 +255,16 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         let wait = delivery_backoff_seconds(self.config.delivery_backoff_seconds, claimed.delivery_attempts);
         let retry_at = now + chrono::Duration::seconds(wait as i64);
         let rec = commit(&self.store, claimed, write_attempts(), |r| {
-            machine::delivery_attempt_failed(r, token, &detail, retry_at, now, &policy)
+            machine::transition(
+                r,
+                Event::DeliveryFailed {
+                    token,
+                    error: &detail,
+                    retry_at,
+                },
+                now,
+                &policy,
+            )
         })
         .await
         .map_err(commit_failure)?;

@@ -11,9 +11,9 @@ use crate::genace::Genace;
 use crate::metrics;
 use crate::queue::{RecoveryChannel, WorkQueue};
 use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
-use crate::store::{CommitError, OperationStore, commit};
+use crate::store::{CommitError, OperationStore, commit, commit_with};
 use genace_core::domain::OperationId;
-use genace_core::machine::{self, Refusal};
+use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
 use genace_core::messages::WorkMessage;
 use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
@@ -26,7 +26,7 @@ pub enum Dispatched {
     /// No such live operation.
     Missing,
     /// The operation is past dispatch (or waiting for an operator); nothing to do.
-    Settled(Phase),
+    NotDispatchable(Phase),
     /// Another dispatcher holds a live claim.
     Duplicate,
     /// A claim's lease had expired: the operation is now uncertain, with a case.
@@ -68,18 +68,6 @@ const MIN_RETRY: Duration = Duration::from_secs(1);
 const DEFAULT_RETRY: Duration = Duration::from_secs(30);
 /// Delay before the first poll of an accepted job.
 const FIRST_POLL_DELAY_SECONDS: u32 = 5;
-/// How often a redelivered message re-decides after losing a race.
-const MAX_RACES: usize = 5;
-
-fn is_dispatch_fault(f: Fault) -> bool {
-    matches!(
-        f,
-        Fault::DispatchBeforePost
-            | Fault::DispatchAfterResponse
-            | Fault::DispatchAfterCommit
-            | Fault::DispatchPersistFails
-    )
-}
 
 impl<S, Q, G, C> Stage for Dispatcher<S, Q, G, C>
 where
@@ -105,73 +93,57 @@ where
 {
     pub async fn dispatch(&self, id: &OperationId) -> Result<Dispatched, StageError> {
         let now = self.clock.now();
-        let Some(mut rec) = self.store.get(id, now).await? else {
+        let Some(rec) = self.store.get(id, now).await? else {
             warn!(operation_id = %id, "dispatch message for a missing operation");
             return Ok(Dispatched::Missing);
         };
         let token = uuid::Uuid::new_v4().to_string();
-        for _ in 0..MAX_RACES {
-            let decided = match rec.phase {
-                Phase::Prepared => {
-                    let mut next = match machine::claim_dispatch(&rec, &token, now, &self.config.policy) {
-                        Ok(next) => next,
-                        Err(Refusal::NotYet { until }) => {
-                            info!(operation_id = %id, %until, "dispatch must wait; early message dropped");
-                            return Ok(Dispatched::Deferred);
-                        }
-                        Err(Refusal::CaseOpen(reason)) => {
-                            info!(operation_id = %id, reason = reason.as_str(), "operation held for a person");
-                            return Ok(Dispatched::Held);
-                        }
-                        Err(other) => return Err(StageError::Refused(other.to_string())),
-                    };
-                    // A fault directive fires once: the claim write consumes it.
-                    let fault = next
-                        .fault
-                        .filter(|f| self.config.fault_injection && is_dispatch_fault(*f));
-                    if fault.is_some() {
-                        next.fault = None;
-                    }
-                    match self.store.apply(&rec, &next).await {
-                        // A retried claim write that had already landed is our claim.
-                        Err(crate::store::StoreError::Conflict(Some(current))) if *current == next => Ok((next, fault)),
-                        other => other.map(|_| (next, fault)),
-                    }
-                }
-                Phase::Submitting => match machine::interrupt(
-                    &rec,
-                    "a dispatcher's claim expired before its outcome was recorded; it may have POSTed",
-                    now,
-                ) {
-                    Err(Refusal::LeaseLive { .. }) => {
-                        info!(operation_id = %id, "claim held by another dispatcher; duplicate message acknowledged");
-                        return Ok(Dispatched::Duplicate);
-                    }
-                    Err(_) => return Ok(Dispatched::Settled(rec.phase)),
-                    Ok(next) => match self.store.apply(&rec, &next).await {
-                        Ok(_) => {
-                            case_opened(&next);
-                            return Ok(Dispatched::Interrupted);
-                        }
-                        Err(e) => Err(e),
-                    },
-                },
-                Phase::Accepted if rec.observed_at.is_none() => {
-                    // Resume after a stop between the commit and the poll enqueue.
-                    self.queue.enqueue(Queue::Poll, id, FIRST_POLL_DELAY_SECONDS).await?;
-                    return Ok(Dispatched::Settled(rec.phase));
-                }
-                other => return Ok(Dispatched::Settled(other)),
-            };
-            match decided {
-                Ok((claimed, fault)) => {
-                    return self.submit(claimed, &token, fault).await.map(Dispatched::Posted);
-                }
-                Err(crate::store::StoreError::Conflict(Some(current))) => rec = *current,
-                Err(e) => return Err(e.into()),
+        let (policy, faults) = (self.config.policy, self.config.fault_injection);
+        // One decision, re-made on the current record when the write loses a
+        // race: the claim, or, for a claim whose lease lapsed, the interruption.
+        let decided = commit_with(&self.store, rec, write_attempts(), |r| match r.phase {
+            Phase::Submitting => {
+                let evidence = "a dispatcher's claim expired before its outcome was recorded; it may have POSTed";
+                machine::transition(r, Event::LeaseExpired { evidence }, now, &policy).map(|next| (next, None))
             }
+            _ => {
+                // The fault directive the claim consumes fires in this attempt.
+                let fault = r.fault.filter(|f| faults && f.fires_in_dispatch());
+                machine::transition(r, Event::ClaimDispatch { token: &token }, now, &policy)
+                    .map(|next| (next, Some(fault)))
+            }
+        })
+        .await;
+        match decided {
+            Ok((claimed, Some(fault))) => self.submit(claimed, &token, fault).await.map(Dispatched::Posted),
+            Ok((interrupted, None)) => {
+                case_opened(&interrupted);
+                Ok(Dispatched::Interrupted)
+            }
+            Err(CommitError::Refused { refusal, current }) => match refusal {
+                Refusal::NotYet { until } => {
+                    info!(operation_id = %id, %until, "dispatch must wait; early message dropped");
+                    Ok(Dispatched::Deferred)
+                }
+                Refusal::CaseOpen(reason) => {
+                    info!(operation_id = %id, reason = reason.as_str(), "operation held for a person");
+                    Ok(Dispatched::Held)
+                }
+                Refusal::LeaseLive { .. } => {
+                    info!(operation_id = %id, "claim held by another dispatcher; duplicate message acknowledged");
+                    Ok(Dispatched::Duplicate)
+                }
+                _ if current.phase == Phase::Prepared => Err(StageError::Refused(refusal.to_string())),
+                _ => {
+                    if current.phase == Phase::Accepted && current.observed_at.is_none() {
+                        // Resume after a stop between the commit and the poll enqueue.
+                        self.queue.enqueue(Queue::Poll, id, FIRST_POLL_DELAY_SECONDS).await?;
+                    }
+                    Ok(Dispatched::NotDispatchable(current.phase))
+                }
+            },
+            Err(CommitError::Store(e)) => Err(e.into()),
         }
-        Err(StageError::Store(crate::store::StoreError::Conflict(None)))
     }
 
     async fn submit(
@@ -211,7 +183,7 @@ where
                     )))
                 } else {
                     commit(&self.store, claimed.clone(), write_attempts(), |r| {
-                        machine::accept(r, token, &job, received_at, &policy)
+                        machine::transition(r, Event::Accepted { token, job: &job }, received_at, &policy)
                     })
                     .await
                 };
@@ -245,7 +217,16 @@ where
                     detail: error.to_string(),
                 };
                 let written = commit(&self.store, claimed.clone(), write_attempts(), |r| {
-                    machine::submit_failed(r, token, &job_id, remote.clone(), received_at)
+                    machine::transition(
+                        r,
+                        Event::SubmitFailed {
+                            token,
+                            job_id: &job_id,
+                            error: &remote,
+                        },
+                        received_at,
+                        &policy,
+                    )
                 })
                 .await;
                 match written {
@@ -273,7 +254,7 @@ where
                     detail,
                 };
                 commit(&self.store, claimed, write_attempts(), |r| {
-                    machine::reject(r, token, remote.clone(), received_at, &policy)
+                    machine::transition(r, Event::Rejected { token, error: &remote }, received_at, &policy)
                 })
                 .await
                 .map_err(commit_failure)?;
@@ -286,7 +267,7 @@ where
                     detail,
                 };
                 let rec = commit(&self.store, claimed, write_attempts(), |r| {
-                    machine::hold_for_account(r, token, remote.clone(), received_at, &policy)
+                    machine::transition(r, Event::AccountRefused { token, error: &remote }, received_at, &policy)
                 })
                 .await
                 .map_err(commit_failure)?;
@@ -303,7 +284,7 @@ where
                     .clamp(MIN_RETRY, Duration::from_secs(900));
                 let retry_at = received_at + chrono::Duration::from_std(wait).expect("bounded");
                 let rec = commit(&self.store, claimed, write_attempts(), |r| {
-                    machine::release_claim(r, token, retry_at, received_at, &policy)
+                    machine::transition(r, Event::RateLimited { token, retry_at }, received_at, &policy)
                 })
                 .await
                 .map_err(commit_failure)?;
@@ -319,7 +300,15 @@ where
             SubmitOutcome::Unknown { evidence } => {
                 warn!(operation_id = %id, %evidence, "submission outcome unknown");
                 let rec = commit(&self.store, claimed, write_attempts(), |r| {
-                    machine::mark_uncertain(r, token, &evidence, received_at)
+                    machine::transition(
+                        r,
+                        Event::OutcomeUnknown {
+                            token,
+                            evidence: &evidence,
+                        },
+                        received_at,
+                        &policy,
+                    )
                 })
                 .await
                 .map_err(commit_failure)?;

@@ -78,11 +78,13 @@ impl OperationStore for MemoryStore {
     }
 
     async fn get(&self, id: &OperationId, now: DateTime<Utc>) -> Result<Option<OperationRecord>, StoreError> {
-        Ok(self
+        let found = self
             .lock()
             .get(&OperationRecord::pk_for(id))
             .filter(|r| !r.is_expired(now))
-            .cloned())
+            .cloned();
+        found.iter().for_each(genace_core::machine::debug_check);
+        Ok(found)
     }
 
     async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {

@@ -11,7 +11,7 @@ use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError, case_opened, write_attempts};
 use crate::store::{CommitError, OperationStore, commit};
 use genace_core::domain::OperationId;
-use genace_core::machine;
+use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
 use genace_core::messages::WorkMessage;
 use genace_core::record::{CaseReason, Fault, OperationRecord, Phase};
@@ -107,29 +107,19 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
                 let fault = rec
                     .fault
                     .filter(|f| self.config.fault_injection && *f == Fault::PollAfterObserve);
+                let stall = stalled.then(|| {
+                    format!(
+                        "no terminal state {} after acceptance",
+                        humanize(self.config.stall_after)
+                    )
+                });
                 let written = commit(&self.store, rec, write_attempts(), |r| {
-                    let mut next = machine::observe(r, &snap, now, next_check, &policy)?;
-                    if fault.is_some() && next.fault.is_some() {
-                        next.fault = None;
-                        if next.version == r.version {
-                            next.version += 1;
-                        }
-                    }
-                    if stalled && next.phase == Phase::Accepted {
-                        let evidence = format!(
-                            "no terminal state {} after acceptance",
-                            humanize(self.config.stall_after)
-                        );
-                        next = machine::open_case(&next, CaseReason::RenderStalled, &evidence, true, now)?;
-                        // One write for both changes; none when the case was already open.
-                        next.version = r.version;
-                        next.updated_at = r.updated_at;
-                        if next != *r {
-                            next.version = r.version + 1;
-                            next.updated_at = now;
-                        }
-                    }
-                    Ok(next)
+                    let event = Event::Observed {
+                        snapshot: &snap,
+                        next_check,
+                        stalled: stall.as_deref(),
+                    };
+                    machine::transition(r, event, now, &policy)
                 })
                 .await;
                 let written = match written {
@@ -183,8 +173,13 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
                         "no terminal state {} after acceptance; last read: {evidence}",
                         humanize(self.config.stall_after)
                     );
+                    let event = Event::CaseNeeded {
+                        reason: CaseReason::RenderStalled,
+                        evidence: &evidence,
+                        keep_due: true,
+                    };
                     match commit(&self.store, rec, write_attempts(), |r| {
-                        machine::open_case(r, CaseReason::RenderStalled, &evidence, true, now)
+                        machine::transition(r, event, now, &policy)
                     })
                     .await
                     {
@@ -211,7 +206,12 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
     ) -> Result<Polled, StageError> {
         let now = self.clock.now();
         let written = match commit(&self.store, rec, write_attempts(), |r| {
-            machine::open_case(r, reason, evidence, keep_due, now)
+            let event = Event::CaseNeeded {
+                reason,
+                evidence,
+                keep_due,
+            };
+            machine::transition(r, event, now, &self.config.policy)
         })
         .await
         {

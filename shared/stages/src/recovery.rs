@@ -8,7 +8,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError, write_attempts};
 use crate::store::{CommitError, OperationStore, commit};
-use genace_core::machine::{self, AcceptedJob, Policy};
+use genace_core::machine::{self, AcceptedJob, Event, Policy};
 use genace_core::messages::Queue;
 use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
 use genace_core::record::{Phase, RemoteError};
@@ -66,7 +66,7 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Recovery<S, Q, C> {
                     held_credits: *held_credits,
                 };
                 commit(store, rec, write_attempts(), |r| {
-                    machine::accept(r, token, &job, now, policy)
+                    machine::transition(r, Event::Accepted { token, job: &job }, now, policy)
                 })
                 .await
             }
@@ -77,10 +77,12 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Recovery<S, Q, C> {
                     detail: error.to_string(),
                 };
                 commit(store, rec, write_attempts(), |r| {
-                    if r.phase == Phase::SubmitFailed && r.remote_job_id.as_deref() == Some(job_id.as_str()) {
-                        return Ok(r.clone());
-                    }
-                    machine::submit_failed(r, token, job_id, remote.clone(), now)
+                    let event = Event::SubmitFailed {
+                        token,
+                        job_id,
+                        error: &remote,
+                    };
+                    machine::transition(r, event, now, policy)
                 })
                 .await
             }

@@ -150,10 +150,10 @@ pub enum CommitError {
 /// Decides a transition on `rec` and writes it, re-deciding on the current
 /// record when the write loses a race (the losing response carries it), and
 /// retrying transient store failures with backoff, `attempts` times at most.
-/// Returns the record as written.
+/// Returns the record as written. Claims use it as every other write does.
 pub async fn commit<S, F>(
     store: &S,
-    mut rec: OperationRecord,
+    rec: OperationRecord,
     attempts: u32,
     decide: F,
 ) -> Result<OperationRecord, CommitError>
@@ -161,11 +161,29 @@ where
     S: OperationStore,
     F: Fn(&OperationRecord) -> Result<OperationRecord, genace_core::machine::Refusal>,
 {
+    commit_with(store, rec, attempts, |r| decide(r).map(|next| (next, ())))
+        .await
+        .map(|(written, ())| written)
+}
+
+/// [`commit`] for a decision that also says something to its caller (which
+/// fault directive the claimed record carried, which way it went): `T` from
+/// the decision that was written.
+pub async fn commit_with<S, T, F>(
+    store: &S,
+    mut rec: OperationRecord,
+    attempts: u32,
+    decide: F,
+) -> Result<(OperationRecord, T), CommitError>
+where
+    S: OperationStore,
+    F: Fn(&OperationRecord) -> Result<(OperationRecord, T), genace_core::machine::Refusal>,
+{
     let mut last = None;
     let mut backoff = std::time::Duration::from_millis(50);
     for _ in 0..attempts.max(1) {
-        let next = match decide(&rec) {
-            Ok(next) => next,
+        let (next, said) = match decide(&rec) {
+            Ok(decided) => decided,
             Err(refusal) => {
                 return Err(CommitError::Refused {
                     refusal,
@@ -174,10 +192,10 @@ where
             }
         };
         match store.apply(&rec, &next).await {
-            Ok(_) => return Ok(next),
+            Ok(_) => return Ok((next, said)),
             // Our own write landed, and a retry of it (by the SDK) reported the
             // conflict with itself: the stored record is exactly ours.
-            Err(StoreError::Conflict(Some(current))) if *current == next => return Ok(next),
+            Err(StoreError::Conflict(Some(current))) if *current == next => return Ok((next, said)),
             Err(StoreError::Conflict(Some(current))) => rec = *current,
             Err(e) => {
                 last = Some(e);

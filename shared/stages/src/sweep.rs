@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::queue::WorkQueue;
 use crate::stage::{StageError, case_opened};
 use crate::store::{DueItem, OperationStore, StoreError};
-use genace_core::machine;
+use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
 use genace_core::record::{DUE_SHARDS, DeliveryState, Phase};
 
@@ -96,11 +96,10 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
                     return Ok(());
                 };
                 // A live lease (or a phase that moved on) is left alone.
-                if let Ok(next) = machine::interrupt(
-                    &rec,
-                    "the dispatch claim expired before an outcome was recorded; found by the sweep",
-                    now,
-                ) {
+                let expired = Event::LeaseExpired {
+                    evidence: "the dispatch claim expired before an outcome was recorded; found by the sweep",
+                };
+                if let Ok(next) = machine::transition(&rec, expired, now, &self.config.policy) {
                     self.store.apply(&rec, &next).await?;
                     case_opened(&next);
                     report.interrupted += 1;
@@ -116,11 +115,12 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
         if rec.due_at != Some(item.due_at) {
             return Ok(());
         }
-        match self
-            .store
-            .apply(&rec, &machine::reschedule(&rec, now + Duration::seconds(RECHECK), now))
-            .await
-        {
+        let reschedule = Event::Reschedule {
+            due: now + Duration::seconds(RECHECK),
+        };
+        let next = machine::transition(&rec, reschedule, now, &self.config.policy)
+            .map_err(|r| StageError::Refused(r.to_string()))?;
+        match self.store.apply(&rec, &next).await {
             Ok(_) => {}
             Err(StoreError::Conflict(_)) => return Ok(()),
             Err(e) => return Err(e.into()),

@@ -78,7 +78,7 @@ async fn an_intent_is_posted_once_however_often_its_message_comes() {
     for _ in 0..3 {
         assert_eq!(
             dispatcher.dispatch(&id).await.unwrap(),
-            Dispatched::Settled(Phase::Accepted)
+            Dispatched::NotDispatchable(Phase::Accepted)
         );
     }
     assert_eq!(app.genace.posts().len(), 1);
@@ -103,7 +103,7 @@ async fn a_lost_answer_leaves_an_uncertain_operation_with_a_case_and_no_second_p
     app.clock.advance(Duration::hours(1));
     assert_eq!(
         dispatcher.dispatch(&id).await.unwrap(),
-        Dispatched::Settled(Phase::Uncertain)
+        Dispatched::NotDispatchable(Phase::Uncertain)
     );
     assert_eq!((app.genace.posts().len(), app.genace.jobs().len()), (1, 1));
 }

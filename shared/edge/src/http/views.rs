@@ -83,7 +83,7 @@ pub fn case_view(rec: &OperationRecord) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use genace_core::machine::{self, AcceptedJob, Policy};
+    use genace_core::machine::{self, AcceptedJob, Event, Policy};
 
     fn prepared() -> OperationRecord {
         let intent = genace_core::domain::Intent::parse(
@@ -104,8 +104,23 @@ mod tests {
     #[test]
     fn the_view_shows_the_remote_job_and_the_open_case() {
         let now = chrono::Utc::now();
-        let claimed = machine::claim_dispatch(&prepared(), "tok", now, &Policy::default()).unwrap();
-        let uncertain = machine::mark_uncertain(&claimed, "tok", "timed out", now).unwrap();
+        let claimed = machine::transition(
+            &prepared(),
+            Event::ClaimDispatch { token: "tok" },
+            now,
+            &Policy::default(),
+        )
+        .unwrap();
+        let uncertain = machine::transition(
+            &claimed,
+            Event::OutcomeUnknown {
+                token: "tok",
+                evidence: "timed out",
+            },
+            now,
+            &Policy::default(),
+        )
+        .unwrap();
         let v = view(&uncertain);
         assert_eq!(v["phase"], "uncertain");
         assert_eq!(v["reconciliation_case"]["reason"], "unknown_submit_outcome");
@@ -119,7 +134,16 @@ mod tests {
             created_at: None,
             held_credits: None,
         };
-        let accepted = machine::accept(&claimed, "tok", &job, now, &Policy::default()).unwrap();
+        let accepted = machine::transition(
+            &claimed,
+            Event::Accepted {
+                token: "tok",
+                job: &job,
+            },
+            now,
+            &Policy::default(),
+        )
+        .unwrap();
         let v = view(&accepted);
         assert_eq!(v["phase"], "accepted");
         assert_eq!(v["remote_job_id"], "J1");
