@@ -33,7 +33,7 @@ use genace_http::GenaceConfig;
 use genace_stages::config::Config;
 use genace_stages::config::ResourceNames;
 use genace_stages::deliver::DeliverResult;
-use genace_stages::store::OperationStore;
+use genace_stages::table::OperationStore;
 use serde_json::{Value, json};
 
 use crate::{devauth, meter, runner, serve, sim};
@@ -888,21 +888,21 @@ struct DiscardStore {
     sizes: std::sync::Arc<std::sync::Mutex<HashMap<String, u64>>>,
 }
 
-impl genace_stages::objects::ObjectStore for DiscardStore {
+impl genace_stages::outputs::ObjectStore for DiscardStore {
     async fn put(
         &self,
         key: &str,
         _: &str,
         data: Vec<u8>,
         _: &str,
-    ) -> Result<(), genace_stages::objects::StorageError> {
+    ) -> Result<(), genace_stages::outputs::StorageError> {
         self.sizes
             .lock()
             .expect("sizes")
             .insert(key.to_owned(), data.len() as u64);
         Ok(())
     }
-    async fn begin(&self, key: &str, _: &str) -> Result<String, genace_stages::objects::StorageError> {
+    async fn begin(&self, key: &str, _: &str) -> Result<String, genace_stages::outputs::StorageError> {
         self.sizes.lock().expect("sizes").insert(key.to_owned(), 0);
         Ok("discard".into())
     }
@@ -912,9 +912,9 @@ impl genace_stages::objects::ObjectStore for DiscardStore {
         _: &str,
         number: i32,
         data: Vec<u8>,
-    ) -> Result<genace_stages::objects::PartReceipt, genace_stages::objects::StorageError> {
+    ) -> Result<genace_stages::outputs::PartReceipt, genace_stages::outputs::StorageError> {
         *self.sizes.lock().expect("sizes").entry(key.to_owned()).or_default() += data.len() as u64;
-        Ok(genace_stages::objects::PartReceipt {
+        Ok(genace_stages::outputs::PartReceipt {
             number,
             etag: String::new(),
             sha256: String::new(),
@@ -924,29 +924,29 @@ impl genace_stages::objects::ObjectStore for DiscardStore {
         &self,
         _: &str,
         _: &str,
-        _: &[genace_stages::objects::PartReceipt],
-    ) -> Result<(), genace_stages::objects::StorageError> {
+        _: &[genace_stages::outputs::PartReceipt],
+    ) -> Result<(), genace_stages::outputs::StorageError> {
         Ok(())
     }
-    async fn abort(&self, _: &str, _: &str) -> Result<(), genace_stages::objects::StorageError> {
+    async fn abort(&self, _: &str, _: &str) -> Result<(), genace_stages::outputs::StorageError> {
         Ok(())
     }
     async fn head(
         &self,
         key: &str,
-    ) -> Result<Option<genace_stages::objects::ObjectHead>, genace_stages::objects::StorageError> {
+    ) -> Result<Option<genace_stages::outputs::ObjectHead>, genace_stages::outputs::StorageError> {
         Ok(self
             .sizes
             .lock()
             .expect("sizes")
             .get(key)
-            .map(|b| genace_stages::objects::ObjectHead {
+            .map(|b| genace_stages::outputs::ObjectHead {
                 bytes: *b,
                 content_type: None,
                 checksum_sha256: None,
             }))
     }
-    async fn presign_get(&self, key: &str, _: Duration) -> Result<String, genace_stages::objects::StorageError> {
+    async fn presign_get(&self, key: &str, _: Duration) -> Result<String, genace_stages::outputs::StorageError> {
         Ok(key.to_owned())
     }
 }

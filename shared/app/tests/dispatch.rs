@@ -24,7 +24,7 @@ use genace_stages::dispatch::PostResult;
 use genace_stages::intake::Intake;
 use genace_stages::intake::Submitted;
 use genace_stages::stage::StageError;
-use genace_stages::store::OperationStore;
+use genace_stages::table::OperationStore;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -362,25 +362,25 @@ impl OperationStore for EchoingStore {
         &self,
         rec: &OperationRecord,
         now: chrono::DateTime<Utc>,
-    ) -> Result<genace_stages::store::Created, genace_stages::store::StoreError> {
+    ) -> Result<genace_stages::table::Created, genace_stages::table::StoreError> {
         self.0.create(rec, now).await
     }
     async fn get(
         &self,
         id: &OperationId,
         now: chrono::DateTime<Utc>,
-    ) -> Result<Option<OperationRecord>, genace_stages::store::StoreError> {
+    ) -> Result<Option<OperationRecord>, genace_stages::table::StoreError> {
         self.0.get(id, now).await
     }
     async fn apply(
         &self,
         prev: &OperationRecord,
         next: &OperationRecord,
-    ) -> Result<genace_stages::store::Applied, genace_stages::store::StoreError> {
+    ) -> Result<genace_stages::table::Applied, genace_stages::table::StoreError> {
         match self.0.apply(prev, next).await? {
-            genace_stages::store::Applied::Written => {
+            genace_stages::table::Applied::Written => {
                 let stored = self.0.get(&next.operation_id, Utc::now()).await?.unwrap();
-                Err(genace_stages::store::StoreError::Conflict(Some(Box::new(stored))))
+                Err(genace_stages::table::StoreError::Conflict(Some(Box::new(stored))))
             }
             unchanged => Ok(unchanged),
         }
@@ -390,11 +390,11 @@ impl OperationStore for EchoingStore {
         shard: u32,
         before_ms: i64,
         limit: i32,
-        cursor: Option<genace_stages::store::DueCursor>,
-    ) -> Result<genace_stages::store::DuePage, genace_stages::store::StoreError> {
+        cursor: Option<genace_stages::table::DueCursor>,
+    ) -> Result<genace_stages::table::DuePage, genace_stages::table::StoreError> {
         self.0.due_page(shard, before_ms, limit, cursor).await
     }
-    async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, genace_stages::store::StoreError> {
+    async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, genace_stages::table::StoreError> {
         self.0.holders_of_remote_job(job_id).await
     }
     async fn open_cases(
@@ -402,7 +402,7 @@ impl OperationStore for EchoingStore {
         tenant: Option<&TenantId>,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<genace_stages::store::CasePage, genace_stages::store::StoreError> {
+    ) -> Result<genace_stages::table::CasePage, genace_stages::table::StoreError> {
         self.0.open_cases(tenant, limit, cursor).await
     }
 }

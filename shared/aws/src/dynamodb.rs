@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::record::OperationRecord;
 use genace_stages::metrics;
-use genace_stages::store::{
+use genace_stages::table::{
     Applied, CasePage, Created, DueCursor, DueItem, DuePage, OperationStore, StoreError, case_sort_key,
     case_tenant_prefix,
 };

@@ -7,7 +7,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart};
-use genace_stages::objects::{ObjectHead, ObjectStore, PartReceipt, StorageError, attachment_disposition, b64_sha256};
+use genace_stages::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError, attachment_disposition, b64_sha256};
 
 fn err(e: impl std::error::Error) -> StorageError {
     StorageError(aws_sdk_s3::error::DisplayErrorContext(e).to_string())

@@ -10,10 +10,10 @@ use genace_aws::testkit::LocalAws;
 use genace_core::machine;
 use genace_core::machine::Policy;
 use genace_core::record::OperationRecord;
-use genace_stages::store::Applied;
-use genace_stages::store::Created;
-use genace_stages::store::OperationStore;
-use genace_stages::store::StoreError;
+use genace_stages::table::Applied;
+use genace_stages::table::Created;
+use genace_stages::table::OperationStore;
+use genace_stages::table::StoreError;
 
 fn record(key: &str, prompt: &str) -> OperationRecord {
     genace_aws::testkit::intent_record("tenant-a", key, prompt)

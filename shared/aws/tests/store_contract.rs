@@ -13,10 +13,10 @@ use genace_core::machine::Policy;
 use genace_core::record::DUE_SHARDS;
 use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
-use genace_stages::store::Applied;
-use genace_stages::store::Created;
-use genace_stages::store::OperationStore;
-use genace_stages::store::StoreError;
+use genace_stages::table::Applied;
+use genace_stages::table::Created;
+use genace_stages::table::OperationStore;
+use genace_stages::table::StoreError;
 
 use genace_aws::testkit::intent_record as record_for;
 

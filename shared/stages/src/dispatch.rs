@@ -11,7 +11,7 @@ use crate::genace::Genace;
 use crate::metrics;
 use crate::queue::{RecoveryChannel, WorkQueue};
 use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
-use crate::store::{CommitError, OperationStore, commit, commit_with};
+use crate::table::{CommitError, OperationStore, commit, commit_with};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
@@ -178,7 +178,7 @@ where
         match outcome {
             SubmitOutcome::Accepted { job, raw } => {
                 let written = if fault == Some(Fault::DispatchPersistFails) {
-                    Err(CommitError::Store(crate::store::StoreError::Service(
+                    Err(CommitError::Store(crate::table::StoreError::Service(
                         "injected: dispatch.persist_fails".into(),
                     )))
                 } else {

@@ -5,9 +5,9 @@ use tracing::{error, info};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::objects::ObjectStore;
+use crate::outputs::ObjectStore;
 use crate::queue::WorkQueue;
-use crate::store::{Created, OperationStore, StoreError};
+use crate::table::{Created, OperationStore, StoreError};
 use genace_core::domain::{Intent, OperationId, TenantId};
 use genace_core::messages::Queue;
 use genace_core::record::OperationRecord;

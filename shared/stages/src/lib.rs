@@ -3,8 +3,8 @@
 //! - Stages: [`intake`] (and [`admin`], the operators' resolutions),
 //!   [`dispatch`], [`poll`], [`deliver`], [`recovery`] and [`sweep`]; the
 //!   queue-driven ones share the [`stage::Stage`] shape.
-//! - Ports: [`store`] (the operation table), [`queue`] (work queues and the
-//!   recovery channel), [`objects`] (the output bucket), [`genace`],
+//! - Ports: [`table`] (the operation table), [`queue`] (work queues and the
+//!   recovery channel), [`outputs`] (the output bucket), [`genace`],
 //!   [`downloads`] and [`clock`].
 //! - [`app::App`]: every port in one place, and each stage made from it.
 //! - [`config`], [`metrics`], [`telemetry`]: settings, metric lines, logs.
@@ -27,11 +27,11 @@ pub mod intake;
 #[cfg(feature = "testkit")]
 pub mod memory;
 pub mod metrics;
-pub mod objects;
+pub mod outputs;
 pub mod poll;
 pub mod queue;
 pub mod recovery;
 pub mod stage;
-pub mod store;
 pub mod sweep;
+pub mod table;
 pub mod telemetry;

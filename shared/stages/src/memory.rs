@@ -17,7 +17,7 @@ use genace_core::record::OperationRecord;
 use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_submit};
 
 use crate::queue::QueueError;
-use crate::store::{
+use crate::table::{
     Applied, CasePage, Created, DueCursor, DueItem, DuePage, OperationStore, StoreError, case_sort_key,
     case_tenant_prefix,
 };
@@ -386,17 +386,17 @@ impl MemoryObjects {
     }
 }
 
-impl crate::objects::ObjectStore for MemoryObjects {
+impl crate::outputs::ObjectStore for MemoryObjects {
     async fn put(
         &self,
         key: &str,
         content_type: &str,
         data: Vec<u8>,
         sha256: &str,
-    ) -> Result<(), crate::objects::StorageError> {
-        let checksum = crate::objects::b64_sha256(&data);
+    ) -> Result<(), crate::outputs::StorageError> {
+        let checksum = crate::outputs::b64_sha256(&data);
         if checksum != sha256 {
-            return Err(crate::objects::StorageError(
+            return Err(crate::outputs::StorageError(
                 "the SHA-256 does not match the body".into(),
             ));
         }
@@ -411,7 +411,7 @@ impl crate::objects::ObjectStore for MemoryObjects {
         Ok(())
     }
 
-    async fn begin(&self, key: &str, content_type: &str) -> Result<String, crate::objects::StorageError> {
+    async fn begin(&self, key: &str, content_type: &str) -> Result<String, crate::outputs::StorageError> {
         let mut state = self.lock();
         state.next_upload += 1;
         let id = format!("upload-{}", state.next_upload);
@@ -432,16 +432,16 @@ impl crate::objects::ObjectStore for MemoryObjects {
         upload_id: &str,
         number: i32,
         data: Vec<u8>,
-    ) -> Result<crate::objects::PartReceipt, crate::objects::StorageError> {
-        let sha256 = crate::objects::b64_sha256(&data);
+    ) -> Result<crate::outputs::PartReceipt, crate::outputs::StorageError> {
+        let sha256 = crate::outputs::b64_sha256(&data);
         let mut state = self.lock();
         let upload = state
             .uploads
             .get_mut(upload_id)
             .filter(|u| u.key == key)
-            .ok_or_else(|| crate::objects::StorageError(format!("no upload {upload_id} for {key}")))?;
+            .ok_or_else(|| crate::outputs::StorageError(format!("no upload {upload_id} for {key}")))?;
         upload.parts.insert(number, data);
-        Ok(crate::objects::PartReceipt {
+        Ok(crate::outputs::PartReceipt {
             number,
             etag: format!("\"{upload_id}-{number}\""),
             sha256,
@@ -452,8 +452,8 @@ impl crate::objects::ObjectStore for MemoryObjects {
         &self,
         key: &str,
         upload_id: &str,
-        parts: &[crate::objects::PartReceipt],
-    ) -> Result<(), crate::objects::StorageError> {
+        parts: &[crate::outputs::PartReceipt],
+    ) -> Result<(), crate::outputs::StorageError> {
         let mut state = self.lock();
         let Upload {
             key: upload_key,
@@ -462,9 +462,9 @@ impl crate::objects::ObjectStore for MemoryObjects {
         } = state
             .uploads
             .remove(upload_id)
-            .ok_or_else(|| crate::objects::StorageError(format!("no upload {upload_id}")))?;
+            .ok_or_else(|| crate::outputs::StorageError(format!("no upload {upload_id}")))?;
         if upload_key != key {
-            return Err(crate::objects::StorageError(format!(
+            return Err(crate::outputs::StorageError(format!(
                 "upload {upload_id} is not for {key}"
             )));
         }
@@ -472,9 +472,9 @@ impl crate::objects::ObjectStore for MemoryObjects {
         for p in parts {
             let part = stored
                 .get(&p.number)
-                .ok_or_else(|| crate::objects::StorageError(format!("part {} was never uploaded", p.number)))?;
-            if crate::objects::b64_sha256(part) != p.sha256 {
-                return Err(crate::objects::StorageError(format!(
+                .ok_or_else(|| crate::outputs::StorageError(format!("part {} was never uploaded", p.number)))?;
+            if crate::outputs::b64_sha256(part) != p.sha256 {
+                return Err(crate::outputs::StorageError(format!(
                     "part {} checksum mismatch",
                     p.number
                 )));
@@ -486,19 +486,19 @@ impl crate::objects::ObjectStore for MemoryObjects {
             StoredObject {
                 content_type,
                 data,
-                checksum_sha256: crate::objects::composite_sha256(parts),
+                checksum_sha256: crate::outputs::composite_sha256(parts),
             },
         );
         Ok(())
     }
 
-    async fn abort(&self, _key: &str, upload_id: &str) -> Result<(), crate::objects::StorageError> {
+    async fn abort(&self, _key: &str, upload_id: &str) -> Result<(), crate::outputs::StorageError> {
         self.lock().uploads.remove(upload_id);
         Ok(())
     }
 
-    async fn head(&self, key: &str) -> Result<Option<crate::objects::ObjectHead>, crate::objects::StorageError> {
-        Ok(self.lock().objects.get(key).map(|o| crate::objects::ObjectHead {
+    async fn head(&self, key: &str) -> Result<Option<crate::outputs::ObjectHead>, crate::outputs::StorageError> {
+        Ok(self.lock().objects.get(key).map(|o| crate::outputs::ObjectHead {
             bytes: o.data.len() as u64,
             content_type: Some(o.content_type.clone()),
             checksum_sha256: Some(o.checksum_sha256.clone()),
@@ -509,7 +509,7 @@ impl crate::objects::ObjectStore for MemoryObjects {
         &self,
         key: &str,
         expiry: std::time::Duration,
-    ) -> Result<String, crate::objects::StorageError> {
+    ) -> Result<String, crate::outputs::StorageError> {
         Ok(format!("memory://outputs/{key}?expires-in={}", expiry.as_secs()))
     }
 }

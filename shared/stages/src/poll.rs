@@ -9,7 +9,7 @@ use crate::genace::Genace;
 use crate::metrics;
 use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError, case_opened, write_attempts};
-use crate::store::{CommitError, OperationStore, commit};
+use crate::table::{CommitError, OperationStore, commit};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;

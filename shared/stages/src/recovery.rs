@@ -7,7 +7,7 @@ use tracing::{error, info};
 use crate::clock::{Clock, SystemClock};
 use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError, write_attempts};
-use crate::store::{CommitError, OperationStore, commit};
+use crate::table::{CommitError, OperationStore, commit};
 use genace_core::machine::{self, AcceptedJob, Event, Policy};
 use genace_core::messages::Queue;
 use genace_core::messages::{RecoveredOutcome, RecoveryMessage};

@@ -8,7 +8,7 @@ use tracing::warn;
 
 use crate::metrics;
 use crate::queue::QueueError;
-use crate::store::{CommitError, StoreError};
+use crate::table::{CommitError, StoreError};
 use genace_core::record::OperationRecord;
 
 /// Any of these leaves the message on the queue for redelivery.

@@ -9,7 +9,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::queue::WorkQueue;
 use crate::stage::{StageError, case_opened};
-use crate::store::{DueItem, OperationStore, StoreError};
+use crate::table::{DueItem, OperationStore, StoreError};
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
 use genace_core::record::{DUE_SHARDS, DeliveryState, Phase};

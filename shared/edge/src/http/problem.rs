@@ -3,7 +3,7 @@
 
 use genace_core::domain::InvalidInput;
 use genace_stages::intake::IntakeError;
-use genace_stages::store::StoreError;
+use genace_stages::table::StoreError;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Response};
 use serde_json::{Map, Value};
