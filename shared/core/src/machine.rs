@@ -633,6 +633,39 @@ impl Resolution {
     }
 }
 
+/// Known bugs that can be planted again, to prove the simulator finds
+/// them. Only a build with the feature `planted-bugs` can turn one on (the
+/// simulator's); every other build reads them as off.
+pub mod planted {
+    /// A dispatch claim whose lease lapsed is claimed again and POSTs again,
+    /// instead of becoming `uncertain` with a case.
+    pub const REPOST_AFTER_LEASE: u32 = 1;
+    /// A case is opened whatever the phase (a racing poll on a rendered or
+    /// delivered record).
+    pub const CASE_WITHOUT_PHASE_CHECK: u32 = 2;
+
+    #[cfg(feature = "planted-bugs")]
+    static ON: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+    /// Turns on exactly the bugs in `bugs` (0: none).
+    #[cfg(feature = "planted-bugs")]
+    pub fn set(bugs: u32) {
+        ON.store(bugs, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether `bug` is planted.
+    pub fn on(_bug: u32) -> bool {
+        #[cfg(feature = "planted-bugs")]
+        {
+            ON.load(std::sync::atomic::Ordering::SeqCst) & _bug != 0
+        }
+        #[cfg(not(feature = "planted-bugs"))]
+        {
+            false
+        }
+    }
+}
+
 /// Everything that can happen to an operation, as a stage or an operator
 /// reports it.
 #[derive(Debug, Clone, Copy)]
@@ -778,12 +811,17 @@ pub fn transition(
 ) -> Result<OperationRecord, Refusal> {
     use CaseReason::{AccountProblem, RateLimited, RemoteJobMissing};
     use Phase::*;
+    use Resolution::*;
     let next = match (rec.phase, event) {
         // ---- dispatch
         (Prepared, Event::ClaimDispatch { token }) => claim_dispatch(rec, token, now, policy)?,
         (Submitting, Event::ClaimDispatch { .. }) if rec.claim.as_ref().is_some_and(|c| c.lease_expires_at > now) => {
             let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
             return Err(Refusal::LeaseLive { until });
+        }
+        // A planted bug (tests only): the lapsed claim is claimed again.
+        (Submitting, Event::ClaimDispatch { token }) if planted::on(planted::REPOST_AFTER_LEASE) => {
+            claim_dispatch(rec, token, now, policy)?
         }
         (Submitting, Event::RateLimited { token, retry_at }) => release_claim(rec, token, retry_at, now, policy)?,
         (Submitting, Event::AccountRefused { token, error }) => {
@@ -831,6 +869,15 @@ pub fn transition(
                 keep_due,
             },
         ) => open_case(rec, reason, evidence, keep_due, now),
+        // A planted bug (tests only): a case whatever the phase.
+        (
+            _,
+            Event::CaseNeeded {
+                reason,
+                evidence,
+                keep_due,
+            },
+        ) if planted::on(planted::CASE_WITHOUT_PHASE_CHECK) => open_case(rec, reason, evidence, keep_due, now),
         (_, Event::Reschedule { due }) => reschedule(rec, due, now),
         // ---- delivery
         (Rendered, Event::ClaimDelivery { token }) => claim_delivery(rec, token, now, policy)?,
@@ -848,71 +895,36 @@ pub fn transition(
         ) => delivery_refused(rec, token, reason, evidence, now)?,
         (Rendered, Event::Delivered { token, objects }) => delivered(rec, token, objects.to_vec(), now, policy)?,
         // ---- operators
-        (
-            Uncertain,
-            Event::Resolved(
-                d @ Decision {
-                    resolution: Resolution::AttachRemoteJob { .. },
-                    ..
-                },
-            ),
-        )
-        | (
-            Uncertain,
-            Event::Resolved(
-                d @ Decision {
-                    resolution: Resolution::ConfirmNotCreated,
-                    ..
-                },
-            ),
-        ) => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
-        (
-            Accepted,
-            Event::Resolved(
-                d @ Decision {
-                    resolution: Resolution::AttachRemoteJob { .. },
-                    ..
-                },
-            ),
-        ) if case_is(rec, &[RemoteJobMissing]) => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
-        (
-            Prepared,
-            Event::Resolved(
-                d @ Decision {
-                    resolution: Resolution::ReleaseHold,
-                    ..
-                },
-            ),
-        ) if case_is(rec, &[AccountProblem, RateLimited]) => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
-        (
-            SubmitFailed,
-            Event::Resolved(
-                d @ Decision {
-                    resolution: Resolution::MarkSettled,
-                    ..
-                },
-            ),
-        ) if rec.settlement == Some(Settlement::Pending) => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
-        (
-            Rendered,
-            Event::Resolved(
-                d @ Decision {
-                    resolution: Resolution::RedriveDelivery,
-                    ..
-                },
-            ),
-        ) if rec.delivery_state == DeliveryState::DeliveryFailed => {
+        (Uncertain, Event::Resolved(d)) if matches!(d.resolution, AttachRemoteJob { .. } | ConfirmNotCreated) => {
             resolve(rec, d.resolution, d.actor, d.reason, now, policy)
         }
-        (
-            phase,
-            Event::Resolved(
-                d @ Decision {
-                    resolution: Resolution::Abandon,
-                    ..
-                },
-            ),
-        ) if phase != Abandoned && rec.case.is_some() => resolve(rec, d.resolution, d.actor, d.reason, now, policy),
+        (Accepted, Event::Resolved(d))
+            if matches!(d.resolution, AttachRemoteJob { .. }) && case_is(rec, &[RemoteJobMissing]) =>
+        {
+            resolve(rec, d.resolution, d.actor, d.reason, now, policy)
+        }
+        (Prepared, Event::Resolved(d))
+            if *d.resolution == ReleaseHold && case_is(rec, &[AccountProblem, RateLimited]) =>
+        {
+            resolve(rec, d.resolution, d.actor, d.reason, now, policy)
+        }
+        (SubmitFailed, Event::Resolved(d))
+            if *d.resolution == MarkSettled && rec.settlement == Some(Settlement::Pending) =>
+        {
+            resolve(rec, d.resolution, d.actor, d.reason, now, policy)
+        }
+        (Rendered, Event::Resolved(d))
+            if *d.resolution == RedriveDelivery && rec.delivery_state == DeliveryState::DeliveryFailed =>
+        {
+            resolve(rec, d.resolution, d.actor, d.reason, now, policy)
+        }
+        // Never while a dispatcher holds the claim: it may be POSTing, and an
+        // abandoned record would leave its job on no record and in no case.
+        (phase, Event::Resolved(d))
+            if *d.resolution == Abandon && !matches!(phase, Abandoned | Submitting) && rec.case.is_some() =>
+        {
+            resolve(rec, d.resolution, d.actor, d.reason, now, policy)
+        }
         // ---- everything else
         (actual, event) => {
             return Err(Refusal::WrongPhase {
@@ -1861,7 +1873,6 @@ mod tests {
                 Resolution::Abandon,
                 &[
                     Prepared,
-                    Submitting,
                     Accepted,
                     Rendered,
                     RenderFailed,
@@ -2158,5 +2169,24 @@ mod tests {
         let mut r = done.clone();
         r.expires_at = None;
         assert!(check_invariants(&r).is_err());
+    }
+    /// Found by the simulator (seed 862): an operator abandoned an operation
+    /// held for its account while a dispatcher had just claimed it; the job
+    /// that dispatcher created was on no record and in no case.
+    #[test]
+    fn a_claimed_operation_cannot_be_abandoned() {
+        let p = Policy::default();
+        let held = hold_for_account(&submitting(), "tok", err("http_401"), t0(), &p).unwrap();
+        let later = t0() + p.account_hold + Duration::seconds(1);
+        let claimed = claim_dispatch(&held, "tok2", later, &p).unwrap();
+        assert_eq!(
+            claimed.case.as_ref().map(|c| c.reason),
+            Some(CaseReason::AccountProblem)
+        );
+        assert!(matches!(
+            resolve(&claimed, &Resolution::Abandon, "ops", "r", later, &p),
+            Err(Refusal::WrongPhase { .. })
+        ));
+        assert!(resolve(&held, &Resolution::Abandon, "ops", "r", later, &p).is_ok());
     }
 }

@@ -102,7 +102,7 @@ where
         // One decision, re-made on the current record when the write loses a
         // race: the claim, or, for a claim whose lease lapsed, the interruption.
         let decided = commit_with(&self.store, rec, write_attempts(), |r| match r.phase {
-            Phase::Submitting => {
+            Phase::Submitting if !machine::planted::on(machine::planted::REPOST_AFTER_LEASE) => {
                 let evidence = "a dispatcher's claim expired before its outcome was recorded; it may have POSTed";
                 machine::transition(r, Event::LeaseExpired { evidence }, now, &policy).map(|next| (next, None))
             }

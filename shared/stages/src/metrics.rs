@@ -34,9 +34,16 @@ pub fn document(name: &str, value: f64, unit: &str, dimensions: &[(&str, &str)])
     Value::Object(doc)
 }
 
+static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Turns metric lines off for this process (the simulator's runs), unless
+/// one was already written.
+pub fn turn_off() {
+    let _ = ENABLED.set(false);
+}
+
 /// `METRICS_DISABLED=true` turns metric lines off (local runs).
 fn enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ENABLED.get_or_init(|| !std::env::var("METRICS_DISABLED").is_ok_and(|v| v == "true" || v == "1"))
 }
 

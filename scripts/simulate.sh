@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Deterministic simulation: runs N seeded schedules of the real stages on the
+# in-memory adapters (crashes at every await point, redeliveries, duplicates,
+# races, the sweep, operators, every Genace answer) and checks the promises
+# after every step. Prints seeds per second; on a violation, the seed and the
+# trace of its steps, and exits 1.
+#   scripts/simulate.sh 10000                 # seeds 0..10000
+#   scripts/simulate.sh 500 --first 20000     # other seeds
+#   scripts/simulate.sh --replay 862          # the trace of one seed
+#   scripts/simulate.sh 10000 --bug repost    # with a planted bug (repost | case)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cargo run --quiet -p genace-dst --bin simulate -- "$@"

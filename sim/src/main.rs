@@ -1,0 +1,63 @@
+//! `simulate N [--first SEED] [--bug repost|case] [--steps K]`: runs N seeds
+//! and prints seeds per second; on a violation, prints the seed and the
+//! trace of its steps and exits 1.
+//! `simulate --replay SEED [--bug ...]`: prints the trace of one seed.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use genace_core::machine::planted;
+use genace_dst::{Options, quiet_panics, run};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+    let mut opts = Options::default();
+    if let Some(bug) = value("--bug") {
+        opts.bugs = match bug.as_str() {
+            "repost" => planted::REPOST_AFTER_LEASE,
+            "case" => planted::CASE_WITHOUT_PHASE_CHECK,
+            other => {
+                eprintln!("simulate: unknown bug {other:?} (repost | case)");
+                return ExitCode::from(2);
+            }
+        };
+    }
+    if let Some(steps) = value("--steps").and_then(|s| s.parse().ok()) {
+        opts.steps = steps;
+    }
+    quiet_panics();
+    if let Some(seed) = value("--replay").and_then(|s| s.parse::<u64>().ok()) {
+        let outcome = run(seed, &opts);
+        outcome.trace.iter().for_each(|line| println!("{line}"));
+        return if outcome.violation.is_some() {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let Some(count) = args.first().and_then(|n| n.parse::<u64>().ok()) else {
+        eprintln!("usage: simulate N [--first SEED] [--bug repost|case] [--steps K] | simulate --replay SEED");
+        return ExitCode::from(2);
+    };
+    let first = value("--first").and_then(|s| s.parse().ok()).unwrap_or(0u64);
+    let started = Instant::now();
+    for seed in first..first + count {
+        let outcome = run(seed, &opts);
+        if let Some(violation) = &outcome.violation {
+            println!("seed {seed}: {violation}");
+            println!("trace (replay with: scripts/simulate.sh --replay {seed}):");
+            outcome.trace.iter().for_each(|line| println!("  {line}"));
+            println!("seeds run: {}", seed - first + 1);
+            return ExitCode::FAILURE;
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "simulation: {count} seeds ({first}..{}), 0 violations, {:.1} s, {:.0} seeds/s",
+        first + count,
+        secs,
+        count as f64 / secs.max(1e-9)
+    );
+    ExitCode::SUCCESS
+}
