@@ -351,12 +351,7 @@ pub fn apigw_event(
     scopes: Option<Vec<String>>,
 ) -> Value {
     let query = parts.uri.query().unwrap_or_default().to_owned();
-    let mut params: HashMap<String, Vec<String>> = HashMap::new();
-    if let Ok(url) = reqwest::Url::parse(&format!("http://local/?{query}")) {
-        for (k, v) in url.query_pairs() {
-            params.entry(k.into_owned()).or_default().push(v.into_owned());
-        }
-    }
+    let params = crate::serve::query_parameters(&parts.uri);
     let now = chrono::Utc::now();
     let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
     jwt.claims = claims;

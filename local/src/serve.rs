@@ -113,12 +113,7 @@ pub fn apigw_v2(
     ctx.http.method = parts.method.clone();
     ctx.http.path = Some(parts.uri.path().to_owned());
     // API Gateway hands the decoded query parameters apart from the URI.
-    let mut query: HashMap<String, Vec<String>> = HashMap::new();
-    if let Ok(url) = reqwest::Url::parse(&format!("http://local/?{}", parts.uri.query().unwrap_or_default())) {
-        for (k, v) in url.query_pairs() {
-            query.entry(k.into_owned()).or_default().push(v.into_owned());
-        }
-    }
+    let query = query_parameters(&parts.uri);
     let body = if body.is_empty() {
         Body::Empty
     } else {
@@ -127,6 +122,18 @@ pub fn apigw_v2(
     lambda_http::http::Request::from_parts(parts, body)
         .with_request_context(RequestContext::ApiGatewayV2(ctx))
         .with_query_string_parameters(query)
+}
+
+/// The query parameters of `uri`, decoded, each name with all its values,
+/// as API Gateway hands them to a function.
+pub fn query_parameters(uri: &lambda_http::http::Uri) -> HashMap<String, Vec<String>> {
+    let mut params: HashMap<String, Vec<String>> = HashMap::new();
+    if let Ok(url) = reqwest::Url::parse(&format!("http://local/?{}", uri.query().unwrap_or_default())) {
+        for (k, v) in url.query_pairs() {
+            params.entry(k.into_owned()).or_default().push(v.into_owned());
+        }
+    }
+    params
 }
 
 /// Reads one HTTP request's body and hands the request to the gateway.

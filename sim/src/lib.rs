@@ -45,7 +45,7 @@ use genace_stages::memory::{
 };
 use genace_stages::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
 use genace_stages::queue::{QueueError, RecoveryChannel, WorkQueue};
-use genace_stages::stage::handle_body;
+use genace_stages::stage::{Stage, handle_body};
 use genace_stages::table::{Applied, CasePage, Created, DueCursor, DuePage, OperationStore, StoreError};
 
 fn hex_sha256(data: &[u8]) -> String {
@@ -345,6 +345,16 @@ type SimApp =
 
 type Handler = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
 
+/// One invocation of a queue-driven stage on one message body.
+fn handler<S: Stage + 'static>(stage: S, body: String) -> Handler {
+    Box::pin(async move {
+        handle_body(&stage, &body)
+            .await
+            .map(|o| format!("{o:?}"))
+            .map_err(|e| e.to_string())
+    })
+}
+
 /// A running handler: a Lambda invocation in flight.
 struct Actor {
     id: usize,
@@ -538,54 +548,18 @@ impl World {
             return false;
         };
         let body = m.body.clone();
-        let app = self.app.clone();
         let message = Some((m.id, m.receipt));
         let op = serde_json::from_str::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v["operation_id"].as_str().map(|id| short(id).to_owned()))
             .unwrap_or_default();
         let label = format!("{queue:?} {op} msg {} (receive {})", m.id, m.receives);
-        let (timeout, fut): (i64, Handler) = match queue {
-            Queue::Dispatch => (
-                60,
-                Box::pin(async move {
-                    let stage = app.dispatcher();
-                    handle_body(&stage, &body)
-                        .await
-                        .map(|o| format!("{o:?}"))
-                        .map_err(|e| e.to_string())
-                }),
-            ),
-            Queue::Poll => (
-                180,
-                Box::pin(async move {
-                    let stage = app.poller();
-                    handle_body(&stage, &body)
-                        .await
-                        .map(|o| format!("{o:?}"))
-                        .map_err(|e| e.to_string())
-                }),
-            ),
-            Queue::Deliver => (
-                900,
-                Box::pin(async move {
-                    let stage = app.deliverer();
-                    handle_body(&stage, &body)
-                        .await
-                        .map(|o| format!("{o:?}"))
-                        .map_err(|e| e.to_string())
-                }),
-            ),
-            Queue::Recovery => (
-                30,
-                Box::pin(async move {
-                    let stage = app.recovery();
-                    handle_body(&stage, &body)
-                        .await
-                        .map(|o| format!("{o:?}"))
-                        .map_err(|e| e.to_string())
-                }),
-            ),
+        // Each function's timeout, as the template sets it.
+        let (timeout, fut) = match queue {
+            Queue::Dispatch => (60, handler(self.app.dispatcher(), body)),
+            Queue::Poll => (180, handler(self.app.poller(), body)),
+            Queue::Deliver => (900, handler(self.app.deliverer(), body)),
+            Queue::Recovery => (30, handler(self.app.recovery(), body)),
         };
         self.spawn(label, timeout, message, fut);
         true

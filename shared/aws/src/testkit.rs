@@ -169,6 +169,29 @@ pub fn intent_record(tenant: &str, key: &str, prompt: &str) -> genace_core::reco
     )
 }
 
+/// `rec` claimed for dispatch under `token`, now, by the lifecycle rules.
+pub fn claimed(rec: &genace_core::record::OperationRecord, token: &str) -> genace_core::record::OperationRecord {
+    use genace_core::machine::{Event, Policy, transition};
+    transition(
+        rec,
+        Event::ClaimDispatch { token },
+        chrono::Utc::now(),
+        &Policy::default(),
+    )
+    .expect("a claimable record")
+}
+
+/// A claimed `rec` whose POST outcome is unknown: `uncertain`, with a case.
+pub fn uncertain(
+    rec: &genace_core::record::OperationRecord,
+    token: &str,
+    evidence: &str,
+) -> genace_core::record::OperationRecord {
+    use genace_core::machine::{Event, Policy, transition};
+    let event = Event::OutcomeUnknown { token, evidence };
+    transition(rec, event, chrono::Utc::now(), &Policy::default()).expect("a claimed record")
+}
+
 /// Runs each contract case (an `async fn(adapter)`) once per adapter: in
 /// module `$a` on the adapter `$make_a` builds, and in module `$b` on the
 /// one `$make_b` builds from a fresh [`LocalAws`] named `$env`.

@@ -6,9 +6,7 @@ use chrono::Utc;
 use genace_aws::clients as aws;
 use genace_aws::provision;
 use genace_aws::provision::DUE_INDEX;
-use genace_aws::testkit::LocalAws;
-use genace_core::machine;
-use genace_core::machine::Policy;
+use genace_aws::testkit::{LocalAws, claimed};
 use genace_core::record::OperationRecord;
 use genace_stages::table::Applied;
 use genace_stages::table::Created;
@@ -41,13 +39,7 @@ async fn a_transition_that_changes_nothing_sends_no_request() {
     let (store, counter) = env.counted_store();
     let rec = record("k3", "p");
     store.create(&rec, Utc::now()).await.unwrap();
-    let claimed = machine::transition(
-        &rec,
-        machine::Event::ClaimDispatch { token: "tok" },
-        Utc::now(),
-        &Policy::default(),
-    )
-    .unwrap();
+    let claimed = claimed(&rec, "tok");
     let before = counter.get();
     assert_eq!(store.apply(&rec, &claimed).await.unwrap(), Applied::Written);
     assert_eq!(counter.get() - before, 1, "one conditional UpdateItem");

@@ -18,7 +18,7 @@ use genace_stages::table::Created;
 use genace_stages::table::OperationStore;
 use genace_stages::table::StoreError;
 
-use genace_aws::testkit::intent_record as record_for;
+use genace_aws::testkit::{claimed, intent_record as record_for, uncertain};
 
 fn record(key: &str, prompt: &str) -> OperationRecord {
     record_for("tenant-a", key, prompt)
@@ -29,24 +29,9 @@ async fn with_case<S: OperationStore>(store: &S, tenant: &str, key: &str) -> Ope
     let now = Utc::now();
     let rec = record_for(tenant, key, "p");
     store.create(&rec, now).await.unwrap();
-    let claimed = machine::transition(
-        &rec,
-        machine::Event::ClaimDispatch { token: "tok" },
-        now,
-        &Policy::default(),
-    )
-    .unwrap();
+    let claimed = claimed(&rec, "tok");
     store.apply(&rec, &claimed).await.unwrap();
-    let uncertain = machine::transition(
-        &claimed,
-        machine::Event::OutcomeUnknown {
-            token: "tok",
-            evidence: "timed out",
-        },
-        now,
-        &machine::Policy::default(),
-    )
-    .unwrap();
+    let uncertain = uncertain(&claimed, "tok", "timed out");
     store.apply(&claimed, &uncertain).await.unwrap();
     uncertain
 }
@@ -86,13 +71,7 @@ async fn expired_records_are_absent_and_replaceable<S: OperationStore>(store: S)
 async fn writes_are_conditional_on_the_version_read<S: OperationStore>(store: S) {
     let rec = record("k3", "p");
     assert_eq!(store.get(&rec.operation_id, Utc::now()).await.unwrap(), None);
-    let claimed = machine::transition(
-        &rec,
-        machine::Event::ClaimDispatch { token: "tok" },
-        Utc::now(),
-        &Policy::default(),
-    )
-    .unwrap();
+    let claimed = claimed(&rec, "tok");
     assert!(
         matches!(store.apply(&rec, &claimed).await, Err(StoreError::Conflict(None))),
         "an update of a missing record loses, with nothing to show"
@@ -105,29 +84,14 @@ async fn writes_are_conditional_on_the_version_read<S: OperationStore>(store: S)
     );
 
     // A rival decided on the stale version: refused, with the record as it now is.
-    let rival = machine::transition(
-        &rec,
-        machine::Event::ClaimDispatch { token: "rival" },
-        Utc::now(),
-        &Policy::default(),
-    )
-    .unwrap();
+    let rival = genace_aws::testkit::claimed(&rec, "rival");
     match store.apply(&rec, &rival).await {
         Err(StoreError::Conflict(Some(current))) => assert_eq!(*current, claimed),
         other => panic!("expected a conflict with the current record, got {other:?}"),
     }
 
     // Removed attributes are removed: `due_at` disappears when uncertain.
-    let uncertain = machine::transition(
-        &claimed,
-        machine::Event::OutcomeUnknown {
-            token: "tok",
-            evidence: "timeout",
-        },
-        Utc::now(),
-        &machine::Policy::default(),
-    )
-    .unwrap();
+    let uncertain = uncertain(&claimed, "tok", "timeout");
     assert_eq!(uncertain.due_at, None);
     store.apply(&claimed, &uncertain).await.unwrap();
     assert_eq!(
@@ -263,13 +227,7 @@ async fn the_job_index_finds_the_holder<S: OperationStore>(store: S) {
     let now = Utc::now();
     let rec = record("k-job", "p");
     store.create(&rec, now).await.unwrap();
-    let claimed = machine::transition(
-        &rec,
-        machine::Event::ClaimDispatch { token: "tok" },
-        now,
-        &Policy::default(),
-    )
-    .unwrap();
+    let claimed = claimed(&rec, "tok");
     store.apply(&rec, &claimed).await.unwrap();
     let job = machine::AcceptedJob {
         job_id: "job-contract-1".into(),

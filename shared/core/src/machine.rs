@@ -84,12 +84,6 @@ impl Default for Policy {
     }
 }
 
-/// The record an effect starts from. Only [`transition`] moves `version` and
-/// `updated_at`, once, and only when something changed.
-fn step(rec: &OperationRecord, _now: DateTime<Utc>) -> OperationRecord {
-    rec.clone()
-}
-
 /// Opens a case on `next` and takes it off the sweep's schedule: a person
 /// moves it on from here.
 fn hold_with_case(next: &mut OperationRecord, reason: CaseReason, evidence: String, now: DateTime<Utc>) {
@@ -134,7 +128,7 @@ fn claim_dispatch(
         None | Some(CaseReason::AccountProblem) => {}
         Some(other) => return Err(Refusal::CaseOpen(other)),
     }
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     let lease_expires_at = now + policy.dispatch_lease;
     next.phase = Phase::Submitting;
     next.claim = Some(Claim {
@@ -168,7 +162,7 @@ fn release_claim(
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
     require_claimant(rec, token)?;
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.phase = Phase::Prepared;
     next.claim = None;
     next.rate_limited_count = rec.rate_limited_count + 1;
@@ -209,7 +203,7 @@ fn hold_for_account(
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
     require_claimant(rec, token)?;
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     let retry_at = (now + policy.account_hold).timestamp_millis();
     next.phase = Phase::Prepared;
     next.claim = None;
@@ -239,7 +233,7 @@ fn accept(
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
     require_claimant(rec, token)?;
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.phase = Phase::Accepted;
     next.claim = None;
     next.case = None;
@@ -265,7 +259,7 @@ fn submit_failed(
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
     require_claimant(rec, token)?;
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.phase = Phase::SubmitFailed;
     next.claim = None;
     next.remote_job_id = Some(job_id.to_owned());
@@ -290,7 +284,7 @@ fn reject(
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
     require_claimant(rec, token)?;
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.phase = Phase::Rejected;
     next.last_error = Some(error);
     // A finished operation keeps no case (an earlier account hold is over).
@@ -325,7 +319,7 @@ fn interrupt(rec: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Resul
 }
 
 fn open_uncertain(rec: &OperationRecord, reason: CaseReason, evidence: &str, now: DateTime<Utc>) -> OperationRecord {
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.phase = Phase::Uncertain;
     next.due_at = None;
     next.case = Some(ReconciliationCase {
@@ -373,7 +367,7 @@ fn observe_snapshot(
     if snap.status == RenderStatus::Running && rec.due_at.is_some_and(|d| d >= due) {
         return rec.clone();
     }
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.remote_state = Some(snap.state.clone());
     next.observed_at = Some(now);
     match snap.status {
@@ -425,7 +419,7 @@ fn open_case(
     if rec.case.as_ref().is_some_and(|c| c.reason == reason) {
         return rec.clone();
     }
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.case = Some(ReconciliationCase {
         reason,
         opened_at: now,
@@ -438,8 +432,8 @@ fn open_case(
 }
 
 /// Moves the sweep's next look at an operation, without changing anything else.
-fn reschedule(rec: &OperationRecord, due: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
-    let mut next = step(rec, now);
+fn reschedule(rec: &OperationRecord, due: DateTime<Utc>) -> OperationRecord {
+    let mut next = rec.clone();
     next.due_at = Some(due.timestamp_millis());
     next
 }
@@ -470,7 +464,7 @@ fn claim_delivery(
     if rec.delivery_attempts >= policy.delivery_max_attempts {
         return Err(Refusal::AttemptsExhausted(rec.delivery_attempts));
     }
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     let lease_expires_at = now + policy.delivery_lease;
     // The attempt counts when it starts, so attempts that stop without
     // reporting (a timeout, a crash) still use up the bound.
@@ -501,7 +495,7 @@ fn give_up_delivery(rec: &OperationRecord, now: DateTime<Utc>) -> Result<Operati
             until: c.lease_expires_at,
         });
     }
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.delivery_state = DeliveryState::DeliveryFailed;
     next.delivery_claim = None;
     let evidence = format!(
@@ -540,7 +534,7 @@ fn delivery_attempt_failed(
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
     require_delivery_holder(rec, token)?;
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.delivery_claim = None;
     next.last_error = Some(RemoteError {
         kind: "delivery".into(),
@@ -568,7 +562,7 @@ fn delivery_refused(
     now: DateTime<Utc>,
 ) -> Result<OperationRecord, Refusal> {
     require_delivery_holder(rec, token)?;
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.delivery_state = DeliveryState::DeliveryFailed;
     next.delivery_claim = None;
     next.last_error = Some(RemoteError {
@@ -592,7 +586,7 @@ fn delivered(
     if objects.is_empty() {
         return Err(Refusal::CaseOpen(CaseReason::OutputsMissing));
     }
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     next.delivery_state = DeliveryState::Delivered;
     next.delivery_claim = None;
     next.delivered_objects = objects;
@@ -878,7 +872,7 @@ pub fn transition(
                 keep_due,
             },
         ) if planted::on(planted::CASE_WITHOUT_PHASE_CHECK) => open_case(rec, reason, evidence, keep_due, now),
-        (_, Event::Reschedule { due }) => reschedule(rec, due, now),
+        (_, Event::Reschedule { due }) => reschedule(rec, due),
         // ---- delivery
         (Rendered, Event::ClaimDelivery { token }) => claim_delivery(rec, token, now, policy)?,
         (Rendered, Event::DeliveryLapsed) => give_up_delivery(rec, now)?,
@@ -1052,7 +1046,7 @@ fn resolve(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> OperationRecord {
-    let mut next = step(rec, now);
+    let mut next = rec.clone();
     match resolution {
         Resolution::AttachRemoteJob { job_id } => {
             next.phase = Phase::Accepted;
