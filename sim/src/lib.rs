@@ -32,6 +32,7 @@ use std::task::{Context, Poll};
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use genace_core::domain::{Intent, OperationId, TenantId};
+use genace_core::ledger::{Millicredits, TenantLedger};
 use genace_core::machine::{self, Resolution};
 use genace_core::messages::{Queue, RecoveryMessage};
 use genace_core::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlement};
@@ -46,7 +47,7 @@ use genace_stages::memory::{
 use genace_stages::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
 use genace_stages::queue::{QueueError, RecoveryChannel, WorkQueue};
 use genace_stages::stage::{Stage, handle_body};
-use genace_stages::table::{Applied, CasePage, Created, DueCursor, DuePage, OperationStore, StoreError};
+use genace_stages::table::{Applied, CasePage, Created, DueCursor, DuePage, LedgerPage, OperationStore, StoreError};
 
 fn hex_sha256(data: &[u8]) -> String {
     use sha2::Digest;
@@ -234,6 +235,19 @@ impl<T: OperationStore> OperationStore for Sim<T> {
         cursor: Option<&str>,
     ) -> Result<CasePage, StoreError> {
         port(&self.chaos, self.inner.open_cases(tenant, limit, cursor)).await
+    }
+    async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
+        port(&self.chaos, self.inner.ledger(tenant)).await
+    }
+    async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
+        port(&self.chaos, self.inner.ledgers(limit, cursor)).await
+    }
+    async fn set_spend_limit(
+        &self,
+        tenant: &TenantId,
+        limit: Option<Millicredits>,
+    ) -> Result<TenantLedger, StoreError> {
+        port(&self.chaos, self.inner.set_spend_limit(tenant, limit)).await
     }
 }
 

@@ -405,6 +405,26 @@ impl OperationStore for EchoingStore {
     ) -> Result<genace_stages::table::CasePage, genace_stages::table::StoreError> {
         self.0.open_cases(tenant, limit, cursor).await
     }
+    async fn ledger(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
+        self.0.ledger(tenant).await
+    }
+    async fn ledgers(
+        &self,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<genace_stages::table::LedgerPage, genace_stages::table::StoreError> {
+        self.0.ledgers(limit, cursor).await
+    }
+    async fn set_spend_limit(
+        &self,
+        tenant: &TenantId,
+        limit: Option<i64>,
+    ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
+        self.0.set_spend_limit(tenant, limit).await
+    }
 }
 
 #[tokio::test]

@@ -372,6 +372,97 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         &call(event("POST", &rpath, Some(&abandon), Value::Null, &[])).await,
     ));
 
+    // Credits: the tenant's own, every tenant's for operators, and the limit.
+    let mine = "/v1/tenants/me/credits";
+    let all = "/v1/credits";
+    let limit = "/v1/tenants/{tenant_id}/spend-limit";
+    let own = call(event("GET", mine, None, tenant("t1"), &[])).await;
+    let own_body: Value = serde_json::from_slice(own.body().as_ref()).unwrap();
+    // The abandoned uncertain operation released its reservation.
+    assert_eq!(own_body["held"], 0.0);
+    assert_eq!(own_body["spend_limit"], Value::Null);
+    seen.insert(doc.check(mine, "get", &own));
+    seen.insert(doc.check(mine, "get", &call(event("GET", mine, None, Value::Null, &[])).await));
+    let t1_limit = "/v1/tenants/t1/spend-limit";
+    let fifteen = json!({"spend_limit": 15}).to_string();
+    let set = call(event("PUT", t1_limit, Some(&fifteen), operator(), &[])).await;
+    let set_body: Value = serde_json::from_slice(set.body().as_ref()).unwrap();
+    assert_eq!(
+        (set_body["spend_limit"].as_f64(), set_body["available"].as_f64()),
+        (Some(15.0), Some(15.0))
+    );
+    seen.insert(doc.check(limit, "put", &set));
+    for (body, claims, headers) in [
+        (Some("{}"), operator(), &[][..]),
+        (Some(&*fifteen), Value::Null, &[][..]),
+        (Some(&*fifteen), tenant("t1"), &[][..]),
+        (Some(&*fifteen), operator(), &text[..]),
+    ] {
+        seen.insert(doc.check(limit, "put", &call(event("PUT", t1_limit, body, claims, headers)).await));
+    }
+    let oversized_limit = json!({"spend_limit": 1, "note": "x".repeat(10_000)}).to_string();
+    seen.insert(doc.check(
+        limit,
+        "put",
+        &call(event("PUT", t1_limit, Some(&oversized_limit), operator(), &[])).await,
+    ));
+    let other_tenant_operator = json!({"sub": "ops-3", "scope": "genace:operator", "tenant_id": "t2"});
+    let hidden = call(event("PUT", t1_limit, Some(&fifteen), other_tenant_operator, &[])).await;
+    assert_eq!(hidden.status(), 404);
+    seen.insert(doc.check(limit, "put", &hidden));
+    let listed = call(event("GET", all, None, operator(), &[])).await;
+    let listed_body: Value = serde_json::from_slice(listed.body().as_ref()).unwrap();
+    assert!(
+        listed_body["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["tenant_id"] == "t1" && t["spend_limit"] == 15.0),
+        "{listed_body}"
+    );
+    seen.insert(doc.check(all, "get", &listed));
+    seen.insert(doc.check(
+        all,
+        "get",
+        &call(event("GET", &format!("{all}?limit=0"), None, operator(), &[])).await,
+    ));
+    seen.insert(doc.check(all, "get", &call(event("GET", all, None, Value::Null, &[])).await));
+    seen.insert(doc.check(all, "get", &call(event("GET", all, None, tenant("t1"), &[])).await));
+
+    // An operation waiting for the spend limit shows the hold.
+    let waiting_id = {
+        let r = call(event("POST", ops, Some(&intent("k6", "p")), tenant("t1"), &[])).await;
+        genace_core::domain::OperationId::parse(
+            serde_json::from_slice::<Value>(r.body().as_ref()).unwrap()["operation_id"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let fresh = store.get(&waiting_id, Utc::now()).await.unwrap().unwrap();
+    let waiting = genace_core::machine::transition(
+        &fresh,
+        genace_core::machine::Event::SpendLimitReached {
+            retry_at: Utc::now() + chrono::Duration::seconds(30),
+        },
+        Utc::now(),
+        &policy,
+    )
+    .unwrap();
+    store.apply(&fresh, &waiting).await.unwrap();
+    let held_view = call(event(
+        "GET",
+        &format!("/v1/operations/{waiting_id}"),
+        None,
+        tenant("t1"),
+        &[],
+    ))
+    .await;
+    let held_body: Value = serde_json::from_slice(held_view.body().as_ref()).unwrap();
+    assert_eq!(held_body["phase"], "prepared");
+    assert_eq!(held_body["hold"]["reason"], "spend_limit");
+    seen.insert(doc.check(one, "get", &held_view));
+
     // Every promise was exercised, except an unavailable store (503).
     let untested: Vec<_> = doc
         .promised()

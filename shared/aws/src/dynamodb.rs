@@ -3,20 +3,30 @@
 //! expired record); a change is an `UpdateItem` of the attributes that
 //! changed, conditional on the version read, returning the current item when
 //! the condition fails.
+//!
+//! A change that moves the operation's share of its tenant's credits is one
+//! `TransactWriteItems` of the record's update and the tenant ledger item's
+//! `ADD`s, so the counters cannot drift from the records. Ledger items
+//! (`TENANT#<tenant>`) sit in the due-time index under the `LEDGER`
+//! partition, which the sweep never reads, so operators can list them
+//! without a scan; their counter updates touch no projected attribute and
+//! cost the index nothing.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
+use genace_core::ledger::{self, Millicredits, Shares, TenantLedger};
 use genace_core::record::OperationRecord;
 use genace_stages::metrics;
 use genace_stages::table::{
-    Applied, CasePage, Created, DueCursor, DueItem, DuePage, OperationStore, StoreError, case_sort_key,
+    Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationStore, StoreError, case_sort_key,
     case_tenant_prefix,
 };
 
@@ -124,6 +134,127 @@ impl DynamoStore {
     fn key(id: &OperationId) -> Item {
         HashMap::from([("pk".to_owned(), AttributeValue::S(OperationRecord::pk_for(id)))])
     }
+
+    fn ledger_key(tenant: &str) -> Item {
+        HashMap::from([("pk".to_owned(), AttributeValue::S(format!("{LEDGER_PREFIX}{tenant}")))])
+    }
+
+    /// The record's update and the tenant's counters, in one transaction.
+    async fn apply_with_ledger(
+        &self,
+        prev: &OperationRecord,
+        next: &OperationRecord,
+        plan: UpdatePlan,
+        delta: Shares,
+    ) -> Result<(), StoreError> {
+        let record = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(&prev.operation_id)))
+            .update_expression(plan.expression)
+            .set_expression_attribute_names(Some(
+                plan.names
+                    .into_iter()
+                    .chain([("#guard_version".to_owned(), "version".to_owned())])
+                    .collect(),
+            ))
+            .set_expression_attribute_values(Some(
+                plan.values
+                    .into_iter()
+                    .chain([(":guard_version".to_owned(), AttributeValue::N(prev.version.to_string()))])
+                    .collect(),
+            ))
+            .condition_expression("#guard_version = :guard_version")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| StoreError::Service(e.to_string()))?;
+        let n = |v: Millicredits| AttributeValue::N(v.to_string());
+        let mut counters = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::ledger_key(prev.tenant_id.as_str())))
+            .update_expression(
+                "ADD held_mc :held, spent_mc :spent, pending_refund_mc :pending, settled_mc :settled, \
+                 headroom_mc :room SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero",
+            )
+            .expression_attribute_values(":held", n(delta.held))
+            .expression_attribute_values(":spent", n(delta.spent))
+            .expression_attribute_values(":pending", n(delta.pending_refund))
+            .expression_attribute_values(":settled", n(delta.settled))
+            .expression_attribute_values(":room", n(-delta.held))
+            .expression_attribute_values(":tenant", AttributeValue::S(prev.tenant_id.as_str().to_owned()))
+            .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
+            .expression_attribute_values(":zero", n(0));
+        let reserves = ledger::reserves(prev, next);
+        if reserves {
+            counters = counters
+                .condition_expression("attribute_not_exists(spend_limit_mc) OR headroom_mc >= :need")
+                .expression_attribute_values(":need", n(delta.held));
+        }
+        let counters = counters.build().map_err(|e| StoreError::Service(e.to_string()))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(record).build())
+            .transact_items(TransactWriteItem::builder().update(counters).build())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
+                TransactWriteItemsError::TransactionCanceledException(e) => {
+                    let reasons = e.cancellation_reasons();
+                    let failed = |i: usize| {
+                        reasons
+                            .get(i)
+                            .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+                    };
+                    if failed(0) {
+                        Err(conflict(reasons[0].item()))
+                    } else if failed(1) && reserves {
+                        Err(StoreError::SpendLimit)
+                    } else {
+                        Err(StoreError::Service(format!(
+                            "transaction cancelled: {:?}",
+                            reasons.iter().map(|r| r.code()).collect::<Vec<_>>()
+                        )))
+                    }
+                }
+                other => Err(StoreError::Service(
+                    aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
+                )),
+            },
+            Err(e) => Err(service_error(e)),
+        }
+    }
+}
+
+/// Key prefix of the tenant ledger items.
+pub const LEDGER_PREFIX: &str = "TENANT#";
+/// The due-index partition that lists ledger items.
+pub const LEDGER_PARTITION: &str = "LEDGER";
+
+fn number(item: &Item, name: &str) -> Result<Option<Millicredits>, StoreError> {
+    match item.get(name) {
+        None => Ok(None),
+        Some(AttributeValue::N(v)) => v
+            .parse::<Millicredits>()
+            .map(Some)
+            .map_err(|_| StoreError::Decode(format!("{name} is not an integer: {v}"))),
+        Some(other) => Err(StoreError::Decode(format!("{name} is not a number: {other:?}"))),
+    }
+}
+
+fn ledger_from_item(tenant: &str, item: &Item) -> Result<TenantLedger, StoreError> {
+    let get = |name| number(item, name).map(Option::unwrap_or_default);
+    Ok(TenantLedger {
+        tenant_id: tenant.to_owned(),
+        totals: Shares {
+            held: get("held_mc")?,
+            spent: get("spent_mc")?,
+            pending_refund: get("pending_refund_mc")?,
+            settled: get("settled_mc")?,
+        },
+        spend_limit: number(item, "spend_limit_mc")?,
+    })
 }
 
 impl OperationStore for DynamoStore {
@@ -187,6 +318,12 @@ impl OperationStore for DynamoStore {
         let Some(plan) = plan_update(&to_item(prev)?, &to_item(next)?) else {
             return Ok(Applied::Unchanged);
         };
+        let delta = ledger::delta(prev, next);
+        if !delta.is_zero() {
+            self.apply_with_ledger(prev, next, plan, delta).await?;
+            phase_metrics(prev, next);
+            return Ok(Applied::Written);
+        }
         let result = self
             .client
             .update_item()
@@ -279,6 +416,102 @@ impl OperationStore for DynamoStore {
             .filter_map(|item| item.get("pk")?.as_s().ok()?.strip_prefix("OP#").map(str::to_owned))
             .map(|id| OperationId::parse(&id).map_err(|e| StoreError::Decode(e.to_string())))
             .collect()
+    }
+
+    async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::ledger_key(tenant.as_str())))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(service_error)?;
+        match out.item() {
+            Some(item) => ledger_from_item(tenant.as_str(), item),
+            None => Ok(TenantLedger {
+                tenant_id: tenant.as_str().to_owned(),
+                ..TenantLedger::default()
+            }),
+        }
+    }
+
+    async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::provision::DUE_INDEX)
+            .key_condition_expression("due_pk = :ledger")
+            .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
+            .limit(limit.max(1))
+            .set_exclusive_start_key(cursor.map(decode_cursor).transpose()?)
+            .send()
+            .await
+            .map_err(service_error)?;
+        let mut ledgers = Vec::new();
+        for key in out.items() {
+            let Some(AttributeValue::S(pk)) = key.get("pk") else {
+                continue;
+            };
+            let Some(tenant) = pk.strip_prefix(LEDGER_PREFIX) else {
+                continue;
+            };
+            let tenant = TenantId::parse(tenant).map_err(|e| StoreError::Decode(e.to_string()))?;
+            ledgers.push(self.ledger(&tenant).await?);
+        }
+        ledgers.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
+        Ok(LedgerPage {
+            ledgers,
+            next: out.last_evaluated_key().and_then(encode_cursor),
+        })
+    }
+
+    async fn set_spend_limit(
+        &self,
+        tenant: &TenantId,
+        limit: Option<Millicredits>,
+    ) -> Result<TenantLedger, StoreError> {
+        // The headroom a claim checks is the limit less what is held; it is
+        // set against the held total read, and retried if that moved.
+        for _ in 0..8 {
+            let current = self.ledger(tenant).await?;
+            let held = current.totals.held;
+            let mut update = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(Self::ledger_key(tenant.as_str())))
+                .expression_attribute_values(":tenant", AttributeValue::S(tenant.as_str().to_owned()))
+                .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
+                .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+                .expression_attribute_values(":held", AttributeValue::N(held.to_string()))
+                .condition_expression("attribute_not_exists(held_mc) AND :held = :zero OR held_mc = :held");
+            update = match limit {
+                Some(l) => update
+                    .update_expression(
+                        "SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero, spend_limit_mc = :limit, \
+                         headroom_mc = :room",
+                    )
+                    .expression_attribute_values(":limit", AttributeValue::N(l.to_string()))
+                    .expression_attribute_values(":room", AttributeValue::N((l - held).to_string())),
+                None => update.update_expression(
+                    "SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero REMOVE spend_limit_mc",
+                ),
+            };
+            match update.send().await {
+                Ok(_) => {
+                    return Ok(TenantLedger {
+                        spend_limit: limit,
+                        ..current
+                    });
+                }
+                Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => continue,
+                Err(e) => return Err(service_error(e)),
+            }
+        }
+        Err(StoreError::Conflict(None))
     }
 
     async fn open_cases(

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use chrono::Utc;
 use genace_core::domain::TenantId;
+use genace_core::ledger;
 use genace_core::machine;
 use genace_core::machine::Policy;
 use genace_core::record::DUE_SHARDS;
@@ -255,6 +256,199 @@ async fn the_job_index_finds_the_holder<S: OperationStore>(store: S) {
     assert!(store.holders_of_remote_job("job-unknown").await.unwrap().is_empty());
 }
 
+fn accepted_with(claimed: &OperationRecord, job_id: &str, held: Option<f64>) -> OperationRecord {
+    let job = machine::AcceptedJob {
+        job_id: job_id.into(),
+        state: Some("queued".into()),
+        model: None,
+        created_at: None,
+        held_credits: held,
+    };
+    let event = machine::Event::Accepted {
+        token: "tok",
+        job: &job,
+    };
+    machine::transition(claimed, event, Utc::now(), &Policy::default()).unwrap()
+}
+
+fn millis_held<S: OperationStore>(store: &S, tenant: &str) -> impl std::future::Future<Output = ledger::Shares> {
+    let tenant = TenantId::parse(tenant).unwrap();
+    async move { store.ledger(&tenant).await.unwrap().totals }
+}
+
+/// The default estimate a video claim reserves, in millicredits.
+fn video_reservation() -> i64 {
+    ledger::millis(Policy::default().credit_estimate.video)
+}
+
+async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    let policy = Policy::default();
+    let tenant = "tenant-ledger";
+    let a = record_for(tenant, "a", "p");
+    store.create(&a, now).await.unwrap();
+    assert!(
+        millis_held(&store, tenant).await.is_zero(),
+        "a new intent commits nothing"
+    );
+    let a1 = claimed(&a, "tok");
+    store.apply(&a, &a1).await.unwrap();
+    assert_eq!(millis_held(&store, tenant).await.held, video_reservation());
+    // The 202's amount replaces the reservation.
+    let a2 = accepted_with(&a1, "job-ledger-a", Some(12.5));
+    store.apply(&a1, &a2).await.unwrap();
+    assert_eq!(millis_held(&store, tenant).await.held, 12_500);
+    let snapshot = genace_core::remote::JobSnapshot {
+        id: Some("job-ledger-a".into()),
+        state: "completed".into(),
+        status: genace_core::remote::RenderStatus::Succeeded,
+        outputs: Some(vec![genace_core::record::OutputRef {
+            url: "https://cdn.example/a.mp4".into(),
+            content_type: None,
+        }]),
+        outputs_unreadable: None,
+        client_reference: None,
+        error: None,
+    };
+    let observed = machine::Event::Observed {
+        snapshot: &snapshot,
+        next_check: now,
+        stalled: None,
+    };
+    let a3 = machine::transition(&a2, observed, now, &policy).unwrap();
+    assert_eq!(a3.phase, Phase::Rendered);
+    store.apply(&a2, &a3).await.unwrap();
+    let totals = millis_held(&store, tenant).await;
+    assert_eq!((totals.held, totals.spent), (0, 12_500));
+
+    // A 502 naming a job: its refund is pending until an operator settles it.
+    let b = record_for(tenant, "b", "p");
+    store.create(&b, now).await.unwrap();
+    let b1 = claimed(&b, "tok");
+    store.apply(&b, &b1).await.unwrap();
+    let error = genace_core::record::RemoteError {
+        kind: "http_502".into(),
+        status: Some(502),
+        detail: "provider failed".into(),
+    };
+    let failed = machine::Event::SubmitFailed {
+        token: "tok",
+        job_id: "job-ledger-b",
+        error: &error,
+    };
+    let b2 = machine::transition(&b1, failed, now, &policy).unwrap();
+    store.apply(&b1, &b2).await.unwrap();
+    let totals = millis_held(&store, tenant).await;
+    assert_eq!(
+        (totals.held, totals.pending_refund, totals.settled),
+        (0, video_reservation(), 0)
+    );
+    let settle = machine::Event::Resolved(machine::Decision {
+        resolution: &machine::Resolution::MarkSettled,
+        actor: "ops",
+        reason: "refund confirmed",
+    });
+    let b3 = machine::transition(&b2, settle, now, &policy).unwrap();
+    store.apply(&b2, &b3).await.unwrap();
+    let totals = millis_held(&store, tenant).await;
+    assert_eq!((totals.pending_refund, totals.settled), (0, video_reservation()));
+    // The counters are the sum of the records' shares, and other tenants
+    // are untouched.
+    let sum = [&a3, &b3]
+        .iter()
+        .fold(ledger::Shares::default(), |acc, r| acc.plus(&ledger::share(r)));
+    assert_eq!(totals, sum);
+    assert!(millis_held(&store, "tenant-other").await.is_zero());
+}
+
+async fn a_claim_past_the_spend_limit_writes_nothing<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    let tenant = TenantId::parse("tenant-limited").unwrap();
+    let room_for_one = video_reservation() + video_reservation() / 2;
+    let set = store.set_spend_limit(&tenant, Some(room_for_one)).await.unwrap();
+    assert_eq!(set.spend_limit, Some(room_for_one));
+    let a = record_for("tenant-limited", "a", "p");
+    let b = record_for("tenant-limited", "b", "p");
+    store.create(&a, now).await.unwrap();
+    store.create(&b, now).await.unwrap();
+    let a1 = claimed(&a, "tok");
+    store.apply(&a, &a1).await.unwrap();
+    let b1 = claimed(&b, "tok");
+    assert!(matches!(store.apply(&b, &b1).await, Err(StoreError::SpendLimit)));
+    assert_eq!(store.get(&b.operation_id, now).await.unwrap(), Some(b.clone()));
+    assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, video_reservation());
+    // Facts are recorded whatever the limit: a 202 holding more than the room.
+    let a2 = accepted_with(&a1, "job-limited-a", Some(100.0));
+    store.apply(&a1, &a2).await.unwrap();
+    assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, 100_000);
+    // Credits freed (here: the limit raised) let the waiting claim through.
+    store.set_spend_limit(&tenant, Some(200_000)).await.unwrap();
+    store.apply(&b, &b1).await.unwrap();
+    assert_eq!(
+        store.ledger(&tenant).await.unwrap().totals.held,
+        100_000 + video_reservation()
+    );
+    // No limit, no check.
+    store.set_spend_limit(&tenant, None).await.unwrap();
+    assert_eq!(store.ledger(&tenant).await.unwrap().spend_limit, None);
+    let c = record_for("tenant-limited", "c", "p");
+    store.create(&c, now).await.unwrap();
+    store.apply(&c, &claimed(&c, "tok")).await.unwrap();
+}
+
+async fn two_claims_race_for_room_for_one<S: OperationStore + Clone + 'static>(store: S) {
+    let now = Utc::now();
+    let tenant = TenantId::parse("tenant-race").unwrap();
+    store
+        .set_spend_limit(&tenant, Some(video_reservation() + video_reservation() / 2))
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for key in ["a", "b"] {
+        let rec = record_for("tenant-race", key, "p");
+        store.create(&rec, now).await.unwrap();
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let next = claimed(&rec, "tok");
+            store.apply(&rec, &next).await
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.unwrap());
+    }
+    let passed = outcomes.iter().filter(|o| o.is_ok()).count();
+    let refused = outcomes
+        .iter()
+        .filter(|o| matches!(o, Err(StoreError::SpendLimit)))
+        .count();
+    assert_eq!((passed, refused), (1, 1), "{outcomes:?}");
+    assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, video_reservation());
+}
+
+async fn operators_page_through_every_ledger<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    for tenant in ["t-1", "t-2", "t-3"] {
+        let rec = record_for(tenant, "k", "p");
+        store.create(&rec, now).await.unwrap();
+        store.apply(&rec, &claimed(&rec, "tok")).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.ledgers(2, cursor.as_deref()).await.unwrap();
+        assert!(page.ledgers.len() <= 2);
+        seen.extend(page.ledgers.into_iter().map(|l| (l.tenant_id, l.totals.held)));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    seen.sort();
+    let r = video_reservation();
+    assert_eq!(seen, [("t-1".into(), r), ("t-2".into(), r), ("t-3".into(), r)]);
+}
+
 genace_aws::contract_tests!(
     memory => genace_stages::memory::MemoryStore::default(),
     dynamodb => |env| env.store();
@@ -266,4 +460,8 @@ genace_aws::contract_tests!(
     the_due_index_is_sparse_sharded_ordered_and_paged,
     case_listing_is_per_tenant_and_paged,
     the_job_index_finds_the_holder,
+    the_ledger_follows_every_credit_move,
+    a_claim_past_the_spend_limit_writes_nothing,
+    two_claims_race_for_room_for_one,
+    operators_page_through_every_ledger,
 );

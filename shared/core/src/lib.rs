@@ -7,12 +7,16 @@
 //! - [`machine`]: the pure lifecycle rules; every record change is decided here.
 //! - [`remote`]: Genace's protocol as data: outcomes of a POST and of a
 //!   status read, and the submission body.
+//! - [`ledger`]: each operation's share of its tenant's credits.
+//! - [`events`]: the lifecycle events a committed change announces.
 //! - [`messages`]: what the stages send each other.
 //!
 //! This crate does no I/O. It must not import AWS, HTTP or Lambda crates, nor
 //! any other crate of this workspace: every other crate depends on it.
 
 pub mod domain;
+pub mod events;
+pub mod ledger;
 pub mod machine;
 pub mod messages;
 pub mod record;

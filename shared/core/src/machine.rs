@@ -37,7 +37,7 @@ pub enum Refusal {
     DifferentRemoteJob { existing: String },
     #[error("delivery has already ended ({actual:?})")]
     DeliveryFinished { actual: DeliveryState },
-    /// A 429 or an account hold set a time before which nobody may claim.
+    /// A 429, an account hold or the spend limit set a time before which nobody may claim.
     #[error("dispatch must wait until {until}")]
     NotYet { until: DateTime<Utc> },
     /// A reconciliation case is open; only a person moves the operation on.
@@ -68,6 +68,37 @@ pub struct Policy {
     pub account_hold: Duration,
     /// 429 answers in a row before the operation is held with a case.
     pub rate_limit_max: u32,
+    /// Credits a dispatch claim reserves against the tenant's spend limit,
+    /// by media type, until Genace's 202 says what it holds.
+    pub credit_estimate: CreditEstimate,
+    /// How long an operation held by the spend limit waits before dispatch
+    /// looks again.
+    pub spend_recheck: Duration,
+}
+
+/// Credits reserved per claim, by media type.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CreditEstimate {
+    pub image: f64,
+    pub video: f64,
+}
+
+impl CreditEstimate {
+    pub fn for_media(&self, media: crate::domain::MediaType) -> f64 {
+        match media {
+            crate::domain::MediaType::Image => self.image,
+            crate::domain::MediaType::Video => self.video,
+        }
+    }
+}
+
+impl Default for CreditEstimate {
+    fn default() -> Self {
+        Self {
+            image: 1.0,
+            video: 10.0,
+        }
+    }
 }
 
 impl Default for Policy {
@@ -80,6 +111,8 @@ impl Default for Policy {
             delivery_max_attempts: 8,
             account_hold: Duration::minutes(10),
             rate_limit_max: 10,
+            credit_estimate: CreditEstimate::default(),
+            spend_recheck: Duration::seconds(30),
         }
     }
 }
@@ -137,6 +170,8 @@ fn claim_dispatch(
     });
     next.dispatch_attempts = rec.dispatch_attempts + 1;
     next.due_at = Some(lease_expires_at.timestamp_millis());
+    next.reserved_credits = Some(policy.credit_estimate.for_media(rec.media_type));
+    next.spend_hold = None;
     // A dispatch fault directive fires once: the claim consumes it.
     consume_fault(&mut next, Fault::fires_in_dispatch);
     Ok(next)
@@ -188,6 +223,17 @@ fn release_claim(
         next.due_at = Some(retry_at.timestamp_millis());
     }
     Ok(next)
+}
+
+/// `prepared -> prepared`, waiting: the claim would take the tenant past
+/// its spend limit, so nothing was POSTed. Dispatch looks again at
+/// `retry_at` (the sweep re-sends it), and claims as soon as credits are free.
+fn wait_for_spend_limit(rec: &OperationRecord, retry_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+    let mut next = rec.clone();
+    next.spend_hold = Some(rec.spend_hold.unwrap_or(now));
+    next.retry_at = Some(retry_at.timestamp_millis());
+    next.due_at = Some(retry_at.timestamp_millis());
+    next
 }
 
 /// `submitting -> prepared`, held: Genace refused our account (401, 402,
@@ -666,6 +712,8 @@ pub mod planted {
 pub enum Event<'a> {
     /// Dispatch claims a prepared operation: the only road to a POST.
     ClaimDispatch { token: &'a str },
+    /// The claim would take the tenant past its spend limit: wait.
+    SpendLimitReached { retry_at: DateTime<Utc> },
     /// Genace answered 429: it did not process the request.
     RateLimited { token: &'a str, retry_at: DateTime<Utc> },
     /// Genace refused our account (401, 402, 403, a wrong path).
@@ -739,6 +787,7 @@ impl Event<'_> {
     pub fn name(&self) -> &'static str {
         match self {
             Event::ClaimDispatch { .. } => "claim",
+            Event::SpendLimitReached { .. } => "wait for the spend limit",
             Event::RateLimited { .. } => "release",
             Event::AccountRefused { .. } => "hold",
             Event::Accepted { .. } => "accept",
@@ -761,7 +810,7 @@ impl Event<'_> {
     /// Where the event applies, as a refusal names it.
     pub fn expected(&self) -> &'static str {
         match self {
-            Event::ClaimDispatch { .. } => "prepared",
+            Event::ClaimDispatch { .. } | Event::SpendLimitReached { .. } => "prepared",
             Event::RateLimited { .. }
             | Event::AccountRefused { .. }
             | Event::Rejected { .. }
@@ -809,6 +858,7 @@ pub fn transition(
     let next = match (rec.phase, event) {
         // ---- dispatch
         (Prepared, Event::ClaimDispatch { token }) => claim_dispatch(rec, token, now, policy)?,
+        (Prepared, Event::SpendLimitReached { retry_at }) => wait_for_spend_limit(rec, retry_at, now),
         (Submitting, Event::ClaimDispatch { .. }) if rec.claim.as_ref().is_some_and(|c| c.lease_expires_at > now) => {
             let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
             return Err(Refusal::LeaseLive { until });
@@ -1003,6 +1053,9 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
                 rec.phase.as_str()
             ));
         }
+    }
+    if rec.spend_hold.is_some() && rec.phase != Phase::Prepared {
+        return Err(format!("a spend-limit hold on a {} operation", rec.phase.as_str()));
     }
     if rec.phase == Phase::Submitting && rec.claim.is_none() {
         return Err("submitting without a claim".into());

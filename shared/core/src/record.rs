@@ -204,6 +204,14 @@ pub struct OperationRecord {
     pub remote_created_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_credits: Option<f64>,
+    /// Credits the dispatch claim reserved against the tenant's spend limit
+    /// (an estimate by media type), until Genace reports `held_credits`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_credits: Option<f64>,
+    /// Since when dispatch has been waiting for the tenant's spend limit to
+    /// leave room. The phase stays `prepared`; `retry_at` is the next look.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend_hold: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -279,6 +287,8 @@ impl OperationRecord {
             remote_model: None,
             remote_created_at: None,
             held_credits: None,
+            reserved_credits: None,
+            spend_hold: None,
             accepted_at: None,
             observed_at: None,
             settlement: None,

@@ -183,6 +183,11 @@ impl Config {
                 delivery_max_attempts: number("DELIVERY_MAX_ATTEMPTS", 8)? as u32,
                 account_hold: Duration::seconds(number("ACCOUNT_HOLD_SECONDS", 600)?),
                 rate_limit_max: number("RATE_LIMIT_MAX_RETRIES", 10)? as u32,
+                credit_estimate: genace_core::machine::CreditEstimate {
+                    image: number("CREDIT_ESTIMATE_IMAGE", 1)? as f64,
+                    video: number("CREDIT_ESTIMATE_VIDEO", 10)? as f64,
+                },
+                spend_recheck: Duration::seconds(number("SPEND_LIMIT_RECHECK_SECONDS", 30)?),
             },
             fault_injection: flag("FAULT_INJECTION")?,
             poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", 900)?.min(900) as u32,

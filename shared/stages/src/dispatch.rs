@@ -11,7 +11,7 @@ use crate::genace::Genace;
 use crate::metrics;
 use crate::queue::{RecoveryChannel, WorkQueue};
 use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
-use crate::table::{CommitError, OperationStore, commit, commit_with};
+use crate::table::{CommitError, OperationStore, StoreError, commit, commit_with};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
@@ -36,6 +36,9 @@ pub enum Dispatched {
     Deferred,
     /// Held with an open case (repeated 429s): only an operator releases it.
     Held,
+    /// The claim would take the tenant past its spend limit: nothing was
+    /// POSTed, and dispatch looks again after the policy's recheck interval.
+    WaitingForCredits,
     /// We claimed and POSTed once; this is how it ended.
     Posted(PostResult),
 }
@@ -142,6 +145,35 @@ where
                     Ok(Dispatched::NotDispatchable(current.phase))
                 }
             },
+            Err(CommitError::Store(StoreError::SpendLimit)) => self.wait_for_credits(id, now).await,
+            Err(CommitError::Store(e)) => Err(e.into()),
+        }
+    }
+
+    /// Records that the operation waits for its tenant's spend limit, and
+    /// when dispatch looks again (the sweep re-sends it then).
+    async fn wait_for_credits(
+        &self,
+        id: &OperationId,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Dispatched, StageError> {
+        let policy = self.config.policy;
+        let Some(rec) = self.store.get(id, now).await? else {
+            return Ok(Dispatched::Missing);
+        };
+        let retry_at = now + policy.spend_recheck;
+        match commit(&self.store, rec, write_attempts(), |r| {
+            machine::transition(r, Event::SpendLimitReached { retry_at }, now, &policy)
+        })
+        .await
+        {
+            Ok(_) => {
+                info!(operation_id = %id, %retry_at, "spend limit reached; dispatch waits for credits");
+                metrics::count("SpendLimitWait", &[]);
+                Ok(Dispatched::WaitingForCredits)
+            }
+            // Claimed or moved on meanwhile: nothing to hold.
+            Err(CommitError::Refused { current, .. }) => Ok(Dispatched::NotDispatchable(current.phase)),
             Err(CommitError::Store(e)) => Err(e.into()),
         }
     }

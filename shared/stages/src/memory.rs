@@ -3,7 +3,8 @@
 //! on them: a create conditional on absence (an expired record counts as
 //! absent), an update conditional on the version read, the current record
 //! returned with a lost condition (`ALL_OLD`), no write when nothing changed,
-//! and the sparse due, case and job indexes. `shared/aws/tests/store_contract.rs`
+//! the sparse due, case and job indexes, and the tenant ledgers moved in the
+//! same atomic write as the record, with the spend limit checked on claims. `shared/aws/tests/store_contract.rs`
 //! runs one suite of assertions against this store and the DynamoDB store on
 //! the local endpoint, so the two cannot drift.
 
@@ -12,20 +13,40 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
+use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 use genace_core::record::OperationRecord;
 use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_submit};
 
 use crate::queue::QueueError;
 use crate::table::{
-    Applied, CasePage, Created, DueCursor, DueItem, DuePage, OperationStore, StoreError, case_sort_key,
+    Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationStore, StoreError, case_sort_key,
     case_tenant_prefix,
 };
 
 /// The operation table, in memory. Clones share the same table.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
-    table: Arc<Mutex<BTreeMap<String, OperationRecord>>>,
+    table: Arc<Mutex<Tables>>,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    records: BTreeMap<String, OperationRecord>,
+    ledgers: BTreeMap<String, TenantLedger>,
+}
+
+impl std::ops::Deref for Tables {
+    type Target = BTreeMap<String, OperationRecord>;
+    fn deref(&self) -> &Self::Target {
+        &self.records
+    }
+}
+
+impl std::ops::DerefMut for Tables {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.records
+    }
 }
 
 impl MemoryStore {
@@ -34,7 +55,7 @@ impl MemoryStore {
         self.lock().values().cloned().collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, OperationRecord>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
         // A test that panicked while holding the lock leaves a usable table.
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -92,8 +113,21 @@ impl OperationStore for MemoryStore {
             return Ok(Applied::Unchanged);
         }
         let mut table = self.lock();
-        match table.get_mut(&prev.pk) {
+        let tables = &mut *table;
+        match tables.records.get_mut(&prev.pk) {
             Some(current) if current.version == prev.version => {
+                let delta = ledger::delta(prev, next);
+                if !delta.is_zero() {
+                    let tenant = prev.tenant_id.as_str();
+                    let entry = tables.ledgers.entry(tenant.to_owned()).or_insert_with(|| TenantLedger {
+                        tenant_id: tenant.to_owned(),
+                        ..TenantLedger::default()
+                    });
+                    if ledger::reserves(prev, next) && entry.headroom().is_some_and(|room| room < delta.held) {
+                        return Err(StoreError::SpendLimit);
+                    }
+                    entry.totals = entry.totals.plus(&delta);
+                }
                 *current = next.clone();
                 Ok(Applied::Written)
             }
@@ -152,6 +186,52 @@ impl OperationStore for MemoryStore {
             .take(10)
             .map(|r| r.operation_id.clone())
             .collect())
+    }
+
+    async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
+        Ok(self
+            .lock()
+            .ledgers
+            .get(tenant.as_str())
+            .cloned()
+            .unwrap_or_else(|| TenantLedger {
+                tenant_id: tenant.as_str().to_owned(),
+                ..TenantLedger::default()
+            }))
+    }
+
+    async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
+        let table = self.lock();
+        let limit = limit.max(1) as usize;
+        let mut page: Vec<TenantLedger> = table
+            .ledgers
+            .values()
+            .filter(|l| cursor.is_none_or(|c| l.tenant_id.as_str() > c))
+            .take(limit + 1)
+            .cloned()
+            .collect();
+        let next = (page.len() > limit).then(|| {
+            page.truncate(limit);
+            page.last().map(|l| l.tenant_id.clone()).unwrap_or_default()
+        });
+        Ok(LedgerPage { ledgers: page, next })
+    }
+
+    async fn set_spend_limit(
+        &self,
+        tenant: &TenantId,
+        limit: Option<Millicredits>,
+    ) -> Result<TenantLedger, StoreError> {
+        let mut table = self.lock();
+        let entry = table
+            .ledgers
+            .entry(tenant.as_str().to_owned())
+            .or_insert_with(|| TenantLedger {
+                tenant_id: tenant.as_str().to_owned(),
+                ..TenantLedger::default()
+            });
+        entry.spend_limit = limit;
+        Ok(entry.clone())
     }
 
     async fn open_cases(

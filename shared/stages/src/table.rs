@@ -5,6 +5,7 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
+use genace_core::ledger::{Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,10 @@ pub enum StoreError {
     Service(String),
     #[error("the page cursor is not valid")]
     Cursor,
+    /// A dispatch claim would take its tenant past the spend limit; nothing
+    /// was written.
+    #[error("the tenant's spend limit leaves no room for this claim")]
+    SpendLimit,
 }
 
 /// Result of creating an intent.
@@ -56,6 +61,12 @@ pub trait OperationStore: Send + Sync {
     ) -> impl Future<Output = Result<Option<OperationRecord>, StoreError>> + Send;
 
     /// Writes `next` over `prev` if the stored version is still `prev.version`.
+    ///
+    /// When the write changes the operation's share of its tenant's ledger
+    /// ([`genace_core::ledger::delta`]), the tenant's counters move in the
+    /// same atomic write. A dispatch claim ([`genace_core::ledger::reserves`])
+    /// is refused with [`StoreError::SpendLimit`] when its reservation does
+    /// not fit under the tenant's limit.
     fn apply(
         &self,
         prev: &OperationRecord,
@@ -76,6 +87,20 @@ pub trait OperationStore: Send + Sync {
     /// more than one would be a bug or a mistaken attach).
     fn holders_of_remote_job(&self, job_id: &str) -> impl Future<Output = Result<Vec<OperationId>, StoreError>> + Send;
 
+    /// A tenant's ledger (zeros and no limit for a tenant never seen).
+    fn ledger(&self, tenant: &TenantId) -> impl Future<Output = Result<TenantLedger, StoreError>> + Send;
+
+    /// One page of every tenant's ledger, in tenant order.
+    fn ledgers(&self, limit: i32, cursor: Option<&str>) -> impl Future<Output = Result<LedgerPage, StoreError>> + Send;
+
+    /// Sets (or, with `None`, removes) a tenant's spend limit. Operations
+    /// already holding credits keep them; the limit applies to new claims.
+    fn set_spend_limit(
+        &self,
+        tenant: &TenantId,
+        limit: Option<Millicredits>,
+    ) -> impl Future<Output = Result<TenantLedger, StoreError>> + Send;
+
     /// One page of the sparse open-case index, optionally for one tenant.
     fn open_cases(
         &self,
@@ -90,6 +115,14 @@ pub trait OperationStore: Send + Sync {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CasePage {
     pub records: Vec<OperationRecord>,
+    /// Opaque; pass it back for the next page.
+    pub next: Option<String>,
+}
+
+/// A page of tenant ledgers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LedgerPage {
+    pub ledgers: Vec<TenantLedger>,
     /// Opaque; pass it back for the next page.
     pub next: Option<String>,
 }
@@ -197,6 +230,14 @@ where
             // conflict with itself: the stored record is exactly ours.
             Err(StoreError::Conflict(Some(current))) if *current == next => return Ok((next, said)),
             Err(StoreError::Conflict(Some(current))) => rec = *current,
+            // A conflict that did not say what the record now is (a
+            // cancelled transaction): read it.
+            Err(StoreError::Conflict(None)) => match store.get(&rec.operation_id, next.updated_at).await? {
+                Some(current) if current == next => return Ok((next, said)),
+                Some(current) => rec = current,
+                None => return Err(CommitError::Store(StoreError::Conflict(None))),
+            },
+            Err(StoreError::SpendLimit) => return Err(CommitError::Store(StoreError::SpendLimit)),
             Err(e) => {
                 last = Some(e);
                 tokio::time::sleep(backoff).await;

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::auth::Principal;
 use super::problem::{Problem, not_found};
-use super::views::{case_view, etag, view, view_with_links};
+use super::views::{case_view, credits_view, etag, view, view_with_links};
 
 fn json_response(status: StatusCode) -> lambda_http::http::response::Builder {
     Response::builder()
@@ -57,6 +57,9 @@ enum Route {
     Operation(String),
     Resolution(String),
     Cases,
+    MyCredits,
+    AllCredits,
+    SpendLimit(String),
 }
 
 /// The route of a request, and the operation id in its path. API Gateway
@@ -80,6 +83,12 @@ fn route(req: &Request) -> Option<Route> {
             Some(Route::Resolution(named.unwrap_or_else(|| (*id).to_owned())))
         }
         [.., "v1", "reconciliation-cases"] => Some(Route::Cases),
+        [.., "v1", "tenants", "me", "credits"] => Some(Route::MyCredits),
+        [.., "v1", "credits"] => Some(Route::AllCredits),
+        [.., "v1", "tenants", tenant, "spend-limit"] => {
+            let named = req.path_parameters_ref().and_then(|p| p.first("tenant_id"));
+            Some(Route::SpendLimit(named.unwrap_or(tenant).to_owned()))
+        }
         _ => None,
     }
 }
@@ -118,6 +127,12 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
         (Some(Route::Resolution(_)), _) => Err(method_not_allowed("POST")),
         (Some(Route::Cases), &Method::GET) => list_cases(intake, &req).await,
         (Some(Route::Cases), _) => Err(method_not_allowed("GET")),
+        (Some(Route::MyCredits), &Method::GET) => my_credits(intake, &req).await,
+        (Some(Route::MyCredits), _) => Err(method_not_allowed("GET")),
+        (Some(Route::AllCredits), &Method::GET) => all_credits(intake, &req).await,
+        (Some(Route::AllCredits), _) => Err(method_not_allowed("GET")),
+        (Some(Route::SpendLimit(tenant)), &Method::PUT) => set_spend_limit(intake, req, &tenant).await,
+        (Some(Route::SpendLimit(_)), _) => Err(method_not_allowed("PUT")),
         (None, _) => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "no-route",
@@ -223,6 +238,74 @@ fn if_match_version(req: &Request) -> Result<u64, Problem> {
 /// Largest resolution body accepted.
 const MAX_RESOLUTION_BODY: usize = 8 * 1024;
 
+fn page_limit(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result<i32, Problem> {
+    match q.first("limit") {
+        None => Ok(25),
+        Some(l) => l
+            .parse::<i32>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| Problem::from(InvalidInput::new("limit", "must be 1-100"))),
+    }
+}
+
+fn ok_json(body: Value) -> Response<Body> {
+    json_response(StatusCode::OK)
+        .body(Body::Text(body.to_string()))
+        .expect("valid response")
+}
+
+async fn my_credits<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let principal = Principal::read(req, &intake.config)?;
+    let ledger = intake.credits(principal.tenant(&intake.config)?).await?;
+    Ok(ok_json(credits_view(&ledger)))
+}
+
+async fn all_credits<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let op = Principal::read(req, &intake.config)?.operator(&intake.config)?;
+    let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
+    let page = intake.all_credits(&op, page_limit(&q)?, q.first("cursor")).await?;
+    let tenants: Vec<Value> = page.ledgers.iter().map(credits_view).collect();
+    Ok(ok_json(json!({"tenants": tenants, "next_cursor": page.next})))
+}
+
+/// Largest spend limit accepted, in credits.
+const MAX_SPEND_LIMIT: f64 = 1e12;
+
+async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+    raw_tenant: &str,
+) -> Result<Response<Body>, Problem> {
+    let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
+    if req.body().as_ref().len() > MAX_RESOLUTION_BODY {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "The request body is too large",
+            format!("A spend limit may be at most {MAX_RESOLUTION_BODY} bytes."),
+        ));
+    }
+    let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
+    let body = json_body(&req)?;
+    let limit = match body.get("spend_limit") {
+        Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(v) if (0.0..=MAX_SPEND_LIMIT).contains(&v) => Some(genace_core::ledger::millis(v)),
+            _ => return Err(InvalidInput::new("spend_limit", "must be between 0 and 1e12 credits").into()),
+        },
+        _ => return Err(InvalidInput::new("spend_limit", "is required: a number of credits, or null for none").into()),
+    };
+    let ledger = intake.set_spend_limit(&op, &tenant, limit).await?;
+    Ok(ok_json(credits_view(&ledger)))
+}
+
 async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     intake: &Intake<S, Q, O, C>,
     req: &Request,
@@ -240,14 +323,7 @@ async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
                 .map_err(|_| Problem::from(InvalidInput::new("reason", "is not a case reason")))
         })
         .transpose()?;
-    let limit = match q.first("limit") {
-        None => 25,
-        Some(l) => l
-            .parse::<i32>()
-            .ok()
-            .filter(|n| (1..=100).contains(n))
-            .ok_or_else(|| Problem::from(InvalidInput::new("limit", "must be 1-100")))?,
-    };
+    let limit = page_limit(&q)?;
     let page = intake.cases(&op, tenant, reason, limit, q.first("cursor")).await?;
     let cases: Vec<Value> = page.records.iter().map(case_view).collect();
     let body = json!({"cases": cases, "next_cursor": page.next});

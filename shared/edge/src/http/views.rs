@@ -1,6 +1,7 @@
 //! Views: the JSON an application or an operator sees of an operation. Claim
 //! tokens, fault directives and internal scheduling never appear.
 
+use genace_core::ledger::TenantLedger;
 use genace_core::record::OperationRecord;
 use serde_json::{Value, json};
 
@@ -57,7 +58,32 @@ pub fn view(rec: &OperationRecord) -> Value {
     if !rec.audit.is_empty() {
         obj.insert("audit".into(), json!(rec.audit));
     }
+    if rec.held_credits.is_some() {
+        obj.insert("held_credits".into(), json!(rec.held_credits));
+    }
+    if let Some(since) = rec.spend_hold {
+        let next_check = rec.retry_at.and_then(chrono::DateTime::from_timestamp_millis);
+        obj.insert(
+            "hold".into(),
+            json!({"reason": "spend_limit", "since": since, "next_check": next_check,
+                   "detail": "Dispatch waits until the tenant's spend limit leaves room for this operation."}),
+        );
+    }
     v
+}
+
+/// A tenant's credits, in credits (not thousandths).
+pub fn credits_view(ledger: &TenantLedger) -> Value {
+    use genace_core::ledger::credits;
+    json!({
+        "tenant_id": ledger.tenant_id,
+        "held": credits(ledger.totals.held),
+        "spent": credits(ledger.totals.spent),
+        "pending_refund": credits(ledger.totals.pending_refund),
+        "settled": credits(ledger.totals.settled),
+        "spend_limit": ledger.spend_limit.map(credits),
+        "available": ledger.headroom().map(|h| credits(h.max(0))),
+    })
 }
 
 /// The strong validator of an operation view: its version.

@@ -1,0 +1,348 @@
+//! Lifecycle events: what a committed change of an operation record tells
+//! applications. [`derive`] compares the record before and after one write
+//! (a stream record's old and new image) and names what happened; it is the
+//! only place events are made, so an event exists iff its change was
+//! committed.
+//!
+//! Consumers deduplicate on [`LifecycleEvent::id`]: the operation id, the
+//! version the change wrote, and the type (one write can announce two
+//! things, a case resolved and a job accepted).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::record::{CaseReason, DeliveryState, OperationRecord, Phase, ReconciliationCase};
+
+/// The `source` of every event on the bus.
+pub const SOURCE: &str = "genace.operations";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    #[serde(rename = "operation.accepted")]
+    Accepted,
+    #[serde(rename = "operation.rendered")]
+    Rendered,
+    #[serde(rename = "operation.delivered")]
+    Delivered,
+    #[serde(rename = "operation.render_failed")]
+    RenderFailed,
+    #[serde(rename = "operation.rejected")]
+    Rejected,
+    #[serde(rename = "operation.case_opened")]
+    CaseOpened,
+    #[serde(rename = "operation.case_resolved")]
+    CaseResolved,
+    #[serde(rename = "operation.held")]
+    Held,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 8] = [
+        Kind::Accepted,
+        Kind::Rendered,
+        Kind::Delivered,
+        Kind::RenderFailed,
+        Kind::Rejected,
+        Kind::CaseOpened,
+        Kind::CaseResolved,
+        Kind::Held,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Accepted => "operation.accepted",
+            Kind::Rendered => "operation.rendered",
+            Kind::Delivered => "operation.delivered",
+            Kind::RenderFailed => "operation.render_failed",
+            Kind::Rejected => "operation.rejected",
+            Kind::CaseOpened => "operation.case_opened",
+            Kind::CaseResolved => "operation.case_resolved",
+            Kind::Held => "operation.held",
+        }
+    }
+}
+
+/// One event, as put on the bus (its `detail`) and as the local stack
+/// writes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LifecycleEvent {
+    /// `<operation_id>:<version>:<type>`: the deduplication key.
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    /// When the change was committed (the record's `updated_at`).
+    pub time: DateTime<Utc>,
+    pub tenant_id: String,
+    pub operation_id: String,
+    pub operation_key: String,
+    pub phase: Phase,
+    pub delivery_state: DeliveryState,
+    /// The record version the change wrote.
+    pub version: u64,
+    /// What is particular to the type; see docs/events.md.
+    pub data: Map<String, Value>,
+}
+
+/// Where delivered objects live, for `operation.delivered`.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    pub bucket: Option<String>,
+}
+
+fn event(rec: &OperationRecord, kind: Kind, data: Value) -> LifecycleEvent {
+    LifecycleEvent {
+        id: format!("{}:{}:{}", rec.operation_id, rec.version, kind.as_str()),
+        kind,
+        time: rec.updated_at,
+        tenant_id: rec.tenant_id.as_str().to_owned(),
+        operation_id: rec.operation_id.as_str().to_owned(),
+        operation_key: rec.operation_key.clone(),
+        phase: rec.phase,
+        delivery_state: rec.delivery_state,
+        version: rec.version,
+        data: match data {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        },
+    }
+}
+
+fn same_case(a: Option<&ReconciliationCase>, b: Option<&ReconciliationCase>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.reason == b.reason && a.opened_at == b.opened_at,
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+fn retry_at(rec: &OperationRecord) -> Value {
+    rec.retry_at
+        .and_then(DateTime::from_timestamp_millis)
+        .map_or(Value::Null, |t| json!(t))
+}
+
+/// The events one committed write announces, in the order they happened.
+/// `old` is absent for a newly recorded intent (which announces nothing).
+pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Context) -> Vec<LifecycleEvent> {
+    let Some(old) = old else {
+        return Vec::new();
+    };
+    if old.version == new.version {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let case_changed = !same_case(old.case.as_ref(), new.case.as_ref());
+    // A case closes before what closing it led to.
+    if let (true, Some(closed)) = (case_changed, &old.case) {
+        let decision = (new.audit.len() > old.audit.len())
+            .then(|| new.audit.last())
+            .flatten()
+            .map_or(
+                Value::Null,
+                |a| json!({"action": a.action, "actor": a.actor, "reason": a.reason, "at": a.at}),
+            );
+        out.push(event(
+            new,
+            Kind::CaseResolved,
+            json!({"reason": closed.reason.as_str(), "opened_at": closed.opened_at, "decision": decision}),
+        ));
+    }
+    if old.phase != new.phase {
+        match new.phase {
+            Phase::Accepted => out.push(event(
+                new,
+                Kind::Accepted,
+                json!({"remote_job_id": new.remote_job_id, "held_credits": new.held_credits}),
+            )),
+            Phase::Rendered => out.push(event(new, Kind::Rendered, json!({"remote_job_id": new.remote_job_id}))),
+            Phase::RenderFailed => out.push(event(
+                new,
+                Kind::RenderFailed,
+                json!({"remote_job_id": new.remote_job_id, "error": new.last_error}),
+            )),
+            Phase::Rejected => out.push(event(new, Kind::Rejected, json!({"error": new.last_error}))),
+            _ => {}
+        }
+    }
+    if old.delivery_state != DeliveryState::Delivered && new.delivery_state == DeliveryState::Delivered {
+        let objects: Vec<Value> = new
+            .delivered_objects
+            .iter()
+            .map(|o| json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "content_type": o.content_type}))
+            .collect();
+        out.push(event(
+            new,
+            Kind::Delivered,
+            json!({"bucket": ctx.bucket, "objects": objects}),
+        ));
+    }
+    if let (true, Some(opened)) = (case_changed, &new.case) {
+        out.push(event(
+            new,
+            Kind::CaseOpened,
+            json!({"reason": opened.reason.as_str(), "opened_at": opened.opened_at, "evidence": opened.evidence}),
+        ));
+        if matches!(opened.reason, CaseReason::AccountProblem | CaseReason::RateLimited) {
+            out.push(event(
+                new,
+                Kind::Held,
+                json!({"reason": opened.reason.as_str(), "until": retry_at(new)}),
+            ));
+        }
+    }
+    if old.spend_hold.is_none() && new.spend_hold.is_some() {
+        out.push(event(
+            new,
+            Kind::Held,
+            json!({"reason": "spend_limit", "until": retry_at(new)}),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{DeliveredObject, sample_prepared};
+
+    fn step(rec: &OperationRecord, f: impl FnOnce(&mut OperationRecord)) -> OperationRecord {
+        let mut next = rec.clone();
+        f(&mut next);
+        next.version = rec.version + 1;
+        next
+    }
+
+    fn kinds(events: &[LifecycleEvent]) -> Vec<Kind> {
+        events.iter().map(|e| e.kind).collect()
+    }
+
+    #[test]
+    fn a_new_intent_and_an_unchanged_version_announce_nothing() {
+        let r = sample_prepared(Utc::now());
+        assert!(derive(None, &r, &Context::default()).is_empty());
+        assert!(derive(Some(&r), &r, &Context::default()).is_empty());
+    }
+
+    #[test]
+    fn phase_changes_name_their_event_and_carry_the_envelope() {
+        let r = sample_prepared(Utc::now());
+        let accepted = step(&r, |n| {
+            n.phase = Phase::Accepted;
+            n.remote_job_id = Some("J1".into());
+            n.held_credits = Some(3.0);
+        });
+        let events = derive(Some(&r), &accepted, &Context::default());
+        assert_eq!(kinds(&events), [Kind::Accepted]);
+        let e = &events[0];
+        assert_eq!(e.id, format!("{}:{}:operation.accepted", r.operation_id, r.version + 1));
+        assert_eq!((e.tenant_id.as_str(), e.operation_key.as_str()), ("t", "k"));
+        assert_eq!(e.data["remote_job_id"], "J1");
+        assert_eq!(e.data["held_credits"], 3.0);
+        let rendered = step(&accepted, |n| n.phase = Phase::Rendered);
+        assert_eq!(
+            kinds(&derive(Some(&accepted), &rendered, &Context::default())),
+            [Kind::Rendered]
+        );
+        let failed = step(&accepted, |n| n.phase = Phase::RenderFailed);
+        assert_eq!(
+            kinds(&derive(Some(&accepted), &failed, &Context::default())),
+            [Kind::RenderFailed]
+        );
+        let rejected = step(&r, |n| n.phase = Phase::Rejected);
+        assert_eq!(
+            kinds(&derive(Some(&r), &rejected, &Context::default())),
+            [Kind::Rejected]
+        );
+    }
+
+    #[test]
+    fn delivery_names_the_objects_and_their_digests() {
+        let mut r = sample_prepared(Utc::now());
+        r.phase = Phase::Rendered;
+        let done = step(&r, |n| {
+            n.delivery_state = DeliveryState::Delivered;
+            n.delivered_objects = vec![DeliveredObject {
+                key: "outputs/t/x/0".into(),
+                bytes: 5,
+                sha256: "ab".into(),
+                content_type: "video/mp4".into(),
+            }];
+        });
+        let ctx = Context {
+            bucket: Some("b".into()),
+        };
+        let events = derive(Some(&r), &done, &ctx);
+        assert_eq!(kinds(&events), [Kind::Delivered]);
+        assert_eq!(events[0].data["bucket"], "b");
+        assert_eq!(events[0].data["objects"][0]["sha256"], "ab");
+        assert_eq!(events[0].data["objects"][0]["key"], "outputs/t/x/0");
+    }
+
+    #[test]
+    fn cases_open_and_resolve_with_their_reasons() {
+        let now = Utc::now();
+        let r = sample_prepared(now);
+        let case = ReconciliationCase {
+            reason: CaseReason::UnknownSubmitOutcome,
+            opened_at: now,
+            evidence: "timeout".into(),
+        };
+        let uncertain = step(&r, |n| {
+            n.phase = Phase::Uncertain;
+            n.case = Some(case.clone());
+        });
+        let opened = derive(Some(&r), &uncertain, &Context::default());
+        assert_eq!(kinds(&opened), [Kind::CaseOpened]);
+        assert_eq!(opened[0].data["reason"], "unknown_submit_outcome");
+        let attached = step(&uncertain, |n| {
+            n.phase = Phase::Accepted;
+            n.case = None;
+            n.audit.push(crate::record::AuditEntry {
+                actor: "ops".into(),
+                at: now,
+                action: "attach_remote_job".into(),
+                reason: "found it".into(),
+                job_id: Some("J".into()),
+            });
+        });
+        let events = derive(Some(&uncertain), &attached, &Context::default());
+        assert_eq!(kinds(&events), [Kind::CaseResolved, Kind::Accepted]);
+        assert_eq!(events[0].data["reason"], "unknown_submit_outcome");
+        assert_eq!(events[0].data["decision"]["action"], "attach_remote_job");
+        assert_eq!(events[0].data["decision"]["reason"], "found it");
+    }
+
+    #[test]
+    fn account_problems_and_the_spend_limit_hold_the_operation() {
+        let now = Utc::now();
+        let r = sample_prepared(now);
+        let held = step(&r, |n| {
+            n.case = Some(ReconciliationCase {
+                reason: CaseReason::AccountProblem,
+                opened_at: now,
+                evidence: "402".into(),
+            })
+        });
+        let events = derive(Some(&r), &held, &Context::default());
+        assert_eq!(kinds(&events), [Kind::CaseOpened, Kind::Held]);
+        assert_eq!(events[1].data["reason"], "account_problem");
+        let waiting = step(&r, |n| {
+            n.spend_hold = Some(now);
+            n.retry_at = Some(now.timestamp_millis() + 30_000);
+        });
+        let events = derive(Some(&r), &waiting, &Context::default());
+        assert_eq!(kinds(&events), [Kind::Held]);
+        assert_eq!(events[0].data["reason"], "spend_limit");
+        // A second look that still finds no room announces nothing new.
+        let again = step(&waiting, |n| n.retry_at = Some(now.timestamp_millis() + 60_000));
+        assert!(derive(Some(&waiting), &again, &Context::default()).is_empty());
+    }
+
+    #[test]
+    fn the_type_names_round_trip() {
+        for k in Kind::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+    }
+}

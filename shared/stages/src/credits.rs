@@ -1,0 +1,54 @@
+//! The credits ledger as tenants and operators read it, and the spend limit
+//! operators set. The counters themselves move only with record writes
+//! (see [`crate::table::OperationStore::apply`]).
+
+use tracing::info;
+
+use crate::admin::Operator;
+use crate::clock::Clock;
+use crate::intake::{Intake, IntakeError};
+use crate::outputs::ObjectStore;
+use crate::queue::WorkQueue;
+use crate::table::{LedgerPage, OperationStore};
+use genace_core::domain::TenantId;
+use genace_core::ledger::{Millicredits, TenantLedger};
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+    /// A tenant's totals and limit.
+    pub async fn credits(&self, tenant: &TenantId) -> Result<TenantLedger, IntakeError> {
+        Ok(self.store.ledger(tenant).await?)
+    }
+
+    /// Every tenant's ledger, a page at a time; an operator limited to one
+    /// tenant sees that tenant's only.
+    pub async fn all_credits(
+        &self,
+        op: &Operator,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<LedgerPage, IntakeError> {
+        if let Some(own) = &op.tenant {
+            return Ok(LedgerPage {
+                ledgers: vec![self.store.ledger(own).await?],
+                next: None,
+            });
+        }
+        Ok(self.store.ledgers(limit, cursor).await?)
+    }
+
+    /// Sets or removes a tenant's spend limit. Operations waiting for room
+    /// are claimed at their next look once the limit allows it.
+    pub async fn set_spend_limit(
+        &self,
+        op: &Operator,
+        tenant: &TenantId,
+        limit: Option<Millicredits>,
+    ) -> Result<TenantLedger, IntakeError> {
+        if !op.may_see(tenant) {
+            return Err(IntakeError::NotFound);
+        }
+        let ledger = self.store.set_spend_limit(tenant, limit).await?;
+        info!(actor = %op.actor, tenant = %tenant, spend_limit_millicredits = ?limit, "spend limit set");
+        Ok(ledger)
+    }
+}
