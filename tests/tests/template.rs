@@ -119,6 +119,8 @@ fn every_function_has_only_the_actions_it_uses() {
             "RecoveryFunction",
             &["dynamodb:GetItem", "dynamodb:UpdateItem", "sqs:SendMessage"][..],
         ),
+        // The pipe's enrichment: pure, it needs no grant at all.
+        ("EventsFunction", &[][..]),
         (
             "SweepFunction",
             &[
@@ -331,7 +333,10 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
     let deployed = routes(&t);
     assert_eq!(deployed.keys().cloned().collect::<BTreeSet<_>>(), documented);
     for ((method, path), (function, scopes)) in &deployed {
-        let operator = path.contains("reconciliation-cases") || path.ends_with("/resolution");
+        let operator = path.contains("reconciliation-cases")
+            || path.ends_with("/resolution")
+            || path == "/v1/credits"
+            || path.ends_with("/spend-limit");
         if operator {
             assert_eq!(function, "OperatorFunction", "{method} {path}");
             assert_eq!(scopes, &["OperatorScope".to_owned()], "{method} {path}");
@@ -410,4 +415,96 @@ fn the_api_is_throttled_and_logs_json_access_lines() {
         ["HttpApiAccessLog.Arn"]
     );
     assert_eq!(res["HttpApiAccessLog"]["Type"], "AWS::Logs::LogGroup");
+}
+
+/// The role's statements: (actions, resource text) each.
+fn role_statements(role: &Value) -> Vec<(BTreeSet<String>, String)> {
+    let mut out = Vec::new();
+    for policy in untag(&role["Properties"]["Policies"]).as_sequence().into_iter().flatten() {
+        for stmt in untag(&policy["PolicyDocument"]["Statement"]).as_sequence().into_iter().flatten() {
+            assert_eq!(stmt["Effect"], "Allow");
+            out.push((strings(&stmt["Action"]).into_iter().collect(), format!("{:?}", stmt["Resource"])));
+        }
+    }
+    out
+}
+
+#[test]
+fn committed_changes_reach_the_bus_through_a_least_privilege_pipe() {
+    let t = template();
+    let res = resources(&t);
+    // The stream carries both images, which the derivation compares.
+    assert_eq!(
+        res["OperationsTable"]["Properties"]["StreamSpecification"]["StreamViewType"],
+        "NEW_AND_OLD_IMAGES"
+    );
+    assert_eq!(res["OperationsEventBus"]["Type"], "AWS::Events::EventBus");
+    let pipe = &res["EventsPipe"]["Properties"];
+    assert_eq!(res["EventsPipe"]["Type"], "AWS::Pipes::Pipe");
+    assert_eq!(strings(&pipe["Source"]), ["OperationsTable.StreamArn"]);
+    assert_eq!(strings(&pipe["Enrichment"]), ["EventsFunction.Arn"]);
+    assert_eq!(strings(&pipe["Target"]), ["OperationsEventBus.Arn"]);
+    assert_eq!(strings(&pipe["RoleArn"]), ["EventsPipeRole.Arn"]);
+    let bus = &pipe["TargetParameters"]["EventBridgeEventBusParameters"];
+    assert_eq!(bus["Source"], "genace.operations");
+    assert_eq!(bus["DetailType"], "$.type", "consumers match the event type as detail-type");
+    // Bounded retries, then the dead-letter queue: nothing dropped in silence.
+    let source = &pipe["SourceParameters"]["DynamoDBStreamParameters"];
+    assert_eq!(source["StartingPosition"], "TRIM_HORIZON");
+    assert!(source["MaximumRetryAttempts"].as_u64().is_some_and(|n| n > 0));
+    assert_eq!(
+        strings(&source["DeadLetterConfig"]["Arn"]),
+        ["EventsPipeDeadLetterQueue.Arn"]
+    );
+    // Operation items only; ledger items and TTL removals never reach the enrichment.
+    let pattern: serde_json::Value = serde_json::from_str(
+        pipe["SourceParameters"]["FilterCriteria"]["Filters"][0]["Pattern"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(pattern["eventName"], serde_json::json!(["MODIFY"]));
+    assert_eq!(pattern["dynamodb"]["Keys"]["pk"]["S"][0]["prefix"], "OP#");
+
+    // The role: only the pipes service of this account and this pipe may
+    // assume it, and it holds exactly what the pipe does, on exactly its
+    // resources.
+    let role = &res["EventsPipeRole"];
+    let trust = &untag(&role["Properties"]["AssumeRolePolicyDocument"]["Statement"])[0];
+    assert_eq!(trust["Principal"]["Service"], "pipes.amazonaws.com");
+    assert_eq!(strings(&trust["Action"]), ["sts:AssumeRole"]);
+    let condition = format!("{:?}", trust["Condition"]);
+    assert!(condition.contains("aws:SourceAccount") && condition.contains("aws:SourceArn"));
+    assert!(condition.contains("pipe/genace-operations-events-"));
+    let statements = role_statements(role);
+    let expected: [(&[&str], &str); 4] = [
+        (
+            &[
+                "dynamodb:DescribeStream",
+                "dynamodb:GetRecords",
+                "dynamodb:GetShardIterator",
+                "dynamodb:ListStreams",
+            ],
+            "OperationsTable.StreamArn",
+        ),
+        (&["lambda:InvokeFunction"], "EventsFunction.Arn"),
+        (&["events:PutEvents"], "OperationsEventBus.Arn"),
+        (&["sqs:SendMessage"], "EventsPipeDeadLetterQueue.Arn"),
+    ];
+    assert_eq!(statements.len(), expected.len(), "{statements:?}");
+    for (actions, resource) in expected {
+        let want: BTreeSet<String> = actions.iter().map(|a| a.to_string()).collect();
+        assert!(
+            statements
+                .iter()
+                .any(|(got, r)| *got == want && r.contains(resource) && !r.contains("\"*\"")),
+            "{actions:?} on {resource}: {statements:?}"
+        );
+    }
+    for (actions, resource) in &statements {
+        assert!(!actions.iter().any(|a| a.contains('*')), "{actions:?}");
+        assert!(!resource.contains("\"*\""), "{resource}");
+    }
+    // The enrichment reads and writes nothing itself.
+    assert!(functions(&t)["EventsFunction"]["Properties"]["Policies"].is_null());
 }

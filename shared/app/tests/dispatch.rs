@@ -44,6 +44,13 @@ fn accepted(job_id: &str, state: &str) -> ResponseTemplate {
 }
 
 async fn rig_with(response: ResponseTemplate, lease_seconds: i64) -> Rig {
+    rig_configured(response, |config| {
+        config.policy.dispatch_lease = chrono::Duration::seconds(lease_seconds)
+    })
+    .await
+}
+
+async fn rig_configured(response: ResponseTemplate, configure: impl FnOnce(&mut genace_stages::config::Config)) -> Rig {
     let env = LocalAws::fresh().await;
     let genace = MockServer::start().await;
     Mock::given(method("POST"))
@@ -53,7 +60,7 @@ async fn rig_with(response: ResponseTemplate, lease_seconds: i64) -> Rig {
         .await;
     let mut config = env.config.clone();
     config.fault_injection = true;
-    config.policy.dispatch_lease = chrono::Duration::seconds(lease_seconds);
+    configure(&mut config);
     let mut gconf = GenaceConfig::new(genace.uri(), "key");
     gconf.timeout = Duration::from_secs(1);
     let app = genace_app::from_sdk(&env.sdk, config).with_genace(GenaceClient::new(gconf).unwrap());
@@ -209,9 +216,25 @@ async fn a_502_with_a_job_id_is_submit_failed_with_the_id_saved() {
     assert_eq!(rec.phase, Phase::SubmitFailed);
     assert_eq!(rec.remote_job_id.as_deref(), Some("job-f"));
     assert_eq!(rec.settlement, Some(Settlement::Pending));
-    assert_eq!(rec.case.unwrap().reason, CaseReason::SettlementPending);
+    assert_eq!(rec.case.clone().unwrap().reason, CaseReason::SettlementPending);
     rig.dispatcher.dispatch(&id).await.unwrap();
     assert_eq!(rig.posts().await, 1);
+    // The failed job's reservation waits for its refund in the ledger...
+    let tenant = TenantId::parse("tenant-a").unwrap();
+    let totals = rig.intake.credits(&tenant).await.unwrap().totals;
+    assert_eq!((totals.held, totals.pending_refund, totals.settled), (0, 10_000, 0));
+    // ...until an operator marks it settled.
+    let op = genace_stages::admin::Operator {
+        actor: "ops".into(),
+        tenant: None,
+    };
+    let settle = genace_core::machine::Resolution::MarkSettled;
+    rig.intake
+        .resolve(&op, &id, &settle, "refund seen on the invoice", rec.version)
+        .await
+        .unwrap();
+    let totals = rig.intake.credits(&tenant).await.unwrap().totals;
+    assert_eq!((totals.pending_refund, totals.settled), (0, 10_000));
 }
 
 #[tokio::test]
@@ -646,4 +669,87 @@ async fn a_batch_reports_only_the_messages_that_must_come_back() {
     assert_eq!(failed, ["2e1424d4-f796-459a-8184-9c92662be6da"]);
     assert_eq!(rig.record(&id).await.phase, Phase::Accepted);
     assert_eq!(rig.posts().await, 1);
+}
+
+/// Two dispatches race for room under the tenant's spend limit: exactly one
+/// claims and POSTs; the other waits in `prepared`, shows the hold, and is
+/// claimed by itself once the first job's credits are released.
+#[tokio::test]
+async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
+    let rig = rig_configured(accepted("job-limit", "queued"), |config| {
+        config.policy.spend_recheck = chrono::Duration::seconds(1)
+    })
+    .await;
+    let tenant = TenantId::parse("tenant-a").unwrap();
+    let store = rig.env.store();
+    // Room for one video reservation (10 credits), not two.
+    store.set_spend_limit(&tenant, Some(15_000)).await.unwrap();
+    let a = rig.intent("a", None).await;
+    let b = rig.intent("b", None).await;
+    let (ra, rb) = tokio::join!(rig.dispatcher.dispatch(&a), rig.dispatcher.dispatch(&b));
+    let outcomes = [ra.unwrap(), rb.unwrap()];
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == Dispatched::Posted(PostResult::Accepted))
+            .count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert!(outcomes.contains(&Dispatched::WaitingForCredits), "{outcomes:?}");
+    assert_eq!(rig.posts().await, 1);
+    let (winner, loser) = if outcomes[0] == Dispatched::WaitingForCredits { (b, a) } else { (a, b) };
+    let waiting = rig.record(&loser).await;
+    assert_eq!(waiting.phase, Phase::Prepared);
+    assert!(waiting.spend_hold.is_some());
+    assert!(waiting.due_at.is_some(), "the sweep looks again");
+    // The view intake answers with reports the hold.
+    let replay = Intent::parse(
+        &json!({"operation_key": waiting.operation_key, "media_type": "video",
+            "specification": {"model": "genace-video-2", "prompt": "a lighthouse", "duration": 5}}),
+        None,
+    )
+    .unwrap();
+    let Submitted::Replayed(seen) = rig.intake.submit(&tenant, &replay, Utc::now()).await.unwrap() else {
+        panic!("expected the recorded operation")
+    };
+    assert!(seen.spend_hold.is_some());
+    // The 202 said 40 credits: held now exceeds the limit, and stays recorded.
+    assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, 40_000);
+    // Still no room: the next look waits again without a POST.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(rig.dispatcher.dispatch(&loser).await.unwrap(), Dispatched::WaitingForCredits);
+    assert_eq!(rig.posts().await, 1);
+    // The first job fails to render: its credits are released.
+    let accepted_rec = rig.record(&winner).await;
+    let snapshot = genace_core::remote::JobSnapshot {
+        id: Some("job-limit".into()),
+        state: "failed".into(),
+        status: genace_core::remote::RenderStatus::Failed,
+        outputs: None,
+        outputs_unreadable: None,
+        client_reference: None,
+        error: Some(json!({"message": "provider error"})),
+    };
+    let failed = genace_core::machine::transition(
+        &accepted_rec,
+        genace_core::machine::Event::Observed {
+            snapshot: &snapshot,
+            next_check: Utc::now(),
+            stalled: None,
+        },
+        Utc::now(),
+        &rig.dispatcher.config.policy,
+    )
+    .unwrap();
+    store.apply(&accepted_rec, &failed).await.unwrap();
+    assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, 0);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(
+        rig.dispatcher.dispatch(&loser).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(rig.posts().await, 2);
+    let resumed = rig.record(&loser).await;
+    assert_eq!((resumed.phase, resumed.spend_hold), (Phase::Accepted, None));
 }

@@ -5,6 +5,7 @@
 //! - [`sqs`]: the work queues and the recovery channel.
 //! - [`s3`]: the output bucket (`ObjectStore`).
 //! - [`clients`]: SDK configuration, timeouts and retries.
+//! - [`stream`]: the table's change stream, decoded into lifecycle events.
 //! - [`provision`]: creating the table, queues and bucket (local runs, tests).
 //! - `testkit` (feature): a fresh set of resources on the local endpoint.
 //!
@@ -16,6 +17,7 @@ pub mod dynamodb;
 pub mod provision;
 pub mod s3;
 pub mod sqs;
+pub mod stream;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
