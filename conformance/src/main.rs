@@ -14,6 +14,8 @@
 //!   --local                   start the local stack (moto + genace-local) configured to match
 //!   --artifacts               with --local: run the deployment's function binaries under the
 //!                             Lambda Runtime Interface Emulator, configured from the template
+//!   --events <FILE>           a JSON-lines file of the target's lifecycle events as the bus
+//!                             carries them (the local stack writes one); enables the event scenarios
 //!   --list                    print the scenario names
 //!
 //! The deployment must run with FAULT_INJECTION=true, and must be able to
@@ -41,6 +43,7 @@ struct Options {
     lost_delay: u64,
     local: bool,
     artifacts: bool,
+    events: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -55,6 +58,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         lost_delay: 40,
         local: false,
         artifacts: false,
+        events: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -76,6 +80,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--lost-delay" => o.lost_delay = value()?.parse().map_err(|e| format!("--lost-delay: {e}"))?,
             "--local" => o.local = true,
             "--artifacts" => o.artifacts = true,
+            "--events" => o.events = Some(PathBuf::from(value()?)),
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -106,10 +111,13 @@ fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// The six function binaries `--artifacts` runs.
-const FUNCTIONS: [&str; 6] = ["intake", "dispatch", "poll", "deliver", "recovery", "sweep"];
+/// The function binaries `--artifacts` runs.
+const FUNCTIONS: [&str; 7] = ["intake", "dispatch", "poll", "deliver", "recovery", "sweep", "events"];
 
-async fn start_local(genace_base: &str, artifacts: bool) -> Result<(LocalStack, String, String, String), String> {
+/// What `--local` started: the stack, its URL, two tenants' tokens and its events file.
+type Started = (LocalStack, String, String, String, PathBuf);
+
+async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let moto_port = free_port().map_err(|e| e.to_string())?;
     let intake_port = free_port().map_err(|e| e.to_string())?;
@@ -141,6 +149,7 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<(LocalStack, 
         return Err("starting local AWS failed".into());
     }
     let bin = root.join("target/debug/genace-local");
+    let events = root.join(format!(".local/events-{intake_port}.jsonl"));
     let mut env = vec![
         ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{moto_port}")),
         ("AWS_REGION", "us-east-1".into()),
@@ -161,6 +170,7 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<(LocalStack, 
         ("LOCAL_PHASE_LOG", "false".into()),
         ("METRICS_DISABLED", "true".into()),
         ("RUST_LOG", "error".into()),
+        ("GENACE_EVENTS_FILE", events.display().to_string()),
     ];
     let mut args = vec!["run".to_owned()];
     let mut overrides_env = Vec::new();
@@ -229,7 +239,7 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<(LocalStack, 
     };
     let a = token("conformance-tenant-a")?;
     let b = token("conformance-tenant-b")?;
-    Ok((stack, target, a, b))
+    Ok((stack, target, a, b, events))
 }
 
 async fn run(o: Options) -> Result<bool, String> {
@@ -238,9 +248,11 @@ async fn run(o: Options) -> Result<bool, String> {
         .map_err(|e| format!("starting the Genace stand-in: {e}"))?;
     println!("GENACE_BASE_URL={}", genace.base_url());
     let mut _stack = None;
+    let mut events = o.events.clone();
     let (target, token, token_b) = if o.local {
-        let (stack, target, a, b) = start_local(&genace.base_url(), o.artifacts).await?;
+        let (stack, target, a, b, file) = start_local(&genace.base_url(), o.artifacts).await?;
         _stack = Some(stack);
+        events = Some(file);
         (target, a, Some(b))
     } else {
         (
@@ -257,7 +269,11 @@ async fn run(o: Options) -> Result<bool, String> {
         patience: Duration::from_secs(o.patience),
         lost_delay: Duration::from_secs(o.lost_delay),
         run_id: uuid::Uuid::new_v4().simple().to_string()[..10].to_owned(),
+        events,
     };
+    if ctx.events.is_none() {
+        println!("no --events file: the event scenarios observe nothing and pass vacuously");
+    }
     let results = run_scenarios(&ctx, &o.scenarios).await;
     print!("{}", summary(&results));
     if let Some(path) = &o.junit {

@@ -22,12 +22,16 @@ pub struct Context {
     pub lost_delay: Duration,
     /// Distinguishes this run's keys and markers from earlier runs.
     pub run_id: String,
+    /// Where the target's lifecycle events can be read: a JSON-lines file of
+    /// events as the bus carries them. Without one, the event scenarios
+    /// have nothing to observe and pass vacuously (the summary says so).
+    pub events: Option<std::path::PathBuf>,
 }
 
 pub type Outcome = Result<(), String>;
 
 /// Every scenario, by name, in the order of the docs.
-pub const SCENARIOS: [&str; 14] = [
+pub const SCENARIOS: [&str; 16] = [
     "concurrent-duplicates",
     "retry-after-acceptance",
     "changed-spec-conflicts",
@@ -42,6 +46,8 @@ pub const SCENARIOS: [&str; 14] = [
     "upload-fails-once",
     "tenant-isolation",
     "null-outputs-until-completion",
+    "events-happy-path",
+    "events-lost-202",
 ];
 
 pub async fn run(name: &str, ctx: &Context) -> Outcome {
@@ -61,6 +67,8 @@ pub async fn run(name: &str, ctx: &Context) -> Outcome {
         "upload-fails-once" => s.upload_fails_once().await,
         "tenant-isolation" => s.tenant_isolation().await,
         "null-outputs-until-completion" => s.null_outputs().await,
+        "events-happy-path" => s.events_happy_path().await,
+        "events-lost-202" => s.events_lost_202().await,
         other => Err(format!("unknown scenario {other:?}")),
     }
 }
@@ -446,6 +454,133 @@ impl<'a> Scenario<'a> {
         check(
             reads >= 3,
             format!("expected polling through null outputs, saw {reads} status reads"),
+        )?;
+        self.expect_posts(1).await
+    }
+    /// The operation's events from the target's events file, deduplicated
+    /// on the event id, once `done` holds for them (or the patience ends).
+    async fn events_of(&self, id: &str, done: impl Fn(&[Value]) -> bool) -> Result<Vec<Value>, String> {
+        let Some(file) = &self.ctx.events else {
+            return Ok(Vec::new());
+        };
+        let deadline = std::time::Instant::now() + self.ctx.patience;
+        loop {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            let mut seen = std::collections::HashSet::new();
+            let events: Vec<Value> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|e| e["detail"]["operation_id"] == id)
+                .filter(|e| seen.insert(e["detail"]["id"].as_str().unwrap_or_default().to_owned()))
+                .collect();
+            if done(&events) || std::time::Instant::now() > deadline {
+                return Ok(events);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Every event is a well-formed bus event about this operation, and
+    /// versions only grow.
+    fn check_envelopes(&self, events: &[Value]) -> Outcome {
+        let mut last = 0;
+        for e in events {
+            let d = &e["detail"];
+            check(e["source"] == "genace.operations", format!("source of {e}"))?;
+            check(
+                e["detail-type"] == d["type"],
+                format!("detail-type is not the type: {e}"),
+            )?;
+            check(d["operation_key"] == self.key.as_str(), format!("operation key of {d}"))?;
+            for field in ["tenant_id", "phase", "delivery_state", "time"] {
+                check(d[field].is_string(), format!("{field} missing in {d}"))?;
+            }
+            let v = d["version"].as_u64().unwrap_or(0);
+            check(v >= last && v > 0, format!("version went from {last} to {v}"))?;
+            check(
+                d["id"].as_str()
+                    == Some(&format!(
+                        "{}:{v}:{}",
+                        d["operation_id"].as_str().unwrap_or(""),
+                        d["type"].as_str().unwrap_or("")
+                    )),
+                format!("event id of {d}"),
+            )?;
+            last = v;
+        }
+        Ok(())
+    }
+
+    fn types(events: &[Value]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| e["detail"]["type"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    async fn events_happy_path(&self) -> Outcome {
+        if self.ctx.events.is_none() {
+            return Ok(());
+        }
+        self.on_post(self.accepted("queued")).await;
+        let done = self.completes_with_output().await;
+        self.on_status(None, done).await;
+        let id = self.create_new(None).await?;
+        let view = self.wait_delivered(&id).await?;
+        let events = self
+            .events_of(&id, |e| Self::types(e).iter().any(|t| t == "operation.delivered"))
+            .await?;
+        let types = Self::types(&events);
+        check(
+            types == ["operation.accepted", "operation.rendered", "operation.delivered"],
+            format!("events {types:?}, expected accepted, rendered, delivered"),
+        )?;
+        self.check_envelopes(&events)?;
+        check(
+            events[0]["detail"]["data"]["remote_job_id"] == self.job_id.as_str(),
+            "accepted names another job",
+        )?;
+        let delivered = &events[2]["detail"];
+        check(delivered["delivery_state"] == "delivered", "delivered event's state")?;
+        let objects = delivered["data"]["objects"].as_array().cloned().unwrap_or_default();
+        let shown = view["delivered_objects"].as_array().cloned().unwrap_or_default();
+        check(
+            objects.len() == shown.len()
+                && objects
+                    .iter()
+                    .zip(&shown)
+                    .all(|(o, s)| o["sha256"] == s["sha256"] && o["key"] == s["key"]),
+            format!("delivered event objects {objects:?} differ from the view's"),
+        )?;
+        self.expect_posts(1).await
+    }
+
+    async fn events_lost_202(&self) -> Outcome {
+        if self.ctx.events.is_none() {
+            return Ok(());
+        }
+        self.on_post(self.accepted("queued").set_delay(self.ctx.lost_delay))
+            .await;
+        let id = self.create_new(None).await?;
+        self.wait_phase(&id, "uncertain").await?;
+        let events = self.events_of(&id, |e| !e.is_empty()).await?;
+        // Redeliveries and sweeps must announce nothing more.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let events_later = self.events_of(&id, |_| true).await?;
+        check(
+            events.len() == events_later.len(),
+            format!("more events followed: {:?}", Self::types(&events_later)),
+        )?;
+        let types = Self::types(&events_later);
+        check(
+            types == ["operation.case_opened"],
+            format!("events {types:?}, expected one case_opened"),
+        )?;
+        self.check_envelopes(&events_later)?;
+        let d = &events_later[0]["detail"];
+        check(
+            d["data"]["reason"] == "unknown_submit_outcome" && d["phase"] == "uncertain",
+            format!("case event {d}"),
         )?;
         self.expect_posts(1).await
     }

@@ -591,6 +591,20 @@ pub async fn start(
             }
         });
     }
+    // The events pipe, with the template's enrichment function as its step.
+    let enrichment = template.pipe_enrichment().and_then(|f| functions.get(&f).cloned());
+    if let (Some(enrichment), Some(file)) = (enrichment, runner.events_file.clone()) {
+        crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, move |batch| {
+            let enrichment = enrichment.clone();
+            async move {
+                match enrichment.invoke(&Value::Array(batch)).await {
+                    Invocation::Returned(Value::Array(events)) => Ok(events),
+                    Invocation::Returned(other) => Err(format!("the enrichment returned {other}")),
+                    Invocation::Failed(reason) => Err(reason),
+                }
+            }
+        });
+    }
     if runner.phase_log {
         tasks.spawn(phase_log(genace_aws::clients::dynamodb(sdk), config.table.clone()));
     }

@@ -185,6 +185,7 @@ impl Stack {
             concurrency,
             sweep_every: Duration::from_secs(60),
             phase_log: false,
+            events_file: None,
         };
         let gconf = GenaceConfig::new(genace_base, "bench-key");
         let running = runner::start(&self.sdk, self.config.clone(), gconf, settings).await?;

@@ -5,6 +5,7 @@
 pub mod artifacts;
 pub mod bench;
 pub mod devauth;
+pub mod events;
 pub mod meter;
 pub mod runner;
 pub mod serve;

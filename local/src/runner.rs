@@ -35,6 +35,9 @@ pub struct RunnerSettings {
     pub sweep_every: Duration,
     /// Print one line per phase change (`LOCAL_PHASE_LOG`, default on).
     pub phase_log: bool,
+    /// Where the events pipe appends lifecycle events (`GENACE_EVENTS_FILE`,
+    /// default `.local/events.jsonl`); `None` runs no pipe.
+    pub events_file: Option<std::path::PathBuf>,
 }
 
 impl RunnerSettings {
@@ -54,6 +57,7 @@ impl RunnerSettings {
             phase_log: std::env::var("LOCAL_PHASE_LOG")
                 .map(|v| v != "0" && v != "false")
                 .unwrap_or(true),
+            events_file: Some(crate::events::events_file()),
         })
     }
 }
@@ -108,6 +112,17 @@ pub async fn start(
         let sweeper = sweeper.clone();
         async move { sweeper.run().await.map(|_| ()).map_err(|e| e.to_string()) }
     });
+    let ctx = genace_core::events::Context {
+        bucket: Some(config.bucket.clone()),
+    };
+    if let Some(file) = settings.events_file.clone() {
+        crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, move |batch| {
+            let events = genace_aws::stream::lifecycle_events(&batch, &ctx)
+                .map(|events| events.iter().filter_map(|e| serde_json::to_value(e).ok()).collect())
+                .map_err(|e| e.to_string());
+            std::future::ready(events)
+        });
+    }
     if settings.phase_log {
         tasks.spawn(phase_log(aws::dynamodb(sdk), config.table.clone()));
     }

@@ -110,6 +110,16 @@ impl Template {
             .collect()
     }
 
+    /// The function a pipe of the template runs as its enrichment step.
+    pub fn pipe_enrichment(&self) -> Option<String> {
+        self.resources()
+            .filter(|(_, r)| r["Type"] == "AWS::Pipes::Pipe")
+            .find_map(|(_, r)| match untag(&r["Properties"]["Enrichment"]) {
+                Value::String(s) => Some(s.trim_end_matches(".Arn").to_owned()),
+                _ => None,
+            })
+    }
+
     /// The binary a function runs (`Metadata.BuildProperties.Binary`).
     pub fn binary(&self, function: &str) -> Option<String> {
         self.root["Resources"][function]["Metadata"]["BuildProperties"]["Binary"]

@@ -40,6 +40,7 @@ impl Stack {
             concurrency: 2,
             sweep_every: Duration::from_secs(3),
             phase_log: false,
+            events_file: None,
         };
         let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
         Stack {

@@ -31,6 +31,7 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
     config.policy.dispatch_lease = chrono::Duration::seconds(8);
     let mut gconf = GenaceConfig::new(genace.base_url(), "conformance-key");
     gconf.timeout = Duration::from_secs(3);
+    let events = std::env::temp_dir().join(format!("genace-events-{}.jsonl", uuid::Uuid::new_v4().simple()));
     let settings = runner::RunnerSettings {
         intake_addr: free_addr(),
         batch_size: 5,
@@ -38,6 +39,7 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
         concurrency: 2,
         sweep_every: Duration::from_secs(3),
         phase_log: false,
+        events_file: Some(events.clone()),
     };
     let target = format!("http://{}", settings.intake_addr);
     let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
@@ -50,9 +52,11 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
         patience: Duration::from_secs(90),
         lost_delay: Duration::from_secs(10),
         run_id: uuid::Uuid::new_v4().simple().to_string()[..10].to_owned(),
+        events: Some(events.clone()),
     };
     let results = run_scenarios(&ctx, &[]).await;
     running.shutdown().await;
+    let _ = std::fs::remove_file(&events);
     let report = summary(&results);
     println!("{report}");
     assert_eq!(results.len(), conformance::SCENARIOS.len());

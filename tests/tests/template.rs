@@ -420,10 +420,21 @@ fn the_api_is_throttled_and_logs_json_access_lines() {
 /// The role's statements: (actions, resource text) each.
 fn role_statements(role: &Value) -> Vec<(BTreeSet<String>, String)> {
     let mut out = Vec::new();
-    for policy in untag(&role["Properties"]["Policies"]).as_sequence().into_iter().flatten() {
-        for stmt in untag(&policy["PolicyDocument"]["Statement"]).as_sequence().into_iter().flatten() {
+    for policy in untag(&role["Properties"]["Policies"])
+        .as_sequence()
+        .into_iter()
+        .flatten()
+    {
+        for stmt in untag(&policy["PolicyDocument"]["Statement"])
+            .as_sequence()
+            .into_iter()
+            .flatten()
+        {
             assert_eq!(stmt["Effect"], "Allow");
-            out.push((strings(&stmt["Action"]).into_iter().collect(), format!("{:?}", stmt["Resource"])));
+            out.push((
+                strings(&stmt["Action"]).into_iter().collect(),
+                format!("{:?}", stmt["Resource"]),
+            ));
         }
     }
     out
@@ -447,7 +458,10 @@ fn committed_changes_reach_the_bus_through_a_least_privilege_pipe() {
     assert_eq!(strings(&pipe["RoleArn"]), ["EventsPipeRole.Arn"]);
     let bus = &pipe["TargetParameters"]["EventBridgeEventBusParameters"];
     assert_eq!(bus["Source"], "genace.operations");
-    assert_eq!(bus["DetailType"], "$.type", "consumers match the event type as detail-type");
+    assert_eq!(
+        bus["DetailType"], "$.type",
+        "consumers match the event type as detail-type"
+    );
     // Bounded retries, then the dead-letter queue: nothing dropped in silence.
     let source = &pipe["SourceParameters"]["DynamoDBStreamParameters"];
     assert_eq!(source["StartingPosition"], "TRIM_HORIZON");

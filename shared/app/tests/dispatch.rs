@@ -698,7 +698,11 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     );
     assert!(outcomes.contains(&Dispatched::WaitingForCredits), "{outcomes:?}");
     assert_eq!(rig.posts().await, 1);
-    let (winner, loser) = if outcomes[0] == Dispatched::WaitingForCredits { (b, a) } else { (a, b) };
+    let (winner, loser) = if outcomes[0] == Dispatched::WaitingForCredits {
+        (b, a)
+    } else {
+        (a, b)
+    };
     let waiting = rig.record(&loser).await;
     assert_eq!(waiting.phase, Phase::Prepared);
     assert!(waiting.spend_hold.is_some());
@@ -718,7 +722,10 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, 40_000);
     // Still no room: the next look waits again without a POST.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
-    assert_eq!(rig.dispatcher.dispatch(&loser).await.unwrap(), Dispatched::WaitingForCredits);
+    assert_eq!(
+        rig.dispatcher.dispatch(&loser).await.unwrap(),
+        Dispatched::WaitingForCredits
+    );
     assert_eq!(rig.posts().await, 1);
     // The first job fails to render: its credits are released.
     let accepted_rec = rig.record(&winner).await;

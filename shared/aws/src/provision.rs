@@ -120,6 +120,14 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .global_secondary_indexes(index)
         .global_secondary_indexes(cases)
         .global_secondary_indexes(jobs)
+        // The template's stream: the source of the lifecycle events.
+        .stream_specification(
+            aws_sdk_dynamodb::types::StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages)
+                .build()
+                .map_err(|e| fail(table, e))?,
+        )
         .send()
         .await;
     if let Err(e) = created {
