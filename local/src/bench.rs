@@ -588,7 +588,13 @@ async fn pipeline(args: &Args) -> Result<(), String> {
     // the last only deletes. The job index is written once. A consistent read
     // of an item under 4 KB costs 1 unit.
     let wru_per_write = (item_bytes / 1024.0).ceil().max(1.0);
-    let wru = ddb_writes * wru_per_write + (2.0 * ddb_writes - 2.0).max(0.0) + 1.0;
+    // A write that moves credits is a transaction of the record and the
+    // tenant's ledger item: each item is written at twice the unit cost
+    // (the ledger item is small, one unit), so the transaction adds three
+    // units to the record's own.
+    let transactions = per(count_of(&requests, "dynamodb", &["TransactWriteItems"]));
+    let wru =
+        ddb_writes * wru_per_write + transactions * (wru_per_write + 2.0) + (2.0 * ddb_writes - 2.0).max(0.0) + 1.0;
     let rru = ddb_reads;
     let lines = [
         ("API Gateway HTTP API", 1.0, "requests", prices.api_per_million / 1e6),

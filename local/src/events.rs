@@ -93,13 +93,8 @@ fn append(path: &Path, lines: &[Value]) -> std::io::Result<()> {
 }
 
 /// Starts the pipe: `enrich` gets each filtered batch and returns the events.
-pub(crate) fn spawn_pipe<F, Fut>(
-    tasks: &mut JoinSet<()>,
-    sdk: &aws_config::SdkConfig,
-    table: String,
-    file: PathBuf,
-    enrich: F,
-) where
+pub fn spawn_pipe<F, Fut>(tasks: &mut JoinSet<()>, sdk: &aws_config::SdkConfig, table: String, file: PathBuf, enrich: F)
+where
     F: Fn(Vec<Value>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Vec<Value>, String>> + Send,
 {
