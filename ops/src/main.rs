@@ -10,6 +10,8 @@
 //! genace-ops resolve <operation_id> redrive-delivery --reason <TEXT>
 //! genace-ops resolve <operation_id> abandon --reason <TEXT>
 //! genace-ops op show <operation_id> [--json]
+//! genace-ops credits list [--limit N] [--cursor C] [--json]
+//! genace-ops credits limit <tenant> <credits|none> [--json]
 //! ```
 //!
 //! Every resolution is tied to the version of the operation it was decided
@@ -25,7 +27,7 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: genace-ops [--url URL] [--token JWT] (cases list [--tenant T] [--reason R] [--limit N] [--cursor C] | cases show ID | resolve ID (attach --job-id J | confirm-not-created | release-hold | mark-settled | redrive-delivery | abandon) --reason TEXT [--version N] | op show ID) [--json]";
+const USAGE: &str = "usage: genace-ops [--url URL] [--token JWT] (cases list [--tenant T] [--reason R] [--limit N] [--cursor C] | cases show ID | resolve ID (attach --job-id J | confirm-not-created | release-hold | mark-settled | redrive-delivery | abandon) --reason TEXT [--version N] | op show ID | credits list [--limit N] [--cursor C] | credits limit TENANT (CREDITS|none)) [--json]";
 
 struct Cli {
     url: String,
@@ -102,15 +104,17 @@ impl Cli {
     }
 }
 
+/// Percent-encodes everything but the unreserved characters.
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 fn query(pairs: &[(&str, Option<&str>)]) -> String {
-    let enc = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
     let parts: Vec<String> = pairs
         .iter()
         .filter_map(|(k, v)| v.map(|v| format!("{k}={}", enc(v))))
@@ -127,6 +131,25 @@ fn s(v: &Value) -> String {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
         other => other.to_string(),
+    }
+}
+
+fn print_credits(tenants: &[Value]) {
+    println!(
+        "{:<24} {:>12} {:>12} {:>14} {:>12} {:>12} {:>12}",
+        "TENANT", "HELD", "SPENT", "PENDING_REFUND", "SETTLED", "LIMIT", "AVAILABLE"
+    );
+    for t in tenants {
+        println!(
+            "{:<24} {:>12} {:>12} {:>14} {:>12} {:>12} {:>12}",
+            s(&t["tenant_id"]),
+            s(&t["held"]),
+            s(&t["spent"]),
+            s(&t["pending_refund"]),
+            s(&t["settled"]),
+            s(&t["spend_limit"]),
+            s(&t["available"])
+        );
     }
 }
 
@@ -304,6 +327,40 @@ async fn run(cli: &Cli) -> Result<(), Failure> {
                 return Ok(());
             }
             op
+        }
+        ["credits", "list"] => {
+            let q = query(&[("limit", cli.flag("limit")), ("cursor", cli.flag("cursor"))]);
+            let page = cli.call(reqwest::Method::GET, &format!("/v1/credits{q}"), None).await?;
+            if !cli.json {
+                print_credits(page["tenants"].as_array().map(Vec::as_slice).unwrap_or_default());
+                if let Some(next) = page["next_cursor"].as_str() {
+                    println!("more: --cursor {next}");
+                }
+                return Ok(());
+            }
+            page
+        }
+        ["credits", "limit", tenant, amount] => {
+            let limit = match *amount {
+                "none" => Value::Null,
+                n => json!(
+                    n.parse::<f64>()
+                        .ok()
+                        .filter(|v| v.is_finite() && *v >= 0.0)
+                        .ok_or_else(|| Failure::Usage(format!(
+                            "the limit must be a number of credits or none, got {n:?}"
+                        )))?
+                ),
+            };
+            let path = format!("/v1/tenants/{}/spend-limit", enc(tenant));
+            let ledger = cli
+                .call(reqwest::Method::PUT, &path, Some(json!({"spend_limit": limit})))
+                .await?;
+            if !cli.json {
+                print_credits(std::slice::from_ref(&ledger));
+                return Ok(());
+            }
+            ledger
         }
         _ => return Err(Failure::Usage(USAGE.into())),
     };

@@ -267,11 +267,7 @@ async fn confirming_nothing_was_created_authorizes_exactly_one_new_post() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wrong_phases_non_operators_and_other_tenants_are_refused() {
     let stack = Stack::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/jobs"))
-        .respond_with(ResponseTemplate::new(500).set_body_string("upstream broke"))
-        .mount(&stack.genace)
-        .await;
+    every_post_fails(&stack.genace).await;
     let a = stack.create("tenant-a", "a-case").await;
     let b = stack.create("tenant-b", "b-case").await;
     stack.wait(&a, "uncertain", |v| v["phase"] == "uncertain").await;
@@ -450,4 +446,54 @@ async fn attach_refuses_a_job_id_another_operation_holds_and_ids_out_of_bounds()
     let (_, v) = stack.view(&ops, &lost).await;
     assert_eq!(v["phase"], "uncertain", "nothing changed");
     stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operators_set_a_spend_limit_and_read_every_tenants_credits() {
+    let stack = Stack::start().await;
+    every_post_fails(&stack.genace).await;
+    // An uncertain outcome keeps holding its reservation (an image: 1 credit).
+    let a = stack.create("tenant-a", "credits").await;
+    stack.wait(&a, "uncertain", |v| v["phase"] == "uncertain").await;
+    let ops = operator(None);
+    let set = stack.cli(&ops, &["credits", "limit", "tenant-a", "25"]);
+    assert_eq!(set.status.code(), Some(0), "{set:?}");
+    let listed = stack.cli(&ops, &["credits", "list", "--json"]);
+    assert_eq!(listed.status.code(), Some(0), "{listed:?}");
+    let page: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let row = page["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tenant_id"] == "tenant-a")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (row["held"].as_f64(), row["spend_limit"].as_f64()),
+        (Some(1.0), Some(25.0)),
+        "{row}"
+    );
+    assert_eq!(row["available"].as_f64(), Some(24.0));
+    let table = stack.cli(&ops, &["credits", "list"]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("tenant-a"), "{table:?}");
+    let removed = stack.cli(&ops, &["credits", "limit", "tenant-a", "none", "--json"]);
+    let ledger: Value = serde_json::from_slice(&removed.stdout).unwrap();
+    assert_eq!(ledger["spend_limit"], Value::Null);
+    let bad = stack.cli(&ops, &["credits", "limit", "tenant-a", "lots"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    // A tenant's own token reads only its own credits, through the API.
+    let user = devauth::issue("tenant_id", "tenant-a", 600).unwrap();
+    let refused = stack.cli(&user, &["credits", "list"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("403"), "{refused:?}");
+}
+
+/// Genace answers every POST with a 500: the outcome is unknown, and each
+/// operation becomes uncertain.
+async fn every_post_fails(genace: &MockServer) {
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(ResponseTemplate::new(500).set_body_string("upstream broke"))
+        .mount(genace)
+        .await;
 }

@@ -391,6 +391,9 @@ pub struct Options {
     pub crash_per_mille: u64,
     /// Planted bugs (`machine::planted`), 0 for none.
     pub bugs: u32,
+    /// A spend limit on `tenant-a`, in credits: dispatch must wait for room,
+    /// and the limit must never be passed.
+    pub spend_limit: Option<f64>,
 }
 
 impl Default for Options {
@@ -400,6 +403,7 @@ impl Default for Options {
             intents: 6,
             crash_per_mille: 30,
             bugs: 0,
+            spend_limit: None,
         }
     }
 }
@@ -453,6 +457,9 @@ impl World {
         let queue = mem.queue.clone();
         let mut config = mem.config;
         config.part_size = 1024;
+        if let Some(limit) = opts.spend_limit {
+            store.set_spend_limit_now(TENANTS[0], Some(genace_core::ledger::millis(limit)));
+        }
         let app = App {
             store: Sim {
                 inner: store.clone(),
@@ -808,12 +815,17 @@ impl World {
             self.seen
                 .insert(id.clone(), (rec.version, rec.specification_hash.clone()));
             let state = format!(
-                "v{} {} {:?} job={} case={}",
+                "v{} {} {:?} job={} case={}{}",
                 rec.version,
                 rec.phase.as_str(),
                 rec.delivery_state,
                 rec.remote_job_id.as_deref().unwrap_or("-"),
-                rec.case.as_ref().map_or("-", |c| c.reason.as_str())
+                rec.case.as_ref().map_or("-", |c| c.reason.as_str()),
+                if rec.spend_hold.is_some() {
+                    " hold=spend_limit"
+                } else {
+                    ""
+                }
             );
             if self.shown.get(&id) != Some(&state) {
                 self.log(format!("  {} {state}", short(&id)));
@@ -827,6 +839,32 @@ impl World {
                         None => return Err(format!("{}: delivered, but {} is not stored", short(&id), object.key)),
                     }
                 }
+            }
+        }
+        // Each tenant's counters are the sum of its records' shares, and a
+        // limit is never passed (every amount here is a reservation: the
+        // simulated 202 reports none).
+        let mut sums: BTreeMap<String, genace_core::ledger::Shares> = BTreeMap::new();
+        for rec in &records {
+            let sum = sums.entry(rec.tenant_id.as_str().to_owned()).or_default();
+            *sum = sum.plus(&genace_core::ledger::share(rec));
+        }
+        let ledgers = self.store.ledgers_now();
+        for tenant in TENANTS {
+            let counted = ledgers.get(tenant).map(|l| l.totals).unwrap_or_default();
+            let summed = sums.get(tenant).copied().unwrap_or_default();
+            if counted != summed {
+                return Err(format!(
+                    "{tenant}: ledger {counted:?} but the records sum to {summed:?}"
+                ));
+            }
+            if let Some(limit) = ledgers.get(tenant).and_then(|l| l.spend_limit)
+                && counted.held > limit
+            {
+                return Err(format!(
+                    "{tenant}: {} millicredits held past the limit of {limit}",
+                    counted.held
+                ));
             }
         }
         // At most one job per operation, one more per confirm_not_created.

@@ -1,4 +1,4 @@
-//! `simulate N [--first SEED] [--bug repost|case] [--steps K]`: runs N seeds
+//! `simulate N [--first SEED] [--bug repost|case] [--steps K] [--spend-limit CREDITS]`: runs N seeds
 //! and prints seeds per second; on a violation, prints the seed and the
 //! trace of its steps and exits 1.
 //! `simulate --replay SEED [--bug ...]`: prints the trace of one seed.
@@ -26,6 +26,15 @@ fn main() -> ExitCode {
     if let Some(steps) = value("--steps").and_then(|s| s.parse().ok()) {
         opts.steps = steps;
     }
+    if let Some(limit) = value("--spend-limit") {
+        match limit.parse::<f64>() {
+            Ok(l) if l >= 0.0 => opts.spend_limit = Some(l),
+            _ => {
+                eprintln!("simulate: --spend-limit takes a number of credits, got {limit:?}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     quiet_panics();
     if let Some(seed) = value("--replay").and_then(|s| s.parse::<u64>().ok()) {
         let outcome = run(seed, &opts);
@@ -37,7 +46,9 @@ fn main() -> ExitCode {
         };
     }
     let Some(count) = args.first().and_then(|n| n.parse::<u64>().ok()) else {
-        eprintln!("usage: simulate N [--first SEED] [--bug repost|case] [--steps K] | simulate --replay SEED");
+        eprintln!(
+            "usage: simulate N [--first SEED] [--bug repost|case] [--steps K] [--spend-limit CREDITS] | simulate --replay SEED"
+        );
         return ExitCode::from(2);
     };
     let first = value("--first").and_then(|s| s.parse().ok()).unwrap_or(0u64);

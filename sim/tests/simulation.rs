@@ -56,6 +56,43 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
     }
 }
 
+/// Under a spend limit with room for one video at a time, dispatch waits
+/// instead of passing it, resumes when credits are free, and the counters
+/// never drift from the records, through every crash and race.
+#[test]
+fn the_spend_limit_is_never_passed_and_waiting_operations_resume() {
+    genace_dst::quiet_panics();
+    let limited = Options {
+        spend_limit: Some(15.0),
+        ..Options::default()
+    };
+    let (mut waited, mut resumed) = (0, 0);
+    for seed in 0..300 {
+        let outcome = run(seed, &limited);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+        // State lines name the operation (`op_` and 8 hex digits) and its state.
+        let op_of = |l: &str| l.find("op_").map(|p| l[p..(p + 11).min(l.len())].to_owned());
+        let mut holding = std::collections::BTreeSet::new();
+        let mut came_back = false;
+        for line in &outcome.trace {
+            let Some(op) = op_of(line) else { continue };
+            if line.contains("hold=spend_limit") {
+                holding.insert(op);
+            } else if line.contains(" submitting ") && holding.contains(&op) {
+                came_back = true;
+            }
+        }
+        waited += usize::from(!holding.is_empty());
+        resumed += usize::from(came_back);
+    }
+    println!("{waited} of 300 seeds made dispatch wait for credits; {resumed} resumed a waiting operation");
+    assert!(
+        waited >= 30,
+        "only {waited} of 300 seeds made dispatch wait for credits"
+    );
+    assert!(resumed >= 10, "only {resumed} seeds resumed a waiting operation");
+}
+
 #[test]
 fn the_same_seed_replays_the_same_trace() {
     genace_dst::quiet_panics();

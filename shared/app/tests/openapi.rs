@@ -429,6 +429,27 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     seen.insert(doc.check(all, "get", &call(event("GET", all, None, Value::Null, &[])).await));
     seen.insert(doc.check(all, "get", &call(event("GET", all, None, tenant("t1"), &[])).await));
 
+    // With no room left, a new intent is recorded (202) and its view says
+    // dispatch will wait.
+    let five = json!({"spend_limit": 5}).to_string();
+    assert_eq!(
+        call(event("PUT", t1_limit, Some(&five), operator(), &[]))
+            .await
+            .status(),
+        200
+    );
+    let tight = call(event("POST", ops, Some(&intent("k7", "p")), tenant("t1"), &[])).await;
+    assert_eq!(tight.status(), 202);
+    let tight_body: Value = serde_json::from_slice(tight.body().as_ref()).unwrap();
+    assert_eq!(tight_body["hold"]["reason"], "spend_limit");
+    assert_eq!(tight_body["hold"]["since"], Value::Null);
+    seen.insert(doc.check(ops, "post", &tight));
+    // With room, no hold is announced.
+    call(event("PUT", t1_limit, Some(&fifteen), operator(), &[])).await;
+    let roomy = call(event("POST", ops, Some(&intent("k8", "p")), tenant("t1"), &[])).await;
+    let roomy_body: Value = serde_json::from_slice(roomy.body().as_ref()).unwrap();
+    assert!(roomy_body.get("hold").is_none(), "{roomy_body}");
+
     // An operation waiting for the spend limit shows the hold.
     let waiting_id = {
         let r = call(event("POST", ops, Some(&intent("k6", "p")), tenant("t1"), &[])).await;

@@ -2,7 +2,7 @@
 //! operators set. The counters themselves move only with record writes
 //! (see [`crate::table::OperationStore::apply`]).
 
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::admin::Operator;
 use crate::clock::Clock;
@@ -11,7 +11,8 @@ use crate::outputs::ObjectStore;
 use crate::queue::WorkQueue;
 use crate::table::{LedgerPage, OperationStore};
 use genace_core::domain::TenantId;
-use genace_core::ledger::{Millicredits, TenantLedger};
+use genace_core::ledger::{self, Millicredits, TenantLedger};
+use genace_core::record::OperationRecord;
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
     /// A tenant's totals and limit.
@@ -34,6 +35,21 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             });
         }
         Ok(self.store.ledgers(limit, cursor).await?)
+    }
+
+    /// True when the tenant's spend limit leaves less room than a claim of
+    /// `rec` would reserve: dispatch will wait. Intake says so in the view
+    /// of a new intent (and records it all the same). A ledger that cannot
+    /// be read says nothing; the operation's own view tells the truth later.
+    pub async fn expects_spend_hold(&self, rec: &OperationRecord) -> bool {
+        let need = ledger::millis(self.config.policy.credit_estimate.for_media(rec.media_type));
+        match self.store.ledger(&rec.tenant_id).await {
+            Ok(l) => l.headroom().is_some_and(|room| room < need),
+            Err(e) => {
+                warn!(operation_id = %rec.operation_id, error = %e, "ledger unreadable; no spend outlook");
+                false
+            }
+        }
     }
 
     /// Sets or removes a tenant's spend limit. Operations waiting for room

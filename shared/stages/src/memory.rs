@@ -55,6 +55,23 @@ impl MemoryStore {
         self.lock().values().cloned().collect()
     }
 
+    /// Every tenant ledger, by tenant.
+    pub fn ledgers_now(&self) -> BTreeMap<String, TenantLedger> {
+        self.lock().ledgers.clone()
+    }
+
+    /// Sets a tenant's spend limit (a simulation's starting state).
+    pub fn set_spend_limit_now(&self, tenant: &str, limit: Option<Millicredits>) {
+        self.lock()
+            .ledgers
+            .entry(tenant.to_owned())
+            .or_insert_with(|| TenantLedger {
+                tenant_id: tenant.to_owned(),
+                ..TenantLedger::default()
+            })
+            .spend_limit = limit;
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
         // A test that panicked while holding the lock leaves a usable table.
         self.table.lock().unwrap_or_else(|p| p.into_inner())

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::auth::Principal;
 use super::problem::{Problem, not_found};
-use super::views::{case_view, credits_view, etag, view, view_with_links};
+use super::views::{case_view, credits_view, etag, expected_spend_hold, view, view_with_links};
 
 fn json_response(status: StatusCode) -> lambda_http::http::response::Builder {
     Response::builder()
@@ -174,7 +174,10 @@ async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         Submitted::New(rec) => (StatusCode::ACCEPTED, rec, false),
         Submitted::Replayed(rec) => (StatusCode::OK, rec, true),
     };
-    let body = view(rec);
+    let mut body = view(rec);
+    if !replayed && intake.expects_spend_hold(rec).await {
+        body["hold"] = expected_spend_hold();
+    }
     let mut builder = json_response(status).header(
         header::LOCATION,
         HeaderValue::from_str(&format!("/v1/operations/{}", rec.operation_id)).expect("ids are ASCII"),

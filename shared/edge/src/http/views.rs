@@ -72,6 +72,13 @@ pub fn view(rec: &OperationRecord) -> Value {
     v
 }
 
+/// The hold a new intent's view announces when the tenant's spend limit
+/// leaves no room for it now: dispatch has not waited yet.
+pub fn expected_spend_hold() -> Value {
+    json!({"reason": "spend_limit", "since": null, "next_check": null,
+           "detail": "The tenant's spend limit leaves no room for this operation now; it is recorded and dispatch waits until credits are free."})
+}
+
 /// A tenant's credits, in credits (not thousandths).
 pub fn credits_view(ledger: &TenantLedger) -> Value {
     use genace_core::ledger::credits;
