@@ -24,7 +24,7 @@ if ! ls "$VENV"/lib/python3*/site-packages/samcli/local/rapid/aws-lambda-rie-x86
 fi
 RIE="$(ls "$VENV"/lib/python3*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64 | head -1)"
 
-cargo build --quiet --release -p intake -p dispatch -p poll -p deliver -p recovery -p sweep
+cargo build --quiet --release -p intake -p dispatch -p poll -p deliver -p recovery -p sweep -p events
 cargo build --quiet -p genace-local --bin genace-local
 LOCAL="$ROOT/target/debug/genace-local"
 
@@ -59,10 +59,12 @@ sqs() {
 JSON
 }
 schedule() { echo '{"source":"aws.scheduler","detail-type":"Scheduled Event","detail":{}}'; }
+# A pipe batch with one ledger change, which announces nothing.
+pipe_batch() { echo '[{"eventName":"MODIFY","dynamodb":{"Keys":{"pk":{"S":"TENANT#t"}},"NewImage":{"pk":{"S":"TENANT#t"}},"OldImage":{"pk":{"S":"TENANT#t"}}}}]'; }
 
 printf '| function | init on this host (ms) | first invocation (ms) | warm median (ms) |\n|---|---|---|---|\n'
 port=9700
-for fn in IntakeFunction DispatchFunction PollFunction DeliverFunction RecoveryFunction SweepFunction; do
+for fn in IntakeFunction DispatchFunction PollFunction DeliverFunction RecoveryFunction SweepFunction EventsFunction; do
   bin="$(python3 - "$fn" <<'PY'
 import sys, re
 text = open("infra/template.yaml").read()
@@ -73,6 +75,7 @@ PY
   case "$fn" in
     IntakeFunction) event="$(apigw)" ;;
     SweepFunction) event="$(schedule)" ;;
+    EventsFunction) event="$(pipe_batch)" ;;
     *) event="$(sqs)" ;;
   esac
   mapfile -t fenv < <("$LOCAL" env "$fn" GenaceBaseUrl=http://127.0.0.1:9 GenaceApiKeySecretArn= JwtIssuer=genace-local)

@@ -24,6 +24,9 @@ use tokio::task::JoinSet;
 /// template's `MaximumRetryAttempts`).
 pub const MAX_ATTEMPTS: u32 = 10;
 
+/// Stream records per enrichment call (the template's `BatchSize`).
+pub const BATCH_SIZE: usize = 3;
+
 /// Where the events go (`GENACE_EVENTS_FILE`, default `.local/events.jsonl`).
 pub fn events_file() -> PathBuf {
     std::env::var("GENACE_EVENTS_FILE")
@@ -157,7 +160,7 @@ where
                     .filter(passes_filter)
                     .collect();
                 let next = out.next_shard_iterator;
-                for chunk in batch.chunks(10) {
+                for chunk in batch.chunks(BATCH_SIZE) {
                     deliver(&enrich, chunk, &file, shard).await;
                 }
                 *iterator = next;
@@ -217,6 +220,9 @@ mod tests {
         let pattern: Value = serde_json::from_str(pattern).unwrap();
         assert_eq!(pattern["eventName"], json!(["MODIFY"]));
         assert_eq!(pattern["dynamodb"]["Keys"]["pk"]["S"], json!([{"prefix": "OP#"}]));
+        let source = &template["Resources"]["EventsPipe"]["Properties"]["SourceParameters"]["DynamoDBStreamParameters"];
+        assert_eq!(source["BatchSize"].as_u64(), Some(BATCH_SIZE as u64));
+        assert_eq!(source["MaximumRetryAttempts"].as_u64(), Some(u64::from(MAX_ATTEMPTS)));
     }
 
     #[test]

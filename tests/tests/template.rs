@@ -466,6 +466,9 @@ fn committed_changes_reach_the_bus_through_a_least_privilege_pipe() {
     let source = &pipe["SourceParameters"]["DynamoDBStreamParameters"];
     assert_eq!(source["StartingPosition"], "TRIM_HORIZON");
     assert!(source["MaximumRetryAttempts"].as_u64().is_some_and(|n| n > 0));
+    // A change announces at most three events; a PutEvents takes ten.
+    let most = genace_core::events::MAX_EVENTS_PER_CHANGE as u64;
+    assert!(source["BatchSize"].as_u64().is_some_and(|n| n * most <= 10));
     assert_eq!(
         strings(&source["DeadLetterConfig"]["Arn"]),
         ["EventsPipeDeadLetterQueue.Arn"]

@@ -17,6 +17,12 @@ use crate::record::{CaseReason, DeliveryState, OperationRecord, Phase, Reconcili
 /// The `source` of every event on the bus.
 pub const SOURCE: &str = "genace.operations";
 
+/// The most events one committed change announces (for example a case
+/// resolved, another opened and the hold it means). The pipe's batch size
+/// is chosen so a batch's events fit one `PutEvents` (ten entries); the
+/// in-memory store asserts this bound on every write the simulator makes.
+pub const MAX_EVENTS_PER_CHANGE: usize = 3;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Kind {
     #[serde(rename = "operation.accepted")]

@@ -133,6 +133,12 @@ impl OperationStore for MemoryStore {
         let tables = &mut *table;
         match tables.records.get_mut(&prev.pk) {
             Some(current) if current.version == prev.version => {
+                debug_assert!(
+                    genace_core::events::derive(Some(prev), next, &genace_core::events::Context::default()).len()
+                        <= genace_core::events::MAX_EVENTS_PER_CHANGE,
+                    "one change announces more than {} events",
+                    genace_core::events::MAX_EVENTS_PER_CHANGE
+                );
                 let delta = ledger::delta(prev, next);
                 if !delta.is_zero() {
                     let tenant = prev.tenant_id.as_str();
