@@ -344,6 +344,10 @@ pub(crate) async fn phase_log(ddb: aws_sdk_dynamodb::Client, table: String) {
             for item in page.items.unwrap_or_default() {
                 let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
                 let id = get("operation_id");
+                if id.is_empty() {
+                    // A tenant's credits ledger, not an operation.
+                    continue;
+                }
                 let mut line = format!("{:<13} {}", get("phase"), get("delivery_state"));
                 let job = get("remote_job_id");
                 if !job.is_empty() {
