@@ -361,6 +361,9 @@ pub(crate) async fn phase_log(ddb: aws_sdk_dynamodb::Client, table: String) {
                 {
                     line.push_str(&format!("  case={reason}"));
                 }
+                if item.contains_key("spend_hold") {
+                    line.push_str("  waiting for the spend limit");
+                }
                 if seen.get(&id) != Some(&line) {
                     println!(
                         "{}  {id}  tenant={}  {line}",
