@@ -48,6 +48,7 @@ use genace_stages::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError}
 use genace_stages::queue::{QueueError, RecoveryChannel, WorkQueue};
 use genace_stages::stage::{Stage, handle_body};
 use genace_stages::table::{Applied, CasePage, Created, DueCursor, DuePage, LedgerPage, OperationStore, StoreError};
+use genace_stages::webhooks::WebhookConfig;
 
 fn hex_sha256(data: &[u8]) -> String {
     use sha2::Digest;
@@ -248,6 +249,12 @@ impl<T: OperationStore> OperationStore for Sim<T> {
         limit: Option<Millicredits>,
     ) -> Result<TenantLedger, StoreError> {
         port(&self.chaos, self.inner.set_spend_limit(tenant, limit)).await
+    }
+    async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, StoreError> {
+        port(&self.chaos, self.inner.webhook(tenant)).await
+    }
+    async fn set_webhook(&self, tenant: &TenantId, config: Option<&WebhookConfig>) -> Result<(), StoreError> {
+        port(&self.chaos, self.inner.set_webhook(tenant, config)).await
     }
 }
 

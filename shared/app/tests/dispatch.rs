@@ -448,6 +448,19 @@ impl OperationStore for EchoingStore {
     ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
         self.0.set_spend_limit(tenant, limit).await
     }
+    async fn webhook(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Option<genace_stages::webhooks::WebhookConfig>, genace_stages::table::StoreError> {
+        self.0.webhook(tenant).await
+    }
+    async fn set_webhook(
+        &self,
+        tenant: &TenantId,
+        config: Option<&genace_stages::webhooks::WebhookConfig>,
+    ) -> Result<(), genace_stages::table::StoreError> {
+        self.0.set_webhook(tenant, config).await
+    }
 }
 
 #[tokio::test]

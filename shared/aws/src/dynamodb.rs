@@ -29,6 +29,7 @@ use genace_stages::table::{
     Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationStore, StoreError, case_sort_key,
     case_tenant_prefix,
 };
+use genace_stages::webhooks::WebhookConfig;
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -135,6 +136,10 @@ impl DynamoStore {
         HashMap::from([("pk".to_owned(), AttributeValue::S(OperationRecord::pk_for(id)))])
     }
 
+    fn webhook_key(tenant: &str) -> Item {
+        HashMap::from([("pk".to_owned(), AttributeValue::S(format!("{WEBHOOK_PREFIX}{tenant}")))])
+    }
+
     fn ledger_key(tenant: &str) -> Item {
         HashMap::from([("pk".to_owned(), AttributeValue::S(format!("{LEDGER_PREFIX}{tenant}")))])
     }
@@ -229,6 +234,8 @@ impl DynamoStore {
 
 /// Key prefix of the tenant ledger items.
 pub const LEDGER_PREFIX: &str = "TENANT#";
+/// Key prefix of the tenant webhook items.
+pub const WEBHOOK_PREFIX: &str = "WEBHOOK#";
 /// The due-index partition that lists ledger items.
 pub const LEDGER_PARTITION: &str = "LEDGER";
 
@@ -512,6 +519,50 @@ impl OperationStore for DynamoStore {
             }
         }
         Err(StoreError::Conflict(None))
+    }
+
+    async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::webhook_key(tenant.as_str())))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(service_error)?;
+        out.item
+            .map(|mut item| {
+                item.remove("pk");
+                serde_dynamo::from_item(item).map_err(|e| StoreError::Decode(e.to_string()))
+            })
+            .transpose()
+    }
+
+    async fn set_webhook(&self, tenant: &TenantId, config: Option<&WebhookConfig>) -> Result<(), StoreError> {
+        match config {
+            Some(c) => {
+                let mut item: Item = serde_dynamo::to_item(c).map_err(|e| StoreError::Decode(e.to_string()))?;
+                item.extend(Self::webhook_key(tenant.as_str()));
+                self.client
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(item))
+                    .send()
+                    .await
+                    .map_err(service_error)?;
+            }
+            None => {
+                self.client
+                    .delete_item()
+                    .table_name(&self.table)
+                    .set_key(Some(Self::webhook_key(tenant.as_str())))
+                    .send()
+                    .await
+                    .map_err(service_error)?;
+            }
+        }
+        Ok(())
     }
 
     async fn open_cases(

@@ -449,6 +449,36 @@ async fn operators_page_through_every_ledger<S: OperationStore>(store: S) {
     assert_eq!(seen, [("t-1".into(), r), ("t-2".into(), r), ("t-3".into(), r)]);
 }
 
+async fn a_tenants_webhook_is_set_read_and_removed<S: OperationStore>(store: S) {
+    let tenant = TenantId::parse("tenant-hook").unwrap();
+    assert_eq!(store.webhook(&tenant).await.unwrap(), None);
+    let config = genace_stages::webhooks::WebhookConfig {
+        tenant_id: "tenant-hook".into(),
+        url: "https://hooks.example/genace".into(),
+        events: vec!["operation.delivered".into()],
+        secret_id: "genace/webhooks/tenant-hook".into(),
+        updated_at: Utc::now(),
+        updated_by: "ops".into(),
+    };
+    store.set_webhook(&tenant, Some(&config)).await.unwrap();
+    assert_eq!(store.webhook(&tenant).await.unwrap(), Some(config.clone()));
+    // Another tenant's is apart, and the ledger listing does not see it.
+    assert_eq!(
+        store.webhook(&TenantId::parse("tenant-other").unwrap()).await.unwrap(),
+        None
+    );
+    assert!(store.ledgers(10, None).await.unwrap().ledgers.is_empty());
+    let moved = genace_stages::webhooks::WebhookConfig {
+        url: "https://hooks.example/v2".into(),
+        events: vec![],
+        ..config
+    };
+    store.set_webhook(&tenant, Some(&moved)).await.unwrap();
+    assert_eq!(store.webhook(&tenant).await.unwrap(), Some(moved));
+    store.set_webhook(&tenant, None).await.unwrap();
+    assert_eq!(store.webhook(&tenant).await.unwrap(), None);
+}
+
 genace_aws::contract_tests!(
     memory => genace_stages::memory::MemoryStore::default(),
     dynamodb => |env| env.store();
@@ -464,4 +494,5 @@ genace_aws::contract_tests!(
     a_claim_past_the_spend_limit_writes_nothing,
     two_claims_race_for_room_for_one,
     operators_page_through_every_ledger,
+    a_tenants_webhook_is_set_read_and_removed,
 );

@@ -36,3 +36,4 @@ pub mod stage;
 pub mod sweep;
 pub mod table;
 pub mod telemetry;
+pub mod webhooks;

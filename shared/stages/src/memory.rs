@@ -34,6 +34,7 @@ pub struct MemoryStore {
 struct Tables {
     records: BTreeMap<String, OperationRecord>,
     ledgers: BTreeMap<String, TenantLedger>,
+    webhooks: BTreeMap<String, crate::webhooks::WebhookConfig>,
 }
 
 impl std::ops::Deref for Tables {
@@ -255,6 +256,23 @@ impl OperationStore for MemoryStore {
             });
         entry.spend_limit = limit;
         Ok(entry.clone())
+    }
+
+    async fn webhook(&self, tenant: &TenantId) -> Result<Option<crate::webhooks::WebhookConfig>, StoreError> {
+        Ok(self.lock().webhooks.get(tenant.as_str()).cloned())
+    }
+
+    async fn set_webhook(
+        &self,
+        tenant: &TenantId,
+        config: Option<&crate::webhooks::WebhookConfig>,
+    ) -> Result<(), StoreError> {
+        let mut table = self.lock();
+        match config {
+            Some(c) => table.webhooks.insert(tenant.as_str().to_owned(), c.clone()),
+            None => table.webhooks.remove(tenant.as_str()),
+        };
+        Ok(())
     }
 
     async fn open_cases(
@@ -853,5 +871,64 @@ pub fn memory_app(start: DateTime<Utc>) -> MemoryApp {
         downloads: MemoryDownloads::default(),
         clock,
         config: crate::config::Config::for_resources(&names, queues),
+    }
+}
+
+/// Secrets, in memory. Clones share them.
+#[derive(Debug, Clone, Default)]
+pub struct MemorySecrets {
+    values: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+impl MemorySecrets {
+    pub fn put(&self, id: &str, value: &str) {
+        self.values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), value.to_owned());
+    }
+}
+
+impl crate::webhooks::SecretStore for MemorySecrets {
+    async fn secret(&self, id: &str) -> Result<Option<String>, String> {
+        Ok(self.values.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned())
+    }
+}
+
+/// A webhook receiver, in memory: answers each POST with the next planned
+/// status (200 once the plan is used up) and keeps what it received.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryReceiver {
+    inner: Arc<Mutex<(Vec<u16>, Vec<ReceivedPost>)>>,
+}
+
+/// One POST a [`MemoryReceiver`] received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedPost {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl MemoryReceiver {
+    /// The statuses the next POSTs get, in order.
+    pub fn answer(&self, statuses: &[u16]) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).0 = statuses.to_vec();
+    }
+
+    pub fn received(&self) -> Vec<ReceivedPost> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+    }
+}
+
+impl crate::webhooks::WebhookSender for MemoryReceiver {
+    async fn post(&self, url: &str, headers: Vec<(String, String)>, body: String) -> Result<u16, String> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.1.push(ReceivedPost {
+            url: url.to_owned(),
+            headers,
+            body,
+        });
+        Ok(if inner.0.is_empty() { 200 } else { inner.0.remove(0) })
     }
 }

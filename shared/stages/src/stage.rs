@@ -26,6 +26,10 @@ pub enum StageError {
     Refused(String),
     #[error("malformed message: {0}")]
     Malformed(String),
+    /// A remote party failed (a webhook receiver, a secret store); the
+    /// message is delivered again.
+    #[error("remote failure: {0}")]
+    Remote(String),
 }
 
 /// How many times a state write is tried before giving up.

@@ -101,6 +101,19 @@ pub trait OperationStore: Send + Sync {
         limit: Option<Millicredits>,
     ) -> impl Future<Output = Result<TenantLedger, StoreError>> + Send;
 
+    /// A tenant's webhook, if one is configured.
+    fn webhook(
+        &self,
+        tenant: &TenantId,
+    ) -> impl Future<Output = Result<Option<crate::webhooks::WebhookConfig>, StoreError>> + Send;
+
+    /// Sets (or, with `None`, removes) a tenant's webhook.
+    fn set_webhook(
+        &self,
+        tenant: &TenantId,
+        config: Option<&crate::webhooks::WebhookConfig>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// One page of the sparse open-case index, optionally for one tenant.
     fn open_cases(
         &self,
