@@ -81,6 +81,14 @@ pub fn sqs(conf: &SdkConfig) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::from_conf(builder.build())
 }
 
+pub fn secrets(conf: &SdkConfig) -> aws_sdk_secretsmanager::Client {
+    let mut builder = aws_sdk_secretsmanager::config::Builder::from(conf);
+    if let Some(m) = meter() {
+        builder.push_interceptor(m);
+    }
+    aws_sdk_secretsmanager::Client::from_conf(builder.build())
+}
+
 /// SQS for long polling (the local runner's event-source emulation): a
 /// receive may wait up to 20 s for messages, so its attempt may take longer.
 pub fn sqs_receiver(conf: &SdkConfig) -> aws_sdk_sqs::Client {

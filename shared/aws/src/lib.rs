@@ -4,6 +4,7 @@
 //!   conditional write.
 //! - [`sqs`]: the work queues and the recovery channel.
 //! - [`s3`]: the output bucket (`ObjectStore`).
+//! - [`secrets`]: Secrets Manager (`SecretStore`), for webhook secrets.
 //! - [`clients`]: SDK configuration, timeouts and retries.
 //! - [`stream`]: the table's change stream, decoded into lifecycle events.
 //! - [`provision`]: creating the table, queues and bucket (local runs, tests).
@@ -16,6 +17,7 @@ pub mod clients;
 pub mod dynamodb;
 pub mod provision;
 pub mod s3;
+pub mod secrets;
 pub mod sqs;
 pub mod stream;
 #[cfg(feature = "testkit")]
@@ -23,4 +25,5 @@ pub mod testkit;
 
 pub use dynamodb::DynamoStore;
 pub use s3::S3Store;
+pub use secrets::SecretsManager;
 pub use sqs::SqsQueue;

@@ -129,8 +129,7 @@ impl Resolve for GuardedResolver {
 /// The HTTP client that fetches outputs under `policy`.
 pub fn download_client(policy: &UrlPolicy) -> Result<reqwest::Client, reqwest::Error> {
     let redirect_policy = policy.clone();
-    reqwest::Client::builder()
-        .dns_resolver(Arc::new(GuardedResolver { policy: policy.clone() }))
+    guarded_client(policy)
         .redirect(reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= 5 {
                 attempt.error("too many redirects")
@@ -140,11 +139,17 @@ pub fn download_client(policy: &UrlPolicy) -> Result<reqwest::Client, reqwest::E
                 attempt.follow()
             }
         }))
-        .connect_timeout(Duration::from_secs(5))
         .read_timeout(Duration::from_secs(60))
-        // A proxy from the environment would resolve names itself, past the guard.
-        .no_proxy()
         .build()
+}
+
+/// A client whose every name resolution passes the URL guard, with no proxy
+/// (a proxy from the environment would resolve names itself, past the guard).
+pub fn guarded_client(policy: &UrlPolicy) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .dns_resolver(Arc::new(GuardedResolver { policy: policy.clone() }))
+        .connect_timeout(Duration::from_secs(5))
+        .no_proxy()
 }
 
 /// The URL guard refused an address after DNS resolution.
@@ -155,7 +160,7 @@ struct GuardRefused(String);
 /// A download error as text without the URL (it may carry a signed query
 /// string), and whether the URL guard caused it (a refused redirect target
 /// or resolved address), which no retry can change.
-fn transport(e: reqwest::Error) -> (String, bool) {
+pub(crate) fn transport(e: reqwest::Error) -> (String, bool) {
     let mut refused = e.is_redirect();
     let timeout = e.is_timeout();
     let e = e.without_url();

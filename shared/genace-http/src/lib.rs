@@ -4,12 +4,15 @@
 //!   port: never retried, never redirected, bounded bodies, a redacted key.
 //! - [`download`]: the output URL guard and the download client behind the
 //!   `genace_stages::downloads::Downloads` port.
+//! - [`webhook`]: tenants' webhook POSTs, through the same URL guard.
 //!
 //! Depends on `genace-core` and `genace-stages` (for the ports); must not
 //! import the AWS adapters, the HTTP edge or Lambda crates.
 
 pub mod client;
 pub mod download;
+pub mod webhook;
 
 pub use client::{GenaceClient, GenaceConfig};
 pub use download::HttpDownloads;
+pub use webhook::HttpWebhooks;
