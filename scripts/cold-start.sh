@@ -24,7 +24,7 @@ if ! ls "$VENV"/lib/python3*/site-packages/samcli/local/rapid/aws-lambda-rie-x86
 fi
 RIE="$(ls "$VENV"/lib/python3*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64 | head -1)"
 
-cargo build --quiet --release -p intake -p dispatch -p poll -p deliver -p recovery -p sweep -p events
+cargo build --quiet --release -p intake -p dispatch -p poll -p deliver -p recovery -p sweep -p events -p webhook
 cargo build --quiet -p genace-local --bin genace-local
 LOCAL="$ROOT/target/debug/genace-local"
 
@@ -64,7 +64,7 @@ pipe_batch() { echo '[{"eventName":"MODIFY","dynamodb":{"Keys":{"pk":{"S":"TENAN
 
 printf '| function | init on this host (ms) | first invocation (ms) | warm median (ms) |\n|---|---|---|---|\n'
 port=9700
-for fn in IntakeFunction DispatchFunction PollFunction DeliverFunction RecoveryFunction SweepFunction EventsFunction; do
+for fn in IntakeFunction DispatchFunction PollFunction DeliverFunction RecoveryFunction SweepFunction EventsFunction WebhookFunction; do
   bin="$(python3 - "$fn" <<'PY'
 import sys, re
 text = open("infra/template.yaml").read()

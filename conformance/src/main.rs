@@ -112,7 +112,9 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 /// The function binaries `--artifacts` runs.
-const FUNCTIONS: [&str; 7] = ["intake", "dispatch", "poll", "deliver", "recovery", "sweep", "events"];
+const FUNCTIONS: [&str; 8] = [
+    "intake", "dispatch", "poll", "deliver", "recovery", "sweep", "events", "webhook",
+];
 
 /// What `--local` started: the stack, its URL, two tenants' tokens and its events file.
 type Started = (LocalStack, String, String, String, PathBuf);

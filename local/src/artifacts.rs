@@ -119,6 +119,7 @@ fn local_locals(config: &Config, given: &HashMap<String, String>) -> Locals {
         ("PollQueue".to_owned(), config.queues.poll.clone()),
         ("DeliverQueue".to_owned(), config.queues.deliver.clone()),
         ("RecoveryQueue".to_owned(), config.queues.recovery.clone()),
+        ("WebhookQueue".to_owned(), config.queues.webhooks.clone()),
     ]);
     Locals { params, refs }
 }
@@ -594,7 +595,8 @@ pub async fn start(
     // The events pipe, with the template's enrichment function as its step.
     let enrichment = template.pipe_enrichment().and_then(|f| functions.get(&f).cloned());
     if let (Some(enrichment), Some(file)) = (enrichment, runner.events_file.clone()) {
-        crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, move |batch| {
+        let rule = Some(config.queues.webhooks.clone());
+        crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, rule, move |batch| {
             let enrichment = enrichment.clone();
             async move {
                 match enrichment.invoke(&Value::Array(batch)).await {

@@ -4,7 +4,8 @@
 //! the pipe's filter keeps (changes of operation items), hands each batch to
 //! the same enrichment the pipe runs (the library in process, or the events
 //! function's binary in artifact mode), and appends each event as the bus
-//! would carry it to a JSON-lines file a developer can `tail -f`.
+//! would carry it to a JSON-lines file a developer can `tail -f`. Like the
+//! bus's webhook rule, it also sends each event to the webhook queue.
 //!
 //! A batch the enrichment refuses is retried; after [`MAX_ATTEMPTS`] it is
 //! written to the dead-letter file beside the events file, as the pipe
@@ -96,13 +97,22 @@ fn append(path: &Path, lines: &[Value]) -> std::io::Result<()> {
 }
 
 /// Starts the pipe: `enrich` gets each filtered batch and returns the events.
-pub fn spawn_pipe<F, Fut>(tasks: &mut JoinSet<()>, sdk: &aws_config::SdkConfig, table: String, file: PathBuf, enrich: F)
-where
+pub fn spawn_pipe<F, Fut>(
+    tasks: &mut JoinSet<()>,
+    sdk: &aws_config::SdkConfig,
+    table: String,
+    file: PathBuf,
+    webhook_queue: Option<String>,
+    enrich: F,
+) where
     F: Fn(Vec<Value>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Vec<Value>, String>> + Send,
 {
     let dynamodb = genace_aws::clients::dynamodb(sdk);
     let streams = aws_sdk_dynamodbstreams::Client::new(sdk);
+    let rule = webhook_queue
+        .filter(|q| !q.is_empty())
+        .map(|q| (genace_aws::clients::sqs(sdk), q));
     tasks.spawn(async move {
         tracing::info!(file = %file.display(), "lifecycle events are appended here");
         let mut iterators: HashMap<String, Option<String>> = HashMap::new();
@@ -161,7 +171,7 @@ where
                     .collect();
                 let next = out.next_shard_iterator;
                 for chunk in batch.chunks(BATCH_SIZE) {
-                    deliver(&enrich, chunk, &file, shard).await;
+                    deliver(&enrich, chunk, &file, shard, rule.as_ref()).await;
                 }
                 *iterator = next;
             }
@@ -170,8 +180,13 @@ where
 }
 
 /// One batch through the enrichment, retried, then dead-lettered.
-async fn deliver<F, Fut>(enrich: &F, batch: &[Value], file: &Path, shard: &str)
-where
+async fn deliver<F, Fut>(
+    enrich: &F,
+    batch: &[Value],
+    file: &Path,
+    shard: &str,
+    rule: Option<&(aws_sdk_sqs::Client, String)>,
+) where
     F: Fn(Vec<Value>) -> Fut,
     Fut: Future<Output = Result<Vec<Value>, String>>,
 {
@@ -181,6 +196,19 @@ where
                 let lines: Vec<Value> = events.iter().map(bus_envelope).collect();
                 if let Err(e) = append(file, &lines) {
                     tracing::error!(file = %file.display(), error = %e, "writing events failed");
+                }
+                if let Some((sqs, queue)) = rule {
+                    for line in &lines {
+                        let sent = sqs
+                            .send_message()
+                            .queue_url(queue)
+                            .message_body(line.to_string())
+                            .send()
+                            .await;
+                        if let Err(e) = sent {
+                            tracing::error!(error = %e, "the webhook queue refused an event");
+                        }
+                    }
                 }
                 return;
             }

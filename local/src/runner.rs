@@ -115,8 +115,10 @@ pub async fn start(
     let ctx = genace_core::events::Context {
         bucket: Some(config.bucket.clone()),
     };
+    consumer.spawn(&mut tasks, &config.queues.webhooks, genace_app::webhooks(sdk, &config)?);
     if let Some(file) = settings.events_file.clone() {
-        crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, move |batch| {
+        let rule = Some(config.queues.webhooks.clone());
+        crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, rule, move |batch| {
             let events = genace_aws::stream::lifecycle_events(&batch, &ctx)
                 .map(|events| events.iter().filter_map(|e| serde_json::to_value(e).ok()).collect())
                 .map_err(|e| e.to_string());

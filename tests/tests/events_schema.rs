@@ -55,6 +55,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
         &env.sdk,
         env.config.table.clone(),
         file.clone(),
+        None,
         move |batch| {
             std::future::ready(
                 genace_aws::stream::lifecycle_events(&batch, &ctx)

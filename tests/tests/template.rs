@@ -110,6 +110,8 @@ fn every_function_has_only_the_actions_it_uses() {
             &[
                 "dynamodb:GetItem",
                 "dynamodb:UpdateItem",
+                "dynamodb:PutItem",
+                "dynamodb:DeleteItem",
                 "dynamodb:Query",
                 "sqs:SendMessage",
                 "s3:GetObject",
@@ -121,6 +123,10 @@ fn every_function_has_only_the_actions_it_uses() {
         ),
         // The pipe's enrichment: pure, it needs no grant at all.
         ("EventsFunction", &[][..]),
+        (
+            "WebhookFunction",
+            &["dynamodb:GetItem", "secretsmanager:GetSecretValue"][..],
+        ),
         (
             "SweepFunction",
             &[
@@ -216,7 +222,11 @@ fn queue_consumers_report_partial_failures_and_queues_fit_their_consumers() {
             consumed.insert(queue);
         }
     }
-    assert_eq!(consumed.len(), 4, "dispatch, poll, deliver and recovery are consumed");
+    assert_eq!(
+        consumed.len(),
+        5,
+        "dispatch, poll, deliver, recovery and webhooks are consumed"
+    );
     for (name, r) in &res {
         if r["Type"] != "AWS::SQS::Queue" {
             continue;
@@ -336,7 +346,8 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
         let operator = path.contains("reconciliation-cases")
             || path.ends_with("/resolution")
             || path == "/v1/credits"
-            || path.ends_with("/spend-limit");
+            || path.ends_with("/spend-limit")
+            || path.ends_with("/webhook");
         if operator {
             assert_eq!(function, "OperatorFunction", "{method} {path}");
             assert_eq!(scopes, &["OperatorScope".to_owned()], "{method} {path}");
@@ -524,4 +535,51 @@ fn committed_changes_reach_the_bus_through_a_least_privilege_pipe() {
     }
     // The enrichment reads and writes nothing itself.
     assert!(functions(&t)["EventsFunction"]["Properties"]["Policies"].is_null());
+}
+
+#[test]
+fn webhooks_take_every_event_from_the_bus_and_read_only_their_secrets() {
+    let t = template();
+    let res = resources(&t);
+    let rule = &res["WebhookRule"]["Properties"];
+    assert_eq!(strings(&rule["EventBusName"]), ["OperationsEventBus"]);
+    assert_eq!(strings(&rule["EventPattern"]["source"]), ["genace.operations"]);
+    let target = &untag(&rule["Targets"])[0];
+    assert_eq!(strings(&target["Arn"]), ["WebhookQueue.Arn"]);
+    assert_eq!(
+        strings(&target["DeadLetterConfig"]["Arn"]),
+        ["WebhookDeadLetterQueue.Arn"]
+    );
+    assert!(
+        target["RetryPolicy"]["MaximumRetryAttempts"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    );
+    // Only the rule may send to the queue.
+    let statement = &untag(&res["WebhookQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"])[0];
+    assert_eq!(statement["Principal"]["Service"], "events.amazonaws.com");
+    assert_eq!(strings(&statement["Action"]), ["sqs:SendMessage"]);
+    assert!(format!("{:?}", statement["Condition"]).contains("WebhookRule.Arn"));
+    // A failed POST is retried a bounded number of times, then dead-lettered.
+    let queue = &res["WebhookQueue"]["Properties"];
+    assert_eq!(
+        strings(&queue["RedrivePolicy"]["deadLetterTargetArn"]),
+        ["WebhookDeadLetterQueue.Arn"]
+    );
+    // The function reads webhook secrets only, never the Genace key.
+    let fns = functions(&t);
+    let grants = grants(&fns["WebhookFunction"]);
+    let secrets: Vec<&String> = grants
+        .iter()
+        .filter(|(a, _)| a == "secretsmanager:GetSecretValue")
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(secrets.len(), 1);
+    assert!(secrets[0].contains("secret:genace/webhooks/*"), "{}", secrets[0]);
+    assert!(
+        !grants.iter().any(|(_, r)| r.contains("GenaceApiKeySecretArn")),
+        "the webhook function cannot read the Genace key"
+    );
+    let alarm = format!("{:?}", res["DeadLetterAlarms"]["Properties"]["Metrics"]);
+    assert!(alarm.contains("WebhookDeadLetterQueue"));
 }

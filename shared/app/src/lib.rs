@@ -12,11 +12,12 @@
 //! depends on it but the functions, the local stack and tests.
 
 use aws_config::SdkConfig;
-use genace_aws::{DynamoStore, S3Store, SqsQueue};
-use genace_http::{GenaceClient, GenaceConfig, HttpDownloads};
+use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue};
+use genace_http::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
 use genace_stages::clock::SystemClock;
 use genace_stages::config::Config;
+use genace_stages::webhooks::WebhookDeliverer;
 use serde_json::Value;
 
 /// The deployed adapters: DynamoDB, SQS, S3, the Genace HTTP client, the
@@ -50,6 +51,26 @@ pub async fn from_env_with_downloads() -> Result<AwsApp<Unused>, String> {
     let app = from_env().await?;
     let downloads = downloads(&app.config)?;
     Ok(app.with_downloads(downloads))
+}
+
+/// The webhook stage on the deployed adapters: webhook settings from the
+/// table, secrets from Secrets Manager, POSTs through the URL guard.
+pub type AwsWebhooks = WebhookDeliverer<DynamoStore, SecretsManager, HttpWebhooks>;
+
+/// [`AwsWebhooks`] for `config`, on clients made from `sdk`.
+pub fn webhooks(sdk: &SdkConfig, config: &Config) -> Result<AwsWebhooks, String> {
+    Ok(WebhookDeliverer {
+        store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
+        secrets: SecretsManager::new(genace_aws::clients::secrets(sdk)),
+        sender: HttpWebhooks::new(&config.url_policy).map_err(|e| format!("building the webhook client: {e}"))?,
+        clock: SystemClock,
+    })
+}
+
+/// [`webhooks`] from the environment: what the webhook function runs.
+pub async fn webhooks_from_env() -> Result<AwsWebhooks, String> {
+    let config = Config::from_env().map_err(|e| e.to_string())?;
+    webhooks(&genace_aws::clients::load().await, &config)
 }
 
 /// The download client behind the output URL guard of `config`.

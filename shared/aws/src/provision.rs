@@ -38,7 +38,7 @@ fn fail(resource: &str, e: impl std::fmt::Display) -> ProvisionError {
     }
 }
 
-/// Creates the table, the four queues with their DLQs, and the bucket on the
+/// Creates the table, the five queues with their DLQs, and the bucket on the
 /// endpoint of `sdk`. Returns the queue URLs.
 pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> Result<QueueUrls, ProvisionError> {
     ensure_table(&crate::clients::dynamodb(sdk), &names.table).await?;
@@ -53,12 +53,13 @@ pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> R
         };
         urls.push(ensure_queue(&sqs, q, receives).await?);
     }
-    let [dispatch, poll, deliver, recovery]: [String; 4] = urls.try_into().expect("four queues were created");
+    let [dispatch, poll, deliver, recovery, webhooks]: [String; 5] = urls.try_into().expect("five queues were created");
     Ok(QueueUrls {
         dispatch,
         poll,
         deliver,
         recovery,
+        webhooks,
     })
 }
 

@@ -46,7 +46,12 @@ impl SecretStore for SecretsManager {
                     .insert(id.to_owned(), (Instant::now(), value.clone()));
                 Ok(Some(value))
             }
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => Ok(None),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception()) =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(format!(
                 "reading secret {id}: {}",
                 aws_sdk_secretsmanager::error::DisplayErrorContext(e)

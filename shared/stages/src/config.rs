@@ -27,6 +27,8 @@ pub struct ResourceNames {
     pub poll_queue: String,
     pub deliver_queue: String,
     pub recovery_queue: String,
+    /// Lifecycle events for tenants' webhooks (the bus rule's target).
+    pub webhook_queue: String,
 }
 
 impl ResourceNames {
@@ -39,15 +41,17 @@ impl ResourceNames {
             poll_queue: format!("{prefix}genace-poll"),
             deliver_queue: format!("{prefix}genace-deliver"),
             recovery_queue: format!("{prefix}genace-recovery"),
+            webhook_queue: format!("{prefix}genace-webhooks"),
         }
     }
 
-    pub fn queues(&self) -> [&str; 4] {
+    pub fn queues(&self) -> [&str; 5] {
         [
             &self.dispatch_queue,
             &self.poll_queue,
             &self.deliver_queue,
             &self.recovery_queue,
+            &self.webhook_queue,
         ]
     }
 }
@@ -58,6 +62,9 @@ pub struct QueueUrls {
     pub poll: String,
     pub deliver: String,
     pub recovery: String,
+    /// Only the webhook stage reads it (and, locally, the events pipe
+    /// writes it, as the bus rule does on AWS).
+    pub webhooks: String,
 }
 
 impl QueueUrls {
@@ -70,6 +77,7 @@ impl QueueUrls {
             poll: url(&names.poll_queue),
             deliver: url(&names.deliver_queue),
             recovery: url(&names.recovery_queue),
+            webhooks: url(&names.webhook_queue),
         }
     }
 }
@@ -169,6 +177,9 @@ impl Config {
                 poll: queue("POLL_QUEUE_URL", |q| &q.poll)?,
                 deliver: queue("DELIVER_QUEUE_URL", |q| &q.deliver)?,
                 recovery: queue("RECOVERY_QUEUE_URL", |q| &q.recovery)?,
+                webhooks: var("WEBHOOK_QUEUE_URL")
+                    .or_else(|| local.as_ref().map(|l| l.webhooks.clone()))
+                    .unwrap_or_default(),
             },
             tenant_claim: var("TENANT_CLAIM").unwrap_or_else(|| "tenant_id".into()),
             operator_claim: var("OPERATOR_CLAIM").unwrap_or_else(|| "scope".into()),

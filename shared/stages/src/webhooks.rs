@@ -20,9 +20,15 @@ use serde_json::Value;
 use sha2::Sha256;
 use tracing::{info, warn};
 
+use crate::admin::Operator;
 use crate::clock::{Clock, SystemClock};
+use crate::intake::{Intake, IntakeError};
+use crate::outputs::ObjectStore;
+use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError};
 use crate::table::OperationStore;
+use genace_core::domain::{InvalidInput, TenantId};
+use genace_core::events::Kind;
 
 /// Secrets Manager names a webhook secret may have; the functions may read
 /// nothing else.
@@ -47,6 +53,108 @@ pub struct WebhookConfig {
 impl WebhookConfig {
     pub fn wants(&self, kind: &str) -> bool {
         self.events.is_empty() || self.events.iter().any(|e| e == kind)
+    }
+}
+
+/// What an operator asks for: a URL, the secret that signs, and the types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookRequest {
+    pub url: String,
+    pub events: Vec<String>,
+    pub secret_id: String,
+}
+
+impl WebhookRequest {
+    /// Parses `{"url": ..., "secret_id": ..., "events": [...]}`. The URL must
+    /// be https (http only where `allow_http`), with a host and no user
+    /// part; the full URL guard (public addresses only) applies to every
+    /// POST. The secret must be one of the webhook secrets the functions may
+    /// read. Events, when given, must be lifecycle event types.
+    pub fn parse(body: &Value, allow_http: bool) -> Result<Self, InvalidInput> {
+        let text = |name: &str| body.get(name).and_then(Value::as_str).map(str::trim);
+        let url = text("url").ok_or_else(|| InvalidInput::new("url", "is required"))?;
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://").filter(|_| allow_http))
+            .ok_or_else(|| InvalidInput::new("url", "must be an https URL"))?;
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        if authority.is_empty() || authority.contains('@') || url.len() > 2048 || url.chars().any(char::is_whitespace) {
+            return Err(InvalidInput::new("url", "must name a host, without user information"));
+        }
+        let secret_id = text("secret_id").ok_or_else(|| InvalidInput::new("secret_id", "is required"))?;
+        let under_prefix = secret_id.starts_with(SECRET_PREFIX)
+            || (secret_id.starts_with("arn:") && secret_id.contains(&format!(":secret:{SECRET_PREFIX}")));
+        if !under_prefix || secret_id.len() > 2048 {
+            return Err(InvalidInput::new(
+                "secret_id",
+                format!("must be a Secrets Manager secret named {SECRET_PREFIX}<name>"),
+            ));
+        }
+        let events = match body.get("events") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => {
+                let known: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+                items
+                    .iter()
+                    .map(|e| match e.as_str() {
+                        Some(t) if known.contains(&t) => Ok(t.to_owned()),
+                        _ => Err(InvalidInput::new(
+                            "events",
+                            format!("must be among {}", known.join(", ")),
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            Some(_) => return Err(InvalidInput::new("events", "must be a list of event types")),
+        };
+        Ok(Self {
+            url: url.to_owned(),
+            events,
+            secret_id: secret_id.to_owned(),
+        })
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+    /// A tenant's webhook, for an operator who may see the tenant.
+    pub async fn webhook(&self, op: &Operator, tenant: &TenantId) -> Result<Option<WebhookConfig>, IntakeError> {
+        if !op.may_see(tenant) {
+            return Err(IntakeError::NotFound);
+        }
+        Ok(self.store.webhook(tenant).await?)
+    }
+
+    /// Sets a tenant's webhook; from now on its events are POSTed there.
+    pub async fn set_webhook(
+        &self,
+        op: &Operator,
+        tenant: &TenantId,
+        request: WebhookRequest,
+    ) -> Result<WebhookConfig, IntakeError> {
+        if !op.may_see(tenant) {
+            return Err(IntakeError::NotFound);
+        }
+        let config = WebhookConfig {
+            tenant_id: tenant.as_str().to_owned(),
+            url: request.url,
+            events: request.events,
+            secret_id: request.secret_id,
+            updated_at: self.clock.now(),
+            updated_by: op.actor.clone(),
+        };
+        self.store.set_webhook(tenant, Some(&config)).await?;
+        info!(actor = %op.actor, tenant = %tenant, "webhook set");
+        Ok(config)
+    }
+
+    /// Removes a tenant's webhook; events already queued are dropped.
+    pub async fn remove_webhook(&self, op: &Operator, tenant: &TenantId) -> Result<(), IntakeError> {
+        if !op.may_see(tenant) {
+            return Err(IntakeError::NotFound);
+        }
+        self.store.set_webhook(tenant, None).await?;
+        info!(actor = %op.actor, tenant = %tenant, "webhook removed");
+        Ok(())
     }
 }
 
@@ -119,7 +227,7 @@ where
                 "a bus event without a lifecycle event in its detail".into(),
             ));
         };
-        let tenant_id = genace_core::domain::TenantId::parse(tenant)
+        let tenant_id = TenantId::parse(tenant)
             .map_err(|_| StageError::Malformed(format!("tenant {tenant:?} is not a tenant id")))?;
         let Some(config) = self.store.webhook(&tenant_id).await? else {
             return Ok(Webhooked::NoWebhook);
@@ -186,6 +294,67 @@ mod tests {
         mac.update(b"what do ya want for nothing?");
         let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    }
+
+    #[test]
+    fn a_request_parses_or_names_its_bad_field() {
+        let ok = serde_json::json!({"url": "https://hooks.acme.example/genace", "secret_id": "genace/webhooks/acme",
+                                    "events": ["operation.delivered"]});
+        let r = WebhookRequest::parse(&ok, false).unwrap();
+        assert_eq!(r.events, ["operation.delivered"]);
+        let field =
+            |body: serde_json::Value, allow_http: bool| WebhookRequest::parse(&body, allow_http).unwrap_err().field;
+        assert_eq!(
+            field(serde_json::json!({"secret_id": "genace/webhooks/a"}), false),
+            "url"
+        );
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "http://hooks.example/x", "secret_id": "genace/webhooks/a"}),
+                false
+            ),
+            "url"
+        );
+        assert!(
+            WebhookRequest::parse(
+                &serde_json::json!({"url": "http://hooks.example/x", "secret_id": "genace/webhooks/a"}),
+                true
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "https://user:pw@hooks.example/x", "secret_id": "genace/webhooks/a"}),
+                false
+            ),
+            "url"
+        );
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "https:///x", "secret_id": "genace/webhooks/a"}),
+                false
+            ),
+            "url"
+        );
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "https://hooks.example", "secret_id": "prod/db-password"}),
+                false
+            ),
+            "secret_id"
+        );
+        assert!(WebhookRequest::parse(
+            &serde_json::json!({"url": "https://hooks.example", "secret_id": "arn:aws:secretsmanager:us-east-1:1:secret:genace/webhooks/a-AbCd"}),
+            false
+        )
+        .is_ok());
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "https://hooks.example", "secret_id": "genace/webhooks/a", "events": ["operation.exploded"]}),
+                false
+            ),
+            "events"
+        );
     }
 
     #[test]

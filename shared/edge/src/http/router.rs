@@ -10,13 +10,14 @@ use genace_stages::intake::{Intake, Submitted};
 use genace_stages::outputs::ObjectStore;
 use genace_stages::queue::WorkQueue;
 use genace_stages::table::OperationStore;
+use genace_stages::webhooks::WebhookRequest;
 use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
 
 use super::auth::Principal;
 use super::problem::{Problem, not_found};
-use super::views::{case_view, credits_view, etag, expected_spend_hold, view, view_with_links};
+use super::views::{case_view, credits_view, etag, expected_spend_hold, view, view_with_links, webhook_view};
 
 fn json_response(status: StatusCode) -> lambda_http::http::response::Builder {
     Response::builder()
@@ -60,6 +61,7 @@ enum Route {
     MyCredits,
     AllCredits,
     SpendLimit(String),
+    Webhook(String),
 }
 
 /// The route of a request, and the operation id in its path. API Gateway
@@ -85,6 +87,10 @@ fn route(req: &Request) -> Option<Route> {
         [.., "v1", "reconciliation-cases"] => Some(Route::Cases),
         [.., "v1", "tenants", "me", "credits"] => Some(Route::MyCredits),
         [.., "v1", "credits"] => Some(Route::AllCredits),
+        [.., "v1", "tenants", tenant, "webhook"] => {
+            let named = req.path_parameters_ref().and_then(|p| p.first("tenant_id"));
+            Some(Route::Webhook(named.unwrap_or(tenant).to_owned()))
+        }
         [.., "v1", "tenants", tenant, "spend-limit"] => {
             let named = req.path_parameters_ref().and_then(|p| p.first("tenant_id"));
             Some(Route::SpendLimit(named.unwrap_or(tenant).to_owned()))
@@ -133,6 +139,10 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
         (Some(Route::AllCredits), _) => Err(method_not_allowed("GET")),
         (Some(Route::SpendLimit(tenant)), &Method::PUT) => set_spend_limit(intake, req, &tenant).await,
         (Some(Route::SpendLimit(_)), _) => Err(method_not_allowed("PUT")),
+        (Some(Route::Webhook(tenant)), m) if [Method::GET, Method::PUT, Method::DELETE].contains(m) => {
+            webhook(intake, req, &tenant).await
+        }
+        (Some(Route::Webhook(_)), _) => Err(method_not_allowed("GET, PUT, DELETE")),
         (None, _) => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "no-route",
@@ -238,8 +248,21 @@ fn if_match_version(req: &Request) -> Result<u64, Problem> {
         })
 }
 
-/// Largest resolution body accepted.
+/// Largest body of an operator's request (a resolution, a limit, a webhook).
 const MAX_RESOLUTION_BODY: usize = 8 * 1024;
+
+/// 413 for an operator's request body over [`MAX_RESOLUTION_BODY`].
+fn small_body(req: &Request, what: &str) -> Result<(), Problem> {
+    if req.body().as_ref().len() > MAX_RESOLUTION_BODY {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "The request body is too large",
+            format!("A {what} may be at most {MAX_RESOLUTION_BODY} bytes."),
+        ));
+    }
+    Ok(())
+}
 
 fn page_limit(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result<i32, Problem> {
     match q.first("limit") {
@@ -287,14 +310,7 @@ async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clo
     raw_tenant: &str,
 ) -> Result<Response<Body>, Problem> {
     let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
-    if req.body().as_ref().len() > MAX_RESOLUTION_BODY {
-        return Err(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            "The request body is too large",
-            format!("A spend limit may be at most {MAX_RESOLUTION_BODY} bytes."),
-        ));
-    }
+    small_body(&req, "spend limit")?;
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
     let body = json_body(&req)?;
     let limit = match body.get("spend_limit") {
@@ -307,6 +323,30 @@ async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clo
     };
     let ledger = intake.set_spend_limit(&op, &tenant, limit).await?;
     Ok(ok_json(credits_view(&ledger)))
+}
+
+/// GET, PUT or DELETE a tenant's webhook (operators only).
+async fn webhook<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+    raw_tenant: &str,
+) -> Result<Response<Body>, Problem> {
+    let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
+    let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
+    let config = match *req.method() {
+        Method::PUT => {
+            small_body(&req, "webhook")?;
+            let body = json_body(&req)?;
+            let request = WebhookRequest::parse(&body, intake.config.url_policy.allow_http)?;
+            Some(intake.set_webhook(&op, &tenant, request).await?)
+        }
+        Method::DELETE => {
+            intake.remove_webhook(&op, &tenant).await?;
+            None
+        }
+        _ => intake.webhook(&op, &tenant).await?,
+    };
+    Ok(ok_json(webhook_view(tenant.as_str(), config.as_ref())))
 }
 
 async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
@@ -341,14 +381,7 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
     let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
-    if req.body().as_ref().len() > MAX_RESOLUTION_BODY {
-        return Err(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            "The request body is too large",
-            format!("A resolution may be at most {MAX_RESOLUTION_BODY} bytes."),
-        ));
-    }
+    small_body(&req, "resolution")?;
     let body = json_body(&req)?;
     let text = |name: &str| {
         body.get(name)

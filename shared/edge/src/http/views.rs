@@ -79,6 +79,23 @@ pub fn expected_spend_hold() -> Value {
            "detail": "The tenant's spend limit leaves no room for this operation now; it is recorded and dispatch waits until credits are free."})
 }
 
+/// A tenant's webhook, or that it has none. The secret's value never
+/// appears: only the name of the secret that signs.
+pub fn webhook_view(tenant: &str, config: Option<&genace_stages::webhooks::WebhookConfig>) -> Value {
+    match config {
+        Some(c) => json!({
+            "tenant_id": tenant,
+            "configured": true,
+            "url": c.url,
+            "events": c.events,
+            "secret_id": c.secret_id,
+            "updated_at": c.updated_at,
+            "updated_by": c.updated_by,
+        }),
+        None => json!({"tenant_id": tenant, "configured": false}),
+    }
+}
+
 /// A tenant's credits, in credits (not thousandths).
 pub fn credits_view(ledger: &TenantLedger) -> Value {
     use genace_core::ledger::credits;

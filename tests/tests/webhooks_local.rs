@@ -1,0 +1,165 @@
+//! Webhooks on the local stack: an operator sets a tenant's webhook through
+//! the API, the operator keeps its secret in Secrets Manager (moto), and one
+//! operation's lifecycle reaches the receiver as signed POSTs, taken off the
+//! table's stream by the events pipe and queued as the bus's rule does.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use genace_aws::testkit::LocalAws;
+use genace_http::GenaceConfig;
+use genace_local::{devauth, runner};
+use genace_stages::webhooks::signature;
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenants_webhook_receives_its_lifecycle_signed() {
+    let env = LocalAws::fresh().await;
+    let genace = MockServer::start().await;
+    let receiver = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(ResponseTemplate::new(202).set_body_json(json!({"job_id": "job-hook", "state": "queued"})))
+        .mount(&genace)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/jobs/job-hook"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "job-hook", "state": "completed", "error": null,
+            "outputs": [{"url": format!("{}/outputs/a.mp4", genace.uri()), "content_type": "video/mp4"}]
+        })))
+        .mount(&genace)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/outputs/a.mp4"))
+        .respond_with(ResponseTemplate::new(200).set_body_bytes(b"frames".to_vec()))
+        .mount(&genace)
+        .await;
+    // The first delivery attempt of each event fails: the queue retries it.
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(1)
+        .mount(&receiver)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&receiver)
+        .await;
+
+    let secret = "whsec-local-test";
+    genace_aws::clients::secrets(&env.sdk)
+        .create_secret()
+        .name("genace/webhooks/hooked")
+        .secret_string(secret)
+        .send()
+        .await
+        .unwrap();
+
+    let mut config = env.config.clone();
+    config.url_policy.allow_http = true;
+    config.url_policy.allow_private = true;
+    let mut gconf = GenaceConfig::new(genace.uri(), "hook-test-key");
+    gconf.timeout = Duration::from_secs(3);
+    let addr: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let events = std::env::temp_dir().join(format!("genace-events-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let settings = runner::RunnerSettings {
+        intake_addr: addr,
+        batch_size: 5,
+        visibility_seconds: 2,
+        concurrency: 2,
+        sweep_every: Duration::from_secs(3),
+        phase_log: false,
+        events_file: Some(events.clone()),
+    };
+    let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
+    let api = format!("http://{addr}");
+    let http = reqwest::Client::new();
+
+    let operator = devauth::issue_operator("ops-alice", "tenant_id", None, 600).unwrap();
+    let set = http
+        .put(format!("{api}/v1/tenants/hooked/webhook"))
+        .bearer_auth(&operator)
+        .json(&json!({"url": format!("{}/genace", receiver.uri()), "secret_id": "genace/webhooks/hooked"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(set.status(), 200);
+
+    let user = devauth::issue("tenant_id", "hooked", 600).unwrap();
+    let created: Value = http
+        .post(format!("{api}/v1/operations"))
+        .bearer_auth(&user)
+        .json(&json!({"operation_key": "hooked-1", "media_type": "video",
+                      "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["operation_id"].as_str().unwrap().to_owned();
+
+    // A second tenant without a webhook: its events are queued and dropped.
+    let other = devauth::issue("tenant_id", "unhooked", 600).unwrap();
+    http.post(format!("{api}/v1/operations"))
+        .bearer_auth(&other)
+        .json(&json!({"operation_key": "plain-1", "media_type": "image",
+                      "specification": {"model": "genace-image-1", "prompt": "a harbour"}}))
+        .send()
+        .await
+        .unwrap();
+
+    let wanted = ["operation.accepted", "operation.rendered", "operation.delivered"];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut delivered: Vec<Value> = Vec::new();
+    while Instant::now() < deadline {
+        let requests = receiver.received_requests().await.unwrap();
+        let mut seen = std::collections::BTreeMap::new();
+        for r in &requests {
+            let body = String::from_utf8(r.body.clone()).unwrap();
+            let header = |n: &str| {
+                r.headers
+                    .get(n)
+                    .map(|v| v.to_str().unwrap().to_owned())
+                    .unwrap_or_default()
+            };
+            // Every POST, first attempts and retries alike, is signed.
+            let sig = header("genace-signature");
+            let t: i64 = sig
+                .strip_prefix("t=")
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("no timestamp in {sig:?}"));
+            assert_eq!(sig, signature(secret, t, &body), "a POST with a wrong signature");
+            let detail: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(
+                detail["tenant_id"], "hooked",
+                "only the hooked tenant's events are sent"
+            );
+            assert_eq!(header("genace-event-id"), detail["id"].as_str().unwrap());
+            seen.insert(detail["id"].as_str().unwrap().to_owned(), detail);
+        }
+        delivered = seen.into_values().collect();
+        if wanted.iter().all(|w| delivered.iter().any(|d| d["type"] == *w)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    running.shutdown().await;
+    let _ = std::fs::remove_file(&events);
+    let mut types: Vec<(u64, String)> = delivered
+        .iter()
+        .filter(|d| d["operation_id"] == id.as_str())
+        .map(|d| (d["version"].as_u64().unwrap(), d["type"].as_str().unwrap().to_owned()))
+        .collect();
+    types.sort();
+    let types: Vec<&str> = types.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(types, wanted, "the lifecycle, in order of the versions");
+    // The refused first POST was delivered again: more POSTs than events.
+    assert!(receiver.received_requests().await.unwrap().len() > delivered.len());
+}
