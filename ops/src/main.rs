@@ -12,6 +12,9 @@
 //! genace-ops op show <operation_id> [--json]
 //! genace-ops credits list [--limit N] [--cursor C] [--json]
 //! genace-ops credits limit <tenant> <credits|none> [--json]
+//! genace-ops webhook show <tenant> [--json]
+//! genace-ops webhook set <tenant> --hook-url <URL> --secret-id genace/webhooks/<name> [--events a,b] [--json]
+//! genace-ops webhook remove <tenant> [--json]
 //! ```
 //!
 //! Every resolution is tied to the version of the operation it was decided
@@ -27,7 +30,7 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: genace-ops [--url URL] [--token JWT] (cases list [--tenant T] [--reason R] [--limit N] [--cursor C] | cases show ID | resolve ID (attach --job-id J | confirm-not-created | release-hold | mark-settled | redrive-delivery | abandon) --reason TEXT [--version N] | op show ID | credits list [--limit N] [--cursor C] | credits limit TENANT (CREDITS|none)) [--json]";
+const USAGE: &str = "usage: genace-ops [--url URL] [--token JWT] (cases list [--tenant T] [--reason R] [--limit N] [--cursor C] | cases show ID | resolve ID (attach --job-id J | confirm-not-created | release-hold | mark-settled | redrive-delivery | abandon) --reason TEXT [--version N] | op show ID | credits list [--limit N] [--cursor C] | credits limit TENANT (CREDITS|none) | webhook (show|remove) TENANT | webhook set TENANT --hook-url URL --secret-id ID [--events a,b]) [--json]";
 
 struct Cli {
     url: String,
@@ -361,6 +364,47 @@ async fn run(cli: &Cli) -> Result<(), Failure> {
                 return Ok(());
             }
             ledger
+        }
+        ["webhook", verb @ ("show" | "set" | "remove"), tenant] => {
+            let path = format!("/v1/tenants/{}/webhook", enc(tenant));
+            let hook = match *verb {
+                "show" => cli.call(reqwest::Method::GET, &path, None).await?,
+                "remove" => cli.call(reqwest::Method::DELETE, &path, None).await?,
+                _ => {
+                    let url = cli
+                        .flag("hook-url")
+                        .ok_or_else(|| Failure::Usage("webhook set needs --hook-url".into()))?;
+                    let secret = cli
+                        .flag("secret-id")
+                        .ok_or_else(|| Failure::Usage("webhook set needs --secret-id".into()))?;
+                    let events: Vec<&str> = cli
+                        .flag("events")
+                        .map(|e| e.split(',').map(str::trim).filter(|e| !e.is_empty()).collect())
+                        .unwrap_or_default();
+                    let body = json!({"url": url, "secret_id": secret, "events": events});
+                    cli.call(reqwest::Method::PUT, &path, Some(body)).await?
+                }
+            };
+            if !cli.json {
+                if hook["configured"] == true {
+                    println!(
+                        "{}: {} (events: {}; signed with {}; set by {} at {})",
+                        s(&hook["tenant_id"]),
+                        s(&hook["url"]),
+                        match hook["events"].as_array() {
+                            Some(e) if !e.is_empty() => e.iter().map(s).collect::<Vec<_>>().join(", "),
+                            _ => "all".into(),
+                        },
+                        s(&hook["secret_id"]),
+                        s(&hook["updated_by"]),
+                        s(&hook["updated_at"])
+                    );
+                } else {
+                    println!("{}: no webhook", s(&hook["tenant_id"]));
+                }
+                return Ok(());
+            }
+            hook
         }
         _ => return Err(Failure::Usage(USAGE.into())),
     };

@@ -488,6 +488,57 @@ async fn operators_set_a_spend_limit_and_read_every_tenants_credits() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("403"), "{refused:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operators_set_show_and_remove_a_tenants_webhook() {
+    let stack = Stack::start().await;
+    let ops = operator(None);
+    let set = stack.cli(
+        &ops,
+        &[
+            "webhook",
+            "set",
+            "tenant-a",
+            "--hook-url",
+            "https://hooks.tenant-a.example/genace",
+            "--secret-id",
+            "genace/webhooks/tenant-a",
+            "--events",
+            "operation.delivered, operation.case_opened",
+        ],
+    );
+    assert_eq!(set.status.code(), Some(0), "{set:?}");
+    let shown = stack.cli(&ops, &["webhook", "show", "tenant-a", "--json"]);
+    let hook: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(hook["url"], "https://hooks.tenant-a.example/genace");
+    assert_eq!(hook["events"], json!(["operation.delivered", "operation.case_opened"]));
+    assert_eq!(hook["updated_by"], "ops-alice");
+    let text = stdout(&stack.cli(&ops, &["webhook", "show", "tenant-a"]));
+    assert!(text.contains("signed with genace/webhooks/tenant-a"), "{text}");
+    // A secret outside the webhook prefix is refused by the API (400).
+    let wrong = stack.cli(
+        &ops,
+        &[
+            "webhook",
+            "set",
+            "tenant-a",
+            "--hook-url",
+            "https://x.example",
+            "--secret-id",
+            "prod/db",
+        ],
+    );
+    assert_eq!(wrong.status.code(), Some(1), "{wrong:?}");
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("400"), "{wrong:?}");
+    let removed = stack.cli(&ops, &["webhook", "remove", "tenant-a"]);
+    assert!(stdout(&removed).contains("no webhook"), "{removed:?}");
+    // An operator limited to another tenant cannot see it.
+    let other = operator(Some("tenant-b"));
+    let hidden = stack.cli(&other, &["webhook", "show", "tenant-a"]);
+    assert_eq!(hidden.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&hidden.stderr).contains("404"), "{hidden:?}");
+    stack.stop().await;
+}
+
 /// Genace answers every POST with a 500: the outcome is unknown, and each
 /// operation becomes uncertain.
 async fn every_post_fails(genace: &MockServer) {
