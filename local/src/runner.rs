@@ -12,10 +12,11 @@ use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use genace_aws::clients as aws;
-use genace_edge::sqs::process_batch;
+use genace_edge::sqs::process_batch_with;
 use genace_http::GenaceClient;
 use genace_http::GenaceConfig;
 use genace_stages::config::Config;
+use genace_stages::queue::{Redelivery, VisibilityTimeout};
 use genace_stages::stage::Stage;
 use tokio::task::JoinSet;
 
@@ -115,7 +116,12 @@ pub async fn start(
     let ctx = genace_core::events::Context {
         bucket: Some(config.bucket.clone()),
     };
-    consumer.spawn(&mut tasks, &config.queues.webhooks, genace_app::webhooks(sdk, &config)?);
+    consumer.spawn_deferring(
+        &mut tasks,
+        &config.queues.webhooks,
+        genace_app::webhooks(sdk, &config)?,
+        genace_app::webhook_redelivery(sdk, &config)?,
+    );
     if let Some(file) = settings.events_file.clone() {
         let rule = Some(config.queues.webhooks.clone());
         crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, rule, move |batch| {
@@ -169,10 +175,22 @@ impl Consumer {
     /// Consumes `url` into a stage in this process, one message after
     /// another within a batch (what `genace_edge::sqs::serve_sqs` does in the Lambda).
     fn spawn<S: Stage + 'static>(&self, tasks: &mut JoinSet<()>, url: &str, stage: S) {
-        let stage = Arc::new(stage);
+        self.spawn_deferring(tasks, url, stage, VisibilityTimeout);
+    }
+
+    /// [`Self::spawn`], with failed messages deferred through `redelivery`
+    /// (what `genace_edge::sqs::serve_sqs_with` does in the Lambda).
+    fn spawn_deferring<S: Stage + 'static, R: Redelivery + 'static>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        url: &str,
+        stage: S,
+        redelivery: R,
+    ) {
+        let both = Arc::new((stage, redelivery));
         self.spawn_batches(tasks, url, move |event| {
-            let stage = stage.clone();
-            async move { Some(process_batch(event, stage.as_ref()).await) }
+            let both = both.clone();
+            async move { Some(process_batch_with(event, &both.0, &both.1).await) }
         });
     }
 

@@ -380,6 +380,7 @@ mod tests {
                 ("PollQueue".into(), "http://q/poll".into()),
                 ("DeliverQueue".into(), "http://q/deliver".into()),
                 ("RecoveryQueue".into(), "http://q/recovery".into()),
+                ("WebhookQueue".into(), "http://q/webhooks".into()),
             ]),
         }
     }
@@ -398,6 +399,8 @@ mod tests {
             assert_eq!(env["TENANT_CLAIM"], "tenant_id", "{f}: a parameter's default");
             assert!(t.binary(f).is_some(), "{f}");
         }
+        let webhook = t.function_env("WebhookFunction", &locals("disabled")).unwrap();
+        assert_eq!(webhook["WEBHOOK_QUEUE_URL"], "http://q/webhooks", "the queue it defers on");
         let deliver = t.function_env("DeliverFunction", &locals("enabled")).unwrap();
         assert_eq!(deliver["FAULT_INJECTION"], "true");
         assert_eq!(

@@ -125,7 +125,11 @@ fn every_function_has_only_the_actions_it_uses() {
         ("EventsFunction", &[][..]),
         (
             "WebhookFunction",
-            &["dynamodb:GetItem", "secretsmanager:GetSecretValue"][..],
+            &[
+                "dynamodb:GetItem",
+                "secretsmanager:GetSecretValue",
+                "sqs:ChangeMessageVisibility",
+            ][..],
         ),
         (
             "SweepFunction",
@@ -560,14 +564,42 @@ fn webhooks_take_every_event_from_the_bus_and_read_only_their_secrets() {
     assert_eq!(statement["Principal"]["Service"], "events.amazonaws.com");
     assert_eq!(strings(&statement["Action"]), ["sqs:SendMessage"]);
     assert!(format!("{:?}", statement["Condition"]).contains("WebhookRule.Arn"));
-    // A failed POST is retried a bounded number of times, then dead-lettered.
+    // A failed POST is retried, for longer after each failure, for at
+    // least a day, then dead-lettered.
     let queue = &res["WebhookQueue"]["Properties"];
     assert_eq!(
         strings(&queue["RedrivePolicy"]["deadLetterTargetArn"]),
         ["WebhookDeadLetterQueue.Arn"]
     );
-    // The function reads webhook secrets only, never the Genace key.
+    let receives = queue["RedrivePolicy"]["maxReceiveCount"].as_u64().unwrap() as u32;
+    let span = genace_stages::webhooks::RetrySchedule::default().span(receives);
+    assert!(
+        (24 * 3600..=36 * 3600).contains(&span),
+        "an unreachable receiver is retried for {span} s"
+    );
     let fns = functions(&t);
+    let function = &fns["WebhookFunction"];
+    assert_eq!(
+        strings(&function["Properties"]["Environment"]["Variables"]["WEBHOOK_QUEUE_URL"]),
+        ["WebhookQueue"],
+        "the function defers messages on the queue it consumes"
+    );
+    let deferrals: Vec<String> = grants(function)
+        .into_iter()
+        .filter(|(a, _)| a == "sqs:ChangeMessageVisibility")
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(deferrals.len(), 1);
+    assert!(deferrals[0].contains("WebhookQueue.Arn") && !deferrals[0].contains("DeadLetter"));
+    // A whole batch of POSTs that each time out still fits the function's timeout.
+    let batch = untag(&function["Properties"]["Events"]["Work"]["Properties"]["BatchSize"])
+        .as_u64()
+        .unwrap();
+    assert!(
+        batch * genace_http::webhook::POST_TIMEOUT.as_secs() < timeout(&t, function),
+        "{batch} POSTs do not fit the webhook function's timeout"
+    );
+    // The function reads webhook secrets only, never the Genace key.
     let grants = grants(&fns["WebhookFunction"]);
     let secrets: Vec<&String> = grants
         .iter()

@@ -1,18 +1,20 @@
 //! Webhooks on the local stack: an operator sets a tenant's webhook through
 //! the API, the operator keeps its secret in Secrets Manager (moto), and one
 //! operation's lifecycle reaches the receiver as signed POSTs, taken off the
-//! table's stream by the events pipe and queued as the bus's rule does.
+//! table's stream by the events pipe and queued as the bus's rule does. A
+//! refused POST is deferred on the queue by the retry schedule.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use genace_aws::testkit::LocalAws;
 use genace_http::GenaceConfig;
 use genace_local::{devauth, runner};
-use genace_stages::webhooks::signature;
+use genace_stages::webhooks::{RetrySchedule, signature};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenants_webhook_receives_its_lifecycle_signed() {
@@ -37,14 +39,10 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
         .respond_with(ResponseTemplate::new(200).set_body_bytes(b"frames".to_vec()))
         .mount(&genace)
         .await;
-    // The first delivery attempt of each event fails: the queue retries it.
+    // The first POST fails: its event is deferred, then delivered again.
+    let refusing = RefusesFirst::default();
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(503))
-        .up_to_n_times(1)
-        .mount(&receiver)
-        .await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200))
+        .respond_with(refusing.clone())
         .mount(&receiver)
         .await;
 
@@ -58,6 +56,11 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
         .unwrap();
 
     let mut config = env.config.clone();
+    // Retried after 6 s, far longer than the 2 s visibility timeout below.
+    config.webhook_retry = RetrySchedule {
+        first_seconds: 6,
+        max_seconds: 60,
+    };
     config.url_policy.allow_http = true;
     config.url_policy.allow_private = true;
     let mut gconf = GenaceConfig::new(genace.uri(), "hook-test-key");
@@ -160,6 +163,36 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
     types.sort();
     let types: Vec<&str> = types.iter().map(|(_, t)| t.as_str()).collect();
     assert_eq!(types, wanted, "the lifecycle, in order of the versions");
-    // The refused first POST was delivered again: more POSTs than events.
-    assert!(receiver.received_requests().await.unwrap().len() > delivered.len());
+    // The refused first POST was delivered again, once the retry schedule
+    // (not the queue's visibility timeout) let it.
+    let posts = refusing.0.lock().unwrap().clone();
+    let (refused_id, refused_at) = posts[0].clone();
+    let (_, retried_at) = posts[1..]
+        .iter()
+        .find(|(id, _)| *id == refused_id)
+        .expect("the refused event was POSTed again");
+    let waited = retried_at.duration_since(refused_at);
+    assert!(
+        waited >= Duration::from_secs(5),
+        "retried after {waited:?}, before the 6 s the schedule asks"
+    );
+}
+
+/// Answers 503 to the first POST and 200 to every other, noting when each
+/// event id was POSTed.
+#[derive(Clone, Default)]
+struct RefusesFirst(Arc<Mutex<Vec<(String, Instant)>>>);
+
+impl Respond for RefusesFirst {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let id = request
+            .headers
+            .get("genace-event-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let mut posts = self.0.lock().unwrap();
+        posts.push((id, Instant::now()));
+        ResponseTemplate::new(if posts.len() == 1 { 503 } else { 200 })
+    }
 }

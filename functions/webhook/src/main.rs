@@ -1,8 +1,10 @@
 //! Webhook Lambda (SQS): each lifecycle event the bus's rule queued, POSTed
-//! signed to the tenant's webhook, if it has one.
+//! signed to the tenant's webhook, if it has one; a failed one is deferred
+//! on its queue for longer after each failure.
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     genace_stages::telemetry::init();
-    genace_edge::sqs::serve_sqs(genace_app::webhooks_from_env().await?).await
+    let (stage, redelivery) = genace_app::webhooks_from_env().await?;
+    genace_edge::sqs::serve_sqs_with(stage, redelivery).await
 }

@@ -12,7 +12,7 @@
 //! depends on it but the functions, the local stack and tests.
 
 use aws_config::SdkConfig;
-use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue};
+use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue, SqsRedelivery};
 use genace_http::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
 use genace_stages::clock::SystemClock;
@@ -64,13 +64,28 @@ pub fn webhooks(sdk: &SdkConfig, config: &Config) -> Result<AwsWebhooks, String>
         secrets: SecretsManager::new(genace_aws::clients::secrets(sdk)),
         sender: HttpWebhooks::new(&config.url_policy).map_err(|e| format!("building the webhook client: {e}"))?,
         clock: SystemClock,
+        retry: config.webhook_retry,
     })
 }
 
-/// [`webhooks`] from the environment: what the webhook function runs.
-pub async fn webhooks_from_env() -> Result<AwsWebhooks, String> {
+/// Defers failed webhook events on the webhook queue, by
+/// [`genace_stages::webhooks::RetrySchedule`].
+pub fn webhook_redelivery(sdk: &SdkConfig, config: &Config) -> Result<SqsRedelivery, String> {
+    if config.queues.webhooks.is_empty() {
+        return Err("WEBHOOK_QUEUE_URL is not set".into());
+    }
+    Ok(SqsRedelivery::new(
+        genace_aws::clients::sqs(sdk),
+        &config.queues.webhooks,
+    ))
+}
+
+/// [`webhooks`] and [`webhook_redelivery`] from the environment: what the
+/// webhook function runs.
+pub async fn webhooks_from_env() -> Result<(AwsWebhooks, SqsRedelivery), String> {
     let config = Config::from_env().map_err(|e| e.to_string())?;
-    webhooks(&genace_aws::clients::load().await, &config)
+    let sdk = genace_aws::clients::load().await;
+    Ok((webhooks(&sdk, &config)?, webhook_redelivery(&sdk, &config)?))
 }
 
 /// The download client behind the output URL guard of `config`.

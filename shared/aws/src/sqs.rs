@@ -5,7 +5,9 @@ use aws_sdk_sqs::Client;
 use genace_core::domain::OperationId;
 use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 use genace_stages::config::QueueUrls;
-use genace_stages::queue::{MAX_DELAY_SECONDS, QueueError, RecoveryChannel, WorkQueue};
+use genace_stages::queue::{
+    MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, QueueError, RecoveryChannel, Redelivery, WorkQueue,
+};
 
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
@@ -59,5 +61,36 @@ impl RecoveryChannel for SqsQueue {
     async fn send_recovery(&self, message: &RecoveryMessage) -> Result<(), QueueError> {
         let body = serde_json::to_string(message).expect("a recovery message always serializes");
         self.send(Queue::Recovery, body, 0).await
+    }
+}
+
+/// Defers the redelivery of messages received from one queue by changing
+/// their visibility timeout.
+#[derive(Debug, Clone)]
+pub struct SqsRedelivery {
+    client: Client,
+    url: String,
+}
+
+impl SqsRedelivery {
+    pub fn new(client: Client, url: impl Into<String>) -> Self {
+        Self {
+            client,
+            url: url.into(),
+        }
+    }
+}
+
+impl Redelivery for SqsRedelivery {
+    async fn redeliver_after(&self, receipt_handle: &str, seconds: u32) -> Result<(), String> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(seconds.min(MAX_VISIBILITY_SECONDS) as i32)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())
     }
 }

@@ -1,44 +1,151 @@
 //! The SQS edge of the Lambdas: one runner for every queue-driven stage.
 //! Each message of a batch is parsed into the stage's message type and
 //! handled in turn; the failures are reported as batch item failures, so
-//! SQS redelivers only those.
+//! SQS redelivers only those. A stage that wants a failed message back
+//! later than the queue's visibility timeout (see
+//! [`Stage::retry_after`]) gets it through a [`Redelivery`].
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use genace_stages::queue::{Redelivery, VisibilityTimeout};
 use genace_stages::stage::{Stage, StageError, handle_body};
 use tracing::{error, warn};
 
 /// Runs the stage on every message of a batch, one after another, and
 /// reports the ones that failed so SQS redelivers only those.
 pub async fn process_batch<S: Stage>(event: SqsEvent, stage: &S) -> SqsBatchResponse {
+    process_batch_with(event, stage, &VisibilityTimeout).await
+}
+
+/// [`process_batch`], with each failed message hidden for as long as the
+/// stage asks before SQS delivers it again.
+pub async fn process_batch_with<S: Stage, R: Redelivery>(
+    event: SqsEvent,
+    stage: &S,
+    redelivery: &R,
+) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
     for record in event.records {
         let id = record.message_id.clone().unwrap_or_default();
-        let Some(body) = record.body else {
+        let Some(body) = record.body.as_deref() else {
             warn!(message_id = %id, "message without a body");
             response.add_failure(id);
             continue;
         };
-        if let Err(e) = handle_body(stage, &body).await {
+        if let Err(e) = handle_body(stage, body).await {
             match e {
                 StageError::Crashed(_) => {
                     warn!(message_id = %id, error = %e, "message left for redelivery")
                 }
                 _ => error!(message_id = %id, error = %e, "message left for redelivery"),
             }
+            defer(&record, stage.retry_after(&e, receives(&record)), redelivery).await;
             response.add_failure(id);
         }
     }
     response
 }
 
+/// How many times SQS has delivered the message, this time included.
+fn receives(record: &SqsMessage) -> u32 {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+async fn defer<R: Redelivery>(record: &SqsMessage, seconds: Option<u32>, redelivery: &R) {
+    let (Some(seconds), Some(receipt)) = (seconds, record.receipt_handle.as_deref()) else {
+        return;
+    };
+    if let Err(e) = redelivery.redeliver_after(receipt, seconds).await {
+        // The message still comes back, after the queue's visibility timeout.
+        warn!(message_id = ?record.message_id, seconds, error = %e, "could not defer the redelivery");
+    }
+}
+
 /// Runs an SQS-triggered Lambda: every message goes to the stage, and the
 /// failures are reported as batch item failures.
 pub async fn serve_sqs<S: Stage>(stage: S) -> Result<(), lambda_runtime::Error> {
-    let stage = &stage;
+    serve_sqs_with(stage, VisibilityTimeout).await
+}
+
+/// [`serve_sqs`], with failed messages deferred through `redelivery`.
+pub async fn serve_sqs_with<S: Stage, R: Redelivery>(stage: S, redelivery: R) -> Result<(), lambda_runtime::Error> {
+    let (stage, redelivery) = (&stage, &redelivery);
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<SqsEvent>| async move {
-            Ok::<SqsBatchResponse, lambda_runtime::Error>(process_batch(event.payload, stage).await)
+            Ok::<SqsBatchResponse, lambda_runtime::Error>(process_batch_with(event.payload, stage, redelivery).await)
         },
     ))
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Fails every message remotely and asks for `receives * 10` seconds.
+    struct Flaky;
+
+    impl Stage for Flaky {
+        type Message = serde_json::Value;
+        type Outcome = ();
+
+        async fn handle(&self, message: serde_json::Value) -> Result<(), StageError> {
+            match message["ok"].as_bool() {
+                Some(true) => Ok(()),
+                _ => Err(StageError::Remote("down".into())),
+            }
+        }
+
+        fn retry_after(&self, _error: &StageError, receives: u32) -> Option<u32> {
+            Some(receives * 10)
+        }
+    }
+
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<(String, u32)>>);
+
+    impl Redelivery for Recorded {
+        async fn redeliver_after(&self, receipt_handle: &str, seconds: u32) -> Result<(), String> {
+            self.0.lock().unwrap().push((receipt_handle.to_owned(), seconds));
+            Ok(())
+        }
+    }
+
+    fn message(id: &str, body: &str, receives: Option<&str>) -> SqsMessage {
+        let mut m = SqsMessage::default();
+        m.message_id = Some(id.into());
+        m.receipt_handle = Some(format!("rh-{id}"));
+        m.body = Some(body.into());
+        if let Some(n) = receives {
+            m.attributes.insert("ApproximateReceiveCount".into(), n.into());
+        }
+        m
+    }
+
+    #[tokio::test]
+    async fn failed_messages_are_deferred_by_their_receive_count_and_reported() {
+        let mut event = SqsEvent::default();
+        event.records = vec![
+            message("a", r#"{"ok": false}"#, Some("3")),
+            message("b", r#"{"ok": true}"#, Some("1")),
+            message("c", r#"{"ok": false}"#, None),
+        ];
+        let recorded = Recorded::default();
+        let response = process_batch_with(event, &Flaky, &recorded).await;
+        let failed: Vec<&str> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        assert_eq!(failed, ["a", "c"]);
+        assert_eq!(
+            *recorded.0.lock().unwrap(),
+            [("rh-a".to_owned(), 30), ("rh-c".to_owned(), 10)]
+        );
+    }
 }

@@ -12,6 +12,9 @@ use reqwest::Url;
 
 use crate::download::{check_url, guarded_client, transport};
 
+/// How long one webhook POST may take, connection included.
+pub const POST_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub struct HttpWebhooks {
     client: reqwest::Client,
@@ -23,7 +26,7 @@ impl HttpWebhooks {
         Ok(Self {
             client: guarded_client(policy)
                 .redirect(reqwest::redirect::Policy::none())
-                .timeout(Duration::from_secs(10))
+                .timeout(POST_TIMEOUT)
                 .build()?,
             policy: policy.clone(),
         })

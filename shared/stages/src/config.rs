@@ -99,6 +99,9 @@ pub struct Config {
     /// A prepared operation older than this is re-enqueued by the sweep.
     pub dispatch_grace: Duration,
     pub policy: Policy,
+    /// When a failed webhook POST is tried again (`WEBHOOK_RETRY_FIRST_SECONDS`,
+    /// default 30, doubling to `WEBHOOK_RETRY_MAX_SECONDS`, default 6 h).
+    pub webhook_retry: crate::webhooks::RetrySchedule,
     /// Whether per-operation fault directives are honoured (never in production).
     pub fault_injection: bool,
     /// Longest delay between two polls of a running job (SQS allows 900 s).
@@ -200,6 +203,10 @@ impl Config {
                 },
                 spend_recheck: Duration::seconds(number("SPEND_LIMIT_RECHECK_SECONDS", 30)?),
             },
+            webhook_retry: crate::webhooks::RetrySchedule {
+                first_seconds: number("WEBHOOK_RETRY_FIRST_SECONDS", 30)? as u32,
+                max_seconds: number("WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600)? as u32,
+            },
             fault_injection: flag("FAULT_INJECTION")?,
             poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", 900)?.min(900) as u32,
             stall_after: Duration::seconds(number("RENDER_STALL_SECONDS", 6 * 3600)?),
@@ -248,6 +255,7 @@ impl Config {
             max_body_bytes: 64 * 1024,
             dispatch_grace: Duration::seconds(60),
             policy: Policy::default(),
+            webhook_retry: crate::webhooks::RetrySchedule::default(),
             fault_injection: false,
             poll_max_delay_seconds: 900,
             stall_after: Duration::seconds(6 * 3600),

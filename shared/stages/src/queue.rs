@@ -32,3 +32,26 @@ pub trait WorkQueue: Send + Sync {
         delay_seconds: u32,
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
 }
+
+/// SQS keeps a received message hidden for at most 12 hours.
+pub const MAX_VISIBILITY_SECONDS: u32 = 12 * 3600;
+
+/// Hides a received message for longer (or shorter) than its queue's
+/// visibility timeout before it is delivered again: how a stage backs off
+/// from a failing remote party without a queue of its own.
+pub trait Redelivery: Send + Sync {
+    /// The message with `receipt_handle` becomes visible again after
+    /// `seconds` (at most [`MAX_VISIBILITY_SECONDS`]).
+    fn redeliver_after(&self, receipt_handle: &str, seconds: u32) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// No redelivery control: failed messages reappear after the queue's
+/// visibility timeout.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VisibilityTimeout;
+
+impl Redelivery for VisibilityTimeout {
+    async fn redeliver_after(&self, _receipt_handle: &str, _seconds: u32) -> Result<(), String> {
+        Ok(())
+    }
+}

@@ -45,6 +45,14 @@ pub trait Stage: Send + Sync {
     type Outcome: std::fmt::Debug + Send;
 
     fn handle(&self, message: Self::Message) -> impl Future<Output = Result<Self::Outcome, StageError>> + Send;
+
+    /// How long a message that failed with `error`, on its `receives`-th
+    /// delivery, stays hidden before the next one. `None` (the default)
+    /// leaves it to the queue's visibility timeout; the queue runner applies
+    /// `Some` through a [`Redelivery`](crate::queue::Redelivery).
+    fn retry_after(&self, _error: &StageError, _receives: u32) -> Option<u32> {
+        None
+    }
 }
 
 /// Parses one message body for `S` and hands it to the stage.

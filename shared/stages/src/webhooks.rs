@@ -4,9 +4,10 @@
 //!
 //! The bus's rule puts every event on the webhook queue; this stage consumes
 //! it. A receiver that fails (no answer, or anything but 2xx) fails the
-//! message, so SQS delivers it again after its visibility timeout, until the
-//! queue's receive limit sends it to the dead-letter queue. Receivers verify
-//! the signature and deduplicate on `Genace-Event-Id`.
+//! message, which is hidden for a growing time ([`RetrySchedule`]) and then
+//! delivered again, until the queue's receive limit sends it to the
+//! dead-letter queue. Receivers verify the signature and deduplicate on
+//! `Genace-Event-Id`.
 //!
 //! Signature: `Genace-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256>` over
 //! `<t>.<body>`, with the secret's UTF-8 bytes as the key.
@@ -24,7 +25,7 @@ use crate::admin::Operator;
 use crate::clock::{Clock, SystemClock};
 use crate::intake::{Intake, IntakeError};
 use crate::outputs::ObjectStore;
-use crate::queue::WorkQueue;
+use crate::queue::{MAX_VISIBILITY_SECONDS, WorkQueue};
 use crate::stage::{Stage, StageError};
 use crate::table::OperationStore;
 use genace_core::domain::{InvalidInput, TenantId};
@@ -197,11 +198,47 @@ pub enum Webhooked {
     NotSubscribed,
 }
 
+/// When an event whose POST failed is tried again: `first_seconds` after
+/// the first failure, twice as long after each further one, never more
+/// than `max_seconds` (nor SQS's 12 hours) between two tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySchedule {
+    pub first_seconds: u32,
+    pub max_seconds: u32,
+}
+
+impl Default for RetrySchedule {
+    /// 30 s, doubling up to 6 h.
+    fn default() -> Self {
+        Self {
+            first_seconds: 30,
+            max_seconds: 6 * 3600,
+        }
+    }
+}
+
+impl RetrySchedule {
+    /// The wait after the `receives`-th delivery failed (counting from 1).
+    pub fn after(&self, receives: u32) -> u32 {
+        let doubled = u64::from(self.first_seconds) << receives.saturating_sub(1).min(32);
+        doubled.min(u64::from(self.max_seconds.min(MAX_VISIBILITY_SECONDS))) as u32
+    }
+
+    /// How long an event is retried in all when the queue dead-letters it
+    /// on delivery number `max_receives + 1`: the waits after each of its
+    /// `max_receives` failed deliveries.
+    pub fn span(&self, max_receives: u32) -> u64 {
+        (1..=max_receives).map(|n| u64::from(self.after(n))).sum()
+    }
+}
+
 pub struct WebhookDeliverer<S, K, W, C = SystemClock> {
     pub store: S,
     pub secrets: K,
     pub sender: W,
     pub clock: C,
+    /// When a failed POST is tried again.
+    pub retry: RetrySchedule,
 }
 
 impl<S, K, W, C> Stage for WebhookDeliverer<S, K, W, C>
@@ -265,6 +302,12 @@ where
                 Err(StageError::Remote(e))
             }
         }
+    }
+
+    /// A receiver or secret that failed is given time: the event waits
+    /// longer after each failure. Anything else keeps the queue's timeout.
+    fn retry_after(&self, error: &StageError, receives: u32) -> Option<u32> {
+        matches!(error, StageError::Remote(_)).then(|| self.retry.after(receives))
     }
 }
 
@@ -355,6 +398,24 @@ mod tests {
             ),
             "events"
         );
+    }
+
+    #[test]
+    fn retries_wait_twice_as_long_each_time_up_to_the_cap() {
+        let r = RetrySchedule::default();
+        let waits: Vec<u32> = (1..=12).map(|n| r.after(n)).collect();
+        assert_eq!(
+            waits,
+            [30, 60, 120, 240, 480, 960, 1920, 3840, 7680, 15360, 21600, 21600]
+        );
+        assert_eq!(r.after(0), 30, "a missing receive count counts as the first");
+        assert_eq!(r.after(u32::MAX), 21600, "no overflow");
+        let capped = RetrySchedule {
+            first_seconds: 3600,
+            max_seconds: u32::MAX,
+        };
+        assert_eq!(capped.after(10), MAX_VISIBILITY_SECONDS, "SQS's bound holds");
+        assert_eq!(r.span(3), 30 + 60 + 120);
     }
 
     #[test]

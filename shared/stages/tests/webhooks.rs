@@ -6,9 +6,9 @@ use chrono::{TimeZone, Utc};
 use genace_core::domain::TenantId;
 
 use genace_stages::memory::{ManualClock, MemoryReceiver, MemorySecrets, MemoryStore};
-use genace_stages::stage::{StageError, handle_body};
+use genace_stages::stage::{Stage, StageError, handle_body};
 use genace_stages::table::OperationStore;
-use genace_stages::webhooks::{WebhookConfig, WebhookDeliverer, Webhooked, signature};
+use genace_stages::webhooks::{RetrySchedule, WebhookConfig, WebhookDeliverer, Webhooked, signature};
 use serde_json::{Value, json};
 
 fn event(tenant: &str, kind: &str) -> String {
@@ -49,6 +49,7 @@ async fn rig(events: &[&str]) -> Rig {
             secrets,
             sender: receiver.clone(),
             clock: ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap()),
+            retry: RetrySchedule::default(),
         },
         receiver,
     }
@@ -102,11 +103,11 @@ async fn a_failing_receiver_fails_the_message_so_the_queue_retries_it() {
     let rig = rig(&[]).await;
     rig.receiver.answer(&[503, 500]);
     let body = event("acme", "operation.rendered");
-    for _ in 0..2 {
-        assert!(matches!(
-            handle_body(&rig.stage, &body).await,
-            Err(StageError::Remote(_))
-        ));
+    // Each failure asks for a longer wait before the next try.
+    for receives in 1..=2 {
+        let failed = handle_body(&rig.stage, &body).await.unwrap_err();
+        assert!(matches!(failed, StageError::Remote(_)), "{failed}");
+        assert_eq!(rig.stage.retry_after(&failed, receives), Some(30 << (receives - 1)));
     }
     assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Delivered(200));
     // Every attempt carries the same event id, for the receiver to deduplicate.
@@ -141,9 +142,9 @@ async fn a_missing_secret_is_retried_and_a_malformed_event_is_refused() {
         handle_body(&rig.stage, &event("acme", "operation.rendered")).await,
         Err(StageError::Remote(_))
     ));
-    assert!(matches!(
-        handle_body(&rig.stage, r#"{"detail": {}}"#).await,
-        Err(StageError::Malformed(_))
-    ));
+    let malformed = handle_body(&rig.stage, r#"{"detail": {}}"#).await.unwrap_err();
+    assert!(matches!(malformed, StageError::Malformed(_)));
+    // Waiting does not mend a malformed event: the queue's timeout applies.
+    assert_eq!(rig.stage.retry_after(&malformed, 1), None);
     assert!(rig.receiver.received().is_empty());
 }

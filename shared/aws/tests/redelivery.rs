@@ -1,0 +1,53 @@
+//! Deferred redelivery on SQS (moto over HTTP, through the real SDK): a
+//! received message's visibility is changed, so it comes back sooner or
+//! later than the queue's timeout says.
+
+use std::time::Duration;
+
+use genace_aws::testkit::LocalAws;
+use genace_aws::{SqsRedelivery, clients};
+use genace_stages::queue::Redelivery;
+
+async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, visibility: i32) -> Option<(String, String)> {
+    let out = sqs
+        .receive_message()
+        .queue_url(url)
+        .visibility_timeout(visibility)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    out.messages
+        .unwrap_or_default()
+        .into_iter()
+        .next()
+        .map(|m| (m.body.unwrap(), m.receipt_handle.unwrap()))
+}
+
+#[tokio::test]
+async fn a_deferred_message_comes_back_when_asked_and_not_before() {
+    let env = LocalAws::fresh().await;
+    let sqs = clients::sqs(&env.sdk);
+    let url = env.queues.webhooks.clone();
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body("event-1")
+        .send()
+        .await
+        .unwrap();
+    let redelivery = SqsRedelivery::new(sqs.clone(), &url);
+
+    // Received for an hour, but asked back at once: it is there again.
+    let (body, receipt) = receive(&sqs, &url, 3600).await.expect("the message");
+    assert_eq!(body, "event-1");
+    redelivery.redeliver_after(&receipt, 0).await.unwrap();
+    let (_, receipt) = receive(&sqs, &url, 1).await.expect("redelivered at once");
+
+    // Received for a second, but deferred for an hour: it stays hidden.
+    redelivery.redeliver_after(&receipt, 3600).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(receive(&sqs, &url, 1).await, None, "deferred past the queue's timeout");
+
+    // A receipt SQS never issued is an error, not a silent success.
+    assert!(redelivery.redeliver_after("not-a-receipt", 10).await.is_err());
+}
