@@ -112,15 +112,7 @@ fn local_locals(config: &Config, given: &HashMap<String, String>) -> Locals {
         params.insert("TenantClaim".into(), claim);
     }
     params.extend(given.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let refs = HashMap::from([
-        ("OperationsTable".to_owned(), config.table.clone()),
-        ("OutputBucket".to_owned(), config.bucket.clone()),
-        ("DispatchQueue".to_owned(), config.queues.dispatch.clone()),
-        ("PollQueue".to_owned(), config.queues.poll.clone()),
-        ("DeliverQueue".to_owned(), config.queues.deliver.clone()),
-        ("RecoveryQueue".to_owned(), config.queues.recovery.clone()),
-        ("WebhookQueue".to_owned(), config.queues.webhooks.clone()),
-    ]);
+    let refs = Locals::stack_refs(&config.table, &config.bucket, &config.queues);
     Locals { params, refs }
 }
 

@@ -87,17 +87,10 @@ fn function_env(args: &[String]) -> Result<(), String> {
     let endpoint = std::env::var("AWS_ENDPOINT_URL").map_err(|_| "AWS_ENDPOINT_URL must be set")?;
     let names = ResourceNames::with_prefix("");
     let urls = genace_stages::config::QueueUrls::local(&endpoint, &names);
-    let mut locals = genace_local::template::Locals::default();
-    for (id, value) in [
-        ("OperationsTable", names.table.clone()),
-        ("OutputBucket", names.bucket.clone()),
-        ("DispatchQueue", urls.dispatch),
-        ("PollQueue", urls.poll),
-        ("DeliverQueue", urls.deliver),
-        ("RecoveryQueue", urls.recovery),
-    ] {
-        locals.refs.insert(id.into(), value);
-    }
+    let mut locals = genace_local::template::Locals {
+        refs: genace_local::template::Locals::stack_refs(&names.table, &names.bucket, &urls),
+        ..Default::default()
+    };
     for pair in &args[1..] {
         let (k, v) = pair.split_once('=').ok_or("parameters are PARAM=VALUE")?;
         locals.params.insert(k.into(), v.into());

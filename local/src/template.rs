@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use genace_stages::config::QueueUrls;
 use serde_yaml::Value;
 
 /// Local values for the template's parameters and resources.
@@ -15,6 +16,27 @@ pub struct Locals {
     pub params: HashMap<String, String>,
     /// What `!Ref <logical id>` gives for a resource (table name, queue URL, bucket).
     pub refs: HashMap<String, String>,
+}
+
+impl Locals {
+    /// What `!Ref` gives for each of the stack's resources: its table,
+    /// bucket and queues. The one map both the artifact runner and
+    /// `genace-local env` use, so a resource the template starts to
+    /// reference is missing from neither.
+    pub fn stack_refs(table: &str, bucket: &str, queues: &QueueUrls) -> HashMap<String, String> {
+        [
+            ("OperationsTable", table),
+            ("OutputBucket", bucket),
+            ("DispatchQueue", &queues.dispatch),
+            ("PollQueue", &queues.poll),
+            ("DeliverQueue", &queues.deliver),
+            ("RecoveryQueue", &queues.recovery),
+            ("WebhookQueue", &queues.webhooks),
+        ]
+        .into_iter()
+        .map(|(id, value)| (id.to_owned(), value.to_owned()))
+        .collect()
+    }
 }
 
 /// One SQS event source mapping.
@@ -373,15 +395,17 @@ mod tests {
                 ("FaultInjection".into(), faults.into()),
                 ("AllowHttpOutputs".into(), "true".into()),
             ]),
-            refs: HashMap::from([
-                ("OperationsTable".into(), "t-ops".into()),
-                ("OutputBucket".into(), "t-bucket".into()),
-                ("DispatchQueue".into(), "http://q/dispatch".into()),
-                ("PollQueue".into(), "http://q/poll".into()),
-                ("DeliverQueue".into(), "http://q/deliver".into()),
-                ("RecoveryQueue".into(), "http://q/recovery".into()),
-                ("WebhookQueue".into(), "http://q/webhooks".into()),
-            ]),
+            refs: Locals::stack_refs(
+                "t-ops",
+                "t-bucket",
+                &QueueUrls {
+                    dispatch: "http://q/dispatch".into(),
+                    poll: "http://q/poll".into(),
+                    deliver: "http://q/deliver".into(),
+                    recovery: "http://q/recovery".into(),
+                    webhooks: "http://q/webhooks".into(),
+                },
+            ),
         }
     }
 
@@ -400,7 +424,10 @@ mod tests {
             assert!(t.binary(f).is_some(), "{f}");
         }
         let webhook = t.function_env("WebhookFunction", &locals("disabled")).unwrap();
-        assert_eq!(webhook["WEBHOOK_QUEUE_URL"], "http://q/webhooks", "the queue it defers on");
+        assert_eq!(
+            webhook["WEBHOOK_QUEUE_URL"], "http://q/webhooks",
+            "the queue it defers on"
+        );
         let deliver = t.function_env("DeliverFunction", &locals("enabled")).unwrap();
         assert_eq!(deliver["FAULT_INJECTION"], "true");
         assert_eq!(
