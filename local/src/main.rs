@@ -85,16 +85,14 @@ async fn run(args: &[String]) -> Result<(), String> {
 fn function_env(args: &[String]) -> Result<(), String> {
     let function = args.first().ok_or(USAGE)?;
     let endpoint = std::env::var("AWS_ENDPOINT_URL").map_err(|_| "AWS_ENDPOINT_URL must be set")?;
-    let names = ResourceNames::with_prefix("");
-    let urls = genace_stages::config::QueueUrls::local(&endpoint, &names);
-    let mut locals = genace_local::template::Locals {
-        refs: genace_local::template::Locals::stack_refs(&names.table, &names.bucket, &urls),
-        ..Default::default()
-    };
-    for pair in &args[1..] {
-        let (k, v) = pair.split_once('=').ok_or("parameters are PARAM=VALUE")?;
-        locals.params.insert(k.into(), v.into());
-    }
+    let params = args[1..]
+        .iter()
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').ok_or("parameters are PARAM=VALUE")?;
+            Ok((k.to_owned(), v.to_owned()))
+        })
+        .collect::<Result<_, String>>()?;
+    let locals = genace_local::template::Locals::local_endpoint(&endpoint, params);
     let template = genace_local::template::Template::load("infra/template.yaml")?;
     for (k, v) in template.function_env(function, &locals)? {
         println!("{k}={v}");

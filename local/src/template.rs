@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use genace_stages::config::QueueUrls;
+use genace_stages::config::{QueueUrls, ResourceNames};
 use serde_yaml::Value;
 
 /// Local values for the template's parameters and resources.
@@ -36,6 +36,18 @@ impl Locals {
         .into_iter()
         .map(|(id, value)| (id.to_owned(), value.to_owned()))
         .collect()
+    }
+
+    /// The values `genace-local env` resolves with: the local stack's
+    /// default resource names, its queue URLs under `endpoint`, and the
+    /// given parameters.
+    pub fn local_endpoint(endpoint: &str, params: HashMap<String, String>) -> Self {
+        let names = ResourceNames::with_prefix("");
+        let queues = QueueUrls::local(endpoint, &names);
+        Self {
+            params,
+            refs: Self::stack_refs(&names.table, &names.bucket, &queues),
+        }
     }
 }
 
@@ -407,6 +419,29 @@ mod tests {
                 },
             ),
         }
+    }
+
+    /// What `genace-local env` (and so `scripts/cold-start.sh`) resolves
+    /// with: every function's environment, with every resource it names.
+    #[test]
+    fn the_env_command_resolves_every_function_on_the_local_endpoint() {
+        let t = Template::parse(TEMPLATE).unwrap();
+        let endpoint = "http://127.0.0.1:5000";
+        let locals = Locals::local_endpoint(
+            endpoint,
+            HashMap::from([
+                ("GenaceBaseUrl".into(), "http://127.0.0.1:9".into()),
+                ("GenaceApiKeySecretArn".into(), String::new()),
+                ("JwtIssuer".into(), "genace-local".into()),
+            ]),
+        );
+        let queue = |name: &str| format!("{endpoint}/{}/{name}", genace_stages::config::LOCAL_ACCOUNT);
+        for f in t.functions() {
+            let env = t.function_env(&f, &locals).unwrap_or_else(|e| panic!("{f}: {e}"));
+            assert_eq!(env["DISPATCH_QUEUE_URL"], queue("genace-dispatch"), "{f}");
+        }
+        let webhook = t.function_env("WebhookFunction", &locals).unwrap();
+        assert_eq!(webhook["WEBHOOK_QUEUE_URL"], queue("genace-webhooks"));
     }
 
     #[test]
