@@ -303,8 +303,18 @@ impl<T: ObjectStore> ObjectStore for Sim<T> {
 /// Genace answers each POST with an outcome class drawn from the seed.
 impl Genace for Sim<MemoryGenace> {
     async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
+        let reporting = |held: &str| SubmitPlan::AcceptReporting {
+            state: "queued".into(),
+            held_credits: held.into(),
+        };
         let plan = match self.chaos.below(100) {
-            0..=44 => SubmitPlan::Accept { state: "queued".into() },
+            0..=34 => SubmitPlan::Accept { state: "queued".into() },
+            // Genace's own figure, and figures nobody can mean: the ledger
+            // must believe the first and not the others.
+            35..=39 => reporting("10"),
+            40..=42 => reporting("-50"),
+            43 => reporting("1e400"),
+            44 => reporting("250000"),
             45..=54 => SubmitPlan::Accept {
                 state: "running".into(),
             },
@@ -445,6 +455,31 @@ struct World {
     /// Per operation: its state as last logged.
     shown: BTreeMap<String, String>,
     confirmations: BTreeMap<String, usize>,
+    /// What intake answered clients, in the order the answers were given;
+    /// drained and checked after every step.
+    answers: Arc<Mutex<Vec<Answer>>>,
+    /// Per (tenant, key, specification hash): the operation id first answered.
+    answered_ids: BTreeMap<(String, String, String), String>,
+}
+
+/// One answer intake gave a client.
+#[derive(Debug, Clone)]
+struct Answer {
+    tenant: String,
+    key: String,
+    /// The hash of the specification the client sent.
+    sent: String,
+    reply: Reply,
+}
+
+#[derive(Debug, Clone)]
+enum Reply {
+    /// 202 (new) or 200 (replay): the operation id and the specification the answer carries.
+    Operation { id: String, carried: String, replay: bool },
+    /// 409: the key holds another specification.
+    KeyReused,
+    /// Anything else (a store failure): says nothing about the key.
+    Failed,
 }
 
 fn short(id: &str) -> &str {
@@ -509,6 +544,8 @@ impl World {
             seen: BTreeMap::new(),
             shown: BTreeMap::new(),
             confirmations: BTreeMap::new(),
+            answers: Arc::new(Mutex::new(Vec::new())),
+            answered_ids: BTreeMap::new(),
         }
     }
 
@@ -552,19 +589,34 @@ impl World {
         let tenant_id = TenantId::parse(tenant).expect("a valid tenant");
         let intake = self.app.intake();
         let now = self.now();
+        let answers = self.answers.clone();
+        let sent = intent.canonical.hash().as_str().to_owned();
         self.spawn(
             format!("intake {tenant}/{key} {prompt:?}"),
             10,
             None,
             Box::pin(async move {
-                intake
-                    .submit(&tenant_id, &intent, now)
-                    .await
+                use genace_stages::intake::{IntakeError, Submitted};
+                let result = intake.submit(&tenant_id, &intent, now).await;
+                let reply = match &result {
+                    Ok(Submitted::New(r)) | Ok(Submitted::Replayed(r)) => Reply::Operation {
+                        id: r.operation_id.as_str().to_owned(),
+                        carried: r.specification_hash.clone(),
+                        replay: matches!(result, Ok(Submitted::Replayed(_))),
+                    },
+                    Err(IntakeError::KeyReused { .. }) => Reply::KeyReused,
+                    Err(_) => Reply::Failed,
+                };
+                answers.lock().unwrap_or_else(|p| p.into_inner()).push(Answer {
+                    tenant: tenant.to_owned(),
+                    key: key.to_owned(),
+                    sent,
+                    reply,
+                });
+                result
                     .map(|s| match s {
-                        genace_stages::intake::Submitted::New(r) => format!("new {}", short(r.operation_id.as_str())),
-                        genace_stages::intake::Submitted::Replayed(r) => {
-                            format!("replayed {}", short(r.operation_id.as_str()))
-                        }
+                        Submitted::New(r) => format!("new {}", short(r.operation_id.as_str())),
+                        Submitted::Replayed(r) => format!("replayed {}", short(r.operation_id.as_str())),
                     })
                     .map_err(|e| e.to_string())
             }),
@@ -760,6 +812,13 @@ impl World {
                 }
             }
             (Phase::Accepted, _) => return,
+            // An abandoned operation whose job is unobserved: re-attach the
+            // job Genace holds, or confirm there is none.
+            (Phase::Abandoned, Some(CaseReason::SettlementPending)) => Resolution::MarkSettled,
+            (Phase::Abandoned, _) => match jobs.iter().find(|j| j.as_str() != "job-foreign") {
+                Some(job) => Resolution::AttachRemoteJob { job_id: job.clone() },
+                None => Resolution::ConfirmNotCreated,
+            },
             (Phase::SubmitFailed, _) if rec.settlement == Some(Settlement::Pending) => Resolution::MarkSettled,
             (Phase::Prepared, _) => Resolution::ReleaseHold,
             (Phase::Rendered, _) if rec.delivery_state == DeliveryState::DeliveryFailed && self.rng.chance(500) => {
@@ -767,7 +826,8 @@ impl World {
             }
             _ => Resolution::Abandon,
         };
-        if resolution == Resolution::ConfirmNotCreated {
+        // Only a confirmation on an uncertain operation allows a new POST.
+        if resolution == Resolution::ConfirmNotCreated && rec.phase == Phase::Uncertain {
             *self.confirmations.entry(id.clone()).or_default() += 1;
         }
         let intake = self.app.intake();
@@ -796,6 +856,7 @@ impl World {
     /// What holds after every step.
     fn check_step(&mut self) -> Result<(), String> {
         let records = self.store.records();
+        self.check_answers(&records)?;
         let mut keys = BTreeMap::new();
         for rec in &records {
             let id = rec.operation_id.as_str().to_owned();
@@ -854,7 +915,9 @@ impl World {
         let mut sums: BTreeMap<String, genace_core::ledger::Shares> = BTreeMap::new();
         for rec in &records {
             let sum = sums.entry(rec.tenant_id.as_str().to_owned()).or_default();
-            *sum = sum.plus(&genace_core::ledger::share(rec));
+            *sum = sum
+                .plus(&genace_core::ledger::share(rec))
+                .map_err(|e| format!("{}: {e}", rec.tenant_id))?;
         }
         let ledgers = self.store.ledgers_now();
         for tenant in TENANTS {
@@ -885,6 +948,104 @@ impl World {
                 return Err(format!(
                     "{}: {count} Genace jobs created, {allowed} allowed",
                     short(&op)
+                ));
+            }
+        }
+        self.check_books(&records, &ledgers)
+    }
+
+    /// What every client saw of intake: the same key and specification
+    /// always give the same operation id; a changed specification is always
+    /// a 409, and a 409 means a changed specification; a new operation or a
+    /// replay always carries the specification that was sent.
+    fn check_answers(&mut self, records: &[OperationRecord]) -> Result<(), String> {
+        let answers = std::mem::take(&mut *self.answers.lock().unwrap_or_else(|p| p.into_inner()));
+        for a in answers {
+            let who = format!("{}/{}", a.tenant, a.key);
+            let stored = records
+                .iter()
+                .find(|r| r.tenant_id.as_str() == a.tenant && r.operation_key == a.key)
+                .map(|r| r.specification_hash.clone());
+            match a.reply {
+                Reply::Operation { id, carried, replay } => {
+                    let answer = if replay { "a replay" } else { "a new operation" };
+                    if carried != a.sent {
+                        return Err(format!(
+                            "{who}: {answer} carried another specification than the one sent"
+                        ));
+                    }
+                    if stored.as_ref().is_some_and(|h| *h != a.sent) {
+                        return Err(format!(
+                            "{who}: a changed specification was answered as {answer}, not 409"
+                        ));
+                    }
+                    let first = self
+                        .answered_ids
+                        .entry((a.tenant.clone(), a.key.clone(), a.sent.clone()))
+                        .or_insert_with(|| id.clone());
+                    if *first != id {
+                        return Err(format!(
+                            "{who}: the same key and specification were answered with operation {} and then {}",
+                            short(first),
+                            short(&id)
+                        ));
+                    }
+                }
+                Reply::KeyReused if stored.as_ref() == Some(&a.sent) => {
+                    return Err(format!("{who}: 409 for the specification the key holds"));
+                }
+                Reply::KeyReused | Reply::Failed => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The ledger against Genace's own books, per tenant: no counter is
+    /// ever negative; `spent` never exceeds what Genace charged for the
+    /// jobs it completed; `held` covers every job still running; and every
+    /// credit Genace holds or charged is on the ledger, held or spent.
+    fn check_books(&self, records: &[OperationRecord], ledgers: &BTreeMap<String, TenantLedger>) -> Result<(), String> {
+        let tenant_of: BTreeMap<&str, &str> = records
+            .iter()
+            .map(|r| (r.operation_id.as_str(), r.tenant_id.as_str()))
+            .collect();
+        let mut charged: BTreeMap<&str, (Millicredits, Millicredits)> = BTreeMap::new();
+        for job in self.genace.jobs() {
+            let Some(tenant) = job.client_reference.as_deref().and_then(|op| tenant_of.get(op)) else {
+                continue;
+            };
+            let (completed, running) = charged.entry(tenant).or_default();
+            let credits = genace_core::ledger::millis(job.credits);
+            match job.state.as_str() {
+                "completed" => *completed += credits,
+                "queued" | "running" => *running += credits,
+                _ => {}
+            }
+        }
+        for tenant in TENANTS {
+            let totals = ledgers.get(tenant).map(|l| l.totals).unwrap_or_default();
+            let (completed, running) = charged.get(tenant).copied().unwrap_or_default();
+            if totals.any_negative() {
+                return Err(format!("{tenant}: a ledger counter is negative: {totals:?}"));
+            }
+            if totals.spent > completed {
+                return Err(format!(
+                    "{tenant}: {} millicredits spent, but Genace completed jobs worth {completed}",
+                    totals.spent
+                ));
+            }
+            if totals.held < running {
+                return Err(format!(
+                    "{tenant}: {} millicredits held, but Genace runs jobs worth {running}",
+                    totals.held
+                ));
+            }
+            if totals.spent + totals.held < completed + running {
+                return Err(format!(
+                    "{tenant}: Genace holds or charged {} millicredits, the ledger counts {} spent and {} held",
+                    completed + running,
+                    totals.spent,
+                    totals.held
                 ));
             }
         }

@@ -1,4 +1,4 @@
-//! `simulate N [--first SEED] [--bug repost|case] [--steps K] [--spend-limit CREDITS]`: runs N seeds
+//! `simulate N [--first SEED] [--bug NAME] [--steps K] [--spend-limit CREDITS]`: runs N seeds
 //! and prints seeds per second; on a violation, prints the seed and the
 //! trace of its steps and exits 1.
 //! `simulate --replay SEED [--bug ...]`: prints the trace of one seed.
@@ -14,11 +14,11 @@ fn main() -> ExitCode {
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
     let mut opts = Options::default();
     if let Some(bug) = value("--bug") {
-        opts.bugs = match bug.as_str() {
-            "repost" => planted::REPOST_AFTER_LEASE,
-            "case" => planted::CASE_WITHOUT_PHASE_CHECK,
-            other => {
-                eprintln!("simulate: unknown bug {other:?} (repost | case)");
+        opts.bugs = match planted::ALL.iter().find(|(name, _)| name == bug) {
+            Some((_, bit)) => *bit,
+            None => {
+                let names: Vec<&str> = planted::ALL.iter().map(|(n, _)| *n).collect();
+                eprintln!("simulate: unknown bug {bug:?} ({})", names.join(" | "));
                 return ExitCode::from(2);
             }
         };
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     }
     let Some(count) = args.first().and_then(|n| n.parse::<u64>().ok()) else {
         eprintln!(
-            "usage: simulate N [--first SEED] [--bug repost|case] [--steps K] [--spend-limit CREDITS] | simulate --replay SEED"
+            "usage: simulate N [--first SEED] [--bug NAME] [--steps K] [--spend-limit CREDITS] | simulate --replay SEED"
         );
         return ExitCode::from(2);
     };

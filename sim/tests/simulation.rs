@@ -25,8 +25,9 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         assert!(outcome.violation.is_none(), "{}", report(&outcome));
     }
 
-    // Two known bugs, planted again: each is found within the CI budget
-    // (10,000 seeds), and the first seed that finds it stays a regression test.
+    // Known bugs, planted again: each is found within the CI budget (10,000
+    // seeds) by the promise it breaks, and the first seed that finds it
+    // stays a regression test.
     for (bug, name, first_seed, broken) in [
         (
             planted::REPOST_AFTER_LEASE,
@@ -39,6 +40,50 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
             "open_case without a phase check",
             14,
             "case on a rendered",
+        ),
+        // The ledger against Genace's own books.
+        (
+            planted::ABANDON_ERASES_CREDITS,
+            "an abandon erases what Genace charged",
+            21,
+            "Genace holds or charged",
+        ),
+        (
+            planted::TRUST_NEGATIVE_CREDITS,
+            "a negative held_credits is believed",
+            29,
+            "counter is negative",
+        ),
+        (
+            planted::RENDER_FAILED_SPENT,
+            "a failed render counts as spent",
+            5,
+            "spent, but Genace completed jobs worth",
+        ),
+        (
+            planted::ACCEPTED_HOLDS_NOTHING,
+            "the hold ends at the 202",
+            0,
+            "held, but Genace runs jobs worth",
+        ),
+        // What clients are answered.
+        (
+            planted::REPLAY_CHANGED_SPEC,
+            "a changed specification answered as a replay",
+            2,
+            "replay carried another specification",
+        ),
+        (
+            planted::CHANGED_SPEC_ANSWERED_NEW,
+            "a changed specification answered as new",
+            2,
+            "answered as a new operation, not 409",
+        ),
+        (
+            planted::OPERATION_ID_PER_SUBMIT,
+            "an answer names an id minted per request",
+            1,
+            "same key and specification were answered with operation",
         ),
     ] {
         let planted = Options {

@@ -325,7 +325,7 @@ impl OperationStore for DynamoStore {
         let Some(plan) = plan_update(&to_item(prev)?, &to_item(next)?) else {
             return Ok(Applied::Unchanged);
         };
-        let delta = ledger::delta(prev, next);
+        let delta = ledger::delta(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
         if !delta.is_zero() {
             self.apply_with_ledger(prev, next, plan, delta).await?;
             phase_metrics(prev, next);
@@ -619,6 +619,11 @@ fn phase_metrics(prev: &OperationRecord, next: &OperationRecord) {
             DeliveryState::NotCollected => "not_collected",
         };
         metrics::count("PhaseEntered", &[("Phase", state)]);
+    }
+    // Genace reported credits the ledger could not believe; the evidence
+    // is on the record, the count is for an alarm.
+    if prev.held_credits_refused.is_none() && next.held_credits_refused.is_some() {
+        metrics::count("HeldCreditsRefused", &[]);
     }
 }
 

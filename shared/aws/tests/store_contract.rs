@@ -356,7 +356,7 @@ async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
     // are untouched.
     let sum = [&a3, &b3]
         .iter()
-        .fold(ledger::Shares::default(), |acc, r| acc.plus(&ledger::share(r)));
+        .fold(ledger::Shares::default(), |acc, r| acc.plus(&ledger::share(r)).unwrap());
     assert_eq!(totals, sum);
     assert!(millis_held(&store, "tenant-other").await.is_zero());
 }

@@ -16,10 +16,26 @@ use crate::record::{OperationRecord, Phase, Settlement};
 /// Credits as integer thousandths.
 pub type Millicredits = i64;
 
-/// Converts a credit amount Genace reported (a JSON number) to millicredits.
+/// The most credits one job may hold, as far as the ledger believes Genace.
+/// A 202 reporting more (or a negative, or a non-finite amount) is still an
+/// accepted job, but its amount is not: the claim's reservation stands in.
+/// A constant, not a setting: a stored record's share must not change when
+/// configuration does, or the counters would stop equalling their sum.
+pub const MAX_HELD_CREDITS: f64 = 100_000.0;
+
+/// The largest amount, in millicredits, any single figure of the ledger
+/// takes (a spend limit, one record's share): a trillion credits. Sums of
+/// such figures are checked, never wrapped.
+pub const MAX_MILLIS: Millicredits = 1_000_000_000_000_000;
+
+/// Converts a credit amount to millicredits, rounding to the nearest and
+/// clamping into `-MAX_MILLIS..=MAX_MILLIS`; a non-finite amount is 0.
+/// Callers bound their inputs first ([`credible_held`], the spend-limit
+/// parser); the clamp only keeps a slip from saturating a counter.
 pub fn millis(credits: f64) -> Millicredits {
     if credits.is_finite() {
-        (credits * 1000.0).round() as Millicredits
+        let m = (credits * 1000.0).round();
+        m.clamp(-(MAX_MILLIS as f64), MAX_MILLIS as f64) as Millicredits
     } else {
         0
     }
@@ -29,6 +45,18 @@ pub fn millis(credits: f64) -> Millicredits {
 pub fn credits(millis: Millicredits) -> f64 {
     millis as f64 / 1000.0
 }
+
+/// A `held_credits` Genace reported, if the ledger may believe it: finite,
+/// at least 0 and at most [`MAX_HELD_CREDITS`].
+pub fn credible_held(reported: f64) -> Option<f64> {
+    (reported.is_finite() && (0.0..=MAX_HELD_CREDITS).contains(&reported)).then_some(reported)
+}
+
+/// Arithmetic on the ledger left its range: a bug or corrupt data, refused
+/// rather than wrapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("ledger arithmetic overflowed")]
+pub struct Overflow;
 
 /// One operation's part of its tenant's ledger, or a change of it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -50,34 +78,55 @@ impl Shares {
         *self == Shares::default()
     }
 
-    /// `self - other`, field by field.
-    pub fn minus(&self, other: &Shares) -> Shares {
-        Shares {
-            held: self.held - other.held,
-            spent: self.spent - other.spent,
-            pending_refund: self.pending_refund - other.pending_refund,
-            settled: self.settled - other.settled,
-        }
+    fn zip(&self, other: &Shares, f: fn(i64, i64) -> Option<i64>) -> Result<Shares, Overflow> {
+        Ok(Shares {
+            held: f(self.held, other.held).ok_or(Overflow)?,
+            spent: f(self.spent, other.spent).ok_or(Overflow)?,
+            pending_refund: f(self.pending_refund, other.pending_refund).ok_or(Overflow)?,
+            settled: f(self.settled, other.settled).ok_or(Overflow)?,
+        })
     }
 
-    /// `self + other`, field by field.
-    pub fn plus(&self, other: &Shares) -> Shares {
-        Shares {
-            held: self.held + other.held,
-            spent: self.spent + other.spent,
-            pending_refund: self.pending_refund + other.pending_refund,
-            settled: self.settled + other.settled,
-        }
+    /// `self - other`, field by field, checked.
+    pub fn minus(&self, other: &Shares) -> Result<Shares, Overflow> {
+        self.zip(other, i64::checked_sub)
+    }
+
+    /// `self + other`, field by field, checked.
+    pub fn plus(&self, other: &Shares) -> Result<Shares, Overflow> {
+        self.zip(other, i64::checked_add)
+    }
+
+    /// Whether any counter is below zero: never true of a tenant's totals.
+    pub fn any_negative(&self) -> bool {
+        self.held < 0 || self.spent < 0 || self.pending_refund < 0 || self.settled < 0
     }
 }
 
-/// The credits an operation commits: what Genace said it holds, or, until
-/// it said so, what the claim reserved.
+/// The credits an operation commits: what Genace said it holds, when that
+/// is credible, or else what the claim reserved.
 pub fn committed(rec: &OperationRecord) -> Millicredits {
-    rec.held_credits
+    let believed = match crate::machine::planted::on(crate::machine::planted::TRUST_NEGATIVE_CREDITS) {
+        true => rec
+            .held_credits
+            .filter(|h| *h < 0.0)
+            .or(rec.held_credits.and_then(credible_held)),
+        false => rec.held_credits.and_then(credible_held),
+    };
+    believed
+        .or(rec.reserved_credits.filter(|r| r.is_finite() && *r >= 0.0))
         .map(millis)
-        .or_else(|| rec.reserved_credits.map(millis))
         .unwrap_or(0)
+}
+
+/// The phase whose credits the record counts: its own, or for an abandoned
+/// operation the one it keeps ([`OperationRecord::ledger_phase`]). A record
+/// abandoned before that field existed counts as nothing, as it always did.
+pub fn counted_phase(rec: &OperationRecord) -> Phase {
+    match rec.phase {
+        Phase::Abandoned => rec.ledger_phase.unwrap_or(Phase::Abandoned),
+        phase => phase,
+    }
 }
 
 /// The operation's share of its tenant's ledger.
@@ -86,13 +135,24 @@ pub fn committed(rec: &OperationRecord) -> Millicredits {
 /// - `accepted` holds what the 202 reported.
 /// - `rendered` spent it.
 /// - `submit_failed` waits for its refund until an operator settles it.
-/// - `prepared`, `rejected`, `render_failed` and `abandoned` hold nothing:
-///   no job, a refused request, a failed render (Genace releases its hold),
-///   or an operator's decision that nothing was created.
+/// - `prepared`, `rejected` and `render_failed` hold nothing: no job, a
+///   refused request, a failed render (Genace releases its hold).
+/// - `abandoned` counts as the phase it keeps ([`counted_phase`]): an abandon
+///   after rendering keeps what was spent, one after a 502 keeps the pending
+///   refund, one while a job may run keeps the hold until Genace says the
+///   job is over or an operator confirms it never ran.
 pub fn share(rec: &OperationRecord) -> Shares {
+    use crate::machine::planted;
     let amount = committed(rec);
     let mut s = Shares::default();
-    match rec.phase {
+    let phase = match counted_phase(rec) {
+        // Planted bugs (the simulator's builds only).
+        _ if rec.phase == Phase::Abandoned && planted::on(planted::ABANDON_ERASES_CREDITS) => Phase::Abandoned,
+        Phase::RenderFailed if planted::on(planted::RENDER_FAILED_SPENT) => Phase::Rendered,
+        Phase::Accepted if planted::on(planted::ACCEPTED_HOLDS_NOTHING) => Phase::Prepared,
+        phase => phase,
+    };
+    match phase {
         Phase::Submitting | Phase::Uncertain | Phase::Accepted => s.held = amount,
         Phase::Rendered => s.spent = amount,
         Phase::SubmitFailed => match rec.settlement {
@@ -105,7 +165,7 @@ pub fn share(rec: &OperationRecord) -> Shares {
 }
 
 /// How a write of `next` over `prev` moves the tenant's counters.
-pub fn delta(prev: &OperationRecord, next: &OperationRecord) -> Shares {
+pub fn delta(prev: &OperationRecord, next: &OperationRecord) -> Result<Shares, Overflow> {
     share(next).minus(&share(prev))
 }
 
@@ -128,7 +188,7 @@ pub struct TenantLedger {
 impl TenantLedger {
     /// Credits a new claim may still reserve, when a limit is set.
     pub fn headroom(&self) -> Option<Millicredits> {
-        self.spend_limit.map(|l| l - self.totals.held)
+        self.spend_limit.map(|l| l.saturating_sub(self.totals.held))
     }
 }
 
@@ -150,6 +210,8 @@ mod tests {
         assert_eq!(millis(12.5), 12_500);
         assert_eq!(millis(0.1) + millis(0.2), millis(0.3));
         assert_eq!(millis(f64::NAN), 0);
+        assert_eq!(millis(1e300), MAX_MILLIS, "clamped, never saturated");
+        assert_eq!(millis(-1e300), -MAX_MILLIS);
         assert_eq!(credits(1_250), 1.25);
     }
 
@@ -181,10 +243,10 @@ mod tests {
     fn a_delta_moves_credits_between_columns() {
         let accepted = at(Phase::Accepted, Some(10.0), Some(12.5));
         let rendered = at(Phase::Rendered, Some(10.0), Some(12.5));
-        let d = delta(&accepted, &rendered);
+        let d = delta(&accepted, &rendered).unwrap();
         assert_eq!((d.held, d.spent, d.pending_refund, d.settled), (-12_500, 12_500, 0, 0));
-        assert!(delta(&rendered, &rendered).is_zero());
-        assert_eq!(share(&accepted).plus(&d), share(&rendered));
+        assert!(delta(&rendered, &rendered).unwrap().is_zero());
+        assert_eq!(share(&accepted).plus(&d), Ok(share(&rendered)));
     }
 
     #[test]
@@ -204,5 +266,77 @@ mod tests {
         l.spend_limit = Some(30_000);
         l.totals.held = 12_500;
         assert_eq!(l.headroom(), Some(17_500));
+    }
+
+    #[test]
+    fn only_credible_amounts_from_genace_are_believed() {
+        for bad in [
+            -0.001,
+            -5.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            MAX_HELD_CREDITS + 1.0,
+            1e300,
+        ] {
+            assert_eq!(credible_held(bad), None, "{bad}");
+            let r = at(Phase::Accepted, Some(10.0), Some(bad));
+            assert_eq!(share(&r).held, 10_000, "{bad}: the reservation stands in");
+        }
+        assert_eq!(credible_held(0.0), Some(0.0));
+        assert_eq!(credible_held(MAX_HELD_CREDITS), Some(MAX_HELD_CREDITS));
+    }
+
+    #[test]
+    fn sums_are_checked_not_wrapped() {
+        let big = Shares {
+            held: i64::MAX,
+            ..Shares::default()
+        };
+        let one = Shares {
+            held: 1,
+            ..Shares::default()
+        };
+        assert_eq!(big.plus(&one), Err(Overflow));
+        assert_eq!(Shares::default().minus(&big).map(|s| s.held), Ok(-i64::MAX));
+        let low = Shares {
+            spent: i64::MIN,
+            ..Shares::default()
+        };
+        assert_eq!(
+            low.minus(&Shares {
+                spent: 1,
+                ..Shares::default()
+            }),
+            Err(Overflow)
+        );
+        let l = TenantLedger {
+            spend_limit: Some(i64::MIN),
+            totals: big,
+            ..TenantLedger::default()
+        };
+        assert_eq!(l.headroom(), Some(i64::MIN));
+    }
+
+    /// An abandon stops our work, not Genace's: what the job cost stays.
+    #[test]
+    fn an_abandoned_operation_counts_as_the_phase_it_keeps() {
+        let mut r = at(Phase::Abandoned, Some(10.0), Some(12.5));
+        assert!(share(&r).is_zero(), "abandoned before ledger_phase existed: nothing");
+        r.ledger_phase = Some(Phase::Rendered);
+        assert_eq!(share(&r).spent, 12_500);
+        r.ledger_phase = Some(Phase::Accepted);
+        assert_eq!(share(&r).held, 12_500);
+        r.ledger_phase = Some(Phase::Uncertain);
+        assert_eq!(share(&r).held, 12_500);
+        r.ledger_phase = Some(Phase::SubmitFailed);
+        r.settlement = Some(Settlement::Pending);
+        assert_eq!(share(&r).pending_refund, 12_500);
+        r.settlement = Some(Settlement::Settled);
+        assert_eq!(share(&r).settled, 12_500);
+        for nothing in [Phase::Prepared, Phase::RenderFailed, Phase::Rejected] {
+            r.ledger_phase = Some(nothing);
+            assert!(share(&r).is_zero());
+        }
     }
 }

@@ -288,7 +288,22 @@ fn accept(
     next.remote_state = job.state.clone();
     next.remote_model = job.model.clone();
     next.remote_created_at = job.created_at.clone();
-    next.held_credits = job.held_credits;
+    // The job exists whatever its credits say; an amount the ledger cannot
+    // believe is kept as evidence and the reservation stands in for it.
+    next.held_credits = job.held_credits.and_then(crate::ledger::credible_held);
+    if planted::on(planted::TRUST_NEGATIVE_CREDITS) && job.held_credits.is_some_and(|h| h < 0.0) {
+        next.held_credits = job.held_credits;
+    }
+    next.held_credits_refused = job
+        .held_credits
+        .filter(|h| crate::ledger::credible_held(*h).is_none())
+        .map(|h| {
+            format!(
+                "Genace reported held_credits {h}, outside 0..={}; the reservation of {} stands in",
+                crate::ledger::MAX_HELD_CREDITS,
+                rec.reserved_credits.unwrap_or_default()
+            )
+        });
     next.accepted_at = Some(now);
     next.due_at = Some((now + policy.observe_grace).timestamp_millis());
     Ok(next)
@@ -683,6 +698,36 @@ pub mod planted {
     /// A case is opened whatever the phase (a racing poll on a rendered or
     /// delivered record).
     pub const CASE_WITHOUT_PHASE_CHECK: u32 = 2;
+    /// An abandoned operation counts as nothing, whatever its job cost (the
+    /// ledger before it followed the job).
+    pub const ABANDON_ERASES_CREDITS: u32 = 4;
+    /// A negative `held_credits` in a 202 is believed.
+    pub const TRUST_NEGATIVE_CREDITS: u32 = 8;
+    /// A failed render counts as spent.
+    pub const RENDER_FAILED_SPENT: u32 = 16;
+    /// An accepted job holds nothing: the hold ends at the 202.
+    pub const ACCEPTED_HOLDS_NOTHING: u32 = 32;
+    /// Intake answers a changed specification as a replay of the stored one.
+    pub const REPLAY_CHANGED_SPEC: u32 = 64;
+    /// Intake answers a changed specification as a new operation, without
+    /// storing it.
+    pub const CHANGED_SPEC_ANSWERED_NEW: u32 = 128;
+    /// Intake answers a new intent with an id minted for the request, not
+    /// the stored record's.
+    pub const OPERATION_ID_PER_SUBMIT: u32 = 256;
+
+    /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
+    pub const ALL: [(&str, u32); 9] = [
+        ("repost", REPOST_AFTER_LEASE),
+        ("case", CASE_WITHOUT_PHASE_CHECK),
+        ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
+        ("trust-negative-credits", TRUST_NEGATIVE_CREDITS),
+        ("render-failed-spent", RENDER_FAILED_SPENT),
+        ("accepted-holds-nothing", ACCEPTED_HOLDS_NOTHING),
+        ("replay-changed-spec", REPLAY_CHANGED_SPEC),
+        ("changed-spec-answered-new", CHANGED_SPEC_ANSWERED_NEW),
+        ("operation-id-per-submit", OPERATION_ID_PER_SUBMIT),
+    ];
 
     #[cfg(feature = "planted-bugs")]
     static ON: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -969,6 +1014,39 @@ pub fn transition(
         {
             resolve(rec, d.resolution, d.actor, d.reason, now, policy)
         }
+        // ---- an abandoned operation whose credits still follow a job
+        (Abandoned, Event::Accepted { token, job }) if rec.ledger_phase == Some(Uncertain) => {
+            let mut next = accept(rec, token, job, now, policy)?;
+            next.phase = Abandoned;
+            next.ledger_phase = Some(Accepted);
+            next.due_at = Some(now.timestamp_millis());
+            next
+        }
+        (Abandoned, Event::SubmitFailed { token, job_id, error }) if rec.ledger_phase == Some(Uncertain) => {
+            let mut next = submit_failed(rec, token, job_id, error.clone(), now)?;
+            next.phase = Abandoned;
+            next.ledger_phase = Some(SubmitFailed);
+            next
+        }
+        (
+            Abandoned,
+            Event::Observed {
+                snapshot, next_check, ..
+            },
+        ) if rec.ledger_phase == Some(Accepted) && !case_is(rec, &[RemoteJobMissing]) => {
+            observe_abandoned(rec, snapshot, now, next_check, policy)
+        }
+        (
+            Abandoned,
+            Event::CaseNeeded {
+                reason: RemoteJobMissing,
+                evidence,
+                ..
+            },
+        ) if rec.ledger_phase == Some(Accepted) => open_case(rec, RemoteJobMissing, evidence, false, now),
+        (Abandoned, Event::Resolved(d)) if abandoned_resolution_applies(rec, d.resolution) => {
+            resolve(rec, d.resolution, d.actor, d.reason, now, policy)
+        }
         // ---- everything else
         (actual, event) => {
             return Err(Refusal::WrongPhase {
@@ -999,11 +1077,33 @@ fn versioned(rec: &OperationRecord, mut next: OperationRecord, now: DateTime<Utc
     next
 }
 
+/// The decisions an abandoned operation still takes: attach or confirm for
+/// a job that may exist but is not observed, settle a pending refund.
+fn abandoned_resolution_applies(rec: &OperationRecord, resolution: &Resolution) -> bool {
+    let unobserved_job = match rec.ledger_phase {
+        Some(Phase::Uncertain) => true,
+        Some(Phase::Accepted) => case_is(rec, &[CaseReason::RemoteJobMissing]),
+        _ => false,
+    };
+    match resolution {
+        Resolution::AttachRemoteJob { .. } | Resolution::ConfirmNotCreated => unobserved_job,
+        Resolution::MarkSettled => {
+            rec.ledger_phase == Some(Phase::SubmitFailed) && rec.settlement == Some(Settlement::Pending)
+        }
+        _ => false,
+    }
+}
+
 /// Whether the operation is done: nothing more will happen to it without a
 /// person, and its retention clock runs.
 pub fn is_finished(rec: &OperationRecord) -> bool {
     match rec.phase {
-        Phase::Rejected | Phase::RenderFailed | Phase::Abandoned => true,
+        Phase::Abandoned => {
+            let refund_pending =
+                rec.ledger_phase == Some(Phase::SubmitFailed) && rec.settlement == Some(Settlement::Pending);
+            !(abandoned_job_may_run(rec) || refund_pending)
+        }
+        Phase::Rejected | Phase::RenderFailed => true,
         Phase::Rendered => rec.delivery_state == DeliveryState::Delivered,
         Phase::SubmitFailed => rec.settlement == Some(Settlement::Settled),
         _ => false,
@@ -1030,8 +1130,9 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
             if finished { "finished" } else { "unfinished" }
         ));
     }
-    let needs_case = rec.phase == Phase::Uncertain
-        || (rec.phase == Phase::SubmitFailed && rec.settlement == Some(Settlement::Pending))
+    let counted = crate::ledger::counted_phase(rec);
+    let needs_case = counted == Phase::Uncertain
+        || (counted == Phase::SubmitFailed && rec.settlement == Some(Settlement::Pending))
         || (rec.phase == Phase::Rendered && rec.delivery_state == DeliveryState::DeliveryFailed);
     if needs_case && rec.case.is_none() {
         return Err(format!("a {} operation without a case", rec.phase.as_str()));
@@ -1044,7 +1145,13 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
             Phase::Rendered => &[OutputsMissing, DeliveryFailed, OutputUrlRefused, OutputTooLarge],
             Phase::Uncertain => &[UnknownSubmitOutcome, InterruptedDispatch],
             Phase::SubmitFailed => &[SettlementPending],
-            Phase::RenderFailed | Phase::Rejected | Phase::Abandoned => &[],
+            Phase::Abandoned => match rec.ledger_phase {
+                Some(Phase::Uncertain) => &[UnknownSubmitOutcome, InterruptedDispatch],
+                Some(Phase::Accepted) => &[RemoteJobMissing],
+                Some(Phase::SubmitFailed) => &[SettlementPending],
+                _ => &[],
+            },
+            Phase::RenderFailed | Phase::Rejected => &[],
         };
         if !allowed.contains(&case.reason) {
             return Err(format!(
@@ -1053,6 +1160,9 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
                 rec.phase.as_str()
             ));
         }
+    }
+    if rec.ledger_phase.is_some() && rec.phase != Phase::Abandoned {
+        return Err(format!("a ledger phase on a {} operation", rec.phase.as_str()));
     }
     if rec.spend_hold.is_some() && rec.phase != Phase::Prepared {
         return Err(format!("a spend-limit hold on a {} operation", rec.phase.as_str()));
@@ -1089,6 +1199,81 @@ pub fn debug_check(rec: &OperationRecord) {
     }
 }
 
+/// `* -> abandoned`: our work stops, Genace's does not, so the credits
+/// follow the job ([`OperationRecord::ledger_phase`]):
+/// - before any job (prepared, held): nothing is kept, every hold is gone;
+/// - rendered: the credits stay spent;
+/// - a 502 naming a job: the refund stays pending, with its case, until an
+///   operator marks it settled;
+/// - uncertain: the hold and the case stay until an operator attaches the
+///   job or confirms it never ran (or a late recovery message names it);
+/// - accepted: the hold stays, and polling goes on until Genace reports the
+///   job over; a job Genace does not know keeps its case for an operator.
+fn abandon(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
+    let from = next.phase;
+    next.phase = Phase::Abandoned;
+    next.ledger_phase = Some(from);
+    next.delivery_claim = None;
+    next.spend_hold = None;
+    next.retry_at = None;
+    let job_missing = case_is(next, &[CaseReason::RemoteJobMissing]);
+    match from {
+        Phase::Uncertain => next.due_at = None,
+        Phase::SubmitFailed if next.settlement == Some(Settlement::Pending) => next.due_at = None,
+        Phase::Accepted if job_missing => next.due_at = None,
+        Phase::Accepted => {
+            next.case = None;
+            next.due_at = Some(now.timestamp_millis());
+        }
+        _ => {
+            next.case = None;
+            finish(next, now, policy);
+        }
+    }
+}
+
+/// The job of an abandoned operation is over (Genace reported it rendered
+/// or failed, or an operator confirmed it never ran): the operation keeps
+/// what that outcome costs and its retention clock starts.
+fn abandoned_job_over(rec: &OperationRecord, outcome: Phase, now: DateTime<Utc>, policy: &Policy) -> OperationRecord {
+    let mut next = rec.clone();
+    next.ledger_phase = Some(outcome);
+    next.case = None;
+    finish(&mut next, now, policy);
+    next
+}
+
+/// A status snapshot of an abandoned operation's job: nothing is delivered,
+/// only the credits move once the job is over.
+fn observe_abandoned(
+    rec: &OperationRecord,
+    snap: &JobSnapshot,
+    now: DateTime<Utc>,
+    next_check: DateTime<Utc>,
+    policy: &Policy,
+) -> OperationRecord {
+    let due = next_check.timestamp_millis();
+    if snap.status == RenderStatus::Running && rec.due_at.is_some_and(|d| d >= due) {
+        return rec.clone();
+    }
+    let mut next = rec.clone();
+    next.remote_state = Some(snap.state.clone());
+    next.observed_at = Some(now);
+    match snap.status {
+        RenderStatus::Running => {
+            next.due_at = Some(due);
+            next
+        }
+        RenderStatus::Succeeded => abandoned_job_over(&next, Phase::Rendered, now, policy),
+        RenderStatus::Failed => abandoned_job_over(&next, Phase::RenderFailed, now, policy),
+    }
+}
+
+/// Whether an abandoned operation still waits on a job that may run.
+fn abandoned_job_may_run(rec: &OperationRecord) -> bool {
+    rec.phase == Phase::Abandoned && matches!(rec.ledger_phase, Some(Phase::Accepted | Phase::Uncertain))
+}
+
 /// Applies an operator's decision, valid only from the right phase, and
 /// appends who decided, when, what and why to the audit trail.
 fn resolve(
@@ -1101,6 +1286,19 @@ fn resolve(
 ) -> OperationRecord {
     let mut next = rec.clone();
     match resolution {
+        Resolution::AttachRemoteJob { job_id } if rec.phase == Phase::Abandoned => {
+            next.ledger_phase = Some(Phase::Accepted);
+            next.remote_job_id = Some(job_id.clone());
+            next.remote_state = None;
+            next.observed_at = None;
+            next.accepted_at = Some(rec.accepted_at.unwrap_or(now));
+            next.claim = None;
+            next.case = None;
+            next.due_at = Some(now.timestamp_millis());
+        }
+        Resolution::ConfirmNotCreated if rec.phase == Phase::Abandoned => {
+            next = abandoned_job_over(rec, Phase::Prepared, now, policy);
+        }
         Resolution::AttachRemoteJob { job_id } => {
             next.phase = Phase::Accepted;
             next.remote_job_id = Some(job_id.clone());
@@ -1136,12 +1334,7 @@ fn resolve(
             next.case = None;
             next.due_at = Some(now.timestamp_millis());
         }
-        Resolution::Abandon => {
-            next.phase = Phase::Abandoned;
-            next.case = None;
-            next.delivery_claim = None;
-            finish(&mut next, now, policy);
-        }
+        Resolution::Abandon => abandon(&mut next, now, policy),
     }
     next.audit.push(AuditEntry {
         actor: actor.to_owned(),
@@ -1774,7 +1967,214 @@ mod tests {
 
         let abandoned = resolve(&uncertain, &Resolution::Abandon, "ops", "customer cancelled", t0(), &p).unwrap();
         assert_eq!(abandoned.phase, Phase::Abandoned);
-        assert!(abandoned.expires_at.is_some());
+        assert_eq!(abandoned.ledger_phase, Some(Phase::Uncertain));
+        assert!(
+            abandoned.expires_at.is_none() && abandoned.case.is_some(),
+            "a job may exist: the case stays until an operator says"
+        );
+        let closed = resolve(&abandoned, &Resolution::ConfirmNotCreated, "ops", "none", t0(), &p).unwrap();
+        assert!(closed.expires_at.is_some() && closed.case.is_none());
+    }
+
+    /// Records in every state a resolution can meet, reached through the
+    /// transitions themselves: each case reason of each phase, a spend-limit
+    /// wait on top of an account hold, and a finished operation or two.
+    fn resolvable_states() -> Vec<OperationRecord> {
+        let p = Policy {
+            rate_limit_max: 1,
+            ..Policy::default()
+        };
+        let later = t0() + Duration::hours(3);
+        let held = hold_for_account(&submitting(), "tok", err("http_402"), t0(), &p).unwrap();
+        let held_then_waiting = transition(&held, Event::SpendLimitReached { retry_at: later }, t0(), &p).unwrap();
+        let rate_limited = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
+        let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
+        let interrupted = interrupt(&submitting(), "lapsed", later).unwrap();
+        let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
+        let stalled = open_case(&accepted_rec(), CaseReason::RenderStalled, "slow", true, t0()).unwrap();
+        let failed = submit_failed(&submitting(), "tok", "J7", err("x"), t0()).unwrap();
+        let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "r", t0(), &p).unwrap();
+        let mut no_outputs = snap("completed", RenderStatus::Succeeded);
+        no_outputs.outputs = None;
+        let outputs_missing = observe(&accepted_rec(), &no_outputs, t0(), t0(), &p).unwrap();
+        let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
+        let refused = delivery_refused(&claimed, "d", CaseReason::OutputUrlRefused, "port", t0()).unwrap();
+        let render_failed = observe(&accepted_rec(), &snap("failed", RenderStatus::Failed), t0(), t0(), &p).unwrap();
+        let rejected = reject(&submitting(), "tok", err("http_400"), t0(), &p).unwrap();
+        vec![
+            prepared(),
+            held,
+            held_then_waiting,
+            rate_limited,
+            submitting(),
+            uncertain,
+            interrupted,
+            accepted_rec(),
+            missing,
+            stalled,
+            failed,
+            settled,
+            rendered(),
+            outputs_missing,
+            refused,
+            render_failed,
+            rejected,
+        ]
+    }
+
+    fn all_resolutions() -> [Resolution; 6] {
+        [
+            Resolution::AttachRemoteJob { job_id: "J9".into() },
+            Resolution::ConfirmNotCreated,
+            Resolution::ReleaseHold,
+            Resolution::MarkSettled,
+            Resolution::RedriveDelivery,
+            Resolution::Abandon,
+        ]
+    }
+
+    /// Found by review: an abandon erased credits Genace charged, and an
+    /// abandon over a spend-limit wait left the wait on an abandoned record.
+    /// Every resolution from every state keeps the invariants; an abandon
+    /// moves no credit at all, and so does not the write after it.
+    #[test]
+    fn every_resolution_from_every_state_keeps_the_invariants_and_an_abandon_keeps_the_credits() {
+        use crate::ledger::share;
+        let p = Policy::default();
+        let mut applied = 0;
+        for rec in resolvable_states() {
+            check_invariants(&rec).unwrap_or_else(|e| panic!("fixture {:?}: {e}", rec.phase));
+            for resolution in all_resolutions() {
+                let Ok(next) = resolve(&rec, &resolution, "ops", "r", t0(), &p) else {
+                    continue;
+                };
+                applied += 1;
+                let what = format!(
+                    "{} from {:?} ({:?})",
+                    resolution.name(),
+                    rec.phase,
+                    rec.case.as_ref().map(|c| c.reason)
+                );
+                check_invariants(&next).unwrap_or_else(|e| panic!("{what}: {e}"));
+                if resolution == Resolution::Abandon {
+                    assert_eq!(share(&next), share(&rec), "{what} moved credits");
+                    assert_eq!(next.spend_hold, None, "{what} kept a spend-limit wait");
+                    // Whatever the abandoned operation still takes keeps the invariants too.
+                    for then in all_resolutions() {
+                        if let Ok(after) = resolve(&next, &then, "ops", "r", t0(), &p) {
+                            check_invariants(&after).unwrap_or_else(|e| panic!("{what}, then {}: {e}", then.name()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(applied >= 20, "only {applied} resolutions applied");
+    }
+
+    #[test]
+    fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
+        use crate::ledger::share;
+        let p = Policy::default();
+        let stalled = open_case(&accepted_rec(), CaseReason::RenderStalled, "slow", true, t0()).unwrap();
+        let abandoned = resolve(&stalled, &Resolution::Abandon, "ops", "user left", t0(), &p).unwrap();
+        assert_eq!(share(&abandoned).held, 12_500);
+        assert!(
+            abandoned.due_at.is_some() && abandoned.case.is_none(),
+            "polling goes on"
+        );
+        let later = t0() + Duration::minutes(1);
+        let next_check = later + Duration::minutes(5);
+        let observed = |r: &OperationRecord, s: &JobSnapshot| {
+            transition(
+                r,
+                Event::Observed {
+                    snapshot: s,
+                    next_check,
+                    stalled: Some("slow"),
+                },
+                later,
+                &p,
+            )
+        };
+        let running = observed(&abandoned, &snap("running", RenderStatus::Running)).unwrap();
+        assert_eq!(
+            (running.phase, running.case.clone()),
+            (Phase::Abandoned, None),
+            "no stall case"
+        );
+        let done = observed(&running, &snap("completed", RenderStatus::Succeeded)).unwrap();
+        assert_eq!(
+            (done.phase, done.ledger_phase),
+            (Phase::Abandoned, Some(Phase::Rendered))
+        );
+        assert_eq!(share(&done).spent, 12_500, "Genace charged it: spent");
+        assert!(done.expires_at.is_some() && done.delivery_state == DeliveryState::NotCollected);
+        let failed = observed(&running, &snap("failed", RenderStatus::Failed)).unwrap();
+        assert!(share(&failed).is_zero(), "a failed render is released");
+        assert!(observed(&done, &snap("completed", RenderStatus::Succeeded)).is_err());
+
+        // Genace does not know the job: a person confirms it never ran.
+        let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
+        let abandoned = resolve(&missing, &Resolution::Abandon, "ops", "r", t0(), &p).unwrap();
+        assert_eq!((share(&abandoned).held, abandoned.due_at), (12_500, None));
+        assert!(observed(&abandoned, &snap("running", RenderStatus::Running)).is_err());
+        let confirmed = resolve(&abandoned, &Resolution::ConfirmNotCreated, "ops", "r", t0(), &p).unwrap();
+        assert!(share(&confirmed).is_zero() && confirmed.expires_at.is_some());
+    }
+
+    #[test]
+    fn an_abandoned_uncertain_operation_still_takes_its_job_id_or_a_confirmation() {
+        use crate::ledger::share;
+        let p = Policy::default();
+        let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
+        let abandoned = resolve(&uncertain, &Resolution::Abandon, "ops", "r", t0(), &p).unwrap();
+        assert_eq!(share(&abandoned).held, 10_000, "the reservation stays held");
+        // A late recovery message: the job id is saved, never lost.
+        let recovered = accept(&abandoned, "tok", &job("J5"), t0(), &p).unwrap();
+        assert_eq!(
+            (
+                recovered.phase,
+                recovered.ledger_phase,
+                recovered.remote_job_id.as_deref()
+            ),
+            (Phase::Abandoned, Some(Phase::Accepted), Some("J5"))
+        );
+        assert_eq!(share(&recovered).held, 12_500);
+        assert!(recovered.case.is_none() && recovered.due_at.is_some());
+        let attached = resolve(
+            &abandoned,
+            &Resolution::AttachRemoteJob { job_id: "J6".into() },
+            "ops",
+            "r",
+            t0(),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(attached.ledger_phase, Some(Phase::Accepted));
+        let failed = submit_failed(&abandoned, "tok", "J7", err("x"), t0()).unwrap();
+        assert_eq!(share(&failed).pending_refund, 10_000);
+        let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "r", t0(), &p).unwrap();
+        assert_eq!((share(&settled).settled, settled.expires_at.is_some()), (10_000, true));
+    }
+
+    #[test]
+    fn held_credits_genace_cannot_mean_are_replaced_by_the_reservation_with_evidence() {
+        let p = Policy::default();
+        for bad in [-5.0, f64::INFINITY, crate::ledger::MAX_HELD_CREDITS * 2.0] {
+            let mut j = job("J1");
+            j.held_credits = Some(bad);
+            let r = accept(&submitting(), "tok", &j, t0(), &p).unwrap();
+            assert_eq!(
+                r.remote_job_id.as_deref(),
+                Some("J1"),
+                "the job is saved whatever its credits say"
+            );
+            assert_eq!(r.held_credits, None);
+            assert!(r.held_credits_refused.as_deref().unwrap().contains("outside"));
+            assert_eq!(crate::ledger::share(&r).held, 10_000);
+        }
+        let r = accept(&submitting(), "tok", &job("J1"), t0(), &p).unwrap();
+        assert_eq!((r.held_credits, r.held_credits_refused), (Some(12.5), None));
     }
 
     const ALL_PHASES: [Phase; 9] = [

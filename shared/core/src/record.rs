@@ -208,6 +208,17 @@ pub struct OperationRecord {
     /// (an estimate by media type), until Genace reports `held_credits`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved_credits: Option<f64>,
+    /// Why a `held_credits` Genace reported was not believed (not finite,
+    /// negative, or above the bound): the reported value, kept as evidence.
+    /// The reservation stands in for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_credits_refused: Option<String>,
+    /// For an abandoned operation, the phase whose credits it keeps: where
+    /// it was abandoned, or where Genace's later answer (the job rendered or
+    /// failed) or an operator's decision (it never ran) moved its job. An
+    /// abandon stops our work, not Genace's: see docs/decisions.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_phase: Option<Phase>,
     /// Since when dispatch has been waiting for the tenant's spend limit to
     /// leave room. The phase stays `prepared`; `retry_at` is the next look.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,6 +299,8 @@ impl OperationRecord {
             remote_created_at: None,
             held_credits: None,
             reserved_credits: None,
+            held_credits_refused: None,
+            ledger_phase: None,
             spend_hold: None,
             accepted_at: None,
             observed_at: None,

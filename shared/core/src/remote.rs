@@ -73,9 +73,35 @@ fn job_id_of(v: Option<&Value>) -> Result<Option<RemoteJobId>, String> {
     }
 }
 
+/// A 202 whose body is JSON but holds a number no `f64` can represent (a
+/// `held_credits` of `1e400`, say), read field by field: the job exists
+/// whatever its credits say, so its id must not be lost to an unknown
+/// outcome. Such credits read as `f64::MAX` (JSON has no infinity), which
+/// the ledger refuses like any amount past its bound.
+fn out_of_range_202(body: &str) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Loose {
+        job_id: Option<Value>,
+        state: Option<Value>,
+        model: Option<Value>,
+        created_at: Option<Value>,
+        created: Option<Value>,
+        held_credits: Option<serde::de::IgnoredAny>,
+        credits_held: Option<serde::de::IgnoredAny>,
+    }
+    let l: Loose = serde_json::from_str(body).ok()?;
+    let held = (l.held_credits.is_some() || l.credits_held.is_some()).then_some(f64::MAX);
+    Some(json!({
+        "job_id": l.job_id, "state": l.state, "model": l.model,
+        "created_at": l.created_at, "created": l.created, "held_credits": held,
+    }))
+}
+
 /// Classifies a POST response. Pure, so every branch is unit-testable.
 pub fn classify_submit(code: u16, retry_after: Option<&str>, body: &str, now: DateTime<Utc>) -> SubmitOutcome {
-    let json: Option<Value> = serde_json::from_str(body).ok();
+    let json: Option<Value> = serde_json::from_str(body)
+        .ok()
+        .or_else(|| (code == 202).then(|| out_of_range_202(body)).flatten());
     let unknown = |why: &str| SubmitOutcome::Unknown {
         evidence: format!("HTTP {code}: {why}; body: {}", excerpt(body)),
     };
@@ -91,10 +117,11 @@ pub fn classify_submit(code: u16, retry_after: Option<&str>, body: &str, now: Da
                         state: non_empty_str(v.get("state")),
                         model: non_empty_str(v.get("model")),
                         created_at: non_empty_str(v.get("created_at")).or_else(|| non_empty_str(v.get("created"))),
-                        held_credits: v
-                            .get("held_credits")
-                            .or_else(|| v.get("credits_held"))
-                            .and_then(Value::as_f64),
+                        held_credits: match v.get("held_credits").or_else(|| v.get("credits_held")) {
+                            None | Some(Value::Null) => None,
+                            // Present but not a number: nothing to believe.
+                            Some(h) => Some(h.as_f64().unwrap_or(f64::NAN)),
+                        },
                     },
                     raw: body.to_owned(),
                 },
@@ -311,6 +338,26 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Credits nobody can mean do not cost the job its id.
+        for (body, held) in [
+            (r#"{"job_id":"J2","held_credits":1e400,"extra":[1e999]}"#, f64::MAX),
+            (r#"{"job_id":"J2","held_credits":-1e400}"#, f64::MAX),
+            (r#"{"job_id":"J2","held_credits":-4}"#, -4.0),
+            (r#"{"job_id":"J2","held_credits":"lots"}"#, f64::NAN),
+        ] {
+            match classify(202, body) {
+                SubmitOutcome::Accepted { job, .. } => {
+                    assert_eq!(job.job_id, "J2", "{body}");
+                    let h = job.held_credits.unwrap();
+                    assert!(h == held || (h.is_nan() && held.is_nan()), "{body}: {h}");
+                }
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            classify(202, r#"{"job_id":"J3","held_credits":1e400"#),
+            SubmitOutcome::Unknown { .. }
+        ));
         for body in [
             r#"{"state":"queued"}"#,
             r#"{"job_id":""}"#,

@@ -13,7 +13,7 @@ use crate::table::{CasePage, CommitError, OperationStore, commit};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Decision, Event, Resolution};
 use genace_core::messages::Queue;
-use genace_core::record::{CaseReason, OperationRecord};
+use genace_core::record::{CaseReason, OperationRecord, Phase};
 
 /// An authenticated operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +130,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         info!(operation_id = %id, tenant = %next.tenant_id, phase = next.phase.as_str(), actor = %op.actor, action = resolution.name(), %reason, "case resolved");
         metrics::count("Resolutions", &[("Action", resolution.name())]);
         let stage = match resolution {
+            // An abandoned operation's job is only observed, for its credits.
+            _ if next.phase == Phase::Abandoned => next.due_at.map(|_| Queue::Poll),
             Resolution::AttachRemoteJob { .. } => Some(Queue::Poll),
             Resolution::ConfirmNotCreated | Resolution::ReleaseHold => Some(Queue::Dispatch),
             Resolution::RedriveDelivery => Some(Queue::Deliver),

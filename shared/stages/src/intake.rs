@@ -76,6 +76,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         intent: &Intent,
         now: DateTime<Utc>,
     ) -> Result<Submitted, IntakeError> {
+        use genace_core::machine::planted;
         let record = OperationRecord::new_intent(
             tenant,
             intent,
@@ -84,6 +85,16 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             self.config.dispatch_grace,
         );
         match self.store.create(&record, now).await? {
+            // Planted bugs (the simulator's builds only) for a changed specification.
+            Created::Existing(existing)
+                if existing.specification_hash != record.specification_hash
+                    && planted::on(planted::CHANGED_SPEC_ANSWERED_NEW) =>
+            {
+                Ok(Submitted::New(Box::new(record)))
+            }
+            Created::Existing(existing) if planted::on(planted::REPLAY_CHANGED_SPEC) => {
+                Ok(Submitted::Replayed(existing))
+            }
             Created::Existing(existing) => {
                 if existing.specification_hash == record.specification_hash {
                     info!(operation_id = %existing.operation_id, tenant = %tenant, phase = existing.phase.as_str(), "intent replayed");
@@ -106,7 +117,20 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
                 if let Err(e) = self.queue.enqueue(Queue::Dispatch, &record.operation_id, 0).await {
                     error!(operation_id = %record.operation_id, error = %e, "dispatch enqueue failed; the sweep will re-enqueue");
                 }
-                Ok(Submitted::New(Box::new(record)))
+                let mut answered = record;
+                if planted::on(planted::OPERATION_ID_PER_SUBMIT) {
+                    // A planted bug (the simulator's builds only): the answer
+                    // names an id minted for the request, not the stored one.
+                    let minted = format!(
+                        "{}-{}",
+                        intent.operation_key.as_str(),
+                        now.timestamp_nanos_opt().unwrap_or(0)
+                    );
+                    if let Ok(key) = genace_core::domain::OperationKey::try_from(minted) {
+                        answered.operation_id = OperationId::derive(tenant, &key);
+                    }
+                }
+                Ok(Submitted::New(Box::new(answered)))
             }
         }
     }

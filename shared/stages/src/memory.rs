@@ -140,7 +140,7 @@ impl OperationStore for MemoryStore {
                     "one change announces more than {} events",
                     genace_core::events::MAX_EVENTS_PER_CHANGE
                 );
-                let delta = ledger::delta(prev, next);
+                let delta = ledger::delta(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
                 if !delta.is_zero() {
                     let tenant = prev.tenant_id.as_str();
                     let entry = tables.ledgers.entry(tenant.to_owned()).or_insert_with(|| TenantLedger {
@@ -150,7 +150,10 @@ impl OperationStore for MemoryStore {
                     if ledger::reserves(prev, next) && entry.headroom().is_some_and(|room| room < delta.held) {
                         return Err(StoreError::SpendLimit);
                     }
-                    entry.totals = entry.totals.plus(&delta);
+                    entry.totals = entry
+                        .totals
+                        .plus(&delta)
+                        .map_err(|e| StoreError::Decode(e.to_string()))?;
                 }
                 *current = next.clone();
                 Ok(Applied::Written)
@@ -640,6 +643,9 @@ impl crate::outputs::ObjectStore for MemoryObjects {
 pub enum SubmitPlan {
     /// 202 with a new job in `state`.
     Accept { state: String },
+    /// 202 with a new job in `state`, reporting `held_credits` as this raw
+    /// JSON text (Genace's own figure, or one nobody can mean: `-5`, `1e400`).
+    AcceptReporting { state: String, held_credits: String },
     /// 502 with `error.job_id` of a new, failed job.
     FailWithJob,
     /// 502 without a job id; nothing created.
@@ -660,7 +666,15 @@ pub struct SimJob {
     pub client_reference: Option<String>,
     pub state: String,
     pub outputs: Option<serde_json::Value>,
+    /// What Genace holds for the job while it runs and charges once it
+    /// completes: [`JOB_PRICE`], whatever the 202 reported.
+    pub credits: f64,
 }
+
+/// The credits [`MemoryGenace`] charges per job: the default estimate for a
+/// video, so a ledger that counts a job at its reservation agrees with
+/// Genace's books.
+pub const JOB_PRICE: f64 = 10.0;
 
 /// Genace, in memory: answers POSTs from a plan (accepting by default),
 /// keeps the jobs it created, and answers status reads from them. Answers
@@ -718,6 +732,7 @@ impl MemoryGenace {
                 client_reference: body.get("client_reference").and_then(|v| v.as_str()).map(str::to_owned),
                 state: job_state.to_owned(),
                 outputs: None,
+                credits: JOB_PRICE,
             },
         );
         id
@@ -736,6 +751,18 @@ impl crate::genace::Genace for MemoryGenace {
             SubmitPlan::Accept { state: job_state } => {
                 let id = Self::create(&mut state, body, &job_state);
                 (202, serde_json::json!({"job_id": id, "state": job_state}).to_string())
+            }
+            SubmitPlan::AcceptReporting {
+                state: job_state,
+                held_credits,
+            } => {
+                let id = Self::create(&mut state, body, &job_state);
+                let head = serde_json::json!({"job_id": id, "state": job_state}).to_string();
+                // Spliced as text: `1e400` is no JSON value serde can hold.
+                (
+                    202,
+                    format!("{},\"held_credits\":{held_credits}}}", &head[..head.len() - 1]),
+                )
             }
             SubmitPlan::FailWithJob => {
                 let id = Self::create(&mut state, body, "failed");

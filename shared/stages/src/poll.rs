@@ -74,13 +74,18 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
             .case
             .as_ref()
             .is_some_and(|c| c.reason == CaseReason::RemoteJobMissing);
+        // An abandoned operation whose job may still run is observed too, so
+        // its hold becomes spent or released when Genace says the job is over.
+        let abandoned = rec.phase == Phase::Abandoned && rec.ledger_phase == Some(Phase::Accepted);
         let job_id = match (&rec.phase, &rec.remote_job_id) {
             (Phase::Accepted, Some(job_id)) if !waiting_for_person => job_id.clone(),
+            (Phase::Abandoned, Some(job_id)) if abandoned && !waiting_for_person => job_id.clone(),
             _ => return Ok(Polled::NotObservable(rec.phase)),
         };
         let delay = next_poll_delay(rec.accepted_at, now, self.config.poll_max_delay_seconds);
         let next_check = now + Duration::seconds(delay as i64 + SWEEP_SLACK_SECONDS);
-        let stalled = rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
+        // Nobody waits for an abandoned job's outputs: it is never stalled.
+        let stalled = !abandoned && rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
         let policy = self.config.policy;
 
         match self.genace.status(&job_id).await {
@@ -147,7 +152,9 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
                         })
                     }
                     RenderStatus::Succeeded => {
-                        if written.case.is_some() {
+                        if written.phase == Phase::Abandoned {
+                            // Spent, and nothing to deliver.
+                        } else if written.case.is_some() {
                             // Outputs missing: nothing to deliver, a person decides.
                             case_opened(&written);
                         } else {

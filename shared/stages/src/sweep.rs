@@ -88,7 +88,8 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
         let now = self.clock.now();
         let stage = match (item.phase, item.delivery_state) {
             (Phase::Prepared, _) => Queue::Dispatch,
-            (Phase::Accepted, _) => Queue::Poll,
+            // An abandoned operation is due only while its job may run.
+            (Phase::Accepted | Phase::Abandoned, _) => Queue::Poll,
             (Phase::Rendered, DeliveryState::NotCollected | DeliveryState::Collecting) => Queue::Deliver,
             (Phase::Submitting, _) => {
                 // The interrupted-dispatch rule: uncertain plus a case, never a POST.

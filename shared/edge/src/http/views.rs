@@ -61,6 +61,13 @@ pub fn view(rec: &OperationRecord) -> Value {
     if rec.held_credits.is_some() {
         obj.insert("held_credits".into(), json!(rec.held_credits));
     }
+    if let Some(refused) = &rec.held_credits_refused {
+        obj.insert("held_credits_refused".into(), json!(refused));
+    }
+    // An abandoned operation's credits follow its job: the phase they count as.
+    if let Some(phase) = rec.ledger_phase {
+        obj.insert("ledger_phase".into(), json!(phase));
+    }
     if let Some(since) = rec.spend_hold {
         let next_check = rec.retry_at.and_then(chrono::DateTime::from_timestamp_millis);
         obj.insert(
