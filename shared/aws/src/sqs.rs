@@ -87,7 +87,7 @@ impl Redelivery for SqsRedelivery {
             .change_message_visibility()
             .queue_url(&self.url)
             .receipt_handle(receipt_handle)
-            .visibility_timeout(seconds.min(MAX_VISIBILITY_SECONDS) as i32)
+            .visibility_timeout(i32::try_from(seconds.min(MAX_VISIBILITY_SECONDS)).unwrap_or(i32::MAX))
             .send()
             .await
             .map(|_| ())

@@ -6,7 +6,7 @@
 //! [`Stage::retry_after`]) gets it through a [`Redelivery`].
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use genace_stages::queue::{Redelivery, VisibilityTimeout};
+use genace_stages::queue::{Redelivery, VisibilityTimeout, visibility_left};
 use genace_stages::stage::{Stage, StageError, handle_body};
 use tracing::{error, warn};
 
@@ -24,6 +24,8 @@ pub async fn process_batch_with<S: Stage, R: Redelivery>(
     redelivery: &R,
 ) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
+    // SQS counts a receipt's 12 hours from the receive, which came before this start.
+    let started = std::time::Instant::now();
     for record in event.records {
         let id = record.message_id.clone().unwrap_or_default();
         let Some(body) = record.body.as_deref() else {
@@ -38,7 +40,9 @@ pub async fn process_batch_with<S: Stage, R: Redelivery>(
                 }
                 _ => error!(message_id = %id, error = %e, "message left for redelivery"),
             }
-            defer(&record, stage.retry_after(&e, receives(&record)), redelivery).await;
+            let asked = stage.retry_after(&e, receives(&record));
+            let seconds = asked.map(|s| visibility_left(s, started.elapsed()));
+            defer(&record, seconds, redelivery).await;
             response.add_failure(id);
         }
     }
@@ -147,5 +151,32 @@ mod tests {
             *recorded.0.lock().unwrap(),
             [("rh-a".to_owned(), 30), ("rh-c".to_owned(), 10)]
         );
+    }
+
+    /// Fails every message and asks for SQS's whole 12 hours.
+    struct Greedy;
+
+    impl Stage for Greedy {
+        type Message = serde_json::Value;
+        type Outcome = ();
+
+        async fn handle(&self, _message: serde_json::Value) -> Result<(), StageError> {
+            Err(StageError::Remote("down".into()))
+        }
+
+        fn retry_after(&self, _error: &StageError, _receives: u32) -> Option<u32> {
+            Some(genace_stages::queue::MAX_VISIBILITY_SECONDS)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deferral_asks_for_no_more_than_the_receipt_has_left() {
+        let mut event = SqsEvent::default();
+        event.records = vec![message("a", "{}", Some("13"))];
+        let recorded = Recorded::default();
+        process_batch_with(event, &Greedy, &recorded).await;
+        let asked = recorded.0.lock().unwrap()[0].1;
+        let most = genace_stages::queue::MAX_VISIBILITY_SECONDS - genace_stages::queue::RECEIPT_MARGIN_SECONDS;
+        assert!(asked <= most && asked >= most - 5, "asked {asked} s");
     }
 }

@@ -200,7 +200,7 @@ pub enum Webhooked {
 
 /// When an event whose POST failed is tried again: `first_seconds` after
 /// the first failure, twice as long after each further one, never more
-/// than `max_seconds` (nor SQS's 12 hours) between two tries.
+/// than `max_seconds` (nor what SQS grants a received message) between two tries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetrySchedule {
     pub first_seconds: u32,
@@ -221,7 +221,8 @@ impl RetrySchedule {
     /// The wait after the `receives`-th delivery failed (counting from 1).
     pub fn after(&self, receives: u32) -> u32 {
         let doubled = u64::from(self.first_seconds) << receives.saturating_sub(1).min(32);
-        doubled.min(u64::from(self.max_seconds.min(MAX_VISIBILITY_SECONDS))) as u32
+        let most = crate::queue::visibility_left(self.max_seconds, std::time::Duration::ZERO);
+        doubled.min(u64::from(most)) as u32
     }
 
     /// How long an event is retried in all when the queue dead-letters it
@@ -414,7 +415,11 @@ mod tests {
             first_seconds: 3600,
             max_seconds: u32::MAX,
         };
-        assert_eq!(capped.after(10), MAX_VISIBILITY_SECONDS, "SQS's bound holds");
+        assert_eq!(
+            capped.after(10),
+            MAX_VISIBILITY_SECONDS - crate::queue::RECEIPT_MARGIN_SECONDS,
+            "SQS refuses the whole 12 h once a message is received"
+        );
         assert_eq!(r.span(3), 30 + 60 + 120);
     }
 
