@@ -388,3 +388,44 @@ async fn a_failed_enqueue_does_not_fail_the_request() {
     assert_eq!(r.status, 202);
     assert_eq!(env.scan().await.len(), 1, "the record is the truth");
 }
+
+/// Measured: during an outage of every AWS call intake answered 503 with
+/// nothing to say when to come back. It now names a time and what to do.
+#[tokio::test]
+async fn an_unavailable_store_answers_503_with_retry_after_and_the_same_key_advice() {
+    let env = LocalAws::fresh().await;
+    let missing = genace_aws::DynamoStore::new(
+        genace_aws::clients::dynamodb(&env.sdk),
+        format!("{}-missing", env.names.table),
+    );
+    let intake = Intake::new(missing, env.queue(), env.objects(), env.config.clone());
+    let resp = api::handle(&intake, post(&spec_body(), "tenant-a")).await;
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let r = parse(resp);
+    assert_eq!(r.status, 503);
+    assert_eq!(r.content_type, "application/problem+json");
+    let seconds: u32 = retry_after
+        .expect("Retry-After on a 503")
+        .parse()
+        .expect("delay-seconds");
+    assert!((1..=60).contains(&seconds), "{seconds}");
+    assert!(r.body["detail"].as_str().unwrap().contains("same operation key"));
+}
+
+#[tokio::test]
+async fn a_wrong_method_answers_405_with_allow() {
+    let env = LocalAws::fresh().await;
+    let intake = intake(&env);
+    let mut event: Value = serde_json::from_str(GET_FIXTURE).unwrap();
+    event["rawPath"] = json!("/v1/operations");
+    event["requestContext"]["http"]["path"] = json!("/v1/operations");
+    event["requestContext"]["http"]["method"] = json!("DELETE");
+    event["pathParameters"] = json!({});
+    let req = lambda_http::request::from_str(&event.to_string()).unwrap();
+    let resp = api::handle(&intake, req).await;
+    assert_eq!(resp.status().as_u16(), 405);
+    assert_eq!(resp.headers().get("allow").unwrap(), "POST");
+}

@@ -25,7 +25,7 @@ use crate::admin::Operator;
 use crate::clock::{Clock, SystemClock};
 use crate::intake::{Intake, IntakeError};
 use crate::outputs::ObjectStore;
-use crate::queue::{MAX_VISIBILITY_SECONDS, WorkQueue};
+use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError};
 use crate::table::OperationStore;
 use genace_core::domain::{InvalidInput, TenantId};
@@ -417,7 +417,7 @@ mod tests {
         };
         assert_eq!(
             capped.after(10),
-            MAX_VISIBILITY_SECONDS - crate::queue::RECEIPT_MARGIN_SECONDS,
+            crate::queue::MAX_VISIBILITY_SECONDS - crate::queue::RECEIPT_MARGIN_SECONDS,
             "SQS refuses the whole 12 h once a message is received"
         );
         assert_eq!(r.span(3), 30 + 60 + 120);

@@ -21,7 +21,14 @@ pub struct Problem {
     pub title: &'static str,
     pub detail: String,
     pub extensions: Map<String, Value>,
+    /// Headers the status calls for: `Allow` on a 405, `Retry-After` on a 503.
+    pub headers: Vec<(header::HeaderName, String)>,
 }
+
+/// How long a client waits before retrying when the store is unavailable.
+/// AWS outages of seconds to a minute are the usual; a retry with the same
+/// operation key is always safe, so the hint is short.
+pub const STORE_RETRY_AFTER_SECONDS: u32 = 5;
 
 impl Problem {
     pub fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
@@ -31,7 +38,13 @@ impl Problem {
             title,
             detail: detail.into(),
             extensions: Map::new(),
+            headers: Vec::new(),
         }
+    }
+
+    pub fn with_header(mut self, name: header::HeaderName, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
     }
 
     pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
@@ -47,9 +60,13 @@ impl Problem {
         body.insert("detail".into(), self.detail.into());
         body.insert("instance".into(), instance.into());
         body.extend(self.extensions);
-        Response::builder()
+        let mut builder = Response::builder()
             .status(self.status)
-            .header(header::CONTENT_TYPE, PROBLEM_JSON)
+            .header(header::CONTENT_TYPE, PROBLEM_JSON);
+        for (name, value) in self.headers {
+            builder = builder.header(name, value);
+        }
+        builder
             .body(Body::Text(Value::Object(body).to_string()))
             .expect("a problem response is always valid")
     }
@@ -115,8 +132,10 @@ impl From<IntakeError> for Problem {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "store-unavailable",
                     "The operation store is unavailable",
-                    "Try again shortly; nothing was lost.",
+                    "Try again after the Retry-After seconds, with the same operation key: \
+                     nothing was lost, and a retry never creates a second operation.",
                 )
+                .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
             }
         }
     }

@@ -123,6 +123,8 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
             format!("Use {allow}."),
         )
         .with("allow", allow)
+        // RFC 9110 §15.5.6: a 405 names the methods the resource supports.
+        .with_header(header::ALLOW, allow)
     };
     match (route(&req), req.method()) {
         (Some(Route::Operations), &Method::POST) => create(intake, req).await,
