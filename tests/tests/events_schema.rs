@@ -172,6 +172,33 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     };
     step(&store, d, observed).await;
 
+    // Genace does not know the saved job; an operator attaches the right one.
+    let f = create("attached").await;
+    let f = step(
+        &store,
+        step(&store, f, Event::ClaimDispatch { token: "tok" }).await,
+        Event::Accepted {
+            token: "tok",
+            job: &job,
+        },
+    )
+    .await;
+    let missing = Event::CaseNeeded {
+        reason: genace_core::record::CaseReason::RemoteJobMissing,
+        evidence: "Genace answered 404",
+        keep_due: false,
+    };
+    let f = step(&store, f, missing).await;
+    let attach = Resolution::AttachRemoteJob {
+        job_id: "job-found".into(),
+    };
+    let attach = Event::Resolved(Decision {
+        resolution: &attach,
+        actor: "ops",
+        reason: "found in the Genace console",
+    });
+    step(&store, f, attach).await;
+
     // Waiting for the spend limit.
     let e = create("limited").await;
     let retry_at = now + policy.spend_recheck;
@@ -227,7 +254,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     assert_eq!(ids.len(), events.len(), "an event was written twice");
     assert_eq!(
         events.len(),
-        10,
+        14,
         "{:#?}",
         events.iter().map(|e| &e["detail"]["id"]).collect::<Vec<_>>()
     );

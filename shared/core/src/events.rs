@@ -4,9 +4,11 @@
 //! only place events are made, so an event exists iff its change was
 //! committed.
 //!
-//! Consumers deduplicate on [`LifecycleEvent::id`]: the operation id, the
-//! version the change wrote, and the type (one write can announce two
-//! things, a case resolved and a job accepted).
+//! Consumers deduplicate on [`LifecycleEvent::id`]: the operation id, its
+//! incarnation (the record's creation time: a key re-used after its record
+//! expired gets the same operation id and versions again), the version the
+//! change wrote, and the type (one write can announce two things, a case
+//! resolved and a job accepted).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -41,10 +43,12 @@ pub enum Kind {
     CaseResolved,
     #[serde(rename = "operation.held")]
     Held,
+    #[serde(rename = "operation.job_attached")]
+    JobAttached,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Accepted,
         Kind::Rendered,
         Kind::Delivered,
@@ -53,6 +57,7 @@ impl Kind {
         Kind::CaseOpened,
         Kind::CaseResolved,
         Kind::Held,
+        Kind::JobAttached,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -65,6 +70,7 @@ impl Kind {
             Kind::CaseOpened => "operation.case_opened",
             Kind::CaseResolved => "operation.case_resolved",
             Kind::Held => "operation.held",
+            Kind::JobAttached => "operation.job_attached",
         }
     }
 }
@@ -73,7 +79,9 @@ impl Kind {
 /// writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LifecycleEvent {
-    /// `<operation_id>:<version>:<type>`: the deduplication key.
+    /// `<operation_id>:<incarnation>:<version>:<type>`: the deduplication
+    /// key. The incarnation is the record's creation time in epoch
+    /// milliseconds, so a key re-used after retention gets new ids.
     pub id: String,
     #[serde(rename = "type")]
     pub kind: Kind,
@@ -98,7 +106,13 @@ pub struct Context {
 
 fn event(rec: &OperationRecord, kind: Kind, data: Value) -> LifecycleEvent {
     LifecycleEvent {
-        id: format!("{}:{}:{}", rec.operation_id, rec.version, kind.as_str()),
+        id: format!(
+            "{}:{}:{}:{}",
+            rec.operation_id,
+            rec.created_at.timestamp_millis(),
+            rec.version,
+            kind.as_str()
+        ),
         kind,
         time: rec.updated_at,
         tenant_id: rec.tenant_id.as_str().to_owned(),
@@ -171,6 +185,18 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
             _ => {}
         }
     }
+    // A job id saved without a phase change (an operator attached another
+    // job to an accepted operation, or a job to an abandoned one): the only
+    // way applications learn the new id.
+    let accepted_now = old.phase != new.phase && new.phase == Phase::Accepted;
+    let observable = matches!(new.phase, Phase::Accepted | Phase::Abandoned);
+    if !accepted_now && observable && new.remote_job_id.is_some() && old.remote_job_id != new.remote_job_id {
+        out.push(event(
+            new,
+            Kind::JobAttached,
+            json!({"remote_job_id": new.remote_job_id, "previous_remote_job_id": old.remote_job_id}),
+        ));
+    }
     if old.delivery_state != DeliveryState::Delivered && new.delivery_state == DeliveryState::Delivered {
         let objects: Vec<Value> = new
             .delivered_objects
@@ -241,7 +267,15 @@ mod tests {
         let events = derive(Some(&r), &accepted, &Context::default());
         assert_eq!(kinds(&events), [Kind::Accepted]);
         let e = &events[0];
-        assert_eq!(e.id, format!("{}:{}:operation.accepted", r.operation_id, r.version + 1));
+        assert_eq!(
+            e.id,
+            format!(
+                "{}:{}:{}:operation.accepted",
+                r.operation_id,
+                r.created_at.timestamp_millis(),
+                r.version + 1
+            )
+        );
         assert_eq!((e.tenant_id.as_str(), e.operation_key.as_str()), ("t", "k"));
         assert_eq!(e.data["remote_job_id"], "J1");
         assert_eq!(e.data["held_credits"], 3.0);
@@ -350,5 +384,54 @@ mod tests {
         for k in Kind::ALL {
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
         }
+    }
+
+    /// Found by review: a key re-used after its record expired gets the
+    /// same operation id and versions, and its events were dropped as
+    /// duplicates by receivers.
+    #[test]
+    fn a_new_incarnation_of_an_operation_gets_new_event_ids() {
+        let first = sample_prepared(Utc::now());
+        let later = sample_prepared(first.created_at + chrono::Duration::days(31));
+        assert_eq!(first.operation_id, later.operation_id);
+        let accept = |r: &OperationRecord| {
+            let next = step(r, |n| {
+                n.phase = Phase::Accepted;
+                n.remote_job_id = Some("J".into());
+            });
+            derive(Some(r), &next, &Context::default())[0].id.clone()
+        };
+        assert_ne!(accept(&first), accept(&later));
+    }
+
+    #[test]
+    fn attaching_another_job_to_an_accepted_operation_announces_the_new_id() {
+        let now = Utc::now();
+        let mut accepted = sample_prepared(now);
+        accepted.phase = Phase::Accepted;
+        accepted.remote_job_id = Some("J1".into());
+        accepted.case = Some(ReconciliationCase {
+            reason: CaseReason::RemoteJobMissing,
+            opened_at: now,
+            evidence: "404".into(),
+        });
+        let attached = step(&accepted, |n| {
+            n.remote_job_id = Some("J2".into());
+            n.case = None;
+        });
+        let events = derive(Some(&accepted), &attached, &Context::default());
+        assert_eq!(kinds(&events), [Kind::CaseResolved, Kind::JobAttached]);
+        assert_eq!(events[1].data["remote_job_id"], "J2");
+        assert_eq!(events[1].data["previous_remote_job_id"], "J1");
+        // The first job id comes with operation.accepted, not twice.
+        let prepared = sample_prepared(now);
+        let first = step(&prepared, |n| {
+            n.phase = Phase::Accepted;
+            n.remote_job_id = Some("J1".into());
+        });
+        assert_eq!(
+            kinds(&derive(Some(&prepared), &first, &Context::default())),
+            [Kind::Accepted]
+        );
     }
 }
