@@ -497,13 +497,14 @@ impl<'a> Scenario<'a> {
             }
             let v = d["version"].as_u64().unwrap_or(0);
             check(v >= last && v > 0, format!("version went from {last} to {v}"))?;
+            // `<operation_id>:<incarnation>:<version>:<type>`.
+            let id: Vec<&str> = d["id"].as_str().unwrap_or("").split(':').collect();
             check(
-                d["id"].as_str()
-                    == Some(&format!(
-                        "{}:{v}:{}",
-                        d["operation_id"].as_str().unwrap_or(""),
-                        d["type"].as_str().unwrap_or("")
-                    )),
+                id.len() == 4
+                    && Some(id[0]) == d["operation_id"].as_str()
+                    && id[1].parse::<i64>().is_ok()
+                    && id[2] == v.to_string()
+                    && Some(id[3]) == d["type"].as_str(),
                 format!("event id of {d}"),
             )?;
             last = v;
