@@ -32,6 +32,7 @@ impl Locals {
             ("DeliverQueue", &queues.deliver),
             ("RecoveryQueue", &queues.recovery),
             ("WebhookQueue", &queues.webhooks),
+            ("WebhookDeadLetterQueue", &queues.webhook_dead_letters),
         ]
         .into_iter()
         .map(|(id, value)| (id.to_owned(), value.to_owned()))
@@ -416,6 +417,7 @@ mod tests {
                     deliver: "http://q/deliver".into(),
                     recovery: "http://q/recovery".into(),
                     webhooks: "http://q/webhooks".into(),
+                    webhook_dead_letters: "http://q/webhooks-dlq".into(),
                 },
             ),
         }
@@ -442,6 +444,7 @@ mod tests {
         }
         let webhook = t.function_env("WebhookFunction", &locals).unwrap();
         assert_eq!(webhook["WEBHOOK_QUEUE_URL"], queue("genace-webhooks"));
+        assert_eq!(webhook["WEBHOOK_DLQ_URL"], queue("genace-webhooks-dlq"));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! genace-ops credits list [--limit N] [--cursor C] [--json]
 //! genace-ops credits limit <tenant> <credits|none> [--json]
 //! genace-ops webhook show <tenant> [--json]
-//! genace-ops webhook set <tenant> --hook-url <URL> --secret-id genace/webhooks/<name> [--events a,b] [--json]
+//! genace-ops webhook set <tenant> --hook-url <URL> --secret-id genace/webhooks/<tenant>/<name> [--events a,b] [--json]
 //! genace-ops webhook remove <tenant> [--json]
 //! ```
 //!

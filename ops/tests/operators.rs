@@ -501,7 +501,7 @@ async fn operators_set_show_and_remove_a_tenants_webhook() {
             "--hook-url",
             "https://hooks.tenant-a.example/genace",
             "--secret-id",
-            "genace/webhooks/tenant-a",
+            "genace/webhooks/tenant-a/hook",
             "--events",
             "operation.delivered, operation.case_opened",
         ],
@@ -513,7 +513,7 @@ async fn operators_set_show_and_remove_a_tenants_webhook() {
     assert_eq!(hook["events"], json!(["operation.delivered", "operation.case_opened"]));
     assert_eq!(hook["updated_by"], "ops-alice");
     let text = stdout(&stack.cli(&ops, &["webhook", "show", "tenant-a"]));
-    assert!(text.contains("signed with genace/webhooks/tenant-a"), "{text}");
+    assert!(text.contains("signed with genace/webhooks/tenant-a/hook"), "{text}");
     // A secret outside the webhook prefix is refused by the API (400).
     let wrong = stack.cli(
         &ops,
@@ -529,6 +529,33 @@ async fn operators_set_show_and_remove_a_tenants_webhook() {
     );
     assert_eq!(wrong.status.code(), Some(1), "{wrong:?}");
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("400"), "{wrong:?}");
+    // Measured before the prefix rule: an operator scoped to tenant-a set
+    // tenant-a's webhook to sign with tenant-b's secret, and got 200.
+    let scoped = operator(Some("tenant-a"));
+    let borrowed = stack.cli(
+        &scoped,
+        &[
+            "webhook",
+            "set",
+            "tenant-a",
+            "--hook-url",
+            "https://hooks.tenant-a.example/genace",
+            "--secret-id",
+            "genace/webhooks/tenant-b/hook",
+        ],
+    );
+    assert_eq!(borrowed.status.code(), Some(1), "{borrowed:?}");
+    let err = String::from_utf8_lossy(&borrowed.stderr);
+    assert!(
+        err.contains("400") && err.contains("genace/webhooks/tenant-a/"),
+        "{borrowed:?}"
+    );
+    let still: Value =
+        serde_json::from_slice(&stack.cli(&ops, &["webhook", "show", "tenant-a", "--json"]).stdout).unwrap();
+    assert_eq!(
+        still["secret_id"], "genace/webhooks/tenant-a/hook",
+        "nothing was changed"
+    );
     let removed = stack.cli(&ops, &["webhook", "remove", "tenant-a"]);
     assert!(stdout(&removed).contains("no webhook"), "{removed:?}");
     // An operator limited to another tenant cannot see it.

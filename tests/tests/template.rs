@@ -129,6 +129,7 @@ fn every_function_has_only_the_actions_it_uses() {
                 "dynamodb:GetItem",
                 "secretsmanager:GetSecretValue",
                 "sqs:ChangeMessageVisibility",
+                "sqs:SendMessage",
             ][..],
         ),
         (
@@ -607,7 +608,38 @@ fn webhooks_take_every_event_from_the_bus_and_read_only_their_secrets() {
         .map(|(_, r)| r)
         .collect();
     assert_eq!(secrets.len(), 1);
-    assert!(secrets[0].contains("secret:genace/webhooks/*"), "{}", secrets[0]);
+    assert!(
+        secrets[0].contains("secret:genace/webhooks/*/*\""),
+        "only secrets inside a tenant's folder: {}",
+        secrets[0]
+    );
+    // It may send to its dead-letter queue (an undeliverable event goes there
+    // at once), and to no other queue.
+    let sends: Vec<&String> = grants
+        .iter()
+        .filter(|(a, _)| a == "sqs:SendMessage")
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(sends.len(), 1);
+    assert!(sends[0].contains("WebhookDeadLetterQueue"), "{}", sends[0]);
+    assert!(
+        strings(&fns["WebhookFunction"]["Properties"]["Environment"]["Variables"]["WEBHOOK_DLQ_URL"])
+            .contains(&"WebhookDeadLetterQueue".to_owned())
+    );
+    // Nobody but the pipe's role puts lifecycle events on the bus.
+    let bus = &res["OperationsEventBusPolicy"]["Properties"];
+    let statement = &bus["Statement"];
+    assert_eq!(statement["Effect"], "Deny");
+    assert_eq!(statement["Principal"], "*");
+    assert_eq!(statement["Action"], "events:PutEvents");
+    assert_eq!(
+        statement["Condition"]["StringEquals"]["events:source"],
+        "genace.operations"
+    );
+    assert!(
+        format!("{:?}", statement["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]).contains("EventsPipeRole.Arn"),
+        "{statement:?}"
+    );
     assert!(
         !grants.iter().any(|(_, r)| r.contains("GenaceApiKeySecretArn")),
         "the webhook function cannot read the Genace key"

@@ -1,6 +1,6 @@
 //! The composition root of Genace operations: the deployed adapters, each
 //! built once from the environment, in an [`App`](genace_stages::app::App).
-//! The six Lambda mains and the local runner start here:
+//! The eight Lambda mains and the local runner start here:
 //!
 //! ```no_run
 //! # async fn main_of_dispatch() -> Result<(), String> {
@@ -12,7 +12,7 @@
 //! depends on it but the functions, the local stack and tests.
 
 use aws_config::SdkConfig;
-use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue, SqsRedelivery};
+use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsDeadLetters, SqsQueue, SqsRedelivery};
 use genace_http::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
 use genace_stages::clock::SystemClock;
@@ -54,15 +54,21 @@ pub async fn from_env_with_downloads() -> Result<AwsApp<Unused>, String> {
 }
 
 /// The webhook stage on the deployed adapters: webhook settings from the
-/// table, secrets from Secrets Manager, POSTs through the URL guard.
-pub type AwsWebhooks = WebhookDeliverer<DynamoStore, SecretsManager, HttpWebhooks>;
+/// table, secrets from Secrets Manager, POSTs through the webhook URL
+/// policy, undeliverable events to the dead-letter queue.
+pub type AwsWebhooks = WebhookDeliverer<DynamoStore, SecretsManager, HttpWebhooks, SqsDeadLetters>;
 
 /// [`AwsWebhooks`] for `config`, on clients made from `sdk`.
 pub fn webhooks(sdk: &SdkConfig, config: &Config) -> Result<AwsWebhooks, String> {
+    if config.queues.webhook_dead_letters.is_empty() {
+        return Err("WEBHOOK_DLQ_URL is not set".into());
+    }
     Ok(WebhookDeliverer {
         store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
         secrets: SecretsManager::new(genace_aws::clients::secrets(sdk)),
-        sender: HttpWebhooks::new(&config.url_policy).map_err(|e| format!("building the webhook client: {e}"))?,
+        sender: HttpWebhooks::new(&config.webhook_url_policy())
+            .map_err(|e| format!("building the webhook client: {e}"))?,
+        dead_letters: SqsDeadLetters::new(genace_aws::clients::sqs(sdk), &config.queues.webhook_dead_letters),
         clock: SystemClock,
         retry: config.webhook_retry,
     })

@@ -54,12 +54,15 @@ pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> R
         urls.push(ensure_queue(&sqs, q, receives).await?);
     }
     let [dispatch, poll, deliver, recovery, webhooks]: [String; 5] = urls.try_into().expect("five queues were created");
+    // `ensure_queue` made each queue's `<name>-dlq` beside it.
+    let webhook_dead_letters = format!("{webhooks}-dlq");
     Ok(QueueUrls {
         dispatch,
         poll,
         deliver,
         recovery,
         webhooks,
+        webhook_dead_letters,
     })
 }
 

@@ -94,3 +94,42 @@ impl Redelivery for SqsRedelivery {
             .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())
     }
 }
+
+/// The webhook queue's dead-letter queue, written directly for events that
+/// can never be delivered as configured (`genace_stages::webhooks::DeadLetters`).
+/// The reason rides as a message attribute; the body is the bus event, as
+/// the queue's redrive would have kept it.
+#[derive(Debug, Clone)]
+pub struct SqsDeadLetters {
+    client: Client,
+    url: String,
+}
+
+impl SqsDeadLetters {
+    pub fn new(client: Client, url: impl Into<String>) -> Self {
+        Self {
+            client,
+            url: url.into(),
+        }
+    }
+}
+
+impl genace_stages::webhooks::DeadLetters for SqsDeadLetters {
+    async fn dead_letter(&self, body: String, reason: String) -> Result<(), String> {
+        let reason: String = reason.chars().take(1024).collect();
+        let attribute = aws_sdk_sqs::types::MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(reason)
+            .build()
+            .map_err(|e| e.to_string())?;
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .message_attributes("reason", attribute)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())
+    }
+}

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use genace_stages::config::UrlPolicy;
-use genace_stages::webhooks::WebhookSender;
+use genace_stages::webhooks::{PostError, WebhookSender};
 use reqwest::Url;
 
 use crate::download::{check_url, guarded_client, transport};
@@ -34,14 +34,18 @@ impl HttpWebhooks {
 }
 
 impl WebhookSender for HttpWebhooks {
-    async fn post(&self, url: &str, headers: Vec<(String, String)>, body: String) -> Result<u16, String> {
-        let url = Url::parse(url).map_err(|e| format!("bad webhook URL: {e}"))?;
-        check_url(&url, &self.policy)?;
+    async fn post(&self, url: &str, headers: Vec<(String, String)>, body: String) -> Result<u16, PostError> {
+        let url = Url::parse(url).map_err(|e| PostError::Refused(format!("bad webhook URL: {e}")))?;
+        check_url(&url, &self.policy).map_err(PostError::Refused)?;
         let mut request = self.client.post(url).body(body);
         for (name, value) in headers {
             request = request.header(name, value);
         }
-        let response = request.send().await.map_err(|e| transport(e).0)?;
+        let response = request.send().await.map_err(|e| match transport(e) {
+            // Every address the name resolves to is refused.
+            (text, true) => PostError::Refused(text),
+            (text, false) => PostError::Failed(text),
+        })?;
         Ok(response.status().as_u16())
     }
 }

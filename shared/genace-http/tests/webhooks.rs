@@ -2,7 +2,7 @@
 
 use genace_http::HttpWebhooks;
 use genace_stages::config::UrlPolicy;
-use genace_stages::webhooks::WebhookSender;
+use genace_stages::webhooks::{PostError, WebhookSender};
 use wiremock::matchers::{body_string, header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -72,7 +72,10 @@ async fn the_guard_refuses_internal_and_plain_http_urls_without_connecting() {
         "https://localhost/hook".to_owned(),
         "not a url".to_owned(),
     ] {
-        assert!(sender.post(&url, vec![], "{}".into()).await.is_err(), "{url}");
+        assert!(
+            matches!(sender.post(&url, vec![], "{}".into()).await, Err(PostError::Refused(_))),
+            "{url}: a refusal, which no retry changes"
+        );
     }
     assert!(receiver.received_requests().await.unwrap().is_empty());
 }

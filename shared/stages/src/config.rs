@@ -65,6 +65,10 @@ pub struct QueueUrls {
     /// Only the webhook stage reads it (and, locally, the events pipe
     /// writes it, as the bus rule does on AWS).
     pub webhooks: String,
+    /// The webhook queue's dead-letter queue (`WEBHOOK_DLQ_URL`): the
+    /// webhook stage sends an event there at once when it can never be
+    /// delivered as configured.
+    pub webhook_dead_letters: String,
 }
 
 impl QueueUrls {
@@ -78,6 +82,7 @@ impl QueueUrls {
             deliver: url(&names.deliver_queue),
             recovery: url(&names.recovery_queue),
             webhooks: url(&names.webhook_queue),
+            webhook_dead_letters: url(&format!("{}-dlq", names.webhook_queue)),
         }
     }
 }
@@ -122,6 +127,41 @@ pub struct Config {
     pub presign_expiry: std::time::Duration,
     /// Which output URLs deliver may fetch.
     pub url_policy: UrlPolicy,
+    /// `WEBHOOK_ALLOWED_PORTS`: the ports a tenant's webhook URL may name;
+    /// empty allows 443 only. See [`Config::webhook_url_policy`].
+    pub webhook_allowed_ports: Vec<u16>,
+}
+
+impl Config {
+    /// Which webhook URLs may be saved and POSTed to: https, public
+    /// addresses, port 443 unless `WEBHOOK_ALLOWED_PORTS` says otherwise.
+    /// Not the output-download policy: `OUTPUT_ALLOWED_HOSTS` names
+    /// Genace's CDN and says nothing about tenants' receivers. Only the two
+    /// local-run switches (`DELIVERY_ALLOW_HTTP`, `DELIVERY_ALLOW_PRIVATE`)
+    /// are shared.
+    pub fn webhook_url_policy(&self) -> UrlPolicy {
+        UrlPolicy {
+            allow_http: self.url_policy.allow_http,
+            allow_private: self.url_policy.allow_private,
+            allowed_hosts: Vec::new(),
+            allowed_ports: self.webhook_allowed_ports.clone(),
+        }
+    }
+}
+
+fn ports(name: &str) -> Result<Vec<u16>, ConfigError> {
+    match var(name) {
+        None => Ok(Vec::new()),
+        Some(v) => v
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                p.parse::<u16>()
+                    .map_err(|_| ConfigError(format!("{name} has a bad port {p:?}")))
+            })
+            .collect(),
+    }
 }
 
 /// Which output URLs may be fetched. Production: https only, public
@@ -183,6 +223,9 @@ impl Config {
                 webhooks: var("WEBHOOK_QUEUE_URL")
                     .or_else(|| local.as_ref().map(|l| l.webhooks.clone()))
                     .unwrap_or_default(),
+                webhook_dead_letters: var("WEBHOOK_DLQ_URL")
+                    .or_else(|| local.as_ref().map(|l| l.webhook_dead_letters.clone()))
+                    .unwrap_or_default(),
             },
             tenant_claim: var("TENANT_CLAIM").unwrap_or_else(|| "tenant_id".into()),
             operator_claim: var("OPERATOR_CLAIM").unwrap_or_else(|| "scope".into()),
@@ -227,19 +270,9 @@ impl Config {
                             .collect()
                     })
                     .unwrap_or_default(),
-                allowed_ports: match var("OUTPUT_ALLOWED_PORTS") {
-                    None => Vec::new(),
-                    Some(v) => v
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|p| !p.is_empty())
-                        .map(|p| {
-                            p.parse::<u16>()
-                                .map_err(|_| ConfigError(format!("OUTPUT_ALLOWED_PORTS has a bad port {p:?}")))
-                        })
-                        .collect::<Result<_, _>>()?,
-                },
+                allowed_ports: ports("OUTPUT_ALLOWED_PORTS")?,
             },
+            webhook_allowed_ports: ports("WEBHOOK_ALLOWED_PORTS")?,
         })
     }
 
@@ -266,6 +299,7 @@ impl Config {
             max_output_bytes: 4 * 1024 * 1024 * 1024,
             presign_expiry: std::time::Duration::from_secs(3600),
             url_policy: UrlPolicy::default(),
+            webhook_allowed_ports: Vec::new(),
         }
     }
 }

@@ -8,6 +8,8 @@
 //!   [`downloads`] and [`clock`].
 //! - [`app::App`]: every port in one place, and each stage made from it.
 //! - [`config`], [`metrics`], [`telemetry`]: settings, metric lines, logs.
+//! - [`urlguard`]: which URLs a policy allows, checked before any request
+//!   (pure; the `url` parser is its one outside dependency).
 //! - `memory` (feature `testkit`): in-memory adapters and a manual clock.
 //!
 //! Depends on `genace-core` only among this workspace's crates. It must not
@@ -36,4 +38,5 @@ pub mod stage;
 pub mod sweep;
 pub mod table;
 pub mod telemetry;
+pub mod urlguard;
 pub mod webhooks;

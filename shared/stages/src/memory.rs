@@ -948,8 +948,17 @@ impl MemoryReceiver {
     }
 }
 
+/// The receiver applies the production webhook URL policy (https, public
+/// addresses, port 443), as the HTTP adapter does before connecting.
 impl crate::webhooks::WebhookSender for MemoryReceiver {
-    async fn post(&self, url: &str, headers: Vec<(String, String)>, body: String) -> Result<u16, String> {
+    async fn post(
+        &self,
+        url: &str,
+        headers: Vec<(String, String)>,
+        body: String,
+    ) -> Result<u16, crate::webhooks::PostError> {
+        crate::urlguard::check_url_text(url, &crate::config::UrlPolicy::default())
+            .map_err(crate::webhooks::PostError::Refused)?;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.1.push(ReceivedPost {
             url: url.to_owned(),
@@ -957,5 +966,28 @@ impl crate::webhooks::WebhookSender for MemoryReceiver {
             body,
         });
         Ok(if inner.0.is_empty() { 200 } else { inner.0.remove(0) })
+    }
+}
+
+/// A dead-letter queue, in memory: keeps each body with its reason.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryDeadLetters {
+    letters: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl MemoryDeadLetters {
+    /// Every (body, reason) received, in order.
+    pub fn letters(&self) -> Vec<(String, String)> {
+        self.letters.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl crate::webhooks::DeadLetters for MemoryDeadLetters {
+    async fn dead_letter(&self, body: String, reason: String) -> Result<(), String> {
+        self.letters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((body, reason));
+        Ok(())
     }
 }

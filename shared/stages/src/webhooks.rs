@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use crate::admin::Operator;
 use crate::clock::{Clock, SystemClock};
+use crate::config::UrlPolicy;
 use crate::intake::{Intake, IntakeError};
 use crate::outputs::ObjectStore;
 use crate::queue::WorkQueue;
@@ -32,8 +33,26 @@ use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::events::Kind;
 
 /// Secrets Manager names a webhook secret may have; the functions may read
-/// nothing else.
+/// nothing else. A tenant's secrets live under its own folder,
+/// [`tenant_secret_prefix`].
 pub const SECRET_PREFIX: &str = "genace/webhooks/";
+
+/// `genace/webhooks/<tenant>/`: the only place a tenant's webhook secret
+/// may live, so no tenant's webhook can sign with another tenant's secret.
+pub fn tenant_secret_prefix(tenant: &TenantId) -> String {
+    format!("{SECRET_PREFIX}{}/", tenant.as_str())
+}
+
+/// Whether `secret_id` (a name, or an ARN whose name part follows
+/// `:secret:`) lies under the tenant's own prefix.
+pub fn secret_belongs_to(secret_id: &str, tenant: &TenantId) -> bool {
+    let name = match secret_id.strip_prefix("arn:") {
+        Some(_) => secret_id.split_once(":secret:").map_or("", |(_, n)| n),
+        None => secret_id,
+    };
+    let prefix = tenant_secret_prefix(tenant);
+    name.len() > prefix.len() && name.starts_with(&prefix) && !name.contains("..")
+}
 
 /// A tenant's webhook, as an operator configured it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,29 +85,34 @@ pub struct WebhookRequest {
 }
 
 impl WebhookRequest {
-    /// Parses `{"url": ..., "secret_id": ..., "events": [...]}`. The URL must
-    /// be https (http only where `allow_http`), with a host and no user
-    /// part; the full URL guard (public addresses only) applies to every
-    /// POST. The secret must be one of the webhook secrets the functions may
-    /// read. Events, when given, must be lifecycle event types.
-    pub fn parse(body: &Value, allow_http: bool) -> Result<Self, InvalidInput> {
+    /// Parses `{"url": ..., "secret_id": ..., "events": [...]}` for
+    /// `tenant`. The URL must pass the webhook URL policy as far as it can
+    /// be checked without DNS (scheme, port, literal addresses), so a URL
+    /// that can never be POSTed is refused now, not retried for a day; the
+    /// full guard applies again to every POST. The secret must live under
+    /// the tenant's own prefix ([`tenant_secret_prefix`]). Events, when
+    /// given, must be lifecycle event types.
+    pub fn parse(body: &Value, policy: &UrlPolicy, tenant: &TenantId) -> Result<Self, InvalidInput> {
         let text = |name: &str| body.get(name).and_then(Value::as_str).map(str::trim);
         let url = text("url").ok_or_else(|| InvalidInput::new("url", "is required"))?;
         let rest = url
             .strip_prefix("https://")
-            .or_else(|| url.strip_prefix("http://").filter(|_| allow_http))
+            .or_else(|| url.strip_prefix("http://").filter(|_| policy.allow_http))
             .ok_or_else(|| InvalidInput::new("url", "must be an https URL"))?;
         let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
         if authority.is_empty() || authority.contains('@') || url.len() > 2048 || url.chars().any(char::is_whitespace) {
             return Err(InvalidInput::new("url", "must name a host, without user information"));
         }
+        crate::urlguard::check_url_text(url, policy)
+            .map_err(|why| InvalidInput::new("url", format!("can never be delivered to: {why}")))?;
         let secret_id = text("secret_id").ok_or_else(|| InvalidInput::new("secret_id", "is required"))?;
-        let under_prefix = secret_id.starts_with(SECRET_PREFIX)
-            || (secret_id.starts_with("arn:") && secret_id.contains(&format!(":secret:{SECRET_PREFIX}")));
-        if !under_prefix || secret_id.len() > 2048 {
+        if !secret_belongs_to(secret_id, tenant) || secret_id.len() > 2048 {
             return Err(InvalidInput::new(
                 "secret_id",
-                format!("must be a Secrets Manager secret named {SECRET_PREFIX}<name>"),
+                format!(
+                    "must be a Secrets Manager secret named {}<name>",
+                    tenant_secret_prefix(tenant)
+                ),
             ));
         }
         let events = match body.get("events") {
@@ -165,6 +189,18 @@ pub trait SecretStore: Send + Sync {
     fn secret(&self, id: &str) -> impl Future<Output = Result<Option<String>, String>> + Send;
 }
 
+/// Why a webhook POST got no status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The URL guard refused the URL or every address it resolves to: no
+    /// retry can change that.
+    #[error("refused by the webhook URL policy: {0}")]
+    Refused(String),
+    /// No answer (connection, timeout): worth another try.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// POSTs one webhook body. The adapter applies the URL guard.
 pub trait WebhookSender: Send + Sync {
     /// The receiver's status code, or why there was none.
@@ -173,7 +209,13 @@ pub trait WebhookSender: Send + Sync {
         url: &str,
         headers: Vec<(String, String)>,
         body: String,
-    ) -> impl Future<Output = Result<u16, String>> + Send;
+    ) -> impl Future<Output = Result<u16, PostError>> + Send;
+}
+
+/// Where an event goes that can never be delivered: the webhook queue's
+/// dead-letter queue, at once rather than after a day of retries.
+pub trait DeadLetters: Send + Sync {
+    fn dead_letter(&self, body: String, reason: String) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// `t=<timestamp>,v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`.
@@ -196,6 +238,10 @@ pub enum Webhooked {
     NoWebhook,
     /// The tenant's webhook does not take this type.
     NotSubscribed,
+    /// The event can never be delivered as configured (a URL the policy
+    /// refuses, a secret outside the tenant's prefix): it went to the
+    /// dead-letter queue at once.
+    DeadLettered(String),
 }
 
 /// When an event whose POST failed is tried again: `first_seconds` after
@@ -233,20 +279,22 @@ impl RetrySchedule {
     }
 }
 
-pub struct WebhookDeliverer<S, K, W, C = SystemClock> {
+pub struct WebhookDeliverer<S, K, W, D, C = SystemClock> {
     pub store: S,
     pub secrets: K,
     pub sender: W,
+    pub dead_letters: D,
     pub clock: C,
     /// When a failed POST is tried again.
     pub retry: RetrySchedule,
 }
 
-impl<S, K, W, C> Stage for WebhookDeliverer<S, K, W, C>
+impl<S, K, W, D, C> Stage for WebhookDeliverer<S, K, W, D, C>
 where
     S: OperationStore,
     K: SecretStore,
     W: WebhookSender,
+    D: DeadLetters,
     C: Clock,
 {
     /// A bus event as the rule puts it on the queue; its `detail` is the
@@ -273,6 +321,21 @@ where
         if !config.wants(kind) {
             return Ok(Webhooked::NotSubscribed);
         }
+        // Saved before the prefix rule, or written around the API: never
+        // sign with a secret outside the tenant's own folder.
+        if !secret_belongs_to(&config.secret_id, &tenant_id) {
+            let why = format!(
+                "the webhook secret {} is not under {}",
+                config.secret_id,
+                tenant_secret_prefix(&tenant_id)
+            );
+            return self.give_up(&message, tenant, id, "secret", why).await;
+        }
+        // Sign only what the table committed: the bus's policy admits only
+        // the pipe, and this check holds even if that policy is changed.
+        if let Err(why) = self.committed(detail, &tenant_id).await? {
+            return self.give_up(&message, tenant, id, "unverified", why).await;
+        }
         let secret = self
             .secrets
             .secret(&config.secret_id)
@@ -298,7 +361,8 @@ where
                 warn!(tenant, event_id = id, status, "webhook refused; the event is retried");
                 Err(StageError::Remote(format!("the receiver answered {status}")))
             }
-            Err(e) => {
+            Err(PostError::Refused(why)) => self.give_up(&message, tenant, id, "url", why).await,
+            Err(PostError::Failed(e)) => {
                 warn!(tenant, event_id = id, error = %e, "webhook not delivered; the event is retried");
                 Err(StageError::Remote(e))
             }
@@ -312,9 +376,113 @@ where
     }
 }
 
+impl<S: OperationStore, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+    /// Whether the event describes a change the table committed: its
+    /// operation is live, belongs to the event's tenant, is the same
+    /// incarnation (the id's creation time) and has reached the event's
+    /// version. `Ok(Err(why))` when it does not; a store failure is retried.
+    async fn committed(&self, detail: &Value, tenant: &TenantId) -> Result<Result<(), String>, StageError> {
+        let op = detail["operation_id"].as_str().unwrap_or_default();
+        let Ok(op_id) = genace_core::domain::OperationId::parse(op) else {
+            return Ok(Err(format!("{op:?} is not an operation id")));
+        };
+        let version = detail["version"].as_u64().unwrap_or(u64::MAX);
+        let incarnation = detail["id"].as_str().and_then(|id| id.split(':').nth(1));
+        let Some(rec) = self.store.get(&op_id, self.clock.now()).await? else {
+            return Ok(Err(format!("operation {op} is not in the table")));
+        };
+        if rec.tenant_id != *tenant {
+            return Ok(Err(format!("operation {op} belongs to another tenant")));
+        }
+        if incarnation != Some(rec.created_at.timestamp_millis().to_string().as_str()) {
+            return Ok(Err(format!("the event names another incarnation of operation {op}")));
+        }
+        if rec.version < version {
+            return Ok(Err(format!(
+                "operation {op} is at version {}, the event claims {version}",
+                rec.version
+            )));
+        }
+        Ok(Ok(()))
+    }
+}
+
+impl<S, K, W, D: DeadLetters, C> WebhookDeliverer<S, K, W, D, C> {
+    /// An event that can never be delivered as configured: straight to the
+    /// dead-letter queue with the reason, counted, and not retried. If the
+    /// dead-letter queue cannot take it, the message fails and comes back.
+    async fn give_up(
+        &self,
+        message: &Value,
+        tenant: &str,
+        event_id: &str,
+        cause: &str,
+        why: String,
+    ) -> Result<Webhooked, StageError> {
+        self.dead_letters
+            .dead_letter(message.to_string(), why.clone())
+            .await
+            .map_err(StageError::Remote)?;
+        warn!(tenant, event_id, cause, reason = %why, "webhook event can never be delivered; dead-lettered");
+        crate::metrics::count("WebhookRefused", &[("Cause", cause)]);
+        Ok(Webhooked::DeadLettered(why))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_belongs_to_one_tenant_only() {
+        let a = TenantId::parse("tenant-a").unwrap();
+        assert!(secret_belongs_to("genace/webhooks/tenant-a/hook", &a));
+        assert!(secret_belongs_to(
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:genace/webhooks/tenant-a/hook-AbCdEf",
+            &a
+        ));
+        for other in [
+            "genace/webhooks/tenant-b",
+            "genace/webhooks/tenant-b/hook",
+            "genace/webhooks/tenant-a",
+            "genace/webhooks/tenant-a/",
+            "genace/webhooks/tenant-ab/hook",
+            "genace/webhooks/tenant-a/../tenant-b/hook",
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:genace/webhooks/tenant-b/hook-AbCdEf",
+            "genace/other/tenant-a/hook",
+        ] {
+            assert!(!secret_belongs_to(other, &a), "{other}");
+        }
+    }
+
+    #[test]
+    fn a_webhook_url_that_can_never_be_posted_is_refused_when_saved() {
+        let a = TenantId::parse("tenant-a").unwrap();
+        let body = |url: &str| serde_json::json!({"url": url, "secret_id": "genace/webhooks/tenant-a/s"});
+        let policy = UrlPolicy::default();
+        assert!(WebhookRequest::parse(&body("https://hooks.acme.example/genace"), &policy, &a).is_ok());
+        for refused in [
+            "https://hooks.acme.example:8443/genace",
+            "https://10.0.0.7/genace",
+            "https://169.254.169.254/latest",
+            "https://[::1]/genace",
+            "http://hooks.acme.example/genace",
+        ] {
+            let err = WebhookRequest::parse(&body(refused), &policy, &a).unwrap_err();
+            assert_eq!(err.field, "url", "{refused}");
+        }
+        let ports = UrlPolicy {
+            allowed_ports: vec![8443],
+            ..UrlPolicy::default()
+        };
+        assert!(WebhookRequest::parse(&body("https://hooks.acme.example:8443/genace"), &ports, &a).is_ok());
+        let stolen =
+            serde_json::json!({"url": "https://hooks.acme.example/", "secret_id": "genace/webhooks/tenant-b/s"});
+        assert_eq!(
+            WebhookRequest::parse(&stolen, &policy, &a).unwrap_err().field,
+            "secret_id"
+        );
+    }
 
     #[test]
     fn the_signature_is_hmac_sha256_over_timestamp_dot_body() {
@@ -342,40 +510,49 @@ mod tests {
 
     #[test]
     fn a_request_parses_or_names_its_bad_field() {
-        let ok = serde_json::json!({"url": "https://hooks.acme.example/genace", "secret_id": "genace/webhooks/acme",
+        let tenant = || TenantId::parse("a").unwrap();
+        let policy = |allow_http: bool| UrlPolicy {
+            allow_http,
+            ..UrlPolicy::default()
+        };
+        let ok = serde_json::json!({"url": "https://hooks.acme.example/genace", "secret_id": "genace/webhooks/a/hook",
                                     "events": ["operation.delivered"]});
-        let r = WebhookRequest::parse(&ok, false).unwrap();
+        let r = WebhookRequest::parse(&ok, &policy(false), &tenant()).unwrap();
         assert_eq!(r.events, ["operation.delivered"]);
-        let field =
-            |body: serde_json::Value, allow_http: bool| WebhookRequest::parse(&body, allow_http).unwrap_err().field;
+        let field = |body: serde_json::Value, allow_http: bool| {
+            WebhookRequest::parse(&body, &policy(allow_http), &tenant())
+                .unwrap_err()
+                .field
+        };
         assert_eq!(
-            field(serde_json::json!({"secret_id": "genace/webhooks/a"}), false),
+            field(serde_json::json!({"secret_id": "genace/webhooks/a/hook"}), false),
             "url"
         );
         assert_eq!(
             field(
-                serde_json::json!({"url": "http://hooks.example/x", "secret_id": "genace/webhooks/a"}),
+                serde_json::json!({"url": "http://hooks.example/x", "secret_id": "genace/webhooks/a/hook"}),
                 false
             ),
             "url"
         );
         assert!(
             WebhookRequest::parse(
-                &serde_json::json!({"url": "http://hooks.example/x", "secret_id": "genace/webhooks/a"}),
-                true
+                &serde_json::json!({"url": "http://hooks.example/x", "secret_id": "genace/webhooks/a/hook"}),
+                &policy(true),
+                &tenant()
             )
             .is_ok()
         );
         assert_eq!(
             field(
-                serde_json::json!({"url": "https://user:pw@hooks.example/x", "secret_id": "genace/webhooks/a"}),
+                serde_json::json!({"url": "https://user:pw@hooks.example/x", "secret_id": "genace/webhooks/a/hook"}),
                 false
             ),
             "url"
         );
         assert_eq!(
             field(
-                serde_json::json!({"url": "https:///x", "secret_id": "genace/webhooks/a"}),
+                serde_json::json!({"url": "https:///x", "secret_id": "genace/webhooks/a/hook"}),
                 false
             ),
             "url"
@@ -388,13 +565,11 @@ mod tests {
             "secret_id"
         );
         assert!(WebhookRequest::parse(
-            &serde_json::json!({"url": "https://hooks.example", "secret_id": "arn:aws:secretsmanager:us-east-1:1:secret:genace/webhooks/a-AbCd"}),
-            false
-        )
+            &serde_json::json!({"url": "https://hooks.example", "secret_id": "arn:aws:secretsmanager:us-east-1:1:secret:genace/webhooks/a/hook-AbCd"}), &policy(false), &tenant())
         .is_ok());
         assert_eq!(
             field(
-                serde_json::json!({"url": "https://hooks.example", "secret_id": "genace/webhooks/a", "events": ["operation.exploded"]}),
+                serde_json::json!({"url": "https://hooks.example", "secret_id": "genace/webhooks/a/hook", "events": ["operation.exploded"]}),
                 false
             ),
             "events"

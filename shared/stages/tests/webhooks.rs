@@ -5,36 +5,46 @@
 use chrono::{TimeZone, Utc};
 use genace_core::domain::TenantId;
 
-use genace_stages::memory::{ManualClock, MemoryReceiver, MemorySecrets, MemoryStore};
+use genace_stages::memory::{ManualClock, MemoryDeadLetters, MemoryReceiver, MemorySecrets, MemoryStore};
 use genace_stages::stage::{Stage, StageError, handle_body};
 use genace_stages::table::OperationStore;
 use genace_stages::webhooks::{RetrySchedule, WebhookConfig, WebhookDeliverer, Webhooked, signature};
 use serde_json::{Value, json};
 
-fn event(tenant: &str, kind: &str) -> String {
+/// A bus event for the rig's operation (a committed change at version 2).
+fn event_of(rig: &Rig, tenant: &str, kind: &str) -> String {
+    event_at(rig, tenant, kind, 2)
+}
+
+fn event_at(rig: &Rig, tenant: &str, kind: &str, version: u64) -> String {
+    let op = rig.operation.operation_id.as_str();
+    let incarnation = rig.operation.created_at.timestamp_millis();
     json!({
         "version": "0", "source": "genace.operations", "detail-type": kind,
-        "detail": {"id": format!("op_1:4:{kind}"), "type": kind, "tenant_id": tenant,
-                   "operation_id": "op_1", "operation_key": "k", "phase": "rendered",
-                   "delivery_state": "delivered", "version": 4, "time": "2026-12-01T12:00:00Z", "data": {}}
+        "detail": {"id": format!("{op}:{incarnation}:{version}:{kind}"), "type": kind, "tenant_id": tenant,
+                   "operation_id": op, "operation_key": "k", "phase": "submitting",
+                   "delivery_state": "not_collected", "version": version, "time": "2026-12-01T12:00:00Z", "data": {}}
     })
     .to_string()
 }
 
 struct Rig {
-    stage: WebhookDeliverer<MemoryStore, MemorySecrets, MemoryReceiver, ManualClock>,
+    stage: WebhookDeliverer<MemoryStore, MemorySecrets, MemoryReceiver, MemoryDeadLetters, ManualClock>,
     receiver: MemoryReceiver,
+    dead_letters: MemoryDeadLetters,
+    /// acme's operation, claimed: version 2.
+    operation: genace_core::record::OperationRecord,
 }
 
 async fn rig(events: &[&str]) -> Rig {
     let store = MemoryStore::default();
     let secrets = MemorySecrets::default();
-    secrets.put("genace/webhooks/acme", "s3cret");
+    secrets.put("genace/webhooks/acme/hook", "s3cret");
     let config = WebhookConfig {
         tenant_id: "acme".into(),
         url: "https://hooks.acme.example/genace".into(),
         events: events.iter().map(|e| e.to_string()).collect(),
-        secret_id: "genace/webhooks/acme".into(),
+        secret_id: "genace/webhooks/acme/hook".into(),
         updated_at: Utc::now(),
         updated_by: "ops".into(),
     };
@@ -42,23 +52,46 @@ async fn rig(events: &[&str]) -> Rig {
         .set_webhook(&TenantId::parse("acme").unwrap(), Some(&config))
         .await
         .unwrap();
+    let now = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+    let intent = genace_core::domain::Intent::parse(
+        &json!({"operation_key": "k", "media_type": "video", "specification": {"model": "m", "prompt": "p"}}),
+        None,
+    )
+    .unwrap();
+    let acme = TenantId::parse("acme").unwrap();
+    let policy = genace_core::machine::Policy::default();
+    let created =
+        genace_core::record::OperationRecord::new_intent(&acme, &intent, None, now, chrono::Duration::seconds(60));
+    store.create(&created, now).await.unwrap();
+    let claimed = genace_core::machine::transition(
+        &created,
+        genace_core::machine::Event::ClaimDispatch { token: "t" },
+        now,
+        &policy,
+    )
+    .unwrap();
+    store.apply(&created, &claimed).await.unwrap();
     let receiver = MemoryReceiver::default();
+    let dead_letters = MemoryDeadLetters::default();
     Rig {
         stage: WebhookDeliverer {
             store,
             secrets,
             sender: receiver.clone(),
+            dead_letters: dead_letters.clone(),
             clock: ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap()),
             retry: RetrySchedule::default(),
         },
         receiver,
+        dead_letters,
+        operation: claimed,
     }
 }
 
 #[tokio::test]
 async fn an_event_is_posted_signed_to_the_tenants_url() {
     let rig = rig(&[]).await;
-    let body = event("acme", "operation.delivered");
+    let body = event_of(&rig, "acme", "operation.delivered");
     assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Delivered(200));
     let posts = rig.receiver.received();
     assert_eq!(posts.len(), 1);
@@ -74,7 +107,7 @@ async fn an_event_is_posted_signed_to_the_tenants_url() {
     // The body is the lifecycle event itself; the signature covers it.
     let detail: Value = serde_json::from_str(&post.body).unwrap();
     assert_eq!(detail["type"], "operation.delivered");
-    assert_eq!(header("genace-event-id"), "op_1:4:operation.delivered");
+    assert_eq!(header("genace-event-id"), detail["id"].as_str().unwrap());
     let t = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap().timestamp();
     assert_eq!(header("genace-signature"), signature("s3cret", t, &post.body));
     assert_ne!(header("genace-signature"), signature("other", t, &post.body));
@@ -84,13 +117,13 @@ async fn an_event_is_posted_signed_to_the_tenants_url() {
 async fn only_subscribed_types_of_configured_tenants_are_sent() {
     let rig = rig(&["operation.delivered"]).await;
     assert_eq!(
-        handle_body(&rig.stage, &event("acme", "operation.accepted"))
+        handle_body(&rig.stage, &event_of(&rig, "acme", "operation.accepted"))
             .await
             .unwrap(),
         Webhooked::NotSubscribed
     );
     assert_eq!(
-        handle_body(&rig.stage, &event("globex", "operation.delivered"))
+        handle_body(&rig.stage, &event_of(&rig, "globex", "operation.delivered"))
             .await
             .unwrap(),
         Webhooked::NoWebhook
@@ -102,7 +135,7 @@ async fn only_subscribed_types_of_configured_tenants_are_sent() {
 async fn a_failing_receiver_fails_the_message_so_the_queue_retries_it() {
     let rig = rig(&[]).await;
     rig.receiver.answer(&[503, 500]);
-    let body = event("acme", "operation.rendered");
+    let body = event_of(&rig, "acme", "operation.rendered");
     // Each failure asks for a longer wait before the next try.
     for receives in 1..=2 {
         let failed = handle_body(&rig.stage, &body).await.unwrap_err();
@@ -133,18 +166,109 @@ async fn a_missing_secret_is_retried_and_a_malformed_event_is_refused() {
     let rig = rig(&[]).await;
     let store = &rig.stage.store;
     let mut config = store.webhook(&TenantId::parse("acme").unwrap()).await.unwrap().unwrap();
-    config.secret_id = "genace/webhooks/gone".into();
+    config.secret_id = "genace/webhooks/acme/gone".into();
     store
         .set_webhook(&TenantId::parse("acme").unwrap(), Some(&config))
         .await
         .unwrap();
     assert!(matches!(
-        handle_body(&rig.stage, &event("acme", "operation.rendered")).await,
+        handle_body(&rig.stage, &event_of(&rig, "acme", "operation.rendered")).await,
         Err(StageError::Remote(_))
     ));
     let malformed = handle_body(&rig.stage, r#"{"detail": {}}"#).await.unwrap_err();
     assert!(matches!(malformed, StageError::Malformed(_)));
     // Waiting does not mend a malformed event: the queue's timeout applies.
     assert_eq!(rig.stage.retry_after(&malformed, 1), None);
+    assert!(rig.receiver.received().is_empty());
+}
+
+async fn reconfigure(rig: &Rig, change: impl FnOnce(&mut WebhookConfig)) {
+    let store = &rig.stage.store;
+    let acme = TenantId::parse("acme").unwrap();
+    let mut config = store.webhook(&acme).await.unwrap().unwrap();
+    change(&mut config);
+    store.set_webhook(&acme, Some(&config)).await.unwrap();
+}
+
+/// Measured: a URL on a port the guard refuses was retried 13 times over a
+/// day. A refusal is permanent: the event goes to the dead-letter queue at
+/// once, with its reason, and nothing is retried.
+#[tokio::test]
+async fn a_url_the_policy_refuses_is_dead_lettered_at_once() {
+    let rig = rig(&[]).await;
+    reconfigure(&rig, |c| c.url = "https://hooks.acme.example:8080/genace".into()).await;
+    let body = event_of(&rig, "acme", "operation.rendered");
+    match handle_body(&rig.stage, &body).await.unwrap() {
+        Webhooked::DeadLettered(why) => assert!(why.contains("port 8080"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let letters = rig.dead_letters.letters();
+    assert_eq!(letters.len(), 1);
+    let kept: Value = serde_json::from_str(&letters[0].0).unwrap();
+    assert_eq!(
+        kept["detail"]["type"], "operation.rendered",
+        "the whole event is kept for a replay"
+    );
+    assert!(rig.receiver.received().is_empty());
+}
+
+/// Measured: a tenant's webhook was saved with another tenant's secret. A
+/// record like that (written before the rule, or around the API) never signs.
+#[tokio::test]
+async fn a_secret_outside_the_tenants_prefix_never_signs() {
+    let rig = rig(&[]).await;
+    rig.stage.secrets.put("genace/webhooks/globex/hook", "theirs");
+    reconfigure(&rig, |c| c.secret_id = "genace/webhooks/globex/hook".into()).await;
+    let outcome = handle_body(&rig.stage, &event_of(&rig, "acme", "operation.rendered"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, Webhooked::DeadLettered(ref why) if why.contains("genace/webhooks/acme/")),
+        "{outcome:?}"
+    );
+    assert!(rig.receiver.received().is_empty());
+}
+
+/// The webhook function signs only what the table committed: an event put
+/// on the bus by anyone else (another tenant's operation, a version not
+/// reached, an unknown operation) is dead-lettered, never signed.
+#[tokio::test]
+async fn an_event_the_table_did_not_commit_is_never_signed() {
+    let rig = rig(&[]).await;
+    let forged = [
+        event_at(&rig, "acme", "operation.delivered", 9),
+        event_of(&rig, "acme", "operation.delivered")
+            .replace(&rig.operation.operation_id.as_str()[3..], &"0".repeat(32)),
+        {
+            let mut v: Value = serde_json::from_str(&event_of(&rig, "acme", "operation.delivered")).unwrap();
+            let id = v["detail"]["id"].as_str().unwrap().replacen(':', ":1", 1);
+            v["detail"]["id"] = json!(id);
+            v.to_string()
+        },
+    ];
+    for body in &forged {
+        let outcome = handle_body(&rig.stage, body).await.unwrap();
+        assert!(matches!(outcome, Webhooked::DeadLettered(_)), "{outcome:?}\n{body}");
+    }
+    assert!(rig.receiver.received().is_empty());
+    assert_eq!(rig.dead_letters.letters().len(), forged.len());
+    // Another tenant's committed change, relabelled as acme's.
+    let globex = TenantId::parse("globex").unwrap();
+    let mut theirs = rig
+        .stage
+        .store
+        .webhook(&TenantId::parse("acme").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    theirs.tenant_id = "globex".into();
+    theirs.secret_id = "genace/webhooks/globex/hook".into();
+    rig.stage.store.set_webhook(&globex, Some(&theirs)).await.unwrap();
+    rig.stage.secrets.put("genace/webhooks/globex/hook", "theirs");
+    let relabelled = event_of(&rig, "globex", "operation.delivered");
+    assert!(matches!(
+        handle_body(&rig.stage, &relabelled).await.unwrap(),
+        Webhooked::DeadLettered(ref why) if why.contains("another tenant")
+    ));
     assert!(rig.receiver.received().is_empty());
 }

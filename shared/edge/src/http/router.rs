@@ -339,7 +339,7 @@ async fn webhook<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         Method::PUT => {
             small_body(&req, "webhook")?;
             let body = json_body(&req)?;
-            let request = WebhookRequest::parse(&body, intake.config.url_policy.allow_http)?;
+            let request = WebhookRequest::parse(&body, &intake.config.webhook_url_policy(), &tenant)?;
             Some(intake.set_webhook(&op, &tenant, request).await?)
         }
         Method::DELETE => {
