@@ -9,6 +9,10 @@
 # function binaries under the Lambda Runtime Interface Emulator, configured
 # from infra/template.yaml (`conformance run --local --artifacts`, JUnit
 # report in target/conformance-artifacts.xml). Set SKIP_ARTIFACTS=1 to skip.
+#
+# Last, schemathesis checks the API against docs/openapi.yaml from outside,
+# with a tenant's and an operator's token (scripts/api-check.sh; exceptions
+# and their reasons in schemathesis.toml). Set SKIP_API_CHECK=1 to skip.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,9 +41,19 @@ if [ "${SKIP_ARTIFACTS:-}" != 1 ]; then
   [ "$artifacts_status" = 0 ] || status=$artifacts_status
 fi
 
+if [ "${SKIP_API_CHECK:-}" != 1 ]; then
+  echo "== the API against its OpenAPI document: schemathesis, tenant and operator tokens (scripts/api-check.sh)"
+  set +e
+  scripts/api-check.sh 2>&1 | tee -a "$log"
+  api_status=${PIPESTATUS[0]}
+  set -e
+  [ "$api_status" = 0 ] || status=$api_status
+fi
+
 # One closing line for the whole run (cargo prints one per test binary, the
 # conformance suite one of its own).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
      /^conformance: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4; c += $2 + $4 }
-     END { printf "tests: %d passed, %d failed (%d of them conformance scenarios against the artifacts)\n", p, f, c }' "$log"
+     /^schemathesis: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4; a += $2 + $4 }
+     END { printf "tests: %d passed, %d failed (%d of them conformance scenarios against the artifacts, %d schemathesis runs against the OpenAPI document)\n", p, f, c, a }' "$log"
 exit "$status"

@@ -385,7 +385,23 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let limit = "/v1/tenants/{tenant_id}/spend-limit";
     let own = call(event("GET", mine, None, tenant("t1"), &[])).await;
     let own_body: Value = serde_json::from_slice(own.body().as_ref()).unwrap();
-    // The abandoned uncertain operation released its reservation.
+    // The abandoned uncertain operation keeps its reservation: a job may exist.
+    assert_eq!(own_body["held"], 10.0);
+    assert_eq!(after["ledger_phase"], "uncertain");
+    // Until an operator confirms it never ran.
+    let now_version = format!("\"{}\"", after["version"]);
+    let confirm = json!({"action": "confirm_not_created", "reason": "not in the Genace console"}).to_string();
+    let confirmed = call(event(
+        "POST",
+        &rpath,
+        Some(&confirm),
+        operator(),
+        &[("if-match", now_version.as_str())],
+    ))
+    .await;
+    assert_eq!(confirmed.status(), 200);
+    let own = call(event("GET", mine, None, tenant("t1"), &[])).await;
+    let own_body: Value = serde_json::from_slice(own.body().as_ref()).unwrap();
     assert_eq!(own_body["held"], 0.0);
     assert_eq!(own_body["spend_limit"], Value::Null);
     seen.insert(doc.check(mine, "get", &own));
@@ -460,7 +476,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     // Webhooks: set, read, removed; operators only, within their tenant.
     let hook = "/v1/tenants/{tenant_id}/webhook";
     let t1_hook = "/v1/tenants/t1/webhook";
-    let hook_body = json!({"url": "https://hooks.t1.example/genace", "secret_id": "genace/webhooks/t1",
+    let hook_body = json!({"url": "https://hooks.t1.example/genace", "secret_id": "genace/webhooks/t1/hook",
                            "events": ["operation.delivered"]})
     .to_string();
     let set_hook = call(event("PUT", t1_hook, Some(&hook_body), operator(), &[])).await;
@@ -477,12 +493,13 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let read_hook_body: Value = serde_json::from_slice(read_hook.body().as_ref()).unwrap();
     assert_eq!(read_hook_body["url"], "https://hooks.t1.example/genace");
     seen.insert(doc.check(hook, "get", &read_hook));
-    let plain = json!({"url": "http://hooks.t1.example/genace", "secret_id": "genace/webhooks/t1"}).to_string();
+    let plain = json!({"url": "http://hooks.t1.example/genace", "secret_id": "genace/webhooks/t1/hook"}).to_string();
     let refused_hook = call(event("PUT", t1_hook, Some(&plain), operator(), &[])).await;
     assert_eq!(refused_hook.status(), 400);
     seen.insert(doc.check(hook, "put", &refused_hook));
     let big_hook =
-        json!({"url": "https://x.example", "secret_id": "genace/webhooks/t1", "note": "x".repeat(10_000)}).to_string();
+        json!({"url": "https://x.example", "secret_id": "genace/webhooks/t1/hook", "note": "x".repeat(10_000)})
+            .to_string();
     seen.insert(doc.check(
         hook,
         "put",

@@ -277,9 +277,9 @@ impl Specification {
             match present(name) {
                 None if required => Err(InvalidInput::new(field, "is required")),
                 None => Ok(None),
-                Some(Value::String(s)) if s.trim().is_empty() => Err(InvalidInput::new(field, "must not be blank")),
-                Some(Value::String(s)) if s.len() > max => {
-                    Err(InvalidInput::new(field, format!("must be at most {max} bytes")))
+                Some(Value::String(s)) if is_blank(s) => Err(InvalidInput::new(field, "must not be blank")),
+                Some(Value::String(s)) if s.chars().count() > max => {
+                    Err(InvalidInput::new(field, format!("must be at most {max} characters")))
                 }
                 Some(Value::String(s)) => Ok(Some(s.clone())),
                 Some(_) => Err(InvalidInput::new(field, "must be a string")),
@@ -298,13 +298,15 @@ impl Specification {
         }
         let prompt_revision = match present("prompt_revision") {
             None => None,
-            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 128 => Some(PromptRevision::Label(s.clone())),
-            Some(Value::Number(n)) if n.as_u64().is_some() => {
+            Some(Value::String(s)) if !is_blank(s) && s.chars().count() <= 128 => {
+                Some(PromptRevision::Label(s.clone()))
+            }
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= MAX_SAFE_INTEGER) => {
                 Some(PromptRevision::Number(n.as_u64().unwrap_or_default()))
             }
             Some(v)
                 if v.as_f64()
-                    .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f < 2f64.powi(53)) =>
+                    .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f <= MAX_SAFE_INTEGER as f64) =>
             {
                 Some(PromptRevision::Number(v.as_f64().unwrap_or_default() as u64))
             }
@@ -349,13 +351,26 @@ impl Specification {
     }
 }
 
+/// `W:H` with positive integers (leading zeros allowed): the OpenAPI
+/// document's `^0*[1-9][0-9]*:0*[1-9][0-9]*$`, within 16 characters.
 fn is_ratio(s: &str) -> bool {
     let Some((w, h)) = s.split_once(':') else {
         return false;
     };
-    let positive = |p: &str| p.parse::<u32>().is_ok_and(|n| n > 0) && p.bytes().all(|b| b.is_ascii_digit());
+    let positive = |p: &str| p.bytes().all(|b| b.is_ascii_digit()) && p.bytes().any(|b| b != b'0');
     positive(w) && positive(h)
 }
+
+/// True when every character is Unicode white space: a value the OpenAPI
+/// document's `\S` pattern refuses (ECMA-262 `\s`, which, unlike Python's,
+/// does not count the separators U+001C to U+001F).
+pub fn is_blank(s: &str) -> bool {
+    s.chars().all(char::is_whitespace)
+}
+
+/// The largest integer a JSON number holds exactly (2^53 - 1): the bound
+/// of integer members such as `prompt_revision`.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// Object members whose value is `null` mean "not given": drop them, at every depth.
 /// Array elements keep their positions, so a `null` inside an array stays.

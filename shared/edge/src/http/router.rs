@@ -217,8 +217,10 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         .expect("valid response"))
 }
 
-/// The version named by `If-Match`: 428 when absent, 400 for `*` or a list,
-/// 412 when it names no version this API ever gave.
+/// The version named by `If-Match`: 428 when absent; 400 unless it is one
+/// entity tag of this API's form (`"<version>"`, optionally weak), as the
+/// OpenAPI document's pattern says (`*`, a list, an empty value included);
+/// the resolution then answers 412 if that version is not the current one.
 fn if_match_version(req: &Request) -> Result<u64, Problem> {
     let raw = req
         .headers()
@@ -234,21 +236,36 @@ fn if_match_version(req: &Request) -> Result<u64, Problem> {
         .to_str()
         .unwrap_or("")
         .trim();
-    if raw == "*" || raw.contains(',') {
-        return Err(InvalidInput::new("If-Match", "must be the one ETag of the operation as read").into());
-    }
-    raw.trim_start_matches("W/")
-        .trim_matches('"')
-        .parse::<u64>()
-        .map_err(|_| {
-            Problem::new(
-                StatusCode::PRECONDITION_FAILED,
-                "stale-version",
-                "The operation changed since it was read",
-                "If-Match names no version of this operation.",
-            )
-        })
+    let digits = raw
+        .strip_prefix("W/")
+        .unwrap_or(raw)
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .filter(|d| (1..=18).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()));
+    digits.and_then(|d| d.parse::<u64>().ok()).ok_or_else(|| {
+        InvalidInput::new(
+            "If-Match",
+            "must be the one ETag of the operation as read, for example \"7\"",
+        )
+        .into()
+    })
 }
+
+/// 400 unless the body is an object whose members are all in `allowed`:
+/// unknown members are refused, as the OpenAPI document says
+/// (`additionalProperties: false`), so a misspelt field is never ignored.
+fn only_members(body: &Value, allowed: &[&str]) -> Result<(), Problem> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| Problem::from(InvalidInput::new("body", "must be a JSON object")))?;
+    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(unknown) => Err(InvalidInput::new(unknown.clone(), "is not a known member").into()),
+        None => Ok(()),
+    }
+}
+
+/// Longest reason an operator may give for a resolution, in characters.
+const MAX_REASON_CHARS: usize = 512;
 
 /// Largest body of an operator's request (a resolution, a limit, a webhook).
 const MAX_RESOLUTION_BODY: usize = 8 * 1024;
@@ -315,6 +332,7 @@ async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clo
     small_body(&req, "spend limit")?;
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
     let body = json_body(&req)?;
+    only_members(&body, &["spend_limit"])?;
     let limit = match body.get("spend_limit") {
         Some(Value::Null) => None,
         Some(Value::Number(n)) => match n.as_f64() {
@@ -339,6 +357,7 @@ async fn webhook<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         Method::PUT => {
             small_body(&req, "webhook")?;
             let body = json_body(&req)?;
+            only_members(&body, &["url", "secret_id", "events"])?;
             let request = WebhookRequest::parse(&body, &intake.config.webhook_url_policy(), &tenant)?;
             Some(intake.set_webhook(&op, &tenant, request).await?)
         }
@@ -385,13 +404,17 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
     small_body(&req, "resolution")?;
     let body = json_body(&req)?;
+    only_members(&body, &["action", "reason", "job_id"])?;
     let text = |name: &str| {
         body.get(name)
             .and_then(Value::as_str)
+            .filter(|s| !genace_core::domain::is_blank(s))
             .map(str::trim)
-            .filter(|s| !s.is_empty())
     };
     let reason = text("reason").ok_or_else(|| Problem::from(InvalidInput::new("reason", "is required")))?;
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return Err(InvalidInput::new("reason", format!("must be at most {MAX_REASON_CHARS} characters")).into());
+    }
     let resolution = match text("action") {
         Some("attach_remote_job") => {
             let raw = text("job_id")
