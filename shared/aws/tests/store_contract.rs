@@ -361,6 +361,68 @@ async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
     assert!(millis_held(&store, "tenant-other").await.is_zero());
 }
 
+/// Measured before the fix: an operator's abandon of a rendered operation
+/// whose outputs were missing took the tenant's `spent` from 12.5 to 0. An
+/// abandon moves no credit; a 202's impossible `held_credits` is replaced by
+/// the reservation.
+async fn an_abandon_keeps_what_genace_charged<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    let policy = Policy::default();
+    let tenant = "tenant-abandon";
+    let a = record_for(tenant, "a", "p");
+    store.create(&a, now).await.unwrap();
+    let a1 = claimed(&a, "tok");
+    store.apply(&a, &a1).await.unwrap();
+    let a2 = accepted_with(&a1, "job-abandon-a", Some(12.5));
+    store.apply(&a1, &a2).await.unwrap();
+    let no_outputs = genace_core::remote::JobSnapshot {
+        id: Some("job-abandon-a".into()),
+        state: "completed".into(),
+        status: genace_core::remote::RenderStatus::Succeeded,
+        outputs: None,
+        outputs_unreadable: None,
+        client_reference: None,
+        error: None,
+    };
+    let observed = machine::Event::Observed {
+        snapshot: &no_outputs,
+        next_check: now,
+        stalled: None,
+    };
+    let a3 = machine::transition(&a2, observed, now, &policy).unwrap();
+    assert_eq!(
+        a3.case.as_ref().map(|c| c.reason),
+        Some(genace_core::record::CaseReason::OutputsMissing)
+    );
+    store.apply(&a2, &a3).await.unwrap();
+    assert_eq!(millis_held(&store, tenant).await.spent, 12_500);
+    let abandon = machine::Event::Resolved(machine::Decision {
+        resolution: &machine::Resolution::Abandon,
+        actor: "ops",
+        reason: "no outputs to deliver",
+    });
+    let a4 = machine::transition(&a3, abandon, now, &policy).unwrap();
+    assert_eq!(a4.phase, Phase::Abandoned);
+    store.apply(&a3, &a4).await.unwrap();
+    let totals = millis_held(&store, tenant).await;
+    assert_eq!((totals.held, totals.spent), (0, 12_500), "Genace charged it");
+
+    // A negative held_credits is an accepted job, counted at the reservation.
+    let b = record_for(tenant, "b", "p");
+    store.create(&b, now).await.unwrap();
+    let b1 = claimed(&b, "tok");
+    store.apply(&b, &b1).await.unwrap();
+    let b2 = accepted_with(&b1, "job-abandon-b", Some(-1e9));
+    assert_eq!(b2.remote_job_id.as_deref(), Some("job-abandon-b"));
+    assert!(b2.held_credits_refused.is_some());
+    store.apply(&b1, &b2).await.unwrap();
+    let totals = millis_held(&store, tenant).await;
+    assert_eq!(totals.held, video_reservation());
+    assert!(!totals.any_negative());
+    let stored = store.get(&b.operation_id, now).await.unwrap().unwrap();
+    assert_eq!(stored, b2, "the evidence is stored");
+}
+
 async fn a_claim_past_the_spend_limit_writes_nothing<S: OperationStore>(store: S) {
     let now = Utc::now();
     let tenant = TenantId::parse("tenant-limited").unwrap();
@@ -491,6 +553,7 @@ genace_aws::contract_tests!(
     case_listing_is_per_tenant_and_paged,
     the_job_index_finds_the_holder,
     the_ledger_follows_every_credit_move,
+    an_abandon_keeps_what_genace_charged,
     a_claim_past_the_spend_limit_writes_nothing,
     two_claims_race_for_room_for_one,
     operators_page_through_every_ledger,
