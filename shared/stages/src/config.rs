@@ -149,6 +149,9 @@ impl Config {
     }
 }
 
+/// SQS's longest message delay, as the settings' integer type.
+const MAX_DELAY: i64 = crate::queue::MAX_DELAY_SECONDS as i64;
+
 fn ports(name: &str) -> Result<Vec<u16>, ConfigError> {
     match var(name) {
         None => Ok(Vec::new()),
@@ -251,11 +254,11 @@ impl Config {
                 max_seconds: number("WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600)? as u32,
             },
             fault_injection: flag("FAULT_INJECTION")?,
-            poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", 900)?.min(900) as u32,
+            poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", MAX_DELAY)?.min(MAX_DELAY) as u32,
             stall_after: Duration::seconds(number("RENDER_STALL_SECONDS", 6 * 3600)?),
             output_prefix: var("OUTPUT_PREFIX").unwrap_or_else(|| "outputs".into()),
             part_size: number("UPLOAD_PART_BYTES", 8 * 1024 * 1024)? as usize,
-            delivery_backoff_seconds: number("DELIVERY_BACKOFF_SECONDS", 5)?.min(900) as u32,
+            delivery_backoff_seconds: number("DELIVERY_BACKOFF_SECONDS", 5)?.min(MAX_DELAY) as u32,
             delivery_attempt_deadline: std::time::Duration::from_secs(number("DELIVERY_ATTEMPT_SECONDS", 780)? as u64),
             max_output_bytes: number("MAX_OUTPUT_BYTES", 4 * 1024 * 1024 * 1024)? as u64,
             presign_expiry: std::time::Duration::from_secs(number("PRESIGN_EXPIRY_SECONDS", 3600)? as u64),
@@ -290,7 +293,7 @@ impl Config {
             policy: Policy::default(),
             webhook_retry: crate::webhooks::RetrySchedule::default(),
             fault_injection: false,
-            poll_max_delay_seconds: 900,
+            poll_max_delay_seconds: crate::queue::MAX_DELAY_SECONDS,
             stall_after: Duration::seconds(6 * 3600),
             output_prefix: "outputs".into(),
             part_size: 8 * 1024 * 1024,

@@ -86,11 +86,11 @@ pub struct TransferError {
 }
 
 /// Delay before the retry that follows attempt number `attempts` (1-based):
-/// `base`, then doubling, at most 900 s (SQS's longest delay).
+/// `base`, then doubling, at most SQS's longest delay.
 fn delivery_backoff_seconds(base: u32, attempts: u32) -> u32 {
     base.max(1)
         .saturating_mul(1 << attempts.saturating_sub(1).min(10))
-        .min(900)
+        .min(crate::queue::MAX_DELAY_SECONDS)
 }
 
 /// File extension for a content type, else the URL's own, else `bin`.

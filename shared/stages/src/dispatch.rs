@@ -306,14 +306,17 @@ where
                 error!(operation_id = %id, status, "Genace refused the account; the operation is held, not rejected");
                 metrics::count("AccountProblem", &[("Status", &status.to_string())]);
                 case_opened(&rec);
-                let wait = policy.account_hold.num_seconds().clamp(1, 900) as u32 + 1;
+                // One second past the hold, within SQS's longest delay (a
+                // hold of 900 s or more once asked for 901, which SQS refuses).
+                let max_delay = i64::from(crate::queue::MAX_DELAY_SECONDS);
+                let wait = (policy.account_hold.num_seconds() + 1).clamp(1, max_delay) as u32;
                 self.queue.enqueue(Queue::Dispatch, &id, wait).await?;
                 Ok(PostResult::AccountHeld)
             }
             SubmitOutcome::RateLimited { retry_after } => {
                 let wait = retry_after
                     .unwrap_or(DEFAULT_RETRY)
-                    .clamp(MIN_RETRY, Duration::from_secs(900));
+                    .clamp(MIN_RETRY, Duration::from_secs(crate::queue::MAX_DELAY_SECONDS.into()));
                 let retry_at = received_at + chrono::Duration::from_std(wait).expect("bounded");
                 let rec = commit(&self.store, claimed, write_attempts(), |r| {
                     machine::transition(r, Event::RateLimited { token, retry_at }, received_at, &policy)

@@ -448,7 +448,14 @@ impl<C: crate::clock::Clock> MemoryQueue<C> {
 }
 
 impl<C: crate::clock::Clock> crate::queue::WorkQueue for MemoryQueue<C> {
+    /// Refuses a delay SQS would refuse (over [`crate::queue::MAX_DELAY_SECONDS`]).
     async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
+        if delay_seconds > crate::queue::MAX_DELAY_SECONDS {
+            return Err(QueueError {
+                queue,
+                detail: format!("DelaySeconds {delay_seconds} is over SQS's 900"),
+            });
+        }
         let body = serde_json::to_string(&WorkMessage {
             operation_id: id.clone(),
         })

@@ -39,7 +39,7 @@ pub struct Sweeper<S, Q, C = SystemClock> {
 
 /// How far the sweep pushes an item's due time after re-enqueueing it, so a
 /// slow consumer does not receive a copy every minute.
-const RECHECK: i64 = 300;
+const RECHECK_SECONDS: i64 = 300;
 
 impl<S, Q, C> Sweeper<S, Q, C> {
     pub fn new(store: S, queue: Q, config: Config, clock: C) -> Self {
@@ -117,7 +117,7 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
             return Ok(());
         }
         let reschedule = Event::Reschedule {
-            due: now + Duration::seconds(RECHECK),
+            due: now + Duration::seconds(RECHECK_SECONDS),
         };
         let next = machine::transition(&rec, reschedule, now, &self.config.policy)
             .map_err(|r| StageError::Refused(r.to_string()))?;

@@ -238,3 +238,25 @@ async fn the_memory_queue_hides_received_messages_and_redelivers_undeleted_ones(
     app.clock.advance(Duration::seconds(60));
     assert_eq!(app.queue.receive(Queue::Poll, 10, Duration::seconds(30)).len(), 1);
 }
+
+/// An account hold longer than SQS's longest delay asked SQS for 901 s,
+/// which it refuses; the look after the hold now stays within the bound
+/// (the sweep re-sends the rest).
+#[tokio::test]
+async fn an_account_hold_longer_than_sqs_delays_is_still_enqueued() {
+    let mut app = app();
+    app.config.policy.account_hold = Duration::hours(1);
+    app.genace.plan([SubmitPlan::Answer {
+        status: 402,
+        body: "payment required".into(),
+    }]);
+    let id = submit(&app, "held", None).await;
+    assert_eq!(
+        app.dispatcher().dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::AccountHeld)
+    );
+    assert_eq!(
+        record(&app, &id).await.case.map(|c| c.reason),
+        Some(CaseReason::AccountProblem)
+    );
+}

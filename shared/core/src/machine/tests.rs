@@ -1,0 +1,1271 @@
+//! The table test of the lifecycle: every transition by name, every
+//! refusal, the invariants, and what each resolution keeps of the money.
+//! Kept apart from the rules it checks so `machine.rs` reads whole.
+
+use super::*;
+use crate::record::{DeliveredObject, OutputRef};
+pub use crate::remote::AcceptedJob;
+use crate::remote::{JobSnapshot, RenderStatus};
+use serde_json::json;
+
+// The tests speak of each transition by name; every one goes through
+// the one table, [`transition`].
+type Next = Result<OperationRecord, Refusal>;
+
+fn claim_dispatch(r: &OperationRecord, token: &str, now: DateTime<Utc>, p: &Policy) -> Next {
+    transition(r, Event::ClaimDispatch { token }, now, p)
+}
+fn release_claim(r: &OperationRecord, token: &str, retry_at: DateTime<Utc>, now: DateTime<Utc>, p: &Policy) -> Next {
+    transition(r, Event::RateLimited { token, retry_at }, now, p)
+}
+fn hold_for_account(r: &OperationRecord, token: &str, error: RemoteError, now: DateTime<Utc>, p: &Policy) -> Next {
+    transition(r, Event::AccountRefused { token, error: &error }, now, p)
+}
+fn accept(r: &OperationRecord, token: &str, job: &AcceptedJob, now: DateTime<Utc>, p: &Policy) -> Next {
+    transition(r, Event::Accepted { token, job }, now, p)
+}
+fn submit_failed(r: &OperationRecord, token: &str, job_id: &str, error: RemoteError, now: DateTime<Utc>) -> Next {
+    transition(
+        r,
+        Event::SubmitFailed {
+            token,
+            job_id,
+            error: &error,
+        },
+        now,
+        &Policy::default(),
+    )
+}
+fn reject(r: &OperationRecord, token: &str, error: RemoteError, now: DateTime<Utc>, p: &Policy) -> Next {
+    transition(r, Event::Rejected { token, error: &error }, now, p)
+}
+fn mark_uncertain(r: &OperationRecord, token: &str, evidence: &str, now: DateTime<Utc>) -> Next {
+    transition(r, Event::OutcomeUnknown { token, evidence }, now, &Policy::default())
+}
+fn interrupt(r: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Next {
+    transition(r, Event::LeaseExpired { evidence }, now, &Policy::default())
+}
+fn observe(
+    r: &OperationRecord,
+    snapshot: &JobSnapshot,
+    now: DateTime<Utc>,
+    next_check: DateTime<Utc>,
+    p: &Policy,
+) -> Next {
+    transition(
+        r,
+        Event::Observed {
+            snapshot,
+            next_check,
+            stalled: None,
+        },
+        now,
+        p,
+    )
+}
+fn open_case(r: &OperationRecord, reason: CaseReason, evidence: &str, keep_due: bool, now: DateTime<Utc>) -> Next {
+    transition(
+        r,
+        Event::CaseNeeded {
+            reason,
+            evidence,
+            keep_due,
+        },
+        now,
+        &Policy::default(),
+    )
+}
+fn reschedule(r: &OperationRecord, due: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+    transition(r, Event::Reschedule { due }, now, &Policy::default()).unwrap()
+}
+fn claim_delivery(r: &OperationRecord, token: &str, now: DateTime<Utc>, p: &Policy) -> Next {
+    transition(r, Event::ClaimDelivery { token }, now, p)
+}
+fn give_up_delivery(r: &OperationRecord, now: DateTime<Utc>) -> Next {
+    transition(r, Event::DeliveryLapsed, now, &Policy::default())
+}
+fn delivery_attempt_failed(
+    r: &OperationRecord,
+    token: &str,
+    error: &str,
+    retry_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    p: &Policy,
+) -> Next {
+    transition(r, Event::DeliveryFailed { token, error, retry_at }, now, p)
+}
+fn delivery_refused(r: &OperationRecord, token: &str, reason: CaseReason, evidence: &str, now: DateTime<Utc>) -> Next {
+    transition(
+        r,
+        Event::DeliveryRefused {
+            token,
+            reason,
+            evidence,
+        },
+        now,
+        &Policy::default(),
+    )
+}
+fn delivered(r: &OperationRecord, token: &str, objects: Vec<DeliveredObject>, now: DateTime<Utc>, p: &Policy) -> Next {
+    transition(
+        r,
+        Event::Delivered {
+            token,
+            objects: &objects,
+        },
+        now,
+        p,
+    )
+}
+fn resolve(
+    r: &OperationRecord,
+    resolution: &Resolution,
+    actor: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+    p: &Policy,
+) -> Next {
+    transition(
+        r,
+        Event::Resolved(Decision {
+            resolution,
+            actor,
+            reason,
+        }),
+        now,
+        p,
+    )
+}
+
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+fn prepared() -> OperationRecord {
+    crate::record::sample_prepared(t0())
+}
+
+fn job(id: &str) -> AcceptedJob {
+    AcceptedJob {
+        job_id: id.into(),
+        state: Some("running".into()),
+        model: Some("m".into()),
+        created_at: Some("2026-01-01T00:00:01Z".into()),
+        held_credits: Some(12.5),
+    }
+}
+
+fn err(kind: &str) -> RemoteError {
+    RemoteError {
+        kind: kind.into(),
+        status: Some(502),
+        detail: "boom".into(),
+    }
+}
+
+fn submitting() -> OperationRecord {
+    claim_dispatch(&prepared(), "tok", t0(), &Policy::default()).unwrap()
+}
+
+fn with_phase(phase: Phase) -> OperationRecord {
+    let mut r = prepared();
+    r.phase = phase;
+    r
+}
+
+#[test]
+fn a_new_intent_is_prepared_and_due_for_dispatch() {
+    let r = prepared();
+    assert_eq!(r.phase, Phase::Prepared);
+    assert_eq!(r.delivery_state, DeliveryState::NotCollected);
+    assert_eq!(r.version, 1);
+    assert_eq!(r.due_at, Some((t0() + Duration::seconds(60)).timestamp_millis()));
+    assert!(r.due_pk.starts_with("DUE#"));
+    assert_eq!(r.expires_at, None);
+}
+
+#[test]
+fn claim_moves_prepared_to_submitting_with_a_lease() {
+    let r = submitting();
+    assert_eq!(r.phase, Phase::Submitting);
+    assert_eq!(r.version, 2);
+    assert_eq!(r.dispatch_attempts, 1);
+    let c = r.claim.as_ref().unwrap();
+    assert_eq!(c.token, "tok");
+    assert_eq!(c.lease_expires_at, t0() + Duration::seconds(120));
+    assert_eq!(r.due_at, Some(c.lease_expires_at.timestamp_millis()));
+}
+
+#[test]
+fn claim_is_refused_outside_prepared() {
+    let live = claim_dispatch(&submitting(), "other", t0(), &Policy::default());
+    assert!(matches!(live, Err(Refusal::LeaseLive { .. })));
+    let later = t0() + Duration::seconds(121);
+    let expired = claim_dispatch(&submitting(), "other", later, &Policy::default());
+    assert!(matches!(
+        expired,
+        Err(Refusal::WrongPhase {
+            actual: Phase::Submitting,
+            ..
+        })
+    ));
+    for phase in [
+        Phase::Accepted,
+        Phase::Rendered,
+        Phase::RenderFailed,
+        Phase::SubmitFailed,
+        Phase::Rejected,
+        Phase::Uncertain,
+        Phase::Abandoned,
+    ] {
+        let r = claim_dispatch(&with_phase(phase), "tok", t0(), &Policy::default());
+        assert!(matches!(r, Err(Refusal::WrongPhase { actual, .. }) if actual == phase));
+    }
+}
+
+#[test]
+fn accept_needs_the_claim_token() {
+    let p = Policy::default();
+    let r = accept(&submitting(), "tok", &job("J1"), t0(), &p).unwrap();
+    assert_eq!(r.phase, Phase::Accepted);
+    assert_eq!(r.remote_job_id.as_deref(), Some("J1"));
+    assert_eq!(r.remote_state.as_deref(), Some("running"));
+    assert_eq!(r.held_credits, Some(12.5));
+    assert_eq!(r.claim, None);
+    assert_eq!(r.accepted_at, Some(t0()));
+    assert_eq!(
+        accept(&submitting(), "stolen", &job("J1"), t0(), &p),
+        Err(Refusal::NotClaimant)
+    );
+    assert!(matches!(
+        accept(&prepared(), "tok", &job("J1"), t0(), &p),
+        Err(Refusal::WrongPhase {
+            actual: Phase::Prepared,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn accept_is_idempotent_for_the_same_job_and_refuses_another() {
+    let p = Policy::default();
+    let accepted = accept(&submitting(), "tok", &job("J1"), t0(), &p).unwrap();
+    assert_eq!(accept(&accepted, "tok", &job("J1"), t0(), &p).unwrap(), accepted);
+    assert_eq!(
+        accept(&accepted, "tok", &job("J2"), t0(), &p),
+        Err(Refusal::DifferentRemoteJob { existing: "J1".into() })
+    );
+}
+
+#[test]
+fn accept_from_uncertain_keeps_the_job_and_closes_the_case() {
+    let p = Policy::default();
+    let later = t0() + Duration::seconds(200);
+    let interrupted = interrupt(&submitting(), "lease expired", later).unwrap();
+    let r = accept(&interrupted, "tok", &job("J9"), later, &p).unwrap();
+    assert_eq!(r.phase, Phase::Accepted);
+    assert_eq!(r.case, None);
+    assert_eq!(
+        accept(&interrupted, "other", &job("J9"), later, &p),
+        Err(Refusal::NotClaimant)
+    );
+}
+
+#[test]
+fn submit_failed_saves_the_job_and_opens_settlement() {
+    let r = submit_failed(&submitting(), "tok", "J5", err("http_502"), t0()).unwrap();
+    assert_eq!(r.phase, Phase::SubmitFailed);
+    assert_eq!(r.remote_job_id.as_deref(), Some("J5"));
+    assert_eq!(r.settlement, Some(Settlement::Pending));
+    assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::SettlementPending);
+    assert_eq!(r.due_at, None);
+    assert_eq!(
+        submit_failed(&submitting(), "x", "J5", err("e"), t0()),
+        Err(Refusal::NotClaimant)
+    );
+    assert!(submit_failed(&prepared(), "tok", "J5", err("e"), t0()).is_err());
+    let later = t0() + Duration::seconds(200);
+    let interrupted = interrupt(&submitting(), "lease expired", later).unwrap();
+    let late = submit_failed(&interrupted, "tok", "J5", err("http_502"), later).unwrap();
+    assert_eq!(late.phase, Phase::SubmitFailed);
+    assert_eq!(late.case.unwrap().reason, CaseReason::SettlementPending);
+}
+
+#[test]
+fn reject_finishes_the_operation() {
+    let p = Policy::default();
+    let r = reject(&submitting(), "tok", err("http_400"), t0(), &p).unwrap();
+    assert_eq!(r.phase, Phase::Rejected);
+    assert_eq!(r.claim, None);
+    assert_eq!(r.due_at, None);
+    assert_eq!(r.expires_at, Some((t0() + Duration::days(30)).timestamp()));
+    assert!(reject(&with_phase(Phase::Accepted), "tok", err("e"), t0(), &p).is_err());
+}
+
+#[test]
+fn release_after_429_returns_to_prepared() {
+    let retry = t0() + Duration::seconds(30);
+    let r = release_claim(&submitting(), "tok", retry, t0(), &Policy::default()).unwrap();
+    assert_eq!(r.phase, Phase::Prepared);
+    assert_eq!(r.claim, None);
+    assert_eq!(r.due_at, Some(retry.timestamp_millis()));
+    assert_eq!(
+        release_claim(&submitting(), "x", retry, t0(), &Policy::default()),
+        Err(Refusal::NotClaimant)
+    );
+    assert!(release_claim(&with_phase(Phase::Uncertain), "tok", retry, t0(), &Policy::default()).is_err());
+}
+
+#[test]
+fn unknown_outcome_is_uncertain_with_a_case() {
+    let r = mark_uncertain(&submitting(), "tok", "timed out after 30s", t0()).unwrap();
+    assert_eq!(r.phase, Phase::Uncertain);
+    let case = r.case.unwrap();
+    assert_eq!(case.reason, CaseReason::UnknownSubmitOutcome);
+    assert_eq!(case.evidence, "timed out after 30s");
+    assert_eq!(r.due_at, None);
+    assert_eq!(mark_uncertain(&submitting(), "x", "e", t0()), Err(Refusal::NotClaimant));
+}
+
+#[test]
+fn interrupt_needs_an_expired_lease_and_never_returns_to_prepared() {
+    assert!(matches!(
+        interrupt(&submitting(), "e", t0()),
+        Err(Refusal::LeaseLive { .. })
+    ));
+    let later = t0() + Duration::seconds(120);
+    let r = interrupt(&submitting(), "lease expired", later).unwrap();
+    assert_eq!(r.phase, Phase::Uncertain);
+    assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::InterruptedDispatch);
+    assert_eq!(r.claim.as_ref().unwrap().token, "tok");
+    // An uncertain operation can never be claimed again by itself.
+    assert!(claim_dispatch(&r, "new", later, &Policy::default()).is_err());
+    assert!(interrupt(&prepared(), "e", later).is_err());
+}
+
+fn accepted_rec() -> OperationRecord {
+    accept(&submitting(), "tok", &job("J1"), t0(), &Policy::default()).unwrap()
+}
+
+fn snap(state: &str, status: RenderStatus) -> JobSnapshot {
+    JobSnapshot {
+        id: Some("J1".into()),
+        state: state.into(),
+        status,
+        outputs: (status == RenderStatus::Succeeded).then(|| {
+            vec![OutputRef {
+                url: "https://cdn.example/o.mp4".into(),
+                content_type: Some("video/mp4".into()),
+            }]
+        }),
+        outputs_unreadable: None,
+        client_reference: None,
+        error: (status == RenderStatus::Failed).then(|| json!({"code": "nsfw"})),
+    }
+}
+
+#[test]
+fn observe_records_progress_and_skips_writes_that_change_nothing() {
+    let p = Policy::default();
+    let later = t0() + Duration::seconds(10);
+    // Past the deadline the acceptance set (observe_grace): written.
+    let next_check = t0() + p.observe_grace + Duration::seconds(60);
+    let r = observe(
+        &accepted_rec(),
+        &snap("queued", RenderStatus::Running),
+        later,
+        next_check,
+        &p,
+    )
+    .unwrap();
+    assert_eq!(r.phase, Phase::Accepted);
+    assert_eq!(r.remote_state.as_deref(), Some("queued"));
+    assert_eq!(r.observed_at, Some(later));
+    assert_eq!(r.due_at, Some(next_check.timestamp_millis()));
+    // The deadline still covers the next check: nothing to write, even
+    // for a new non-terminal state.
+    let same = observe(&r, &snap("queued", RenderStatus::Running), later, next_check, &p).unwrap();
+    assert_eq!(same, r);
+    let moved = observe(&r, &snap("running", RenderStatus::Running), later, next_check, &p).unwrap();
+    assert_eq!(moved, r);
+    // Past the deadline, the write carries the state seen.
+    let beyond = next_check + Duration::seconds(1);
+    let extended = observe(&r, &snap("running", RenderStatus::Running), later, beyond, &p).unwrap();
+    assert_eq!(extended.version, r.version + 1);
+    assert_eq!(extended.remote_state.as_deref(), Some("running"));
+    assert_eq!(extended.due_at, Some(beyond.timestamp_millis()));
+    // A terminal state is always written.
+    let done = observe(&r, &snap("completed", RenderStatus::Succeeded), later, next_check, &p).unwrap();
+    assert_eq!(done.phase, Phase::Rendered);
+}
+
+#[test]
+fn observe_completes_once_and_never_overwrites_a_terminal_state() {
+    let p = Policy::default();
+    let done = observe(
+        &accepted_rec(),
+        &snap("completed", RenderStatus::Succeeded),
+        t0(),
+        t0(),
+        &p,
+    )
+    .unwrap();
+    assert_eq!(done.phase, Phase::Rendered);
+    assert_eq!(done.outputs.as_ref().unwrap().len(), 1);
+    assert_eq!(done.delivery_state, DeliveryState::NotCollected);
+    assert!(done.due_at.is_some(), "delivery is due");
+    assert!(observe(&done, &snap("failed", RenderStatus::Failed), t0(), t0(), &p).is_err());
+
+    let failed = observe(&accepted_rec(), &snap("failed", RenderStatus::Failed), t0(), t0(), &p).unwrap();
+    assert_eq!(failed.phase, Phase::RenderFailed);
+    assert!(failed.last_error.as_ref().unwrap().detail.contains("nsfw"));
+    assert!(failed.expires_at.is_some());
+    assert_eq!(failed.due_at, None);
+    assert!(observe(&failed, &snap("completed", RenderStatus::Succeeded), t0(), t0(), &p).is_err());
+    assert!(observe(&prepared(), &snap("queued", RenderStatus::Running), t0(), t0(), &p).is_err());
+}
+
+#[test]
+fn cases_on_accepted_operations() {
+    let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
+    assert_eq!(missing.phase, Phase::Accepted);
+    assert_eq!(missing.case.as_ref().unwrap().reason, CaseReason::RemoteJobMissing);
+    assert_eq!(missing.due_at, None);
+    assert_eq!(
+        open_case(&missing, CaseReason::RemoteJobMissing, "again", false, t0()).unwrap(),
+        missing
+    );
+    let stalled = open_case(&accepted_rec(), CaseReason::RenderStalled, "6h", true, t0()).unwrap();
+    assert!(stalled.due_at.is_some(), "polling goes on");
+    let done = observe(
+        &stalled,
+        &snap("completed", RenderStatus::Succeeded),
+        t0(),
+        t0(),
+        &Policy::default(),
+    )
+    .unwrap();
+    assert_eq!(done.case, None, "completion closes a stall case");
+}
+
+fn rendered() -> OperationRecord {
+    observe(
+        &accepted_rec(),
+        &snap("completed", RenderStatus::Succeeded),
+        t0(),
+        t0(),
+        &Policy::default(),
+    )
+    .unwrap()
+}
+
+fn object() -> DeliveredObject {
+    DeliveredObject {
+        key: "outputs/t/op/output-0.mp4".into(),
+        bytes: 3,
+        sha256: "ab".into(),
+        content_type: "video/mp4".into(),
+    }
+}
+
+#[test]
+fn delivery_is_claimed_once_and_finishes_delivered() {
+    let p = Policy::default();
+    let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+    assert_eq!(claimed.delivery_state, DeliveryState::Collecting);
+    assert!(matches!(
+        claim_delivery(&claimed, "d2", t0(), &p),
+        Err(Refusal::LeaseLive { .. })
+    ));
+    let after_lease = t0() + p.delivery_lease + Duration::seconds(1);
+    assert!(
+        claim_delivery(&claimed, "d2", after_lease, &p).is_ok(),
+        "an expired delivery claim may be taken over"
+    );
+    assert_eq!(
+        delivered(&claimed, "other", vec![object()], t0(), &p),
+        Err(Refusal::NotClaimant)
+    );
+    let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
+    assert_eq!(done.delivery_state, DeliveryState::Delivered);
+    assert_eq!(done.delivered_objects, vec![object()]);
+    assert!(done.expires_at.is_some());
+    assert!(matches!(
+        claim_delivery(&done, "d3", t0(), &p),
+        Err(Refusal::DeliveryFinished { .. })
+    ));
+    assert!(claim_delivery(&accepted_rec(), "d1", t0(), &p).is_err());
+}
+
+#[test]
+fn failed_deliveries_retry_then_give_up_with_a_case() {
+    let p = Policy {
+        delivery_max_attempts: 2,
+        ..Policy::default()
+    };
+    let retry_at = t0() + Duration::seconds(30);
+    let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+    let once = delivery_attempt_failed(&claimed, "d1", "503 from cdn", retry_at, t0(), &p).unwrap();
+    assert_eq!(once.delivery_attempts, 1);
+    assert_eq!(once.delivery_state, DeliveryState::Collecting);
+    assert_eq!(once.delivery_claim, None);
+    assert_eq!(once.due_at, Some(retry_at.timestamp_millis()));
+    assert_eq!(once.phase, Phase::Rendered, "never re-rendered");
+    let again = claim_delivery(&once, "d2", t0(), &p).unwrap();
+    let gave_up = delivery_attempt_failed(&again, "d2", "503 again", retry_at, t0(), &p).unwrap();
+    assert_eq!(gave_up.delivery_state, DeliveryState::DeliveryFailed);
+    assert_eq!(gave_up.case.unwrap().reason, CaseReason::DeliveryFailed);
+    assert_eq!(gave_up.due_at, None);
+}
+
+#[test]
+fn operators_resolve_only_from_the_right_phase_and_are_audited() {
+    let p = Policy::default();
+    let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
+    let attach = Resolution::AttachRemoteJob { job_id: "J7".into() };
+    let attached = resolve(
+        &uncertain,
+        &attach,
+        "ops@example",
+        "found it in the Genace console",
+        t0(),
+        &p,
+    )
+    .unwrap();
+    assert_eq!(attached.phase, Phase::Accepted);
+    assert_eq!(attached.remote_job_id.as_deref(), Some("J7"));
+    assert_eq!(attached.case, None);
+    let entry = attached.audit.last().unwrap();
+    assert_eq!(
+        (entry.actor.as_str(), entry.action.as_str(), entry.job_id.as_deref()),
+        ("ops@example", "attach_remote_job", Some("J7"))
+    );
+
+    let retry = resolve(
+        &uncertain,
+        &Resolution::ConfirmNotCreated,
+        "ops",
+        "not in Genace",
+        t0(),
+        &p,
+    )
+    .unwrap();
+    assert_eq!(retry.phase, Phase::Prepared);
+    assert!(
+        claim_dispatch(&retry, "new", t0(), &p).is_ok(),
+        "one new dispatch is authorized"
+    );
+
+    for wrong in [Resolution::MarkSettled, Resolution::RedriveDelivery] {
+        assert!(matches!(
+            resolve(&uncertain, &wrong, "ops", "r", t0(), &p),
+            Err(Refusal::WrongPhase { .. })
+        ));
+    }
+    assert!(resolve(&accepted_rec(), &Resolution::ConfirmNotCreated, "ops", "r", t0(), &p).is_err());
+    assert!(resolve(&accepted_rec(), &attach, "ops", "r", t0(), &p).is_err());
+    assert!(
+        resolve(&prepared(), &Resolution::Abandon, "ops", "r", t0(), &p).is_err(),
+        "abandon needs a case"
+    );
+
+    let failed = submit_failed(&submitting(), "tok", "J5", err("http_502"), t0()).unwrap();
+    let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "refunded", t0(), &p).unwrap();
+    assert_eq!(settled.settlement, Some(Settlement::Settled));
+    assert!(settled.expires_at.is_some());
+    assert!(resolve(&settled, &Resolution::MarkSettled, "ops", "again", t0(), &p).is_err());
+
+    let p2 = Policy {
+        delivery_max_attempts: 1,
+        ..p
+    };
+    let claimed = claim_delivery(&rendered(), "d", t0(), &p2).unwrap();
+    let failed_delivery = delivery_attempt_failed(&claimed, "d", "cdn down", t0(), t0(), &p2).unwrap();
+    let redriven = resolve(
+        &failed_delivery,
+        &Resolution::RedriveDelivery,
+        "ops",
+        "cdn back",
+        t0(),
+        &p,
+    )
+    .unwrap();
+    assert_eq!(
+        (redriven.delivery_state, redriven.delivery_attempts),
+        (DeliveryState::NotCollected, 0)
+    );
+    assert!(claim_delivery(&redriven, "d2", t0(), &p).is_ok());
+
+    let abandoned = resolve(&uncertain, &Resolution::Abandon, "ops", "customer cancelled", t0(), &p).unwrap();
+    assert_eq!(abandoned.phase, Phase::Abandoned);
+    assert_eq!(abandoned.ledger_phase, Some(Phase::Uncertain));
+    assert!(
+        abandoned.expires_at.is_none() && abandoned.case.is_some(),
+        "a job may exist: the case stays until an operator says"
+    );
+    let closed = resolve(&abandoned, &Resolution::ConfirmNotCreated, "ops", "none", t0(), &p).unwrap();
+    assert!(closed.expires_at.is_some() && closed.case.is_none());
+}
+
+/// Records in every state a resolution can meet, reached through the
+/// transitions themselves: each case reason of each phase, a spend-limit
+/// wait on top of an account hold, and a finished operation or two.
+fn resolvable_states() -> Vec<OperationRecord> {
+    let p = Policy {
+        rate_limit_max: 1,
+        ..Policy::default()
+    };
+    let later = t0() + Duration::hours(3);
+    let held = hold_for_account(&submitting(), "tok", err("http_402"), t0(), &p).unwrap();
+    let held_then_waiting = transition(&held, Event::SpendLimitReached { retry_at: later }, t0(), &p).unwrap();
+    let rate_limited = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
+    let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
+    let interrupted = interrupt(&submitting(), "lapsed", later).unwrap();
+    let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
+    let stalled = open_case(&accepted_rec(), CaseReason::RenderStalled, "slow", true, t0()).unwrap();
+    let failed = submit_failed(&submitting(), "tok", "J7", err("x"), t0()).unwrap();
+    let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "r", t0(), &p).unwrap();
+    let mut no_outputs = snap("completed", RenderStatus::Succeeded);
+    no_outputs.outputs = None;
+    let outputs_missing = observe(&accepted_rec(), &no_outputs, t0(), t0(), &p).unwrap();
+    let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
+    let refused = delivery_refused(&claimed, "d", CaseReason::OutputUrlRefused, "port", t0()).unwrap();
+    let render_failed = observe(&accepted_rec(), &snap("failed", RenderStatus::Failed), t0(), t0(), &p).unwrap();
+    let rejected = reject(&submitting(), "tok", err("http_400"), t0(), &p).unwrap();
+    vec![
+        prepared(),
+        held,
+        held_then_waiting,
+        rate_limited,
+        submitting(),
+        uncertain,
+        interrupted,
+        accepted_rec(),
+        missing,
+        stalled,
+        failed,
+        settled,
+        rendered(),
+        outputs_missing,
+        refused,
+        render_failed,
+        rejected,
+    ]
+}
+
+fn all_resolutions() -> [Resolution; 6] {
+    [
+        Resolution::AttachRemoteJob { job_id: "J9".into() },
+        Resolution::ConfirmNotCreated,
+        Resolution::ReleaseHold,
+        Resolution::MarkSettled,
+        Resolution::RedriveDelivery,
+        Resolution::Abandon,
+    ]
+}
+
+/// Found by review: an abandon erased credits Genace charged, and an
+/// abandon over a spend-limit wait left the wait on an abandoned record.
+/// Every resolution from every state keeps the invariants; an abandon
+/// moves no credit at all, and so does not the write after it.
+#[test]
+fn every_resolution_from_every_state_keeps_the_invariants_and_an_abandon_keeps_the_credits() {
+    use crate::ledger::share;
+    let p = Policy::default();
+    let mut applied = 0;
+    for rec in resolvable_states() {
+        check_invariants(&rec).unwrap_or_else(|e| panic!("fixture {:?}: {e}", rec.phase));
+        for resolution in all_resolutions() {
+            let Ok(next) = resolve(&rec, &resolution, "ops", "r", t0(), &p) else {
+                continue;
+            };
+            applied += 1;
+            let what = format!(
+                "{} from {:?} ({:?})",
+                resolution.name(),
+                rec.phase,
+                rec.case.as_ref().map(|c| c.reason)
+            );
+            check_invariants(&next).unwrap_or_else(|e| panic!("{what}: {e}"));
+            if resolution == Resolution::Abandon {
+                assert_eq!(share(&next), share(&rec), "{what} moved credits");
+                assert_eq!(next.spend_hold, None, "{what} kept a spend-limit wait");
+                // Whatever the abandoned operation still takes keeps the invariants too.
+                for then in all_resolutions() {
+                    if let Ok(after) = resolve(&next, &then, "ops", "r", t0(), &p) {
+                        check_invariants(&after).unwrap_or_else(|e| panic!("{what}, then {}: {e}", then.name()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(applied >= 20, "only {applied} resolutions applied");
+}
+
+#[test]
+fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
+    use crate::ledger::share;
+    let p = Policy::default();
+    let stalled = open_case(&accepted_rec(), CaseReason::RenderStalled, "slow", true, t0()).unwrap();
+    let abandoned = resolve(&stalled, &Resolution::Abandon, "ops", "user left", t0(), &p).unwrap();
+    assert_eq!(share(&abandoned).held, 12_500);
+    assert!(
+        abandoned.due_at.is_some() && abandoned.case.is_none(),
+        "polling goes on"
+    );
+    let later = t0() + Duration::minutes(1);
+    let next_check = later + Duration::minutes(5);
+    let observed = |r: &OperationRecord, s: &JobSnapshot| {
+        transition(
+            r,
+            Event::Observed {
+                snapshot: s,
+                next_check,
+                stalled: Some("slow"),
+            },
+            later,
+            &p,
+        )
+    };
+    let running = observed(&abandoned, &snap("running", RenderStatus::Running)).unwrap();
+    assert_eq!(
+        (running.phase, running.case.clone()),
+        (Phase::Abandoned, None),
+        "no stall case"
+    );
+    let done = observed(&running, &snap("completed", RenderStatus::Succeeded)).unwrap();
+    assert_eq!(
+        (done.phase, done.ledger_phase),
+        (Phase::Abandoned, Some(Phase::Rendered))
+    );
+    assert_eq!(share(&done).spent, 12_500, "Genace charged it: spent");
+    assert!(done.expires_at.is_some() && done.delivery_state == DeliveryState::NotCollected);
+    let failed = observed(&running, &snap("failed", RenderStatus::Failed)).unwrap();
+    assert!(share(&failed).is_zero(), "a failed render is released");
+    assert!(observed(&done, &snap("completed", RenderStatus::Succeeded)).is_err());
+
+    // Genace does not know the job: a person confirms it never ran.
+    let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
+    let abandoned = resolve(&missing, &Resolution::Abandon, "ops", "r", t0(), &p).unwrap();
+    assert_eq!((share(&abandoned).held, abandoned.due_at), (12_500, None));
+    assert!(observed(&abandoned, &snap("running", RenderStatus::Running)).is_err());
+    let confirmed = resolve(&abandoned, &Resolution::ConfirmNotCreated, "ops", "r", t0(), &p).unwrap();
+    assert!(share(&confirmed).is_zero() && confirmed.expires_at.is_some());
+}
+
+#[test]
+fn an_abandoned_uncertain_operation_still_takes_its_job_id_or_a_confirmation() {
+    use crate::ledger::share;
+    let p = Policy::default();
+    let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
+    let abandoned = resolve(&uncertain, &Resolution::Abandon, "ops", "r", t0(), &p).unwrap();
+    assert_eq!(share(&abandoned).held, 10_000, "the reservation stays held");
+    // A late recovery message: the job id is saved, never lost.
+    let recovered = accept(&abandoned, "tok", &job("J5"), t0(), &p).unwrap();
+    assert_eq!(
+        (
+            recovered.phase,
+            recovered.ledger_phase,
+            recovered.remote_job_id.as_deref()
+        ),
+        (Phase::Abandoned, Some(Phase::Accepted), Some("J5"))
+    );
+    assert_eq!(share(&recovered).held, 12_500);
+    assert!(recovered.case.is_none() && recovered.due_at.is_some());
+    let attached = resolve(
+        &abandoned,
+        &Resolution::AttachRemoteJob { job_id: "J6".into() },
+        "ops",
+        "r",
+        t0(),
+        &p,
+    )
+    .unwrap();
+    assert_eq!(attached.ledger_phase, Some(Phase::Accepted));
+    let failed = submit_failed(&abandoned, "tok", "J7", err("x"), t0()).unwrap();
+    assert_eq!(share(&failed).pending_refund, 10_000);
+    let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "r", t0(), &p).unwrap();
+    assert_eq!((share(&settled).settled, settled.expires_at.is_some()), (10_000, true));
+}
+
+#[test]
+fn held_credits_genace_cannot_mean_are_replaced_by_the_reservation_with_evidence() {
+    let p = Policy::default();
+    for bad in [-5.0, f64::INFINITY, crate::ledger::MAX_HELD_CREDITS * 2.0] {
+        let mut j = job("J1");
+        j.held_credits = Some(bad);
+        let r = accept(&submitting(), "tok", &j, t0(), &p).unwrap();
+        assert_eq!(
+            r.remote_job_id.as_deref(),
+            Some("J1"),
+            "the job is saved whatever its credits say"
+        );
+        assert_eq!(r.held_credits, None);
+        assert!(r.held_credits_refused.as_deref().unwrap().contains("outside"));
+        assert_eq!(crate::ledger::share(&r).held, 10_000);
+    }
+    let r = accept(&submitting(), "tok", &job("J1"), t0(), &p).unwrap();
+    assert_eq!((r.held_credits, r.held_credits_refused), (Some(12.5), None));
+}
+
+const ALL_PHASES: [Phase; 9] = [
+    Phase::Prepared,
+    Phase::Submitting,
+    Phase::Accepted,
+    Phase::Rendered,
+    Phase::RenderFailed,
+    Phase::SubmitFailed,
+    Phase::Rejected,
+    Phase::Uncertain,
+    Phase::Abandoned,
+];
+
+/// A record in `phase` whose other fields let every transition get past
+/// its own preconditions (expired claims held by "tok" and "d").
+fn in_phase(phase: Phase) -> OperationRecord {
+    let mut r = prepared();
+    r.phase = phase;
+    let lapsed = Claim {
+        token: "tok".into(),
+        lease_expires_at: t0() - Duration::seconds(1),
+    };
+    r.claim = Some(lapsed.clone());
+    // A delivery claim exists only while a rendered operation is collecting.
+    if phase == Phase::Rendered {
+        r.delivery_claim = Some(Claim {
+            token: "d".into(),
+            ..lapsed
+        });
+        r.delivery_state = DeliveryState::Collecting;
+    }
+    r.outputs = Some(vec![OutputRef {
+        url: "https://cdn.example/o.mp4".into(),
+        content_type: None,
+    }]);
+    r
+}
+
+type Transition = Box<dyn Fn(&OperationRecord) -> Result<OperationRecord, Refusal>>;
+
+/// The phases each event starts from, written out apart from the table
+/// in [`transition`], which must agree.
+#[test]
+fn every_transition_states_its_phases_and_refuses_all_others() {
+    use Phase::*;
+    let p = Policy::default();
+    let now = t0();
+    let table: Vec<(&str, &[Phase], Transition)> = vec![
+        (
+            "claim_dispatch",
+            &[Prepared],
+            Box::new(move |r| claim_dispatch(r, "new", now, &p)),
+        ),
+        (
+            "release_claim",
+            &[Submitting],
+            Box::new(move |r| release_claim(r, "tok", now, now, &p)),
+        ),
+        (
+            "hold_for_account",
+            &[Submitting],
+            Box::new(move |r| hold_for_account(r, "tok", err("http_401"), now, &p)),
+        ),
+        (
+            "accept",
+            &[Submitting, Uncertain],
+            Box::new(move |r| accept(r, "tok", &job("J1"), now, &p)),
+        ),
+        (
+            "submit_failed",
+            &[Submitting, Uncertain],
+            Box::new(move |r| submit_failed(r, "tok", "J1", err("x"), now)),
+        ),
+        (
+            "reject",
+            &[Submitting],
+            Box::new(move |r| reject(r, "tok", err("http_400"), now, &p)),
+        ),
+        (
+            "mark_uncertain",
+            &[Submitting],
+            Box::new(move |r| mark_uncertain(r, "tok", "e", now)),
+        ),
+        ("interrupt", &[Submitting], Box::new(move |r| interrupt(r, "e", now))),
+        (
+            "observe",
+            &[Accepted],
+            Box::new(move |r| observe(r, &snap("running", RenderStatus::Running), now, now, &p)),
+        ),
+        (
+            "open_case",
+            &[Accepted],
+            Box::new(move |r| open_case(r, CaseReason::RemoteJobMissing, "404", false, now)),
+        ),
+        (
+            "claim_delivery",
+            &[Rendered],
+            Box::new(move |r| claim_delivery(r, "d2", now, &p)),
+        ),
+        (
+            "give_up_delivery",
+            &[Rendered],
+            Box::new(move |r| give_up_delivery(r, now)),
+        ),
+        (
+            "delivery_attempt_failed",
+            &[Rendered],
+            Box::new(move |r| delivery_attempt_failed(r, "d", "e", now, now, &p)),
+        ),
+        (
+            "delivery_refused",
+            &[Rendered],
+            Box::new(move |r| delivery_refused(r, "d", CaseReason::OutputUrlRefused, "e", now)),
+        ),
+        (
+            "delivered",
+            &[Rendered],
+            Box::new(move |r| delivered(r, "d", vec![object()], now, &p)),
+        ),
+    ];
+    for (name, allowed, transition) in &table {
+        for phase in ALL_PHASES {
+            let result = transition(&in_phase(phase));
+            let wrong_phase = matches!(result, Err(Refusal::WrongPhase { .. }));
+            assert_eq!(
+                wrong_phase,
+                !allowed.contains(&phase),
+                "{name} from {phase:?}: {result:?}"
+            );
+        }
+    }
+    let resolutions: [(Resolution, &[Phase]); 6] = [
+        (
+            Resolution::AttachRemoteJob { job_id: "J9".into() },
+            &[Uncertain, Accepted],
+        ),
+        (Resolution::ConfirmNotCreated, &[Uncertain]),
+        (Resolution::ReleaseHold, &[Prepared]),
+        (Resolution::MarkSettled, &[SubmitFailed]),
+        (Resolution::RedriveDelivery, &[Rendered]),
+        (
+            Resolution::Abandon,
+            &[
+                Prepared,
+                Accepted,
+                Rendered,
+                RenderFailed,
+                SubmitFailed,
+                Rejected,
+                Uncertain,
+            ],
+        ),
+    ];
+    for (resolution, allowed) in &resolutions {
+        for phase in ALL_PHASES.into_iter().filter(|ph| !allowed.contains(ph)) {
+            let result = resolve(&in_phase(phase), resolution, "ops", "r", now, &p);
+            assert!(
+                matches!(result, Err(Refusal::WrongPhase { .. })),
+                "{} from {phase:?}: {result:?}",
+                resolution.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_racing_poll_cannot_open_a_case_on_a_rendered_or_delivered_record() {
+    let p = Policy::default();
+    let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+    let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
+    for rec in [rendered(), done] {
+        assert!(matches!(
+            open_case(&rec, CaseReason::RemoteJobMissing, "404", false, t0()),
+            Err(Refusal::WrongPhase { .. })
+        ));
+    }
+}
+
+#[test]
+fn a_completed_job_without_usable_outputs_opens_outputs_missing() {
+    let p = Policy::default();
+    let mut cases = Vec::new();
+    for (outputs, unreadable) in [
+        (None, None),
+        (Some(vec![]), None),
+        (None, Some("outputs is not a list".to_owned())),
+    ] {
+        let mut s = snap("completed", RenderStatus::Succeeded);
+        s.outputs = outputs;
+        s.outputs_unreadable = unreadable;
+        cases.push(observe(&accepted_rec(), &s, t0(), t0(), &p).unwrap());
+    }
+    for r in cases {
+        assert_eq!(r.phase, Phase::Rendered);
+        assert_eq!(r.delivery_state, DeliveryState::NotCollected);
+        assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::OutputsMissing);
+        assert_eq!(r.due_at, None, "nothing is scheduled; a person decides");
+        assert_eq!(
+            claim_delivery(&r, "d", t0(), &p),
+            Err(Refusal::CaseOpen(CaseReason::OutputsMissing))
+        );
+    }
+    let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
+    assert!(
+        delivered(&claimed, "d", vec![], t0(), &p).is_err(),
+        "never delivered with zero objects"
+    );
+}
+
+#[test]
+fn an_account_refusal_holds_the_operation_and_a_later_try_or_an_operator_releases_it() {
+    let p = Policy::default();
+    let held = hold_for_account(&submitting(), "tok", err("http_401"), t0(), &p).unwrap();
+    assert_eq!(held.phase, Phase::Prepared, "not rejected: the key stays usable");
+    assert_eq!(held.case.as_ref().unwrap().reason, CaseReason::AccountProblem);
+    assert_eq!(held.claim, None);
+    let until = t0() + p.account_hold;
+    assert_eq!(held.retry_at, Some(until.timestamp_millis()));
+    assert!(matches!(
+        claim_dispatch(&held, "n", t0() + Duration::seconds(1), &p),
+        Err(Refusal::NotYet { .. })
+    ));
+    let retried = claim_dispatch(&held, "n", until, &p).unwrap();
+    let accepted = accept(&retried, "n", &job("J1"), until, &p).unwrap();
+    assert_eq!(accepted.case, None, "a later successful POST closes the case");
+    assert_eq!(accepted.retry_at, None);
+
+    // Whatever ends the hold closes its case.
+    let retried_again = claim_dispatch(&held, "m", until, &p).unwrap();
+    let rejected = reject(&retried_again, "m", err("http_400"), until, &p).unwrap();
+    assert_eq!(rejected.case, None, "a finished operation keeps no case");
+    let limited = release_claim(&retried_again, "m", until + Duration::seconds(5), until, &p).unwrap();
+    assert_eq!(limited.case, None, "a 429 shows the account works again");
+
+    let released = resolve(&held, &Resolution::ReleaseHold, "ops", "key rotated", t0(), &p).unwrap();
+    assert_eq!(
+        (released.phase, released.case.clone(), released.retry_at),
+        (Phase::Prepared, None, None)
+    );
+    assert!(claim_dispatch(&released, "n", t0(), &p).is_ok());
+    assert!(resolve(&prepared(), &Resolution::ReleaseHold, "ops", "r", t0(), &p).is_err());
+}
+
+#[test]
+fn rate_limits_keep_their_own_retry_time_and_are_bounded() {
+    let p = Policy {
+        rate_limit_max: 2,
+        ..Policy::default()
+    };
+    let retry = t0() + Duration::seconds(30);
+    let once = release_claim(&submitting(), "tok", retry, t0(), &p).unwrap();
+    assert_eq!(once.retry_at, Some(retry.timestamp_millis()));
+    // The sweep pushes due_at; the claim still opens at retry_at.
+    let pushed = reschedule(&once, retry + Duration::seconds(300), t0());
+    assert!(matches!(
+        claim_dispatch(&pushed, "n", t0(), &p),
+        Err(Refusal::NotYet { .. })
+    ));
+    let again = claim_dispatch(&pushed, "n", retry, &p).unwrap();
+    let held = release_claim(&again, "n", retry + Duration::seconds(30), retry, &p).unwrap();
+    assert_eq!(held.case.as_ref().unwrap().reason, CaseReason::RateLimited);
+    assert_eq!(held.due_at, None);
+    assert_eq!(
+        claim_dispatch(&held, "m", retry + Duration::hours(1), &p),
+        Err(Refusal::CaseOpen(CaseReason::RateLimited))
+    );
+    let released = resolve(&held, &Resolution::ReleaseHold, "ops", "limit raised", retry, &p).unwrap();
+    assert_eq!(released.rate_limited_count, 0);
+    assert!(claim_dispatch(&released, "m", retry, &p).is_ok());
+}
+
+#[test]
+fn delivery_attempts_count_at_claim_so_silent_stops_are_bounded_too() {
+    let p = Policy {
+        delivery_max_attempts: 2,
+        delivery_lease: Duration::seconds(10),
+        ..Policy::default()
+    };
+    let first = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+    assert_eq!(first.delivery_attempts, 1);
+    let later = t0() + Duration::seconds(11);
+    let second = claim_delivery(&first, "d2", later, &p).unwrap();
+    assert_eq!(second.delivery_attempts, 2);
+    let much_later = later + Duration::seconds(11);
+    assert_eq!(
+        claim_delivery(&second, "d3", much_later, &p),
+        Err(Refusal::AttemptsExhausted(2))
+    );
+    assert!(matches!(
+        give_up_delivery(&second, later),
+        Err(Refusal::LeaseLive { .. })
+    ));
+    let gave_up = give_up_delivery(&second, much_later).unwrap();
+    assert_eq!(gave_up.delivery_state, DeliveryState::DeliveryFailed);
+    assert_eq!(gave_up.case.unwrap().reason, CaseReason::DeliveryFailed);
+}
+
+#[test]
+fn a_refused_output_fails_delivery_at_once_with_its_own_case() {
+    let p = Policy::default();
+    let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
+    let r = delivery_refused(
+        &claimed,
+        "d",
+        CaseReason::OutputUrlRefused,
+        "output 0: port 8080 is not allowed",
+        t0(),
+    )
+    .unwrap();
+    assert_eq!(r.delivery_state, DeliveryState::DeliveryFailed);
+    assert_eq!(r.delivery_attempts, 1);
+    let case = r.case.unwrap();
+    assert_eq!(case.reason, CaseReason::OutputUrlRefused);
+    assert!(case.evidence.contains("output 0"));
+    assert_eq!(r.due_at, None);
+}
+#[test]
+fn the_table_alone_moves_the_version_once_and_not_at_all_for_no_change() {
+    let p = Policy::default();
+    let claimed = submitting();
+    assert_eq!(claimed.version, prepared().version + 1);
+    assert_eq!(claimed.updated_at, t0());
+    // A repeated outcome is the record itself: nothing to write.
+    let accepted = accepted_rec();
+    assert_eq!(accept(&accepted, "tok", &job("J1"), t0(), &p), Ok(accepted.clone()));
+    let failed = submit_failed(&submitting(), "tok", "J7", err("x"), t0()).unwrap();
+    assert_eq!(
+        submit_failed(&failed, "tok", "J7", err("x"), t0() + Duration::seconds(5)),
+        Ok(failed.clone()),
+        "a recovery message applied twice changes nothing"
+    );
+    assert!(matches!(
+        submit_failed(&failed, "tok", "J8", err("x"), t0()),
+        Err(Refusal::WrongPhase { .. })
+    ));
+    let later = t0() + Duration::seconds(5);
+    let running = snap("running", RenderStatus::Running);
+    assert_eq!(observe(&accepted, &running, later, later, &p), Ok(accepted.clone()));
+}
+
+#[test]
+fn claims_consume_their_own_fault_directives_only() {
+    let p = Policy::default();
+    let mut r = prepared();
+    r.fault = Some(Fault::DispatchAfterCommit);
+    assert_eq!(claim_dispatch(&r, "tok", t0(), &p).unwrap().fault, None);
+    r.fault = Some(Fault::DeliverUploadFails);
+    let claimed = claim_dispatch(&r, "tok", t0(), &p).unwrap();
+    assert_eq!(
+        claimed.fault,
+        Some(Fault::DeliverUploadFails),
+        "not dispatch's to consume"
+    );
+    let accepted = accept(&claimed, "tok", &job("J1"), t0(), &p).unwrap();
+    let rendered = observe(&accepted, &snap("completed", RenderStatus::Succeeded), t0(), t0(), &p).unwrap();
+    let collecting = claim_delivery(&rendered, "d", t0(), &p).unwrap();
+    assert_eq!(collecting.fault, None);
+    // A poll fault is consumed by the observation, which is then written
+    // even when the snapshot alone would not be.
+    let mut a = accepted_rec();
+    a.fault = Some(Fault::PollAfterObserve);
+    let later = t0() + Duration::seconds(5);
+    let seen = observe(&a, &snap("running", RenderStatus::Running), later, later, &p).unwrap();
+    assert_eq!((seen.fault, seen.version), (None, a.version + 1));
+}
+
+#[test]
+fn a_stall_rides_on_the_observation_in_one_version() {
+    let p = Policy::default();
+    let a = accepted_rec();
+    let later = t0() + Duration::hours(3);
+    let running = snap("running", RenderStatus::Running);
+    let event = Event::Observed {
+        snapshot: &running,
+        next_check: later + Duration::minutes(5),
+        stalled: Some("no terminal state in 2 h"),
+    };
+    let stalled = transition(&a, event, later, &p).unwrap();
+    assert_eq!(stalled.version, a.version + 1);
+    assert_eq!(stalled.case.as_ref().map(|c| c.reason), Some(CaseReason::RenderStalled));
+    assert!(stalled.due_at.is_some(), "polling goes on");
+    assert_eq!(
+        transition(&stalled, event, later, &p),
+        Ok(stalled.clone()),
+        "already open: no write"
+    );
+    let done = snap("completed", RenderStatus::Succeeded);
+    let finished = Event::Observed {
+        snapshot: &done,
+        next_check: later + Duration::minutes(5),
+        stalled: Some("no terminal state in 2 h"),
+    };
+    let rendered = transition(&stalled, finished, later, &p).unwrap();
+    assert_eq!(
+        (rendered.phase, rendered.case.clone()),
+        (Phase::Rendered, None),
+        "a rendered job is not stalled"
+    );
+}
+
+#[test]
+fn the_invariants_catch_each_broken_rule() {
+    let ok = prepared();
+    assert_eq!(check_invariants(&ok), Ok(()));
+    let mut r = ok.clone();
+    r.expires_at = Some(1);
+    assert!(check_invariants(&r).unwrap_err().contains("expires_at"));
+    let mut r = ok.clone();
+    r.phase = Phase::Uncertain;
+    assert!(check_invariants(&r).unwrap_err().contains("without a case"));
+    let mut r = accepted_rec();
+    r.case = Some(ReconciliationCase {
+        reason: CaseReason::SettlementPending,
+        opened_at: t0(),
+        evidence: String::new(),
+    });
+    assert!(check_invariants(&r).unwrap_err().contains("case on a accepted"));
+    let mut r = ok.clone();
+    r.phase = Phase::Submitting;
+    assert!(check_invariants(&r).unwrap_err().contains("without a claim"));
+    let mut r = ok.clone();
+    r.delivery_claim = r.claim.clone().or(Some(Claim {
+        token: "d".into(),
+        lease_expires_at: t0(),
+    }));
+    assert!(check_invariants(&r).unwrap_err().contains("delivery claim"));
+    let mut r = ok.clone();
+    r.due_at = None;
+    assert!(
+        check_invariants(&r)
+            .unwrap_err()
+            .contains("neither a due time nor a case")
+    );
+    let rendered = rendered();
+    let collecting = claim_delivery(&rendered, "d", t0(), &Policy::default()).unwrap();
+    let done = delivered(&collecting, "d", vec![object()], t0(), &Policy::default()).unwrap();
+    assert_eq!(check_invariants(&done), Ok(()));
+    let mut r = done.clone();
+    r.expires_at = None;
+    assert!(check_invariants(&r).is_err());
+}
+/// Found by the simulator (seed 862): an operator abandoned an operation
+/// held for its account while a dispatcher had just claimed it; the job
+/// that dispatcher created was on no record and in no case.
+#[test]
+fn a_claimed_operation_cannot_be_abandoned() {
+    let p = Policy::default();
+    let held = hold_for_account(&submitting(), "tok", err("http_401"), t0(), &p).unwrap();
+    let later = t0() + p.account_hold + Duration::seconds(1);
+    let claimed = claim_dispatch(&held, "tok2", later, &p).unwrap();
+    assert_eq!(
+        claimed.case.as_ref().map(|c| c.reason),
+        Some(CaseReason::AccountProblem)
+    );
+    assert!(matches!(
+        resolve(&claimed, &Resolution::Abandon, "ops", "r", later, &p),
+        Err(Refusal::WrongPhase { .. })
+    ));
+    assert!(resolve(&held, &Resolution::Abandon, "ops", "r", later, &p).is_ok());
+}
