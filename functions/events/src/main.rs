@@ -4,8 +4,6 @@
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     genace_stages::telemetry::init();
-    let ctx = genace_core::events::Context {
-        bucket: std::env::var("OUTPUT_BUCKET").ok(),
-    };
-    genace_edge::pipe::serve_enrichment(move |batch| genace_aws::stream::lifecycle_events(batch, &ctx)).await
+    let ctx = genace_app::events_context();
+    genace_edge::pipe::serve_enrichment(move |batch| genace_app::lifecycle_events(batch, &ctx)).await
 }

@@ -136,6 +136,18 @@ pub async fn genace_config(sdk: &SdkConfig) -> Result<GenaceConfig, String> {
     Ok(conf)
 }
 
+/// The events enrichment's context from the environment: the output
+/// bucket its `operation.delivered` events name (`OUTPUT_BUCKET`).
+pub fn events_context() -> genace_core::events::Context {
+    genace_core::events::Context {
+        bucket: std::env::var("OUTPUT_BUCKET").ok().filter(|b| !b.is_empty()),
+    }
+}
+
+/// The lifecycle events of one batch of the table's stream records: what
+/// the events function returns to the pipe.
+pub use genace_aws::stream::lifecycle_events;
+
 fn api_key_from_secret(secret: &str) -> String {
     serde_json::from_str::<Value>(secret)
         .ok()
