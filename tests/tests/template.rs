@@ -573,7 +573,7 @@ fn webhooks_take_every_event_from_the_bus_and_read_only_their_secrets() {
         ["WebhookDeadLetterQueue.Arn"]
     );
     let receives = queue["RedrivePolicy"]["maxReceiveCount"].as_u64().unwrap() as u32;
-    let span = genace_stages::webhooks::RetrySchedule::default().span(receives);
+    let span = genace_stages::config::RetrySchedule::default().span(receives);
     assert!(
         (24 * 3600..=36 * 3600).contains(&span),
         "an unreachable receiver is retried for {span} s"

@@ -75,7 +75,7 @@ pub fn webhooks(sdk: &SdkConfig, config: &Config) -> Result<AwsWebhooks, String>
 }
 
 /// Defers failed webhook events on the webhook queue, by
-/// [`genace_stages::webhooks::RetrySchedule`].
+/// [`genace_stages::config::RetrySchedule`].
 pub fn webhook_redelivery(sdk: &SdkConfig, config: &Config) -> Result<SqsRedelivery, String> {
     if config.queues.webhooks.is_empty() {
         return Err("WEBHOOK_QUEUE_URL is not set".into());

@@ -451,13 +451,13 @@ impl OperationStore for EchoingStore {
     async fn webhook(
         &self,
         tenant: &TenantId,
-    ) -> Result<Option<genace_stages::webhooks::WebhookConfig>, genace_stages::table::StoreError> {
+    ) -> Result<Option<genace_core::webhook::WebhookConfig>, genace_stages::table::StoreError> {
         self.0.webhook(tenant).await
     }
     async fn set_webhook(
         &self,
         tenant: &TenantId,
-        config: Option<&genace_stages::webhooks::WebhookConfig>,
+        config: Option<&genace_core::webhook::WebhookConfig>,
     ) -> Result<(), genace_stages::table::StoreError> {
         self.0.set_webhook(tenant, config).await
     }

@@ -24,12 +24,12 @@ use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::ledger::{self, Millicredits, Shares, TenantLedger};
 use genace_core::record::OperationRecord;
+use genace_core::webhook::WebhookConfig;
 use genace_stages::metrics;
 use genace_stages::table::{
     Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationStore, StoreError, case_sort_key,
     case_tenant_prefix,
 };
-use genace_stages::webhooks::WebhookConfig;
 
 type Item = HashMap<String, AttributeValue>;
 

@@ -514,7 +514,7 @@ async fn operators_page_through_every_ledger<S: OperationStore>(store: S) {
 async fn a_tenants_webhook_is_set_read_and_removed<S: OperationStore>(store: S) {
     let tenant = TenantId::parse("tenant-hook").unwrap();
     assert_eq!(store.webhook(&tenant).await.unwrap(), None);
-    let config = genace_stages::webhooks::WebhookConfig {
+    let config = genace_core::webhook::WebhookConfig {
         tenant_id: "tenant-hook".into(),
         url: "https://hooks.example/genace".into(),
         events: vec!["operation.delivered".into()],
@@ -530,7 +530,7 @@ async fn a_tenants_webhook_is_set_read_and_removed<S: OperationStore>(store: S) 
         None
     );
     assert!(store.ledgers(10, None).await.unwrap().ledgers.is_empty());
-    let moved = genace_stages::webhooks::WebhookConfig {
+    let moved = genace_core::webhook::WebhookConfig {
         url: "https://hooks.example/v2".into(),
         events: vec![],
         ..config

@@ -10,6 +10,7 @@
 //! - [`ledger`]: each operation's share of its tenant's credits.
 //! - [`events`]: the lifecycle events a committed change announces.
 //! - [`messages`]: what the stages send each other.
+//! - [`webhook`]: a tenant's webhook settings and its secret folder.
 //!
 //! This crate does no I/O. It must not import AWS, HTTP or Lambda crates, nor
 //! any other crate of this workspace: every other crate depends on it.
@@ -21,3 +22,4 @@ pub mod machine;
 pub mod messages;
 pub mod record;
 pub mod remote;
+pub mod webhook;

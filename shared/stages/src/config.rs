@@ -106,7 +106,7 @@ pub struct Config {
     pub policy: Policy,
     /// When a failed webhook POST is tried again (`WEBHOOK_RETRY_FIRST_SECONDS`,
     /// default 30, doubling to `WEBHOOK_RETRY_MAX_SECONDS`, default 6 h).
-    pub webhook_retry: crate::webhooks::RetrySchedule,
+    pub webhook_retry: RetrySchedule,
     /// Whether per-operation fault directives are honoured (never in production).
     pub fault_injection: bool,
     /// Longest delay between two polls of a running job (SQS allows 900 s).
@@ -249,7 +249,7 @@ impl Config {
                 },
                 spend_recheck: Duration::seconds(number("SPEND_LIMIT_RECHECK_SECONDS", 30)?),
             },
-            webhook_retry: crate::webhooks::RetrySchedule {
+            webhook_retry: RetrySchedule {
                 first_seconds: number("WEBHOOK_RETRY_FIRST_SECONDS", 30)? as u32,
                 max_seconds: number("WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600)? as u32,
             },
@@ -291,7 +291,7 @@ impl Config {
             max_body_bytes: 64 * 1024,
             dispatch_grace: Duration::seconds(60),
             policy: Policy::default(),
-            webhook_retry: crate::webhooks::RetrySchedule::default(),
+            webhook_retry: RetrySchedule::default(),
             fault_injection: false,
             poll_max_delay_seconds: crate::queue::MAX_DELAY_SECONDS,
             stall_after: Duration::seconds(6 * 3600),
@@ -304,5 +304,67 @@ impl Config {
             url_policy: UrlPolicy::default(),
             webhook_allowed_ports: Vec::new(),
         }
+    }
+}
+
+/// When an event whose POST failed is tried again: `first_seconds` after
+/// the first failure, twice as long after each further one, never more
+/// than `max_seconds` (nor what SQS grants a received message) between two tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySchedule {
+    pub first_seconds: u32,
+    pub max_seconds: u32,
+}
+
+impl Default for RetrySchedule {
+    /// 30 s, doubling up to 6 h.
+    fn default() -> Self {
+        Self {
+            first_seconds: 30,
+            max_seconds: 6 * 3600,
+        }
+    }
+}
+
+impl RetrySchedule {
+    /// The wait after the `receives`-th delivery failed (counting from 1).
+    pub fn after(&self, receives: u32) -> u32 {
+        let doubled = u64::from(self.first_seconds) << receives.saturating_sub(1).min(32);
+        let most = crate::queue::visibility_left(self.max_seconds, std::time::Duration::ZERO);
+        doubled.min(u64::from(most)) as u32
+    }
+
+    /// How long an event is retried in all when the queue dead-letters it
+    /// on delivery number `max_receives + 1`: the waits after each of its
+    /// `max_receives` failed deliveries.
+    pub fn span(&self, max_receives: u32) -> u64 {
+        (1..=max_receives).map(|n| u64::from(self.after(n))).sum()
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+
+    #[test]
+    fn retries_wait_twice_as_long_each_time_up_to_the_cap() {
+        let r = RetrySchedule::default();
+        let waits: Vec<u32> = (1..=12).map(|n| r.after(n)).collect();
+        assert_eq!(
+            waits,
+            [30, 60, 120, 240, 480, 960, 1920, 3840, 7680, 15360, 21600, 21600]
+        );
+        assert_eq!(r.after(0), 30, "a missing receive count counts as the first");
+        assert_eq!(r.after(u32::MAX), 21600, "no overflow");
+        let capped = RetrySchedule {
+            first_seconds: 3600,
+            max_seconds: u32::MAX,
+        };
+        assert_eq!(
+            capped.after(10),
+            crate::queue::MAX_VISIBILITY_SECONDS - crate::queue::RECEIPT_MARGIN_SECONDS,
+            "SQS refuses the whole 12 h once a message is received"
+        );
+        assert_eq!(r.span(3), 30 + 60 + 120);
     }
 }

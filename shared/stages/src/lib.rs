@@ -39,4 +39,5 @@ pub mod sweep;
 pub mod table;
 pub mod telemetry;
 pub mod urlguard;
+pub mod webhook_admin;
 pub mod webhooks;

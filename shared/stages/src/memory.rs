@@ -34,7 +34,7 @@ pub struct MemoryStore {
 struct Tables {
     records: BTreeMap<String, OperationRecord>,
     ledgers: BTreeMap<String, TenantLedger>,
-    webhooks: BTreeMap<String, crate::webhooks::WebhookConfig>,
+    webhooks: BTreeMap<String, genace_core::webhook::WebhookConfig>,
 }
 
 impl std::ops::Deref for Tables {
@@ -261,14 +261,14 @@ impl OperationStore for MemoryStore {
         Ok(entry.clone())
     }
 
-    async fn webhook(&self, tenant: &TenantId) -> Result<Option<crate::webhooks::WebhookConfig>, StoreError> {
+    async fn webhook(&self, tenant: &TenantId) -> Result<Option<genace_core::webhook::WebhookConfig>, StoreError> {
         Ok(self.lock().webhooks.get(tenant.as_str()).cloned())
     }
 
     async fn set_webhook(
         &self,
         tenant: &TenantId,
-        config: Option<&crate::webhooks::WebhookConfig>,
+        config: Option<&genace_core::webhook::WebhookConfig>,
     ) -> Result<(), StoreError> {
         let mut table = self.lock();
         match config {

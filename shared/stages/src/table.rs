@@ -105,13 +105,13 @@ pub trait OperationStore: Send + Sync {
     fn webhook(
         &self,
         tenant: &TenantId,
-    ) -> impl Future<Output = Result<Option<crate::webhooks::WebhookConfig>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<genace_core::webhook::WebhookConfig>, StoreError>> + Send;
 
     /// Sets (or, with `None`, removes) a tenant's webhook.
     fn set_webhook(
         &self,
         tenant: &TenantId,
-        config: Option<&crate::webhooks::WebhookConfig>,
+        config: Option<&genace_core::webhook::WebhookConfig>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// One page of the sparse open-case index, optionally for one tenant.

@@ -5,10 +5,12 @@
 use chrono::{TimeZone, Utc};
 use genace_core::domain::TenantId;
 
+use genace_core::webhook::WebhookConfig;
+use genace_stages::config::RetrySchedule;
 use genace_stages::memory::{ManualClock, MemoryDeadLetters, MemoryReceiver, MemorySecrets, MemoryStore};
 use genace_stages::stage::{Stage, StageError, handle_body};
 use genace_stages::table::OperationStore;
-use genace_stages::webhooks::{RetrySchedule, WebhookConfig, WebhookDeliverer, Webhooked, signature};
+use genace_stages::webhooks::{WebhookDeliverer, Webhooked, signature};
 use serde_json::{Value, json};
 
 /// A bus event for the rig's operation (a committed change at version 2).

@@ -10,7 +10,7 @@ use genace_stages::intake::{Intake, Submitted};
 use genace_stages::outputs::ObjectStore;
 use genace_stages::queue::WorkQueue;
 use genace_stages::table::OperationStore;
-use genace_stages::webhooks::WebhookRequest;
+use genace_stages::webhook_admin::WebhookRequest;
 use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};

@@ -88,7 +88,7 @@ pub fn expected_spend_hold() -> Value {
 
 /// A tenant's webhook, or that it has none. The secret's value never
 /// appears: only the name of the secret that signs.
-pub fn webhook_view(tenant: &str, config: Option<&genace_stages::webhooks::WebhookConfig>) -> Value {
+pub fn webhook_view(tenant: &str, config: Option<&genace_core::webhook::WebhookConfig>) -> Value {
     match config {
         Some(c) => json!({
             "tenant_id": tenant,

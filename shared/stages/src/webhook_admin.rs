@@ -1,0 +1,228 @@
+//! Operators' webhook settings: read, set and remove a tenant's webhook,
+//! beside the other operator actions (`admin`). Parsing a request checks
+//! the webhook URL policy and the tenant's secret folder, so a webhook that
+//! could never be delivered or would sign with another tenant's secret is
+//! refused when it is saved. Delivery is the `webhooks` stage.
+
+use serde_json::Value;
+use tracing::info;
+
+use crate::admin::Operator;
+use crate::clock::Clock;
+use crate::config::UrlPolicy;
+use crate::intake::{Intake, IntakeError};
+use crate::outputs::ObjectStore;
+use crate::queue::WorkQueue;
+use crate::table::OperationStore;
+use genace_core::domain::{InvalidInput, TenantId};
+use genace_core::events::Kind;
+use genace_core::webhook::{WebhookConfig, secret_belongs_to, tenant_secret_prefix};
+
+/// What an operator asks for: a URL, the secret that signs, and the types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookRequest {
+    pub url: String,
+    pub events: Vec<String>,
+    pub secret_id: String,
+}
+
+impl WebhookRequest {
+    /// Parses `{"url": ..., "secret_id": ..., "events": [...]}` for
+    /// `tenant`. The URL must pass the webhook URL policy as far as it can
+    /// be checked without DNS (scheme, port, literal addresses), so a URL
+    /// that can never be POSTed is refused now, not retried for a day; the
+    /// full guard applies again to every POST. The secret must live under
+    /// the tenant's own prefix ([`tenant_secret_prefix`]). Events, when
+    /// given, must be lifecycle event types.
+    pub fn parse(body: &Value, policy: &UrlPolicy, tenant: &TenantId) -> Result<Self, InvalidInput> {
+        let text = |name: &str| body.get(name).and_then(Value::as_str).map(str::trim);
+        let url = text("url").ok_or_else(|| InvalidInput::new("url", "is required"))?;
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://").filter(|_| policy.allow_http))
+            .ok_or_else(|| InvalidInput::new("url", "must be an https URL"))?;
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        if authority.is_empty() || authority.contains('@') || url.len() > 2048 || url.chars().any(char::is_whitespace) {
+            return Err(InvalidInput::new("url", "must name a host, without user information"));
+        }
+        crate::urlguard::check_url_text(url, policy)
+            .map_err(|why| InvalidInput::new("url", format!("can never be delivered to: {why}")))?;
+        let secret_id = text("secret_id").ok_or_else(|| InvalidInput::new("secret_id", "is required"))?;
+        if !secret_belongs_to(secret_id, tenant) || secret_id.len() > 2048 {
+            return Err(InvalidInput::new(
+                "secret_id",
+                format!(
+                    "must be a Secrets Manager secret named {}<name>",
+                    tenant_secret_prefix(tenant)
+                ),
+            ));
+        }
+        let events = match body.get("events") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => {
+                let known: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+                items
+                    .iter()
+                    .map(|e| match e.as_str() {
+                        Some(t) if known.contains(&t) => Ok(t.to_owned()),
+                        _ => Err(InvalidInput::new(
+                            "events",
+                            format!("must be among {}", known.join(", ")),
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            Some(_) => return Err(InvalidInput::new("events", "must be a list of event types")),
+        };
+        Ok(Self {
+            url: url.to_owned(),
+            events,
+            secret_id: secret_id.to_owned(),
+        })
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+    /// A tenant's webhook, for an operator who may see the tenant.
+    pub async fn webhook(&self, op: &Operator, tenant: &TenantId) -> Result<Option<WebhookConfig>, IntakeError> {
+        if !op.may_see(tenant) {
+            return Err(IntakeError::NotFound);
+        }
+        Ok(self.store.webhook(tenant).await?)
+    }
+
+    /// Sets a tenant's webhook; from now on its events are POSTed there.
+    pub async fn set_webhook(
+        &self,
+        op: &Operator,
+        tenant: &TenantId,
+        request: WebhookRequest,
+    ) -> Result<WebhookConfig, IntakeError> {
+        if !op.may_see(tenant) {
+            return Err(IntakeError::NotFound);
+        }
+        let config = WebhookConfig {
+            tenant_id: tenant.as_str().to_owned(),
+            url: request.url,
+            events: request.events,
+            secret_id: request.secret_id,
+            updated_at: self.clock.now(),
+            updated_by: op.actor.clone(),
+        };
+        self.store.set_webhook(tenant, Some(&config)).await?;
+        info!(actor = %op.actor, tenant = %tenant, "webhook set");
+        Ok(config)
+    }
+
+    /// Removes a tenant's webhook; events already queued are dropped.
+    pub async fn remove_webhook(&self, op: &Operator, tenant: &TenantId) -> Result<(), IntakeError> {
+        if !op.may_see(tenant) {
+            return Err(IntakeError::NotFound);
+        }
+        self.store.set_webhook(tenant, None).await?;
+        info!(actor = %op.actor, tenant = %tenant, "webhook removed");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_webhook_url_that_can_never_be_posted_is_refused_when_saved() {
+        let a = TenantId::parse("tenant-a").unwrap();
+        let body = |url: &str| serde_json::json!({"url": url, "secret_id": "genace/webhooks/tenant-a/s"});
+        let policy = UrlPolicy::default();
+        assert!(WebhookRequest::parse(&body("https://hooks.acme.example/genace"), &policy, &a).is_ok());
+        for refused in [
+            "https://hooks.acme.example:8443/genace",
+            "https://10.0.0.7/genace",
+            "https://169.254.169.254/latest",
+            "https://[::1]/genace",
+            "http://hooks.acme.example/genace",
+        ] {
+            let err = WebhookRequest::parse(&body(refused), &policy, &a).unwrap_err();
+            assert_eq!(err.field, "url", "{refused}");
+        }
+        let ports = UrlPolicy {
+            allowed_ports: vec![8443],
+            ..UrlPolicy::default()
+        };
+        assert!(WebhookRequest::parse(&body("https://hooks.acme.example:8443/genace"), &ports, &a).is_ok());
+        let stolen =
+            serde_json::json!({"url": "https://hooks.acme.example/", "secret_id": "genace/webhooks/tenant-b/s"});
+        assert_eq!(
+            WebhookRequest::parse(&stolen, &policy, &a).unwrap_err().field,
+            "secret_id"
+        );
+    }
+
+    #[test]
+    fn a_request_parses_or_names_its_bad_field() {
+        let tenant = || TenantId::parse("a").unwrap();
+        let policy = |allow_http: bool| UrlPolicy {
+            allow_http,
+            ..UrlPolicy::default()
+        };
+        let ok = serde_json::json!({"url": "https://hooks.acme.example/genace", "secret_id": "genace/webhooks/a/hook",
+                                    "events": ["operation.delivered"]});
+        let r = WebhookRequest::parse(&ok, &policy(false), &tenant()).unwrap();
+        assert_eq!(r.events, ["operation.delivered"]);
+        let field = |body: serde_json::Value, allow_http: bool| {
+            WebhookRequest::parse(&body, &policy(allow_http), &tenant())
+                .unwrap_err()
+                .field
+        };
+        assert_eq!(
+            field(serde_json::json!({"secret_id": "genace/webhooks/a/hook"}), false),
+            "url"
+        );
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "http://hooks.example/x", "secret_id": "genace/webhooks/a/hook"}),
+                false
+            ),
+            "url"
+        );
+        assert!(
+            WebhookRequest::parse(
+                &serde_json::json!({"url": "http://hooks.example/x", "secret_id": "genace/webhooks/a/hook"}),
+                &policy(true),
+                &tenant()
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "https://user:pw@hooks.example/x", "secret_id": "genace/webhooks/a/hook"}),
+                false
+            ),
+            "url"
+        );
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "https:///x", "secret_id": "genace/webhooks/a/hook"}),
+                false
+            ),
+            "url"
+        );
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "https://hooks.example", "secret_id": "prod/db-password"}),
+                false
+            ),
+            "secret_id"
+        );
+        assert!(WebhookRequest::parse(
+            &serde_json::json!({"url": "https://hooks.example", "secret_id": "arn:aws:secretsmanager:us-east-1:1:secret:genace/webhooks/a/hook-AbCd"}), &policy(false), &tenant())
+        .is_ok());
+        assert_eq!(
+            field(
+                serde_json::json!({"url": "https://hooks.example", "secret_id": "genace/webhooks/a/hook", "events": ["operation.exploded"]}),
+                false
+            ),
+            "events"
+        );
+    }
+}
