@@ -87,6 +87,20 @@ pub struct UpdatePlan {
     pub values: Item,
 }
 
+/// The condition every record write carries: the version it was decided on.
+const VERSION_GUARD: &str = "#guard_version = :guard_version";
+
+impl UpdatePlan {
+    /// The plan with the names and values of [`VERSION_GUARD`] for `version`
+    /// added: what both the plain update and the transaction's update send.
+    fn guarded_by(mut self, version: u64) -> Self {
+        self.names.insert("#guard_version".to_owned(), "version".to_owned());
+        self.values
+            .insert(":guard_version".to_owned(), AttributeValue::N(version.to_string()));
+        self
+    }
+}
+
 pub fn plan_update(prev: &Item, next: &Item) -> Option<UpdatePlan> {
     let mut plan = UpdatePlan::default();
     let mut sets = Vec::new();
@@ -152,23 +166,14 @@ impl DynamoStore {
         plan: UpdatePlan,
         delta: Shares,
     ) -> Result<(), StoreError> {
+        let plan = plan.guarded_by(prev.version);
         let record = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::key(&prev.operation_id)))
             .update_expression(plan.expression)
-            .set_expression_attribute_names(Some(
-                plan.names
-                    .into_iter()
-                    .chain([("#guard_version".to_owned(), "version".to_owned())])
-                    .collect(),
-            ))
-            .set_expression_attribute_values(Some(
-                plan.values
-                    .into_iter()
-                    .chain([(":guard_version".to_owned(), AttributeValue::N(prev.version.to_string()))])
-                    .collect(),
-            ))
-            .condition_expression("#guard_version = :guard_version")
+            .set_expression_attribute_names(Some(plan.names))
+            .set_expression_attribute_values(Some(plan.values))
+            .condition_expression(VERSION_GUARD)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| StoreError::Service(e.to_string()))?;
@@ -331,25 +336,16 @@ impl OperationStore for DynamoStore {
             phase_metrics(prev, next);
             return Ok(Applied::Written);
         }
+        let plan = plan.guarded_by(prev.version);
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(&prev.operation_id)))
             .update_expression(plan.expression)
-            .set_expression_attribute_names(Some(
-                plan.names
-                    .into_iter()
-                    .chain([("#guard_version".to_owned(), "version".to_owned())])
-                    .collect(),
-            ))
-            .set_expression_attribute_values(Some(
-                plan.values
-                    .into_iter()
-                    .chain([(":guard_version".to_owned(), AttributeValue::N(prev.version.to_string()))])
-                    .collect(),
-            ))
-            .condition_expression("#guard_version = :guard_version")
+            .set_expression_attribute_names(Some(plan.names))
+            .set_expression_attribute_values(Some(plan.values))
+            .condition_expression(VERSION_GUARD)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;

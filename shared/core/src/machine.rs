@@ -413,6 +413,31 @@ fn observe(
     next
 }
 
+/// The record with a snapshot noted (remote state, when it was seen, and
+/// for a running job the sweep's next deadline), or `None` when nothing
+/// needs writing. A non-terminal snapshot is written only when the sweep's
+/// deadline must move past the next check: a job that goes queued ->
+/// running -> done within the deadline costs no write until it ends. The
+/// recorded remote state may lag meanwhile (by at most the deadline).
+fn noted(
+    rec: &OperationRecord,
+    snap: &JobSnapshot,
+    now: DateTime<Utc>,
+    next_check: DateTime<Utc>,
+) -> Option<OperationRecord> {
+    let due = next_check.timestamp_millis();
+    if snap.status == RenderStatus::Running && rec.due_at.is_some_and(|d| d >= due) {
+        return None;
+    }
+    let mut next = rec.clone();
+    next.remote_state = Some(snap.state.clone());
+    next.observed_at = Some(now);
+    if snap.status == RenderStatus::Running {
+        next.due_at = Some(due);
+    }
+    Some(next)
+}
+
 fn observe_snapshot(
     rec: &OperationRecord,
     snap: &JobSnapshot,
@@ -420,19 +445,11 @@ fn observe_snapshot(
     next_check: DateTime<Utc>,
     policy: &Policy,
 ) -> OperationRecord {
-    let due = next_check.timestamp_millis();
-    // A non-terminal snapshot is written only when the sweep's deadline must
-    // move past the next check: a job that goes queued -> running -> done
-    // within the deadline costs no write until it ends. The recorded remote
-    // state may lag meanwhile (by at most the deadline).
-    if snap.status == RenderStatus::Running && rec.due_at.is_some_and(|d| d >= due) {
+    let Some(mut next) = noted(rec, snap, now, next_check) else {
         return rec.clone();
-    }
-    let mut next = rec.clone();
-    next.remote_state = Some(snap.state.clone());
-    next.observed_at = Some(now);
+    };
     match snap.status {
-        RenderStatus::Running => next.due_at = Some(due),
+        RenderStatus::Running => {}
         RenderStatus::Succeeded => {
             next.phase = Phase::Rendered;
             next.outputs = Some(snap.outputs.clone().unwrap_or_default());
@@ -1252,18 +1269,11 @@ fn observe_abandoned(
     next_check: DateTime<Utc>,
     policy: &Policy,
 ) -> OperationRecord {
-    let due = next_check.timestamp_millis();
-    if snap.status == RenderStatus::Running && rec.due_at.is_some_and(|d| d >= due) {
+    let Some(next) = noted(rec, snap, now, next_check) else {
         return rec.clone();
-    }
-    let mut next = rec.clone();
-    next.remote_state = Some(snap.state.clone());
-    next.observed_at = Some(now);
+    };
     match snap.status {
-        RenderStatus::Running => {
-            next.due_at = Some(due);
-            next
-        }
+        RenderStatus::Running => next,
         RenderStatus::Succeeded => abandoned_job_over(&next, Phase::Rendered, now, policy),
         RenderStatus::Failed => abandoned_job_over(&next, Phase::RenderFailed, now, policy),
     }

@@ -198,14 +198,16 @@ impl genace_stages::genace::Genace for GenaceClient {
     }
 }
 
+/// Everything but RFC 3986's unreserved characters is percent-encoded.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 /// Percent-encodes a job id for use as one path segment.
 fn path_segment(id: &str) -> String {
-    id.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(id, UNRESERVED).to_string()
 }
 
 fn chain(e: &dyn std::error::Error) -> String {
