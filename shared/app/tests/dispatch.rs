@@ -250,7 +250,7 @@ async fn a_4xx_is_rejected() {
     let err = rec.last_error.unwrap();
     assert_eq!(err.status, Some(400));
     assert!(err.detail.contains("unknown model"));
-    assert!(rec.expires_at.is_some(), "a finished operation gets its TTL");
+    assert!(rec.expires_at_s.is_some(), "a finished operation gets its TTL");
 }
 
 #[tokio::test]
@@ -265,7 +265,7 @@ async fn a_429_releases_the_claim_and_retries_after_the_delay() {
     assert_eq!(rec.phase, Phase::Prepared);
     assert_eq!(rec.claim, None);
     assert_eq!(rec.rate_limited_count, 1);
-    assert!(rec.retry_at.is_some());
+    assert!(rec.retry_at_ms.is_some());
     // An early duplicate does not POST and is dropped, so copies never multiply.
     assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Deferred);
     assert_eq!(rig.posts().await, 1);
@@ -336,7 +336,7 @@ async fn an_account_refusal_holds_the_operation_and_a_later_try_succeeds_under_t
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Prepared, "held, not rejected");
     assert_eq!(rec.case.as_ref().unwrap().reason, CaseReason::AccountProblem);
-    assert!(rec.expires_at.is_none());
+    assert!(rec.expires_at_s.is_none());
     assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Deferred);
     assert_eq!(rig.posts().await, 1, "nothing is POSTed while held");
     tokio::time::sleep(Duration::from_millis(2100)).await;
@@ -719,7 +719,7 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     let waiting = rig.record(&loser).await;
     assert_eq!(waiting.phase, Phase::Prepared);
     assert!(waiting.spend_hold.is_some());
-    assert!(waiting.due_at.is_some(), "the sweep looks again");
+    assert!(waiting.due_at_ms.is_some(), "the sweep looks again");
     // The view intake answers with reports the hold.
     let replay = Intent::parse(
         &json!({"operation_key": waiting.operation_key, "media_type": "video",

@@ -236,7 +236,7 @@ async fn a_job_is_observed_by_its_saved_id_then_delivered_and_verified() {
     );
     let rec = rig.record(&id).await;
     assert_eq!(rec.delivery_state, DeliveryState::Delivered);
-    assert!(rec.expires_at.is_some(), "finished operations get their TTL");
+    assert!(rec.expires_at_s.is_some(), "finished operations get their TTL");
     let obj = &rec.delivered_objects[0];
     assert_eq!(obj.key, format!("outputs/tenant-a/{id}/output-0.mp4"));
     assert_eq!(obj.bytes, video.len() as u64);
@@ -358,7 +358,7 @@ async fn an_unknown_or_mismatched_job_opens_a_case() {
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Accepted);
     assert_eq!(rec.case.as_ref().unwrap().reason, CaseReason::RemoteJobMissing);
-    assert_eq!(rec.due_at, None, "a person decides now");
+    assert_eq!(rec.due_at_ms, None, "a person decides now");
     assert_eq!(
         rig.poller().poll(&id).await.unwrap(),
         Polled::NotObservable(Phase::Accepted)
@@ -393,7 +393,7 @@ async fn transient_reads_back_off_and_a_silent_job_opens_a_stall_case() {
     assert!(matches!(rig.poller().poll(&id).await.unwrap(), Polled::Running { .. }));
     let rec = rig.record(&id).await;
     assert_eq!(rec.case.as_ref().unwrap().reason, CaseReason::RenderStalled);
-    assert!(rec.due_at.is_some(), "polling goes on");
+    assert!(rec.due_at_ms.is_some(), "polling goes on");
     // Later polls of the stalled job write nothing while its case is open.
     assert!(matches!(rig.poller().poll(&id).await.unwrap(), Polled::Running { .. }));
     assert_eq!(
@@ -561,7 +561,7 @@ async fn a_refused_output_url_opens_a_case_at_the_first_attempt_without_retrying
         let rec = rig.record(&id).await;
         assert_eq!(rec.delivery_state, DeliveryState::DeliveryFailed);
         assert_eq!(rec.delivery_attempts, 1);
-        assert_eq!(rec.due_at, None);
+        assert_eq!(rec.due_at_ms, None);
         let case = rec.case.unwrap();
         assert_eq!(case.reason, CaseReason::OutputUrlRefused);
         assert!(
@@ -731,7 +731,7 @@ async fn a_completed_job_with_null_outputs_opens_a_case_and_is_never_delivered()
     assert_eq!(rig.poller().poll(&id).await.unwrap(), Polled::Rendered);
     let rec = rig.record(&id).await;
     assert_eq!(rec.case.as_ref().unwrap().reason, CaseReason::OutputsMissing);
-    assert_eq!(rec.due_at, None);
+    assert_eq!(rec.due_at_ms, None);
     assert!(matches!(
         rig.deliverer().deliver(&id).await.unwrap(),
         DeliverResult::NotDeliverable(Phase::Rendered, DeliveryState::NotCollected)

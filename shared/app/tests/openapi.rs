@@ -211,8 +211,8 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     delivered.phase = Phase::Rendered;
     delivered.delivery_state = DeliveryState::Delivered;
     // A delivered operation is finished: its retention clock runs.
-    delivered.expires_at = Some(Utc::now().timestamp() + 3600);
-    delivered.due_at = None;
+    delivered.expires_at_s = Some(Utc::now().timestamp() + 3600);
+    delivered.due_at_ms = None;
     delivered.remote_job_id = Some("job-1".into());
     delivered.delivered_objects = vec![DeliveredObject {
         key: format!("outputs/t1/{id}/output-0.mp4"),

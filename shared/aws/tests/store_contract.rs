@@ -61,7 +61,7 @@ async fn a_retried_create_that_landed_is_new<S: OperationStore>(store: S) {
 
 async fn expired_records_are_absent_and_replaceable<S: OperationStore>(store: S) {
     let mut rec = record("k2", "p");
-    rec.expires_at = Some(Utc::now().timestamp() - 10);
+    rec.expires_at_s = Some(Utc::now().timestamp() - 10);
     store.create(&rec, Utc::now()).await.unwrap();
     assert_eq!(store.get(&rec.operation_id, Utc::now()).await.unwrap(), None);
     let fresh = record("k2", "other");
@@ -93,7 +93,7 @@ async fn writes_are_conditional_on_the_version_read<S: OperationStore>(store: S)
 
     // Removed attributes are removed: `due_at` disappears when uncertain.
     let uncertain = uncertain(&claimed, "tok", "timeout");
-    assert_eq!(uncertain.due_at, None);
+    assert_eq!(uncertain.due_at_ms, None);
     store.apply(&claimed, &uncertain).await.unwrap();
     assert_eq!(
         store.get(&rec.operation_id, Utc::now()).await.unwrap(),
@@ -134,15 +134,15 @@ async fn the_due_index_is_sparse_sharded_ordered_and_paged<S: OperationStore>(st
     let mut due = Vec::new();
     for i in 0..24 {
         let mut rec = record(&format!("due-{i}"), "p");
-        rec.due_at = Some(now - 1000 * (i % 5) as i64);
+        rec.due_at_ms = Some(now - 1000 * (i % 5) as i64);
         store.create(&rec, Utc::now()).await.unwrap();
         due.push(rec);
     }
     let mut settled = record("not-due", "p");
-    settled.due_at = None;
+    settled.due_at_ms = None;
     store.create(&settled, Utc::now()).await.unwrap();
     let mut later = record("later", "p");
-    later.due_at = Some(now + 60_000);
+    later.due_at_ms = Some(now + 60_000);
     store.create(&later, Utc::now()).await.unwrap();
 
     let mut found = Vec::new();
@@ -152,12 +152,12 @@ async fn the_due_index_is_sparse_sharded_ordered_and_paged<S: OperationStore>(st
         loop {
             let page = store.due_page(shard, now, 2, cursor).await.unwrap();
             assert!(page.items.len() <= 2);
-            let times: Vec<i64> = page.items.iter().map(|i| i.due_at).collect();
+            let times: Vec<i64> = page.items.iter().map(|i| i.due_at_ms).collect();
             assert!(times.windows(2).all(|w| w[0] <= w[1]), "oldest first: {times:?}");
             for item in &page.items {
                 let rec = due.iter().find(|r| r.operation_id == item.operation_id).unwrap();
                 assert_eq!(rec.due_pk, format!("DUE#{shard}"));
-                assert_eq!((item.phase, item.due_at), (Phase::Prepared, rec.due_at.unwrap()));
+                assert_eq!((item.phase, item.due_at_ms), (Phase::Prepared, rec.due_at_ms.unwrap()));
             }
             found.extend(page.items.into_iter().map(|i| i.operation_id));
             pages += 1;

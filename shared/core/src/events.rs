@@ -136,8 +136,8 @@ fn same_case(a: Option<&ReconciliationCase>, b: Option<&ReconciliationCase>) -> 
     }
 }
 
-fn retry_at(rec: &OperationRecord) -> Value {
-    rec.retry_at
+fn retry_until(rec: &OperationRecord) -> Value {
+    rec.retry_at_ms
         .and_then(DateTime::from_timestamp_millis)
         .map_or(Value::Null, |t| json!(t))
 }
@@ -219,7 +219,7 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
             out.push(event(
                 new,
                 Kind::Held,
-                json!({"reason": opened.reason.as_str(), "until": retry_at(new)}),
+                json!({"reason": opened.reason.as_str(), "until": retry_until(new)}),
             ));
         }
     }
@@ -227,7 +227,7 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
         out.push(event(
             new,
             Kind::Held,
-            json!({"reason": "spend_limit", "until": retry_at(new)}),
+            json!({"reason": "spend_limit", "until": retry_until(new)}),
         ));
     }
     out
@@ -369,13 +369,13 @@ mod tests {
         assert_eq!(events[1].data["reason"], "account_problem");
         let waiting = step(&r, |n| {
             n.spend_hold = Some(now);
-            n.retry_at = Some(now.timestamp_millis() + 30_000);
+            n.retry_at_ms = Some(now.timestamp_millis() + 30_000);
         });
         let events = derive(Some(&r), &waiting, &Context::default());
         assert_eq!(kinds(&events), [Kind::Held]);
         assert_eq!(events[0].data["reason"], "spend_limit");
         // A second look that still finds no room announces nothing new.
-        let again = step(&waiting, |n| n.retry_at = Some(now.timestamp_millis() + 60_000));
+        let again = step(&waiting, |n| n.retry_at_ms = Some(now.timestamp_millis() + 60_000));
         assert!(derive(Some(&waiting), &again, &Context::default()).is_empty());
     }
 

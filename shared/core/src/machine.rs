@@ -120,7 +120,7 @@ impl Default for Policy {
 /// Opens a case on `next` and takes it off the sweep's schedule: a person
 /// moves it on from here.
 fn hold_with_case(next: &mut OperationRecord, reason: CaseReason, evidence: String, now: DateTime<Utc>) {
-    next.due_at = None;
+    next.due_at_ms = None;
     next.case = Some(ReconciliationCase {
         reason,
         opened_at: now,
@@ -129,9 +129,9 @@ fn hold_with_case(next: &mut OperationRecord, reason: CaseReason, evidence: Stri
 }
 
 fn finish(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
-    next.due_at = None;
+    next.due_at_ms = None;
     next.claim = None;
-    next.expires_at = Some((now + policy.retention).timestamp());
+    next.expires_at_s = Some((now + policy.retention).timestamp());
 }
 
 fn require_claimant(rec: &OperationRecord, token: &str) -> Result<(), Refusal> {
@@ -150,7 +150,7 @@ fn claim_dispatch(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    if let Some(until) = rec.retry_at.filter(|t| *t > now.timestamp_millis()) {
+    if let Some(until) = rec.retry_at_ms.filter(|t| *t > now.timestamp_millis()) {
         return Err(Refusal::NotYet {
             until: DateTime::from_timestamp_millis(until).unwrap_or(now),
         });
@@ -169,7 +169,7 @@ fn claim_dispatch(
         lease_expires_at,
     });
     next.dispatch_attempts = rec.dispatch_attempts + 1;
-    next.due_at = Some(lease_expires_at.timestamp_millis());
+    next.due_at_ms = Some(lease_expires_at.timestamp_millis());
     next.reserved_credits = Some(policy.credit_estimate.for_media(rec.media_type));
     next.spend_hold = None;
     // A dispatch fault directive fires once: the claim consumes it.
@@ -215,12 +215,12 @@ fn release_claim(
         next.case = None;
     }
     if next.rate_limited_count >= policy.rate_limit_max {
-        next.retry_at = None;
+        next.retry_at_ms = None;
         let evidence = format!("Genace answered 429 {} times in a row", next.rate_limited_count);
         hold_with_case(&mut next, CaseReason::RateLimited, evidence, now);
     } else {
-        next.retry_at = Some(retry_at.timestamp_millis());
-        next.due_at = Some(retry_at.timestamp_millis());
+        next.retry_at_ms = Some(retry_at.timestamp_millis());
+        next.due_at_ms = Some(retry_at.timestamp_millis());
     }
     Ok(next)
 }
@@ -231,8 +231,8 @@ fn release_claim(
 fn wait_for_spend_limit(rec: &OperationRecord, retry_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
     next.spend_hold = Some(rec.spend_hold.unwrap_or(now));
-    next.retry_at = Some(retry_at.timestamp_millis());
-    next.due_at = Some(retry_at.timestamp_millis());
+    next.retry_at_ms = Some(retry_at.timestamp_millis());
+    next.due_at_ms = Some(retry_at.timestamp_millis());
     next
 }
 
@@ -263,8 +263,8 @@ fn hold_for_account(
         evidence: format!("Genace answered HTTP {}: {}", error.status.unwrap_or(0), error.detail),
     });
     next.last_error = Some(error);
-    next.retry_at = Some(retry_at);
-    next.due_at = Some(retry_at);
+    next.retry_at_ms = Some(retry_at);
+    next.due_at_ms = Some(retry_at);
     Ok(next)
 }
 
@@ -283,7 +283,7 @@ fn accept(
     next.phase = Phase::Accepted;
     next.claim = None;
     next.case = None;
-    next.retry_at = None;
+    next.retry_at_ms = None;
     next.remote_job_id = Some(job.job_id.clone());
     next.remote_state = job.state.clone();
     next.remote_model = job.model.clone();
@@ -305,7 +305,7 @@ fn accept(
             )
         });
     next.accepted_at = Some(now);
-    next.due_at = Some((now + policy.observe_grace).timestamp_millis());
+    next.due_at_ms = Some((now + policy.observe_grace).timestamp_millis());
     Ok(next)
 }
 
@@ -331,7 +331,7 @@ fn submit_failed(
         evidence: error.detail.clone(),
     });
     next.last_error = Some(error);
-    next.due_at = None;
+    next.due_at_ms = None;
     Ok(next)
 }
 
@@ -350,7 +350,7 @@ fn reject(
     next.last_error = Some(error);
     // A finished operation keeps no case (an earlier account hold is over).
     next.case = None;
-    next.retry_at = None;
+    next.retry_at_ms = None;
     finish(&mut next, now, policy);
     Ok(next)
 }
@@ -382,7 +382,7 @@ fn interrupt(rec: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Resul
 fn open_uncertain(rec: &OperationRecord, reason: CaseReason, evidence: &str, now: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
     next.phase = Phase::Uncertain;
-    next.due_at = None;
+    next.due_at_ms = None;
     next.case = Some(ReconciliationCase {
         reason,
         opened_at: now,
@@ -426,14 +426,14 @@ fn noted(
     next_check: DateTime<Utc>,
 ) -> Option<OperationRecord> {
     let due = next_check.timestamp_millis();
-    if snap.status == RenderStatus::Running && rec.due_at.is_some_and(|d| d >= due) {
+    if snap.status == RenderStatus::Running && rec.due_at_ms.is_some_and(|d| d >= due) {
         return None;
     }
     let mut next = rec.clone();
     next.remote_state = Some(snap.state.clone());
     next.observed_at = Some(now);
     if snap.status == RenderStatus::Running {
-        next.due_at = Some(due);
+        next.due_at_ms = Some(due);
     }
     Some(next)
 }
@@ -454,7 +454,7 @@ fn observe_snapshot(
             next.phase = Phase::Rendered;
             next.outputs = Some(snap.outputs.clone().unwrap_or_default());
             next.case = None;
-            next.due_at = Some((now + policy.observe_grace).timestamp_millis());
+            next.due_at_ms = Some((now + policy.observe_grace).timestamp_millis());
             let missing = match (&snap.outputs, &snap.outputs_unreadable) {
                 (_, Some(why)) => Some(format!("the outputs could not be read: {why}")),
                 (None, None) => Some("the completed job has no outputs (null)".to_owned()),
@@ -504,7 +504,7 @@ fn open_case(
         evidence: evidence.to_owned(),
     });
     if !keep_due {
-        next.due_at = None;
+        next.due_at_ms = None;
     }
     next
 }
@@ -512,7 +512,7 @@ fn open_case(
 /// Moves the sweep's next look at an operation, without changing anything else.
 fn reschedule(rec: &OperationRecord, due: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
-    next.due_at = Some(due.timestamp_millis());
+    next.due_at_ms = Some(due.timestamp_millis());
     next
 }
 
@@ -552,7 +552,7 @@ fn claim_delivery(
         token: token.to_owned(),
         lease_expires_at,
     });
-    next.due_at = Some(lease_expires_at.timestamp_millis());
+    next.due_at_ms = Some(lease_expires_at.timestamp_millis());
     consume_fault(&mut next, Fault::fires_in_delivery);
     Ok(next)
 }
@@ -624,7 +624,7 @@ fn delivery_attempt_failed(
         let evidence = format!("{} delivery attempts failed; last: {error}", next.delivery_attempts);
         hold_with_case(&mut next, CaseReason::DeliveryFailed, evidence, now);
     } else {
-        next.due_at = Some(retry_at.timestamp_millis());
+        next.due_at_ms = Some(retry_at.timestamp_millis());
     }
     Ok(next)
 }
@@ -1036,7 +1036,7 @@ pub fn transition(
             let mut next = accept(rec, token, job, now, policy)?;
             next.phase = Abandoned;
             next.ledger_phase = Some(Accepted);
-            next.due_at = Some(now.timestamp_millis());
+            next.due_at_ms = Some(now.timestamp_millis());
             next
         }
         (Abandoned, Event::SubmitFailed { token, job_id, error }) if rec.ledger_phase == Some(Uncertain) => {
@@ -1140,10 +1140,10 @@ pub fn is_finished(rec: &OperationRecord) -> bool {
 pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
     use CaseReason::*;
     let finished = is_finished(rec);
-    if finished != rec.expires_at.is_some() {
+    if finished != rec.expires_at_s.is_some() {
         return Err(format!(
             "expires_at is {:?} on a {} operation",
-            rec.expires_at,
+            rec.expires_at_s,
             if finished { "finished" } else { "unfinished" }
         ));
     }
@@ -1197,7 +1197,7 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
             rec.delivery_state
         ));
     }
-    if !finished && rec.case.is_none() && rec.due_at.is_none() {
+    if !finished && rec.case.is_none() && rec.due_at_ms.is_none() {
         return Err(format!(
             "an unfinished {} operation with neither a due time nor a case",
             rec.phase.as_str()
@@ -1232,15 +1232,15 @@ fn abandon(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
     next.ledger_phase = Some(from);
     next.delivery_claim = None;
     next.spend_hold = None;
-    next.retry_at = None;
+    next.retry_at_ms = None;
     let job_missing = case_is(next, &[CaseReason::RemoteJobMissing]);
     match from {
-        Phase::Uncertain => next.due_at = None,
-        Phase::SubmitFailed if next.settlement == Some(Settlement::Pending) => next.due_at = None,
-        Phase::Accepted if job_missing => next.due_at = None,
+        Phase::Uncertain => next.due_at_ms = None,
+        Phase::SubmitFailed if next.settlement == Some(Settlement::Pending) => next.due_at_ms = None,
+        Phase::Accepted if job_missing => next.due_at_ms = None,
         Phase::Accepted => {
             next.case = None;
-            next.due_at = Some(now.timestamp_millis());
+            next.due_at_ms = Some(now.timestamp_millis());
         }
         _ => {
             next.case = None;
@@ -1304,7 +1304,7 @@ fn resolve(
             next.accepted_at = Some(rec.accepted_at.unwrap_or(now));
             next.claim = None;
             next.case = None;
-            next.due_at = Some(now.timestamp_millis());
+            next.due_at_ms = Some(now.timestamp_millis());
         }
         Resolution::ConfirmNotCreated if rec.phase == Phase::Abandoned => {
             next = abandoned_job_over(rec, Phase::Prepared, now, policy);
@@ -1317,20 +1317,20 @@ fn resolve(
             next.accepted_at = Some(rec.accepted_at.unwrap_or(now));
             next.claim = None;
             next.case = None;
-            next.due_at = Some((now + policy.observe_grace).timestamp_millis());
+            next.due_at_ms = Some((now + policy.observe_grace).timestamp_millis());
         }
         Resolution::ReleaseHold => {
             next.case = None;
-            next.retry_at = None;
+            next.retry_at_ms = None;
             next.rate_limited_count = 0;
-            next.due_at = Some(now.timestamp_millis());
+            next.due_at_ms = Some(now.timestamp_millis());
         }
         Resolution::ConfirmNotCreated => {
             next.phase = Phase::Prepared;
             next.claim = None;
             next.case = None;
             next.last_error = None;
-            next.due_at = Some(now.timestamp_millis());
+            next.due_at_ms = Some(now.timestamp_millis());
         }
         Resolution::MarkSettled => {
             next.settlement = Some(Settlement::Settled);
@@ -1342,7 +1342,7 @@ fn resolve(
             next.delivery_attempts = 0;
             next.delivery_claim = None;
             next.case = None;
-            next.due_at = Some(now.timestamp_millis());
+            next.due_at_ms = Some(now.timestamp_millis());
         }
         Resolution::Abandon => abandon(&mut next, now, policy),
     }

@@ -190,7 +190,8 @@ pub struct OperationRecord {
     /// while an account problem holds the operation). Kept apart from
     /// `due_at`, which the sweep moves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_at: Option<i64>,
+    #[serde(rename = "retry_at")]
+    pub retry_at_ms: Option<i64>,
     /// 429 answers in a row for this operation.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rate_limited_count: u32,
@@ -251,10 +252,12 @@ pub struct OperationRecord {
     /// Epoch milliseconds at which the sweep should look at this operation;
     /// absent when nothing is due, which keeps the index sparse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub due_at: Option<i64>,
+    #[serde(rename = "due_at")]
+    pub due_at_ms: Option<i64>,
     /// TTL (epoch seconds), set only once the operation is finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<i64>,
+    #[serde(rename = "expires_at")]
+    pub expires_at_s: Option<i64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -291,7 +294,7 @@ impl OperationRecord {
             updated_at: now,
             claim: None,
             dispatch_attempts: 0,
-            retry_at: None,
+            retry_at_ms: None,
             rate_limited_count: 0,
             remote_job_id: None,
             remote_state: None,
@@ -313,15 +316,15 @@ impl OperationRecord {
             case: None,
             fault,
             audit: Vec::new(),
-            due_at: Some((now + dispatch_grace).timestamp_millis()),
-            expires_at: None,
+            due_at_ms: Some((now + dispatch_grace).timestamp_millis()),
+            expires_at_s: None,
         }
     }
 
     /// True when the TTL has passed. DynamoDB may still return such an item
     /// for days, so every read treats it as absent.
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
-        self.expires_at.is_some_and(|t| t <= now.timestamp())
+        self.expires_at_s.is_some_and(|t| t <= now.timestamp())
     }
 
     /// The specification as a JSON object, for views.

@@ -131,7 +131,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         metrics::count("Resolutions", &[("Action", resolution.name())]);
         let stage = match resolution {
             // An abandoned operation's job is only observed, for its credits.
-            _ if next.phase == Phase::Abandoned => next.due_at.map(|_| Queue::Poll),
+            _ if next.phase == Phase::Abandoned => next.due_at_ms.map(|_| Queue::Poll),
             Resolution::AttachRemoteJob { .. } => Some(Queue::Poll),
             Resolution::ConfirmNotCreated | Resolution::ReleaseHold => Some(Queue::Dispatch),
             Resolution::RedriveDelivery => Some(Queue::Deliver),

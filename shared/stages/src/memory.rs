@@ -173,8 +173,8 @@ impl OperationStore for MemoryStore {
         let shard_key = format!("DUE#{shard}");
         let after = match &cursor {
             Some(c) => {
-                let (due_at, pk) = parse_cursor(&c.0)?;
-                Some((due_at.parse::<i64>().map_err(|_| StoreError::Cursor)?, pk))
+                let (due_at_ms, pk) = parse_cursor(&c.0)?;
+                Some((due_at_ms.parse::<i64>().map_err(|_| StoreError::Cursor)?, pk))
             }
             None => None,
         };
@@ -182,7 +182,7 @@ impl OperationStore for MemoryStore {
         let mut entries: Vec<(i64, &OperationRecord)> = table
             .values()
             .filter(|r| r.due_pk == shard_key)
-            .filter_map(|r| r.due_at.filter(|d| *d <= before_ms).map(|d| (d, r)))
+            .filter_map(|r| r.due_at_ms.filter(|d| *d <= before_ms).map(|d| (d, r)))
             .filter(|(d, r)| after.as_ref().is_none_or(|(ad, apk)| (*d, &r.pk) > (*ad, apk)))
             .collect();
         entries.sort_by(|a, b| (a.0, &a.1.pk).cmp(&(b.0, &b.1.pk)));
@@ -199,7 +199,7 @@ impl OperationStore for MemoryStore {
                 operation_id: r.operation_id.clone(),
                 phase: r.phase,
                 delivery_state: r.delivery_state,
-                due_at: d,
+                due_at_ms: d,
             })
             .collect();
         Ok(DuePage { items, next })

@@ -113,7 +113,7 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
         let Some(rec) = self.store.get(&item.operation_id, now).await? else {
             return Ok(());
         };
-        if rec.due_at != Some(item.due_at) {
+        if rec.due_at_ms != Some(item.due_at_ms) {
             return Ok(());
         }
         let reschedule = Event::Reschedule {

@@ -146,7 +146,9 @@ pub struct DueItem {
     pub operation_id: OperationId,
     pub phase: genace_core::record::Phase,
     pub delivery_state: genace_core::record::DeliveryState,
-    pub due_at: i64,
+    /// Epoch milliseconds; stored as `due_at`.
+    #[serde(rename = "due_at")]
+    pub due_at_ms: i64,
 }
 
 /// Where the next page starts: opaque, made by the store that returned it.

@@ -181,9 +181,9 @@ fn a_new_intent_is_prepared_and_due_for_dispatch() {
     assert_eq!(r.phase, Phase::Prepared);
     assert_eq!(r.delivery_state, DeliveryState::NotCollected);
     assert_eq!(r.version, 1);
-    assert_eq!(r.due_at, Some((t0() + Duration::seconds(60)).timestamp_millis()));
+    assert_eq!(r.due_at_ms, Some((t0() + Duration::seconds(60)).timestamp_millis()));
     assert!(r.due_pk.starts_with("DUE#"));
-    assert_eq!(r.expires_at, None);
+    assert_eq!(r.expires_at_s, None);
 }
 
 #[test]
@@ -195,7 +195,7 @@ fn claim_moves_prepared_to_submitting_with_a_lease() {
     let c = r.claim.as_ref().unwrap();
     assert_eq!(c.token, "tok");
     assert_eq!(c.lease_expires_at, t0() + Duration::seconds(120));
-    assert_eq!(r.due_at, Some(c.lease_expires_at.timestamp_millis()));
+    assert_eq!(r.due_at_ms, Some(c.lease_expires_at.timestamp_millis()));
 }
 
 #[test]
@@ -280,7 +280,7 @@ fn submit_failed_saves_the_job_and_opens_settlement() {
     assert_eq!(r.remote_job_id.as_deref(), Some("J5"));
     assert_eq!(r.settlement, Some(Settlement::Pending));
     assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::SettlementPending);
-    assert_eq!(r.due_at, None);
+    assert_eq!(r.due_at_ms, None);
     assert_eq!(
         submit_failed(&submitting(), "x", "J5", err("e"), t0()),
         Err(Refusal::NotClaimant)
@@ -299,8 +299,8 @@ fn reject_finishes_the_operation() {
     let r = reject(&submitting(), "tok", err("http_400"), t0(), &p).unwrap();
     assert_eq!(r.phase, Phase::Rejected);
     assert_eq!(r.claim, None);
-    assert_eq!(r.due_at, None);
-    assert_eq!(r.expires_at, Some((t0() + Duration::days(30)).timestamp()));
+    assert_eq!(r.due_at_ms, None);
+    assert_eq!(r.expires_at_s, Some((t0() + Duration::days(30)).timestamp()));
     assert!(reject(&with_phase(Phase::Accepted), "tok", err("e"), t0(), &p).is_err());
 }
 
@@ -310,7 +310,7 @@ fn release_after_429_returns_to_prepared() {
     let r = release_claim(&submitting(), "tok", retry, t0(), &Policy::default()).unwrap();
     assert_eq!(r.phase, Phase::Prepared);
     assert_eq!(r.claim, None);
-    assert_eq!(r.due_at, Some(retry.timestamp_millis()));
+    assert_eq!(r.due_at_ms, Some(retry.timestamp_millis()));
     assert_eq!(
         release_claim(&submitting(), "x", retry, t0(), &Policy::default()),
         Err(Refusal::NotClaimant)
@@ -325,7 +325,7 @@ fn unknown_outcome_is_uncertain_with_a_case() {
     let case = r.case.unwrap();
     assert_eq!(case.reason, CaseReason::UnknownSubmitOutcome);
     assert_eq!(case.evidence, "timed out after 30s");
-    assert_eq!(r.due_at, None);
+    assert_eq!(r.due_at_ms, None);
     assert_eq!(mark_uncertain(&submitting(), "x", "e", t0()), Err(Refusal::NotClaimant));
 }
 
@@ -383,7 +383,7 @@ fn observe_records_progress_and_skips_writes_that_change_nothing() {
     assert_eq!(r.phase, Phase::Accepted);
     assert_eq!(r.remote_state.as_deref(), Some("queued"));
     assert_eq!(r.observed_at, Some(later));
-    assert_eq!(r.due_at, Some(next_check.timestamp_millis()));
+    assert_eq!(r.due_at_ms, Some(next_check.timestamp_millis()));
     // The deadline still covers the next check: nothing to write, even
     // for a new non-terminal state.
     let same = observe(&r, &snap("queued", RenderStatus::Running), later, next_check, &p).unwrap();
@@ -395,7 +395,7 @@ fn observe_records_progress_and_skips_writes_that_change_nothing() {
     let extended = observe(&r, &snap("running", RenderStatus::Running), later, beyond, &p).unwrap();
     assert_eq!(extended.version, r.version + 1);
     assert_eq!(extended.remote_state.as_deref(), Some("running"));
-    assert_eq!(extended.due_at, Some(beyond.timestamp_millis()));
+    assert_eq!(extended.due_at_ms, Some(beyond.timestamp_millis()));
     // A terminal state is always written.
     let done = observe(&r, &snap("completed", RenderStatus::Succeeded), later, next_check, &p).unwrap();
     assert_eq!(done.phase, Phase::Rendered);
@@ -415,14 +415,14 @@ fn observe_completes_once_and_never_overwrites_a_terminal_state() {
     assert_eq!(done.phase, Phase::Rendered);
     assert_eq!(done.outputs.as_ref().unwrap().len(), 1);
     assert_eq!(done.delivery_state, DeliveryState::NotCollected);
-    assert!(done.due_at.is_some(), "delivery is due");
+    assert!(done.due_at_ms.is_some(), "delivery is due");
     assert!(observe(&done, &snap("failed", RenderStatus::Failed), t0(), t0(), &p).is_err());
 
     let failed = observe(&accepted_rec(), &snap("failed", RenderStatus::Failed), t0(), t0(), &p).unwrap();
     assert_eq!(failed.phase, Phase::RenderFailed);
     assert!(failed.last_error.as_ref().unwrap().detail.contains("nsfw"));
-    assert!(failed.expires_at.is_some());
-    assert_eq!(failed.due_at, None);
+    assert!(failed.expires_at_s.is_some());
+    assert_eq!(failed.due_at_ms, None);
     assert!(observe(&failed, &snap("completed", RenderStatus::Succeeded), t0(), t0(), &p).is_err());
     assert!(observe(&prepared(), &snap("queued", RenderStatus::Running), t0(), t0(), &p).is_err());
 }
@@ -432,13 +432,13 @@ fn cases_on_accepted_operations() {
     let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
     assert_eq!(missing.phase, Phase::Accepted);
     assert_eq!(missing.case.as_ref().unwrap().reason, CaseReason::RemoteJobMissing);
-    assert_eq!(missing.due_at, None);
+    assert_eq!(missing.due_at_ms, None);
     assert_eq!(
         open_case(&missing, CaseReason::RemoteJobMissing, "again", false, t0()).unwrap(),
         missing
     );
     let stalled = open_case(&accepted_rec(), CaseReason::RenderStalled, "6h", true, t0()).unwrap();
-    assert!(stalled.due_at.is_some(), "polling goes on");
+    assert!(stalled.due_at_ms.is_some(), "polling goes on");
     let done = observe(
         &stalled,
         &snap("completed", RenderStatus::Succeeded),
@@ -491,7 +491,7 @@ fn delivery_is_claimed_once_and_finishes_delivered() {
     let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
     assert_eq!(done.delivery_state, DeliveryState::Delivered);
     assert_eq!(done.delivered_objects, vec![object()]);
-    assert!(done.expires_at.is_some());
+    assert!(done.expires_at_s.is_some());
     assert!(matches!(
         claim_delivery(&done, "d3", t0(), &p),
         Err(Refusal::DeliveryFinished { .. })
@@ -511,13 +511,13 @@ fn failed_deliveries_retry_then_give_up_with_a_case() {
     assert_eq!(once.delivery_attempts, 1);
     assert_eq!(once.delivery_state, DeliveryState::Collecting);
     assert_eq!(once.delivery_claim, None);
-    assert_eq!(once.due_at, Some(retry_at.timestamp_millis()));
+    assert_eq!(once.due_at_ms, Some(retry_at.timestamp_millis()));
     assert_eq!(once.phase, Phase::Rendered, "never re-rendered");
     let again = claim_delivery(&once, "d2", t0(), &p).unwrap();
     let gave_up = delivery_attempt_failed(&again, "d2", "503 again", retry_at, t0(), &p).unwrap();
     assert_eq!(gave_up.delivery_state, DeliveryState::DeliveryFailed);
     assert_eq!(gave_up.case.unwrap().reason, CaseReason::DeliveryFailed);
-    assert_eq!(gave_up.due_at, None);
+    assert_eq!(gave_up.due_at_ms, None);
 }
 
 #[test]
@@ -574,7 +574,7 @@ fn operators_resolve_only_from_the_right_phase_and_are_audited() {
     let failed = submit_failed(&submitting(), "tok", "J5", err("http_502"), t0()).unwrap();
     let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "refunded", t0(), &p).unwrap();
     assert_eq!(settled.settlement, Some(Settlement::Settled));
-    assert!(settled.expires_at.is_some());
+    assert!(settled.expires_at_s.is_some());
     assert!(resolve(&settled, &Resolution::MarkSettled, "ops", "again", t0(), &p).is_err());
 
     let p2 = Policy {
@@ -602,11 +602,11 @@ fn operators_resolve_only_from_the_right_phase_and_are_audited() {
     assert_eq!(abandoned.phase, Phase::Abandoned);
     assert_eq!(abandoned.ledger_phase, Some(Phase::Uncertain));
     assert!(
-        abandoned.expires_at.is_none() && abandoned.case.is_some(),
+        abandoned.expires_at_s.is_none() && abandoned.case.is_some(),
         "a job may exist: the case stays until an operator says"
     );
     let closed = resolve(&abandoned, &Resolution::ConfirmNotCreated, "ops", "none", t0(), &p).unwrap();
-    assert!(closed.expires_at.is_some() && closed.case.is_none());
+    assert!(closed.expires_at_s.is_some() && closed.case.is_none());
 }
 
 /// Records in every state a resolution can meet, reached through the
@@ -712,7 +712,7 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
     let abandoned = resolve(&stalled, &Resolution::Abandon, "ops", "user left", t0(), &p).unwrap();
     assert_eq!(share(&abandoned).held, 12_500);
     assert!(
-        abandoned.due_at.is_some() && abandoned.case.is_none(),
+        abandoned.due_at_ms.is_some() && abandoned.case.is_none(),
         "polling goes on"
     );
     let later = t0() + Duration::minutes(1);
@@ -741,7 +741,7 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
         (Phase::Abandoned, Some(Phase::Rendered))
     );
     assert_eq!(share(&done).spent, 12_500, "Genace charged it: spent");
-    assert!(done.expires_at.is_some() && done.delivery_state == DeliveryState::NotCollected);
+    assert!(done.expires_at_s.is_some() && done.delivery_state == DeliveryState::NotCollected);
     let failed = observed(&running, &snap("failed", RenderStatus::Failed)).unwrap();
     assert!(share(&failed).is_zero(), "a failed render is released");
     assert!(observed(&done, &snap("completed", RenderStatus::Succeeded)).is_err());
@@ -749,10 +749,10 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
     // Genace does not know the job: a person confirms it never ran.
     let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
     let abandoned = resolve(&missing, &Resolution::Abandon, "ops", "r", t0(), &p).unwrap();
-    assert_eq!((share(&abandoned).held, abandoned.due_at), (12_500, None));
+    assert_eq!((share(&abandoned).held, abandoned.due_at_ms), (12_500, None));
     assert!(observed(&abandoned, &snap("running", RenderStatus::Running)).is_err());
     let confirmed = resolve(&abandoned, &Resolution::ConfirmNotCreated, "ops", "r", t0(), &p).unwrap();
-    assert!(share(&confirmed).is_zero() && confirmed.expires_at.is_some());
+    assert!(share(&confirmed).is_zero() && confirmed.expires_at_s.is_some());
 }
 
 #[test]
@@ -773,7 +773,7 @@ fn an_abandoned_uncertain_operation_still_takes_its_job_id_or_a_confirmation() {
         (Phase::Abandoned, Some(Phase::Accepted), Some("J5"))
     );
     assert_eq!(share(&recovered).held, 12_500);
-    assert!(recovered.case.is_none() && recovered.due_at.is_some());
+    assert!(recovered.case.is_none() && recovered.due_at_ms.is_some());
     let attached = resolve(
         &abandoned,
         &Resolution::AttachRemoteJob { job_id: "J6".into() },
@@ -787,7 +787,10 @@ fn an_abandoned_uncertain_operation_still_takes_its_job_id_or_a_confirmation() {
     let failed = submit_failed(&abandoned, "tok", "J7", err("x"), t0()).unwrap();
     assert_eq!(share(&failed).pending_refund, 10_000);
     let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "r", t0(), &p).unwrap();
-    assert_eq!((share(&settled).settled, settled.expires_at.is_some()), (10_000, true));
+    assert_eq!(
+        (share(&settled).settled, settled.expires_at_s.is_some()),
+        (10_000, true)
+    );
 }
 
 #[test]
@@ -1005,7 +1008,7 @@ fn a_completed_job_without_usable_outputs_opens_outputs_missing() {
         assert_eq!(r.phase, Phase::Rendered);
         assert_eq!(r.delivery_state, DeliveryState::NotCollected);
         assert_eq!(r.case.as_ref().unwrap().reason, CaseReason::OutputsMissing);
-        assert_eq!(r.due_at, None, "nothing is scheduled; a person decides");
+        assert_eq!(r.due_at_ms, None, "nothing is scheduled; a person decides");
         assert_eq!(
             claim_delivery(&r, "d", t0(), &p),
             Err(Refusal::CaseOpen(CaseReason::OutputsMissing))
@@ -1026,7 +1029,7 @@ fn an_account_refusal_holds_the_operation_and_a_later_try_or_an_operator_release
     assert_eq!(held.case.as_ref().unwrap().reason, CaseReason::AccountProblem);
     assert_eq!(held.claim, None);
     let until = t0() + p.account_hold;
-    assert_eq!(held.retry_at, Some(until.timestamp_millis()));
+    assert_eq!(held.retry_at_ms, Some(until.timestamp_millis()));
     assert!(matches!(
         claim_dispatch(&held, "n", t0() + Duration::seconds(1), &p),
         Err(Refusal::NotYet { .. })
@@ -1034,7 +1037,7 @@ fn an_account_refusal_holds_the_operation_and_a_later_try_or_an_operator_release
     let retried = claim_dispatch(&held, "n", until, &p).unwrap();
     let accepted = accept(&retried, "n", &job("J1"), until, &p).unwrap();
     assert_eq!(accepted.case, None, "a later successful POST closes the case");
-    assert_eq!(accepted.retry_at, None);
+    assert_eq!(accepted.retry_at_ms, None);
 
     // Whatever ends the hold closes its case.
     let retried_again = claim_dispatch(&held, "m", until, &p).unwrap();
@@ -1045,7 +1048,7 @@ fn an_account_refusal_holds_the_operation_and_a_later_try_or_an_operator_release
 
     let released = resolve(&held, &Resolution::ReleaseHold, "ops", "key rotated", t0(), &p).unwrap();
     assert_eq!(
-        (released.phase, released.case.clone(), released.retry_at),
+        (released.phase, released.case.clone(), released.retry_at_ms),
         (Phase::Prepared, None, None)
     );
     assert!(claim_dispatch(&released, "n", t0(), &p).is_ok());
@@ -1060,7 +1063,7 @@ fn rate_limits_keep_their_own_retry_time_and_are_bounded() {
     };
     let retry = t0() + Duration::seconds(30);
     let once = release_claim(&submitting(), "tok", retry, t0(), &p).unwrap();
-    assert_eq!(once.retry_at, Some(retry.timestamp_millis()));
+    assert_eq!(once.retry_at_ms, Some(retry.timestamp_millis()));
     // The sweep pushes due_at; the claim still opens at retry_at.
     let pushed = reschedule(&once, retry + Duration::seconds(300), t0());
     assert!(matches!(
@@ -1070,7 +1073,7 @@ fn rate_limits_keep_their_own_retry_time_and_are_bounded() {
     let again = claim_dispatch(&pushed, "n", retry, &p).unwrap();
     let held = release_claim(&again, "n", retry + Duration::seconds(30), retry, &p).unwrap();
     assert_eq!(held.case.as_ref().unwrap().reason, CaseReason::RateLimited);
-    assert_eq!(held.due_at, None);
+    assert_eq!(held.due_at_ms, None);
     assert_eq!(
         claim_dispatch(&held, "m", retry + Duration::hours(1), &p),
         Err(Refusal::CaseOpen(CaseReason::RateLimited))
@@ -1123,7 +1126,7 @@ fn a_refused_output_fails_delivery_at_once_with_its_own_case() {
     let case = r.case.unwrap();
     assert_eq!(case.reason, CaseReason::OutputUrlRefused);
     assert!(case.evidence.contains("output 0"));
-    assert_eq!(r.due_at, None);
+    assert_eq!(r.due_at_ms, None);
 }
 #[test]
 fn the_table_alone_moves_the_version_once_and_not_at_all_for_no_change() {
@@ -1189,7 +1192,7 @@ fn a_stall_rides_on_the_observation_in_one_version() {
     let stalled = transition(&a, event, later, &p).unwrap();
     assert_eq!(stalled.version, a.version + 1);
     assert_eq!(stalled.case.as_ref().map(|c| c.reason), Some(CaseReason::RenderStalled));
-    assert!(stalled.due_at.is_some(), "polling goes on");
+    assert!(stalled.due_at_ms.is_some(), "polling goes on");
     assert_eq!(
         transition(&stalled, event, later, &p),
         Ok(stalled.clone()),
@@ -1214,7 +1217,7 @@ fn the_invariants_catch_each_broken_rule() {
     let ok = prepared();
     assert_eq!(check_invariants(&ok), Ok(()));
     let mut r = ok.clone();
-    r.expires_at = Some(1);
+    r.expires_at_s = Some(1);
     assert!(check_invariants(&r).unwrap_err().contains("expires_at"));
     let mut r = ok.clone();
     r.phase = Phase::Uncertain;
@@ -1236,7 +1239,7 @@ fn the_invariants_catch_each_broken_rule() {
     }));
     assert!(check_invariants(&r).unwrap_err().contains("delivery claim"));
     let mut r = ok.clone();
-    r.due_at = None;
+    r.due_at_ms = None;
     assert!(
         check_invariants(&r)
             .unwrap_err()
@@ -1247,7 +1250,7 @@ fn the_invariants_catch_each_broken_rule() {
     let done = delivered(&collecting, "d", vec![object()], t0(), &Policy::default()).unwrap();
     assert_eq!(check_invariants(&done), Ok(()));
     let mut r = done.clone();
-    r.expires_at = None;
+    r.expires_at_s = None;
     assert!(check_invariants(&r).is_err());
 }
 /// Found by the simulator (seed 862): an operator abandoned an operation

@@ -69,7 +69,7 @@ pub fn view(rec: &OperationRecord) -> Value {
         obj.insert("ledger_phase".into(), json!(phase));
     }
     if let Some(since) = rec.spend_hold {
-        let next_check = rec.retry_at.and_then(chrono::DateTime::from_timestamp_millis);
+        let next_check = rec.retry_at_ms.and_then(chrono::DateTime::from_timestamp_millis);
         obj.insert(
             "hold".into(),
             json!({"reason": "spend_limit", "since": since, "next_check": next_check,
