@@ -43,7 +43,7 @@ cleanup() {
 trap cleanup EXIT
 scripts/local-aws.sh server
 eval "$(scripts/local-aws.sh env)"
-"$BIN/genace-sim" >".local/api-check-sim.log" 2>&1 &
+"$BIN/genace-standin" >".local/api-check-sim.log" 2>&1 &
 children+=($!)
 "$BIN/genace-local" run >".local/api-check-stack.log" 2>&1 &
 children+=($!)

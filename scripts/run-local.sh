@@ -61,7 +61,7 @@ trap cleanup EXIT INT TERM
 scripts/local-aws.sh server
 eval "$(scripts/local-aws.sh env)"
 
-"$BIN/genace-sim" >"$ROOT/.local/genace-sim.log" 2>&1 &
+"$BIN/genace-standin" >"$ROOT/.local/genace-standin.log" 2>&1 &
 children+=($!)
 "$BIN/genace-local" run "${mode[@]}" &
 children+=($!)

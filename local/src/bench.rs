@@ -36,7 +36,7 @@ use genace_stages::deliver::DeliverResult;
 use genace_stages::table::OperationStore;
 use serde_json::{Value, json};
 
-use crate::{devauth, meter, runner, serve, sim};
+use crate::{devauth, meter, runner, serve, standin};
 
 const TENANT: &str = "bench-tenant";
 
@@ -328,12 +328,12 @@ async fn post_http(client: &reqwest::Client, api: &str, token: &str, key: &str) 
 
 /// Starts the simulator with quick jobs: `running` at the first poll (5 s),
 /// `completed` at the second.
-async fn start_sim(output_bytes: usize) -> Result<(Arc<sim::Sim>, String), String> {
+async fn start_standin(output_bytes: usize) -> Result<(Arc<standin::StandIn>, String), String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| e.to_string())?;
     let base = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
-    let settings = sim::Settings {
+    let settings = standin::Settings {
         queued: Duration::from_secs(2),
         running: Duration::from_secs(4),
         output_bytes,
@@ -344,7 +344,7 @@ async fn start_sim(output_bytes: usize) -> Result<(Arc<sim::Sim>, String), Strin
         base: base.clone(),
         verbose: false,
     };
-    let (sim, _task) = sim::serve(listener, settings);
+    let (sim, _task) = standin::serve(listener, settings);
     Ok((sim, base))
 }
 
@@ -431,7 +431,7 @@ async fn pipeline(args: &Args) -> Result<(), String> {
     let prices = load_prices(&args.prices)?;
     let n = args.intents.max(1);
     let stack = Stack::fresh().await?;
-    let (sim, base) = start_sim(args.output_bytes).await?;
+    let (sim, base) = start_standin(args.output_bytes).await?;
     let (running, addr) = stack.start_runner(&base, 4).await?;
     let api = format!("http://{addr}");
     let token = devauth::issue("tenant_id", TENANT, 3600)?;
@@ -1008,7 +1008,7 @@ async fn rendered_operation(store: &DynamoStore, config: &Config, key: &str, url
 async fn load(args: &Args) -> Result<(), String> {
     let total = args.intents.max(1);
     let stack = Stack::fresh().await?;
-    let (sim, base) = start_sim(args.output_bytes).await?;
+    let (sim, base) = start_standin(args.output_bytes).await?;
     let (running, addr) = stack.start_runner(&base, 6).await?;
     let api = format!("http://{addr}");
     let token = devauth::issue("tenant_id", TENANT, 3600)?;

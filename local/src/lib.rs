@@ -9,5 +9,5 @@ pub mod events;
 pub mod meter;
 pub mod runner;
 pub mod serve;
-pub mod sim;
+pub mod standin;
 pub mod template;

@@ -202,12 +202,12 @@ async fn port<T>(chaos: &Chaos, effect: impl Future<Output = T>) -> T {
 
 /// An in-memory adapter whose every call goes through [`port`].
 #[derive(Debug, Clone)]
-pub struct Sim<T> {
+pub struct Chaotic<T> {
     inner: T,
     chaos: Chaos,
 }
 
-impl<T: OperationStore> OperationStore for Sim<T> {
+impl<T: OperationStore> OperationStore for Chaotic<T> {
     async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
         port(&self.chaos, self.inner.create(rec, now)).await
     }
@@ -258,19 +258,19 @@ impl<T: OperationStore> OperationStore for Sim<T> {
     }
 }
 
-impl<T: WorkQueue> WorkQueue for Sim<T> {
+impl<T: WorkQueue> WorkQueue for Chaotic<T> {
     async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
         port(&self.chaos, self.inner.enqueue(queue, id, delay_seconds)).await
     }
 }
 
-impl<T: RecoveryChannel> RecoveryChannel for Sim<T> {
+impl<T: RecoveryChannel> RecoveryChannel for Chaotic<T> {
     async fn send_recovery(&self, message: &RecoveryMessage) -> Result<(), QueueError> {
         port(&self.chaos, self.inner.send_recovery(message)).await
     }
 }
 
-impl<T: ObjectStore> ObjectStore for Sim<T> {
+impl<T: ObjectStore> ObjectStore for Chaotic<T> {
     async fn put(&self, key: &str, content_type: &str, data: Vec<u8>, sha256: &str) -> Result<(), StorageError> {
         port(&self.chaos, self.inner.put(key, content_type, data, sha256)).await
     }
@@ -301,7 +301,7 @@ impl<T: ObjectStore> ObjectStore for Sim<T> {
 }
 
 /// Genace answers each POST with an outcome class drawn from the seed.
-impl Genace for Sim<MemoryGenace> {
+impl Genace for Chaotic<MemoryGenace> {
     async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
         let reporting = |held: &str| SubmitPlan::AcceptReporting {
             state: "queued".into(),
@@ -362,7 +362,7 @@ impl Genace for Sim<MemoryGenace> {
     }
 }
 
-impl Downloads for Sim<MemoryDownloads> {
+impl Downloads for Chaotic<MemoryDownloads> {
     type Body = MemoryBody;
     async fn open(&self, url: &str) -> Result<Download<MemoryBody>, DownloadError> {
         port(&self.chaos, self.inner.open(url)).await
@@ -371,8 +371,14 @@ impl Downloads for Sim<MemoryDownloads> {
 
 // ------------------------------------------------------------ the world
 
-type SimApp =
-    App<Sim<MemoryStore>, Sim<MemoryQueue>, Sim<MemoryObjects>, Sim<MemoryGenace>, Sim<MemoryDownloads>, ManualClock>;
+type SimApp = App<
+    Chaotic<MemoryStore>,
+    Chaotic<MemoryQueue>,
+    Chaotic<MemoryObjects>,
+    Chaotic<MemoryGenace>,
+    Chaotic<MemoryDownloads>,
+    ManualClock,
+>;
 
 type Handler = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
 
@@ -503,23 +509,23 @@ impl World {
             store.set_spend_limit_now(TENANTS[0], Some(genace_core::ledger::millis(limit)));
         }
         let app = App {
-            store: Sim {
+            store: Chaotic {
                 inner: store.clone(),
                 chaos: chaos.clone(),
             },
-            queue: Sim {
+            queue: Chaotic {
                 inner: queue.clone(),
                 chaos: chaos.clone(),
             },
-            objects: Sim {
+            objects: Chaotic {
                 inner: objects.clone(),
                 chaos: chaos.clone(),
             },
-            genace: Sim {
+            genace: Chaotic {
                 inner: genace.clone(),
                 chaos: chaos.clone(),
             },
-            downloads: Sim {
+            downloads: Chaotic {
                 inner: downloads.clone(),
                 chaos: chaos.clone(),
             },

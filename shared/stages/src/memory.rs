@@ -667,7 +667,7 @@ pub enum SubmitPlan {
 
 /// One job Genace holds.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SimJob {
+pub struct GenaceJob {
     pub id: String,
     /// The submission's `client_reference` (the operation id).
     pub client_reference: Option<String>,
@@ -696,7 +696,7 @@ pub struct MemoryGenace {
 #[derive(Debug, Default)]
 struct GenaceState {
     plans: std::collections::VecDeque<SubmitPlan>,
-    jobs: BTreeMap<String, SimJob>,
+    jobs: BTreeMap<String, GenaceJob>,
     posts: Vec<serde_json::Value>,
     next: u64,
 }
@@ -720,7 +720,7 @@ impl MemoryGenace {
     }
 
     /// Every job created, in creation order of their ids.
-    pub fn jobs(&self) -> Vec<SimJob> {
+    pub fn jobs(&self) -> Vec<GenaceJob> {
         self.lock().jobs.values().cloned().collect()
     }
 
@@ -734,7 +734,7 @@ impl MemoryGenace {
         let id = format!("job-{:04}", state.next);
         state.jobs.insert(
             id.clone(),
-            SimJob {
+            GenaceJob {
                 id: id.clone(),
                 client_reference: body.get("client_reference").and_then(|v| v.as_str()).map(str::to_owned),
                 state: job_state.to_owned(),

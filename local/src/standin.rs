@@ -1,4 +1,4 @@
-//! The Genace simulator, as a library: `genace-sim` serves it on its own,
+//! The Genace simulator, as a library: `genace-standin` serves it on its own,
 //! and the benchmark hosts it in-process to count what Genace was asked.
 //!
 //! - `POST /v1/jobs` answers 202 with a fresh `job_id` (state `queued`).
@@ -71,7 +71,7 @@ struct Job {
     media_type: String,
 }
 
-pub struct Sim {
+pub struct StandIn {
     settings: Settings,
     jobs: Mutex<HashMap<String, Job>>,
     counter: AtomicU64,
@@ -95,7 +95,7 @@ fn json_response(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
         .expect("valid response")
 }
 
-impl Sim {
+impl StandIn {
     async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let path = req.uri().path().to_owned();
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
@@ -220,8 +220,8 @@ impl Sim {
 }
 
 /// Serves the simulator on `listener` until the task is dropped.
-pub fn serve(listener: tokio::net::TcpListener, settings: Settings) -> (Arc<Sim>, tokio::task::JoinHandle<()>) {
-    let sim = Arc::new(Sim {
+pub fn serve(listener: tokio::net::TcpListener, settings: Settings) -> (Arc<StandIn>, tokio::task::JoinHandle<()>) {
+    let sim = Arc::new(StandIn {
         settings,
         jobs: Mutex::new(HashMap::new()),
         counter: AtomicU64::new(0),

@@ -1,5 +1,5 @@
-//! `genace-sim`: a stand-in for Genace on loopback, for local runs (see
-//! `genace_local::sim`).
+//! `genace-standin`: a stand-in for Genace on loopback, for local runs (see
+//! `genace_local::standin`).
 //!
 //! Settings (environment): `SIM_PORT` (9400), `SIM_QUEUED_SECONDS` (2),
 //! `SIM_RUNNING_SECONDS` (5), `SIM_OUTPUT_BYTES` (1048576), and failure modes
@@ -10,14 +10,14 @@
 
 use std::net::SocketAddr;
 
-use genace_local::sim;
+use genace_local::standin;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let port = sim::env_num("SIM_PORT", 9400) as u16;
+    let port = standin::env_num("SIM_PORT", 9400) as u16;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    println!("genace-sim listening on http://{addr}");
-    let (_sim, task) = sim::serve(listener, sim::Settings::from_env(format!("http://{addr}")));
+    println!("genace-standin listening on http://{addr}");
+    let (_sim, task) = standin::serve(listener, standin::Settings::from_env(format!("http://{addr}")));
     task.await.map_err(std::io::Error::other)
 }
