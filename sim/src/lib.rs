@@ -806,7 +806,11 @@ impl World {
             .map(|j| j.id)
             .collect();
         let reason = rec.case.as_ref().map(|c| c.reason);
+        // Now and then an operator gives up instead: every abandon path must
+        // keep what Genace holds or charged.
+        let gives_up = self.rng.chance(200);
         let resolution = match (rec.phase, reason) {
+            (Phase::Uncertain | Phase::Prepared | Phase::SubmitFailed, _) if gives_up => Resolution::Abandon,
             (Phase::Uncertain, _) => match jobs.first() {
                 Some(job) => Resolution::AttachRemoteJob { job_id: job.clone() },
                 None => Resolution::ConfirmNotCreated,
@@ -900,7 +904,10 @@ impl World {
                 } else {
                     ""
                 }
-            );
+            ) + &rec
+                .ledger_phase
+                .map(|p| format!(" counts_as={}", p.as_str()))
+                .unwrap_or_default();
             if self.shown.get(&id) != Some(&state) {
                 self.log(format!("  {} {state}", short(&id)));
                 self.shown.insert(id.clone(), state);
