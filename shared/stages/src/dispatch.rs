@@ -178,179 +178,182 @@ where
         }
     }
 
+    /// POSTs once for the claimed operation and records how it ended: the
+    /// faults around the POST, the log line that names a job id before any
+    /// commit, then one method per outcome.
     async fn submit(
         &self,
         claimed: OperationRecord,
         token: &str,
         fault: Option<Fault>,
     ) -> Result<PostResult, StageError> {
-        let id = claimed.operation_id.clone();
         if fault == Some(Fault::DispatchBeforePost) {
             return Err(StageError::Crashed("dispatch.before_post"));
         }
-        info!(operation_id = %id, tenant = %claimed.tenant_id, phase = "submitting", "posting to Genace");
+        info!(operation_id = %claimed.operation_id, tenant = %claimed.tenant_id, phase = "submitting", "posting to Genace");
         let outcome = self.genace.submit(&genace::submission_body(&claimed)).await;
-        let received_at = self.clock.now();
-        // The id is written to the log the moment it is known, before any
-        // commit: if everything after this fails, the log still names the job.
-        match &outcome {
-            SubmitOutcome::Accepted { job, .. } => {
-                info!(operation_id = %id, tenant = %claimed.tenant_id, claim_token = token, remote_job_id = %job.job_id, status = 202, "Genace job id received")
-            }
-            SubmitOutcome::FailedWithJob { job_id, .. } => {
-                info!(operation_id = %id, tenant = %claimed.tenant_id, claim_token = token, remote_job_id = %job_id, status = 502, "Genace job id received")
-            }
-            _ => {}
-        }
+        let posted = Posted {
+            claimed,
+            token,
+            received_at: self.clock.now(),
+            fault,
+        };
+        log_job_id(&posted, &outcome);
         metrics::count("DispatchOutcome", &[("Outcome", outcome_name(&outcome))]);
         if fault == Some(Fault::DispatchAfterResponse) {
             return Err(StageError::Crashed("dispatch.after_response"));
         }
-        let policy = self.config.policy;
         match outcome {
-            SubmitOutcome::Accepted { job, raw } => {
-                let written = if fault == Some(Fault::DispatchPersistFails) {
-                    Err(CommitError::Store(crate::table::StoreError::Service(
-                        "injected: dispatch.persist_fails".into(),
-                    )))
-                } else {
-                    commit(&self.store, claimed.clone(), write_attempts(), |r| {
-                        machine::transition(r, Event::Accepted { token, job: &job }, received_at, &policy)
-                    })
-                    .await
-                };
-                match written {
-                    Ok(rec) => {
-                        info!(operation_id = %id, remote_job_id = %job.job_id, phase = "accepted", "accepted job saved");
-                        if fault == Some(Fault::DispatchAfterCommit) {
-                            return Err(StageError::Crashed("dispatch.after_commit"));
-                        }
-                        self.queue
-                            .enqueue(Queue::Poll, &rec.operation_id, FIRST_POLL_DELAY_SECONDS)
-                            .await?;
-                        Ok(PostResult::Accepted)
-                    }
-                    Err(e) => {
-                        self.unpersisted(
-                            &claimed,
-                            token,
-                            RecoveryMessage::accepted(&claimed, token, &job, &raw, received_at),
-                            &e,
-                        )
-                        .await;
-                        Ok(PostResult::AcceptedUnpersisted)
-                    }
-                }
-            }
+            SubmitOutcome::Accepted { job, raw } => self.accepted(posted, job, raw).await,
             SubmitOutcome::FailedWithJob { job_id, error, raw } => {
-                let remote = RemoteError {
-                    kind: "http_502".into(),
-                    status: Some(502),
-                    detail: error.to_string(),
-                };
-                let written = commit(&self.store, claimed.clone(), write_attempts(), |r| {
-                    machine::transition(
-                        r,
-                        Event::SubmitFailed {
-                            token,
-                            job_id: &job_id,
-                            error: &remote,
-                        },
-                        received_at,
-                        &policy,
-                    )
-                })
-                .await;
-                match written {
-                    Ok(rec) => {
-                        case_opened(&rec);
-                        Ok(PostResult::SubmitFailed)
-                    }
-                    Err(e) => {
-                        let msg = RecoveryMessage {
-                            operation_id: id.clone(),
-                            claim_token: token.to_owned(),
-                            outcome: RecoveredOutcome::FailedWithJob { job_id, error },
-                            raw_response: raw,
-                            received_at,
-                        };
-                        self.unpersisted(&claimed, token, msg, &e).await;
-                        Ok(PostResult::SubmitFailedUnpersisted)
-                    }
-                }
+                self.failed_with_job(posted, job_id, error, raw).await
             }
             SubmitOutcome::Rejected { status, detail } => {
-                let remote = RemoteError {
-                    kind: format!("http_{status}"),
-                    status: Some(status),
-                    detail,
-                };
-                commit(&self.store, claimed, write_attempts(), |r| {
-                    machine::transition(r, Event::Rejected { token, error: &remote }, received_at, &policy)
-                })
-                .await
-                .map_err(commit_failure)?;
+                let error = http_error(status, detail);
+                let event = Event::Rejected { token, error: &error };
+                self.record(&posted, event).await.map_err(commit_failure)?;
                 Ok(PostResult::Rejected)
             }
-            SubmitOutcome::AccountProblem { status, detail } => {
-                let remote = RemoteError {
-                    kind: format!("http_{status}"),
-                    status: Some(status),
-                    detail,
-                };
-                let rec = commit(&self.store, claimed, write_attempts(), |r| {
-                    machine::transition(r, Event::AccountRefused { token, error: &remote }, received_at, &policy)
-                })
-                .await
-                .map_err(commit_failure)?;
-                error!(operation_id = %id, status, "Genace refused the account; the operation is held, not rejected");
-                metrics::count("AccountProblem", &[("Status", &status.to_string())]);
-                case_opened(&rec);
-                // One second past the hold, within SQS's longest delay (a
-                // hold of 900 s or more once asked for 901, which SQS refuses).
-                let max_delay = i64::from(crate::queue::MAX_DELAY_SECONDS);
-                let wait = (policy.account_hold.num_seconds() + 1).clamp(1, max_delay) as u32;
-                self.queue.enqueue(Queue::Dispatch, &id, wait).await?;
-                Ok(PostResult::AccountHeld)
-            }
-            SubmitOutcome::RateLimited { retry_after } => {
-                let wait = retry_after
-                    .unwrap_or(DEFAULT_RETRY)
-                    .clamp(MIN_RETRY, Duration::from_secs(crate::queue::MAX_DELAY_SECONDS.into()));
-                let retry_at = received_at + chrono::Duration::from_std(wait).expect("bounded");
-                let rec = commit(&self.store, claimed, write_attempts(), |r| {
-                    machine::transition(r, Event::RateLimited { token, retry_at }, received_at, &policy)
-                })
-                .await
-                .map_err(commit_failure)?;
-                if rec.case.is_some() {
-                    case_opened(&rec);
-                } else {
-                    // One second late rather than early: an early copy is dropped.
-                    let delay = (wait.as_secs() as u32 + 1).min(crate::queue::MAX_DELAY_SECONDS);
-                    self.queue.enqueue(Queue::Dispatch, &id, delay).await?;
-                }
-                Ok(PostResult::RateLimited)
-            }
+            SubmitOutcome::AccountProblem { status, detail } => self.account_refused(posted, status, detail).await,
+            SubmitOutcome::RateLimited { retry_after } => self.rate_limited(posted, retry_after).await,
             SubmitOutcome::Unknown { evidence } => {
-                warn!(operation_id = %id, %evidence, "submission outcome unknown");
-                let rec = commit(&self.store, claimed, write_attempts(), |r| {
-                    machine::transition(
-                        r,
-                        Event::OutcomeUnknown {
-                            token,
-                            evidence: &evidence,
-                        },
-                        received_at,
-                        &policy,
-                    )
-                })
-                .await
-                .map_err(commit_failure)?;
+                warn!(operation_id = %posted.claimed.operation_id, %evidence, "submission outcome unknown");
+                let event = Event::OutcomeUnknown {
+                    token,
+                    evidence: &evidence,
+                };
+                let rec = self.record(&posted, event).await.map_err(commit_failure)?;
                 case_opened(&rec);
                 Ok(PostResult::Uncertain)
             }
         }
+    }
+
+    /// Writes `event` over the claimed record, as of when the answer came.
+    async fn record(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
+        let policy = self.config.policy;
+        commit(&self.store, posted.claimed.clone(), write_attempts(), |r| {
+            machine::transition(r, event, posted.received_at, &policy)
+        })
+        .await
+    }
+
+    /// A 202: save the job id (or hand it to the recovery queue), then poll.
+    async fn accepted(
+        &self,
+        posted: Posted<'_>,
+        job: machine::AcceptedJob,
+        raw: String,
+    ) -> Result<PostResult, StageError> {
+        let token = posted.token;
+        let written = if posted.fault == Some(Fault::DispatchPersistFails) {
+            Err(CommitError::Store(StoreError::Service(
+                "injected: dispatch.persist_fails".into(),
+            )))
+        } else {
+            self.record(&posted, Event::Accepted { token, job: &job }).await
+        };
+        match written {
+            Ok(rec) => {
+                info!(operation_id = %rec.operation_id, remote_job_id = %job.job_id, phase = "accepted", "accepted job saved");
+                if posted.fault == Some(Fault::DispatchAfterCommit) {
+                    return Err(StageError::Crashed("dispatch.after_commit"));
+                }
+                self.queue
+                    .enqueue(Queue::Poll, &rec.operation_id, FIRST_POLL_DELAY_SECONDS)
+                    .await?;
+                Ok(PostResult::Accepted)
+            }
+            Err(e) => {
+                let claimed = &posted.claimed;
+                let msg = RecoveryMessage::accepted(claimed, token, &job, &raw, posted.received_at);
+                self.unpersisted(claimed, token, msg, &e).await;
+                Ok(PostResult::AcceptedUnpersisted)
+            }
+        }
+    }
+
+    /// A 502 naming a failed job: save the id for settlement (or hand it to
+    /// the recovery queue).
+    async fn failed_with_job(
+        &self,
+        posted: Posted<'_>,
+        job_id: String,
+        error: serde_json::Value,
+        raw: String,
+    ) -> Result<PostResult, StageError> {
+        let token = posted.token;
+        let remote = RemoteError {
+            kind: "http_502".into(),
+            status: Some(502),
+            detail: error.to_string(),
+        };
+        let event = Event::SubmitFailed {
+            token,
+            job_id: &job_id,
+            error: &remote,
+        };
+        match self.record(&posted, event).await {
+            Ok(rec) => {
+                case_opened(&rec);
+                Ok(PostResult::SubmitFailed)
+            }
+            Err(e) => {
+                let msg = RecoveryMessage {
+                    operation_id: posted.claimed.operation_id.clone(),
+                    claim_token: token.to_owned(),
+                    outcome: RecoveredOutcome::FailedWithJob { job_id, error },
+                    raw_response: raw,
+                    received_at: posted.received_at,
+                };
+                self.unpersisted(&posted.claimed, token, msg, &e).await;
+                Ok(PostResult::SubmitFailedUnpersisted)
+            }
+        }
+    }
+
+    /// Genace refused our account: hold the operation with a case, and look
+    /// once more after the hold.
+    async fn account_refused(&self, posted: Posted<'_>, status: u16, detail: String) -> Result<PostResult, StageError> {
+        let id = posted.claimed.operation_id.clone();
+        let error = http_error(status, detail);
+        let event = Event::AccountRefused {
+            token: posted.token,
+            error: &error,
+        };
+        let rec = self.record(&posted, event).await.map_err(commit_failure)?;
+        error!(operation_id = %id, status, "Genace refused the account; the operation is held, not rejected");
+        metrics::count("AccountProblem", &[("Status", &status.to_string())]);
+        case_opened(&rec);
+        // One second past the hold, within SQS's longest delay (a hold of
+        // 900 s or more once asked for 901, which SQS refuses).
+        let max_delay = i64::from(crate::queue::MAX_DELAY_SECONDS);
+        let wait = (self.config.policy.account_hold.num_seconds() + 1).clamp(1, max_delay) as u32;
+        self.queue.enqueue(Queue::Dispatch, &id, wait).await?;
+        Ok(PostResult::AccountHeld)
+    }
+
+    /// A 429: release the claim until Retry-After (or hold with a case after
+    /// too many in a row).
+    async fn rate_limited(&self, posted: Posted<'_>, retry_after: Option<Duration>) -> Result<PostResult, StageError> {
+        let id = posted.claimed.operation_id.clone();
+        let wait = retry_after
+            .unwrap_or(DEFAULT_RETRY)
+            .clamp(MIN_RETRY, Duration::from_secs(crate::queue::MAX_DELAY_SECONDS.into()));
+        let retry_at = posted.received_at + chrono::Duration::from_std(wait).expect("bounded");
+        let event = Event::RateLimited {
+            token: posted.token,
+            retry_at,
+        };
+        let rec = self.record(&posted, event).await.map_err(commit_failure)?;
+        if rec.case.is_some() {
+            case_opened(&rec);
+        } else {
+            // One second late rather than early: an early copy is dropped.
+            let delay = (wait.as_secs() as u32 + 1).min(crate::queue::MAX_DELAY_SECONDS);
+            self.queue.enqueue(Queue::Dispatch, &id, delay).await?;
+        }
+        Ok(PostResult::RateLimited)
     }
 
     /// A remote job exists but the record could not say so. Keep the
@@ -372,6 +375,36 @@ where
         if let Err(e) = sent {
             error!(operation_id = %rec.operation_id, error = %e, "the recovery queue refused the message too; the log above is the only copy");
         }
+    }
+}
+
+/// One POST's context: the record as claimed, the claim token, when the
+/// answer came, and the fault directive read at the claim.
+struct Posted<'a> {
+    claimed: OperationRecord,
+    token: &'a str,
+    received_at: chrono::DateTime<chrono::Utc>,
+    fault: Option<Fault>,
+}
+
+/// The id is written to the log the moment it is known, before any commit:
+/// if everything after this fails, the log still names the job.
+fn log_job_id(posted: &Posted<'_>, outcome: &SubmitOutcome) {
+    let (job_id, status) = match outcome {
+        SubmitOutcome::Accepted { job, .. } => (job.job_id.as_str(), 202),
+        SubmitOutcome::FailedWithJob { job_id, .. } => (job_id.as_str(), 502),
+        _ => return,
+    };
+    let rec = &posted.claimed;
+    info!(operation_id = %rec.operation_id, tenant = %rec.tenant_id, claim_token = posted.token, remote_job_id = %job_id, status, "Genace job id received");
+}
+
+/// A refusal Genace answered with `status`.
+fn http_error(status: u16, detail: String) -> RemoteError {
+    RemoteError {
+        kind: format!("http_{status}"),
+        status: Some(status),
+        detail,
     }
 }
 
