@@ -15,7 +15,7 @@ use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
 use genace_core::messages::WorkMessage;
 use genace_core::record::{CaseReason, Fault, OperationRecord, Phase};
-use genace_core::remote::{RenderStatus, StatusOutcome};
+use genace_core::remote::{JobSnapshot, RenderStatus, StatusOutcome};
 
 /// What one poll message led to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,11 +83,14 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
             _ => return Ok(Polled::NotObservable(rec.phase)),
         };
         let delay = next_poll_delay(rec.accepted_at, now, self.config.poll_max_delay_seconds);
-        let next_check = now + Duration::seconds(delay as i64 + SWEEP_SLACK_SECONDS);
         // Nobody waits for an abandoned job's outputs: it is never stalled.
         let stalled = !abandoned && rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
-        let policy = self.config.policy;
-
+        let look = Look {
+            now,
+            delay,
+            next_check: now + Duration::seconds(delay as i64 + SWEEP_SLACK_SECONDS),
+            stalled,
+        };
         match self.genace.status(&job_id).await {
             StatusOutcome::Snapshot(snap) if snap.id.as_deref().is_some_and(|sid| sid != job_id) => {
                 let evidence = format!("status of {job_id} answered for job {:?}", snap.id);
@@ -108,99 +111,130 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
                 self.open_case(rec, CaseReason::RemoteJobMissing, &evidence, false)
                     .await
             }
-            StatusOutcome::Snapshot(snap) => {
-                let fault = rec
-                    .fault
-                    .filter(|f| self.config.fault_injection && *f == Fault::PollAfterObserve);
-                let stall = stalled.then(|| {
-                    format!(
-                        "no terminal state {} after acceptance",
-                        humanize(self.config.stall_after)
-                    )
-                });
-                let written = commit(&self.store, rec, write_attempts(), |r| {
-                    let event = Event::Observed {
-                        snapshot: &snap,
-                        next_check,
-                        stalled: stall.as_deref(),
-                    };
-                    machine::transition(r, event, now, &policy)
-                })
-                .await;
-                let written = match written {
-                    Ok(w) => w,
-                    // Another poll already recorded a terminal state.
-                    Err(CommitError::Refused { current, .. }) => return Ok(Polled::NotObservable(current.phase)),
-                    Err(CommitError::Store(e)) => return Err(e.into()),
-                };
-                if written
-                    .case
-                    .as_ref()
-                    .is_some_and(|c| c.reason == CaseReason::RenderStalled && c.opened_at == now)
-                {
-                    case_opened(&written);
-                }
-                info!(operation_id = %written.operation_id, remote_job_id = %job_id, remote_state = %snap.state, phase = written.phase.as_str(), "observed");
-                if fault.is_some() {
-                    return Err(StageError::Crashed("poll.after_observe"));
-                }
-                match snap.status {
-                    RenderStatus::Running => {
-                        self.queue.enqueue(Queue::Poll, id, delay).await?;
-                        Ok(Polled::Running {
-                            next_poll_seconds: delay,
-                        })
-                    }
-                    RenderStatus::Succeeded => {
-                        if written.phase == Phase::Abandoned {
-                            // Spent, and nothing to deliver.
-                        } else if written.case.is_some() {
-                            // Outputs missing: nothing to deliver, a person decides.
-                            case_opened(&written);
-                        } else {
-                            self.queue.enqueue(Queue::Deliver, id, 0).await?;
-                        }
-                        Ok(Polled::Rendered)
-                    }
-                    RenderStatus::Failed => {
-                        metrics::count("RenderFailed", &[]);
-                        Ok(Polled::RenderFailed)
-                    }
-                }
-            }
+            StatusOutcome::Snapshot(snap) => self.observed(rec, &job_id, &snap, &look).await,
             StatusOutcome::NotFound => {
                 let evidence = format!("Genace answered 404 for the saved job id {job_id}");
                 self.open_case(rec, CaseReason::RemoteJobMissing, &evidence, false)
                     .await
             }
-            StatusOutcome::Transient { evidence } => {
-                warn!(operation_id = %id, remote_job_id = %job_id, %evidence, "status read failed; backing off");
-                if stalled {
-                    let evidence = format!(
-                        "no terminal state {} after acceptance; last read: {evidence}",
-                        humanize(self.config.stall_after)
-                    );
-                    let event = Event::CaseNeeded {
-                        reason: CaseReason::RenderStalled,
-                        evidence: &evidence,
-                        keep_due: true,
-                    };
-                    match commit(&self.store, rec, write_attempts(), |r| {
-                        machine::transition(r, event, now, &policy)
-                    })
-                    .await
-                    {
-                        Ok(_) => {}
-                        // Another poll recorded a terminal state meanwhile.
-                        Err(CommitError::Refused { current, .. }) => return Ok(Polled::NotObservable(current.phase)),
-                        Err(CommitError::Store(e)) => return Err(e.into()),
-                    }
-                }
-                self.queue.enqueue(Queue::Poll, id, delay).await?;
-                Ok(Polled::BackedOff {
-                    next_poll_seconds: delay,
+            StatusOutcome::Transient { evidence } => self.unreadable(rec, &job_id, &evidence, &look).await,
+        }
+    }
+
+    /// A snapshot of the saved job: record it (a stall case riding along),
+    /// then poll again, hand over to delivery, or count a failed render.
+    async fn observed(
+        &self,
+        rec: OperationRecord,
+        job_id: &str,
+        snap: &JobSnapshot,
+        look: &Look,
+    ) -> Result<Polled, StageError> {
+        let id = rec.operation_id.clone();
+        let fault = rec
+            .fault
+            .filter(|f| self.config.fault_injection && *f == Fault::PollAfterObserve);
+        let stall = look.stalled.then(|| {
+            format!(
+                "no terminal state {} after acceptance",
+                humanize(self.config.stall_after)
+            )
+        });
+        let event = Event::Observed {
+            snapshot: snap,
+            next_check: look.next_check,
+            stalled: stall.as_deref(),
+        };
+        let written = match self.record(rec, event, look.now).await? {
+            Ok(w) => w,
+            // Another poll already recorded a terminal state.
+            Err(phase) => return Ok(Polled::NotObservable(phase)),
+        };
+        if written
+            .case
+            .as_ref()
+            .is_some_and(|c| c.reason == CaseReason::RenderStalled && c.opened_at == look.now)
+        {
+            case_opened(&written);
+        }
+        info!(operation_id = %written.operation_id, remote_job_id = %job_id, remote_state = %snap.state, phase = written.phase.as_str(), "observed");
+        if fault.is_some() {
+            return Err(StageError::Crashed("poll.after_observe"));
+        }
+        match snap.status {
+            RenderStatus::Running => {
+                self.queue.enqueue(Queue::Poll, &id, look.delay).await?;
+                Ok(Polled::Running {
+                    next_poll_seconds: look.delay,
                 })
             }
+            RenderStatus::Succeeded => {
+                if written.phase == Phase::Abandoned {
+                    // Spent, and nothing to deliver.
+                } else if written.case.is_some() {
+                    // Outputs missing: nothing to deliver, a person decides.
+                    case_opened(&written);
+                } else {
+                    self.queue.enqueue(Queue::Deliver, &id, 0).await?;
+                }
+                Ok(Polled::Rendered)
+            }
+            RenderStatus::Failed => {
+                metrics::count("RenderFailed", &[]);
+                Ok(Polled::RenderFailed)
+            }
+        }
+    }
+
+    /// The read said nothing (a timeout, a 5xx): poll again later, with a
+    /// stall case once the job is silent past the deadline.
+    async fn unreadable(
+        &self,
+        rec: OperationRecord,
+        job_id: &str,
+        evidence: &str,
+        look: &Look,
+    ) -> Result<Polled, StageError> {
+        let id = rec.operation_id.clone();
+        warn!(operation_id = %id, remote_job_id = %job_id, %evidence, "status read failed; backing off");
+        if look.stalled {
+            let evidence = format!(
+                "no terminal state {} after acceptance; last read: {evidence}",
+                humanize(self.config.stall_after)
+            );
+            let event = Event::CaseNeeded {
+                reason: CaseReason::RenderStalled,
+                evidence: &evidence,
+                keep_due: true,
+            };
+            // Another poll may have recorded a terminal state meanwhile.
+            if let Err(phase) = self.record(rec, event, look.now).await? {
+                return Ok(Polled::NotObservable(phase));
+            }
+        }
+        self.queue.enqueue(Queue::Poll, &id, look.delay).await?;
+        Ok(Polled::BackedOff {
+            next_poll_seconds: look.delay,
+        })
+    }
+
+    /// Writes `event`; `Ok(Err(phase))` when the rules refuse it because the
+    /// record moved on (to `phase`), which is no failure of this poll.
+    async fn record(
+        &self,
+        rec: OperationRecord,
+        event: Event<'_>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Result<OperationRecord, Phase>, StageError> {
+        let policy = self.config.policy;
+        match commit(&self.store, rec, write_attempts(), |r| {
+            machine::transition(r, event, now, &policy)
+        })
+        .await
+        {
+            Ok(w) => Ok(Ok(w)),
+            Err(CommitError::Refused { current, .. }) => Ok(Err(current.phase)),
+            Err(CommitError::Store(e)) => Err(e.into()),
         }
     }
 
@@ -231,6 +265,15 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
         case_opened(&written);
         Ok(Polled::CaseOpened(reason))
     }
+}
+
+/// When and how a poll looks: the time, the delay of the next poll, the
+/// sweep's next deadline, and whether the job is silent past the stall limit.
+struct Look {
+    now: chrono::DateTime<chrono::Utc>,
+    delay: u32,
+    next_check: chrono::DateTime<chrono::Utc>,
+    stalled: bool,
 }
 
 fn humanize(d: Duration) -> String {
