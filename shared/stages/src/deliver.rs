@@ -281,7 +281,9 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         })
     }
 
-    /// Streams one output into storage and verifies it, within `deadline`.
+    /// Streams one output into storage and verifies it, within `deadline`:
+    /// open the download, store it (one put, or a multipart upload), check
+    /// what was stored.
     async fn transfer(
         &self,
         rec: &OperationRecord,
@@ -290,37 +292,11 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         inject_failure: bool,
         deadline: tokio::time::Instant,
     ) -> Result<DeliveredObject, TransferError> {
-        let fail = |reason: String| TransferError {
+        let errors = Errors {
             index,
-            reason,
-            permanent: None,
+            cap: self.config.max_output_bytes,
         };
-        let refuse = |case: CaseReason, reason: String| TransferError {
-            index,
-            reason,
-            permanent: Some(case),
-        };
-        let opened = tokio::time::timeout_at(deadline, self.downloads.open(&output.url)).await;
-        let mut download = match opened {
-            Err(_) => {
-                return Err(fail(
-                    "the attempt's deadline passed before the download answered".into(),
-                ));
-            }
-            Ok(Err(DownloadError::Refused(why))) => return Err(refuse(CaseReason::OutputUrlRefused, why)),
-            Ok(Err(DownloadError::Failed(why))) => return Err(fail(format!("download failed: {why}"))),
-            Ok(Ok(d)) => d,
-        };
-        if !(200..300).contains(&download.status) {
-            return Err(fail(format!("download answered HTTP {}", download.status)));
-        }
-        let cap = self.config.max_output_bytes;
-        if let Some(len) = download.content_length.filter(|len| *len > cap) {
-            return Err(refuse(
-                CaseReason::OutputTooLarge,
-                format!("the output is {len} bytes, over the {cap}-byte limit"),
-            ));
-        }
+        let mut download = self.open(output, &errors, deadline).await?;
         let content_type = stored_content_type(
             &output
                 .content_type
@@ -334,81 +310,124 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
             index,
             &extension(&content_type, &output.url),
         );
-        let too_large = || {
-            refuse(
+        let reading = Reading::new(&mut download.body, errors.cap, deadline);
+        let stored = self
+            .store_body(&key, &content_type, reading, inject_failure, &errors)
+            .await?;
+        self.verify(&key, &stored, &errors).await?;
+        Ok(DeliveredObject {
+            key,
+            bytes: stored.bytes,
+            sha256: stored.sha256,
+            content_type,
+        })
+    }
+
+    /// Opens the output's download: a refused URL or a declared size over
+    /// the cap is permanent, anything else worth another attempt.
+    async fn open(
+        &self,
+        output: &OutputRef,
+        errors: &Errors,
+        deadline: tokio::time::Instant,
+    ) -> Result<crate::downloads::Download<D::Body>, TransferError> {
+        let opened = tokio::time::timeout_at(deadline, self.downloads.open(&output.url)).await;
+        let download = match opened {
+            Err(_) => {
+                return Err(errors.fail("the attempt's deadline passed before the download answered".into()));
+            }
+            Ok(Err(DownloadError::Refused(why))) => return Err(errors.refuse(CaseReason::OutputUrlRefused, why)),
+            Ok(Err(DownloadError::Failed(why))) => return Err(errors.fail(format!("download failed: {why}"))),
+            Ok(Ok(d)) => d,
+        };
+        if !(200..300).contains(&download.status) {
+            return Err(errors.fail(format!("download answered HTTP {}", download.status)));
+        }
+        if let Some(len) = download.content_length.filter(|len| *len > errors.cap) {
+            return Err(errors.refuse(
                 CaseReason::OutputTooLarge,
-                format!("the output is larger than the {cap}-byte limit"),
-            )
-        };
-        let as_transfer_error = |failure: StreamFailure| match failure {
-            StreamFailure::TooLarge => too_large(),
-            StreamFailure::Transient(reason) => fail(reason),
-        };
+                format!("the output is {len} bytes, over the {}-byte limit", errors.cap),
+            ));
+        }
+        Ok(download)
+    }
+
+    /// Stores the body under `key`: an output that fits in one part is one
+    /// PutObject; larger ones stream as a multipart upload, aborted if it fails.
+    async fn store_body(
+        &self,
+        key: &str,
+        content_type: &str,
+        mut reading: Reading<'_, D::Body>,
+        inject_failure: bool,
+        errors: &Errors,
+    ) -> Result<Stored, TransferError> {
         let part_size = self.config.part_size.max(1);
-        let mut reading = Reading::new(&mut download.body, cap, deadline);
         let (first, finished) = reading
             .fill(Vec::with_capacity(part_size), part_size)
             .await
-            .map_err(as_transfer_error)?;
-
-        // An output that fits in one part is one PutObject; larger ones stream as a multipart upload.
-        let (bytes, sha256, expected_checksum) = if finished && first.len() <= part_size {
+            .map_err(|f| errors.stream(f))?;
+        if finished && first.len() <= part_size {
             if inject_failure {
-                return Err(fail("injected: deliver.upload_fails".into()));
+                return Err(errors.fail("injected: deliver.upload_fails".into()));
             }
             let (bytes, digest) = reading.finish();
             let b64 = base64::engine::general_purpose::STANDARD.encode(digest);
             self.objects
-                .put(&key, &content_type, first, &b64)
+                .put(key, content_type, first, &b64)
                 .await
-                .map_err(|e| fail(e.to_string()))?;
-            (bytes, hex(&digest), b64)
-        } else {
-            let upload_id = self
-                .objects
-                .begin(&key, &content_type)
-                .await
-                .map_err(|e| fail(e.to_string()))?;
-            match self
-                .stream_parts(&key, &upload_id, reading, first, finished, inject_failure)
-                .await
-            {
-                Ok((bytes, digest, parts)) => (bytes, hex(&digest), composite_sha256(&parts)),
-                Err(failure) => {
-                    if let Err(e) = self.objects.abort(&key, &upload_id).await {
-                        warn!(key, error = %e, "aborting the multipart upload failed; the bucket lifecycle rule will remove it");
-                    }
-                    return Err(as_transfer_error(failure));
+                .map_err(|e| errors.fail(e.to_string()))?;
+            return Ok(Stored {
+                bytes,
+                sha256: hex(&digest),
+                checksum: b64,
+            });
+        }
+        let upload_id = self
+            .objects
+            .begin(key, content_type)
+            .await
+            .map_err(|e| errors.fail(e.to_string()))?;
+        match self
+            .stream_parts(key, &upload_id, reading, first, finished, inject_failure)
+            .await
+        {
+            Ok((bytes, digest, parts)) => Ok(Stored {
+                bytes,
+                sha256: hex(&digest),
+                checksum: composite_sha256(&parts),
+            }),
+            Err(failure) => {
+                if let Err(e) = self.objects.abort(key, &upload_id).await {
+                    warn!(key, error = %e, "aborting the multipart upload failed; the bucket lifecycle rule will remove it");
                 }
+                Err(errors.stream(failure))
             }
-        };
+        }
+    }
+
+    /// Checks the stored object against what was read: its size, and its
+    /// checksum (whole-object, or a composite `<b64>-<parts>`) when the
+    /// store returns one in the form we expect.
+    async fn verify(&self, key: &str, stored: &Stored, errors: &Errors) -> Result<(), TransferError> {
         let head = self
             .objects
-            .head(&key)
+            .head(key)
             .await
-            .map_err(|e| fail(e.to_string()))?
-            .ok_or_else(|| fail("the stored object is missing after upload".into()))?;
-        if head.bytes != bytes {
-            return Err(fail(format!("stored {} bytes, downloaded {bytes}", head.bytes)));
+            .map_err(|e| errors.fail(e.to_string()))?
+            .ok_or_else(|| errors.fail("the stored object is missing after upload".into()))?;
+        if head.bytes != stored.bytes {
+            return Err(errors.fail(format!("stored {} bytes, downloaded {}", head.bytes, stored.bytes)));
         }
-        // A whole-object checksum, or a composite `<b64>-<parts>`, is compared
-        // when the store returns one in the form we expect.
-        if let Some(stored) = head
+        if let Some(found) = head
             .checksum_sha256
             .as_deref()
-            .filter(|c| c.contains('-') == expected_checksum.contains('-'))
-            && stored != expected_checksum
+            .filter(|c| c.contains('-') == stored.checksum.contains('-'))
+            && found != stored.checksum
         {
-            return Err(fail(format!(
-                "stored checksum {stored} differs from {expected_checksum}"
-            )));
+            return Err(errors.fail(format!("stored checksum {found} differs from {}", stored.checksum)));
         }
-        Ok(DeliveredObject {
-            key,
-            bytes,
-            sha256,
-            content_type,
-        })
+        Ok(())
     }
 
     /// Uploads the rest of the body one part at a time, starting with
@@ -460,6 +479,49 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
 
 /// A download being read: hashed on the fly, bounded by the byte cap and
 /// the attempt's deadline on every chunk.
+/// What one output's upload stored: its size, its SHA-256 (hex) and the
+/// checksum the store should report for it.
+struct Stored {
+    bytes: u64,
+    sha256: String,
+    checksum: String,
+}
+
+/// How one output's transfer fails: retryable, or permanent with the case
+/// to open.
+struct Errors {
+    index: usize,
+    cap: u64,
+}
+
+impl Errors {
+    fn fail(&self, reason: String) -> TransferError {
+        TransferError {
+            index: self.index,
+            reason,
+            permanent: None,
+        }
+    }
+
+    fn refuse(&self, case: CaseReason, reason: String) -> TransferError {
+        TransferError {
+            index: self.index,
+            reason,
+            permanent: Some(case),
+        }
+    }
+
+    fn stream(&self, failure: StreamFailure) -> TransferError {
+        match failure {
+            StreamFailure::TooLarge => self.refuse(
+                CaseReason::OutputTooLarge,
+                format!("the output is larger than the {}-byte limit", self.cap),
+            ),
+            StreamFailure::Transient(reason) => self.fail(reason),
+        }
+    }
+}
+
 struct Reading<'a, B> {
     body: &'a mut B,
     hasher: Sha256,
