@@ -142,8 +142,10 @@ fn retry_until(rec: &OperationRecord) -> Value {
         .map_or(Value::Null, |t| json!(t))
 }
 
-/// The events one committed write announces, in the order they happened.
-/// `old` is absent for a newly recorded intent (which announces nothing).
+/// The events one committed write announces, in the order they happened:
+/// a case closing before what closing it led to, the phase change, the
+/// delivery, a job id saved without a phase change, a case opening and the
+/// hold it means, a spend-limit wait.
 pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Context) -> Vec<LifecycleEvent> {
     let Some(old) = old else {
         return Vec::new();
@@ -151,64 +153,16 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
     if old.version == new.version {
         return Vec::new();
     }
-    let mut out = Vec::new();
     let case_changed = !same_case(old.case.as_ref(), new.case.as_ref());
-    // A case closes before what closing it led to.
+    let mut out = Vec::new();
     if let (true, Some(closed)) = (case_changed, &old.case) {
-        let decision = (new.audit.len() > old.audit.len())
-            .then(|| new.audit.last())
-            .flatten()
-            .map_or(
-                Value::Null,
-                |a| json!({"action": a.action, "actor": a.actor, "reason": a.reason, "at": a.at}),
-            );
-        out.push(event(
-            new,
-            Kind::CaseResolved,
-            json!({"reason": closed.reason.as_str(), "opened_at": closed.opened_at, "decision": decision}),
-        ));
+        out.push(case_resolved(old, new, closed));
     }
-    if old.phase != new.phase {
-        match new.phase {
-            Phase::Accepted => out.push(event(
-                new,
-                Kind::Accepted,
-                json!({"remote_job_id": new.remote_job_id, "held_credits": new.held_credits}),
-            )),
-            Phase::Rendered => out.push(event(new, Kind::Rendered, json!({"remote_job_id": new.remote_job_id}))),
-            Phase::RenderFailed => out.push(event(
-                new,
-                Kind::RenderFailed,
-                json!({"remote_job_id": new.remote_job_id, "error": new.last_error}),
-            )),
-            Phase::Rejected => out.push(event(new, Kind::Rejected, json!({"error": new.last_error}))),
-            _ => {}
-        }
-    }
-    // A job id saved without a phase change (an operator attached another
-    // job to an accepted operation, or a job to an abandoned one): the only
-    // way applications learn the new id.
-    let accepted_now = old.phase != new.phase && new.phase == Phase::Accepted;
-    let observable = matches!(new.phase, Phase::Accepted | Phase::Abandoned);
-    if !accepted_now && observable && new.remote_job_id.is_some() && old.remote_job_id != new.remote_job_id {
-        out.push(event(
-            new,
-            Kind::JobAttached,
-            json!({"remote_job_id": new.remote_job_id, "previous_remote_job_id": old.remote_job_id}),
-        ));
-    }
+    out.extend(phase_event(old, new));
     if old.delivery_state != DeliveryState::Delivered && new.delivery_state == DeliveryState::Delivered {
-        let objects: Vec<Value> = new
-            .delivered_objects
-            .iter()
-            .map(|o| json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "content_type": o.content_type}))
-            .collect();
-        out.push(event(
-            new,
-            Kind::Delivered,
-            json!({"bucket": ctx.bucket, "objects": objects}),
-        ));
+        out.push(delivered(new, ctx));
     }
+    out.extend(job_attached(old, new));
     if let (true, Some(opened)) = (case_changed, &new.case) {
         out.push(event(
             new,
@@ -231,6 +185,69 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
         ));
     }
     out
+}
+
+/// A case closed, with the operator's decision when one closed it.
+fn case_resolved(old: &OperationRecord, new: &OperationRecord, closed: &ReconciliationCase) -> LifecycleEvent {
+    let decision = (new.audit.len() > old.audit.len())
+        .then(|| new.audit.last())
+        .flatten()
+        .map_or(
+            Value::Null,
+            |a| json!({"action": a.action, "actor": a.actor, "reason": a.reason, "at": a.at}),
+        );
+    event(
+        new,
+        Kind::CaseResolved,
+        json!({"reason": closed.reason.as_str(), "opened_at": closed.opened_at, "decision": decision}),
+    )
+}
+
+/// The event a phase change announces, if any.
+fn phase_event(old: &OperationRecord, new: &OperationRecord) -> Option<LifecycleEvent> {
+    if old.phase == new.phase {
+        return None;
+    }
+    Some(match new.phase {
+        Phase::Accepted => event(
+            new,
+            Kind::Accepted,
+            json!({"remote_job_id": new.remote_job_id, "held_credits": new.held_credits}),
+        ),
+        Phase::Rendered => event(new, Kind::Rendered, json!({"remote_job_id": new.remote_job_id})),
+        Phase::RenderFailed => event(
+            new,
+            Kind::RenderFailed,
+            json!({"remote_job_id": new.remote_job_id, "error": new.last_error}),
+        ),
+        Phase::Rejected => event(new, Kind::Rejected, json!({"error": new.last_error})),
+        _ => return None,
+    })
+}
+
+/// Every output stored and verified: the objects and their digests.
+fn delivered(new: &OperationRecord, ctx: &Context) -> LifecycleEvent {
+    let objects: Vec<Value> = new
+        .delivered_objects
+        .iter()
+        .map(|o| json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "content_type": o.content_type}))
+        .collect();
+    event(new, Kind::Delivered, json!({"bucket": ctx.bucket, "objects": objects}))
+}
+
+/// A job id saved without a phase change (an operator attached another job
+/// to an accepted operation, or a job to an abandoned one): the only way
+/// applications learn the new id.
+fn job_attached(old: &OperationRecord, new: &OperationRecord) -> Option<LifecycleEvent> {
+    let accepted_now = old.phase != new.phase && new.phase == Phase::Accepted;
+    let observable = matches!(new.phase, Phase::Accepted | Phase::Abandoned);
+    (!accepted_now && observable && new.remote_job_id.is_some() && old.remote_job_id != new.remote_job_id).then(|| {
+        event(
+            new,
+            Kind::JobAttached,
+            json!({"remote_job_id": new.remote_job_id, "previous_remote_job_id": old.remote_job_id}),
+        )
+    })
 }
 
 #[cfg(test)]
