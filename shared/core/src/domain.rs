@@ -296,42 +296,8 @@ impl Specification {
                 "must look like W:H with positive integers, for example 16:9",
             ));
         }
-        let prompt_revision = match present("prompt_revision") {
-            None => None,
-            Some(Value::String(s)) if !is_blank(s) && s.chars().count() <= 128 => {
-                Some(PromptRevision::Label(s.clone()))
-            }
-            Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= MAX_SAFE_INTEGER) => {
-                Some(PromptRevision::Number(n.as_u64().unwrap_or_default()))
-            }
-            Some(v)
-                if v.as_f64()
-                    .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f <= MAX_SAFE_INTEGER as f64) =>
-            {
-                Some(PromptRevision::Number(v.as_f64().unwrap_or_default() as u64))
-            }
-            Some(_) => {
-                return Err(InvalidInput::new(
-                    "specification.prompt_revision",
-                    "must be a non-negative integer or a non-blank label",
-                ));
-            }
-        };
-        let duration = match present("duration") {
-            None => None,
-            Some(_) if media_type == MediaType::Image => {
-                return Err(InvalidInput::new("specification.duration", "applies to video only"));
-            }
-            Some(v) => match v.as_f64() {
-                Some(d) if d > 0.0 && d.is_finite() => Some(d),
-                _ => {
-                    return Err(InvalidInput::new(
-                        "specification.duration",
-                        "must be a positive number of seconds",
-                    ));
-                }
-            },
-        };
+        let prompt_revision = present("prompt_revision").map(prompt_revision).transpose()?;
+        let duration = present("duration").map(|v| duration(v, media_type)).transpose()?;
         let parameters = match present("parameters") {
             None => Map::new(),
             Some(Value::Object(m)) => strip_nulls(m),
@@ -348,6 +314,41 @@ impl Specification {
             resolution,
             parameters,
         })
+    }
+}
+
+/// A prompt revision: a non-negative integer up to [`MAX_SAFE_INTEGER`], or
+/// a non-blank label of at most 128 characters.
+fn prompt_revision(v: &Value) -> Result<PromptRevision, InvalidInput> {
+    match v {
+        Value::String(s) if !is_blank(s) && s.chars().count() <= 128 => Ok(PromptRevision::Label(s.clone())),
+        Value::Number(n) if n.as_u64().is_some_and(|v| v <= MAX_SAFE_INTEGER) => {
+            Ok(PromptRevision::Number(n.as_u64().unwrap_or_default()))
+        }
+        v if v
+            .as_f64()
+            .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f <= MAX_SAFE_INTEGER as f64) =>
+        {
+            Ok(PromptRevision::Number(v.as_f64().unwrap_or_default() as u64))
+        }
+        _ => Err(InvalidInput::new(
+            "specification.prompt_revision",
+            "must be a non-negative integer or a non-blank label",
+        )),
+    }
+}
+
+/// A duration in seconds: positive and finite, and for videos only.
+fn duration(v: &Value, media_type: MediaType) -> Result<f64, InvalidInput> {
+    if media_type == MediaType::Image {
+        return Err(InvalidInput::new("specification.duration", "applies to video only"));
+    }
+    match v.as_f64() {
+        Some(d) if d > 0.0 && d.is_finite() => Ok(d),
+        _ => Err(InvalidInput::new(
+            "specification.duration",
+            "must be a positive number of seconds",
+        )),
     }
 }
 
