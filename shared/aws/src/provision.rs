@@ -82,8 +82,10 @@ fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
         .expect("attribute fields are set")
 }
 
-pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ProvisionError> {
-    let index = GlobalSecondaryIndex::builder()
+/// The table's three sparse indexes, as the template defines them
+/// (`tests/tests/resources.rs` holds the two to each other).
+fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
+    let due = GlobalSecondaryIndex::builder()
         .index_name(DUE_INDEX)
         .key_schema(key("due_pk", KeyType::Hash))
         .key_schema(key("due_at", KeyType::Range))
@@ -95,21 +97,25 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
                 .non_key_attributes("delivery_state")
                 .build(),
         )
-        .build()
-        .map_err(|e| fail(table, e))?;
+        .build();
     let cases = GlobalSecondaryIndex::builder()
         .index_name(CASE_INDEX)
         .key_schema(key("case_pk", KeyType::Hash))
         .key_schema(key("case_sk", KeyType::Range))
         .projection(Projection::builder().projection_type(ProjectionType::All).build())
-        .build()
-        .map_err(|e| fail(table, e))?;
+        .build();
     let jobs = GlobalSecondaryIndex::builder()
         .index_name(JOB_INDEX)
         .key_schema(key("remote_job_id", KeyType::Hash))
         .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
-        .build()
-        .map_err(|e| fail(table, e))?;
+        .build();
+    [due, cases, jobs]
+        .into_iter()
+        .map(|i| i.map_err(|e| fail(table, e)))
+        .collect()
+}
+
+pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ProvisionError> {
     let created = client
         .create_table()
         .table_name(table)
@@ -121,9 +127,7 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr("case_pk", ScalarAttributeType::S))
         .attribute_definitions(attr("case_sk", ScalarAttributeType::S))
         .attribute_definitions(attr("remote_job_id", ScalarAttributeType::S))
-        .global_secondary_indexes(index)
-        .global_secondary_indexes(cases)
-        .global_secondary_indexes(jobs)
+        .set_global_secondary_indexes(Some(indexes(table)?))
         // The template's stream: the source of the lifecycle events.
         .stream_specification(
             aws_sdk_dynamodb::types::StreamSpecification::builder()
@@ -140,6 +144,11 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
             return Err(fail(table, DisplayErrorContext(e)));
         }
     }
+    ensure_ttl(client, table).await
+}
+
+/// Turns on the TTL on `expires_at`, unless it is on already.
+async fn ensure_ttl(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ProvisionError> {
     let ttl_on = client
         .describe_time_to_live()
         .table_name(table)
@@ -149,21 +158,22 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .time_to_live_description
         .and_then(|d| d.time_to_live_status)
         .is_some_and(|s| s.as_str() == "ENABLED");
-    if !ttl_on {
-        client
-            .update_time_to_live()
-            .table_name(table)
-            .time_to_live_specification(
-                TimeToLiveSpecification::builder()
-                    .attribute_name("expires_at")
-                    .enabled(true)
-                    .build()
-                    .map_err(|e| fail(table, e))?,
-            )
-            .send()
-            .await
-            .map_err(|e| fail(table, DisplayErrorContext(e)))?;
+    if ttl_on {
+        return Ok(());
     }
+    client
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .attribute_name("expires_at")
+                .enabled(true)
+                .build()
+                .map_err(|e| fail(table, e))?,
+        )
+        .send()
+        .await
+        .map_err(|e| fail(table, DisplayErrorContext(e)))?;
     Ok(())
 }
 
