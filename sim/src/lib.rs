@@ -488,6 +488,25 @@ enum Reply {
     Failed,
 }
 
+/// A record's state as the trace shows it.
+fn state_line(rec: &OperationRecord) -> String {
+    let mut state = format!(
+        "v{} {} {:?} job={} case={}",
+        rec.version,
+        rec.phase.as_str(),
+        rec.delivery_state,
+        rec.remote_job_id.as_deref().unwrap_or("-"),
+        rec.case.as_ref().map_or("-", |c| c.reason.as_str()),
+    );
+    if rec.spend_hold.is_some() {
+        state.push_str(" hold=spend_limit");
+    }
+    if let Some(p) = rec.ledger_phase {
+        state.push_str(&format!(" counts_as={}", p.as_str()));
+    }
+    state
+}
+
 fn short(id: &str) -> &str {
     &id[..id.len().min(11)]
 }
@@ -869,64 +888,67 @@ impl World {
         self.check_answers(&records)?;
         let mut keys = BTreeMap::new();
         for rec in &records {
-            let id = rec.operation_id.as_str().to_owned();
-            machine::check_invariants(rec).map_err(|e| format!("{}: {e}", short(&id)))?;
-            if let Some(other) = keys.insert(
-                (rec.tenant_id.as_str().to_owned(), rec.operation_key.clone()),
-                id.clone(),
-            ) {
-                return Err(format!("two records for one (tenant, key): {other} and {id}"));
+            self.check_record(rec, &mut keys)?;
+        }
+        let ledgers = self.check_counters(&records)?;
+        self.check_job_counts()?;
+        self.check_books(&records, &ledgers)
+    }
+
+    /// One stored record: its invariants, one record per (tenant, key),
+    /// versions only growing, the specification never replaced, and
+    /// `delivered` meaning every object is stored with its SHA-256. Logs the
+    /// record's state when it changed.
+    fn check_record(
+        &mut self,
+        rec: &OperationRecord,
+        keys: &mut BTreeMap<(String, String), String>,
+    ) -> Result<(), String> {
+        let id = rec.operation_id.as_str().to_owned();
+        machine::check_invariants(rec).map_err(|e| format!("{}: {e}", short(&id)))?;
+        if let Some(other) = keys.insert(
+            (rec.tenant_id.as_str().to_owned(), rec.operation_key.clone()),
+            id.clone(),
+        ) {
+            return Err(format!("two records for one (tenant, key): {other} and {id}"));
+        }
+        match self.seen.get(&id) {
+            Some((version, _)) if rec.version < *version => {
+                return Err(format!(
+                    "{}: version went back from {version} to {}",
+                    short(&id),
+                    rec.version
+                ));
             }
-            match self.seen.get(&id) {
-                Some((version, _)) if rec.version < *version => {
-                    return Err(format!(
-                        "{}: version went back from {version} to {}",
-                        short(&id),
-                        rec.version
-                    ));
-                }
-                Some((_, hash)) if *hash != rec.specification_hash => {
-                    return Err(format!("{}: the stored specification was replaced", short(&id)));
-                }
-                _ => {}
+            Some((_, hash)) if *hash != rec.specification_hash => {
+                return Err(format!("{}: the stored specification was replaced", short(&id)));
             }
-            self.seen
-                .insert(id.clone(), (rec.version, rec.specification_hash.clone()));
-            let state = format!(
-                "v{} {} {:?} job={} case={}{}",
-                rec.version,
-                rec.phase.as_str(),
-                rec.delivery_state,
-                rec.remote_job_id.as_deref().unwrap_or("-"),
-                rec.case.as_ref().map_or("-", |c| c.reason.as_str()),
-                if rec.spend_hold.is_some() {
-                    " hold=spend_limit"
-                } else {
-                    ""
-                }
-            ) + &rec
-                .ledger_phase
-                .map(|p| format!(" counts_as={}", p.as_str()))
-                .unwrap_or_default();
-            if self.shown.get(&id) != Some(&state) {
-                self.log(format!("  {} {state}", short(&id)));
-                self.shown.insert(id.clone(), state);
-            }
-            if rec.delivery_state == DeliveryState::Delivered {
-                for object in &rec.delivered_objects {
-                    match self.objects.get(&object.key) {
-                        Some(stored) if hex_sha256(&stored.data) == object.sha256 => {}
-                        Some(_) => return Err(format!("{}: {} has another SHA-256", short(&id), object.key)),
-                        None => return Err(format!("{}: delivered, but {} is not stored", short(&id), object.key)),
-                    }
+            _ => {}
+        }
+        self.seen
+            .insert(id.clone(), (rec.version, rec.specification_hash.clone()));
+        let state = state_line(rec);
+        if self.shown.get(&id) != Some(&state) {
+            self.log(format!("  {} {state}", short(&id)));
+            self.shown.insert(id.clone(), state);
+        }
+        if rec.delivery_state == DeliveryState::Delivered {
+            for object in &rec.delivered_objects {
+                match self.objects.get(&object.key) {
+                    Some(stored) if hex_sha256(&stored.data) == object.sha256 => {}
+                    Some(_) => return Err(format!("{}: {} has another SHA-256", short(&id), object.key)),
+                    None => return Err(format!("{}: delivered, but {} is not stored", short(&id), object.key)),
                 }
             }
         }
-        // Each tenant's counters are the sum of its records' shares, and a
-        // limit is never passed (every amount here is a reservation: the
-        // simulated 202 reports none).
+        Ok(())
+    }
+
+    /// Each tenant's counters are the sum of its records' shares, and a
+    /// spend limit is never passed. Returns the ledgers for the next checks.
+    fn check_counters(&self, records: &[OperationRecord]) -> Result<BTreeMap<String, TenantLedger>, String> {
         let mut sums: BTreeMap<String, genace_core::ledger::Shares> = BTreeMap::new();
-        for rec in &records {
+        for rec in records {
             let sum = sums.entry(rec.tenant_id.as_str().to_owned()).or_default();
             *sum = sum
                 .plus(&genace_core::ledger::share(rec))
@@ -950,7 +972,11 @@ impl World {
                 ));
             }
         }
-        // At most one job per operation, one more per confirm_not_created.
+        Ok(ledgers)
+    }
+
+    /// At most one Genace job per operation, one more per confirm_not_created.
+    fn check_job_counts(&self) -> Result<(), String> {
         let mut jobs: BTreeMap<String, usize> = BTreeMap::new();
         for job in self.genace.jobs() {
             *jobs.entry(job.client_reference.unwrap_or_default()).or_default() += 1;
@@ -964,7 +990,7 @@ impl World {
                 ));
             }
         }
-        self.check_books(&records, &ledgers)
+        Ok(())
     }
 
     /// What every client saw of intake: the same key and specification
