@@ -17,6 +17,10 @@ fn report(outcome: &Outcome) -> String {
 /// The runs of one test binary share the process-wide bug switch, so every
 /// run sets it (`run` does) and the tests that plant bugs run in one test.
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
     genace_dst::quiet_panics();
     let clean = Options::default();

@@ -42,6 +42,10 @@ fn error(kind: &str, status: u16) -> RemoteError {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 async fn every_event_type_from_real_stream_records_matches_the_documented_schema() {
     let env = LocalAws::fresh().await;
     let store = env.store();

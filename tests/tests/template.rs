@@ -64,6 +64,10 @@ fn actions(f: &Value) -> BTreeSet<String> {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 fn every_function_has_only_the_actions_it_uses() {
     let t = template();
     let expected: BTreeMap<&str, &[&str]> = BTreeMap::from([
@@ -457,6 +461,10 @@ fn role_statements(role: &Value) -> Vec<(BTreeSet<String>, String)> {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 fn committed_changes_reach_the_bus_through_a_least_privilege_pipe() {
     let t = template();
     let res = resources(&t);

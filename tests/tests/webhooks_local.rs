@@ -18,6 +18,10 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 async fn a_tenants_webhook_receives_its_lifecycle_signed() {
     let env = LocalAws::fresh().await;
     let genace = MockServer::start().await;

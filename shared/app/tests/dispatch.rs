@@ -688,6 +688,10 @@ async fn a_batch_reports_only_the_messages_that_must_come_back() {
 /// claims and POSTs; the other waits in `prepared`, shows the hold, and is
 /// claimed by itself once the first job's credits are released.
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     let rig = rig_configured(accepted("job-limit", "queued"), |config| {
         config.policy.spend_recheck = chrono::Duration::seconds(1)

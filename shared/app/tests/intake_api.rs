@@ -244,6 +244,10 @@ async fn the_key_may_come_from_the_idempotency_key_header() {
 }
 
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 async fn bad_requests_get_problems_and_write_nothing() {
     let env = LocalAws::fresh().await;
     let intake = intake(&env);

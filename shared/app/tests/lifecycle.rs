@@ -191,6 +191,10 @@ impl Rig {
 }
 
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 async fn a_job_is_observed_by_its_saved_id_then_delivered_and_verified() {
     let rig = Rig::new().await;
     let video = bytes_of(12 * 1024 * 1024 + 123);

@@ -142,6 +142,10 @@ fn intent(key: &str, prompt: &str) -> String {
 }
 
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 async fn every_documented_response_matches_what_the_handler_sends() {
     let env = LocalAws::fresh().await;
     let intake: Intake<DynamoStore, SqsQueue, S3Store> =

@@ -281,6 +281,10 @@ fn video_reservation() -> i64 {
     ledger::millis(Policy::default().credit_estimate.video)
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
     let now = Utc::now();
     let policy = Policy::default();

@@ -521,6 +521,10 @@ fn failed_deliveries_retry_then_give_up_with_a_case() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 fn operators_resolve_only_from_the_right_phase_and_are_audited() {
     let p = Policy::default();
     let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
@@ -855,6 +859,10 @@ type Transition = Box<dyn Fn(&OperationRecord) -> Result<OperationRecord, Refusa
 /// The phases each event starts from, written out apart from the table
 /// in [`transition`], which must agree.
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 fn every_transition_states_its_phases_and_refuses_all_others() {
     use Phase::*;
     let p = Policy::default();
