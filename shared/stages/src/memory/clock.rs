@@ -1,0 +1,28 @@
+//! A clock that moves only when told.
+
+#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
+use super::*;
+
+/// A clock that moves only when told. Clones share the same time.
+#[derive(Debug, Clone)]
+pub struct ManualClock(Arc<Mutex<DateTime<Utc>>>);
+
+impl ManualClock {
+    pub fn new(start: DateTime<Utc>) -> Self {
+        Self(Arc::new(Mutex::new(start)))
+    }
+
+    pub fn advance(&self, by: chrono::Duration) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) += by;
+    }
+
+    pub fn set(&self, to: DateTime<Utc>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = to;
+    }
+}
+
+impl crate::clock::Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

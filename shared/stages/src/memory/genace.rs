@@ -1,0 +1,172 @@
+//! Genace, in memory: a plan of answers, the jobs it holds, and its books.
+
+#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
+use super::*;
+
+/// How [`MemoryGenace`] answers the next POST.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubmitPlan {
+    /// 202 with a new job in `state`.
+    Accept { state: String },
+    /// 202 with a new job in `state`, reporting `held_credits` as this raw
+    /// JSON text (Genace's own figure, or one nobody can mean: `-5`, `1e400`).
+    AcceptReporting { state: String, held_credits: String },
+    /// 502 with `error.job_id` of a new, failed job.
+    FailWithJob,
+    /// 502 without a job id; nothing created.
+    BadGateway,
+    /// Any status and body, as Genace might send them; nothing created.
+    Answer { status: u16, body: String },
+    /// The job is created, then the answer is lost (a timeout after the fact).
+    LostAfterCreate,
+    /// The request never reached Genace (refused, timed out before sending).
+    Unreachable,
+}
+
+/// One job Genace holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenaceJob {
+    pub id: String,
+    /// The submission's `client_reference` (the operation id).
+    pub client_reference: Option<String>,
+    pub state: String,
+    pub outputs: Option<serde_json::Value>,
+    /// What Genace holds for the job while it runs and charges once it
+    /// completes: [`JOB_PRICE`], whatever the 202 reported.
+    pub credits: f64,
+}
+
+/// The credits [`MemoryGenace`] charges per job: the default estimate for a
+/// video, so a ledger that counts a job at its reservation agrees with
+/// Genace's books.
+pub const JOB_PRICE: f64 = 10.0;
+
+/// Genace, in memory: answers POSTs from a plan (accepting by default),
+/// keeps the jobs it created, and answers status reads from them. Answers
+/// go through the real response classification (`classify_submit`,
+/// `classify_status`), so the stages see exactly what the HTTP client
+/// would give them. Clones share the same state.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryGenace {
+    state: Arc<Mutex<GenaceState>>,
+}
+
+#[derive(Debug, Default)]
+struct GenaceState {
+    plans: std::collections::VecDeque<SubmitPlan>,
+    jobs: BTreeMap<String, GenaceJob>,
+    posts: Vec<serde_json::Value>,
+    next: u64,
+}
+
+impl MemoryGenace {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GenaceState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues how the next POSTs are answered (after that: accepted, queued).
+    pub fn plan(&self, plans: impl IntoIterator<Item = SubmitPlan>) {
+        self.lock().plans.extend(plans);
+    }
+
+    /// Moves a job to `state`, with `outputs` (a JSON list, or null).
+    pub fn set_job(&self, id: &str, state: &str, outputs: Option<serde_json::Value>) {
+        if let Some(job) = self.lock().jobs.get_mut(id) {
+            job.state = state.to_owned();
+            job.outputs = outputs;
+        }
+    }
+
+    /// Every job created, in creation order of their ids.
+    pub fn jobs(&self) -> Vec<GenaceJob> {
+        self.lock().jobs.values().cloned().collect()
+    }
+
+    /// Every POST body received, in order.
+    pub fn posts(&self) -> Vec<serde_json::Value> {
+        self.lock().posts.clone()
+    }
+
+    fn create(state: &mut GenaceState, body: &serde_json::Value, job_state: &str) -> String {
+        state.next += 1;
+        let id = format!("job-{:04}", state.next);
+        state.jobs.insert(
+            id.clone(),
+            GenaceJob {
+                id: id.clone(),
+                client_reference: body.get("client_reference").and_then(|v| v.as_str()).map(str::to_owned),
+                state: job_state.to_owned(),
+                outputs: None,
+                credits: JOB_PRICE,
+            },
+        );
+        id
+    }
+}
+
+impl crate::genace::Genace for MemoryGenace {
+    async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
+        let mut state = self.lock();
+        state.posts.push(body.clone());
+        let plan = state
+            .plans
+            .pop_front()
+            .unwrap_or(SubmitPlan::Accept { state: "queued".into() });
+        let (status, text) = match plan {
+            SubmitPlan::Accept { state: job_state } => {
+                let id = Self::create(&mut state, body, &job_state);
+                (202, serde_json::json!({"job_id": id, "state": job_state}).to_string())
+            }
+            SubmitPlan::AcceptReporting {
+                state: job_state,
+                held_credits,
+            } => {
+                let id = Self::create(&mut state, body, &job_state);
+                let head = serde_json::json!({"job_id": id, "state": job_state}).to_string();
+                // Spliced as text: `1e400` is no JSON value serde can hold.
+                (
+                    202,
+                    format!("{},\"held_credits\":{held_credits}}}", &head[..head.len() - 1]),
+                )
+            }
+            SubmitPlan::FailWithJob => {
+                let id = Self::create(&mut state, body, "failed");
+                (
+                    502,
+                    serde_json::json!({"error": {"code": "upstream_failed", "job_id": id}}).to_string(),
+                )
+            }
+            SubmitPlan::BadGateway => (502, r#"{"error":{"code":"bad_gateway"}}"#.to_owned()),
+            SubmitPlan::Answer { status, body } => (status, body),
+            SubmitPlan::LostAfterCreate => {
+                Self::create(&mut state, body, "queued");
+                return SubmitOutcome::Unknown {
+                    evidence: "timed out waiting for the response".into(),
+                };
+            }
+            SubmitPlan::Unreachable => {
+                return SubmitOutcome::Unknown {
+                    evidence: "connection refused".into(),
+                };
+            }
+        };
+        // No Retry-After is sent, so the time it would count from does not matter.
+        classify_submit(status, None, &text, DateTime::UNIX_EPOCH)
+    }
+
+    async fn status(&self, job_id: &str) -> StatusOutcome {
+        let job = self.lock().jobs.get(job_id).cloned();
+        match job {
+            Some(job) => {
+                let body = serde_json::json!({
+                    "id": job.id,
+                    "state": job.state,
+                    "outputs": job.outputs,
+                    "client_reference": job.client_reference,
+                });
+                classify_status(200, &body.to_string())
+            }
+            None => classify_status(404, r#"{"error":{"code":"not_found"}}"#),
+        }
+    }
+}

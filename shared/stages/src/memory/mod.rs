@@ -1,0 +1,66 @@
+//! In-memory adapters for stage-logic tests and simulation (feature
+//! `testkit`). [`MemoryStore`] keeps DynamoDB's semantics as the stages rely
+//! on them: a create conditional on absence (an expired record counts as
+//! absent), an update conditional on the version read, the current record
+//! returned with a lost condition (`ALL_OLD`), no write when nothing changed,
+//! the sparse due, case and job indexes, and the tenant ledgers moved in the
+//! same atomic write as the record, with the spend limit checked on claims. `shared/aws/tests/store_contract.rs`
+//! runs one suite of assertions against this store and the DynamoDB store on
+//! the local endpoint, so the two cannot drift.
+//!
+//! One file per adapter: [`store`], [`clock`], [`queue`], [`objects`],
+//! [`genace`], [`downloads`] and [`webhooks`]; this module re-exports them
+//! all and builds the whole in-memory [`App`](crate::app::App).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use genace_core::domain::{OperationId, TenantId};
+use genace_core::ledger::{self, Millicredits, TenantLedger};
+use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
+use genace_core::record::OperationRecord;
+use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_submit};
+
+use crate::queue::QueueError;
+use crate::table::{
+    Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationStore, StoreError, case_sort_key,
+    case_tenant_prefix,
+};
+
+mod clock;
+mod downloads;
+mod genace;
+mod objects;
+mod queue;
+mod store;
+mod webhooks;
+
+pub use clock::*;
+pub use downloads::*;
+pub use genace::*;
+pub use objects::*;
+pub use queue::*;
+pub use store::*;
+pub use webhooks::*;
+
+/// Every adapter in memory, on a manual clock.
+pub type MemoryApp =
+    crate::app::App<MemoryStore, MemoryQueue, MemoryObjects, MemoryGenace, MemoryDownloads, ManualClock>;
+
+/// An app on in-memory adapters whose clock starts at `start`, with the
+/// default configuration (fault injection off).
+pub fn memory_app(start: DateTime<Utc>) -> MemoryApp {
+    let names = crate::config::ResourceNames::with_prefix("memory-");
+    let queues = crate::config::QueueUrls::local("http://memory.invalid", &names);
+    let clock = ManualClock::new(start);
+    crate::app::App {
+        store: MemoryStore::default(),
+        queue: MemoryQueue::new(clock.clone()),
+        objects: MemoryObjects::default(),
+        genace: MemoryGenace::default(),
+        downloads: MemoryDownloads::default(),
+        clock,
+        config: crate::config::Config::for_resources(&names, queues),
+    }
+}

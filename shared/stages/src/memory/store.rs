@@ -1,0 +1,288 @@
+//! The operation table, in memory, with DynamoDB's semantics as the stages rely on them.
+
+#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
+use super::*;
+
+/// The operation table, in memory. Clones share the same table.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    table: Arc<Mutex<Tables>>,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    records: BTreeMap<String, OperationRecord>,
+    ledgers: BTreeMap<String, TenantLedger>,
+    webhooks: BTreeMap<String, genace_core::webhook::WebhookConfig>,
+}
+
+impl std::ops::Deref for Tables {
+    type Target = BTreeMap<String, OperationRecord>;
+    fn deref(&self) -> &Self::Target {
+        &self.records
+    }
+}
+
+impl std::ops::DerefMut for Tables {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.records
+    }
+}
+
+impl MemoryStore {
+    /// Every stored record (expired ones included), by key.
+    pub fn records(&self) -> Vec<OperationRecord> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// Every tenant ledger, by tenant.
+    pub fn ledgers_now(&self) -> BTreeMap<String, TenantLedger> {
+        self.lock().ledgers.clone()
+    }
+
+    /// Sets a tenant's spend limit (a simulation's starting state).
+    pub fn set_spend_limit_now(&self, tenant: &str, limit: Option<Millicredits>) {
+        self.lock()
+            .ledgers
+            .entry(tenant.to_owned())
+            .or_insert_with(|| TenantLedger {
+                tenant_id: tenant.to_owned(),
+                ..TenantLedger::default()
+            })
+            .spend_limit = limit;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
+        // A test that panicked while holding the lock leaves a usable table.
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn case_key(rec: &OperationRecord) -> Option<String> {
+    rec.case
+        .as_ref()
+        .map(|c| case_sort_key(rec.tenant_id.as_str(), c.opened_at, &rec.operation_id))
+}
+
+/// The memory store's page cursors: `<sort key>\u{1f}<pk>` of the last item.
+const CURSOR_SEPARATOR: char = '\u{1f}';
+
+fn make_cursor(sort: &str, pk: &str) -> String {
+    format!("{sort}{CURSOR_SEPARATOR}{pk}")
+}
+
+fn parse_cursor(c: &str) -> Result<(String, String), StoreError> {
+    c.split_once(CURSOR_SEPARATOR)
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .ok_or(StoreError::Cursor)
+}
+
+impl OperationStore for MemoryStore {
+    async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
+        let mut table = self.lock();
+        match table.get(&rec.pk) {
+            Some(existing) if !existing.is_expired(now) => {
+                if existing == rec {
+                    Ok(Created::New)
+                } else {
+                    Ok(Created::Existing(Box::new(existing.clone())))
+                }
+            }
+            _ => {
+                table.insert(rec.pk.clone(), rec.clone());
+                Ok(Created::New)
+            }
+        }
+    }
+
+    async fn get(&self, id: &OperationId, now: DateTime<Utc>) -> Result<Option<OperationRecord>, StoreError> {
+        let found = self
+            .lock()
+            .get(&OperationRecord::pk_for(id))
+            .filter(|r| !r.is_expired(now))
+            .cloned();
+        found.iter().for_each(genace_core::machine::debug_check);
+        Ok(found)
+    }
+
+    async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
+        if prev == next {
+            return Ok(Applied::Unchanged);
+        }
+        let mut table = self.lock();
+        let tables = &mut *table;
+        match tables.records.get_mut(&prev.pk) {
+            Some(current) if current.version == prev.version => {
+                debug_assert!(
+                    genace_core::events::derive(Some(prev), next, &genace_core::events::Context::default()).len()
+                        <= genace_core::events::MAX_EVENTS_PER_CHANGE,
+                    "one change announces more than {} events",
+                    genace_core::events::MAX_EVENTS_PER_CHANGE
+                );
+                let delta = ledger::delta(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
+                if !delta.is_zero() {
+                    let tenant = prev.tenant_id.as_str();
+                    let entry = tables.ledgers.entry(tenant.to_owned()).or_insert_with(|| TenantLedger {
+                        tenant_id: tenant.to_owned(),
+                        ..TenantLedger::default()
+                    });
+                    if ledger::reserves(prev, next) && entry.headroom().is_some_and(|room| room < delta.held) {
+                        return Err(StoreError::SpendLimit);
+                    }
+                    entry.totals = entry
+                        .totals
+                        .plus(&delta)
+                        .map_err(|e| StoreError::Decode(e.to_string()))?;
+                }
+                *current = next.clone();
+                Ok(Applied::Written)
+            }
+            Some(current) => Err(StoreError::Conflict(Some(Box::new(current.clone())))),
+            None => Err(StoreError::Conflict(None)),
+        }
+    }
+
+    async fn due_page(
+        &self,
+        shard: u32,
+        before_ms: i64,
+        limit: i32,
+        cursor: Option<DueCursor>,
+    ) -> Result<DuePage, StoreError> {
+        let shard_key = format!("DUE#{shard}");
+        let after = match &cursor {
+            Some(c) => {
+                let (due_at_ms, pk) = parse_cursor(&c.0)?;
+                Some((due_at_ms.parse::<i64>().map_err(|_| StoreError::Cursor)?, pk))
+            }
+            None => None,
+        };
+        let table = self.lock();
+        let mut entries: Vec<(i64, &OperationRecord)> = table
+            .values()
+            .filter(|r| r.due_pk == shard_key)
+            .filter_map(|r| r.due_at_ms.filter(|d| *d <= before_ms).map(|d| (d, r)))
+            .filter(|(d, r)| after.as_ref().is_none_or(|(ad, apk)| (*d, &r.pk) > (*ad, apk)))
+            .collect();
+        entries.sort_by(|a, b| (a.0, &a.1.pk).cmp(&(b.0, &b.1.pk)));
+        let limit = limit.max(1) as usize;
+        let full = entries.len() >= limit;
+        entries.truncate(limit);
+        let next = match entries.last() {
+            Some((d, r)) if full => Some(DueCursor(make_cursor(&d.to_string(), &r.pk))),
+            _ => None,
+        };
+        let items = entries
+            .into_iter()
+            .map(|(d, r)| DueItem {
+                operation_id: r.operation_id.clone(),
+                phase: r.phase,
+                delivery_state: r.delivery_state,
+                due_at_ms: d,
+            })
+            .collect();
+        Ok(DuePage { items, next })
+    }
+
+    async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, StoreError> {
+        Ok(self
+            .lock()
+            .values()
+            .filter(|r| r.remote_job_id.as_deref() == Some(job_id))
+            .take(10)
+            .map(|r| r.operation_id.clone())
+            .collect())
+    }
+
+    async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
+        Ok(self
+            .lock()
+            .ledgers
+            .get(tenant.as_str())
+            .cloned()
+            .unwrap_or_else(|| TenantLedger {
+                tenant_id: tenant.as_str().to_owned(),
+                ..TenantLedger::default()
+            }))
+    }
+
+    async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
+        let table = self.lock();
+        let limit = limit.max(1) as usize;
+        let mut page: Vec<TenantLedger> = table
+            .ledgers
+            .values()
+            .filter(|l| cursor.is_none_or(|c| l.tenant_id.as_str() > c))
+            .take(limit + 1)
+            .cloned()
+            .collect();
+        let next = (page.len() > limit).then(|| {
+            page.truncate(limit);
+            page.last().map(|l| l.tenant_id.clone()).unwrap_or_default()
+        });
+        Ok(LedgerPage { ledgers: page, next })
+    }
+
+    async fn set_spend_limit(
+        &self,
+        tenant: &TenantId,
+        limit: Option<Millicredits>,
+    ) -> Result<TenantLedger, StoreError> {
+        let mut table = self.lock();
+        let entry = table
+            .ledgers
+            .entry(tenant.as_str().to_owned())
+            .or_insert_with(|| TenantLedger {
+                tenant_id: tenant.as_str().to_owned(),
+                ..TenantLedger::default()
+            });
+        entry.spend_limit = limit;
+        Ok(entry.clone())
+    }
+
+    async fn webhook(&self, tenant: &TenantId) -> Result<Option<genace_core::webhook::WebhookConfig>, StoreError> {
+        Ok(self.lock().webhooks.get(tenant.as_str()).cloned())
+    }
+
+    async fn set_webhook(
+        &self,
+        tenant: &TenantId,
+        config: Option<&genace_core::webhook::WebhookConfig>,
+    ) -> Result<(), StoreError> {
+        let mut table = self.lock();
+        match config {
+            Some(c) => table.webhooks.insert(tenant.as_str().to_owned(), c.clone()),
+            None => table.webhooks.remove(tenant.as_str()),
+        };
+        Ok(())
+    }
+
+    async fn open_cases(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        let after = cursor.map(parse_cursor).transpose()?;
+        let prefix = tenant.map(|t| case_tenant_prefix(t.as_str()));
+        let table = self.lock();
+        let mut entries: Vec<(String, &OperationRecord)> = table
+            .values()
+            .filter_map(|r| case_key(r).map(|k| (k, r)))
+            .filter(|(k, _)| prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str())))
+            .filter(|(k, r)| after.as_ref().is_none_or(|(ak, apk)| (k, &r.pk) > (ak, apk)))
+            .collect();
+        entries.sort_by(|a, b| (&a.0, &a.1.pk).cmp(&(&b.0, &b.1.pk)));
+        let limit = limit.max(1) as usize;
+        let full = entries.len() >= limit;
+        entries.truncate(limit);
+        let next = match entries.last() {
+            Some((k, r)) if full => Some(make_cursor(k, &r.pk)),
+            _ => None,
+        };
+        Ok(CasePage {
+            records: entries.into_iter().map(|(_, r)| r.clone()).collect(),
+            next,
+        })
+    }
+}

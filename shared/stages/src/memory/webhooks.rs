@@ -1,0 +1,95 @@
+//! Webhook secrets, receivers and dead letters, in memory.
+
+#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
+use super::*;
+
+/// Secrets, in memory. Clones share them.
+#[derive(Debug, Clone, Default)]
+pub struct MemorySecrets {
+    values: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+impl MemorySecrets {
+    pub fn put(&self, id: &str, value: &str) {
+        self.values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), value.to_owned());
+    }
+}
+
+impl crate::webhooks::SecretStore for MemorySecrets {
+    async fn secret(&self, id: &str) -> Result<Option<String>, String> {
+        Ok(self.values.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned())
+    }
+}
+
+/// A webhook receiver, in memory: answers each POST with the next planned
+/// status (200 once the plan is used up) and keeps what it received.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryReceiver {
+    inner: Arc<Mutex<(Vec<u16>, Vec<ReceivedPost>)>>,
+}
+
+/// One POST a [`MemoryReceiver`] received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedPost {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl MemoryReceiver {
+    /// The statuses the next POSTs get, in order.
+    pub fn answer(&self, statuses: &[u16]) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).0 = statuses.to_vec();
+    }
+
+    pub fn received(&self) -> Vec<ReceivedPost> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+    }
+}
+
+/// The receiver applies the production webhook URL policy (https, public
+/// addresses, port 443), as the HTTP adapter does before connecting.
+impl crate::webhooks::WebhookSender for MemoryReceiver {
+    async fn post(
+        &self,
+        url: &str,
+        headers: Vec<(String, String)>,
+        body: String,
+    ) -> Result<u16, crate::webhooks::PostError> {
+        crate::urlguard::check_url_text(url, &crate::config::UrlPolicy::default())
+            .map_err(crate::webhooks::PostError::Refused)?;
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.1.push(ReceivedPost {
+            url: url.to_owned(),
+            headers,
+            body,
+        });
+        Ok(if inner.0.is_empty() { 200 } else { inner.0.remove(0) })
+    }
+}
+
+/// A dead-letter queue, in memory: keeps each body with its reason.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryDeadLetters {
+    letters: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl MemoryDeadLetters {
+    /// Every (body, reason) received, in order.
+    pub fn letters(&self) -> Vec<(String, String)> {
+        self.letters.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl crate::webhooks::DeadLetters for MemoryDeadLetters {
+    async fn dead_letter(&self, body: String, reason: String) -> Result<(), String> {
+        self.letters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((body, reason));
+        Ok(())
+    }
+}
