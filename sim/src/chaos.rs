@@ -1,0 +1,283 @@
+//! Crashes and slowness at every port call: the in-memory adapters wrapped
+//! in [`Chaotic`], which may drop the handler before or after a call's effect.
+
+#[allow(
+    unused_imports,
+    reason = "the crate root's imports, shared by every file of the simulator"
+)]
+use crate::*;
+
+// ------------------------------------------------------------ crashes
+
+/// What happens at one port call.
+pub(crate) enum Fate {
+    Proceed,
+    CrashBefore,
+    CrashAfter,
+}
+
+#[derive(Debug)]
+pub(crate) struct ChaosState {
+    rng: Rng,
+    /// Crashes per thousand port calls (0 in the quiet phase).
+    crash_per_mille: u64,
+    /// Set by a port call that crashed the handler being polled.
+    crashed: bool,
+}
+
+/// The seed's say over every port call, shared by every wrapper.
+#[derive(Debug, Clone)]
+pub struct Chaos(Arc<Mutex<ChaosState>>);
+
+impl Chaos {
+    pub(crate) fn new(seed: u64, crash_per_mille: u64) -> Self {
+        Self(Arc::new(Mutex::new(ChaosState {
+            rng: Rng::new(seed.wrapping_mul(31).wrapping_add(7)),
+            crash_per_mille,
+            crashed: false,
+        })))
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, ChaosState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn fate(&self) -> Fate {
+        let mut s = self.lock();
+        let per_mille = s.crash_per_mille;
+        if !s.rng.chance(per_mille) {
+            return Fate::Proceed;
+        }
+        if s.rng.chance(500) {
+            Fate::CrashBefore
+        } else {
+            Fate::CrashAfter
+        }
+    }
+
+    pub(crate) fn crash(&self) {
+        self.lock().crashed = true;
+    }
+
+    pub(crate) fn take_crashed(&self) -> bool {
+        std::mem::take(&mut self.lock().crashed)
+    }
+
+    pub(crate) fn quiet(&self) {
+        self.lock().crash_per_mille = 0;
+    }
+
+    pub(crate) fn below(&self, n: u64) -> u64 {
+        self.lock().rng.below(n)
+    }
+}
+
+/// Pending once: the point where the scheduler may run something else.
+pub(crate) struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
+    }
+}
+
+/// A slow call (Genace over the network): several switch points, so other
+/// handlers run while it waits.
+pub(crate) async fn slow(chaos: &Chaos) {
+    for _ in 0..chaos.below(6) {
+        YieldOnce(false).await;
+    }
+}
+
+/// One port call: a switch point, then the effect, unless the seed crashes
+/// the handler before or after it.
+pub(crate) async fn port<T>(chaos: &Chaos, effect: impl Future<Output = T>) -> T {
+    YieldOnce(false).await;
+    match chaos.fate() {
+        Fate::Proceed => effect.await,
+        Fate::CrashBefore => {
+            chaos.crash();
+            std::future::pending().await
+        }
+        Fate::CrashAfter => {
+            let _ = effect.await;
+            chaos.crash();
+            std::future::pending().await
+        }
+    }
+}
+
+/// An in-memory adapter whose every call goes through [`port`].
+#[derive(Debug, Clone)]
+pub struct Chaotic<T> {
+    pub(crate) inner: T,
+    pub(crate) chaos: Chaos,
+}
+
+impl<T: OperationStore> OperationStore for Chaotic<T> {
+    async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
+        port(&self.chaos, self.inner.create(rec, now)).await
+    }
+    async fn get(&self, id: &OperationId, now: DateTime<Utc>) -> Result<Option<OperationRecord>, StoreError> {
+        port(&self.chaos, self.inner.get(id, now)).await
+    }
+    async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
+        port(&self.chaos, self.inner.apply(prev, next)).await
+    }
+    async fn due_page(
+        &self,
+        shard: u32,
+        before_ms: i64,
+        limit: i32,
+        cursor: Option<DueCursor>,
+    ) -> Result<DuePage, StoreError> {
+        port(&self.chaos, self.inner.due_page(shard, before_ms, limit, cursor)).await
+    }
+    async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, StoreError> {
+        port(&self.chaos, self.inner.holders_of_remote_job(job_id)).await
+    }
+    async fn open_cases(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        port(&self.chaos, self.inner.open_cases(tenant, limit, cursor)).await
+    }
+    async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
+        port(&self.chaos, self.inner.ledger(tenant)).await
+    }
+    async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
+        port(&self.chaos, self.inner.ledgers(limit, cursor)).await
+    }
+    async fn set_spend_limit(
+        &self,
+        tenant: &TenantId,
+        limit: Option<Millicredits>,
+    ) -> Result<TenantLedger, StoreError> {
+        port(&self.chaos, self.inner.set_spend_limit(tenant, limit)).await
+    }
+    async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, StoreError> {
+        port(&self.chaos, self.inner.webhook(tenant)).await
+    }
+    async fn set_webhook(&self, tenant: &TenantId, config: Option<&WebhookConfig>) -> Result<(), StoreError> {
+        port(&self.chaos, self.inner.set_webhook(tenant, config)).await
+    }
+}
+
+impl<T: WorkQueue> WorkQueue for Chaotic<T> {
+    async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
+        port(&self.chaos, self.inner.enqueue(queue, id, delay_seconds)).await
+    }
+}
+
+impl<T: RecoveryChannel> RecoveryChannel for Chaotic<T> {
+    async fn send_recovery(&self, message: &RecoveryMessage) -> Result<(), QueueError> {
+        port(&self.chaos, self.inner.send_recovery(message)).await
+    }
+}
+
+impl<T: ObjectStore> ObjectStore for Chaotic<T> {
+    async fn put(&self, key: &str, content_type: &str, data: Vec<u8>, sha256: &str) -> Result<(), StorageError> {
+        port(&self.chaos, self.inner.put(key, content_type, data, sha256)).await
+    }
+    async fn begin(&self, key: &str, content_type: &str) -> Result<String, StorageError> {
+        port(&self.chaos, self.inner.begin(key, content_type)).await
+    }
+    async fn put_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        data: Vec<u8>,
+    ) -> Result<PartReceipt, StorageError> {
+        port(&self.chaos, self.inner.put_part(key, upload_id, number, data)).await
+    }
+    async fn complete(&self, key: &str, upload_id: &str, parts: &[PartReceipt]) -> Result<(), StorageError> {
+        port(&self.chaos, self.inner.complete(key, upload_id, parts)).await
+    }
+    async fn abort(&self, key: &str, upload_id: &str) -> Result<(), StorageError> {
+        port(&self.chaos, self.inner.abort(key, upload_id)).await
+    }
+    async fn head(&self, key: &str) -> Result<Option<ObjectHead>, StorageError> {
+        port(&self.chaos, self.inner.head(key)).await
+    }
+    async fn presign_get(&self, key: &str, expiry: std::time::Duration) -> Result<String, StorageError> {
+        port(&self.chaos, self.inner.presign_get(key, expiry)).await
+    }
+}
+
+/// Genace answers each POST with an outcome class drawn from the seed.
+impl Genace for Chaotic<MemoryGenace> {
+    async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
+        let reporting = |held: &str| SubmitPlan::AcceptReporting {
+            state: "queued".into(),
+            held_credits: held.into(),
+        };
+        let plan = match self.chaos.below(100) {
+            0..=34 => SubmitPlan::Accept { state: "queued".into() },
+            // Genace's own figure, and figures nobody can mean: the ledger
+            // must believe the first and not the others.
+            35..=39 => reporting("10"),
+            40..=42 => reporting("-50"),
+            43 => reporting("1e400"),
+            44 => reporting("250000"),
+            45..=54 => SubmitPlan::Accept {
+                state: "running".into(),
+            },
+            55..=61 => SubmitPlan::FailWithJob,
+            62..=64 => SubmitPlan::BadGateway,
+            65..=67 => SubmitPlan::Answer {
+                status: 503,
+                body: "upstream unavailable".into(),
+            },
+            68..=74 => SubmitPlan::LostAfterCreate,
+            75..=79 => SubmitPlan::Unreachable,
+            80..=83 => SubmitPlan::Answer {
+                status: 202,
+                body: r#"{"accepted":true}"#.into(),
+            },
+            84..=91 => SubmitPlan::Answer {
+                status: 429,
+                body: "slow down".into(),
+            },
+            92..=95 => SubmitPlan::Answer {
+                status: 401,
+                body: "bad key".into(),
+            },
+            _ => SubmitPlan::Answer {
+                status: 403,
+                body: "forbidden".into(),
+            },
+        };
+        self.inner.plan([plan]);
+        slow(&self.chaos).await;
+        port(&self.chaos, self.inner.submit(body)).await
+    }
+
+    async fn status(&self, job_id: &str) -> StatusOutcome {
+        slow(&self.chaos).await;
+        match self.chaos.below(100) {
+            0..=4 => port(&self.chaos, async { classify_status(500, "busy") }).await,
+            5..=12 => {
+                let other = serde_json::json!({"id": "job-foreign", "state": "running"}).to_string();
+                port(&self.chaos, async move { classify_status(200, &other) }).await
+            }
+            13..=14 => port(&self.chaos, async { classify_status(404, "not found") }).await,
+            _ => port(&self.chaos, self.inner.status(job_id)).await,
+        }
+    }
+}
+
+impl Downloads for Chaotic<MemoryDownloads> {
+    type Body = MemoryBody;
+    async fn open(&self, url: &str) -> Result<Download<MemoryBody>, DownloadError> {
+        port(&self.chaos, self.inner.open(url)).await
+    }
+}

@@ -1,0 +1,254 @@
+//! The promises a run keeps: after every step (records, counters, job
+//! counts, Genace's books, every answer intake gave) and at rest.
+
+#[allow(
+    unused_imports,
+    reason = "the crate root's imports, shared by every file of the simulator"
+)]
+use super::*;
+
+impl World {
+    // ---- invariants
+
+    /// What holds after every step.
+    pub(crate) fn check_step(&mut self) -> Result<(), String> {
+        let records = self.store.records();
+        self.check_answers(&records)?;
+        let mut keys = BTreeMap::new();
+        for rec in &records {
+            self.check_record(rec, &mut keys)?;
+        }
+        let ledgers = self.check_counters(&records)?;
+        self.check_job_counts()?;
+        self.check_books(&records, &ledgers)
+    }
+
+    /// One stored record: its invariants, one record per (tenant, key),
+    /// versions only growing, the specification never replaced, and
+    /// `delivered` meaning every object is stored with its SHA-256. Logs the
+    /// record's state when it changed.
+    pub(crate) fn check_record(
+        &mut self,
+        rec: &OperationRecord,
+        keys: &mut BTreeMap<(String, String), String>,
+    ) -> Result<(), String> {
+        let id = rec.operation_id.as_str().to_owned();
+        machine::check_invariants(rec).map_err(|e| format!("{}: {e}", short(&id)))?;
+        if let Some(other) = keys.insert(
+            (rec.tenant_id.as_str().to_owned(), rec.operation_key.clone()),
+            id.clone(),
+        ) {
+            return Err(format!("two records for one (tenant, key): {other} and {id}"));
+        }
+        match self.seen.get(&id) {
+            Some((version, _)) if rec.version < *version => {
+                return Err(format!(
+                    "{}: version went back from {version} to {}",
+                    short(&id),
+                    rec.version
+                ));
+            }
+            Some((_, hash)) if *hash != rec.specification_hash => {
+                return Err(format!("{}: the stored specification was replaced", short(&id)));
+            }
+            _ => {}
+        }
+        self.seen
+            .insert(id.clone(), (rec.version, rec.specification_hash.clone()));
+        let state = state_line(rec);
+        if self.shown.get(&id) != Some(&state) {
+            self.log(format!("  {} {state}", short(&id)));
+            self.shown.insert(id.clone(), state);
+        }
+        if rec.delivery_state == DeliveryState::Delivered {
+            for object in &rec.delivered_objects {
+                match self.objects.get(&object.key) {
+                    Some(stored) if hex_sha256(&stored.data) == object.sha256 => {}
+                    Some(_) => return Err(format!("{}: {} has another SHA-256", short(&id), object.key)),
+                    None => return Err(format!("{}: delivered, but {} is not stored", short(&id), object.key)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each tenant's counters are the sum of its records' shares, and a
+    /// spend limit is never passed. Returns the ledgers for the next checks.
+    pub(crate) fn check_counters(&self, records: &[OperationRecord]) -> Result<BTreeMap<String, TenantLedger>, String> {
+        let mut sums: BTreeMap<String, genace_core::ledger::Shares> = BTreeMap::new();
+        for rec in records {
+            let sum = sums.entry(rec.tenant_id.as_str().to_owned()).or_default();
+            *sum = sum
+                .plus(&genace_core::ledger::share(rec))
+                .map_err(|e| format!("{}: {e}", rec.tenant_id))?;
+        }
+        let ledgers = self.store.ledgers_now();
+        for tenant in TENANTS {
+            let counted = ledgers.get(tenant).map(|l| l.totals).unwrap_or_default();
+            let summed = sums.get(tenant).copied().unwrap_or_default();
+            if counted != summed {
+                return Err(format!(
+                    "{tenant}: ledger {counted:?} but the records sum to {summed:?}"
+                ));
+            }
+            if let Some(limit) = ledgers.get(tenant).and_then(|l| l.spend_limit)
+                && counted.held > limit
+            {
+                return Err(format!(
+                    "{tenant}: {} millicredits held past the limit of {limit}",
+                    counted.held
+                ));
+            }
+        }
+        Ok(ledgers)
+    }
+
+    /// At most one Genace job per operation, one more per confirm_not_created.
+    pub(crate) fn check_job_counts(&self) -> Result<(), String> {
+        let mut jobs: BTreeMap<String, usize> = BTreeMap::new();
+        for job in self.genace.jobs() {
+            *jobs.entry(job.client_reference.unwrap_or_default()).or_default() += 1;
+        }
+        for (op, count) in jobs {
+            let allowed = 1 + self.confirmations.get(&op).copied().unwrap_or(0);
+            if count > allowed {
+                return Err(format!(
+                    "{}: {count} Genace jobs created, {allowed} allowed",
+                    short(&op)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What every client saw of intake: the same key and specification
+    /// always give the same operation id; a changed specification is always
+    /// a 409, and a 409 means a changed specification; a new operation or a
+    /// replay always carries the specification that was sent.
+    pub(crate) fn check_answers(&mut self, records: &[OperationRecord]) -> Result<(), String> {
+        let answers = std::mem::take(&mut *self.answers.lock().unwrap_or_else(|p| p.into_inner()));
+        for a in answers {
+            let who = format!("{}/{}", a.tenant, a.key);
+            let stored = records
+                .iter()
+                .find(|r| r.tenant_id.as_str() == a.tenant && r.operation_key == a.key)
+                .map(|r| r.specification_hash.clone());
+            match a.reply {
+                Reply::Operation { id, carried, replay } => {
+                    let answer = if replay { "a replay" } else { "a new operation" };
+                    if carried != a.sent {
+                        return Err(format!(
+                            "{who}: {answer} carried another specification than the one sent"
+                        ));
+                    }
+                    if stored.as_ref().is_some_and(|h| *h != a.sent) {
+                        return Err(format!(
+                            "{who}: a changed specification was answered as {answer}, not 409"
+                        ));
+                    }
+                    let first = self
+                        .answered_ids
+                        .entry((a.tenant.clone(), a.key.clone(), a.sent.clone()))
+                        .or_insert_with(|| id.clone());
+                    if *first != id {
+                        return Err(format!(
+                            "{who}: the same key and specification were answered with operation {} and then {}",
+                            short(first),
+                            short(&id)
+                        ));
+                    }
+                }
+                Reply::KeyReused if stored.as_ref() == Some(&a.sent) => {
+                    return Err(format!("{who}: 409 for the specification the key holds"));
+                }
+                Reply::KeyReused | Reply::Failed => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The ledger against Genace's own books, per tenant: no counter is
+    /// ever negative; `spent` never exceeds what Genace charged for the
+    /// jobs it completed; `held` covers every job still running; and every
+    /// credit Genace holds or charged is on the ledger, held or spent.
+    pub(crate) fn check_books(
+        &self,
+        records: &[OperationRecord],
+        ledgers: &BTreeMap<String, TenantLedger>,
+    ) -> Result<(), String> {
+        let tenant_of: BTreeMap<&str, &str> = records
+            .iter()
+            .map(|r| (r.operation_id.as_str(), r.tenant_id.as_str()))
+            .collect();
+        let mut charged: BTreeMap<&str, (Millicredits, Millicredits)> = BTreeMap::new();
+        for job in self.genace.jobs() {
+            let Some(tenant) = job.client_reference.as_deref().and_then(|op| tenant_of.get(op)) else {
+                continue;
+            };
+            let (completed, running) = charged.entry(tenant).or_default();
+            let credits = genace_core::ledger::millis(job.credits);
+            match job.state.as_str() {
+                "completed" => *completed += credits,
+                "queued" | "running" => *running += credits,
+                _ => {}
+            }
+        }
+        for tenant in TENANTS {
+            let totals = ledgers.get(tenant).map(|l| l.totals).unwrap_or_default();
+            let (completed, running) = charged.get(tenant).copied().unwrap_or_default();
+            if totals.any_negative() {
+                return Err(format!("{tenant}: a ledger counter is negative: {totals:?}"));
+            }
+            if totals.spent > completed {
+                return Err(format!(
+                    "{tenant}: {} millicredits spent, but Genace completed jobs worth {completed}",
+                    totals.spent
+                ));
+            }
+            if totals.held < running {
+                return Err(format!(
+                    "{tenant}: {} millicredits held, but Genace runs jobs worth {running}",
+                    totals.held
+                ));
+            }
+            if totals.spent + totals.held < completed + running {
+                return Err(format!(
+                    "{tenant}: Genace holds or charged {} millicredits, the ledger counts {} spent and {} held",
+                    completed + running,
+                    totals.spent,
+                    totals.held
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What holds at rest: every job Genace created is on its operation's
+    /// record, on the recovery channel, or in an open case.
+    pub(crate) fn check_rest(&self) -> Result<(), String> {
+        let recovery: Vec<String> = self
+            .queue
+            .messages()
+            .into_iter()
+            .filter(|m| m.queue == Queue::Recovery)
+            .map(|m| m.body)
+            .collect();
+        for job in self.genace.jobs() {
+            let op = job.client_reference.clone().unwrap_or_default();
+            let rec = self.store.records().into_iter().find(|r| r.operation_id.as_str() == op);
+            let referenced = rec
+                .as_ref()
+                .is_some_and(|r| r.remote_job_id.as_deref() == Some(job.id.as_str()));
+            let recovering = recovery.iter().any(|b| b.contains(&format!("\"{}\"", job.id)));
+            let case = rec.as_ref().is_some_and(|r| r.case.is_some());
+            if !(referenced || recovering || case) {
+                return Err(format!(
+                    "{}: Genace job {} is on no record, no recovery message and no case",
+                    short(&op),
+                    job.id
+                ));
+            }
+        }
+        Ok(())
+    }
+}
