@@ -33,7 +33,7 @@ use genace_http::GenaceConfig;
 use genace_stages::config::Config;
 use genace_stages::config::ResourceNames;
 use genace_stages::deliver::DeliverResult;
-use genace_stages::table::OperationStore;
+use genace_stages::table::prelude::*;
 use serde_json::{Value, json};
 
 use crate::{devauth, meter, runner, serve, standin};

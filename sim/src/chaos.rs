@@ -120,16 +120,19 @@ pub struct Chaotic<T> {
     pub(crate) chaos: Chaos,
 }
 
-impl<T: OperationStore> OperationStore for Chaotic<T> {
+impl<T: OperationRecords> OperationRecords for Chaotic<T> {
     async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
         port(&self.chaos, self.inner.create(rec, now)).await
     }
+
     async fn get(&self, id: &OperationId, now: DateTime<Utc>) -> Result<Option<OperationRecord>, StoreError> {
         port(&self.chaos, self.inner.get(id, now)).await
     }
+
     async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
         port(&self.chaos, self.inner.apply(prev, next)).await
     }
+
     async fn due_page(
         &self,
         shard: u32,
@@ -139,9 +142,11 @@ impl<T: OperationStore> OperationStore for Chaotic<T> {
     ) -> Result<DuePage, StoreError> {
         port(&self.chaos, self.inner.due_page(shard, before_ms, limit, cursor)).await
     }
+
     async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, StoreError> {
         port(&self.chaos, self.inner.holders_of_remote_job(job_id)).await
     }
+
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,
@@ -150,12 +155,17 @@ impl<T: OperationStore> OperationStore for Chaotic<T> {
     ) -> Result<CasePage, StoreError> {
         port(&self.chaos, self.inner.open_cases(tenant, limit, cursor)).await
     }
+}
+
+impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
     async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
         port(&self.chaos, self.inner.ledger(tenant)).await
     }
+
     async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
         port(&self.chaos, self.inner.ledgers(limit, cursor)).await
     }
+
     async fn set_spend_limit(
         &self,
         tenant: &TenantId,
@@ -163,9 +173,13 @@ impl<T: OperationStore> OperationStore for Chaotic<T> {
     ) -> Result<TenantLedger, StoreError> {
         port(&self.chaos, self.inner.set_spend_limit(tenant, limit)).await
     }
+}
+
+impl<T: WebhookSettings> WebhookSettings for Chaotic<T> {
     async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, StoreError> {
         port(&self.chaos, self.inner.webhook(tenant)).await
     }
+
     async fn set_webhook(&self, tenant: &TenantId, config: Option<&WebhookConfig>) -> Result<(), StoreError> {
         port(&self.chaos, self.inner.set_webhook(tenant, config)).await
     }

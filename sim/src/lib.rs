@@ -48,7 +48,10 @@ use genace_stages::memory::{
 use genace_stages::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
 use genace_stages::queue::{QueueError, RecoveryChannel, WorkQueue};
 use genace_stages::stage::{Stage, handle_body};
-use genace_stages::table::{Applied, CasePage, Created, DueCursor, DuePage, LedgerPage, OperationStore, StoreError};
+use genace_stages::table::{
+    Applied, CasePage, Created, DueCursor, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
+    WebhookSettings,
+};
 
 mod chaos;
 mod rng;

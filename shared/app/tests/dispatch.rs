@@ -24,7 +24,7 @@ use genace_stages::dispatch::PostResult;
 use genace_stages::intake::Intake;
 use genace_stages::intake::Submitted;
 use genace_stages::stage::StageError;
-use genace_stages::table::OperationStore;
+use genace_stages::table::prelude::*;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -380,7 +380,7 @@ async fn only_400_409_422_reject_the_intent() {
 /// the stored record, as when the SDK retries a write that had landed.
 struct EchoingStore(DynamoStore);
 
-impl OperationStore for EchoingStore {
+impl OperationRecords for EchoingStore {
     async fn create(
         &self,
         rec: &OperationRecord,
@@ -388,6 +388,7 @@ impl OperationStore for EchoingStore {
     ) -> Result<genace_stages::table::Created, genace_stages::table::StoreError> {
         self.0.create(rec, now).await
     }
+
     async fn get(
         &self,
         id: &OperationId,
@@ -395,6 +396,7 @@ impl OperationStore for EchoingStore {
     ) -> Result<Option<OperationRecord>, genace_stages::table::StoreError> {
         self.0.get(id, now).await
     }
+
     async fn apply(
         &self,
         prev: &OperationRecord,
@@ -408,6 +410,7 @@ impl OperationStore for EchoingStore {
             unchanged => Ok(unchanged),
         }
     }
+
     async fn due_page(
         &self,
         shard: u32,
@@ -417,9 +420,11 @@ impl OperationStore for EchoingStore {
     ) -> Result<genace_stages::table::DuePage, genace_stages::table::StoreError> {
         self.0.due_page(shard, before_ms, limit, cursor).await
     }
+
     async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, genace_stages::table::StoreError> {
         self.0.holders_of_remote_job(job_id).await
     }
+
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,
@@ -428,12 +433,16 @@ impl OperationStore for EchoingStore {
     ) -> Result<genace_stages::table::CasePage, genace_stages::table::StoreError> {
         self.0.open_cases(tenant, limit, cursor).await
     }
+}
+
+impl TenantLedgers for EchoingStore {
     async fn ledger(
         &self,
         tenant: &TenantId,
     ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
         self.0.ledger(tenant).await
     }
+
     async fn ledgers(
         &self,
         limit: i32,
@@ -441,6 +450,7 @@ impl OperationStore for EchoingStore {
     ) -> Result<genace_stages::table::LedgerPage, genace_stages::table::StoreError> {
         self.0.ledgers(limit, cursor).await
     }
+
     async fn set_spend_limit(
         &self,
         tenant: &TenantId,
@@ -448,12 +458,16 @@ impl OperationStore for EchoingStore {
     ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
         self.0.set_spend_limit(tenant, limit).await
     }
+}
+
+impl WebhookSettings for EchoingStore {
     async fn webhook(
         &self,
         tenant: &TenantId,
     ) -> Result<Option<genace_core::webhook::WebhookConfig>, genace_stages::table::StoreError> {
         self.0.webhook(tenant).await
     }
+
     async fn set_webhook(
         &self,
         tenant: &TenantId,

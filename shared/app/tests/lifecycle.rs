@@ -28,7 +28,7 @@ use genace_stages::intake::Submitted;
 use genace_stages::poll::Polled;
 use genace_stages::poll::Poller;
 use genace_stages::stage::StageError;
-use genace_stages::table::OperationStore;
+use genace_stages::table::prelude::*;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use wiremock::matchers::{method, path};

@@ -15,7 +15,7 @@ use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
 use genace_edge::http as api;
 use genace_stages::intake::Intake;
-use genace_stages::table::OperationStore;
+use genace_stages::table::prelude::*;
 use lambda_http::{Body, Response};
 use serde_json::{Value, json};
 

@@ -27,8 +27,8 @@ use genace_core::record::OperationRecord;
 use genace_core::webhook::WebhookConfig;
 use genace_stages::metrics;
 use genace_stages::table::{
-    Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationStore, StoreError, case_sort_key,
-    case_tenant_prefix,
+    Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
+    WebhookSettings, case_sort_key, case_tenant_prefix,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -269,7 +269,7 @@ fn ledger_from_item(tenant: &str, item: &Item) -> Result<TenantLedger, StoreErro
     })
 }
 
-impl OperationStore for DynamoStore {
+impl OperationRecords for DynamoStore {
     async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
         let result = self
             .client
@@ -421,6 +421,47 @@ impl OperationStore for DynamoStore {
             .collect()
     }
 
+    async fn open_cases(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        let mut query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::provision::CASE_INDEX)
+            .expression_attribute_values(":pk", AttributeValue::S(CASE_PK.into()))
+            .limit(limit);
+        query = match tenant {
+            Some(t) => query
+                .key_condition_expression("case_pk = :pk AND begins_with(case_sk, :tenant)")
+                .expression_attribute_values(":tenant", AttributeValue::S(case_tenant_prefix(t.as_str()))),
+            None => query.key_condition_expression("case_pk = :pk"),
+        };
+        if let Some(c) = cursor {
+            query = query.set_exclusive_start_key(Some(decode_cursor(c)?));
+        }
+        let out = query.send().await.map_err(service_error)?;
+        let records = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(from_item)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CasePage {
+            records,
+            next: out
+                .last_evaluated_key
+                .filter(|k| !k.is_empty())
+                .as_ref()
+                .and_then(encode_cursor),
+        })
+    }
+}
+
+impl TenantLedgers for DynamoStore {
     async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
         let out = self
             .client
@@ -516,7 +557,9 @@ impl OperationStore for DynamoStore {
         }
         Err(StoreError::Conflict(None))
     }
+}
 
+impl WebhookSettings for DynamoStore {
     async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, StoreError> {
         let out = self
             .client
@@ -559,45 +602,6 @@ impl OperationStore for DynamoStore {
             }
         }
         Ok(())
-    }
-
-    async fn open_cases(
-        &self,
-        tenant: Option<&TenantId>,
-        limit: i32,
-        cursor: Option<&str>,
-    ) -> Result<CasePage, StoreError> {
-        let mut query = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(crate::provision::CASE_INDEX)
-            .expression_attribute_values(":pk", AttributeValue::S(CASE_PK.into()))
-            .limit(limit);
-        query = match tenant {
-            Some(t) => query
-                .key_condition_expression("case_pk = :pk AND begins_with(case_sk, :tenant)")
-                .expression_attribute_values(":tenant", AttributeValue::S(case_tenant_prefix(t.as_str()))),
-            None => query.key_condition_expression("case_pk = :pk"),
-        };
-        if let Some(c) = cursor {
-            query = query.set_exclusive_start_key(Some(decode_cursor(c)?));
-        }
-        let out = query.send().await.map_err(service_error)?;
-        let records = out
-            .items
-            .unwrap_or_default()
-            .into_iter()
-            .map(from_item)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(CasePage {
-            records,
-            next: out
-                .last_evaluated_key
-                .filter(|k| !k.is_empty())
-                .as_ref()
-                .and_then(encode_cursor),
-        })
     }
 }
 

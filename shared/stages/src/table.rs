@@ -44,8 +44,9 @@ pub enum Applied {
     Unchanged,
 }
 
-/// Durable storage of operation records.
-pub trait OperationStore: Send + Sync {
+/// Operation records: create, read, write under the version guard, and the
+/// sparse indexes over them (due times, remote job ids, open cases).
+pub trait OperationRecords: Send + Sync {
     /// Writes a new record unless a live one with the same id exists.
     fn create(
         &self,
@@ -87,6 +88,18 @@ pub trait OperationStore: Send + Sync {
     /// more than one would be a bug or a mistaken attach).
     fn holders_of_remote_job(&self, job_id: &str) -> impl Future<Output = Result<Vec<OperationId>, StoreError>> + Send;
 
+    /// One page of the sparse open-case index, optionally for one tenant.
+    fn open_cases(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> impl Future<Output = Result<CasePage, StoreError>> + Send;
+}
+
+/// Tenants' credit ledgers and spend limits. The counters move with record
+/// writes ([`OperationRecords::apply`]); this reads them and sets limits.
+pub trait TenantLedgers: Send + Sync {
     /// A tenant's ledger (zeros and no limit for a tenant never seen).
     fn ledger(&self, tenant: &TenantId) -> impl Future<Output = Result<TenantLedger, StoreError>> + Send;
 
@@ -100,7 +113,10 @@ pub trait OperationStore: Send + Sync {
         tenant: &TenantId,
         limit: Option<Millicredits>,
     ) -> impl Future<Output = Result<TenantLedger, StoreError>> + Send;
+}
 
+/// Tenants' webhook settings.
+pub trait WebhookSettings: Send + Sync {
     /// A tenant's webhook, if one is configured.
     fn webhook(
         &self,
@@ -113,14 +129,17 @@ pub trait OperationStore: Send + Sync {
         tenant: &TenantId,
         config: Option<&genace_core::webhook::WebhookConfig>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
 
-    /// One page of the sparse open-case index, optionally for one tenant.
-    fn open_cases(
-        &self,
-        tenant: Option<&TenantId>,
-        limit: i32,
-        cursor: Option<&str>,
-    ) -> impl Future<Output = Result<CasePage, StoreError>> + Send;
+/// The whole operations table: records, ledgers and webhook settings. A
+/// stage that needs only part of it asks for that part.
+pub trait OperationStore: OperationRecords + TenantLedgers + WebhookSettings {}
+
+impl<T: OperationRecords + TenantLedgers + WebhookSettings> OperationStore for T {}
+
+/// The table's traits, for code that calls them on a concrete store.
+pub mod prelude {
+    pub use super::{OperationRecords, OperationStore, TenantLedgers, WebhookSettings};
 }
 
 /// A page of operations with an open reconciliation case, oldest first

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 use crate::clock::{Clock, SystemClock};
 use crate::config::RetrySchedule;
 use crate::stage::{Stage, StageError};
-use crate::table::OperationStore;
+use crate::table::{OperationRecords, WebhookSettings};
 use genace_core::domain::TenantId;
 use genace_core::webhook::{secret_belongs_to, tenant_secret_prefix};
 
@@ -99,7 +99,7 @@ pub struct WebhookDeliverer<S, K, W, D, C = SystemClock> {
 
 impl<S, K, W, D, C> Stage for WebhookDeliverer<S, K, W, D, C>
 where
-    S: OperationStore,
+    S: OperationRecords + WebhookSettings,
     K: SecretStore,
     W: WebhookSender,
     D: DeadLetters,
@@ -184,7 +184,7 @@ where
     }
 }
 
-impl<S: OperationStore, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+impl<S: OperationRecords, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
     /// Whether the event describes a change the table committed: its
     /// operation is live, belongs to the event's tenant, is the same
     /// incarnation (the id's creation time) and has reached the event's

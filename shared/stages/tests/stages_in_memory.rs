@@ -23,7 +23,7 @@ use genace_stages::recovery::RecoveryOutcome;
 use genace_stages::stage::Stage;
 use genace_stages::stage::StageError;
 use genace_stages::stage::handle_body;
-use genace_stages::table::OperationStore;
+use genace_stages::table::prelude::*;
 use serde_json::json;
 
 fn app() -> MemoryApp {

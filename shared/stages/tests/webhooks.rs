@@ -9,7 +9,7 @@ use genace_core::webhook::WebhookConfig;
 use genace_stages::config::RetrySchedule;
 use genace_stages::memory::{ManualClock, MemoryDeadLetters, MemoryReceiver, MemorySecrets, MemoryStore};
 use genace_stages::stage::{Stage, StageError, handle_body};
-use genace_stages::table::OperationStore;
+use genace_stages::table::prelude::*;
 use genace_stages::webhooks::{WebhookDeliverer, Webhooked, signature};
 use serde_json::{Value, json};
 

@@ -77,7 +77,7 @@ fn parse_cursor(c: &str) -> Result<(String, String), StoreError> {
         .ok_or(StoreError::Cursor)
 }
 
-impl OperationStore for MemoryStore {
+impl OperationRecords for MemoryStore {
     async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
         let mut table = self.lock();
         match table.get(&rec.pk) {
@@ -194,6 +194,37 @@ impl OperationStore for MemoryStore {
             .collect())
     }
 
+    async fn open_cases(
+        &self,
+        tenant: Option<&TenantId>,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        let after = cursor.map(parse_cursor).transpose()?;
+        let prefix = tenant.map(|t| case_tenant_prefix(t.as_str()));
+        let table = self.lock();
+        let mut entries: Vec<(String, &OperationRecord)> = table
+            .values()
+            .filter_map(|r| case_key(r).map(|k| (k, r)))
+            .filter(|(k, _)| prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str())))
+            .filter(|(k, r)| after.as_ref().is_none_or(|(ak, apk)| (k, &r.pk) > (ak, apk)))
+            .collect();
+        entries.sort_by(|a, b| (&a.0, &a.1.pk).cmp(&(&b.0, &b.1.pk)));
+        let limit = limit.max(1) as usize;
+        let full = entries.len() >= limit;
+        entries.truncate(limit);
+        let next = match entries.last() {
+            Some((k, r)) if full => Some(make_cursor(k, &r.pk)),
+            _ => None,
+        };
+        Ok(CasePage {
+            records: entries.into_iter().map(|(_, r)| r.clone()).collect(),
+            next,
+        })
+    }
+}
+
+impl TenantLedgers for MemoryStore {
     async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
         Ok(self
             .lock()
@@ -239,7 +270,9 @@ impl OperationStore for MemoryStore {
         entry.spend_limit = limit;
         Ok(entry.clone())
     }
+}
 
+impl WebhookSettings for MemoryStore {
     async fn webhook(&self, tenant: &TenantId) -> Result<Option<genace_core::webhook::WebhookConfig>, StoreError> {
         Ok(self.lock().webhooks.get(tenant.as_str()).cloned())
     }
@@ -255,34 +288,5 @@ impl OperationStore for MemoryStore {
             None => table.webhooks.remove(tenant.as_str()),
         };
         Ok(())
-    }
-
-    async fn open_cases(
-        &self,
-        tenant: Option<&TenantId>,
-        limit: i32,
-        cursor: Option<&str>,
-    ) -> Result<CasePage, StoreError> {
-        let after = cursor.map(parse_cursor).transpose()?;
-        let prefix = tenant.map(|t| case_tenant_prefix(t.as_str()));
-        let table = self.lock();
-        let mut entries: Vec<(String, &OperationRecord)> = table
-            .values()
-            .filter_map(|r| case_key(r).map(|k| (k, r)))
-            .filter(|(k, _)| prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str())))
-            .filter(|(k, r)| after.as_ref().is_none_or(|(ak, apk)| (k, &r.pk) > (ak, apk)))
-            .collect();
-        entries.sort_by(|a, b| (&a.0, &a.1.pk).cmp(&(&b.0, &b.1.pk)));
-        let limit = limit.max(1) as usize;
-        let full = entries.len() >= limit;
-        entries.truncate(limit);
-        let next = match entries.last() {
-            Some((k, r)) if full => Some(make_cursor(k, &r.pk)),
-            _ => None,
-        };
-        Ok(CasePage {
-            records: entries.into_iter().map(|(_, r)| r.clone()).collect(),
-            next,
-        })
     }
 }
