@@ -20,14 +20,18 @@ pub fn tenant_secret_prefix(tenant: &TenantId) -> String {
 }
 
 /// Whether `secret_id` (a name, or an ARN whose name part follows
-/// `:secret:`) lies under the tenant's own prefix.
+/// `:secret:`) is `genace/webhooks/<tenant>/<name>` for this tenant, with no
+/// `/` in `<name>`. Tenant ids may hold a `/`, so without that rule tenant
+/// `a` could name `genace/webhooks/a/x/hook`, which is tenant `a/x`'s; with
+/// it, every secret name belongs to exactly one tenant (everything between
+/// the prefix and the last `/`).
 pub fn secret_belongs_to(secret_id: &str, tenant: &TenantId) -> bool {
     let name = match secret_id.strip_prefix("arn:") {
         Some(_) => secret_id.split_once(":secret:").map_or("", |(_, n)| n),
         None => secret_id,
     };
-    let prefix = tenant_secret_prefix(tenant);
-    name.len() > prefix.len() && name.starts_with(&prefix) && !name.contains("..")
+    name.strip_prefix(&tenant_secret_prefix(tenant))
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/') && rest != "." && rest != "..")
 }
 
 /// A tenant's webhook, as an operator configured it.
@@ -73,9 +77,14 @@ mod tests {
             "genace/webhooks/tenant-a/../tenant-b/hook",
             "arn:aws:secretsmanager:us-east-1:123456789012:secret:genace/webhooks/tenant-b/hook-AbCdEf",
             "genace/other/tenant-a/hook",
+            "genace/webhooks/tenant-a/sub/hook",
         ] {
             assert!(!secret_belongs_to(other, &a), "{other}");
         }
+        // Tenant ids may hold a `/`: each secret still has one owner.
+        let nested = TenantId::parse("tenant-a/x").unwrap();
+        assert!(secret_belongs_to("genace/webhooks/tenant-a/x/hook", &nested));
+        assert!(!secret_belongs_to("genace/webhooks/tenant-a/x/hook", &a));
     }
 
     #[test]
