@@ -15,7 +15,7 @@ export MOTO_PORT
 PROFILE="${BENCH_PROFILE:-release}"
 export RUST_LOG="${RUST_LOG:-error}" METRICS_DISABLED=true LOG_FORMAT=text
 
-cargo build --quiet --profile "$PROFILE" -p genace-local --bin genace-bench
+cargo build --quiet --profile "$PROFILE" -p genace-bench --bin genace-bench
 dir="$PROFILE"
 [ "$PROFILE" = dev ] && dir=debug
 

@@ -22,6 +22,16 @@ pub struct ScenarioResult {
 
 /// Runs the named scenarios (all when `only` is empty) concurrently.
 pub async fn run_scenarios(ctx: &Context, only: &[String]) -> Vec<ScenarioResult> {
+    run_scenarios_reporting(ctx, only, |_| {}).await
+}
+
+/// [`run_scenarios`], calling `done` as each scenario ends (for a progress bar).
+pub async fn run_scenarios_reporting(
+    ctx: &Context,
+    only: &[String],
+    done: impl Fn(&ScenarioResult),
+) -> Vec<ScenarioResult> {
+    let done = &done;
     let names: Vec<&str> = SCENARIOS
         .iter()
         .copied()
@@ -30,11 +40,13 @@ pub async fn run_scenarios(ctx: &Context, only: &[String]) -> Vec<ScenarioResult
     let runs = names.iter().map(|name| async move {
         let start = Instant::now();
         let outcome = scenarios::run(name, ctx).await;
-        ScenarioResult {
+        let result = ScenarioResult {
             name: (*name).to_owned(),
             outcome,
             elapsed: start.elapsed(),
-        }
+        };
+        done(&result);
+        result
     });
     futures::future::join_all(runs).await
 }

@@ -2,92 +2,94 @@
 //!
 //! Starts wiremock as Genace, prints the `GENACE_BASE_URL` the deployment
 //! under test must use, and runs the acceptance scenarios through the
-//! deployment's public API.
-//!
-//! Options:
-//!   --token-b <bearer>        a second tenant's token (tenant isolation)
-//!   --genace-listen <ADDR>    where the Genace stand-in listens (default 127.0.0.1:0)
-//!   --scenario <NAME>         run only this scenario (repeatable)
-//!   --junit <FILE>            also write a JUnit XML report
-//!   --patience <SECONDS>      longest wait for an asynchronous outcome (default 120)
-//!   --lost-delay <SECONDS>    how long a "lost" 202 is held (default 40; > the deployment's Genace timeout)
-//!   --local                   start the local stack (moto + genace-local) configured to match
-//!   --artifacts               with --local: run the deployment's function binaries under the
-//!                             Lambda Runtime Interface Emulator, configured from the template
-//!   --events <FILE>           a JSON-lines file of the target's lifecycle events as the bus
-//!                             carries them (the local stack writes one); enables the event scenarios
-//!   --list                    print the scenario names
+//! deployment's public API. `conformance run --local [--artifacts]` starts
+//! the local stack configured to match; `conformance list` prints the
+//! scenario names. `--help` describes every option; usage errors exit 2.
 //!
 //! The deployment must run with FAULT_INJECTION=true, and must be able to
 //! reach the Genace stand-in and the output URLs it serves (plain http on
 //! the stand-in's address).
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
+use clap::{Parser, Subcommand, builder::PossibleValuesParser};
 use conformance::api::Api;
 use conformance::genace::GenaceDouble;
-use conformance::{Context, SCENARIOS, junit, run_scenarios, summary};
+use conformance::{Context, SCENARIOS, junit, run_scenarios_reporting, summary};
 use tokio::process::{Child, Command};
 
-struct Options {
-    target: Option<String>,
-    token: Option<String>,
-    token_b: Option<String>,
-    listen: SocketAddr,
-    scenarios: Vec<String>,
-    junit: Option<PathBuf>,
-    patience: u64,
-    lost_delay: u64,
-    local: bool,
-    artifacts: bool,
-    events: Option<PathBuf>,
+/// Replays the acceptance scenarios against a deployment, with wiremock as Genace.
+#[derive(Parser)]
+#[command(name = "conformance", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    /// Print the scenario names (as `conformance list`).
+    #[arg(long)]
+    list: bool,
+    #[command(subcommand)]
+    command: Option<Verb>,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        target: None,
-        token: None,
-        token_b: None,
-        listen: "127.0.0.1:0".parse().expect("an address"),
-        scenarios: Vec::new(),
-        junit: None,
-        patience: 120,
-        lost_delay: 40,
-        local: false,
-        artifacts: false,
-        events: None,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().cloned().ok_or(format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--target" => o.target = Some(value()?),
-            "--token" => o.token = Some(value()?),
-            "--token-b" => o.token_b = Some(value()?),
-            "--genace-listen" => o.listen = value()?.parse().map_err(|e| format!("--genace-listen: {e}"))?,
-            "--scenario" => {
-                let name = value()?;
-                if !SCENARIOS.contains(&name.as_str()) {
-                    return Err(format!("unknown scenario {name:?}; see --list"));
-                }
-                o.scenarios.push(name);
-            }
-            "--junit" => o.junit = Some(PathBuf::from(value()?)),
-            "--patience" => o.patience = value()?.parse().map_err(|e| format!("--patience: {e}"))?,
-            "--lost-delay" => o.lost_delay = value()?.parse().map_err(|e| format!("--lost-delay: {e}"))?,
-            "--local" => o.local = true,
-            "--artifacts" => o.artifacts = true,
-            "--events" => o.events = Some(PathBuf::from(value()?)),
-            other => return Err(format!("unknown option {other:?}")),
-        }
-    }
-    if o.artifacts && !o.local {
-        return Err("--artifacts goes with --local".into());
-    }
-    Ok(o)
+#[derive(Subcommand)]
+enum Verb {
+    /// Run the scenarios.
+    Run(Options),
+    /// Print the scenario names.
+    List,
+}
+
+#[derive(clap::Args)]
+struct Options {
+    /// The deployment's intake base URL.
+    #[arg(
+        long,
+        env = "CONFORMANCE_TARGET",
+        value_name = "URL",
+        hide_env_values = true,
+        required_unless_present = "local"
+    )]
+    target: Option<String>,
+    /// A tenant's bearer token for the target.
+    #[arg(
+        long,
+        env = "CONFORMANCE_TOKEN",
+        value_name = "BEARER",
+        hide_env_values = true,
+        required_unless_present = "local"
+    )]
+    token: Option<String>,
+    /// A second tenant's token (tenant isolation).
+    #[arg(long, env = "CONFORMANCE_TOKEN_B", value_name = "BEARER", hide_env_values = true)]
+    token_b: Option<String>,
+    /// Where the Genace stand-in listens.
+    #[arg(long = "genace-listen", value_name = "ADDR", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Run only this scenario (repeatable).
+    #[arg(long = "scenario", value_name = "NAME", value_parser = PossibleValuesParser::new(SCENARIOS))]
+    scenarios: Vec<String>,
+    /// Also write a JUnit XML report.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// The longest wait for an asynchronous outcome, in seconds.
+    #[arg(long = "patience", value_name = "SECONDS", default_value_t = 120)]
+    patience: u64,
+    /// How long a "lost" 202 is held, in seconds (more than the deployment's Genace timeout).
+    #[arg(long = "lost-delay", value_name = "SECONDS", default_value_t = 40)]
+    lost_delay: u64,
+    /// Start the local stack (moto and genace-local), configured to match.
+    #[arg(long, conflicts_with_all = ["target", "token", "token_b", "events"])]
+    local: bool,
+    /// With --local: run the deployment's function binaries under the Lambda
+    /// Runtime Interface Emulator, configured from the template.
+    #[arg(long, requires = "local")]
+    artifacts: bool,
+    /// A JSON-lines file of the target's lifecycle events as the bus carries
+    /// them; enables the event scenarios.
+    #[arg(long, value_name = "FILE")]
+    events: Option<PathBuf>,
 }
 
 /// The local stack started by `--local`, stopped on drop.
@@ -280,7 +282,18 @@ async fn run(o: Options) -> Result<bool, String> {
     if ctx.events.is_none() {
         println!("no --events file: the event scenarios observe nothing and pass vacuously");
     }
-    let results = run_scenarios(&ctx, &o.scenarios).await;
+    let count = if o.scenarios.is_empty() {
+        SCENARIOS.len()
+    } else {
+        o.scenarios.len()
+    };
+    let bar = progress(count);
+    let results = run_scenarios_reporting(&ctx, &o.scenarios, |r| {
+        bar.set_message(r.name.clone());
+        bar.inc(1);
+    })
+    .await;
+    bar.finish_and_clear();
     print!("{}", summary(&results));
     if let Some(path) = &o.junit {
         std::fs::write(path, junit(&results)).map_err(|e| format!("writing {}: {e}", path.display()))?;
@@ -288,32 +301,43 @@ async fn run(o: Options) -> Result<bool, String> {
     Ok(results.iter().all(|r| r.outcome.is_ok()))
 }
 
+/// A bar on a terminal; nothing otherwise, so CI keeps its plain lines.
+fn progress(count: usize) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(count as u64);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{elapsed_precise} {wide_bar} {pos}/{len} scenarios {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("--list") | Some("list") => {
-            SCENARIOS.iter().for_each(|s| println!("{s}"));
-            ExitCode::SUCCESS
-        }
-        Some("run") => match parse(&args[1..]) {
-            Ok(o) => match run(o).await {
-                Ok(true) => ExitCode::SUCCESS,
-                Ok(false) => ExitCode::FAILURE,
-                Err(e) => {
-                    eprintln!("conformance: {e}");
-                    ExitCode::from(2)
-                }
-            },
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Verb::Run(o)) => match run(o).await {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
             Err(e) => {
                 eprintln!("conformance: {e}");
                 ExitCode::from(2)
             }
         },
-        _ => {
-            eprintln!(
-                "usage: conformance run --target <URL> --token <BEARER> [options] | conformance run --local [--artifacts] | conformance --list"
-            );
+        Some(Verb::List) => {
+            SCENARIOS.iter().for_each(|s| println!("{s}"));
+            ExitCode::SUCCESS
+        }
+        None if cli.list => {
+            SCENARIOS.iter().for_each(|s| println!("{s}"));
+            ExitCode::SUCCESS
+        }
+        None => {
+            use clap::CommandFactory;
+            let _ = Cli::command().print_help();
             ExitCode::from(2)
         }
     }

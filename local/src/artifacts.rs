@@ -460,7 +460,12 @@ pub async fn start(
 ) -> Result<Running, String> {
     let template = Template::load(&settings.template.to_string_lossy())?;
     let locals = local_locals(&config, &settings.params);
-    let overlay = local_overlay(std::env::vars());
+    let mut overlay = local_overlay(std::env::vars());
+    // The endpoint this process was given (flag or environment) is the one
+    // the functions use.
+    if let Some(endpoint) = sdk.endpoint_url() {
+        overlay.insert("AWS_ENDPOINT_URL".to_owned(), endpoint.to_owned());
+    }
     std::fs::create_dir_all(&settings.logs).map_err(|e| format!("{}: {e}", settings.logs.display()))?;
     let http = reqwest::Client::builder()
         .no_proxy()

@@ -3,7 +3,6 @@
 //! hosts every stage's handler.
 
 pub mod artifacts;
-pub mod bench;
 pub mod devauth;
 pub mod events;
 pub mod meter;

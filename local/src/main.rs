@@ -1,7 +1,7 @@
 //! `genace-local`: runs Genace operations on one machine.
 //!
 //! - `genace-local provision`: creates the table, queues and bucket on the
-//!   endpoint named by `AWS_ENDPOINT_URL` (idempotent) and prints them.
+//!   local AWS endpoint (idempotent) and prints them.
 //! - `genace-local run`: provisions, then hosts the whole stack: intake on
 //!   `127.0.0.1:$INTAKE_PORT` (default 3000) behind development JWTs, the
 //!   dispatch, poll, deliver and recovery consumers, and the sweep timer.
@@ -9,42 +9,131 @@
 //!   function is its deployment binary run by the Lambda Runtime Interface
 //!   Emulator (`RIE_BIN`), configured from `infra/template.yaml`, and this
 //!   process is the AWS side around them (see `genace_local::artifacts`).
-//! - `genace-local token <tenant> [--ttl SECONDS]`: prints a development token.
+//! - `genace-local token <tenant>` / `token --operator <name>`: prints a
+//!   development token.
+//! - `genace-local env <FunctionLogicalId>`: the environment the template
+//!   gives a function, resolved for the local stack.
+//!
+//! `--help` works on every command. Usage errors exit 2.
 
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
 use genace_aws::clients as aws;
 use genace_aws::provision;
 use genace_local::{artifacts, devauth, runner};
 use genace_stages::config::Config;
 use genace_stages::config::ResourceNames;
 
-const USAGE: &str = "usage: genace-local provision | run [--artifacts [Param=Value ...]] | token <tenant> [--ttl SECONDS] | token --operator <name> [--tenant T] | env <FunctionLogicalId> [PARAM=VALUE ...]";
+/// Runs Genace operations on one machine, against a local AWS (moto).
+#[derive(Parser)]
+#[command(name = "genace-local", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The local AWS endpoint every client is sent to.
+#[derive(clap::Args)]
+struct Endpoint {
+    /// The local AWS endpoint (see `scripts/local-aws.sh env`).
+    #[arg(long = "endpoint-url", env = "AWS_ENDPOINT_URL", value_name = "URL")]
+    url: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create the table, queues and bucket (idempotent) and print them.
+    Provision {
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+    /// Provision, then host the whole stack until Ctrl-C or SIGTERM.
+    #[command(after_help = "The stack's settings come from the environment, as in a deployment \
+        (GENACE_BASE_URL, GENACE_API_KEY, INTAKE_PORT, TENANT_CLAIM, FAULT_INJECTION, ...); \
+        see the README's \"Run it locally\".")]
+    Run {
+        #[command(flatten)]
+        endpoint: Endpoint,
+        /// Run each function's deployment binary under the Lambda Runtime
+        /// Interface Emulator (RIE_BIN), configured from infra/template.yaml.
+        #[arg(long)]
+        artifacts: bool,
+        /// Template parameters for --artifacts.
+        #[arg(value_name = "PARAM=VALUE", requires = "artifacts")]
+        params: Vec<String>,
+    },
+    /// Print a development token (signed with DEV_JWT_SECRET).
+    Token {
+        /// The tenant the token belongs to.
+        #[arg(required_unless_present = "operator", conflicts_with = "operator")]
+        tenant: Option<String>,
+        /// An operator's token with this name instead.
+        #[arg(long, value_name = "NAME")]
+        operator: Option<String>,
+        /// Scope the operator to one tenant.
+        #[arg(
+            long = "tenant",
+            value_name = "TENANT",
+            requires = "operator",
+            conflicts_with = "tenant"
+        )]
+        scope: Option<String>,
+        /// How long the token lives.
+        #[arg(long, value_name = "SECONDS", default_value_t = 12 * 3600,
+              value_parser = clap::value_parser!(i64).range(1..))]
+        ttl: i64,
+        /// The claim that names the tenant.
+        #[arg(long, env = "TENANT_CLAIM", default_value = "tenant_id", hide_env_values = true)]
+        claim: String,
+    },
+    /// Print the environment infra/template.yaml gives a function, resolved
+    /// for the local stack.
+    Env {
+        #[command(flatten)]
+        endpoint: Endpoint,
+        /// The function's logical id, such as IntakeFunction.
+        function: String,
+        /// Template parameters.
+        #[arg(value_name = "PARAM=VALUE")]
+        params: Vec<String>,
+    },
+}
 
 #[tokio::main]
 async fn main() -> ExitCode {
     genace_stages::telemetry::init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("provision") => provision_local().await.map(|_| ()),
-        Some("run") => run(&args[1..]).await,
-        Some("token") => token(&args[1..]),
-        Some("env") => function_env(&args[1..]),
-        _ => Err(USAGE.to_owned()),
+    let result = match Cli::parse().command {
+        Command::Provision { endpoint } => provision_local(&endpoint).await.map(|_| ()),
+        Command::Run {
+            endpoint,
+            artifacts,
+            params,
+        } => run(&endpoint, artifacts.then_some(params)).await,
+        Command::Token {
+            tenant,
+            operator,
+            scope,
+            ttl,
+            claim,
+        } => token(tenant, operator, scope, ttl, &claim),
+        Command::Env {
+            endpoint,
+            function,
+            params,
+        } => function_env(&endpoint, &function, &params),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("genace-local: {e}");
-            ExitCode::from(2)
+            ExitCode::FAILURE
         }
     }
 }
 
-async fn provision_local() -> Result<aws_config::SdkConfig, String> {
-    std::env::var("AWS_ENDPOINT_URL")
-        .map_err(|_| "AWS_ENDPOINT_URL must point at the local AWS endpoint (see scripts/local-aws.sh env)")?;
-    let sdk = aws::load().await;
+async fn provision_local(endpoint: &Endpoint) -> Result<aws_config::SdkConfig, String> {
+    let sdk = aws::load_at(&endpoint.url).await;
     let names = ResourceNames::with_prefix("");
     let urls = provision::ensure_all(&sdk, &names).await.map_err(|e| e.to_string())?;
     eprintln!(
@@ -54,13 +143,12 @@ async fn provision_local() -> Result<aws_config::SdkConfig, String> {
     Ok(sdk)
 }
 
-async fn run(args: &[String]) -> Result<(), String> {
-    let artifacts = match args.first().map(String::as_str) {
-        Some("--artifacts") => Some(artifacts::ArtifactSettings::from_env(&args[1..])?),
-        Some(_) => return Err(USAGE.to_owned()),
+async fn run(endpoint: &Endpoint, artifacts: Option<Vec<String>>) -> Result<(), String> {
+    let artifacts = match artifacts {
+        Some(params) => Some(artifacts::ArtifactSettings::from_env(&params)?),
         None => None,
     };
-    let sdk = provision_local().await?;
+    let sdk = provision_local(endpoint).await?;
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let settings = runner::RunnerSettings::from_env()?;
     let addr = settings.intake_addr;
@@ -81,18 +169,16 @@ async fn run(args: &[String]) -> Result<(), String> {
 
 /// Prints `NAME=VALUE` lines: the environment `infra/template.yaml` gives a
 /// function, resolved for the local stack (its default resource names, the
-/// queue URLs under `AWS_ENDPOINT_URL`, parameters from `PARAM=VALUE`).
-fn function_env(args: &[String]) -> Result<(), String> {
-    let function = args.first().ok_or(USAGE)?;
-    let endpoint = std::env::var("AWS_ENDPOINT_URL").map_err(|_| "AWS_ENDPOINT_URL must be set")?;
-    let params = args[1..]
+/// queue URLs under the endpoint, parameters from `PARAM=VALUE`).
+fn function_env(endpoint: &Endpoint, function: &str, params: &[String]) -> Result<(), String> {
+    let params = params
         .iter()
         .map(|pair| {
             let (k, v) = pair.split_once('=').ok_or("parameters are PARAM=VALUE")?;
             Ok((k.to_owned(), v.to_owned()))
         })
         .collect::<Result<_, String>>()?;
-    let locals = genace_local::template::Locals::local_endpoint(&endpoint, params);
+    let locals = genace_local::template::Locals::local_endpoint(&endpoint.url, params);
     let template = genace_local::template::Template::load("infra/template.yaml")?;
     for (k, v) in template.function_env(function, &locals)? {
         println!("{k}={v}");
@@ -100,25 +186,18 @@ fn function_env(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn token(args: &[String]) -> Result<(), String> {
-    let claim = std::env::var("TENANT_CLAIM").unwrap_or_else(|_| "tenant_id".into());
-    if args.first().map(String::as_str) == Some("--operator") {
-        let name = args.get(1).ok_or(USAGE)?;
-        let tenant = args.iter().position(|a| a == "--tenant").and_then(|i| args.get(i + 1));
-        println!(
-            "{}",
-            devauth::issue_operator(name, &claim, tenant.map(String::as_str), 12 * 3600)?
-        );
-        return Ok(());
-    }
-    let tenant = args.first().filter(|a| !a.starts_with("--")).ok_or(USAGE)?;
-    let ttl = match args.iter().position(|a| a == "--ttl") {
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .ok_or("--ttl needs a number of seconds")?,
-        None => 12 * 3600,
+fn token(
+    tenant: Option<String>,
+    operator: Option<String>,
+    scope: Option<String>,
+    ttl: i64,
+    claim: &str,
+) -> Result<(), String> {
+    let token = match (operator, tenant) {
+        (Some(name), _) => devauth::issue_operator(&name, claim, scope.as_deref(), ttl)?,
+        (None, Some(tenant)) => devauth::issue(claim, &tenant, ttl)?,
+        (None, None) => unreachable!("clap requires a tenant unless --operator is given"),
     };
-    println!("{}", devauth::issue(&claim, tenant, ttl)?);
+    println!("{token}");
     Ok(())
 }

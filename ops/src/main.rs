@@ -25,58 +25,205 @@
 //! The API and the operator's token come from `--url`/`--token` or
 //! `GENACE_OPS_URL`/`GENACE_OPS_TOKEN`. Exit codes: 0 done, 1 the API
 //! refused (its problem detail is printed), 2 bad usage or no connection.
+//! `--help` works on every command and subcommand.
 
 use std::process::ExitCode;
 
+use clap::{Args, CommandFactory, Parser, Subcommand, error::ErrorKind};
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: genace-ops [--url URL] [--token JWT] (cases list [--tenant T] [--reason R] [--limit N] [--cursor C] | cases show ID | resolve ID (attach --job-id J | confirm-not-created | release-hold | mark-settled | redrive-delivery | abandon) --reason TEXT [--version N] | op show ID | credits list [--limit N] [--cursor C] | credits limit TENANT (CREDITS|none) | webhook (show|remove) TENANT | webhook set TENANT --hook-url URL --secret-id ID [--events a,b]) [--json]";
-
+/// The operator's view of Genace operations, through the admin API.
+#[derive(Parser)]
+#[command(
+    name = "genace-ops",
+    version,
+    about,
+    after_help = "Exit codes: 0 done, 1 the API refused (its problem detail is printed), 2 bad usage or no connection."
+)]
 struct Cli {
-    url: String,
-    token: String,
+    /// The API's base URL.
+    #[arg(
+        long,
+        env = "GENACE_OPS_URL",
+        global = true,
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    url: Option<String>,
+    /// An operator's bearer token.
+    #[arg(
+        long,
+        env = "GENACE_OPS_TOKEN",
+        global = true,
+        value_name = "JWT",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+    /// Print the API's JSON answer instead of a table.
+    #[arg(long, global = true)]
     json: bool,
-    words: Vec<String>,
-    flags: Vec<(String, String)>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Open reconciliation cases.
+    #[command(subcommand)]
+    Cases(Cases),
+    /// Decide an operation's case, tied to the version it was decided on.
+    Resolve {
+        /// The operation, `op_…`.
+        operation_id: String,
+        #[command(subcommand)]
+        action: Action,
+    },
+    /// One operation.
+    #[command(subcommand)]
+    Op(Op),
+    /// Tenants' credits and spend limits.
+    #[command(subcommand)]
+    Credits(Credits),
+    /// A tenant's webhook.
+    #[command(subcommand)]
+    Webhook(Webhook),
+}
+
+#[derive(Subcommand)]
+enum Cases {
+    /// Open cases, oldest first.
+    List {
+        /// Only this tenant's cases.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only cases with this reason, such as `unknown_outcome`.
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        page: Page,
+    },
+    /// A case and its operation's timeline.
+    Show {
+        /// The operation, `op_…`.
+        operation_id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum Op {
+    /// The operation's timeline.
+    Show {
+        /// The operation, `op_…`.
+        operation_id: String,
+    },
+}
+
+#[derive(Args)]
+struct Page {
+    /// At most this many rows.
+    #[arg(long, value_name = "N")]
+    limit: Option<u32>,
+    /// The `next_cursor` of the page before.
+    #[arg(long, value_name = "C")]
+    cursor: Option<String>,
+}
+
+#[derive(Args)]
+struct Decision {
+    /// Why, in words the audit keeps.
+    #[arg(long)]
+    reason: String,
+    /// The version the decision was made on (the one `op show` printed).
+    /// Without it, `resolve` reads the operation and prints what it decides on.
+    #[arg(long, value_name = "N")]
+    version: Option<u64>,
+}
+
+#[derive(Subcommand)]
+enum Action {
+    /// Save a job id found at Genace.
+    Attach {
+        /// The Genace job id.
+        #[arg(long, value_name = "ID")]
+        job_id: String,
+        #[command(flatten)]
+        decision: Decision,
+    },
+    /// Genace has no job for this operation: release its hold.
+    ConfirmNotCreated(Decision),
+    /// Release an account problem's hold, so that dispatch tries again.
+    ReleaseHold(Decision),
+    /// Genace refunded the failed job.
+    MarkSettled(Decision),
+    /// Deliver the outputs again.
+    RedriveDelivery(Decision),
+    /// Give the operation up; what Genace charged stays counted.
+    Abandon(Decision),
+}
+
+#[derive(Subcommand)]
+enum Credits {
+    /// Every tenant's credits and limit.
+    List {
+        #[command(flatten)]
+        page: Page,
+    },
+    /// Set or remove a tenant's spend limit.
+    Limit {
+        tenant: String,
+        /// Credits held at once at most, or `none`.
+        #[arg(value_parser = spend_limit, value_name = "CREDITS|none")]
+        limit: SpendLimit,
+    },
+}
+
+#[derive(Subcommand)]
+enum Webhook {
+    /// The tenant's webhook.
+    Show { tenant: String },
+    /// Set the tenant's webhook.
+    Set {
+        tenant: String,
+        /// Where events are posted (https, a public host).
+        #[arg(long, value_name = "URL")]
+        hook_url: String,
+        /// The signing secret's name: genace/webhooks/<tenant>/<name>.
+        #[arg(long, value_name = "ID")]
+        secret_id: String,
+        /// Only these event types (all when left out).
+        #[arg(long, value_delimiter = ',', value_name = "a,b")]
+        events: Vec<String>,
+    },
+    /// Remove the tenant's webhook.
+    Remove { tenant: String },
+}
+
+#[derive(Clone, Copy)]
+struct SpendLimit(Option<f64>);
+
+fn spend_limit(text: &str) -> Result<SpendLimit, String> {
+    if text == "none" {
+        return Ok(SpendLimit(None));
+    }
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| SpendLimit(Some(v)))
+        .ok_or_else(|| format!("a number of credits or none, got {text:?}"))
 }
 
 enum Failure {
-    Usage(String),
     Api(Value),
     Transport(String),
 }
 
-fn parse(args: Vec<String>) -> Result<Cli, Failure> {
-    let mut url = std::env::var("GENACE_OPS_URL").ok();
-    let mut token = std::env::var("GENACE_OPS_TOKEN").ok();
-    let (mut json, mut words, mut flags) = (false, Vec::new(), Vec::new());
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--json" => json = true,
-            "--url" => url = it.next(),
-            "--token" => token = it.next(),
-            f if f.starts_with("--") => {
-                let v = it.next().ok_or_else(|| Failure::Usage(format!("{f} needs a value")))?;
-                flags.push((f.trim_start_matches("--").to_owned(), v));
-            }
-            _ => words.push(a),
-        }
-    }
-    Ok(Cli {
-        url: url.ok_or_else(|| Failure::Usage("set --url or GENACE_OPS_URL".into()))?,
-        token: token.ok_or_else(|| Failure::Usage("set --token or GENACE_OPS_TOKEN".into()))?,
-        json,
-        words,
-        flags,
-    })
+/// The admin API, with the operator's token.
+struct Api {
+    url: String,
+    token: String,
 }
 
-impl Cli {
-    fn flag(&self, name: &str) -> Option<&str> {
-        self.flags.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
+impl Api {
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, Failure> {
         self.call_if_match(method, path, body, None).await
     }
@@ -104,6 +251,10 @@ impl Cli {
         let text = resp.text().await.map_err(|e| Failure::Transport(e.to_string()))?;
         let value = serde_json::from_str(&text).unwrap_or_else(|_| json!({"status": status, "detail": text}));
         if ok { Ok(value) } else { Err(Failure::Api(value)) }
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, Failure> {
+        self.call(reqwest::Method::GET, path, None).await
     }
 }
 
@@ -185,9 +336,7 @@ fn print_cases(page: &Value) {
         );
     }
     println!("{} open case(s)", cases.len());
-    if let Some(next) = page["next_cursor"].as_str() {
-        println!("more: --cursor {next}");
-    }
+    print_next(page);
 }
 
 fn print_timeline(op: &Value) {
@@ -245,191 +394,169 @@ fn print_timeline(op: &Value) {
     }
 }
 
-#[allow(
-    clippy::too_many_lines,
-    reason = "one arm per subcommand; it goes when the CLI moves to clap (issue 23, item 9)"
-)]
-async fn run(cli: &Cli) -> Result<(), Failure> {
-    let words: Vec<&str> = cli.words.iter().map(String::as_str).collect();
-    let out = match words.as_slice() {
-        ["cases", "list"] => {
-            let q = query(&[
-                ("tenant", cli.flag("tenant")),
-                ("reason", cli.flag("reason")),
-                ("limit", cli.flag("limit")),
-                ("cursor", cli.flag("cursor")),
-            ]);
-            let page = cli
-                .call(reqwest::Method::GET, &format!("/v1/reconciliation-cases{q}"), None)
-                .await?;
-            if !cli.json {
-                print_cases(&page);
-                return Ok(());
-            }
-            page
-        }
-        ["cases", "show", id] | ["op", "show", id] => {
-            let op = cli
-                .call(reqwest::Method::GET, &format!("/v1/operations/{id}"), None)
-                .await?;
-            if !cli.json {
-                print_timeline(&op);
-                return Ok(());
-            }
-            op
-        }
-        ["resolve", id, action] => {
-            let reason = cli
-                .flag("reason")
-                .ok_or_else(|| Failure::Usage("--reason is required".into()))?;
-            let mut body = json!({"reason": reason});
-            body["action"] = json!(match *action {
-                "attach" => {
-                    let job = cli
-                        .flag("job-id")
-                        .ok_or_else(|| Failure::Usage("attach needs --job-id".into()))?;
-                    body["job_id"] = json!(job);
-                    "attach_remote_job"
-                }
-                "confirm-not-created" => "confirm_not_created",
-                "release-hold" => "release_hold",
-                "mark-settled" => "mark_settled",
-                "redrive-delivery" => "redrive_delivery",
-                "abandon" => "abandon",
-                other => return Err(Failure::Usage(format!("unknown action {other:?}"))),
-            });
-            let version = match cli.flag("version") {
-                Some(v) => v
-                    .parse::<u64>()
-                    .map_err(|_| Failure::Usage("--version must be a number".into()))?,
-                None => {
-                    let seen = cli
-                        .call(reqwest::Method::GET, &format!("/v1/operations/{id}"), None)
-                        .await?;
-                    let v = seen["version"]
-                        .as_u64()
-                        .ok_or_else(|| Failure::Transport("the operation view has no version".into()))?;
-                    eprintln!(
-                        "deciding on {id} at version {v}: {} ({}), case {}",
-                        s(&seen["phase"]),
-                        s(&seen["delivery_state"]),
-                        s(&seen["reconciliation_case"]["reason"])
-                    );
-                    v
-                }
-            };
-            let op = cli
-                .call_if_match(
-                    reqwest::Method::POST,
-                    &format!("/v1/operations/{id}/resolution"),
-                    Some(body),
-                    Some(version),
-                )
-                .await?;
-            if !cli.json {
-                println!(
-                    "resolved: {} is now {} ({})",
-                    s(&op["operation_id"]),
-                    s(&op["phase"]),
-                    s(&op["delivery_state"])
-                );
-                return Ok(());
-            }
-            op
-        }
-        ["credits", "list"] => {
-            let q = query(&[("limit", cli.flag("limit")), ("cursor", cli.flag("cursor"))]);
-            let page = cli.call(reqwest::Method::GET, &format!("/v1/credits{q}"), None).await?;
-            if !cli.json {
-                print_credits(page["tenants"].as_array().map(Vec::as_slice).unwrap_or_default());
-                if let Some(next) = page["next_cursor"].as_str() {
-                    println!("more: --cursor {next}");
-                }
-                return Ok(());
-            }
-            page
-        }
-        ["credits", "limit", tenant, amount] => {
-            let limit = match *amount {
-                "none" => Value::Null,
-                n => json!(
-                    n.parse::<f64>()
-                        .ok()
-                        .filter(|v| v.is_finite() && *v >= 0.0)
-                        .ok_or_else(|| Failure::Usage(format!(
-                            "the limit must be a number of credits or none, got {n:?}"
-                        )))?
-                ),
-            };
-            let path = format!("/v1/tenants/{}/spend-limit", enc(tenant));
-            let ledger = cli
-                .call(reqwest::Method::PUT, &path, Some(json!({"spend_limit": limit})))
-                .await?;
-            if !cli.json {
-                print_credits(std::slice::from_ref(&ledger));
-                return Ok(());
-            }
-            ledger
-        }
-        ["webhook", verb @ ("show" | "set" | "remove"), tenant] => {
-            let path = format!("/v1/tenants/{}/webhook", enc(tenant));
-            let hook = match *verb {
-                "show" => cli.call(reqwest::Method::GET, &path, None).await?,
-                "remove" => cli.call(reqwest::Method::DELETE, &path, None).await?,
-                _ => {
-                    let url = cli
-                        .flag("hook-url")
-                        .ok_or_else(|| Failure::Usage("webhook set needs --hook-url".into()))?;
-                    let secret = cli
-                        .flag("secret-id")
-                        .ok_or_else(|| Failure::Usage("webhook set needs --secret-id".into()))?;
-                    let events: Vec<&str> = cli
-                        .flag("events")
-                        .map(|e| e.split(',').map(str::trim).filter(|e| !e.is_empty()).collect())
-                        .unwrap_or_default();
-                    let body = json!({"url": url, "secret_id": secret, "events": events});
-                    cli.call(reqwest::Method::PUT, &path, Some(body)).await?
-                }
-            };
-            if !cli.json {
-                if hook["configured"] == true {
-                    println!(
-                        "{}: {} (events: {}; signed with {}; set by {} at {})",
-                        s(&hook["tenant_id"]),
-                        s(&hook["url"]),
-                        match hook["events"].as_array() {
-                            Some(e) if !e.is_empty() => e.iter().map(s).collect::<Vec<_>>().join(", "),
-                            _ => "all".into(),
-                        },
-                        s(&hook["secret_id"]),
-                        s(&hook["updated_by"]),
-                        s(&hook["updated_at"])
-                    );
-                } else {
-                    println!("{}: no webhook", s(&hook["tenant_id"]));
-                }
-                return Ok(());
-            }
-            hook
-        }
-        _ => return Err(Failure::Usage(USAGE.into())),
+/// An answer, printed as JSON with `--json` and as text otherwise.
+fn emit(json: bool, value: &Value, text: impl FnOnce(&Value)) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+    } else {
+        text(value);
+    }
+}
+
+fn print_next(page: &Value) {
+    if let Some(next) = page["next_cursor"].as_str() {
+        println!("more: --cursor {next}");
+    }
+}
+
+fn print_webhook(hook: &Value) {
+    if hook["configured"] != true {
+        println!("{}: no webhook", s(&hook["tenant_id"]));
+        return;
+    }
+    let events = match hook["events"].as_array() {
+        Some(e) if !e.is_empty() => e.iter().map(s).collect::<Vec<_>>().join(", "),
+        _ => "all".into(),
     };
-    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    println!(
+        "{}: {} (events: {events}; signed with {}; set by {} at {})",
+        s(&hook["tenant_id"]),
+        s(&hook["url"]),
+        s(&hook["secret_id"]),
+        s(&hook["updated_by"]),
+        s(&hook["updated_at"])
+    );
+}
+
+async fn resolve(api: &Api, json: bool, id: &str, action: Action) -> Result<(), Failure> {
+    let (name, job_id, decision) = match action {
+        Action::Attach { job_id, decision } => ("attach_remote_job", Some(job_id), decision),
+        Action::ConfirmNotCreated(d) => ("confirm_not_created", None, d),
+        Action::ReleaseHold(d) => ("release_hold", None, d),
+        Action::MarkSettled(d) => ("mark_settled", None, d),
+        Action::RedriveDelivery(d) => ("redrive_delivery", None, d),
+        Action::Abandon(d) => ("abandon", None, d),
+    };
+    let mut body = json!({"action": name, "reason": decision.reason});
+    if let Some(job) = job_id {
+        body["job_id"] = json!(job);
+    }
+    let view = format!("/v1/operations/{}", enc(id));
+    let version = match decision.version {
+        Some(v) => v,
+        None => {
+            let seen = api.get(&view).await?;
+            let v = seen["version"]
+                .as_u64()
+                .ok_or_else(|| Failure::Transport("the operation view has no version".into()))?;
+            eprintln!(
+                "deciding on {id} at version {v}: {} ({}), case {}",
+                s(&seen["phase"]),
+                s(&seen["delivery_state"]),
+                s(&seen["reconciliation_case"]["reason"])
+            );
+            v
+        }
+    };
+    let op = api
+        .call_if_match(
+            reqwest::Method::POST,
+            &format!("{view}/resolution"),
+            Some(body),
+            Some(version),
+        )
+        .await?;
+    emit(json, &op, |op| {
+        println!(
+            "resolved: {} is now {} ({})",
+            s(&op["operation_id"]),
+            s(&op["phase"]),
+            s(&op["delivery_state"])
+        );
+    });
+    Ok(())
+}
+
+async fn webhook(api: &Api, json: bool, command: Webhook) -> Result<(), Failure> {
+    let path = |tenant: &str| format!("/v1/tenants/{}/webhook", enc(tenant));
+    let hook = match command {
+        Webhook::Show { tenant } => api.get(&path(&tenant)).await?,
+        Webhook::Remove { tenant } => api.call(reqwest::Method::DELETE, &path(&tenant), None).await?,
+        Webhook::Set {
+            tenant,
+            hook_url,
+            secret_id,
+            events,
+        } => {
+            let events: Vec<&str> = events.iter().map(|e| e.trim()).filter(|e| !e.is_empty()).collect();
+            let body = json!({"url": hook_url, "secret_id": secret_id, "events": events});
+            api.call(reqwest::Method::PUT, &path(&tenant), Some(body)).await?
+        }
+    };
+    emit(json, &hook, print_webhook);
+    Ok(())
+}
+
+async fn credits(api: &Api, json: bool, command: Credits) -> Result<(), Failure> {
+    match command {
+        Credits::List { page } => {
+            let limit = page.limit.map(|l| l.to_string());
+            let q = query(&[("limit", limit.as_deref()), ("cursor", page.cursor.as_deref())]);
+            let answer = api.get(&format!("/v1/credits{q}")).await?;
+            emit(json, &answer, |page| {
+                print_credits(page["tenants"].as_array().map(Vec::as_slice).unwrap_or_default());
+                print_next(page);
+            });
+        }
+        Credits::Limit { tenant, limit } => {
+            let path = format!("/v1/tenants/{}/spend-limit", enc(&tenant));
+            let ledger = api
+                .call(reqwest::Method::PUT, &path, Some(json!({"spend_limit": limit.0})))
+                .await?;
+            emit(json, &ledger, |l| print_credits(std::slice::from_ref(l)));
+        }
+    }
+    Ok(())
+}
+
+async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Cases(Cases::List { tenant, reason, page }) => {
+            let limit = page.limit.map(|l| l.to_string());
+            let q = query(&[
+                ("tenant", tenant.as_deref()),
+                ("reason", reason.as_deref()),
+                ("limit", limit.as_deref()),
+                ("cursor", page.cursor.as_deref()),
+            ]);
+            let page = api.get(&format!("/v1/reconciliation-cases{q}")).await?;
+            emit(json, &page, print_cases);
+        }
+        Command::Cases(Cases::Show { operation_id }) | Command::Op(Op::Show { operation_id }) => {
+            let op = api.get(&format!("/v1/operations/{}", enc(&operation_id))).await?;
+            emit(json, &op, print_timeline);
+        }
+        Command::Resolve { operation_id, action } => resolve(api, json, &operation_id, action).await?,
+        Command::Credits(c) => credits(api, json, c).await?,
+        Command::Webhook(w) => webhook(api, json, w).await?,
+    }
     Ok(())
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let result = match parse(std::env::args().skip(1).collect()) {
-        Ok(cli) => run(&cli).await,
-        Err(e) => Err(e),
+    let cli = Cli::parse();
+    let missing = |what: &str| -> ! {
+        Cli::command()
+            .error(ErrorKind::MissingRequiredArgument, format!("set {what}"))
+            .exit()
     };
-    match result {
+    let api = Api {
+        url: cli.url.unwrap_or_else(|| missing("--url or GENACE_OPS_URL")),
+        token: cli.token.unwrap_or_else(|| missing("--token or GENACE_OPS_TOKEN")),
+    };
+    match run(&api, cli.json, cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Usage(u)) => {
-            eprintln!("genace-ops: {u}");
-            ExitCode::from(2)
-        }
         Err(Failure::Transport(e)) => {
             eprintln!("genace-ops: cannot reach the API: {e}");
             ExitCode::from(2)

@@ -575,3 +575,53 @@ async fn every_post_fails(genace: &MockServer) {
         .mount(genace)
         .await;
 }
+
+/// `--help` answers on every command and subcommand, names the environment
+/// variables the flags read, and a usage error exits 2 without calling anything.
+#[test]
+fn help_on_every_command_and_usage_errors_exit_two() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_genace-ops"))
+            .args(args)
+            .env_remove("GENACE_OPS_URL")
+            .env_remove("GENACE_OPS_TOKEN")
+            .output()
+            .unwrap()
+    };
+    for command in [
+        &["--help"][..],
+        &["cases", "--help"],
+        &["cases", "list", "--help"],
+        &["resolve", "op_x", "attach", "--help"],
+        &["resolve", "op_x", "confirm-not-created", "--help"],
+        &["op", "show", "--help"],
+        &["credits", "limit", "--help"],
+        &["webhook", "set", "--help"],
+    ] {
+        let out = run(command);
+        assert_eq!(out.status.code(), Some(0), "{command:?}: {out:?}");
+        let text = stdout(&out);
+        assert!(text.contains("Usage: genace-ops"), "{command:?}: {text}");
+        assert!(text.contains("[env: GENACE_OPS_URL]"), "{command:?}: {text}");
+        assert!(text.contains("[env: GENACE_OPS_TOKEN]"), "{command:?}: {text}");
+    }
+    for bad in [
+        &[][..],
+        &["cases", "list"],
+        &["--url", "http://127.0.0.1:9", "cases", "list"],
+        &[
+            "--url", "u", "--token", "t", "resolve", "op_x", "attach", "--reason", "r",
+        ],
+        &["--url", "u", "--token", "t", "credits", "list", "--limit", "many"],
+        &["--url", "u", "--token", "t", "cases", "explode"],
+    ] {
+        let out = run(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("error:") || err.contains("Usage: genace-ops"),
+            "{bad:?}: {out:?}"
+        );
+        assert!(out.stdout.is_empty(), "{bad:?}: {out:?}");
+    }
+}

@@ -1,42 +1,84 @@
-//! `simulate N [--first SEED] [--bug NAME] [--steps K] [--spend-limit CREDITS]`: runs N seeds
-//! and prints seeds per second; on a violation, prints the seed and the
-//! trace of its steps and exits 1.
-//! `simulate --replay SEED [--bug ...]`: prints the trace of one seed.
+//! `simulate`: runs seeds of the deterministic simulation and prints seeds
+//! per second; on a violation, prints the seed and the trace of its steps
+//! and exits 1. `simulate --replay SEED` prints the trace of one seed.
+//! `--help` lists every option; usage errors exit 2.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::Parser;
 use genace_core::machine::planted;
 use genace_dst::{Options, quiet_panics, run};
 
+/// Runs the real stages on in-memory adapters, one world per seed, and
+/// checks every invariant after every step.
+#[derive(Parser)]
+#[command(name = "simulate", version)]
+struct Cli {
+    /// How many seeds to run.
+    #[arg(required_unless_present = "replay")]
+    count: Option<u64>,
+    /// The first seed.
+    #[arg(long, default_value_t = 0, value_name = "SEED")]
+    first: u64,
+    /// Print the trace of this one seed instead.
+    #[arg(long, value_name = "SEED", conflicts_with = "count")]
+    replay: Option<u64>,
+    /// Plant this bug (the simulation must find it).
+    #[arg(long, value_name = "NAME", value_parser = planted_bug)]
+    bug: Option<u32>,
+    /// Scheduler steps before the quiet phase.
+    #[arg(long, value_name = "K")]
+    steps: Option<usize>,
+    /// A spend limit on tenant-a, in credits.
+    #[arg(long, value_name = "CREDITS", value_parser = credits)]
+    spend_limit: Option<f64>,
+}
+
+fn planted_bug(name: &str) -> Result<u32, String> {
+    planted::ALL
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, bit)| *bit)
+        .ok_or_else(|| {
+            let names: Vec<&str> = planted::ALL.iter().map(|(n, _)| *n).collect();
+            format!("one of {}", names.join(" | "))
+        })
+}
+
+fn credits(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|c| c.is_finite() && *c >= 0.0)
+        .ok_or_else(|| "a number of credits, at least 0".into())
+}
+
+/// A bar on a terminal; nothing otherwise, so CI keeps its plain lines.
+fn progress(count: u64) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(count);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{elapsed_precise} {wide_bar} {pos}/{len} seeds, {per_sec}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
-    let mut opts = Options::default();
-    if let Some(bug) = value("--bug") {
-        opts.bugs = match planted::ALL.iter().find(|(name, _)| name == bug) {
-            Some((_, bit)) => *bit,
-            None => {
-                let names: Vec<&str> = planted::ALL.iter().map(|(n, _)| *n).collect();
-                eprintln!("simulate: unknown bug {bug:?} ({})", names.join(" | "));
-                return ExitCode::from(2);
-            }
-        };
-    }
-    if let Some(steps) = value("--steps").and_then(|s| s.parse().ok()) {
-        opts.steps = steps;
-    }
-    if let Some(limit) = value("--spend-limit") {
-        match limit.parse::<f64>() {
-            Ok(l) if l >= 0.0 => opts.spend_limit = Some(l),
-            _ => {
-                eprintln!("simulate: --spend-limit takes a number of credits, got {limit:?}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+    let cli = Cli::parse();
+    let defaults = Options::default();
+    let opts = Options {
+        bugs: cli.bug.unwrap_or(0),
+        spend_limit: cli.spend_limit,
+        steps: cli.steps.unwrap_or(defaults.steps),
+        ..defaults
+    };
     quiet_panics();
-    if let Some(seed) = value("--replay").and_then(|s| s.parse::<u64>().ok()) {
+    if let Some(seed) = cli.replay {
         let outcome = run(seed, &opts);
         outcome.trace.iter().for_each(|line| println!("{line}"));
         return if outcome.violation.is_some() {
@@ -45,17 +87,14 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         };
     }
-    let Some(count) = args.first().and_then(|n| n.parse::<u64>().ok()) else {
-        eprintln!(
-            "usage: simulate N [--first SEED] [--bug NAME] [--steps K] [--spend-limit CREDITS] | simulate --replay SEED"
-        );
-        return ExitCode::from(2);
-    };
-    let first = value("--first").and_then(|s| s.parse().ok()).unwrap_or(0u64);
+    let (first, count) = (cli.first, cli.count.unwrap_or(0));
+    let bar = progress(count);
     let started = Instant::now();
     for seed in first..first + count {
         let outcome = run(seed, &opts);
+        bar.inc(1);
         if let Some(violation) = &outcome.violation {
+            bar.finish_and_clear();
             println!("seed {seed}: {violation}");
             println!("trace (replay with: scripts/simulate.sh --replay {seed}):");
             outcome.trace.iter().for_each(|line| println!("  {line}"));
@@ -63,6 +102,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     println!(
         "simulation: {count} seeds ({first}..{}), 0 violations, {:.1} s, {:.0} seeds/s",

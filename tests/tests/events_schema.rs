@@ -222,16 +222,14 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
             .map(|l| serde_json::from_str::<Value>(l).unwrap())
             .collect::<Vec<_>>()
     };
-    let mut events = Vec::new();
     for _ in 0..120 {
-        events = read();
-        if events.len() >= EXPECTED {
+        if read().len() >= EXPECTED {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     tokio::time::sleep(Duration::from_millis(750)).await;
-    events = read();
+    let events = read();
     tasks.abort_all();
     let _ = std::fs::remove_file(&file);
     let kinds: BTreeSet<String> = events

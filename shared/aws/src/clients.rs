@@ -65,6 +65,15 @@ pub async fn load() -> SdkConfig {
         .await
 }
 
+/// [`load`], with every client sent to `endpoint` (a local AWS, such as moto).
+pub async fn load_at(endpoint: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(SMALL_REQUESTS.config())
+        .endpoint_url(endpoint)
+        .load()
+        .await
+}
+
 pub fn dynamodb(conf: &SdkConfig) -> aws_sdk_dynamodb::Client {
     let mut builder = aws_sdk_dynamodb::config::Builder::from(conf);
     if let Some(m) = meter() {
