@@ -353,7 +353,7 @@ pub fn apigw_event(
     authorizer.jwt = Some(jwt);
     let mut ctx = ApiGatewayV2httpRequestContext::default();
     ctx.route_key = Some(route.key());
-    ctx.account_id = Some(genace_stages::config::LOCAL_ACCOUNT.into());
+    ctx.account_id = Some(crate::LOCAL_ACCOUNT.into());
     ctx.stage = Some("$default".into());
     ctx.request_id = Some(uuid::Uuid::new_v4().to_string());
     ctx.authorizer = Some(authorizer);
@@ -580,7 +580,7 @@ pub async fn start(
                     "id": uuid::Uuid::new_v4().to_string(),
                     "source": "aws.scheduler",
                     "detail-type": "Scheduled Event",
-                    "account": genace_stages::config::LOCAL_ACCOUNT,
+                    "account": crate::LOCAL_ACCOUNT,
                     "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                     "region": std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
                     "resources": [],

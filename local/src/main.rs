@@ -22,7 +22,6 @@ use clap::{Parser, Subcommand};
 use genace_aws::clients as aws;
 use genace_aws::provision;
 use genace_local::{artifacts, devauth, runner};
-use genace_stages::config::Config;
 use genace_stages::config::ResourceNames;
 
 /// Runs Genace operations on one machine, against a local AWS (moto).
@@ -102,7 +101,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    genace_stages::telemetry::init();
+    genace_app::telemetry::init();
     let result = match Cli::parse().command {
         Command::Provision { endpoint } => provision_local(&endpoint).await.map(|_| ()),
         Command::Run {
@@ -149,7 +148,7 @@ async fn run(endpoint: &Endpoint, artifacts: Option<Vec<String>>) -> Result<(), 
         None => None,
     };
     let sdk = provision_local(endpoint).await?;
-    let config = Config::from_env().map_err(|e| e.to_string())?;
+    let config = genace_local::local_config(&endpoint.url)?;
     let settings = runner::RunnerSettings::from_env()?;
     let addr = settings.intake_addr;
     let running = match artifacts {

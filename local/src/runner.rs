@@ -88,9 +88,12 @@ pub async fn start(
     genace: GenaceConfig,
     settings: RunnerSettings,
 ) -> Result<Running, String> {
+    // The local stack counts as deployed unless METRICS_DISABLED says not.
+    let metrics = genace_app::metrics_from_env();
     let app = genace_app::from_sdk(sdk, config.clone())
         .with_genace(GenaceClient::new(genace).map_err(|e| e.to_string())?)
         .with_downloads(genace_app::downloads(&config)?);
+    let app = genace_app::with_metrics(app, metrics.clone());
     let mut tasks = JoinSet::new();
 
     let listener = tokio::net::TcpListener::bind(settings.intake_addr)
@@ -119,7 +122,7 @@ pub async fn start(
     consumer.spawn_deferring(
         &mut tasks,
         &config.queues.webhooks,
-        genace_app::webhooks(sdk, &config)?,
+        genace_app::webhooks(sdk, &config, metrics)?,
         genace_app::webhook_redelivery(sdk, &config)?,
     );
     if let Some(file) = settings.events_file.clone() {
@@ -245,7 +248,7 @@ impl Consumer {
     {
         let name = url.rsplit('/').next().unwrap_or_default();
         let region = std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into());
-        let arn = format!("arn:aws:sqs:{region}:{}:{name}", genace_stages::config::LOCAL_ACCOUNT);
+        let arn = format!("arn:aws:sqs:{region}:{}:{name}", crate::LOCAL_ACCOUNT);
         loop {
             let mut messages = self.receive(&url, self.batch_size, 2).await;
             if messages.is_empty() {

@@ -44,7 +44,7 @@ impl Locals {
     /// given parameters.
     pub fn local_endpoint(endpoint: &str, params: HashMap<String, String>) -> Self {
         let names = ResourceNames::with_prefix("");
-        let queues = QueueUrls::local(endpoint, &names);
+        let queues = crate::local_queue_urls(endpoint, &names);
         Self {
             params,
             refs: Self::stack_refs(&names.table, &names.bucket, &queues),
@@ -281,7 +281,7 @@ impl Template {
         }
         match name {
             "AWS::Region" => return Ok(std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into())),
-            "AWS::AccountId" => return Ok(genace_stages::config::LOCAL_ACCOUNT.into()),
+            "AWS::AccountId" => return Ok(crate::LOCAL_ACCOUNT.into()),
             "AWS::NoValue" => return Ok(String::new()),
             _ => {}
         }
@@ -334,10 +334,7 @@ impl Template {
                             Value::Sequence(p) => p.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("."),
                             _ => return Err("!GetAtt needs a target".into()),
                         };
-                        Ok(format!(
-                            "arn:aws:local:us-east-1:{}:{target}",
-                            genace_stages::config::LOCAL_ACCOUNT
-                        ))
+                        Ok(format!("arn:aws:local:us-east-1:{}:{target}", crate::LOCAL_ACCOUNT))
                     }
                     "!Sub" => {
                         let text = arg.as_str().ok_or("only the one-argument !Sub is supported")?;
@@ -437,7 +434,7 @@ mod tests {
                 ("JwtIssuer".into(), "genace-local".into()),
             ]),
         );
-        let queue = |name: &str| format!("{endpoint}/{}/{name}", genace_stages::config::LOCAL_ACCOUNT);
+        let queue = |name: &str| format!("{endpoint}/{}/{name}", crate::LOCAL_ACCOUNT);
         for f in t.functions() {
             let env = t.function_env(&f, &locals).unwrap_or_else(|e| panic!("{f}: {e}"));
             assert_eq!(env["DISPATCH_QUEUE_URL"], queue("genace-dispatch"), "{f}");

@@ -74,7 +74,6 @@ fn start() -> DateTime<Utc> {
 
 /// One run of `seed`.
 pub fn run(seed: u64, opts: &Options) -> Outcome {
-    genace_stages::metrics::turn_off();
     machine::planted::set(opts.bugs);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()

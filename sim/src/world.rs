@@ -191,6 +191,7 @@ impl World {
             },
             clock: clock.clone(),
             config,
+            metrics: genace_stages::metrics::Metrics::off(),
         };
         Self {
             seed,

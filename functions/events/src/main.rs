@@ -3,7 +3,7 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    genace_stages::telemetry::init();
+    genace_app::telemetry::init();
     let ctx = genace_app::events_context();
     genace_edge::pipe::serve_enrichment(move |batch| genace_app::lifecycle_events(batch, &ctx)).await
 }

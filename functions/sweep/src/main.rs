@@ -6,7 +6,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    genace_stages::telemetry::init();
+    genace_app::telemetry::init();
     let sweeper = &genace_app::from_env().await?.sweeper();
     run(service_fn(move |_event: LambdaEvent<Value>| async move {
         let report = sweeper.run().await?;

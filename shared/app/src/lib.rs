@@ -10,6 +10,9 @@
 //!
 //! Depends on every library crate of the workspace except the edge; nothing
 //! depends on it but the functions, the local stack and tests.
+//!
+//! This is the one place that reads the process environment
+//! ([`env_var`]): the libraries take their settings as values.
 
 use aws_config::SdkConfig;
 use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsDeadLetters, SqsQueue, SqsRedelivery};
@@ -17,6 +20,7 @@ use genace_http::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
 use genace_stages::clock::SystemClock;
 use genace_stages::config::Config;
+use genace_stages::metrics::{EmfLines, Metrics};
 use genace_stages::webhooks::WebhookDeliverer;
 use serde_json::Value;
 
@@ -26,7 +30,40 @@ use serde_json::Value;
 /// Genace key nor a TLS client is loaded where no call needs them.
 pub type AwsApp<G = GenaceClient, D = HttpDownloads> = App<DynamoStore, SqsQueue, S3Store, G, D, SystemClock>;
 
-/// The AWS adapters for `config`, on clients made from `sdk`.
+pub mod telemetry;
+
+/// One setting from the process environment; empty counts as unset.
+pub fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The stages' configuration from the environment.
+pub fn config_from_env() -> Result<Config, String> {
+    Config::from_vars(&env_var).map_err(|e| e.to_string())
+}
+
+/// Metrics as deployed: Embedded Metric Format lines on stdout in
+/// `METRICS_NAMESPACE` (default `GenaceOperations`), stamped by the system
+/// clock; none when `METRICS_DISABLED` is `true` or `1` (local runs).
+pub fn metrics_from_env() -> Metrics {
+    if env_var("METRICS_DISABLED").is_some_and(|v| v == "true" || v == "1") {
+        return Metrics::off();
+    }
+    Metrics::to(EmfLines {
+        namespace: env_var("METRICS_NAMESPACE").unwrap_or_else(|| "GenaceOperations".into()),
+        clock: SystemClock,
+    })
+}
+
+/// `app`, counting into `metrics`: its stages and its store.
+pub fn with_metrics<G, D>(mut app: AwsApp<G, D>, metrics: Metrics) -> AwsApp<G, D> {
+    app.store = app.store.with_metrics(metrics.clone());
+    app.metrics = metrics;
+    app
+}
+
+/// The AWS adapters for `config`, on clients made from `sdk`, with metrics
+/// off ([`with_metrics`] turns them on).
 pub fn from_sdk(sdk: &SdkConfig, config: Config) -> AwsApp<Unused, Unused> {
     App {
         store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
@@ -36,14 +73,15 @@ pub fn from_sdk(sdk: &SdkConfig, config: Config) -> AwsApp<Unused, Unused> {
         downloads: Unused,
         clock: SystemClock,
         config,
+        metrics: Metrics::off(),
     }
 }
 
 /// What a function without Genace needs: the configuration from the
-/// environment and the AWS clients.
+/// environment, the AWS clients and the deployed metrics.
 pub async fn from_env() -> Result<AwsApp<Unused, Unused>, String> {
-    let config = Config::from_env().map_err(|e| e.to_string())?;
-    Ok(from_sdk(&genace_aws::clients::load().await, config))
+    let app = from_sdk(&genace_aws::clients::load().await, config_from_env()?);
+    Ok(with_metrics(app, metrics_from_env()))
 }
 
 /// [`from_env`] with the guarded download client: what deliver needs.
@@ -58,8 +96,8 @@ pub async fn from_env_with_downloads() -> Result<AwsApp<Unused>, String> {
 /// policy, undeliverable events to the dead-letter queue.
 pub type AwsWebhooks = WebhookDeliverer<DynamoStore, SecretsManager, HttpWebhooks, SqsDeadLetters>;
 
-/// [`AwsWebhooks`] for `config`, on clients made from `sdk`.
-pub fn webhooks(sdk: &SdkConfig, config: &Config) -> Result<AwsWebhooks, String> {
+/// [`AwsWebhooks`] for `config`, on clients made from `sdk`, counting into `metrics`.
+pub fn webhooks(sdk: &SdkConfig, config: &Config, metrics: Metrics) -> Result<AwsWebhooks, String> {
     if config.queues.webhook_dead_letters.is_empty() {
         return Err("WEBHOOK_DLQ_URL is not set".into());
     }
@@ -71,6 +109,7 @@ pub fn webhooks(sdk: &SdkConfig, config: &Config) -> Result<AwsWebhooks, String>
         dead_letters: SqsDeadLetters::new(genace_aws::clients::sqs(sdk), &config.queues.webhook_dead_letters),
         clock: SystemClock,
         retry: config.webhook_retry,
+        metrics,
     })
 }
 
@@ -89,9 +128,12 @@ pub fn webhook_redelivery(sdk: &SdkConfig, config: &Config) -> Result<SqsRedeliv
 /// [`webhooks`] and [`webhook_redelivery`] from the environment: what the
 /// webhook function runs.
 pub async fn webhooks_from_env() -> Result<(AwsWebhooks, SqsRedelivery), String> {
-    let config = Config::from_env().map_err(|e| e.to_string())?;
+    let config = config_from_env()?;
     let sdk = genace_aws::clients::load().await;
-    Ok((webhooks(&sdk, &config)?, webhook_redelivery(&sdk, &config)?))
+    Ok((
+        webhooks(&sdk, &config, metrics_from_env())?,
+        webhook_redelivery(&sdk, &config)?,
+    ))
 }
 
 /// The download client behind the output URL guard of `config`.
@@ -102,22 +144,19 @@ pub fn downloads(config: &Config) -> Result<HttpDownloads, String> {
 /// The same, plus the Genace client; its key is read once, from Secrets
 /// Manager when `GENACE_API_KEY_SECRET_ARN` is set.
 pub async fn from_env_with_genace() -> Result<AwsApp<GenaceClient, Unused>, String> {
-    let config = Config::from_env().map_err(|e| e.to_string())?;
     let sdk = genace_aws::clients::load().await;
     let genace = GenaceClient::new(genace_config(&sdk).await?).map_err(|e| e.to_string())?;
-    Ok(from_sdk(&sdk, config).with_genace(genace))
+    let app = from_sdk(&sdk, config_from_env()?).with_genace(genace);
+    Ok(with_metrics(app, metrics_from_env()))
 }
 
-/// [`GenaceConfig::from_env`], with the API key read from Secrets Manager
+/// [`GenaceConfig::from_vars`] on the environment, with the API key read from Secrets Manager
 /// when `GENACE_API_KEY_SECRET_ARN` is set (the deployed way: the key is
 /// never a plain-text parameter). The secret is the key itself, or JSON
 /// with an `api_key` member.
 pub async fn genace_config(sdk: &SdkConfig) -> Result<GenaceConfig, String> {
-    let mut conf = GenaceConfig::from_env()?;
-    if let Some(arn) = std::env::var("GENACE_API_KEY_SECRET_ARN")
-        .ok()
-        .filter(|v| !v.is_empty())
-    {
+    let mut conf = GenaceConfig::from_vars(&env_var)?;
+    if let Some(arn) = env_var("GENACE_API_KEY_SECRET_ARN") {
         let secret = aws_sdk_secretsmanager::Client::new(sdk)
             .get_secret_value()
             .secret_id(&arn)
@@ -140,7 +179,7 @@ pub async fn genace_config(sdk: &SdkConfig) -> Result<GenaceConfig, String> {
 /// bucket its `operation.delivered` events name (`OUTPUT_BUCKET`).
 pub fn events_context() -> genace_core::events::Context {
     genace_core::events::Context {
-        bucket: std::env::var("OUTPUT_BUCKET").ok().filter(|b| !b.is_empty()),
+        bucket: env_var("OUTPUT_BUCKET"),
     }
 }
 

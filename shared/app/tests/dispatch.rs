@@ -487,6 +487,7 @@ async fn a_retried_write_that_already_landed_is_recognised_as_our_own() {
         genace: rig.dispatcher.genace.clone(),
         config: rig.dispatcher.config.clone(),
         clock: SystemClock,
+        metrics: genace_stages::metrics::Metrics::off(),
     };
     assert_eq!(
         echoing.dispatch(&id).await.unwrap(),

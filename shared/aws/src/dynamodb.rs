@@ -25,7 +25,7 @@ use genace_core::domain::{OperationId, TenantId};
 use genace_core::ledger::{self, Millicredits, Shares, TenantLedger};
 use genace_core::record::OperationRecord;
 use genace_core::webhook::WebhookConfig;
-use genace_stages::metrics;
+use genace_stages::metrics::Metrics;
 use genace_stages::table::{
     Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
     WebhookSettings, case_sort_key, case_tenant_prefix,
@@ -37,6 +37,8 @@ type Item = HashMap<String, AttributeValue>;
 pub struct DynamoStore {
     client: Client,
     table: String,
+    /// Where phase changes are counted (off unless given one).
+    metrics: Metrics,
 }
 
 fn service_error<E, R>(e: SdkError<E, R>) -> StoreError
@@ -143,7 +145,14 @@ impl DynamoStore {
         Self {
             client,
             table: table.into(),
+            metrics: Metrics::off(),
         }
+    }
+
+    /// The same store, counting phase changes into `metrics`.
+    #[must_use]
+    pub fn with_metrics(self, metrics: Metrics) -> Self {
+        Self { metrics, ..self }
     }
 
     fn key(id: &OperationId) -> Item {
@@ -284,7 +293,7 @@ impl OperationRecords for DynamoStore {
             .await;
         match result {
             Ok(_) => {
-                metrics::count("PhaseEntered", &[("Phase", rec.phase.as_str())]);
+                self.metrics.count("PhaseEntered", &[("Phase", rec.phase.as_str())]);
                 Ok(Created::New)
             }
             Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
@@ -333,7 +342,7 @@ impl OperationRecords for DynamoStore {
         let delta = ledger::delta(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
         if !delta.is_zero() {
             self.apply_with_ledger(prev, next, plan, delta).await?;
-            phase_metrics(prev, next);
+            phase_metrics(&self.metrics, prev, next);
             return Ok(Applied::Written);
         }
         let plan = plan.guarded_by(prev.version);
@@ -351,7 +360,7 @@ impl OperationRecords for DynamoStore {
             .await;
         match result {
             Ok(_) => {
-                phase_metrics(prev, next);
+                phase_metrics(&self.metrics, prev, next);
                 Ok(Applied::Written)
             }
             Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
@@ -606,10 +615,10 @@ impl WebhookSettings for DynamoStore {
 }
 
 /// Counts entries into phases and delivery outcomes, for the dashboard.
-fn phase_metrics(prev: &OperationRecord, next: &OperationRecord) {
+fn phase_metrics(metrics: &Metrics, prev: &OperationRecord, next: &OperationRecord) {
     use genace_core::record::DeliveryState;
     if prev.phase != next.phase {
-        metrics::count("PhaseEntered", &[("Phase", next.phase.as_str())]);
+        metrics.count("PhaseEntered", &[("Phase", next.phase.as_str())]);
     }
     if prev.delivery_state != next.delivery_state {
         let state = match next.delivery_state {
@@ -618,12 +627,12 @@ fn phase_metrics(prev: &OperationRecord, next: &OperationRecord) {
             DeliveryState::Collecting => "collecting",
             DeliveryState::NotCollected => "not_collected",
         };
-        metrics::count("PhaseEntered", &[("Phase", state)]);
+        metrics.count("PhaseEntered", &[("Phase", state)]);
     }
     // Genace reported credits the ledger could not believe; the evidence
     // is on the record, the count is for an alarm.
     if prev.held_credits_refused.is_none() && next.held_credits_refused.is_some() {
-        metrics::count("HeldCreditsRefused", &[]);
+        metrics.count("HeldCreditsRefused", &[]);
     }
 }
 

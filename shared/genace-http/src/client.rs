@@ -56,9 +56,10 @@ impl GenaceConfig {
     }
 
     /// `GENACE_BASE_URL` (required), `GENACE_API_KEY`, `GENACE_SUBMIT_PATH`,
-    /// `GENACE_STATUS_PATH`, `GENACE_TIMEOUT_SECONDS` (default 30).
-    pub fn from_env() -> Result<Self, String> {
-        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
+    /// `GENACE_STATUS_PATH`, `GENACE_TIMEOUT_SECONDS` (default 30), looked
+    /// up in `vars` (the composition root passes the environment).
+    pub fn from_vars(vars: &dyn Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let var = |n: &str| vars(n).filter(|v| !v.trim().is_empty());
         let base = var("GENACE_BASE_URL").ok_or("GENACE_BASE_URL is not set")?;
         let mut conf = Self::new(base, var("GENACE_API_KEY").unwrap_or_default());
         if let Some(p) = var("GENACE_SUBMIT_PATH") {

@@ -5,7 +5,6 @@ use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::intake::{Intake, IntakeError};
-use crate::metrics;
 use crate::outputs::ObjectStore;
 use crate::queue::WorkQueue;
 use crate::stage::write_attempts;
@@ -128,7 +127,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             CommitError::Store(s) => IntakeError::Store(s),
         })?;
         info!(operation_id = %id, tenant = %next.tenant_id, phase = next.phase.as_str(), actor = %op.actor, action = resolution.name(), %reason, "case resolved");
-        metrics::count("Resolutions", &[("Action", resolution.name())]);
+        self.metrics.count("Resolutions", &[("Action", resolution.name())]);
         let stage = match resolution {
             // An abandoned operation's job is only observed, for its credits.
             _ if next.phase == Phase::Abandoned => next.due_at_ms.map(|_| Queue::Poll),

@@ -8,6 +8,7 @@ use crate::config::Config;
 use crate::deliver::Deliverer;
 use crate::dispatch::Dispatcher;
 use crate::intake::Intake;
+use crate::metrics::Metrics;
 use crate::poll::Poller;
 use crate::recovery::Recovery;
 use crate::sweep::Sweeper;
@@ -23,6 +24,8 @@ pub struct App<S, Q, O, G, D, C = SystemClock> {
     pub downloads: D,
     pub clock: C,
     pub config: Config,
+    /// Where stages count what happened (off unless the root installs a sink).
+    pub metrics: Metrics,
 }
 
 /// The place of a port that a function never uses (no Genace client in
@@ -39,6 +42,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             objects: self.objects.clone(),
             config: self.config.clone(),
             clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -49,6 +53,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             genace: self.genace.clone(),
             config: self.config.clone(),
             clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -59,6 +64,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             genace: self.genace.clone(),
             config: self.config.clone(),
             clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -70,6 +76,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             downloads: self.downloads.clone(),
             config: self.config.clone(),
             clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -83,12 +90,15 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
     }
 
     pub fn sweeper(&self) -> Sweeper<S, Q, C> {
-        Sweeper::new(
-            self.store.clone(),
-            self.queue.clone(),
-            self.config.clone(),
-            self.clock.clone(),
-        )
+        Sweeper {
+            metrics: self.metrics.clone(),
+            ..Sweeper::new(
+                self.store.clone(),
+                self.queue.clone(),
+                self.config.clone(),
+                self.clock.clone(),
+            )
+        }
     }
 
     /// The same adapters with another object store.
@@ -101,6 +111,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             downloads: self.downloads,
             clock: self.clock,
             config: self.config,
+            metrics: self.metrics,
         }
     }
 
@@ -114,6 +125,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             downloads: self.downloads,
             clock: self.clock,
             config: self.config,
+            metrics: self.metrics,
         }
     }
 
@@ -127,6 +139,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             downloads,
             clock: self.clock,
             config: self.config,
+            metrics: self.metrics,
         }
     }
 }

@@ -4,8 +4,6 @@
 //! table). Queue URLs default to the local stack's names when
 //! `AWS_ENDPOINT_URL` points at a local endpoint.
 
-use std::env;
-
 use chrono::Duration;
 
 use genace_core::machine::Policy;
@@ -13,9 +11,6 @@ use genace_core::machine::Policy;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("configuration: {0}")]
 pub struct ConfigError(pub String);
-
-/// The local stack's account id (moto's fixed account).
-pub const LOCAL_ACCOUNT: &str = "123456789012";
 
 /// Names of the AWS resources a deployment uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,10 +67,11 @@ pub struct QueueUrls {
 }
 
 impl QueueUrls {
-    /// URLs as the local stack (moto) forms them.
-    pub fn local(endpoint: &str, names: &ResourceNames) -> Self {
-        let base = endpoint.trim_end_matches('/');
-        let url = |n: &str| format!("{base}/{LOCAL_ACCOUNT}/{n}");
+    /// Every queue's URL as `{base}/{name}`: SQS's shape, where `base` is
+    /// the endpoint and the account (the local stack forms its URLs so).
+    pub fn under(base: &str, names: &ResourceNames) -> Self {
+        let base = base.trim_end_matches('/');
+        let url = |n: &str| format!("{base}/{n}");
         Self {
             dispatch: url(&names.dispatch_queue),
             poll: url(&names.poll_queue),
@@ -152,8 +148,8 @@ impl Config {
 /// SQS's longest message delay, as the settings' integer type.
 const MAX_DELAY: i64 = crate::queue::MAX_DELAY_SECONDS as i64;
 
-fn ports(name: &str) -> Result<Vec<u16>, ConfigError> {
-    match var(name) {
+fn ports(vars: Vars<'_>, name: &str) -> Result<Vec<u16>, ConfigError> {
+    match var(vars, name) {
         None => Ok(Vec::new()),
         Some(v) => v
             .split(',')
@@ -182,12 +178,16 @@ pub struct UrlPolicy {
     pub allowed_ports: Vec<u16>,
 }
 
-fn var(name: &str) -> Option<String> {
-    env::var(name).ok().filter(|v| !v.trim().is_empty())
+/// Where settings are looked up by name: the composition root passes the
+/// process environment; nothing in this crate reads it.
+pub type Vars<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn var(vars: Vars<'_>, name: &str) -> Option<String> {
+    vars(name).filter(|v| !v.trim().is_empty())
 }
 
-fn number(name: &str, default: i64) -> Result<i64, ConfigError> {
-    match var(name) {
+fn number(vars: Vars<'_>, name: &str, default: i64) -> Result<i64, ConfigError> {
+    match var(vars, name) {
         None => Ok(default),
         Some(v) => v
             .trim()
@@ -198,8 +198,8 @@ fn number(name: &str, default: i64) -> Result<i64, ConfigError> {
     }
 }
 
-fn flag(name: &str) -> Result<bool, ConfigError> {
-    match var(name).as_deref().map(str::to_ascii_lowercase).as_deref() {
+fn flag(vars: Vars<'_>, name: &str) -> Result<bool, ConfigError> {
+    match var(vars, name).as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("0" | "false" | "no" | "off" | "disabled") => Ok(false),
         Some("1" | "true" | "yes" | "on" | "enabled") => Ok(true),
         Some(other) => Err(ConfigError(format!("{name} must be true or false, got {other:?}"))),
@@ -207,28 +207,25 @@ fn flag(name: &str) -> Result<bool, ConfigError> {
 }
 
 impl Config {
-    pub fn from_env() -> Result<Self, ConfigError> {
+    /// The settings named in `vars` (the deployment's environment), each
+    /// at its default when unset. The four stage queue URLs are required.
+    pub fn from_vars(vars: Vars<'_>) -> Result<Self, ConfigError> {
         let names = ResourceNames::with_prefix("");
-        let local = var("AWS_ENDPOINT_URL").map(|e| QueueUrls::local(&e, &names));
-        let queue = |name: &str, pick: fn(&QueueUrls) -> &String| -> Result<String, ConfigError> {
-            var(name)
-                .or_else(|| local.as_ref().map(|l| pick(l).clone()))
-                .ok_or_else(|| ConfigError(format!("{name} is not set")))
-        };
+        let var = |name: &str| var(vars, name);
+        let number = |name: &str, default: i64| number(vars, name, default);
+        let flag = |name: &str| flag(vars, name);
+        let ports = |name: &str| ports(vars, name);
+        let queue = |name: &str| var(name).ok_or_else(|| ConfigError(format!("{name} is not set")));
         Ok(Self {
             table: var("OPERATIONS_TABLE").unwrap_or(names.table),
             bucket: var("OUTPUT_BUCKET").unwrap_or(names.bucket),
             queues: QueueUrls {
-                dispatch: queue("DISPATCH_QUEUE_URL", |q| &q.dispatch)?,
-                poll: queue("POLL_QUEUE_URL", |q| &q.poll)?,
-                deliver: queue("DELIVER_QUEUE_URL", |q| &q.deliver)?,
-                recovery: queue("RECOVERY_QUEUE_URL", |q| &q.recovery)?,
-                webhooks: var("WEBHOOK_QUEUE_URL")
-                    .or_else(|| local.as_ref().map(|l| l.webhooks.clone()))
-                    .unwrap_or_default(),
-                webhook_dead_letters: var("WEBHOOK_DLQ_URL")
-                    .or_else(|| local.as_ref().map(|l| l.webhook_dead_letters.clone()))
-                    .unwrap_or_default(),
+                dispatch: queue("DISPATCH_QUEUE_URL")?,
+                poll: queue("POLL_QUEUE_URL")?,
+                deliver: queue("DELIVER_QUEUE_URL")?,
+                recovery: queue("RECOVERY_QUEUE_URL")?,
+                webhooks: var("WEBHOOK_QUEUE_URL").unwrap_or_default(),
+                webhook_dead_letters: var("WEBHOOK_DLQ_URL").unwrap_or_default(),
             },
             tenant_claim: var("TENANT_CLAIM").unwrap_or_else(|| "tenant_id".into()),
             operator_claim: var("OPERATOR_CLAIM").unwrap_or_else(|| "scope".into()),
@@ -366,5 +363,53 @@ mod retry_tests {
             "SQS refuses the whole 12 h once a message is received"
         );
         assert_eq!(r.span(3), 30 + 60 + 120);
+    }
+}
+
+#[cfg(test)]
+mod from_vars_tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        Config::from_vars(&|name: &str| map.get(name).cloned())
+    }
+
+    const QUEUES: [(&str, &str); 4] = [
+        ("DISPATCH_QUEUE_URL", "https://sqs/1/d"),
+        ("POLL_QUEUE_URL", "https://sqs/1/p"),
+        ("DELIVER_QUEUE_URL", "https://sqs/1/dl"),
+        ("RECOVERY_QUEUE_URL", "https://sqs/1/r"),
+    ];
+
+    #[test]
+    fn settings_come_from_the_lookup_given_with_defaults_for_the_rest() {
+        let mut pairs = QUEUES.to_vec();
+        pairs.extend([
+            ("RETENTION_DAYS", "7"),
+            ("FAULT_INJECTION", "true"),
+            ("OUTPUT_ALLOWED_PORTS", "443, 8443"),
+        ]);
+        let c = config(&pairs).unwrap();
+        assert_eq!(c.queues.poll, "https://sqs/1/p");
+        assert_eq!(c.policy.retention, Duration::days(7));
+        assert!(c.fault_injection);
+        assert_eq!(c.url_policy.allowed_ports, vec![443, 8443]);
+        assert_eq!(c.tenant_claim, "tenant_id", "unset: the default");
+        assert_eq!(c.queues.webhooks, "", "only the webhook stage needs it");
+    }
+
+    #[test]
+    fn a_missing_queue_or_a_bad_value_is_an_error_that_names_the_setting() {
+        let e = config(&QUEUES[..3]).unwrap_err();
+        assert!(e.0.contains("RECOVERY_QUEUE_URL"), "{e}");
+        let mut pairs = QUEUES.to_vec();
+        pairs.push(("DISPATCH_LEASE_SECONDS", "-3"));
+        assert!(config(&pairs).unwrap_err().0.contains("DISPATCH_LEASE_SECONDS"));
+        pairs.pop();
+        pairs.push(("FAULT_INJECTION", "maybe"));
+        assert!(config(&pairs).unwrap_err().0.contains("FAULT_INJECTION"));
     }
 }

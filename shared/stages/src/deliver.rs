@@ -9,7 +9,7 @@ use tracing::{info, warn};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::downloads::{DownloadBody, DownloadError, Downloads};
-use crate::metrics;
+use crate::metrics::Metrics;
 use crate::outputs::{ObjectStore, PartReceipt, composite_sha256};
 use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
@@ -72,6 +72,8 @@ pub struct Deliverer<S, Q, O, D, C = SystemClock> {
     pub downloads: D,
     pub config: Config,
     pub clock: C,
+    /// Where the stage counts what happened.
+    pub metrics: Metrics,
 }
 
 /// Why one output could not be delivered. The reason never carries a URL
@@ -193,8 +195,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         })
         .await
         .map_err(commit_failure)?;
-        metrics::emit("DeliveredBytes", bytes as f64, "Bytes", &[]);
-        metrics::emit(
+        self.metrics.emit("DeliveredBytes", bytes as f64, "Bytes", &[]);
+        self.metrics.emit(
             "DeliveryDuration",
             started.elapsed().as_millis() as f64,
             "Milliseconds",
@@ -218,7 +220,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
             }
             Err(CommitError::Store(e)) => return Err(e.into()),
         };
-        case_opened(&rec);
+        case_opened(&self.metrics, &rec);
         Ok(DeliverResult::GaveUp {
             attempts: rec.delivery_attempts,
         })
@@ -249,7 +251,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
             })
             .await
             .map_err(commit_failure)?;
-            case_opened(&rec);
+            case_opened(&self.metrics, &rec);
             return Ok(DeliverResult::Refused { reason });
         }
         let wait = delivery_backoff_seconds(self.config.delivery_backoff_seconds, claimed.delivery_attempts);
@@ -269,7 +271,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         .await
         .map_err(commit_failure)?;
         if rec.delivery_state == DeliveryState::DeliveryFailed {
-            case_opened(&rec);
+            case_opened(&self.metrics, &rec);
             return Ok(DeliverResult::GaveUp {
                 attempts: rec.delivery_attempts,
             });

@@ -8,7 +8,7 @@ use tracing::{error, info, warn};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::genace::Genace;
-use crate::metrics;
+use crate::metrics::Metrics;
 use crate::queue::{RecoveryChannel, WorkQueue};
 use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
 use crate::table::{CommitError, OperationStore, StoreError, commit, commit_with};
@@ -64,6 +64,8 @@ pub struct Dispatcher<S, Q, G, C = SystemClock> {
     pub genace: G,
     pub config: Config,
     pub clock: C,
+    /// Where the stage counts what happened.
+    pub metrics: Metrics,
 }
 
 /// Bounds applied to a 429's Retry-After.
@@ -120,7 +122,7 @@ where
         match decided {
             Ok((claimed, Some(fault))) => self.submit(claimed, &token, fault).await.map(Dispatched::Posted),
             Ok((interrupted, None)) => {
-                case_opened(&interrupted);
+                case_opened(&self.metrics, &interrupted);
                 Ok(Dispatched::Interrupted)
             }
             Err(CommitError::Refused { refusal, current }) => match refusal {
@@ -169,7 +171,7 @@ where
         {
             Ok(_) => {
                 info!(operation_id = %id, %retry_at, "spend limit reached; dispatch waits for credits");
-                metrics::count("SpendLimitWait", &[]);
+                self.metrics.count("SpendLimitWait", &[]);
                 Ok(Dispatched::WaitingForCredits)
             }
             // Claimed or moved on meanwhile: nothing to hold.
@@ -199,7 +201,8 @@ where
             fault,
         };
         log_job_id(&posted, &outcome);
-        metrics::count("DispatchOutcome", &[("Outcome", outcome_name(&outcome))]);
+        self.metrics
+            .count("DispatchOutcome", &[("Outcome", outcome_name(&outcome))]);
         if fault == Some(Fault::DispatchAfterResponse) {
             return Err(StageError::Crashed("dispatch.after_response"));
         }
@@ -223,7 +226,7 @@ where
                     evidence: &evidence,
                 };
                 let rec = self.record(&posted, event).await.map_err(commit_failure)?;
-                case_opened(&rec);
+                case_opened(&self.metrics, &rec);
                 Ok(PostResult::Uncertain)
             }
         }
@@ -295,7 +298,7 @@ where
         };
         match self.record(&posted, event).await {
             Ok(rec) => {
-                case_opened(&rec);
+                case_opened(&self.metrics, &rec);
                 Ok(PostResult::SubmitFailed)
             }
             Err(e) => {
@@ -323,8 +326,8 @@ where
         };
         let rec = self.record(&posted, event).await.map_err(commit_failure)?;
         error!(operation_id = %id, status, "Genace refused the account; the operation is held, not rejected");
-        metrics::count("AccountProblem", &[("Status", &status.to_string())]);
-        case_opened(&rec);
+        self.metrics.count("AccountProblem", &[("Status", &status.to_string())]);
+        case_opened(&self.metrics, &rec);
         // One second past the hold, within SQS's longest delay (a hold of
         // 900 s or more once asked for 901, which SQS refuses).
         let max_delay = i64::from(crate::queue::MAX_DELAY_SECONDS);
@@ -347,7 +350,7 @@ where
         };
         let rec = self.record(&posted, event).await.map_err(commit_failure)?;
         if rec.case.is_some() {
-            case_opened(&rec);
+            case_opened(&self.metrics, &rec);
         } else {
             // One second late rather than early: an early copy is dropped.
             let delay = (wait.as_secs() as u32 + 1).min(crate::queue::MAX_DELAY_SECONDS);
@@ -361,7 +364,7 @@ where
     /// POST again: the record stays `submitting` until the recovery consumer
     /// applies it, or its lease expires and it becomes a case.
     async fn unpersisted(&self, rec: &OperationRecord, token: &str, msg: RecoveryMessage, cause: &CommitError) {
-        metrics::count("AcceptedJobUnpersisted", &[]);
+        self.metrics.count("AcceptedJobUnpersisted", &[]);
         let sent = self.queue.send_recovery(&msg).await;
         error!(
             operation_id = %rec.operation_id,

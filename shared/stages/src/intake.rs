@@ -5,6 +5,7 @@ use tracing::{error, info};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::outputs::ObjectStore;
 use crate::queue::WorkQueue;
 use crate::table::{Created, OperationStore, StoreError};
@@ -52,6 +53,8 @@ pub struct Intake<S, Q, O, C = SystemClock> {
     pub objects: O,
     pub config: Config,
     pub clock: C,
+    /// Where the stage counts what happened.
+    pub metrics: Metrics,
 }
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
@@ -63,6 +66,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
             objects,
             config,
             clock: SystemClock,
+            metrics: Metrics::off(),
         }
     }
 }
@@ -98,11 +102,11 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             Created::Existing(existing) => {
                 if existing.specification_hash == record.specification_hash {
                     info!(operation_id = %existing.operation_id, tenant = %tenant, phase = existing.phase.as_str(), "intent replayed");
-                    crate::metrics::count("IntentDuplicates", &[]);
+                    self.metrics.count("IntentDuplicates", &[]);
                     Ok(Submitted::Replayed(existing))
                 } else {
                     info!(operation_id = %existing.operation_id, tenant = %tenant, "operation key reused with a different specification");
-                    crate::metrics::count("KeyConflicts", &[]);
+                    self.metrics.count("KeyConflicts", &[]);
                     Err(IntakeError::KeyReused {
                         key: existing.operation_key.clone(),
                         existing: existing.operation_id.clone(),
@@ -111,7 +115,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             }
             Created::New => {
                 info!(operation_id = %record.operation_id, tenant = %tenant, phase = "prepared", "intent recorded");
-                crate::metrics::count("IntentsCreated", &[]);
+                self.metrics.count("IntentsCreated", &[]);
                 // The record is the truth. If this message is lost, the sweep
                 // finds the prepared operation through the due-time index.
                 if let Err(e) = self.queue.enqueue(Queue::Dispatch, &record.operation_id, 0).await {

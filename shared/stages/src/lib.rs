@@ -7,7 +7,7 @@
 //!   recovery channel), [`outputs`] (the output bucket), [`genace`],
 //!   [`downloads`] and [`clock`].
 //! - [`app::App`]: every port in one place, and each stage made from it.
-//! - [`config`], [`metrics`], [`telemetry`]: settings, metric lines, logs.
+//! - [`config`], [`metrics`]: settings (given as values), the metrics port.
 //! - [`urlguard`]: which URLs a policy allows, checked before any request
 //!   (pure; the `url` parser is its one outside dependency).
 //! - `memory` (feature `testkit`): in-memory adapters and a manual clock.
@@ -37,7 +37,6 @@ pub mod recovery;
 pub mod stage;
 pub mod sweep;
 pub mod table;
-pub mod telemetry;
 pub mod urlguard;
 pub mod webhook_admin;
 pub mod webhooks;

@@ -6,7 +6,7 @@ use tracing::{info, warn};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::genace::Genace;
-use crate::metrics;
+use crate::metrics::Metrics;
 use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError, case_opened, write_attempts};
 use crate::table::{CommitError, OperationStore, commit};
@@ -43,6 +43,8 @@ pub struct Poller<S, Q, G, C = SystemClock> {
     pub genace: G,
     pub config: Config,
     pub clock: C,
+    /// Where the stage counts what happened.
+    pub metrics: Metrics,
 }
 
 /// Slack added to the sweep deadline beyond the next scheduled poll.
@@ -155,7 +157,7 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
             .as_ref()
             .is_some_and(|c| c.reason == CaseReason::RenderStalled && c.opened_at == look.now)
         {
-            case_opened(&written);
+            case_opened(&self.metrics, &written);
         }
         info!(operation_id = %written.operation_id, remote_job_id = %job_id, remote_state = %snap.state, phase = written.phase.as_str(), "observed");
         if fault.is_some() {
@@ -173,14 +175,14 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
                     // Spent, and nothing to deliver.
                 } else if written.case.is_some() {
                     // Outputs missing: nothing to deliver, a person decides.
-                    case_opened(&written);
+                    case_opened(&self.metrics, &written);
                 } else {
                     self.queue.enqueue(Queue::Deliver, &id, 0).await?;
                 }
                 Ok(Polled::Rendered)
             }
             RenderStatus::Failed => {
-                metrics::count("RenderFailed", &[]);
+                self.metrics.count("RenderFailed", &[]);
                 Ok(Polled::RenderFailed)
             }
         }
@@ -262,7 +264,7 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
             Err(CommitError::Refused { current, .. }) => return Ok(Polled::NotObservable(current.phase)),
             Err(CommitError::Store(e)) => return Err(e.into()),
         };
-        case_opened(&written);
+        case_opened(&self.metrics, &written);
         Ok(Polled::CaseOpened(reason))
     }
 }

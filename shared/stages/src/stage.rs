@@ -6,7 +6,7 @@ use std::future::Future;
 
 use tracing::warn;
 
-use crate::metrics;
+use crate::metrics::Metrics;
 use crate::queue::QueueError;
 use crate::table::{CommitError, StoreError};
 use genace_core::record::OperationRecord;
@@ -73,13 +73,13 @@ pub fn commit_failure(e: CommitError) -> StageError {
 }
 
 /// Logs and counts a reconciliation case that a write just opened.
-pub fn case_opened(rec: &OperationRecord) {
+pub fn case_opened(metrics: &Metrics, rec: &OperationRecord) {
     if let Some(case) = &rec.case {
         let reason = serde_json::to_value(case.reason)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
         warn!(operation_id = %rec.operation_id, tenant = %rec.tenant_id, phase = rec.phase.as_str(), reason = %reason, "reconciliation case opened");
-        metrics::count("CasesOpened", &[("Reason", &reason)]);
+        metrics.count("CasesOpened", &[("Reason", &reason)]);
     }
 }

@@ -7,6 +7,7 @@ use tracing::{info, warn};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::queue::WorkQueue;
 use crate::stage::{StageError, case_opened};
 use crate::table::{DueItem, OperationStore, StoreError};
@@ -35,6 +36,8 @@ pub struct Sweeper<S, Q, C = SystemClock> {
     /// Items read per page, and pages per shard per run.
     pub page_size: i32,
     pub max_pages: usize,
+    /// Where the stage counts what happened.
+    pub metrics: Metrics,
 }
 
 /// How far the sweep pushes an item's due time after re-enqueueing it, so a
@@ -50,6 +53,7 @@ impl<S, Q, C> Sweeper<S, Q, C> {
             clock,
             page_size: 100,
             max_pages: 10,
+            metrics: Metrics::off(),
         }
     }
 }
@@ -102,7 +106,7 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
                 };
                 if let Ok(next) = machine::transition(&rec, expired, now, &self.config.policy) {
                     self.store.apply(&rec, &next).await?;
-                    case_opened(&next);
+                    case_opened(&self.metrics, &next);
                     report.interrupted += 1;
                 }
                 return Ok(());

@@ -21,6 +21,7 @@ use tracing::{info, warn};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::RetrySchedule;
+use crate::metrics::Metrics;
 use crate::stage::{Stage, StageError};
 use crate::table::{OperationRecords, WebhookSettings};
 use genace_core::domain::TenantId;
@@ -95,6 +96,8 @@ pub struct WebhookDeliverer<S, K, W, D, C = SystemClock> {
     pub clock: C,
     /// When a failed POST is tried again.
     pub retry: RetrySchedule,
+    /// Where the stage counts what happened.
+    pub metrics: Metrics,
 }
 
 impl<S, K, W, D, C> Stage for WebhookDeliverer<S, K, W, D, C>
@@ -232,7 +235,7 @@ impl<S, K, W, D: DeadLetters, C> WebhookDeliverer<S, K, W, D, C> {
             .await
             .map_err(StageError::Remote)?;
         warn!(tenant, event_id, cause, reason = %why, "webhook event can never be delivered; dead-lettered");
-        crate::metrics::count("WebhookRefused", &[("Cause", cause)]);
+        self.metrics.count("WebhookRefused", &[("Cause", cause)]);
         Ok(Webhooked::DeadLettered(why))
     }
 }

@@ -34,6 +34,7 @@ struct Rig {
     stage: WebhookDeliverer<MemoryStore, MemorySecrets, MemoryReceiver, MemoryDeadLetters, ManualClock>,
     receiver: MemoryReceiver,
     dead_letters: MemoryDeadLetters,
+    metrics: genace_stages::metrics::Recorder<ManualClock>,
     /// acme's operation, claimed: version 2.
     operation: genace_core::record::OperationRecord,
 }
@@ -75,17 +76,21 @@ async fn rig(events: &[&str]) -> Rig {
     store.apply(&created, &claimed).await.unwrap();
     let receiver = MemoryReceiver::default();
     let dead_letters = MemoryDeadLetters::default();
+    let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
+    let metrics = genace_stages::metrics::Recorder::new(clock.clone());
     Rig {
         stage: WebhookDeliverer {
             store,
             secrets,
             sender: receiver.clone(),
             dead_letters: dead_letters.clone(),
-            clock: ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap()),
+            clock,
             retry: RetrySchedule::default(),
+            metrics: genace_stages::metrics::Metrics::to(metrics.clone()),
         },
         receiver,
         dead_letters,
+        metrics,
         operation: claimed,
     }
 }
@@ -206,6 +211,14 @@ async fn a_url_the_policy_refuses_is_dead_lettered_at_once() {
     }
     let letters = rig.dead_letters.letters();
     assert_eq!(letters.len(), 1);
+    // Counted through the stage's metrics port, at the stage's clock.
+    let points = rig.metrics.points();
+    assert_eq!(points.len(), 1, "{points:?}");
+    assert_eq!(points[0].name, "WebhookRefused");
+    assert_eq!(
+        points[0].at_ms,
+        Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap().timestamp_millis()
+    );
     let kept: Value = serde_json::from_str(&letters[0].0).unwrap();
     assert_eq!(
         kept["detail"]["type"], "operation.rendered",

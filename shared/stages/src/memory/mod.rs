@@ -52,7 +52,7 @@ pub type MemoryApp =
 /// default configuration (fault injection off).
 pub fn memory_app(start: DateTime<Utc>) -> MemoryApp {
     let names = crate::config::ResourceNames::with_prefix("memory-");
-    let queues = crate::config::QueueUrls::local("http://memory.invalid", &names);
+    let queues = crate::config::QueueUrls::under("http://memory.invalid", &names);
     let clock = ManualClock::new(start);
     crate::app::App {
         store: MemoryStore::default(),
@@ -62,5 +62,6 @@ pub fn memory_app(start: DateTime<Utc>) -> MemoryApp {
         downloads: MemoryDownloads::default(),
         clock,
         config: crate::config::Config::for_resources(&names, queues),
+        metrics: crate::metrics::Metrics::off(),
     }
 }

@@ -5,8 +5,10 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global subscriber once. `LOG_FORMAT=text` selects plain text;
 /// `RUST_LOG` sets the filter (default `info`).
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let text = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("text"));
+    let filter = crate::env_var("RUST_LOG")
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let text = crate::env_var("LOG_FORMAT").is_some_and(|v| v.eq_ignore_ascii_case("text"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     let _ = if text {
         builder.try_init()
