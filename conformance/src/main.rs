@@ -121,14 +121,8 @@ const FUNCTIONS: [&str; 8] = [
 /// What `--local` started: the stack, its URL, two tenants' tokens and its events file.
 type Started = (LocalStack, String, String, String, PathBuf);
 
-#[allow(
-    clippy::too_many_lines,
-    reason = "the local stack's start is one sequence of steps; splitting it is part of moving the CLIs to clap (issue 23, item 9)"
-)]
-async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let moto_port = free_port().map_err(|e| e.to_string())?;
-    let intake_port = free_port().map_err(|e| e.to_string())?;
+/// Builds what `--local` runs: genace-local, and with `artifacts` the function binaries.
+async fn build(root: &std::path::Path, artifacts: bool) -> Result<(), String> {
     // `--bin` would apply to every package named, so the functions build apart.
     let mut builds = vec![vec!["build", "--quiet", "-p", "genace-local", "--bin", "genace-local"]];
     if artifacts {
@@ -139,7 +133,7 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, Stri
     for build in builds {
         let ok = Command::new("cargo")
             .args(&build)
-            .current_dir(&root)
+            .current_dir(root)
             .status()
             .await
             .map_err(|e| e.to_string())?;
@@ -147,18 +141,17 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, Stri
             return Err(format!("cargo {} failed", build.join(" ")));
         }
     }
-    let ok = Command::new(root.join("scripts/local-aws.sh"))
-        .arg("server")
-        .env("MOTO_PORT", moto_port.to_string())
-        .status()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !ok.success() {
-        return Err("starting local AWS failed".into());
-    }
-    let bin = root.join("target/debug/genace-local");
-    let events = root.join(format!(".local/events-{intake_port}.jsonl"));
-    let mut env = vec![
+    Ok(())
+}
+
+/// The local stack's environment, matched to the suite's timings.
+fn stack_env(
+    moto_port: u16,
+    intake_port: u16,
+    genace_base: &str,
+    events: &std::path::Path,
+) -> Vec<(&'static str, String)> {
+    vec![
         ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{moto_port}")),
         ("AWS_REGION", "us-east-1".into()),
         ("AWS_ACCESS_KEY_ID", "local".into()),
@@ -179,45 +172,72 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, Stri
         ("METRICS_DISABLED", "true".into()),
         ("RUST_LOG", "error".into()),
         ("GENACE_EVENTS_FILE", events.display().to_string()),
-    ];
-    let mut args = vec!["run".to_owned()];
-    let mut overrides_env = Vec::new();
-    if artifacts {
-        let rie = std::process::Command::new(root.join("scripts/rie.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("scripts/rie.sh: {e}"))?;
-        if !rie.status.success() {
-            return Err("finding the Lambda Runtime Interface Emulator failed (scripts/rie.sh)".into());
-        }
-        let logs = root.join(format!(".local/artifacts-{intake_port}"));
-        args.push("--artifacts".into());
-        env.extend([
-            ("RIE_BIN", String::from_utf8_lossy(&rie.stdout).trim().to_owned()),
-            ("ARTIFACTS_DIR", root.join("target/debug").display().to_string()),
-            ("TEMPLATE", root.join("infra/template.yaml").display().to_string()),
-            ("ARTIFACT_LOGS", logs.display().to_string()),
-        ]);
-        // The template's timings are for AWS; the functions get the suite's
-        // shorter ones as local overrides (everything else is the template's).
-        overrides_env = env
-            .iter()
-            .filter(|(k, _)| {
-                [
-                    "GENACE_TIMEOUT_SECONDS",
-                    "DISPATCH_LEASE_SECONDS",
-                    "DELIVERY_ALLOW_PRIVATE",
-                ]
-                .contains(k)
-            })
-            .map(|(k, v)| (format!("LOCAL_OVERRIDE_{k}"), v.clone()))
-            .collect();
-        println!(
-            "artifacts: {} (emulator logs in {})",
-            FUNCTIONS.join(", "),
-            logs.display()
-        );
+    ]
+}
+
+/// With `--artifacts`: the emulator and the binaries in `env`, and the
+/// suite's timings as local overrides for the functions (the template's
+/// timings are for AWS; everything else is the template's).
+fn artifacts_env(
+    root: &std::path::Path,
+    intake_port: u16,
+    env: &mut Vec<(&'static str, String)>,
+) -> Result<Vec<(String, String)>, String> {
+    let rie = std::process::Command::new(root.join("scripts/rie.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("scripts/rie.sh: {e}"))?;
+    if !rie.status.success() {
+        return Err("finding the Lambda Runtime Interface Emulator failed (scripts/rie.sh)".into());
     }
+    let logs = root.join(format!(".local/artifacts-{intake_port}"));
+    env.extend([
+        ("RIE_BIN", String::from_utf8_lossy(&rie.stdout).trim().to_owned()),
+        ("ARTIFACTS_DIR", root.join("target/debug").display().to_string()),
+        ("TEMPLATE", root.join("infra/template.yaml").display().to_string()),
+        ("ARTIFACT_LOGS", logs.display().to_string()),
+    ]);
+    println!(
+        "artifacts: {} (emulator logs in {})",
+        FUNCTIONS.join(", "),
+        logs.display()
+    );
+    const OVERRIDDEN: [&str; 3] = [
+        "GENACE_TIMEOUT_SECONDS",
+        "DISPATCH_LEASE_SECONDS",
+        "DELIVERY_ALLOW_PRIVATE",
+    ];
+    Ok(env
+        .iter()
+        .filter(|(k, _)| OVERRIDDEN.contains(k))
+        .map(|(k, v)| (format!("LOCAL_OVERRIDE_{k}"), v.clone()))
+        .collect())
+}
+
+async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let moto_port = free_port().map_err(|e| e.to_string())?;
+    let intake_port = free_port().map_err(|e| e.to_string())?;
+    build(&root, artifacts).await?;
+    let ok = Command::new(root.join("scripts/local-aws.sh"))
+        .arg("server")
+        .env("MOTO_PORT", moto_port.to_string())
+        .status()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !ok.success() {
+        return Err("starting local AWS failed".into());
+    }
+    let bin = root.join("target/debug/genace-local");
+    let events = root.join(format!(".local/events-{intake_port}.jsonl"));
+    let mut env = stack_env(moto_port, intake_port, genace_base, &events);
+    let mut args = vec!["run"];
+    let overrides_env = if artifacts {
+        args.push("--artifacts");
+        artifacts_env(&root, intake_port, &mut env)?
+    } else {
+        Vec::new()
+    };
     let runner = Command::new(&bin)
         .args(&args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -231,7 +251,6 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, Stri
         moto_port,
         runner,
     };
-    let target = format!("http://127.0.0.1:{intake_port}");
     for _ in 0..600 {
         if tokio::net::TcpStream::connect(("127.0.0.1", intake_port)).await.is_ok() {
             break;
@@ -245,9 +264,8 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, Stri
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
             .map_err(|e| e.to_string())
     };
-    let a = token("conformance-tenant-a")?;
-    let b = token("conformance-tenant-b")?;
-    Ok((stack, target, a, b, events))
+    let (a, b) = (token("conformance-tenant-a")?, token("conformance-tenant-b")?);
+    Ok((stack, format!("http://127.0.0.1:{intake_port}"), a, b, events))
 }
 
 async fn run(o: Options) -> Result<bool, String> {

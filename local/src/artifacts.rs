@@ -446,84 +446,82 @@ pub fn http_response(v: &Value) -> Response<Full<Bytes>> {
         .unwrap_or_else(|_| gateway_message(StatusCode::BAD_GATEWAY, "Bad Gateway"))
 }
 
-/// Starts every function of the template under the emulator and the AWS
-/// side around them.
-#[allow(
-    clippy::too_many_lines,
-    reason = "starting every function of the template is one sequence; to be split with the runner's other steps (issue 23)"
-)]
-pub async fn start(
-    sdk: &aws_config::SdkConfig,
-    config: Config,
-    runner: RunnerSettings,
-    settings: ArtifactSettings,
-) -> Result<Running, String> {
-    let template = Template::load(&settings.template.to_string_lossy())?;
-    let locals = local_locals(&config, &settings.params);
-    let mut overlay = local_overlay(std::env::vars());
-    // The endpoint this process was given (flag or environment) is the one
-    // the functions use.
-    if let Some(endpoint) = sdk.endpoint_url() {
-        overlay.insert("AWS_ENDPOINT_URL".to_owned(), endpoint.to_owned());
-    }
-    std::fs::create_dir_all(&settings.logs).map_err(|e| format!("{}: {e}", settings.logs.display()))?;
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let mut tasks = JoinSet::new();
-    let mut functions = HashMap::new();
-    for name in template.functions() {
-        let binary_name = template
-            .binary(&name)
-            .ok_or(format!("{name} names no binary in its BuildProperties"))?;
-        let binary = settings.bin_dir.join(&binary_name);
-        if !binary.is_file() {
-            return Err(format!(
-                "{} is missing; build the functions first (cargo build -p {binary_name})",
-                binary.display()
-            ));
-        }
-        let setting = |key: &str| template.function_setting(&name, key, &locals);
-        let timeout = setting("Timeout")?.and_then(|t| t.parse().ok()).unwrap_or(3u64);
-        let mut env = template.function_env(&name, &locals)?;
-        env.extend(overlay.clone());
-        env.insert("AWS_LAMBDA_FUNCTION_NAME".into(), name.clone());
-        env.insert("AWS_LAMBDA_FUNCTION_VERSION".into(), "$LATEST".into());
-        env.insert("AWS_LAMBDA_FUNCTION_TIMEOUT".into(), timeout.to_string());
-        if let Some(memory) = setting("MemorySize")? {
-            env.insert("AWS_LAMBDA_FUNCTION_MEMORY_SIZE".into(), memory);
-        }
-        let reserved = setting("ReservedConcurrentExecutions")?.and_then(|r| r.parse::<usize>().ok());
-        let instances = reserved
-            .unwrap_or(runner.concurrency)
-            .clamp(1, runner.concurrency.max(1));
-        let mut urls = Vec::new();
-        for i in 0..instances {
-            let log = settings.logs.join(format!("{name}-{i}.log"));
-            let (url, mut child) = start_instance(&settings, &binary, &env, &log).await?;
-            urls.push(url);
-            let (function, log) = (name.clone(), log.display().to_string());
-            tasks.spawn(async move {
-                let status = child.wait().await;
-                tracing::error!(%function, ?status, %log, "an emulator instance stopped");
-            });
-        }
-        tracing::info!(function = %name, binary = %binary_name, instances, "started under the emulator");
-        functions.insert(
-            name.clone(),
-            Arc::new(Function {
-                name,
-                timeout: Duration::from_secs(timeout),
-                free: Mutex::new(urls),
-                slots: Semaphore::new(instances),
-                http: http.clone(),
-            }),
-        );
-    }
+/// What every function is started with.
+struct Shared<'a> {
+    template: &'a Template,
+    locals: &'a Locals,
+    overlay: &'a BTreeMap<String, String>,
+    settings: &'a ArtifactSettings,
+    runner: &'a RunnerSettings,
+    http: &'a reqwest::Client,
+}
 
+/// Starts `name`'s instances under the emulator (its reserved concurrency,
+/// at most the runner's), each watched by a task in `tasks`.
+async fn start_function(shared: &Shared<'_>, name: String, tasks: &mut JoinSet<()>) -> Result<Arc<Function>, String> {
+    let Shared {
+        template,
+        locals,
+        overlay,
+        settings,
+        runner,
+        http,
+    } = shared;
+    let binary_name = template
+        .binary(&name)
+        .ok_or(format!("{name} names no binary in its BuildProperties"))?;
+    let binary = settings.bin_dir.join(&binary_name);
+    if !binary.is_file() {
+        return Err(format!(
+            "{} is missing; build the functions first (cargo build -p {binary_name})",
+            binary.display()
+        ));
+    }
+    let setting = |key: &str| template.function_setting(&name, key, locals);
+    let timeout = setting("Timeout")?.and_then(|t| t.parse().ok()).unwrap_or(3u64);
+    let mut env = template.function_env(&name, locals)?;
+    env.extend(overlay.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.insert("AWS_LAMBDA_FUNCTION_NAME".into(), name.clone());
+    env.insert("AWS_LAMBDA_FUNCTION_VERSION".into(), "$LATEST".into());
+    env.insert("AWS_LAMBDA_FUNCTION_TIMEOUT".into(), timeout.to_string());
+    if let Some(memory) = setting("MemorySize")? {
+        env.insert("AWS_LAMBDA_FUNCTION_MEMORY_SIZE".into(), memory);
+    }
+    let reserved = setting("ReservedConcurrentExecutions")?.and_then(|r| r.parse::<usize>().ok());
+    let instances = reserved
+        .unwrap_or(runner.concurrency)
+        .clamp(1, runner.concurrency.max(1));
+    let mut urls = Vec::new();
+    for i in 0..instances {
+        let log = settings.logs.join(format!("{name}-{i}.log"));
+        let (url, mut child) = start_instance(settings, &binary, &env, &log).await?;
+        urls.push(url);
+        let (function, log) = (name.clone(), log.display().to_string());
+        tasks.spawn(async move {
+            let status = child.wait().await;
+            tracing::error!(%function, ?status, %log, "an emulator instance stopped");
+        });
+    }
+    tracing::info!(function = %name, binary = %binary_name, instances, "started under the emulator");
+    Ok(Arc::new(Function {
+        name,
+        timeout: Duration::from_secs(timeout),
+        free: Mutex::new(urls),
+        slots: Semaphore::new(instances),
+        http: (*http).clone(),
+    }))
+}
+
+/// The template's HTTP API in front of the functions, on the intake address.
+async fn serve_api(
+    template: &Template,
+    locals: &Locals,
+    functions: &HashMap<String, Arc<Function>>,
+    runner: &RunnerSettings,
+    tasks: &mut JoinSet<()>,
+) -> Result<(), String> {
     let gateway = Arc::new(ArtifactGateway {
-        routes: template.http_routes(&locals)?,
+        routes: template.http_routes(locals)?,
         functions: functions.clone(),
     });
     let listener = tokio::net::TcpListener::bind(runner.intake_addr)
@@ -535,8 +533,20 @@ pub async fn start(
         }
     });
 
+    Ok(())
+}
+
+/// One SQS event source mapping per queue source of the template.
+fn spawn_queue_sources(
+    sdk: &aws_config::SdkConfig,
+    template: &Template,
+    locals: &Locals,
+    functions: &HashMap<String, Arc<Function>>,
+    runner: &RunnerSettings,
+    tasks: &mut JoinSet<()>,
+) -> Result<(), String> {
     let sqs = genace_aws::clients::sqs_receiver(sdk);
-    for (name, function) in &functions {
+    for (name, function) in functions {
         for source in template.sqs_sources(name) {
             let url = locals
                 .refs
@@ -552,7 +562,7 @@ pub async fn start(
                 stage: String::new(),
             };
             let function = function.clone();
-            consumer.spawn_batches(&mut tasks, url, move |event: SqsEvent| {
+            consumer.spawn_batches(tasks, url, move |event: SqsEvent| {
                 let function = function.clone();
                 async move {
                     let payload = serde_json::to_value(&event).ok()?;
@@ -566,13 +576,23 @@ pub async fn start(
             });
         }
     }
+    Ok(())
+}
+
+/// The scheduled function (the sweep), invoked on the runner's interval.
+fn spawn_schedule(
+    template: &Template,
+    functions: &HashMap<String, Arc<Function>>,
+    runner: &RunnerSettings,
+    tasks: &mut JoinSet<()>,
+) {
     if let Some(sweep) = template
         .functions()
         .into_iter()
         .find(|f| template.has_events(f, "ScheduleV2") || template.has_events(f, "Schedule"))
         .and_then(|f| functions.get(&f).cloned())
     {
-        spawn_timer(&mut tasks, runner.sweep_every, move || {
+        spawn_timer(tasks, runner.sweep_every, move || {
             let sweep = sweep.clone();
             async move {
                 let event = json!({
@@ -593,11 +613,21 @@ pub async fn start(
             }
         });
     }
-    // The events pipe, with the template's enrichment function as its step.
+}
+
+/// The events pipe, with the template's enrichment function as its step.
+fn spawn_events_pipe(
+    sdk: &aws_config::SdkConfig,
+    config: &Config,
+    template: &Template,
+    functions: &HashMap<String, Arc<Function>>,
+    runner: &RunnerSettings,
+    tasks: &mut JoinSet<()>,
+) {
     let enrichment = template.pipe_enrichment().and_then(|f| functions.get(&f).cloned());
     if let (Some(enrichment), Some(file)) = (enrichment, runner.events_file.clone()) {
         let rule = Some(config.queues.webhooks.clone());
-        crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, rule, move |batch| {
+        crate::events::spawn_pipe(tasks, sdk, config.table.clone(), file, rule, move |batch| {
             let enrichment = enrichment.clone();
             async move {
                 match enrichment.invoke(&Value::Array(batch)).await {
@@ -608,6 +638,47 @@ pub async fn start(
             }
         });
     }
+}
+
+/// Starts every function of the template under the emulator and the AWS
+/// side around them.
+pub async fn start(
+    sdk: &aws_config::SdkConfig,
+    config: Config,
+    runner: RunnerSettings,
+    settings: ArtifactSettings,
+) -> Result<Running, String> {
+    let template = Template::load(&settings.template.to_string_lossy())?;
+    let locals = local_locals(&config, &settings.params);
+    let mut overlay = local_overlay(std::env::vars());
+    // The endpoint this process was given (flag or environment) is the one
+    // the functions use.
+    if let Some(endpoint) = sdk.endpoint_url() {
+        overlay.insert("AWS_ENDPOINT_URL".to_owned(), endpoint.to_owned());
+    }
+    std::fs::create_dir_all(&settings.logs).map_err(|e| format!("{}: {e}", settings.logs.display()))?;
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let shared = Shared {
+        template: &template,
+        locals: &locals,
+        overlay: &overlay,
+        settings: &settings,
+        runner: &runner,
+        http: &http,
+    };
+    let mut tasks = JoinSet::new();
+    let mut functions = HashMap::new();
+    for name in template.functions() {
+        let function = start_function(&shared, name.clone(), &mut tasks).await?;
+        functions.insert(name, function);
+    }
+    serve_api(&template, &locals, &functions, &runner, &mut tasks).await?;
+    spawn_queue_sources(sdk, &template, &locals, &functions, &runner, &mut tasks)?;
+    spawn_schedule(&template, &functions, &runner, &mut tasks);
+    spawn_events_pipe(sdk, &config, &template, &functions, &runner, &mut tasks);
     if runner.phase_log {
         tasks.spawn(phase_log(genace_aws::clients::dynamodb(sdk), config.table.clone()));
     }

@@ -514,7 +514,8 @@ impl World {
             Box::pin(async move {
                 let id = OperationId::parse(&id).map_err(|e| e.to_string())?;
                 intake
-                    .resolve(&op, &id, &resolution, "simulated operator", rec.version)
+                    .admin(&op)
+                    .resolve(&id, &resolution, "simulated operator", rec.version)
                     .await
                     .map(|r| r.phase.as_str().to_owned())
                     .map_err(|e| e.to_string())

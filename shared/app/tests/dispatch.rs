@@ -230,7 +230,8 @@ async fn a_502_with_a_job_id_is_submit_failed_with_the_id_saved() {
     };
     let settle = genace_core::machine::Resolution::MarkSettled;
     rig.intake
-        .resolve(&op, &id, &settle, "refund seen on the invoice", rec.version)
+        .admin(&op)
+        .resolve(&id, &settle, "refund seen on the invoice", rec.version)
         .await
         .unwrap();
     let totals = rig.intake.credits(&tenant).await.unwrap().totals;

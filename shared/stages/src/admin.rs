@@ -29,17 +29,41 @@ impl Operator {
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+/// The intake as one operator sees it: every operator action is a method
+/// here, so none can be reached without the [`Operator`] whose scope it
+/// checks and whose name the audit keeps. Made by [`Intake::admin`].
+pub struct Admin<'a, S, Q, O, C> {
+    intake: &'a Intake<S, Q, O, C>,
+    pub(crate) op: &'a Operator,
+}
+
+impl<S, Q, O, C> Intake<S, Q, O, C> {
+    /// The operator actions, for `op`.
+    pub fn admin<'a>(&'a self, op: &'a Operator) -> Admin<'a, S, Q, O, C> {
+        Admin { intake: self, op }
+    }
+}
+
+/// An operator's view reads through to the intake's ports and settings.
+impl<S, Q, O, C> std::ops::Deref for Admin<'_, S, Q, O, C> {
+    type Target = Intake<S, Q, O, C>;
+
+    fn deref(&self) -> &Self::Target {
+        self.intake
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
     /// Open cases, newest pages first by tenant; an operator limited to a
     /// tenant sees only that tenant's, whatever filter they ask for.
     pub async fn cases(
         &self,
-        op: &Operator,
         tenant: Option<TenantId>,
         reason: Option<CaseReason>,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<CasePage, IntakeError> {
+        let op = self.op;
         let scope = match (&op.tenant, tenant) {
             (Some(own), Some(asked)) if *own != asked => {
                 return Ok(CasePage {
@@ -58,9 +82,9 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     }
 
     /// Any live operation in the operator's scope.
-    pub async fn operator_get(&self, op: &Operator, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+    pub async fn get(&self, id: &OperationId) -> Result<OperationRecord, IntakeError> {
         match self.store.get(id, self.clock.now()).await? {
-            Some(rec) if op.may_see(&rec.tenant_id) => Ok(rec),
+            Some(rec) if self.op.may_see(&rec.tenant_id) => Ok(rec),
             _ => Err(IntakeError::NotFound),
         }
     }
@@ -72,13 +96,13 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     /// stale or replayed decision can never act twice.
     pub async fn resolve(
         &self,
-        op: &Operator,
         id: &OperationId,
         resolution: &Resolution,
         reason: &str,
         expected_version: u64,
     ) -> Result<OperationRecord, IntakeError> {
-        let rec = self.operator_get(op, id).await?;
+        let op = self.op;
+        let rec = self.get(id).await?;
         let stale = |actual: u64| IntakeError::StaleVersion {
             expected: expected_version,
             actual,

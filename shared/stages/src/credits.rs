@@ -4,7 +4,7 @@
 
 use tracing::{info, warn};
 
-use crate::admin::Operator;
+use crate::admin::Admin;
 use crate::clock::Clock;
 use crate::intake::{Intake, IntakeError};
 use crate::outputs::ObjectStore;
@@ -18,23 +18,6 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     /// A tenant's totals and limit.
     pub async fn credits(&self, tenant: &TenantId) -> Result<TenantLedger, IntakeError> {
         Ok(self.store.ledger(tenant).await?)
-    }
-
-    /// Every tenant's ledger, a page at a time; an operator limited to one
-    /// tenant sees that tenant's only.
-    pub async fn all_credits(
-        &self,
-        op: &Operator,
-        limit: i32,
-        cursor: Option<&str>,
-    ) -> Result<LedgerPage, IntakeError> {
-        if let Some(own) = &op.tenant {
-            return Ok(LedgerPage {
-                ledgers: vec![self.store.ledger(own).await?],
-                next: None,
-            });
-        }
-        Ok(self.store.ledgers(limit, cursor).await?)
     }
 
     /// True when the tenant's spend limit leaves less room than a claim of
@@ -51,15 +34,29 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             }
         }
     }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
+    /// Every tenant's ledger, a page at a time; an operator limited to one
+    /// tenant sees that tenant's only.
+    pub async fn all_credits(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, IntakeError> {
+        if let Some(own) = &self.op.tenant {
+            return Ok(LedgerPage {
+                ledgers: vec![self.store.ledger(own).await?],
+                next: None,
+            });
+        }
+        Ok(self.store.ledgers(limit, cursor).await?)
+    }
 
     /// Sets or removes a tenant's spend limit. Operations waiting for room
     /// are claimed at their next look once the limit allows it.
     pub async fn set_spend_limit(
         &self,
-        op: &Operator,
         tenant: &TenantId,
         limit: Option<Millicredits>,
     ) -> Result<TenantLedger, IntakeError> {
+        let op = self.op;
         if !op.may_see(tenant) {
             return Err(IntakeError::NotFound);
         }

@@ -7,10 +7,10 @@
 use serde_json::Value;
 use tracing::info;
 
-use crate::admin::Operator;
+use crate::admin::Admin;
 use crate::clock::Clock;
 use crate::config::UrlPolicy;
-use crate::intake::{Intake, IntakeError};
+use crate::intake::IntakeError;
 use crate::outputs::ObjectStore;
 use crate::queue::WorkQueue;
 use crate::table::OperationStore;
@@ -82,22 +82,18 @@ impl WebhookRequest {
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
     /// A tenant's webhook, for an operator who may see the tenant.
-    pub async fn webhook(&self, op: &Operator, tenant: &TenantId) -> Result<Option<WebhookConfig>, IntakeError> {
-        if !op.may_see(tenant) {
+    pub async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, IntakeError> {
+        if !self.op.may_see(tenant) {
             return Err(IntakeError::NotFound);
         }
         Ok(self.store.webhook(tenant).await?)
     }
 
     /// Sets a tenant's webhook; from now on its events are POSTed there.
-    pub async fn set_webhook(
-        &self,
-        op: &Operator,
-        tenant: &TenantId,
-        request: WebhookRequest,
-    ) -> Result<WebhookConfig, IntakeError> {
+    pub async fn set_webhook(&self, tenant: &TenantId, request: WebhookRequest) -> Result<WebhookConfig, IntakeError> {
+        let op = self.op;
         if !op.may_see(tenant) {
             return Err(IntakeError::NotFound);
         }
@@ -115,7 +111,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     }
 
     /// Removes a tenant's webhook; events already queued are dropped.
-    pub async fn remove_webhook(&self, op: &Operator, tenant: &TenantId) -> Result<(), IntakeError> {
+    pub async fn remove_webhook(&self, tenant: &TenantId) -> Result<(), IntakeError> {
+        let op = self.op;
         if !op.may_see(tenant) {
             return Err(IntakeError::NotFound);
         }

@@ -207,7 +207,7 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
 ) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let rec = match Principal::read(req, &intake.config)? {
-        Principal::Operator(op) => intake.operator_get(&op, &id).await?,
+        Principal::Operator(op) => intake.admin(&op).get(&id).await?,
         Principal::Tenant(tenant) => intake.get(&tenant, &id, intake.clock.now()).await?,
     };
     let body = view_with_links(&rec, &intake.links(&rec).await);
@@ -315,7 +315,10 @@ async fn all_credits<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
 ) -> Result<Response<Body>, Problem> {
     let op = Principal::read(req, &intake.config)?.operator(&intake.config)?;
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
-    let page = intake.all_credits(&op, page_limit(&q)?, q.first("cursor")).await?;
+    let page = intake
+        .admin(&op)
+        .all_credits(page_limit(&q)?, q.first("cursor"))
+        .await?;
     let tenants: Vec<Value> = page.ledgers.iter().map(credits_view).collect();
     Ok(ok_json(json!({"tenants": tenants, "next_cursor": page.next})))
 }
@@ -341,7 +344,7 @@ async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clo
         },
         _ => return Err(InvalidInput::new("spend_limit", "is required: a number of credits, or null for none").into()),
     };
-    let ledger = intake.set_spend_limit(&op, &tenant, limit).await?;
+    let ledger = intake.admin(&op).set_spend_limit(&tenant, limit).await?;
     Ok(ok_json(credits_view(&ledger)))
 }
 
@@ -359,13 +362,13 @@ async fn webhook<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
             let body = json_body(&req)?;
             only_members(&body, &["url", "secret_id", "events"])?;
             let request = WebhookRequest::parse(&body, &intake.config.webhook_url_policy(), &tenant)?;
-            Some(intake.set_webhook(&op, &tenant, request).await?)
+            Some(intake.admin(&op).set_webhook(&tenant, request).await?)
         }
         Method::DELETE => {
-            intake.remove_webhook(&op, &tenant).await?;
+            intake.admin(&op).remove_webhook(&tenant).await?;
             None
         }
-        _ => intake.webhook(&op, &tenant).await?,
+        _ => intake.admin(&op).webhook(&tenant).await?,
     };
     Ok(ok_json(webhook_view(tenant.as_str(), config.as_ref())))
 }
@@ -388,7 +391,10 @@ async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         })
         .transpose()?;
     let limit = page_limit(&q)?;
-    let page = intake.cases(&op, tenant, reason, limit, q.first("cursor")).await?;
+    let page = intake
+        .admin(&op)
+        .cases(tenant, reason, limit, q.first("cursor"))
+        .await?;
     let cases: Vec<Value> = page.records.iter().map(case_view).collect();
     let body = json!({"cases": cases, "next_cursor": page.next});
     Ok(json_response(StatusCode::OK)
@@ -438,7 +444,7 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     };
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let version = if_match_version(&req)?;
-    let rec = intake.resolve(&op, &id, &resolution, reason, version).await?;
+    let rec = intake.admin(&op).resolve(&id, &resolution, reason, version).await?;
     let body = view_with_links(&rec, &intake.links(&rec).await);
     Ok(json_response(StatusCode::OK)
         .header(header::ETAG, etag(&rec))
