@@ -514,12 +514,16 @@ async fn start_function(shared: &Shared<'_>, name: String, tasks: &mut JoinSet<(
 
 /// The template's HTTP API in front of the functions, on the intake address.
 async fn serve_api(
-    template: &Template,
-    locals: &Locals,
+    shared: &Shared<'_>,
     functions: &HashMap<String, Arc<Function>>,
-    runner: &RunnerSettings,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), String> {
+    let Shared {
+        template,
+        locals,
+        runner,
+        ..
+    } = shared;
     let gateway = Arc::new(ArtifactGateway {
         routes: template.http_routes(locals)?,
         functions: functions.clone(),
@@ -539,12 +543,16 @@ async fn serve_api(
 /// One SQS event source mapping per queue source of the template.
 fn spawn_queue_sources(
     sdk: &aws_config::SdkConfig,
-    template: &Template,
-    locals: &Locals,
+    shared: &Shared<'_>,
     functions: &HashMap<String, Arc<Function>>,
-    runner: &RunnerSettings,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), String> {
+    let Shared {
+        template,
+        locals,
+        runner,
+        ..
+    } = shared;
     let sqs = genace_aws::clients::sqs_receiver(sdk);
     for (name, function) in functions {
         for source in template.sqs_sources(name) {
@@ -580,12 +588,8 @@ fn spawn_queue_sources(
 }
 
 /// The scheduled function (the sweep), invoked on the runner's interval.
-fn spawn_schedule(
-    template: &Template,
-    functions: &HashMap<String, Arc<Function>>,
-    runner: &RunnerSettings,
-    tasks: &mut JoinSet<()>,
-) {
+fn spawn_schedule(shared: &Shared<'_>, functions: &HashMap<String, Arc<Function>>, tasks: &mut JoinSet<()>) {
+    let Shared { template, runner, .. } = shared;
     if let Some(sweep) = template
         .functions()
         .into_iter()
@@ -619,11 +623,11 @@ fn spawn_schedule(
 fn spawn_events_pipe(
     sdk: &aws_config::SdkConfig,
     config: &Config,
-    template: &Template,
+    shared: &Shared<'_>,
     functions: &HashMap<String, Arc<Function>>,
-    runner: &RunnerSettings,
     tasks: &mut JoinSet<()>,
 ) {
+    let Shared { template, runner, .. } = shared;
     let enrichment = template.pipe_enrichment().and_then(|f| functions.get(&f).cloned());
     if let (Some(enrichment), Some(file)) = (enrichment, runner.events_file.clone()) {
         let rule = Some(config.queues.webhooks.clone());
@@ -675,10 +679,10 @@ pub async fn start(
         let function = start_function(&shared, name.clone(), &mut tasks).await?;
         functions.insert(name, function);
     }
-    serve_api(&template, &locals, &functions, &runner, &mut tasks).await?;
-    spawn_queue_sources(sdk, &template, &locals, &functions, &runner, &mut tasks)?;
-    spawn_schedule(&template, &functions, &runner, &mut tasks);
-    spawn_events_pipe(sdk, &config, &template, &functions, &runner, &mut tasks);
+    serve_api(&shared, &functions, &mut tasks).await?;
+    spawn_queue_sources(sdk, &shared, &functions, &mut tasks)?;
+    spawn_schedule(&shared, &functions, &mut tasks);
+    spawn_events_pipe(sdk, &config, &shared, &functions, &mut tasks);
     if runner.phase_log {
         tasks.spawn(phase_log(genace_aws::clients::dynamodb(sdk), config.table.clone()));
     }
