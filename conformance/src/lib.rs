@@ -6,6 +6,7 @@
 //! not share types with the implementation, so it catches contract drift.
 
 pub mod api;
+pub mod capacity;
 pub mod genace;
 pub mod scenarios;
 

@@ -31,7 +31,7 @@ pub struct Context {
 pub type Outcome = Result<(), String>;
 
 /// Every scenario, by name, in the order of the docs.
-pub const SCENARIOS: [&str; 16] = [
+pub const SCENARIOS: [&str; 17] = [
     "concurrent-duplicates",
     "retry-after-acceptance",
     "changed-spec-conflicts",
@@ -48,6 +48,7 @@ pub const SCENARIOS: [&str; 16] = [
     "null-outputs-until-completion",
     "events-happy-path",
     "events-lost-202",
+    "capacity-burst",
 ];
 
 pub async fn run(name: &str, ctx: &Context) -> Outcome {
@@ -69,6 +70,7 @@ pub async fn run(name: &str, ctx: &Context) -> Outcome {
         "null-outputs-until-completion" => s.null_outputs().await,
         "events-happy-path" => s.events_happy_path().await,
         "events-lost-202" => s.events_lost_202().await,
+        "capacity-burst" => crate::capacity::burst(ctx).await,
         other => Err(format!("unknown scenario {other:?}")),
     }
 }

@@ -158,6 +158,10 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
 }
 
 impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
+    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+        port(&self.chaos, self.inner.account()).await
+    }
+
     async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
         port(&self.chaos, self.inner.ledger(tenant)).await
     }

@@ -34,6 +34,9 @@ struct Cli {
     /// A spend limit on tenant-a, in credits.
     #[arg(long, value_name = "CREDITS", value_parser = credits)]
     spend_limit: Option<f64>,
+    /// Genace renders at most this many jobs at once, and the account limit is the same.
+    #[arg(long, value_name = "JOBS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    max_in_flight: Option<u32>,
 }
 
 fn planted_bug(name: &str) -> Result<u32, String> {
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
     let opts = Options {
         bugs: cli.bug.unwrap_or(0),
         spend_limit: cli.spend_limit,
+        max_in_flight: cli.max_in_flight,
         steps: cli.steps.unwrap_or(defaults.steps),
         ..defaults
     };

@@ -58,6 +58,9 @@ pub struct Options {
     /// A spend limit on `tenant-a`, in credits: dispatch must wait for room,
     /// and the limit must never be passed.
     pub spend_limit: Option<f64>,
+    /// Genace renders at most this many jobs at once (and answers 429 past
+    /// it), and the store admits claims under the same account limit.
+    pub max_in_flight: Option<u32>,
 }
 
 impl Default for Options {
@@ -68,6 +71,7 @@ impl Default for Options {
             crash_per_mille: 30,
             bugs: 0,
             spend_limit: None,
+            max_in_flight: None,
         }
     }
 }
@@ -142,6 +146,9 @@ pub(crate) fn state_line(rec: &OperationRecord) -> String {
     if rec.spend_hold.is_some() {
         state.push_str(" hold=spend_limit");
     }
+    if rec.capacity_hold.is_some() {
+        state.push_str(" hold=capacity");
+    }
     if let Some(p) = rec.ledger_phase {
         state.push_str(&format!(" counts_as={}", p.as_str()));
     }
@@ -168,6 +175,11 @@ impl World {
         if let Some(limit) = opts.spend_limit {
             store.set_spend_limit_now(TENANTS[0], Some(genace_core::ledger::millis(limit)));
         }
+        let store = store.with_account_limit(opts.max_in_flight);
+        let genace = match opts.max_in_flight {
+            Some(jobs) => genace.with_concurrency(jobs as usize),
+            None => genace,
+        };
         let app = App {
             store: Chaotic {
                 inner: store.clone(),
@@ -585,28 +597,45 @@ impl World {
         self.heal_downloads();
         for _ in 0..12 {
             self.finish_actors()?;
-            while !self
-                .genace
-                .jobs()
-                .iter()
-                .all(|j| j.state != "queued" && j.state != "running")
-            {
-                self.genace_progress();
-            }
+            self.finish_genace_jobs();
             self.heal_downloads();
             self.advance(1200);
             self.sweep();
             self.finish_actors()?;
-            for queue in [Queue::Dispatch, Queue::Poll, Queue::Deliver, Queue::Recovery] {
-                for _ in 0..50 {
-                    if !self.receive(queue) {
-                        break;
-                    }
-                    self.finish_actors()?;
-                }
+            self.drain_queues()?;
+        }
+        // Operations waiting for a slot take one more look each round; with
+        // a small account that takes a few more rounds than the rest.
+        for _ in 0..60 {
+            if !self.store.records().iter().any(|r| r.capacity_hold.is_some()) {
+                break;
             }
+            self.advance(60);
+            self.drain_queues()?;
+            self.finish_genace_jobs();
+            self.advance(60);
+            self.drain_queues()?;
         }
         self.check_step()?;
         self.check_rest()
+    }
+
+    /// Moves Genace on until no job is queued or running.
+    fn finish_genace_jobs(&mut self) {
+        while self.genace.running() > 0 {
+            self.genace_progress();
+        }
+    }
+
+    fn drain_queues(&mut self) -> Result<(), String> {
+        for queue in [Queue::Dispatch, Queue::Poll, Queue::Deliver, Queue::Recovery] {
+            for _ in 0..50 {
+                if !self.receive(queue) {
+                    break;
+                }
+                self.finish_actors()?;
+            }
+        }
+        Ok(())
     }
 }

@@ -5,6 +5,24 @@
 use genace_core::machine::planted;
 use genace_dst::{Options, Outcome, run};
 
+/// Whether the trace shows an operation held by `hold` (a state line's
+/// `hold=...`), and whether one such operation was later claimed.
+fn waited_and_resumed(trace: &[String], hold: &str) -> (bool, bool) {
+    // State lines name the operation (`op_` and 8 hex digits) and its state.
+    let op_of = |l: &str| l.find("op_").map(|p| l[p..(p + 11).min(l.len())].to_owned());
+    let mut holding = std::collections::BTreeSet::new();
+    let mut came_back = false;
+    for line in trace {
+        let Some(op) = op_of(line) else { continue };
+        if line.contains(hold) {
+            holding.insert(op);
+        } else if line.contains(" submitting ") && holding.contains(&op) {
+            came_back = true;
+        }
+    }
+    (!holding.is_empty(), came_back)
+}
+
 fn report(outcome: &Outcome) -> String {
     format!(
         "seed {} broke a promise: {}\n{}",
@@ -45,12 +63,14 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
             14,
             "case on a rendered",
         ),
-        // The ledger against Genace's own books.
+        // The ledger against Genace's own books, and the slots it holds
+        // against the records that hold one (the slot check, run first,
+        // finds the first two).
         (
             planted::ABANDON_ERASES_CREDITS,
             "an abandon erases what Genace charged",
-            17,
-            "Genace holds or charged",
+            4,
+            "jobs in flight, the records hold",
         ),
         (
             planted::TRUST_NEGATIVE_CREDITS,
@@ -68,7 +88,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
             planted::ACCEPTED_HOLDS_NOTHING,
             "the hold ends at the 202",
             0,
-            "held, but Genace runs jobs worth",
+            "jobs in flight, the records hold",
         ),
         // What clients are answered.
         (
@@ -88,6 +108,13 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
             "an answer names an id minted per request",
             1,
             "same key and specification were answered with operation",
+        ),
+        // Genace's capacity, counted apart from the ledger's share function.
+        (
+            planted::RENDER_FAILED_KEEPS_SLOT,
+            "a failed render keeps its slot",
+            0,
+            "jobs in flight, the records hold",
         ),
     ] {
         let planted = Options {
@@ -119,20 +146,9 @@ fn the_spend_limit_is_never_passed_and_waiting_operations_resume() {
     for seed in 0..300 {
         let outcome = run(seed, &limited);
         assert!(outcome.violation.is_none(), "{}", report(&outcome));
-        // State lines name the operation (`op_` and 8 hex digits) and its state.
-        let op_of = |l: &str| l.find("op_").map(|p| l[p..(p + 11).min(l.len())].to_owned());
-        let mut holding = std::collections::BTreeSet::new();
-        let mut came_back = false;
-        for line in &outcome.trace {
-            let Some(op) = op_of(line) else { continue };
-            if line.contains("hold=spend_limit") {
-                holding.insert(op);
-            } else if line.contains(" submitting ") && holding.contains(&op) {
-                came_back = true;
-            }
-        }
-        waited += usize::from(!holding.is_empty());
-        resumed += usize::from(came_back);
+        let (w, r) = waited_and_resumed(&outcome.trace, "hold=spend_limit");
+        waited += usize::from(w);
+        resumed += usize::from(r);
     }
     println!("{waited} of 300 seeds made dispatch wait for credits; {resumed} resumed a waiting operation");
     assert!(
@@ -155,4 +171,36 @@ fn the_same_seed_replays_the_same_trace() {
             first.trace.len()
         );
     }
+}
+
+/// Against a Genace that renders one or two jobs at once (and answers 429
+/// past it) and an account limit to match: the slots counted always equal
+/// the records that hold one and never pass the limit, every waiting
+/// operation is claimed once a slot is free, and the account being full
+/// never opens a case by itself (a `rate_limited` case needs 429s with
+/// nothing else of ours in flight).
+#[test]
+fn a_small_account_drains_with_waits_and_no_capacity_cases() {
+    genace_dst::quiet_panics();
+    let (mut waited, mut resumed) = (0, 0);
+    for (jobs, seeds) in [(1, 0..200), (2, 200..400)] {
+        let limited = Options {
+            max_in_flight: Some(jobs),
+            ..Options::default()
+        };
+        for seed in seeds {
+            let outcome = run(seed, &limited);
+            assert!(outcome.violation.is_none(), "{}", report(&outcome));
+            assert!(
+                !outcome.trace.iter().any(|l| l.contains("case=rate_limited")),
+                "seed {seed}: a full account opened a rate_limited case"
+            );
+            let (w, r) = waited_and_resumed(&outcome.trace, "hold=capacity");
+            waited += usize::from(w);
+            resumed += usize::from(r);
+        }
+    }
+    println!("{waited} of 400 seeds made dispatch wait for a slot; {resumed} resumed a waiting operation");
+    assert!(waited >= 40, "only {waited} of 400 seeds made dispatch wait for a slot");
+    assert!(resumed >= 20, "only {resumed} seeds resumed a waiting operation");
 }

@@ -208,13 +208,18 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let retry_at = now + policy.spend_recheck;
     step(&store, e, Event::SpendLimitReached { retry_at }).await;
 
+    // Waiting for a slot of the Genace account.
+    let g = create("capacity").await;
+    let retry_at = now + policy.capacity_recheck;
+    step(&store, g, Event::CapacityReached { retry_at }).await;
+
     // Read until every type arrived.
     let schema: Value = serde_json::from_str(include_str!("../../docs/events.schema.json")).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
-    // Every type arriving is not enough: `held` comes twice (an account
-    // problem and the spend limit), so wait for the count the writes above
+    // Every type arriving is not enough: `held` comes three times (an account
+    // problem, the spend limit and a full account), so wait for the count the writes above
     // announce, then a little longer so that an extra event would show.
-    const EXPECTED: usize = 14;
+    const EXPECTED: usize = 15;
     let read = || {
         std::fs::read_to_string(&file)
             .unwrap_or_default()

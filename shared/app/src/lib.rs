@@ -66,7 +66,8 @@ pub fn with_metrics<G, D>(mut app: AwsApp<G, D>, metrics: Metrics) -> AwsApp<G, 
 /// off ([`with_metrics`] turns them on).
 pub fn from_sdk(sdk: &SdkConfig, config: Config) -> AwsApp<Unused, Unused> {
     App {
-        store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
+        store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table)
+            .with_account_limit(config.max_in_flight),
         queue: SqsQueue::new(genace_aws::clients::sqs(sdk), config.queues.clone()),
         objects: S3Store::new(genace_aws::clients::s3(sdk), &config.bucket),
         genace: Unused,

@@ -437,6 +437,10 @@ impl OperationRecords for EchoingStore {
 }
 
 impl TenantLedgers for EchoingStore {
+    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, genace_stages::table::StoreError> {
+        self.0.account().await
+    }
+
     async fn ledger(
         &self,
         tenant: &TenantId,

@@ -22,7 +22,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
-use genace_core::ledger::{self, Millicredits, Shares, TenantLedger};
+use genace_core::ledger::{self, AccountCapacity, Millicredits, Shares, TenantLedger};
 use genace_core::record::OperationRecord;
 use genace_core::webhook::WebhookConfig;
 use genace_stages::metrics::Metrics;
@@ -39,6 +39,9 @@ pub struct DynamoStore {
     table: String,
     /// Where phase changes are counted (off unless given one).
     metrics: Metrics,
+    /// `GENACE_MAX_IN_FLIGHT`: a claim is admitted while the account's jobs
+    /// in flight are fewer. None: no limit.
+    account_limit: Option<u32>,
 }
 
 fn service_error<E, R>(e: SdkError<E, R>) -> StoreError
@@ -146,6 +149,17 @@ impl DynamoStore {
             client,
             table: table.into(),
             metrics: Metrics::off(),
+            account_limit: None,
+        }
+    }
+
+    /// The same store, admitting dispatch claims while the Genace account
+    /// has fewer than `max_in_flight` jobs of ours in flight.
+    #[must_use]
+    pub fn with_account_limit(self, max_in_flight: Option<u32>) -> Self {
+        Self {
+            account_limit: max_in_flight,
+            ..self
         }
     }
 
@@ -167,6 +181,26 @@ impl DynamoStore {
         HashMap::from([("pk".to_owned(), AttributeValue::S(format!("{LEDGER_PREFIX}{tenant}")))])
     }
 
+    fn account_key() -> Item {
+        HashMap::from([("pk".to_owned(), AttributeValue::S(ACCOUNT_ITEM.to_owned()))])
+    }
+
+    /// The account's jobs in flight move by `delta`; a claim (`admit`) only
+    /// while they are under the limit.
+    fn account_update(&self, delta: i64, admit: bool) -> Result<Update, StoreError> {
+        let mut update = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::account_key()))
+            .update_expression("ADD in_flight :d")
+            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+        if let Some(limit) = self.account_limit.filter(|_| admit) {
+            update = update
+                .condition_expression("attribute_not_exists(in_flight) OR in_flight < :limit")
+                .expression_attribute_values(":limit", AttributeValue::N(limit.to_string()));
+        }
+        update.build().map_err(|e| StoreError::Service(e.to_string()))
+    }
+
     /// The record's update and the tenant's counters, in one transaction.
     async fn apply_with_ledger(
         &self,
@@ -186,57 +220,21 @@ impl DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| StoreError::Service(e.to_string()))?;
-        let n = |v: Millicredits| AttributeValue::N(v.to_string());
-        let mut counters = Update::builder()
-            .table_name(&self.table)
-            .set_key(Some(Self::ledger_key(prev.tenant_id.as_str())))
-            .update_expression(
-                "ADD held_mc :held, spent_mc :spent, pending_refund_mc :pending, settled_mc :settled, \
-                 headroom_mc :room SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero",
-            )
-            .expression_attribute_values(":held", n(delta.held))
-            .expression_attribute_values(":spent", n(delta.spent))
-            .expression_attribute_values(":pending", n(delta.pending_refund))
-            .expression_attribute_values(":settled", n(delta.settled))
-            .expression_attribute_values(":room", n(-delta.held))
-            .expression_attribute_values(":tenant", AttributeValue::S(prev.tenant_id.as_str().to_owned()))
-            .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
-            .expression_attribute_values(":zero", n(0));
         let reserves = ledger::reserves(prev, next);
-        if reserves {
-            counters = counters
-                .condition_expression("attribute_not_exists(spend_limit_mc) OR headroom_mc >= :need")
-                .expression_attribute_values(":need", n(delta.held));
-        }
-        let counters = counters.build().map_err(|e| StoreError::Service(e.to_string()))?;
-        let result = self
+        let counters = self.ledger_update(prev, delta, reserves)?;
+        let mut transaction = self
             .client
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().update(record).build())
-            .transact_items(TransactWriteItem::builder().update(counters).build())
-            .send()
-            .await;
-        match result {
+            .transact_items(TransactWriteItem::builder().update(counters).build());
+        if delta.in_flight != 0 {
+            let account = self.account_update(delta.in_flight, reserves && delta.in_flight > 0)?;
+            transaction = transaction.transact_items(TransactWriteItem::builder().update(account).build());
+        }
+        match transaction.send().await {
             Ok(_) => Ok(()),
             Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
-                TransactWriteItemsError::TransactionCanceledException(e) => {
-                    let reasons = e.cancellation_reasons();
-                    let failed = |i: usize| {
-                        reasons
-                            .get(i)
-                            .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
-                    };
-                    if failed(0) {
-                        Err(conflict(reasons[0].item()))
-                    } else if failed(1) && reserves {
-                        Err(StoreError::SpendLimit)
-                    } else {
-                        Err(StoreError::Service(format!(
-                            "transaction cancelled: {:?}",
-                            reasons.iter().map(|r| r.code()).collect::<Vec<_>>()
-                        )))
-                    }
-                }
+                TransactWriteItemsError::TransactionCanceledException(e) => Err(cancelled(&e, reserves)),
                 other => Err(StoreError::Service(
                     aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
                 )),
@@ -244,12 +242,66 @@ impl DynamoStore {
             Err(e) => Err(service_error(e)),
         }
     }
+
+    /// The tenant's counters move by `delta`; a claim (`reserves`) only
+    /// while the spend limit leaves room for its reservation.
+    fn ledger_update(&self, prev: &OperationRecord, delta: Shares, reserves: bool) -> Result<Update, StoreError> {
+        let n = |v: Millicredits| AttributeValue::N(v.to_string());
+        let mut counters = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::ledger_key(prev.tenant_id.as_str())))
+            .update_expression(
+                "ADD held_mc :held, spent_mc :spent, pending_refund_mc :pending, settled_mc :settled, \
+                 in_flight :in_flight, headroom_mc :room SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero",
+            )
+            .expression_attribute_values(":held", n(delta.held))
+            .expression_attribute_values(":spent", n(delta.spent))
+            .expression_attribute_values(":pending", n(delta.pending_refund))
+            .expression_attribute_values(":settled", n(delta.settled))
+            .expression_attribute_values(":in_flight", n(delta.in_flight))
+            .expression_attribute_values(":room", n(-delta.held))
+            .expression_attribute_values(":tenant", AttributeValue::S(prev.tenant_id.as_str().to_owned()))
+            .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
+            .expression_attribute_values(":zero", n(0));
+        if reserves {
+            counters = counters
+                .condition_expression("attribute_not_exists(spend_limit_mc) OR headroom_mc >= :need")
+                .expression_attribute_values(":need", n(delta.held));
+        }
+        counters.build().map_err(|e| StoreError::Service(e.to_string()))
+    }
+}
+
+/// Which item of a cancelled ledger transaction refused: the record (a
+/// conflict), the tenant's counters (the spend limit) or the account's (no
+/// free slot). Only a claim can be refused by the last two.
+fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, reserves: bool) -> StoreError {
+    let reasons = e.cancellation_reasons();
+    let failed = |i: usize| {
+        reasons
+            .get(i)
+            .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+    };
+    if failed(0) {
+        conflict(reasons[0].item())
+    } else if failed(1) && reserves {
+        StoreError::SpendLimit
+    } else if failed(2) && reserves {
+        StoreError::AccountFull
+    } else {
+        StoreError::Service(format!(
+            "transaction cancelled: {:?}",
+            reasons.iter().map(|r| r.code()).collect::<Vec<_>>()
+        ))
+    }
 }
 
 /// Key prefix of the tenant ledger items.
 pub const LEDGER_PREFIX: &str = "TENANT#";
 /// Key prefix of the tenant webhook items.
 pub const WEBHOOK_PREFIX: &str = "WEBHOOK#";
+/// The key of the item that counts the Genace account's jobs in flight.
+pub const ACCOUNT_ITEM: &str = "ACCOUNT#genace";
 /// The due-index partition that lists ledger items.
 pub const LEDGER_PARTITION: &str = "LEDGER";
 
@@ -273,6 +325,7 @@ fn ledger_from_item(tenant: &str, item: &Item) -> Result<TenantLedger, StoreErro
             spent: get("spent_mc")?,
             pending_refund: get("pending_refund_mc")?,
             settled: get("settled_mc")?,
+            in_flight: get("in_flight")?,
         },
         spend_limit: number(item, "spend_limit_mc")?,
     })
@@ -471,6 +524,26 @@ impl OperationRecords for DynamoStore {
 }
 
 impl TenantLedgers for DynamoStore {
+    async fn account(&self) -> Result<AccountCapacity, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::account_key()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(service_error)?;
+        let in_flight = match out.item() {
+            Some(item) => number(item, "in_flight")?.unwrap_or_default(),
+            None => 0,
+        };
+        Ok(AccountCapacity {
+            in_flight,
+            max_in_flight: self.account_limit,
+        })
+    }
+
     async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
         let out = self
             .client

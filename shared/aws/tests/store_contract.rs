@@ -302,24 +302,7 @@ async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
     let a2 = accepted_with(&a1, "job-ledger-a", Some(12.5));
     store.apply(&a1, &a2).await.unwrap();
     assert_eq!(millis_held(&store, tenant).await.held, 12_500);
-    let snapshot = genace_core::remote::JobSnapshot {
-        id: Some("job-ledger-a".into()),
-        state: "completed".into(),
-        status: genace_core::remote::RenderStatus::Succeeded,
-        outputs: Some(vec![genace_core::record::OutputRef {
-            url: "https://cdn.example/a.mp4".into(),
-            content_type: None,
-        }]),
-        outputs_unreadable: None,
-        client_reference: None,
-        error: None,
-    };
-    let observed = machine::Event::Observed {
-        snapshot: &snapshot,
-        next_check: now,
-        stalled: None,
-    };
-    let a3 = machine::transition(&a2, observed, now, &policy).unwrap();
+    let a3 = rendered(&a2, "job-ledger-a");
     assert_eq!(a3.phase, Phase::Rendered);
     store.apply(&a2, &a3).await.unwrap();
     let totals = millis_held(&store, tenant).await;
@@ -462,17 +445,15 @@ async fn a_claim_past_the_spend_limit_writes_nothing<S: OperationStore>(store: S
     store.apply(&c, &claimed(&c, "tok")).await.unwrap();
 }
 
-async fn two_claims_race_for_room_for_one<S: OperationStore + Clone + 'static>(store: S) {
-    let now = Utc::now();
-    let tenant = TenantId::parse("tenant-race").unwrap();
-    store
-        .set_spend_limit(&tenant, Some(video_reservation() + video_reservation() / 2))
-        .await
-        .unwrap();
+/// Creates an intent per (tenant, key) and claims them all at once.
+async fn race_claims<S: OperationStore + Clone + 'static>(
+    store: &S,
+    intents: &[(&str, &str)],
+) -> Vec<Result<genace_stages::table::Applied, StoreError>> {
     let mut tasks = Vec::new();
-    for key in ["a", "b"] {
-        let rec = record_for("tenant-race", key, "p");
-        store.create(&rec, now).await.unwrap();
+    for (tenant, key) in intents {
+        let rec = record_for(tenant, key, "p");
+        store.create(&rec, Utc::now()).await.unwrap();
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let next = claimed(&rec, "tok");
@@ -483,6 +464,16 @@ async fn two_claims_race_for_room_for_one<S: OperationStore + Clone + 'static>(s
     for t in tasks {
         outcomes.push(t.await.unwrap());
     }
+    outcomes
+}
+
+async fn two_claims_race_for_room_for_one<S: OperationStore + Clone + 'static>(store: S) {
+    let tenant = TenantId::parse("tenant-race").unwrap();
+    store
+        .set_spend_limit(&tenant, Some(video_reservation() + video_reservation() / 2))
+        .await
+        .unwrap();
+    let outcomes = race_claims(&store, &[("tenant-race", "a"), ("tenant-race", "b")]).await;
     let passed = outcomes.iter().filter(|o| o.is_ok()).count();
     let refused = outcomes
         .iter()
@@ -545,6 +536,108 @@ async fn a_tenants_webhook_is_set_read_and_removed<S: OperationStore>(store: S) 
     assert_eq!(store.webhook(&tenant).await.unwrap(), None);
 }
 
+/// A job of Genace's, rendered: the slot it held is free.
+fn rendered(accepted: &OperationRecord, job_id: &str) -> OperationRecord {
+    let snapshot = genace_core::remote::JobSnapshot {
+        id: Some(job_id.into()),
+        state: "completed".into(),
+        status: genace_core::remote::RenderStatus::Succeeded,
+        outputs: Some(vec![genace_core::record::OutputRef {
+            url: "https://cdn.example/a.mp4".into(),
+            content_type: None,
+        }]),
+        outputs_unreadable: None,
+        client_reference: None,
+        error: None,
+    };
+    let observed = machine::Event::Observed {
+        snapshot: &snapshot,
+        next_check: Utc::now(),
+        stalled: None,
+    };
+    machine::transition(accepted, observed, Utc::now(), &Policy::default()).unwrap()
+}
+
+/// With an account limit of 2: slots are counted over every tenant, a claim
+/// past the limit writes nothing, a job Genace is done with frees its slot,
+/// and an uncertain outcome keeps its slot (a job may be running).
+async fn the_account_admits_claims_while_it_has_a_free_slot<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    let [a, b, c] = [("tenant-x", "a"), ("tenant-y", "b"), ("tenant-z", "c")].map(|(t, k)| record_for(t, k, "p"));
+    for r in [&a, &b, &c] {
+        store.create(r, now).await.unwrap();
+    }
+    let account = store.account().await.unwrap();
+    assert_eq!((account.in_flight, account.max_in_flight), (0, Some(2)));
+    let a1 = claimed(&a, "tok");
+    store.apply(&a, &a1).await.unwrap();
+    let b1 = claimed(&b, "tok");
+    store.apply(&b, &b1).await.unwrap();
+    let c1 = claimed(&c, "tok");
+    assert!(matches!(store.apply(&c, &c1).await, Err(StoreError::AccountFull)));
+    assert_eq!(
+        store.get(&c.operation_id, now).await.unwrap(),
+        Some(c.clone()),
+        "nothing written"
+    );
+    assert_eq!(store.account().await.unwrap().in_flight, 2);
+    assert!(!store.account().await.unwrap().has_room());
+    assert_eq!(millis_held(&store, "tenant-x").await.in_flight, 1);
+    assert_eq!(millis_held(&store, "tenant-z").await.in_flight, 0);
+    // Accepted keeps the slot; rendered frees it; the waiting claim then fits.
+    let a2 = accepted_with(&a1, "job-slot-a", Some(10.0));
+    store.apply(&a1, &a2).await.unwrap();
+    assert_eq!(store.account().await.unwrap().in_flight, 2);
+    let a3 = rendered(&a2, "job-slot-a");
+    store.apply(&a2, &a3).await.unwrap();
+    assert_eq!(store.account().await.unwrap().in_flight, 1);
+    assert_eq!(millis_held(&store, "tenant-x").await.in_flight, 0);
+    store.apply(&c, &c1).await.unwrap();
+    // An uncertain outcome keeps its slot until someone decides.
+    let b2 = uncertain(&b1, "tok", "timed out");
+    store.apply(&b1, &b2).await.unwrap();
+    let account = store.account().await.unwrap();
+    assert_eq!(account.in_flight, 2, "b (uncertain) and c (claimed)");
+    // Writes that free or keep slots are never refused by the limit.
+    let c2 = accepted_with(&c1, "job-slot-c", Some(10.0));
+    store.apply(&c1, &c2).await.unwrap();
+    assert_eq!(store.account().await.unwrap().in_flight, 2);
+}
+
+/// Without a limit nothing is refused, and the count still follows the records.
+async fn without_an_account_limit_slots_are_only_counted<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    for key in ["a", "b", "c"] {
+        let r = record_for("tenant-free", key, "p");
+        store.create(&r, now).await.unwrap();
+        store.apply(&r, &claimed(&r, "tok")).await.unwrap();
+    }
+    let account = store.account().await.unwrap();
+    assert_eq!((account.in_flight, account.max_in_flight), (3, None));
+    assert!(account.has_room());
+    assert_eq!(millis_held(&store, "tenant-free").await.in_flight, 3);
+}
+
+/// Claims of three tenants race for the two slots: two win, one is refused,
+/// and the count is exactly two (a transaction, never a read then a write).
+async fn claims_of_many_tenants_race_for_the_last_slots<S: OperationStore + Clone + 'static>(store: S) {
+    let outcomes = race_claims(&store, &[("tenant-r1", "k"), ("tenant-r2", "k"), ("tenant-r3", "k")]).await;
+    let passed = outcomes.iter().filter(|o| o.is_ok()).count();
+    let refused = outcomes
+        .iter()
+        .filter(|o| matches!(o, Err(StoreError::AccountFull)))
+        .count();
+    assert_eq!((passed, refused), (2, 1), "{outcomes:?}");
+    assert_eq!(store.account().await.unwrap().in_flight, 2);
+}
+
+genace_aws::contract_tests!(
+    memory_limited => genace_stages::memory::MemoryStore::default().with_account_limit(Some(2)),
+    dynamodb_limited => |env| env.store().with_account_limit(Some(2));
+    the_account_admits_claims_while_it_has_a_free_slot,
+    claims_of_many_tenants_race_for_the_last_slots,
+);
+
 genace_aws::contract_tests!(
     memory => genace_stages::memory::MemoryStore::default(),
     dynamodb => |env| env.store();
@@ -562,4 +655,5 @@ genace_aws::contract_tests!(
     two_claims_race_for_room_for_one,
     operators_page_through_every_ledger,
     a_tenants_webhook_is_set_read_and_removed,
+    without_an_account_limit_slots_are_only_counted,
 );

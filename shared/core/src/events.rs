@@ -184,6 +184,13 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
             json!({"reason": "spend_limit", "until": retry_until(new)}),
         ));
     }
+    if old.capacity_hold.is_none() && new.capacity_hold.is_some() {
+        out.push(event(
+            new,
+            Kind::Held,
+            json!({"reason": "capacity", "until": retry_until(new)}),
+        ));
+    }
     out
 }
 

@@ -71,6 +71,10 @@ pub struct Shares {
     pub pending_refund: Millicredits,
     /// Credits of failed submissions whose refund an operator settled.
     pub settled: Millicredits,
+    /// Jobs that hold a slot of Genace's capacity: 1 from the dispatch claim
+    /// until Genace is known to be done with the job (the phases that hold
+    /// credits), else 0. A count, not credits.
+    pub in_flight: i64,
 }
 
 impl Shares {
@@ -84,6 +88,7 @@ impl Shares {
             spent: f(self.spent, other.spent).ok_or(Overflow)?,
             pending_refund: f(self.pending_refund, other.pending_refund).ok_or(Overflow)?,
             settled: f(self.settled, other.settled).ok_or(Overflow)?,
+            in_flight: f(self.in_flight, other.in_flight).ok_or(Overflow)?,
         })
     }
 
@@ -99,7 +104,7 @@ impl Shares {
 
     /// Whether any counter is below zero: never true of a tenant's totals.
     pub fn any_negative(&self) -> bool {
-        self.held < 0 || self.spent < 0 || self.pending_refund < 0 || self.settled < 0
+        self.held < 0 || self.spent < 0 || self.pending_refund < 0 || self.settled < 0 || self.in_flight < 0
     }
 }
 
@@ -133,6 +138,8 @@ pub fn counted_phase(rec: &OperationRecord) -> Phase {
 ///
 /// - `submitting` and `uncertain` hold the reservation: a job may exist.
 /// - `accepted` holds what the 202 reported.
+/// - those three, and only those, also hold a slot of Genace's capacity
+///   (`in_flight`): a job may be running there.
 /// - `rendered` spent it.
 /// - `submit_failed` waits for its refund until an operator settles it.
 /// - `prepared`, `rejected` and `render_failed` hold nothing: no job, a
@@ -153,12 +160,16 @@ pub fn share(rec: &OperationRecord) -> Shares {
         phase => phase,
     };
     match phase {
-        Phase::Submitting | Phase::Uncertain | Phase::Accepted => s.held = amount,
+        Phase::Submitting | Phase::Uncertain | Phase::Accepted => {
+            s.held = amount;
+            s.in_flight = 1;
+        }
         Phase::Rendered => s.spent = amount,
         Phase::SubmitFailed => match rec.settlement {
             Some(Settlement::Settled) => s.settled = amount,
             _ => s.pending_refund = amount,
         },
+        Phase::RenderFailed if planted::on(planted::RENDER_FAILED_KEEPS_SLOT) => s.in_flight = 1,
         Phase::Prepared | Phase::Rejected | Phase::RenderFailed | Phase::Abandoned => {}
     }
     s
@@ -174,6 +185,26 @@ pub fn delta(prev: &OperationRecord, next: &OperationRecord) -> Result<Shares, O
 /// than was reserved) are recorded whatever the limit says.
 pub fn reserves(prev: &OperationRecord, next: &OperationRecord) -> bool {
     prev.phase == Phase::Prepared && next.phase == Phase::Submitting
+}
+
+/// The most jobs the Genace account limit may be set to; a limit is at least 1.
+pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;
+
+/// The Genace account's capacity as the table counts it: the jobs of every
+/// tenant that hold a slot, and the limit a claim is admitted under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct AccountCapacity {
+    /// The sum of [`Shares::in_flight`] over every record.
+    pub in_flight: i64,
+    /// `GENACE_MAX_IN_FLIGHT`; none: no limit.
+    pub max_in_flight: Option<u32>,
+}
+
+impl AccountCapacity {
+    /// Whether a claim would be admitted now.
+    pub fn has_room(&self) -> bool {
+        self.max_in_flight.is_none_or(|max| self.in_flight < i64::from(max))
+    }
 }
 
 /// A tenant's totals and limit, as stored on the tenant's ledger item.
@@ -219,6 +250,26 @@ mod tests {
     fn each_phase_has_its_share() {
         assert!(share(&at(Phase::Prepared, Some(10.0), None)).is_zero());
         assert_eq!(share(&at(Phase::Submitting, Some(10.0), None)).held, 10_000);
+        for phase in [Phase::Submitting, Phase::Uncertain, Phase::Accepted] {
+            assert_eq!(
+                share(&at(phase, Some(10.0), None)).in_flight,
+                1,
+                "{phase:?} holds a slot"
+            );
+        }
+        for phase in [
+            Phase::Prepared,
+            Phase::Rendered,
+            Phase::RenderFailed,
+            Phase::Rejected,
+            Phase::SubmitFailed,
+        ] {
+            assert_eq!(
+                share(&at(phase, Some(10.0), None)).in_flight,
+                0,
+                "{phase:?} holds no slot"
+            );
+        }
         assert_eq!(share(&at(Phase::Uncertain, Some(10.0), None)).held, 10_000);
         // The 202's amount replaces the reservation.
         assert_eq!(share(&at(Phase::Accepted, Some(10.0), Some(12.5))).held, 12_500);
@@ -245,6 +296,7 @@ mod tests {
         let rendered = at(Phase::Rendered, Some(10.0), Some(12.5));
         let d = delta(&accepted, &rendered).unwrap();
         assert_eq!((d.held, d.spent, d.pending_refund, d.settled), (-12_500, 12_500, 0, 0));
+        assert_eq!(d.in_flight, -1, "rendering frees the slot");
         assert!(delta(&rendered, &rendered).unwrap().is_zero());
         assert_eq!(share(&accepted).plus(&d), Ok(share(&rendered)));
     }

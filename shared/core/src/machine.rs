@@ -74,6 +74,9 @@ pub struct Policy {
     /// How long an operation held by the spend limit waits before dispatch
     /// looks again.
     pub spend_recheck: Duration,
+    /// How long an operation waiting for a slot of the Genace account waits
+    /// before dispatch looks again.
+    pub capacity_recheck: Duration,
 }
 
 /// Credits reserved per claim, by media type.
@@ -113,6 +116,7 @@ impl Default for Policy {
             rate_limit_max: 10,
             credit_estimate: CreditEstimate::default(),
             spend_recheck: Duration::seconds(30),
+            capacity_recheck: Duration::seconds(5),
         }
     }
 }
@@ -172,6 +176,7 @@ fn claim_dispatch(
     next.due_at_ms = Some(lease_expires_at.timestamp_millis());
     next.reserved_credits = Some(policy.credit_estimate.for_media(rec.media_type));
     next.spend_hold = None;
+    next.capacity_hold = None;
     // A dispatch fault directive fires once: the claim consumes it.
     consume_fault(&mut next, Fault::fires_in_dispatch);
     Ok(next)
@@ -187,12 +192,16 @@ fn consume_fault(next: &mut OperationRecord, here: fn(Fault) -> bool) {
 
 /// `submitting -> prepared` after a 429: Genace said definitively that it did
 /// not process the request, so the claim may be released and retried later.
-/// After `policy.rate_limit_max` answers in a row the operation is held with
-/// a `rate_limited` case instead, so a stuck limit reaches a person.
+/// After `policy.rate_limit_max` answers in a row while nothing else of ours
+/// was in flight there, the operation is held with a `rate_limited` case
+/// instead, so a stuck limit (an account problem) reaches a person. A 429
+/// while other jobs of ours held slots (`busy`) is the account being full:
+/// the operation waits for capacity and the count does not move.
 fn release_claim(
     rec: &OperationRecord,
     token: &str,
     retry_at: DateTime<Utc>,
+    busy: bool,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
@@ -200,7 +209,11 @@ fn release_claim(
     let mut next = rec.clone();
     next.phase = Phase::Prepared;
     next.claim = None;
-    next.rate_limited_count = rec.rate_limited_count + 1;
+    if busy {
+        next.capacity_hold = Some(now);
+    } else {
+        next.rate_limited_count = rec.rate_limited_count + 1;
+    }
     next.last_error = Some(RemoteError {
         kind: "rate_limited".into(),
         status: Some(429),
@@ -231,6 +244,22 @@ fn release_claim(
 fn wait_for_spend_limit(rec: &OperationRecord, retry_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
     next.spend_hold = Some(rec.spend_hold.unwrap_or(now));
+    // One wait at a time: what holds the operation now is credits.
+    next.capacity_hold = None;
+    next.retry_at_ms = Some(retry_at.timestamp_millis());
+    next.due_at_ms = Some(retry_at.timestamp_millis());
+    next
+}
+
+/// `prepared -> prepared`, waiting: every slot of the Genace account's
+/// capacity is taken by jobs of ours, so nothing was POSTed. Not a failure
+/// and never a case: dispatch looks again at `retry_at` and claims as soon
+/// as a slot is free.
+fn wait_for_capacity(rec: &OperationRecord, retry_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+    let mut next = rec.clone();
+    next.capacity_hold = Some(rec.capacity_hold.unwrap_or(now));
+    // One wait at a time: what holds the operation now is capacity.
+    next.spend_hold = None;
     next.retry_at_ms = Some(retry_at.timestamp_millis());
     next.due_at_ms = Some(retry_at.timestamp_millis());
     next
@@ -732,9 +761,11 @@ pub mod planted {
     /// Intake answers a new intent with an id minted for the request, not
     /// the stored record's.
     pub const OPERATION_ID_PER_SUBMIT: u32 = 256;
+    /// A failed render keeps its slot of Genace's capacity.
+    pub const RENDER_FAILED_KEEPS_SLOT: u32 = 512;
 
     /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-    pub const ALL: [(&str, u32); 9] = [
+    pub const ALL: [(&str, u32); 10] = [
         ("repost", REPOST_AFTER_LEASE),
         ("case", CASE_WITHOUT_PHASE_CHECK),
         ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -744,22 +775,27 @@ pub mod planted {
         ("replay-changed-spec", REPLAY_CHANGED_SPEC),
         ("changed-spec-answered-new", CHANGED_SPEC_ANSWERED_NEW),
         ("operation-id-per-submit", OPERATION_ID_PER_SUBMIT),
+        ("render-failed-keeps-slot", RENDER_FAILED_KEEPS_SLOT),
     ];
 
+    // Per thread: a simulation runs its world on one thread (a current-thread
+    // runtime), so tests that plant different bugs can run side by side.
     #[cfg(feature = "planted-bugs")]
-    static ON: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-    /// Turns on exactly the bugs in `bugs` (0: none).
-    #[cfg(feature = "planted-bugs")]
-    pub fn set(bugs: u32) {
-        ON.store(bugs, std::sync::atomic::Ordering::SeqCst);
+    thread_local! {
+        static ON: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     }
 
-    /// Whether `bug` is planted.
+    /// Turns on exactly the bugs in `bugs` (0: none), on this thread.
+    #[cfg(feature = "planted-bugs")]
+    pub fn set(bugs: u32) {
+        ON.with(|on| on.set(bugs));
+    }
+
+    /// Whether `bug` is planted on this thread.
     pub fn on(_bug: u32) -> bool {
         #[cfg(feature = "planted-bugs")]
         {
-            ON.load(std::sync::atomic::Ordering::SeqCst) & _bug != 0
+            ON.with(|on| on.get() & _bug != 0)
         }
         #[cfg(not(feature = "planted-bugs"))]
         {
@@ -776,8 +812,16 @@ pub enum Event<'a> {
     ClaimDispatch { token: &'a str },
     /// The claim would take the tenant past its spend limit: wait.
     SpendLimitReached { retry_at: DateTime<Utc> },
-    /// Genace answered 429: it did not process the request.
-    RateLimited { token: &'a str, retry_at: DateTime<Utc> },
+    /// Every slot of the Genace account is taken by our jobs: wait.
+    CapacityReached { retry_at: DateTime<Utc> },
+    /// Genace answered 429: it did not process the request. `busy`: other
+    /// jobs of ours held slots at Genace meanwhile, so the refusal is the
+    /// account being full, which never counts toward a case.
+    RateLimited {
+        token: &'a str,
+        retry_at: DateTime<Utc>,
+        busy: bool,
+    },
     /// Genace refused our account (401, 402, 403, a wrong path).
     AccountRefused { token: &'a str, error: &'a RemoteError },
     /// A 202 with a job id.
@@ -850,6 +894,7 @@ impl Event<'_> {
         match self {
             Event::ClaimDispatch { .. } => "claim",
             Event::SpendLimitReached { .. } => "wait for the spend limit",
+            Event::CapacityReached { .. } => "wait for capacity",
             Event::RateLimited { .. } => "release",
             Event::AccountRefused { .. } => "hold",
             Event::Accepted { .. } => "accept",
@@ -872,7 +917,7 @@ impl Event<'_> {
     /// Where the event applies, as a refusal names it.
     pub fn expected(&self) -> &'static str {
         match self {
-            Event::ClaimDispatch { .. } | Event::SpendLimitReached { .. } => "prepared",
+            Event::ClaimDispatch { .. } | Event::SpendLimitReached { .. } | Event::CapacityReached { .. } => "prepared",
             Event::RateLimited { .. }
             | Event::AccountRefused { .. }
             | Event::Rejected { .. }
@@ -925,6 +970,7 @@ pub fn transition(
         // ---- dispatch
         (Prepared, Event::ClaimDispatch { token }) => claim_dispatch(rec, token, now, policy)?,
         (Prepared, Event::SpendLimitReached { retry_at }) => wait_for_spend_limit(rec, retry_at, now),
+        (Prepared, Event::CapacityReached { retry_at }) => wait_for_capacity(rec, retry_at, now),
         (Submitting, Event::ClaimDispatch { .. }) if rec.claim.as_ref().is_some_and(|c| c.lease_expires_at > now) => {
             let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
             return Err(Refusal::LeaseLive { until });
@@ -933,7 +979,9 @@ pub fn transition(
         (Submitting, Event::ClaimDispatch { token }) if planted::on(planted::REPOST_AFTER_LEASE) => {
             claim_dispatch(rec, token, now, policy)?
         }
-        (Submitting, Event::RateLimited { token, retry_at }) => release_claim(rec, token, retry_at, now, policy)?,
+        (Submitting, Event::RateLimited { token, retry_at, busy }) => {
+            release_claim(rec, token, retry_at, busy, now, policy)?
+        }
         (Submitting, Event::AccountRefused { token, error }) => {
             hold_for_account(rec, token, error.clone(), now, policy)?
         }
@@ -1188,6 +1236,12 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
     if rec.spend_hold.is_some() && rec.phase != Phase::Prepared {
         return Err(format!("a spend-limit hold on a {} operation", rec.phase.as_str()));
     }
+    if rec.capacity_hold.is_some() && rec.phase != Phase::Prepared {
+        return Err(format!("a capacity hold on a {} operation", rec.phase.as_str()));
+    }
+    if rec.capacity_hold.is_some() && rec.spend_hold.is_some() {
+        return Err("waiting for credits and for a slot at once".into());
+    }
     if rec.phase == Phase::Submitting && rec.claim.is_none() {
         return Err("submitting without a claim".into());
     }
@@ -1236,6 +1290,7 @@ fn abandon(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
     next.ledger_phase = Some(from);
     next.delivery_claim = None;
     next.spend_hold = None;
+    next.capacity_hold = None;
     next.retry_at_ms = None;
     let job_missing = case_is(next, &[CaseReason::RemoteJobMissing]);
     match from {

@@ -224,6 +224,11 @@ pub struct OperationRecord {
     /// leave room. The phase stays `prepared`; `retry_at` is the next look.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spend_hold: Option<DateTime<Utc>>,
+    /// Since when dispatch has been waiting for a slot of Genace's capacity
+    /// (the account's `GENACE_MAX_IN_FLIGHT`). The phase stays `prepared`;
+    /// `retry_at` is the next look.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_hold: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,6 +310,7 @@ impl OperationRecord {
             held_credits_refused: None,
             ledger_phase: None,
             spend_hold: None,
+            capacity_hold: None,
             accepted_at: None,
             observed_at: None,
             settlement: None,

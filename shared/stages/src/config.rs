@@ -126,6 +126,10 @@ pub struct Config {
     /// `WEBHOOK_ALLOWED_PORTS`: the ports a tenant's webhook URL may name;
     /// empty allows 443 only. See [`Config::webhook_url_policy`].
     pub webhook_allowed_ports: Vec<u16>,
+    /// `GENACE_MAX_IN_FLIGHT`: the most jobs of ours the Genace account may
+    /// have in flight at once (1 to 10,000); unset, no limit. A dispatch
+    /// claim past it waits for a slot instead of POSTing.
+    pub max_in_flight: Option<u32>,
 }
 
 impl Config {
@@ -198,6 +202,24 @@ fn number(vars: Vars<'_>, name: &str, default: i64) -> Result<i64, ConfigError> 
     }
 }
 
+/// `GENACE_MAX_IN_FLIGHT`: unset or empty for no limit, else 1 to
+/// [`genace_core::ledger::MAX_IN_FLIGHT_LIMIT`].
+fn in_flight_limit(vars: Vars<'_>) -> Result<Option<u32>, ConfigError> {
+    let Some(v) = var(vars, "GENACE_MAX_IN_FLIGHT") else {
+        return Ok(None);
+    };
+    v.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=genace_core::ledger::MAX_IN_FLIGHT_LIMIT).contains(n))
+        .map(Some)
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "GENACE_MAX_IN_FLIGHT must be a whole number from 1 to 10000, got {v:?}"
+            ))
+        })
+}
+
 fn flag(vars: Vars<'_>, name: &str) -> Result<bool, ConfigError> {
     match var(vars, name).as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("0" | "false" | "no" | "off" | "disabled") => Ok(false),
@@ -245,6 +267,7 @@ impl Config {
                     video: number("CREDIT_ESTIMATE_VIDEO", 10)? as f64,
                 },
                 spend_recheck: Duration::seconds(number("SPEND_LIMIT_RECHECK_SECONDS", 30)?),
+                capacity_recheck: Duration::seconds(number("CAPACITY_RECHECK_SECONDS", 5)?.min(MAX_DELAY)),
             },
             webhook_retry: RetrySchedule {
                 first_seconds: number("WEBHOOK_RETRY_FIRST_SECONDS", 30)? as u32,
@@ -273,6 +296,7 @@ impl Config {
                 allowed_ports: ports("OUTPUT_ALLOWED_PORTS")?,
             },
             webhook_allowed_ports: ports("WEBHOOK_ALLOWED_PORTS")?,
+            max_in_flight: in_flight_limit(vars)?,
         })
     }
 
@@ -300,6 +324,7 @@ impl Config {
             presign_expiry: std::time::Duration::from_secs(3600),
             url_policy: UrlPolicy::default(),
             webhook_allowed_ports: Vec::new(),
+            max_in_flight: None,
         }
     }
 }

@@ -39,6 +39,9 @@ pub enum Dispatched {
     /// The claim would take the tenant past its spend limit: nothing was
     /// POSTed, and dispatch looks again after the policy's recheck interval.
     WaitingForCredits,
+    /// Every slot of the Genace account was taken: nothing was POSTed, and
+    /// dispatch looks again after `CAPACITY_RECHECK_SECONDS`.
+    WaitingForCapacity,
     /// We claimed and POSTed once; this is how it ended.
     Posted(PostResult),
 }
@@ -66,6 +69,13 @@ pub struct Dispatcher<S, Q, G, C = SystemClock> {
     pub clock: C,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
+}
+
+/// What a refused claim waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    Credits,
+    Capacity,
 }
 
 /// Bounds applied to a 429's Retry-After.
@@ -147,32 +157,57 @@ where
                     Ok(Dispatched::NotDispatchable(current.phase))
                 }
             },
-            Err(CommitError::Store(StoreError::SpendLimit)) => self.wait_for_credits(id, now).await,
+            Err(CommitError::Store(StoreError::SpendLimit)) => self.wait(id, now, Room::Credits).await,
+            Err(CommitError::Store(StoreError::AccountFull)) => self.wait(id, now, Room::Capacity).await,
             Err(CommitError::Store(e)) => Err(e.into()),
         }
     }
 
-    /// Records that the operation waits for its tenant's spend limit, and
-    /// when dispatch looks again (the sweep re-sends it then).
-    async fn wait_for_credits(
+    /// Records that the operation waits (for its tenant's spend limit, or a
+    /// slot of the Genace account), and when dispatch looks again: the sweep
+    /// re-sends a spend-limit wait; a capacity wait also sends itself a
+    /// delayed message, since its recheck is shorter than the sweep's round.
+    async fn wait(
         &self,
         id: &OperationId,
         now: chrono::DateTime<chrono::Utc>,
+        room: Room,
     ) -> Result<Dispatched, StageError> {
         let policy = self.config.policy;
         let Some(rec) = self.store.get(id, now).await? else {
             return Ok(Dispatched::Missing);
         };
-        let retry_at = now + policy.spend_recheck;
+        let (retry_at, event) = match room {
+            Room::Credits => {
+                let retry_at = now + policy.spend_recheck;
+                (retry_at, Event::SpendLimitReached { retry_at })
+            }
+            Room::Capacity => {
+                let retry_at = now + policy.capacity_recheck;
+                (retry_at, Event::CapacityReached { retry_at })
+            }
+        };
         match commit(&self.store, rec, write_attempts(), |r| {
-            machine::transition(r, Event::SpendLimitReached { retry_at }, now, &policy)
+            machine::transition(r, event, now, &policy)
         })
         .await
         {
-            Ok(_) => {
+            Ok(_) if room == Room::Credits => {
                 info!(operation_id = %id, %retry_at, "spend limit reached; dispatch waits for credits");
                 self.metrics.count("SpendLimitWait", &[]);
                 Ok(Dispatched::WaitingForCredits)
+            }
+            Ok(_) => {
+                info!(operation_id = %id, %retry_at, "the Genace account is full; dispatch waits for a slot");
+                self.metrics.count("CapacityWait", &[]);
+                // One second late rather than early: an early copy is dropped.
+                let delay = policy
+                    .capacity_recheck
+                    .num_seconds()
+                    .saturating_add(1)
+                    .clamp(1, crate::queue::MAX_DELAY_SECONDS.into()) as u32;
+                self.queue.enqueue(Queue::Dispatch, id, delay).await?;
+                Ok(Dispatched::WaitingForCapacity)
             }
             // Claimed or moved on meanwhile: nothing to hold.
             Err(CommitError::Refused { current, .. }) => Ok(Dispatched::NotDispatchable(current.phase)),
@@ -344,9 +379,20 @@ where
             .unwrap_or(DEFAULT_RETRY)
             .clamp(MIN_RETRY, Duration::from_secs(crate::queue::MAX_DELAY_SECONDS.into()));
         let retry_at = posted.received_at + chrono::Duration::from_std(wait).expect("bounded");
+        // Other jobs of ours holding slots (the account counts this claim's
+        // own): the account is full, which is not a failure. Unknown counts
+        // as not busy, so a stuck limit still reaches a person.
+        let busy = match self.store.account().await {
+            Ok(account) => account.in_flight > 1,
+            Err(e) => {
+                warn!(operation_id = %id, error = %e, "account capacity unreadable after a 429");
+                false
+            }
+        };
         let event = Event::RateLimited {
             token: posted.token,
             retry_at,
+            busy,
         };
         let rec = self.record(&posted, event).await.map_err(commit_failure)?;
         if rec.case.is_some() {

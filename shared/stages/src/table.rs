@@ -25,6 +25,10 @@ pub enum StoreError {
     /// was written.
     #[error("the tenant's spend limit leaves no room for this claim")]
     SpendLimit,
+    /// A dispatch claim would take the Genace account past its limit of
+    /// jobs in flight; nothing was written.
+    #[error("every slot of the Genace account is taken")]
+    AccountFull,
 }
 
 /// Result of creating an intent.
@@ -67,7 +71,9 @@ pub trait OperationRecords: Send + Sync {
     /// ([`genace_core::ledger::delta`]), the tenant's counters move in the
     /// same atomic write. A dispatch claim ([`genace_core::ledger::reserves`])
     /// is refused with [`StoreError::SpendLimit`] when its reservation does
-    /// not fit under the tenant's limit.
+    /// not fit under the tenant's limit, and with [`StoreError::AccountFull`]
+    /// when the account's jobs in flight ([`genace_core::ledger::Shares::in_flight`]
+    /// summed over every tenant) have reached the store's account limit.
     fn apply(
         &self,
         prev: &OperationRecord,
@@ -102,6 +108,9 @@ pub trait OperationRecords: Send + Sync {
 pub trait TenantLedgers: Send + Sync {
     /// A tenant's ledger (zeros and no limit for a tenant never seen).
     fn ledger(&self, tenant: &TenantId) -> impl Future<Output = Result<TenantLedger, StoreError>> + Send;
+
+    /// The Genace account's jobs in flight and its limit.
+    fn account(&self) -> impl Future<Output = Result<genace_core::ledger::AccountCapacity, StoreError>> + Send;
 
     /// One page of every tenant's ledger, in tenant order.
     fn ledgers(&self, limit: i32, cursor: Option<&str>) -> impl Future<Output = Result<LedgerPage, StoreError>> + Send;
@@ -271,7 +280,8 @@ where
                 Some(current) => rec = current,
                 None => return Err(CommitError::Store(StoreError::Conflict(None))),
             },
-            Err(StoreError::SpendLimit) => return Err(CommitError::Store(StoreError::SpendLimit)),
+            // No room is an answer, not a fault: the caller waits.
+            Err(e @ (StoreError::SpendLimit | StoreError::AccountFull)) => return Err(CommitError::Store(e)),
             Err(e) => {
                 last = Some(e);
                 tokio::time::sleep(backoff).await;

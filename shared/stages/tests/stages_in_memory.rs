@@ -260,3 +260,106 @@ async fn an_account_hold_longer_than_sqs_delays_is_still_enqueued() {
         Some(CaseReason::AccountProblem)
     );
 }
+
+/// With every slot of the account taken by our jobs, dispatch records a
+/// wait (no POST, no case) and looks again later; once a job renders, the
+/// next look POSTs. Exactly one POST per operation.
+#[tokio::test]
+async fn a_full_account_makes_dispatch_wait_without_a_post_or_a_case() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let first = submit(&app, "first", None).await;
+    let second = submit(&app, "second", None).await;
+    let dispatcher = app.dispatcher();
+    assert_eq!(
+        dispatcher.dispatch(&first).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(
+        dispatcher.dispatch(&second).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    let waiting = record(&app, &second).await;
+    assert_eq!(waiting.phase, Phase::Prepared);
+    assert_eq!(waiting.capacity_hold, Some(app.clock.now()));
+    assert!(waiting.case.is_none(), "capacity is not a case");
+    assert_eq!(app.genace.posts().len(), 1);
+    let recheck = app.config.policy.capacity_recheck;
+    assert!(
+        app.queue.messages().iter().any(|m| m.queue == Queue::Dispatch
+            && m.body.contains(second.as_str())
+            && m.visible_at >= app.clock.now() + recheck),
+        "dispatch sends itself the next look"
+    );
+    // Still full at the next look: another wait, still one POST.
+    app.clock.advance(recheck);
+    assert_eq!(
+        dispatcher.dispatch(&second).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    assert_eq!(
+        record(&app, &second).await.capacity_hold,
+        waiting.capacity_hold,
+        "waiting since the first refusal"
+    );
+    // The first job renders: its slot is free and the next look POSTs.
+    app.poller().poll(&first).await.unwrap();
+    app.genace.set_job(
+        "job-0001",
+        "completed",
+        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
+    );
+    assert_eq!(app.poller().poll(&first).await.unwrap(), Polled::Rendered);
+    assert_eq!(app.store.account().await.unwrap().in_flight, 0);
+    app.clock.advance(recheck);
+    assert_eq!(
+        dispatcher.dispatch(&second).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    let claimed = record(&app, &second).await;
+    assert_eq!((claimed.phase, claimed.capacity_hold), (Phase::Accepted, None));
+    assert_eq!(app.genace.posts().len(), 2);
+    assert_eq!(app.store.account().await.unwrap().in_flight, 1);
+}
+
+/// A 429 while other jobs of ours are in flight is the account being full:
+/// it waits and never counts toward a `rate_limited` case. A 429 with
+/// nothing else of ours in flight still counts.
+#[tokio::test]
+async fn a_429_counts_toward_a_case_only_when_nothing_else_of_ours_is_in_flight() {
+    let app = app();
+    let running = submit(&app, "running", None).await;
+    app.dispatcher().dispatch(&running).await.unwrap();
+    let refused = submit(&app, "refused", None).await;
+    app.genace.plan([SubmitPlan::Answer {
+        status: 429,
+        body: "{}".into(),
+    }]);
+    assert_eq!(
+        app.dispatcher().dispatch(&refused).await.unwrap(),
+        Dispatched::Posted(PostResult::RateLimited)
+    );
+    let rec = record(&app, &refused).await;
+    assert_eq!(rec.rate_limited_count, 0, "the account was full, not failing");
+    assert!(rec.capacity_hold.is_some());
+    assert!(rec.case.is_none());
+    // Alone at Genace: the same answer counts.
+    let alone = memory_app_alone().await;
+    let rec = record(&alone.0, &alone.1).await;
+    assert_eq!((rec.rate_limited_count, rec.capacity_hold), (1, None));
+}
+
+/// An app whose only operation was answered 429: returns it and the operation.
+async fn memory_app_alone() -> (MemoryApp, OperationId) {
+    let app = app();
+    let id = submit(&app, "alone", None).await;
+    app.genace.plan([SubmitPlan::Answer {
+        status: 429,
+        body: "{}".into(),
+    }]);
+    assert_eq!(
+        app.dispatcher().dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::RateLimited)
+    );
+    (app, id)
+}

@@ -82,6 +82,7 @@ impl World {
                 .plus(&genace_core::ledger::share(rec))
                 .map_err(|e| format!("{}: {e}", rec.tenant_id))?;
         }
+        self.check_slots(records)?;
         let ledgers = self.store.ledgers_now();
         for tenant in TENANTS {
             let counted = ledgers.get(tenant).map(|l| l.totals).unwrap_or_default();
@@ -101,6 +102,35 @@ impl World {
             }
         }
         Ok(ledgers)
+    }
+
+    /// The account's slots, counted without the ledger's share function:
+    /// one per operation that may have a job running at Genace (claimed,
+    /// uncertain, accepted, or abandoned from one of those), never more
+    /// than the limit.
+    pub(crate) fn check_slots(&self, records: &[OperationRecord]) -> Result<(), String> {
+        use genace_core::record::Phase;
+        let holds = |p: Phase| matches!(p, Phase::Submitting | Phase::Uncertain | Phase::Accepted);
+        let truth = records
+            .iter()
+            .filter(|r| match r.phase {
+                Phase::Abandoned => r.ledger_phase.is_some_and(holds),
+                p => holds(p),
+            })
+            .count() as i64;
+        let account = self.store.account_now();
+        if account.in_flight != truth {
+            return Err(format!(
+                "the account counts {} jobs in flight, the records hold {truth} slots",
+                account.in_flight
+            ));
+        }
+        if let Some(max) = account.max_in_flight
+            && account.in_flight > i64::from(max)
+        {
+            return Err(format!("{} jobs in flight past the limit of {max}", account.in_flight));
+        }
+        Ok(())
     }
 
     /// At most one Genace job per operation, one more per confirm_not_created.
@@ -226,6 +256,16 @@ impl World {
     /// What holds at rest: every job Genace created is on its operation's
     /// record, on the recovery channel, or in an open case.
     pub(crate) fn check_rest(&self) -> Result<(), String> {
+        let account = self.store.account_now();
+        if account.has_room()
+            && let Some(waiting) = self.store.records().iter().find(|r| r.capacity_hold.is_some())
+        {
+            return Err(format!(
+                "{}: waits for a slot at rest while the account has one free ({} in flight)",
+                short(waiting.operation_id.as_str()),
+                account.in_flight
+            ));
+        }
         let recovery: Vec<String> = self
             .queue
             .messages()

@@ -16,7 +16,16 @@ fn claim_dispatch(r: &OperationRecord, token: &str, now: DateTime<Utc>, p: &Poli
     transition(r, Event::ClaimDispatch { token }, now, p)
 }
 fn release_claim(r: &OperationRecord, token: &str, retry_at: DateTime<Utc>, now: DateTime<Utc>, p: &Policy) -> Next {
-    transition(r, Event::RateLimited { token, retry_at }, now, p)
+    transition(
+        r,
+        Event::RateLimited {
+            token,
+            retry_at,
+            busy: false,
+        },
+        now,
+        p,
+    )
 }
 fn hold_for_account(r: &OperationRecord, token: &str, error: RemoteError, now: DateTime<Utc>, p: &Policy) -> Next {
     transition(r, Event::AccountRefused { token, error: &error }, now, p)
@@ -625,6 +634,13 @@ fn resolvable_states() -> Vec<OperationRecord> {
     let held = hold_for_account(&submitting(), "tok", err("http_402"), t0(), &p).unwrap();
     let held_then_waiting = transition(&held, Event::SpendLimitReached { retry_at: later }, t0(), &p).unwrap();
     let rate_limited = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
+    let capacity_waiting = transition(&prepared(), Event::CapacityReached { retry_at: later }, t0(), &p).unwrap();
+    let busy = Event::RateLimited {
+        token: "tok",
+        retry_at: later,
+        busy: true,
+    };
+    let full_at_genace = transition(&submitting(), busy, t0(), &p).unwrap();
     let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
     let interrupted = interrupt(&submitting(), "lapsed", later).unwrap();
     let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
@@ -643,6 +659,8 @@ fn resolvable_states() -> Vec<OperationRecord> {
         held,
         held_then_waiting,
         rate_limited,
+        capacity_waiting,
+        full_at_genace,
         submitting(),
         uncertain,
         interrupted,
@@ -1279,4 +1297,54 @@ fn a_claimed_operation_cannot_be_abandoned() {
         Err(Refusal::WrongPhase { .. })
     ));
     assert!(resolve(&held, &Resolution::Abandon, "ops", "r", later, &p).is_ok());
+}
+
+/// A full account is a wait, never a failure: the operation stays
+/// `prepared` with no case, remembers since when it waits, and the claim
+/// that finally comes clears the wait. A 429 while our other jobs ran
+/// waits the same way and does not count toward `rate_limited`.
+#[test]
+fn a_full_account_is_a_wait_that_the_claim_ends() {
+    let p = Policy {
+        rate_limit_max: 1,
+        ..Policy::default()
+    };
+    let later = t0() + Duration::seconds(5);
+    let waiting = transition(&prepared(), Event::CapacityReached { retry_at: later }, t0(), &p).unwrap();
+    assert_eq!(waiting.phase, Phase::Prepared);
+    assert_eq!(waiting.capacity_hold, Some(t0()));
+    assert_eq!(waiting.due_at_ms, Some(later.timestamp_millis()));
+    assert!(waiting.case.is_none());
+    let again = transition(
+        &waiting,
+        Event::CapacityReached {
+            retry_at: later + Duration::seconds(5),
+        },
+        later,
+        &p,
+    )
+    .unwrap();
+    assert_eq!(again.capacity_hold, Some(t0()), "waiting since the first refusal");
+    assert!(
+        matches!(
+            transition(&again, Event::ClaimDispatch { token: "t2" }, later, &p),
+            Err(Refusal::NotYet { .. })
+        ),
+        "an early look is dropped"
+    );
+    let at = later + Duration::seconds(5);
+    let claimed = transition(&again, Event::ClaimDispatch { token: "t2" }, at, &p).unwrap();
+    assert_eq!((claimed.phase, claimed.capacity_hold), (Phase::Submitting, None));
+    // With `rate_limit_max` 1, a plain 429 opens the case at once; a busy one never does.
+    let busy = Event::RateLimited {
+        token: "tok",
+        retry_at: later,
+        busy: true,
+    };
+    let full = transition(&submitting(), busy, t0(), &p).unwrap();
+    assert_eq!((full.phase, full.rate_limited_count), (Phase::Prepared, 0));
+    assert!(full.case.is_none() && full.capacity_hold.is_some());
+    let alone = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
+    assert_eq!(alone.case.map(|c| c.reason), Some(CaseReason::RateLimited));
+    assert!(transition(&accepted_rec(), Event::CapacityReached { retry_at: later }, t0(), &p).is_err());
 }

@@ -76,6 +76,14 @@ pub fn view(rec: &OperationRecord) -> Value {
                    "detail": "Dispatch waits until the tenant's spend limit leaves room for this operation."}),
         );
     }
+    if let Some(since) = rec.capacity_hold {
+        let next_check = rec.retry_at_ms.and_then(chrono::DateTime::from_timestamp_millis);
+        obj.insert(
+            "hold".into(),
+            json!({"reason": "capacity", "since": since, "next_check": next_check,
+                   "detail": "Every slot of the Genace account is taken by our jobs; dispatch POSTs once one is free."}),
+        );
+    }
     v
 }
 

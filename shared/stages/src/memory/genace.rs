@@ -57,11 +57,43 @@ struct GenaceState {
     jobs: BTreeMap<String, GenaceJob>,
     posts: Vec<serde_json::Value>,
     next: u64,
+    /// How many jobs the account renders at once; past it, 429.
+    concurrency: Option<usize>,
+    /// POSTs answered 429 because the account was full.
+    refused_full: u64,
 }
+
+/// Job states in which Genace counts a job against the account's concurrency.
+pub const RUNNING_STATES: [&str; 2] = ["queued", "running"];
 
 impl MemoryGenace {
     fn lock(&self) -> std::sync::MutexGuard<'_, GenaceState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Renders at most `jobs` at once: a POST past it is answered 429 with
+    /// `Retry-After: 5`, as Genace answers an account at its limit.
+    pub fn with_concurrency(self, jobs: usize) -> Self {
+        self.lock().concurrency = Some(jobs);
+        self
+    }
+
+    /// Jobs Genace counts against the account now (queued or running).
+    pub fn running(&self) -> usize {
+        Self::running_in(&self.lock())
+    }
+
+    /// POSTs answered 429 because the account was full.
+    pub fn refused_full(&self) -> u64 {
+        self.lock().refused_full
+    }
+
+    fn running_in(state: &GenaceState) -> usize {
+        state
+            .jobs
+            .values()
+            .filter(|j| RUNNING_STATES.contains(&j.state.as_str()))
+            .count()
     }
 
     /// Queues how the next POSTs are answered (after that: accepted, queued).
@@ -108,6 +140,11 @@ impl crate::genace::Genace for MemoryGenace {
     async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
         let mut state = self.lock();
         state.posts.push(body.clone());
+        if state.concurrency.is_some_and(|max| Self::running_in(&state) >= max) {
+            state.refused_full += 1;
+            let text = r#"{"error":{"code":"rate_limited","message":"too many jobs in flight"}}"#;
+            return classify_submit(429, Some("5"), text, DateTime::UNIX_EPOCH);
+        }
         let plan = state
             .plans
             .pop_front()

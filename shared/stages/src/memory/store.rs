@@ -14,6 +14,7 @@ struct Tables {
     records: BTreeMap<String, OperationRecord>,
     ledgers: BTreeMap<String, TenantLedger>,
     webhooks: BTreeMap<String, genace_core::webhook::WebhookConfig>,
+    account: genace_core::ledger::AccountCapacity,
 }
 
 impl std::ops::Deref for Tables {
@@ -35,9 +36,22 @@ impl MemoryStore {
         self.lock().values().cloned().collect()
     }
 
+    /// The account's jobs in flight and limit, now.
+    pub fn account_now(&self) -> genace_core::ledger::AccountCapacity {
+        self.lock().account
+    }
+
     /// Every tenant ledger, by tenant.
     pub fn ledgers_now(&self) -> BTreeMap<String, TenantLedger> {
         self.lock().ledgers.clone()
+    }
+
+    /// The same table, admitting claims under `max_in_flight` jobs of the
+    /// Genace account (the deployed store's `GENACE_MAX_IN_FLIGHT`).
+    #[must_use]
+    pub fn with_account_limit(self, max_in_flight: Option<u32>) -> Self {
+        self.lock().account.max_in_flight = max_in_flight;
+        self
     }
 
     /// Sets a tenant's spend limit (a simulation's starting state).
@@ -126,13 +140,24 @@ impl OperationRecords for MemoryStore {
                         tenant_id: tenant.to_owned(),
                         ..TenantLedger::default()
                     });
-                    if ledger::reserves(prev, next) && entry.headroom().is_some_and(|room| room < delta.held) {
+                    let claim = ledger::reserves(prev, next);
+                    if claim && entry.headroom().is_some_and(|room| room < delta.held) {
                         return Err(StoreError::SpendLimit);
                     }
-                    entry.totals = entry
+                    if claim && delta.in_flight > 0 && !tables.account.has_room() {
+                        return Err(StoreError::AccountFull);
+                    }
+                    let totals = entry
                         .totals
                         .plus(&delta)
                         .map_err(|e| StoreError::Decode(e.to_string()))?;
+                    let in_flight = tables
+                        .account
+                        .in_flight
+                        .checked_add(delta.in_flight)
+                        .ok_or_else(|| StoreError::Decode("account in flight overflowed".into()))?;
+                    entry.totals = totals;
+                    tables.account.in_flight = in_flight;
                 }
                 *current = next.clone();
                 Ok(Applied::Written)
@@ -235,6 +260,10 @@ impl TenantLedgers for MemoryStore {
                 tenant_id: tenant.as_str().to_owned(),
                 ..TenantLedger::default()
             }))
+    }
+
+    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+        Ok(self.lock().account)
     }
 
     async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
