@@ -147,6 +147,10 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
         port(&self.chaos, self.inner.holders_of_remote_job(job_id)).await
     }
 
+    async fn waiting(&self, tenant: &TenantId, limit: i32) -> Result<Vec<OperationId>, StoreError> {
+        port(&self.chaos, self.inner.waiting(tenant, limit)).await
+    }
+
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,

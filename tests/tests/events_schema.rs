@@ -210,7 +210,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
 
     // Waiting for a slot of the Genace account.
     let g = create("capacity").await;
-    let retry_at = now + policy.capacity_recheck;
+    let retry_at = now + policy.capacity_repair;
     step(&store, g, Event::CapacityReached { retry_at }).await;
 
     // Read until every type arrived.

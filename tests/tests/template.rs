@@ -85,6 +85,8 @@ fn every_function_has_only_the_actions_it_uses() {
             &[
                 "dynamodb:GetItem",
                 "dynamodb:UpdateItem",
+                // The ledgers and the waiting order, to wake waiting operations.
+                "dynamodb:Query",
                 "sqs:SendMessage",
                 "secretsmanager:GetSecretValue",
             ][..],
@@ -94,6 +96,8 @@ fn every_function_has_only_the_actions_it_uses() {
             &[
                 "dynamodb:GetItem",
                 "dynamodb:UpdateItem",
+                // The ledgers and the waiting order, to wake waiting operations.
+                "dynamodb:Query",
                 "sqs:SendMessage",
                 "secretsmanager:GetSecretValue",
             ][..],

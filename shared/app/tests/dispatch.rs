@@ -426,6 +426,14 @@ impl OperationRecords for EchoingStore {
         self.0.holders_of_remote_job(job_id).await
     }
 
+    async fn waiting(
+        &self,
+        tenant: &TenantId,
+        limit: i32,
+    ) -> Result<Vec<OperationId>, genace_stages::table::StoreError> {
+        self.0.waiting(tenant, limit).await
+    }
+
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,

@@ -28,7 +28,7 @@ use genace_core::webhook::WebhookConfig;
 use genace_stages::metrics::Metrics;
 use genace_stages::table::{
     Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
-    WebhookSettings, case_sort_key, case_tenant_prefix,
+    WebhookSettings, case_sort_key, case_tenant_prefix, wait_partition, wait_sort_key,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -57,6 +57,14 @@ pub const CASE_PK: &str = "CASE";
 
 fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
     let mut item: Item = serde_dynamo::to_item(rec).map_err(|e| StoreError::Decode(e.to_string()))?;
+    // Waiting for a slot puts the operation in its tenant's waiting order.
+    if let Some(sort) = wait_sort_key(rec) {
+        item.insert(
+            "wait_pk".into(),
+            AttributeValue::S(wait_partition(rec.tenant_id.as_str())),
+        );
+        item.insert("wait_sk".into(), AttributeValue::S(sort));
+    }
     // An open case puts the operation in the case index, sorted by tenant and age.
     if let Some(case) = &rec.case {
         item.insert("case_pk".into(), AttributeValue::S(CASE_PK.into()));
@@ -69,9 +77,19 @@ fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
 }
 
 fn from_item(mut item: Item) -> Result<OperationRecord, StoreError> {
-    item.remove("case_pk");
-    item.remove("case_sk");
+    for computed in ["case_pk", "case_sk", "wait_pk", "wait_sk"] {
+        item.remove(computed);
+    }
     serde_dynamo::from_item(item).map_err(|e| StoreError::Decode(e.to_string()))
+}
+
+/// The operations of a keys-only index page.
+fn operation_ids(items: Vec<Item>) -> Result<Vec<OperationId>, StoreError> {
+    items
+        .iter()
+        .filter_map(|item| item.get("pk")?.as_s().ok()?.strip_prefix("OP#").map(str::to_owned))
+        .map(|id| OperationId::parse(&id).map_err(|e| StoreError::Decode(e.to_string())))
+        .collect()
 }
 
 fn conflict(item: Option<&Item>) -> StoreError {
@@ -252,13 +270,14 @@ impl DynamoStore {
             .set_key(Some(Self::ledger_key(prev.tenant_id.as_str())))
             .update_expression(
                 "ADD held_mc :held, spent_mc :spent, pending_refund_mc :pending, settled_mc :settled, \
-                 in_flight :in_flight, headroom_mc :room SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero",
+                 in_flight :in_flight, waiting :waiting, headroom_mc :room SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero",
             )
             .expression_attribute_values(":held", n(delta.held))
             .expression_attribute_values(":spent", n(delta.spent))
             .expression_attribute_values(":pending", n(delta.pending_refund))
             .expression_attribute_values(":settled", n(delta.settled))
             .expression_attribute_values(":in_flight", n(delta.in_flight))
+            .expression_attribute_values(":waiting", n(delta.waiting))
             .expression_attribute_values(":room", n(-delta.held))
             .expression_attribute_values(":tenant", AttributeValue::S(prev.tenant_id.as_str().to_owned()))
             .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
@@ -326,6 +345,7 @@ fn ledger_from_item(tenant: &str, item: &Item) -> Result<TenantLedger, StoreErro
             pending_refund: get("pending_refund_mc")?,
             settled: get("settled_mc")?,
             in_flight: get("in_flight")?,
+            waiting: get("waiting")?,
         },
         spend_limit: number(item, "spend_limit_mc")?,
     })
@@ -475,12 +495,22 @@ impl OperationRecords for DynamoStore {
             .send()
             .await
             .map_err(service_error)?;
-        out.items
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|item| item.get("pk")?.as_s().ok()?.strip_prefix("OP#").map(str::to_owned))
-            .map(|id| OperationId::parse(&id).map_err(|e| StoreError::Decode(e.to_string())))
-            .collect()
+        operation_ids(out.items.unwrap_or_default())
+    }
+
+    async fn waiting(&self, tenant: &TenantId, limit: i32) -> Result<Vec<OperationId>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::provision::WAIT_INDEX)
+            .key_condition_expression("wait_pk = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S(wait_partition(tenant.as_str())))
+            .limit(limit.max(1))
+            .send()
+            .await
+            .map_err(service_error)?;
+        operation_ids(out.items.unwrap_or_default())
     }
 
     async fn open_cases(

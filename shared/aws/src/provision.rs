@@ -17,6 +17,8 @@ pub const DUE_INDEX: &str = "due-index";
 pub const CASE_INDEX: &str = "case-index";
 /// Name of the sparse index from a saved remote job id to its operation.
 pub const JOB_INDEX: &str = "job-index";
+/// Name of the sparse index of each tenant's operations waiting for a slot.
+pub const WAIT_INDEX: &str = "wait-index";
 /// Receives before a message moves to its dead-letter queue.
 pub const MAX_RECEIVE_COUNT: u32 = 5;
 /// Receives before a recovery message moves to its DLQ: with the 60 s
@@ -82,7 +84,7 @@ fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
         .expect("attribute fields are set")
 }
 
-/// The table's three sparse indexes, as the template defines them
+/// The table's four sparse indexes, as the template defines them
 /// (`tests/tests/resources.rs` holds the two to each other).
 fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
     let due = GlobalSecondaryIndex::builder()
@@ -109,7 +111,13 @@ fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
         .key_schema(key("remote_job_id", KeyType::Hash))
         .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
         .build();
-    [due, cases, jobs]
+    let waiting = GlobalSecondaryIndex::builder()
+        .index_name(WAIT_INDEX)
+        .key_schema(key("wait_pk", KeyType::Hash))
+        .key_schema(key("wait_sk", KeyType::Range))
+        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+        .build();
+    [due, cases, jobs, waiting]
         .into_iter()
         .map(|i| i.map_err(|e| fail(table, e)))
         .collect()
@@ -127,6 +135,8 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr("case_pk", ScalarAttributeType::S))
         .attribute_definitions(attr("case_sk", ScalarAttributeType::S))
         .attribute_definitions(attr("remote_job_id", ScalarAttributeType::S))
+        .attribute_definitions(attr("wait_pk", ScalarAttributeType::S))
+        .attribute_definitions(attr("wait_sk", ScalarAttributeType::S))
         .set_global_secondary_indexes(Some(indexes(table)?))
         // The template's stream: the source of the lifecycle events.
         .stream_specification(

@@ -38,8 +38,9 @@ fn is_operation(item: &serde_dynamo::Item) -> bool {
 }
 
 fn decode(index: usize, mut item: serde_dynamo::Item) -> Result<OperationRecord, StreamError> {
-    item.remove("case_pk");
-    item.remove("case_sk");
+    for computed in ["case_pk", "case_sk", "wait_pk", "wait_sk"] {
+        item.remove(computed);
+    }
     serde_dynamo::from_item(item).map_err(|e| StreamError::Image {
         index,
         detail: e.to_string(),

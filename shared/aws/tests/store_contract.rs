@@ -604,6 +604,50 @@ async fn the_account_admits_claims_while_it_has_a_free_slot<S: OperationStore>(s
     assert_eq!(store.account().await.unwrap().in_flight, 2);
 }
 
+/// Operations waiting for a slot are listed per tenant, oldest wait first,
+/// counted on their tenant's ledger, and leave the order when claimed.
+async fn the_waiting_order_is_per_tenant_and_oldest_first<S: OperationStore>(store: S) {
+    let t0 = Utc::now();
+    let mut waiting = Vec::new();
+    for (tenant, key, after) in [
+        ("tenant-w", "late", 5),
+        ("tenant-w", "early", 1),
+        ("tenant-v", "other", 0),
+    ] {
+        let rec = record_for(tenant, key, "p");
+        store.create(&rec, t0).await.unwrap();
+        let at = t0 + chrono::Duration::seconds(after);
+        let event = machine::Event::CapacityReached {
+            retry_at: at + chrono::Duration::minutes(5),
+        };
+        let next = machine::transition(&rec, event, at, &Policy::default()).unwrap();
+        store.apply(&rec, &next).await.unwrap();
+        waiting.push(next);
+    }
+    let w = TenantId::parse("tenant-w").unwrap();
+    let ids = store.waiting(&w, 10).await.unwrap();
+    assert_eq!(
+        ids,
+        vec![waiting[1].operation_id.clone(), waiting[0].operation_id.clone()]
+    );
+    assert_eq!(store.waiting(&w, 1).await.unwrap().len(), 1, "limited");
+    assert_eq!(millis_held(&store, "tenant-w").await.waiting, 2);
+    assert_eq!(millis_held(&store, "tenant-v").await.waiting, 1);
+    // Claimed: out of the order and off the count.
+    let early = &waiting[1];
+    let claimed_early = claimed(early, "tok");
+    assert_eq!(claimed_early.capacity_hold, None);
+    store.apply(early, &claimed_early).await.unwrap();
+    assert_eq!(
+        store.waiting(&w, 10).await.unwrap(),
+        vec![waiting[0].operation_id.clone()]
+    );
+    assert_eq!(millis_held(&store, "tenant-w").await.waiting, 1);
+    // The stored record reads back whole, without the index's attributes.
+    let stored = store.get(&waiting[0].operation_id, t0).await.unwrap().unwrap();
+    assert_eq!(stored, waiting[0]);
+}
+
 /// Without a limit nothing is refused, and the count still follows the records.
 async fn without_an_account_limit_slots_are_only_counted<S: OperationStore>(store: S) {
     let now = Utc::now();
@@ -656,4 +700,5 @@ genace_aws::contract_tests!(
     operators_page_through_every_ledger,
     a_tenants_webhook_is_set_read_and_removed,
     without_an_account_limit_slots_are_only_counted,
+    the_waiting_order_is_per_tenant_and_oldest_first,
 );

@@ -75,6 +75,9 @@ pub struct Shares {
     /// until Genace is known to be done with the job (the phases that hold
     /// credits), else 0. A count, not credits.
     pub in_flight: i64,
+    /// Operations waiting for a slot of Genace's capacity: 1 while the
+    /// operation is `prepared` with a capacity hold, else 0.
+    pub waiting: i64,
 }
 
 impl Shares {
@@ -89,6 +92,7 @@ impl Shares {
             pending_refund: f(self.pending_refund, other.pending_refund).ok_or(Overflow)?,
             settled: f(self.settled, other.settled).ok_or(Overflow)?,
             in_flight: f(self.in_flight, other.in_flight).ok_or(Overflow)?,
+            waiting: f(self.waiting, other.waiting).ok_or(Overflow)?,
         })
     }
 
@@ -104,7 +108,12 @@ impl Shares {
 
     /// Whether any counter is below zero: never true of a tenant's totals.
     pub fn any_negative(&self) -> bool {
-        self.held < 0 || self.spent < 0 || self.pending_refund < 0 || self.settled < 0 || self.in_flight < 0
+        self.held < 0
+            || self.spent < 0
+            || self.pending_refund < 0
+            || self.settled < 0
+            || self.in_flight < 0
+            || self.waiting < 0
     }
 }
 
@@ -170,6 +179,7 @@ pub fn share(rec: &OperationRecord) -> Shares {
             _ => s.pending_refund = amount,
         },
         Phase::RenderFailed if planted::on(planted::RENDER_FAILED_KEEPS_SLOT) => s.in_flight = 1,
+        Phase::Prepared if rec.phase == Phase::Prepared && rec.capacity_hold.is_some() => s.waiting = 1,
         Phase::Prepared | Phase::Rejected | Phase::RenderFailed | Phase::Abandoned => {}
     }
     s

@@ -75,8 +75,9 @@ pub struct Policy {
     /// looks again.
     pub spend_recheck: Duration,
     /// How long an operation waiting for a slot of the Genace account waits
-    /// before dispatch looks again.
-    pub capacity_recheck: Duration,
+    /// before the sweep looks at it again: the repair of a lost wake-up (the
+    /// write that frees a slot wakes the next waiting operation).
+    pub capacity_repair: Duration,
 }
 
 /// Credits reserved per claim, by media type.
@@ -116,7 +117,7 @@ impl Default for Policy {
             rate_limit_max: 10,
             credit_estimate: CreditEstimate::default(),
             spend_recheck: Duration::seconds(30),
-            capacity_recheck: Duration::seconds(5),
+            capacity_repair: Duration::seconds(300),
         }
     }
 }
@@ -209,16 +210,6 @@ fn release_claim(
     let mut next = rec.clone();
     next.phase = Phase::Prepared;
     next.claim = None;
-    if busy {
-        next.capacity_hold = Some(now);
-    } else {
-        next.rate_limited_count = rec.rate_limited_count + 1;
-    }
-    next.last_error = Some(RemoteError {
-        kind: "rate_limited".into(),
-        status: Some(429),
-        detail: format!("Genace asked us to retry after {retry_at}"),
-    });
     // A 429 means Genace took our credentials: an earlier account hold is over.
     if rec
         .case
@@ -227,6 +218,26 @@ fn release_claim(
     {
         next.case = None;
     }
+    if busy {
+        // Waiting for one of our slots to free, like a refused claim: woken
+        // then, or looked at by the sweep after `capacity_repair`.
+        next.capacity_hold = Some(now);
+        let repair = now + policy.capacity_repair;
+        next.retry_at_ms = None;
+        next.due_at_ms = Some(repair.timestamp_millis());
+        next.last_error = Some(RemoteError {
+            kind: "rate_limited".into(),
+            status: Some(429),
+            detail: "Genace's account was full of our jobs; waiting for a slot".into(),
+        });
+        return Ok(next);
+    }
+    next.rate_limited_count = rec.rate_limited_count + 1;
+    next.last_error = Some(RemoteError {
+        kind: "rate_limited".into(),
+        status: Some(429),
+        detail: format!("Genace asked us to retry after {retry_at}"),
+    });
     if next.rate_limited_count >= policy.rate_limit_max {
         next.retry_at_ms = None;
         let evidence = format!("Genace answered 429 {} times in a row", next.rate_limited_count);
@@ -253,15 +264,17 @@ fn wait_for_spend_limit(rec: &OperationRecord, retry_at: DateTime<Utc>, now: Dat
 
 /// `prepared -> prepared`, waiting: every slot of the Genace account's
 /// capacity is taken by jobs of ours, so nothing was POSTed. Not a failure
-/// and never a case: dispatch looks again at `retry_at` and claims as soon
-/// as a slot is free.
-fn wait_for_capacity(rec: &OperationRecord, retry_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+/// and never a case: the operation joins its tenant's waiting order and is
+/// woken when a slot frees; `retry_at` is only when the sweep looks again
+/// if that wake-up was lost.
+fn wait_for_capacity(rec: &OperationRecord, repair_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
     next.capacity_hold = Some(rec.capacity_hold.unwrap_or(now));
     // One wait at a time: what holds the operation now is capacity.
     next.spend_hold = None;
-    next.retry_at_ms = Some(retry_at.timestamp_millis());
-    next.due_at_ms = Some(retry_at.timestamp_millis());
+    // Claimable the moment it is woken.
+    next.retry_at_ms = None;
+    next.due_at_ms = Some(repair_at.timestamp_millis());
     next
 }
 
@@ -812,7 +825,8 @@ pub enum Event<'a> {
     ClaimDispatch { token: &'a str },
     /// The claim would take the tenant past its spend limit: wait.
     SpendLimitReached { retry_at: DateTime<Utc> },
-    /// Every slot of the Genace account is taken by our jobs: wait.
+    /// Every slot of the Genace account is taken by our jobs: wait to be
+    /// woken, or for the sweep at `retry_at` if the wake-up is lost.
     CapacityReached { retry_at: DateTime<Utc> },
     /// Genace answered 429: it did not process the request. `busy`: other
     /// jobs of ours held slots at Genace meanwhile, so the refusal is the

@@ -126,6 +126,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         }
         let now = self.clock.now();
         let policy = self.config.policy;
+        let before = rec.clone();
         let next = commit(&self.store, rec, write_attempts(), |r| {
             if r.version != expected_version {
                 return Err(machine::Refusal::StaleVersion { actual: r.version });
@@ -165,6 +166,11 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         {
             // The record is due now; the sweep re-enqueues it.
             warn!(operation_id = %id, error = %e, "enqueue after resolution failed; the sweep will pick it up");
+        }
+        // A decision that ends a job's slot (confirm_not_created, an attach
+        // elsewhere) wakes the next operation waiting for one.
+        if crate::capacity::frees_a_slot(&before, &next) {
+            crate::capacity::wake_if_room(&self.store, &self.queue).await;
         }
         Ok(next)
     }

@@ -267,7 +267,7 @@ impl Config {
                     video: number("CREDIT_ESTIMATE_VIDEO", 10)? as f64,
                 },
                 spend_recheck: Duration::seconds(number("SPEND_LIMIT_RECHECK_SECONDS", 30)?),
-                capacity_recheck: Duration::seconds(number("CAPACITY_RECHECK_SECONDS", 5)?.min(MAX_DELAY)),
+                capacity_repair: Duration::seconds(number("CAPACITY_REPAIR_SECONDS", 300)?),
             },
             webhook_retry: RetrySchedule {
                 first_seconds: number("WEBHOOK_RETRY_FIRST_SECONDS", 30)? as u32,

@@ -40,7 +40,7 @@ pub enum Dispatched {
     /// POSTed, and dispatch looks again after the policy's recheck interval.
     WaitingForCredits,
     /// Every slot of the Genace account was taken: nothing was POSTed, and
-    /// dispatch looks again after `CAPACITY_RECHECK_SECONDS`.
+    /// the operation waits to be woken when a slot frees.
     WaitingForCapacity,
     /// We claimed and POSTed once; this is how it ended.
     Posted(PostResult),
@@ -183,7 +183,7 @@ where
                 (retry_at, Event::SpendLimitReached { retry_at })
             }
             Room::Capacity => {
-                let retry_at = now + policy.capacity_recheck;
+                let retry_at = now + policy.capacity_repair;
                 (retry_at, Event::CapacityReached { retry_at })
             }
         };
@@ -198,15 +198,11 @@ where
                 Ok(Dispatched::WaitingForCredits)
             }
             Ok(_) => {
-                info!(operation_id = %id, %retry_at, "the Genace account is full; dispatch waits for a slot");
+                info!(operation_id = %id, "the Genace account is full; the operation waits for a slot");
                 self.metrics.count("CapacityWait", &[]);
-                // One second late rather than early: an early copy is dropped.
-                let delay = policy
-                    .capacity_recheck
-                    .num_seconds()
-                    .saturating_add(1)
-                    .clamp(1, crate::queue::MAX_DELAY_SECONDS.into()) as u32;
-                self.queue.enqueue(Queue::Dispatch, id, delay).await?;
+                // A slot freed between the refusal and this write woke
+                // nobody: look once more, now that the wait is on record.
+                crate::capacity::wake_if_room(&self.store, &self.queue).await;
                 Ok(Dispatched::WaitingForCapacity)
             }
             // Claimed or moved on meanwhile: nothing to hold.
@@ -250,6 +246,11 @@ where
                 let error = http_error(status, detail);
                 let event = Event::Rejected { token, error: &error };
                 self.record(&posted, event).await.map_err(commit_failure)?;
+                // Genace ran nothing: the claim's slot goes to the next
+                // waiting operation. (A 429 or an account refusal frees the
+                // slot too, but waking another POST there would only meet
+                // the same answer.)
+                crate::capacity::wake_if_room(&self.store, &self.queue).await;
                 Ok(PostResult::Rejected)
             }
             SubmitOutcome::AccountProblem { status, detail } => self.account_refused(posted, status, detail).await,
@@ -397,6 +398,10 @@ where
         let rec = self.record(&posted, event).await.map_err(commit_failure)?;
         if rec.case.is_some() {
             case_opened(&self.metrics, &rec);
+        } else if rec.capacity_hold.is_some() {
+            // Waits in its tenant's order: woken when one of our jobs ends.
+            info!(operation_id = %id, "Genace's account is full of our jobs; the operation waits for a slot");
+            self.metrics.count("CapacityWait", &[]);
         } else {
             // One second late rather than early: an early copy is dropped.
             let delay = (wait.as_secs() as u32 + 1).min(crate::queue::MAX_DELAY_SECONDS);

@@ -229,12 +229,19 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Result<OperationRecord, Phase>, StageError> {
         let policy = self.config.policy;
+        let prev = rec.clone();
         match commit(&self.store, rec, write_attempts(), |r| {
             machine::transition(r, event, now, &policy)
         })
         .await
         {
-            Ok(w) => Ok(Ok(w)),
+            Ok(w) => {
+                // A job Genace is done with frees its slot: wake the next waiting operation.
+                if crate::capacity::frees_a_slot(&prev, &w) {
+                    crate::capacity::wake_if_room(&self.store, &self.queue).await;
+                }
+                Ok(Ok(w))
+            }
             Err(CommitError::Refused { current, .. }) => Ok(Err(current.phase)),
             Err(CommitError::Store(e)) => Err(e.into()),
         }

@@ -84,6 +84,8 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
                 }
             }
         }
+        // Repairs a lost wake-up: free slots while operations wait.
+        crate::capacity::wake_if_room(&self.store, &self.queue).await;
         info!(?report, "sweep finished");
         Ok(report)
     }

@@ -94,6 +94,14 @@ pub trait OperationRecords: Send + Sync {
     /// more than one would be a bug or a mistaken attach).
     fn holders_of_remote_job(&self, job_id: &str) -> impl Future<Output = Result<Vec<OperationId>, StoreError>> + Send;
 
+    /// A tenant's operations waiting for a slot of Genace's capacity, oldest
+    /// wait first, at most `limit`: the sparse waiting index.
+    fn waiting(
+        &self,
+        tenant: &TenantId,
+        limit: i32,
+    ) -> impl Future<Output = Result<Vec<OperationId>, StoreError>> + Send;
+
     /// One page of the sparse open-case index, optionally for one tenant.
     fn open_cases(
         &self,
@@ -198,6 +206,19 @@ pub fn case_sort_key(tenant: &str, opened_at: DateTime<Utc>, id: &OperationId) -
         escape_tenant(tenant),
         opened_at.format("%Y-%m-%dT%H:%M:%S%.3fZ")
     )
+}
+
+/// The waiting index's partition for a tenant's operations.
+pub fn wait_partition(tenant: &str) -> String {
+    format!("WAIT#{tenant}")
+}
+
+/// Where an operation waiting for a slot sorts in its tenant's order:
+/// since when it waits, then its id. None when it does not wait.
+pub fn wait_sort_key(rec: &OperationRecord) -> Option<String> {
+    rec.capacity_hold
+        .filter(|_| rec.phase == genace_core::record::Phase::Prepared)
+        .map(|since| format!("{}#{}", since.format("%Y-%m-%dT%H:%M:%S%.3fZ"), rec.operation_id))
 }
 
 /// The key prefix of one tenant's cases.

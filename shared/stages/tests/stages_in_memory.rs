@@ -262,47 +262,59 @@ async fn an_account_hold_longer_than_sqs_delays_is_still_enqueued() {
 }
 
 /// With every slot of the account taken by our jobs, dispatch records a
-/// wait (no POST, no case) and looks again later; once a job renders, the
-/// next look POSTs. Exactly one POST per operation.
+/// wait (no POST, no case, no message to itself: nothing polls); the write
+/// that frees the slot wakes the oldest waiting operation, which then
+/// POSTs. Exactly one POST per operation.
 #[tokio::test]
-async fn a_full_account_makes_dispatch_wait_without_a_post_or_a_case() {
+async fn a_full_account_makes_dispatch_wait_until_a_freed_slot_wakes_it() {
     let app = app();
     let _limited = app.store.clone().with_account_limit(Some(1));
     let first = submit(&app, "first", None).await;
     let second = submit(&app, "second", None).await;
+    let third = submit(&app, "third", None).await;
     let dispatcher = app.dispatcher();
     assert_eq!(
         dispatcher.dispatch(&first).await.unwrap(),
         Dispatched::Posted(PostResult::Accepted)
     );
+    let dispatch_messages = |id: &OperationId| {
+        app.queue
+            .messages()
+            .iter()
+            .filter(|m| m.queue == Queue::Dispatch && m.body.contains(id.as_str()))
+            .count()
+    };
+    let before = dispatch_messages(&second);
     assert_eq!(
         dispatcher.dispatch(&second).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        dispatcher.dispatch(&third).await.unwrap(),
         Dispatched::WaitingForCapacity
     );
     let waiting = record(&app, &second).await;
     assert_eq!(waiting.phase, Phase::Prepared);
-    assert_eq!(waiting.capacity_hold, Some(app.clock.now()));
+    assert!(waiting.capacity_hold.is_some());
     assert!(waiting.case.is_none(), "capacity is not a case");
     assert_eq!(app.genace.posts().len(), 1);
-    let recheck = app.config.policy.capacity_recheck;
-    assert!(
-        app.queue.messages().iter().any(|m| m.queue == Queue::Dispatch
-            && m.body.contains(second.as_str())
-            && m.visible_at >= app.clock.now() + recheck),
-        "dispatch sends itself the next look"
-    );
-    // Still full at the next look: another wait, still one POST.
-    app.clock.advance(recheck);
     assert_eq!(
-        dispatcher.dispatch(&second).await.unwrap(),
-        Dispatched::WaitingForCapacity
+        dispatch_messages(&second),
+        before,
+        "a waiting operation sends itself nothing"
     );
     assert_eq!(
-        record(&app, &second).await.capacity_hold,
-        waiting.capacity_hold,
-        "waiting since the first refusal"
+        app.store
+            .waiting(&TenantId::parse("tenant-a").unwrap(), 10)
+            .await
+            .unwrap(),
+        vec![second.clone(), third.clone()],
+        "oldest wait first"
     );
-    // The first job renders: its slot is free and the next look POSTs.
+    let tenant = app.store.ledger(&TenantId::parse("tenant-a").unwrap()).await.unwrap();
+    assert_eq!((tenant.totals.in_flight, tenant.totals.waiting), (1, 2));
+    // The first job renders: its slot frees, and the oldest waiter is woken.
     app.poller().poll(&first).await.unwrap();
     app.genace.set_job(
         "job-0001",
@@ -310,8 +322,8 @@ async fn a_full_account_makes_dispatch_wait_without_a_post_or_a_case() {
         Some(json!([{"url": "https://cdn.example/out.mp4"}])),
     );
     assert_eq!(app.poller().poll(&first).await.unwrap(), Polled::Rendered);
-    assert_eq!(app.store.account().await.unwrap().in_flight, 0);
-    app.clock.advance(recheck);
+    assert_eq!(dispatch_messages(&second), before + 1, "woken");
+    assert_eq!(dispatch_messages(&third), 1, "only as many as slots freed");
     assert_eq!(
         dispatcher.dispatch(&second).await.unwrap(),
         Dispatched::Posted(PostResult::Accepted)
@@ -320,6 +332,61 @@ async fn a_full_account_makes_dispatch_wait_without_a_post_or_a_case() {
     assert_eq!((claimed.phase, claimed.capacity_hold), (Phase::Accepted, None));
     assert_eq!(app.genace.posts().len(), 2);
     assert_eq!(app.store.account().await.unwrap().in_flight, 1);
+}
+
+/// Tenants take turns: the next free slot goes to the waiting tenant with
+/// the fewest jobs in flight, whoever waited longest overall.
+#[tokio::test]
+async fn a_freed_slot_goes_to_the_waiting_tenant_with_the_fewest_jobs_in_flight() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(2));
+    let submit_as = |tenant: &'static str, key: &'static str| {
+        let app = &app;
+        async move {
+            let body = json!({"operation_key": key, "media_type": "video",
+                "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
+            let intent = Intent::parse(&body, None).unwrap();
+            match app
+                .intake()
+                .submit(&TenantId::parse(tenant).unwrap(), &intent, app.clock.now())
+                .await
+                .unwrap()
+            {
+                Submitted::New(rec) => rec.operation_id,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let dispatcher = app.dispatcher();
+    let mut heavy = Vec::new();
+    for key in ["h1", "h2", "h3"] {
+        heavy.push(submit_as("heavy", key).await);
+    }
+    let light = submit_as("light", "l1").await;
+    dispatcher.dispatch(&heavy[0]).await.unwrap();
+    dispatcher.dispatch(&heavy[1]).await.unwrap();
+    assert_eq!(
+        dispatcher.dispatch(&heavy[2]).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    app.clock.advance(Duration::seconds(5));
+    assert_eq!(
+        dispatcher.dispatch(&light).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    // heavy's h3 waited longer, but light has nothing in flight: light goes first.
+    let woken = genace_stages::capacity::wake(&app.store, &app.queue).await.unwrap();
+    assert_eq!(woken, 0, "no slot is free yet");
+    app.poller().poll(&heavy[0]).await.unwrap();
+    app.genace.set_job("job-0001", "failed", None);
+    assert_eq!(app.poller().poll(&heavy[0]).await.unwrap(), Polled::RenderFailed);
+    let last = app
+        .queue
+        .messages()
+        .into_iter()
+        .rfind(|m| m.queue == Queue::Dispatch)
+        .unwrap();
+    assert!(last.body.contains(light.as_str()), "{}", last.body);
 }
 
 /// A 429 while other jobs of ours are in flight is the account being full:

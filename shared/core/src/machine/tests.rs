@@ -1310,30 +1310,20 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
         ..Policy::default()
     };
     let later = t0() + Duration::seconds(5);
-    let waiting = transition(&prepared(), Event::CapacityReached { retry_at: later }, t0(), &p).unwrap();
+    let repair = t0() + p.capacity_repair;
+    let waiting = transition(&prepared(), Event::CapacityReached { retry_at: repair }, t0(), &p).unwrap();
     assert_eq!(waiting.phase, Phase::Prepared);
     assert_eq!(waiting.capacity_hold, Some(t0()));
-    assert_eq!(waiting.due_at_ms, Some(later.timestamp_millis()));
-    assert!(waiting.case.is_none());
-    let again = transition(
-        &waiting,
-        Event::CapacityReached {
-            retry_at: later + Duration::seconds(5),
-        },
-        later,
-        &p,
-    )
-    .unwrap();
-    assert_eq!(again.capacity_hold, Some(t0()), "waiting since the first refusal");
-    assert!(
-        matches!(
-            transition(&again, Event::ClaimDispatch { token: "t2" }, later, &p),
-            Err(Refusal::NotYet { .. })
-        ),
-        "an early look is dropped"
+    assert_eq!(
+        (waiting.due_at_ms, waiting.retry_at_ms),
+        (Some(repair.timestamp_millis()), None),
+        "the sweep's repair is due; nothing else is scheduled"
     );
-    let at = later + Duration::seconds(5);
-    let claimed = transition(&again, Event::ClaimDispatch { token: "t2" }, at, &p).unwrap();
+    assert!(waiting.case.is_none());
+    let again = transition(&waiting, Event::CapacityReached { retry_at: repair }, later, &p).unwrap();
+    assert_eq!(again.capacity_hold, Some(t0()), "waiting since the first refusal");
+    // Woken at any time, the claim goes ahead.
+    let claimed = transition(&again, Event::ClaimDispatch { token: "t2" }, later, &p).unwrap();
     assert_eq!((claimed.phase, claimed.capacity_hold), (Phase::Submitting, None));
     // With `rate_limit_max` 1, a plain 429 opens the case at once; a busy one never does.
     let busy = Event::RateLimited {
@@ -1344,6 +1334,11 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
     let full = transition(&submitting(), busy, t0(), &p).unwrap();
     assert_eq!((full.phase, full.rate_limited_count), (Phase::Prepared, 0));
     assert!(full.case.is_none() && full.capacity_hold.is_some());
+    assert_eq!(
+        (full.due_at_ms, full.retry_at_ms),
+        (Some(repair.timestamp_millis()), None),
+        "woken by a freed slot, not by Retry-After"
+    );
     let alone = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
     assert_eq!(alone.case.map(|c| c.reason), Some(CaseReason::RateLimited));
     assert!(transition(&accepted_rec(), Event::CapacityReached { retry_at: later }, t0(), &p).is_err());

@@ -219,6 +219,21 @@ impl OperationRecords for MemoryStore {
             .collect())
     }
 
+    async fn waiting(&self, tenant: &TenantId, limit: i32) -> Result<Vec<OperationId>, StoreError> {
+        let mut waiting: Vec<(String, OperationId)> = self
+            .lock()
+            .values()
+            .filter(|r| r.tenant_id == *tenant)
+            .filter_map(|r| crate::table::wait_sort_key(r).map(|k| (k, r.operation_id.clone())))
+            .collect();
+        waiting.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(waiting
+            .into_iter()
+            .take(usize::try_from(limit).unwrap_or(0))
+            .map(|(_, id)| id)
+            .collect())
+    }
+
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,

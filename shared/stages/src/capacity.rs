@@ -1,0 +1,118 @@
+//! Waking operations that wait for a slot of Genace's capacity.
+//!
+//! An operation whose claim found the account full waits in its tenant's
+//! order (oldest first; [`crate::table::OperationRecords::waiting`]) and
+//! polls nothing. The write that frees a slot wakes the next waiting
+//! operations, as many as there are free slots: each wake-up is one
+//! dispatch message, and the woken operation claims like any other (a
+//! claim that loses the race waits again, keeping its place). Tenants take
+//! turns: the next slot goes to the waiting tenant with the fewest jobs in
+//! flight, so a tenant with a small burst is not queued behind a heavy one.
+//! A wake-up lost to a crash is repaired by the sweep, which wakes whenever
+//! slots are free and operations wait, and re-sends every waiting operation
+//! after `CAPACITY_REPAIR_SECONDS`.
+
+use tracing::{info, warn};
+
+use crate::queue::WorkQueue;
+use crate::table::{OperationStore, StoreError};
+use genace_core::domain::TenantId;
+use genace_core::ledger::{self, TenantLedger};
+use genace_core::messages::Queue;
+use genace_core::record::OperationRecord;
+
+/// Wake-ups sent per call at most, whatever the free slots: a call is cheap,
+/// and the woken claims free or take slots one by one anyway.
+pub const MAX_WAKE: usize = 25;
+
+/// Whether the write of `next` over `prev` freed a slot of the account.
+pub fn frees_a_slot(prev: &OperationRecord, next: &OperationRecord) -> bool {
+    ledger::share(next).in_flight < ledger::share(prev).in_flight
+}
+
+/// After a write that may have freed a slot: wakes waiting operations if
+/// the account has room. Failures are logged, not returned: the write that
+/// freed the slot stands, and the sweep repairs a lost wake-up.
+pub async fn wake_if_room<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) {
+    if let Err(e) = wake(store, queue).await {
+        warn!(error = %e, "waking waiting operations failed; the sweep will");
+    }
+}
+
+/// Wakes as many waiting operations as the account has free slots (at most
+/// [`MAX_WAKE`]), tenants in turn by fewest jobs in flight. Returns how many.
+pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Result<usize, String> {
+    let account = store.account().await.map_err(|e| e.to_string())?;
+    let room = match account.max_in_flight {
+        Some(max) => usize::try_from(i64::from(max) - account.in_flight).unwrap_or(0),
+        // No limit of ours: a 429 made these wait; one per freed slot.
+        None => 1,
+    };
+    if room == 0 {
+        return Ok(0);
+    }
+    let mut tenants = waiting_tenants(store).await.map_err(|e| e.to_string())?;
+    let mut woken = 0;
+    while woken < room.min(MAX_WAKE) {
+        // The waiting tenant with the fewest jobs in flight goes next.
+        let Some(turn) = tenants
+            .iter_mut()
+            .filter(|t| !t.heads.is_empty() || t.ledger.totals.waiting > t.taken)
+            .min_by_key(|t| (t.ledger.totals.in_flight + t.taken, t.ledger.tenant_id.clone()))
+        else {
+            break;
+        };
+        if turn.heads.is_empty() {
+            let tenant = TenantId::parse(&turn.ledger.tenant_id).map_err(|e| e.to_string())?;
+            let want = i32::try_from(room.min(MAX_WAKE)).unwrap_or(1);
+            turn.heads = store.waiting(&tenant, want).await.map_err(|e| e.to_string())?;
+            turn.heads.reverse();
+            if turn.heads.is_empty() {
+                // The count ran ahead of the index (eventually consistent): skip.
+                turn.taken = turn.ledger.totals.waiting;
+                continue;
+            }
+        }
+        let Some(id) = turn.heads.pop() else { continue };
+        queue
+            .enqueue(Queue::Dispatch, &id, 0)
+            .await
+            .map_err(|e| e.to_string())?;
+        turn.taken += 1;
+        woken += 1;
+    }
+    if woken > 0 {
+        info!(woken, room, "woke operations waiting for a slot");
+    }
+    Ok(woken)
+}
+
+/// A waiting tenant, and what this call has taken from its order.
+struct Turn {
+    ledger: TenantLedger,
+    heads: Vec<genace_core::domain::OperationId>,
+    taken: i64,
+}
+
+/// Every tenant with an operation waiting for a slot.
+async fn waiting_tenants<S: OperationStore>(store: &S) -> Result<Vec<Turn>, StoreError> {
+    let mut turns = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.ledgers(100, cursor.as_deref()).await?;
+        turns.extend(
+            page.ledgers
+                .into_iter()
+                .filter(|l| l.totals.waiting > 0)
+                .map(|ledger| Turn {
+                    ledger,
+                    heads: Vec::new(),
+                    taken: 0,
+                }),
+        );
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(turns),
+        }
+    }
+}
