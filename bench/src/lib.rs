@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod capacity;
 mod delivery;
 mod load;
 mod pipeline;
@@ -53,6 +54,8 @@ pub enum Workload {
     Delivery(DeliveryArgs),
     /// Intents at a fixed offered rate with a share of duplicates.
     Load(LoadArgs),
+    /// A burst larger than Genace's account limit, from three tenants.
+    Capacity(CapacityArgs),
 }
 
 #[derive(Args, Clone)]
@@ -91,6 +94,19 @@ pub struct LoadArgs {
     pub output_bytes: u64,
 }
 
+#[derive(Args, Clone)]
+pub struct CapacityArgs {
+    /// How many intents, at once.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub intents: usize,
+    /// Jobs the stand-in renders at once, and GENACE_MAX_IN_FLIGHT.
+    #[arg(long, value_name = "JOBS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
+    /// How long the stand-in renders each job.
+    #[arg(long, value_name = "SECONDS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub render_seconds: u64,
+}
+
 /// `1GiB`, `64MiB`, `300KiB`, or plain bytes.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let s = s.trim();
@@ -125,6 +141,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         Some(Workload::Pipeline(a)) => pipeline::run(&endpoint, &a).await,
         Some(Workload::Delivery(a)) => delivery::run(&endpoint, &a).await,
         Some(Workload::Load(a)) => load::run(&endpoint, &a).await,
+        Some(Workload::Capacity(a)) => capacity::run(&endpoint, &a).await,
     }
 }
 

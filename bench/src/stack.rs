@@ -221,13 +221,24 @@ pub(crate) async fn post_http(
 /// Starts the simulator with quick jobs: `running` at the first poll (5 s),
 /// `completed` at the second.
 pub(crate) async fn start_standin(output_bytes: u64) -> Result<(Arc<standin::StandIn>, String), String> {
+    start_standin_with(output_bytes, Duration::from_secs(2), Duration::from_secs(4), None).await
+}
+
+/// The simulator with jobs queued for `queued` then running for `running`,
+/// rendering at most `max_in_flight` at once (429 past it).
+pub(crate) async fn start_standin_with(
+    output_bytes: u64,
+    queued: Duration,
+    running: Duration,
+    max_in_flight: Option<usize>,
+) -> Result<(Arc<standin::StandIn>, String), String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| e.to_string())?;
     let base = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
     let settings = standin::Settings {
-        queued: Duration::from_secs(2),
-        running: Duration::from_secs(4),
+        queued,
+        running,
         output_bytes: usize::try_from(output_bytes).map_err(|_| "--output-bytes is too large")?,
         pct_502: 0,
         pct_lost: 0,
@@ -235,6 +246,7 @@ pub(crate) async fn start_standin(output_bytes: u64) -> Result<(Arc<standin::Sta
         lost_delay: Duration::from_secs(1),
         base: base.clone(),
         verbose: false,
+        max_in_flight,
     };
     let (sim, _task) = standin::serve(listener, settings);
     Ok((sim, base))

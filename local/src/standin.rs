@@ -36,6 +36,9 @@ pub struct Settings {
     pub base: String,
     /// Print one line per submission.
     pub verbose: bool,
+    /// Jobs the account renders at once (queued or running); past it, a
+    /// POST is answered 429 with `Retry-After: 5`. None: no limit.
+    pub max_in_flight: Option<usize>,
 }
 
 impl Settings {
@@ -52,6 +55,7 @@ impl Settings {
             pct_failed: env_num("SIM_FAILED_PERCENT", 0),
             lost_delay: Duration::from_secs(env_num("SIM_LOST_DELAY_SECONDS", 120)),
             base,
+            max_in_flight: std::env::var("SIM_MAX_IN_FLIGHT").ok().and_then(|v| v.parse().ok()),
             verbose: true,
         }
     }
@@ -63,6 +67,10 @@ pub struct Counters {
     pub posts: AtomicU64,
     pub status_gets: AtomicU64,
     pub output_gets: AtomicU64,
+    /// POSTs answered 429 because the account was full.
+    pub rate_limited: AtomicU64,
+    /// The most jobs rendering at once.
+    pub peak_in_flight: AtomicU64,
 }
 
 struct Job {
@@ -129,23 +137,9 @@ impl StandIn {
         let job_id = format!("sim-{}", uuid::Uuid::new_v4().simple());
         let model = spec["model"].as_str().unwrap_or("genace-sim").to_owned();
         let media_type = spec["media_type"].as_str().unwrap_or("video").to_owned();
-        if picked(n, s.pct_502, 11) {
-            if s.verbose {
-                println!("POST -> 502 (failed job {job_id})");
-            }
-            return json_response(
-                StatusCode::BAD_GATEWAY,
-                json!({"error": {"code": "provider_failed", "message": "the provider rejected the job", "job_id": job_id}}),
-            );
+        if let Err(answer) = self.create(n, &job_id, media_type) {
+            return *answer;
         }
-        self.jobs.lock().expect("jobs lock").insert(
-            job_id.clone(),
-            Job {
-                created: Instant::now(),
-                fails: picked(n, s.pct_failed, 53),
-                media_type,
-            },
-        );
         let accepted = json!({
             "job_id": job_id, "state": "queued", "model": model,
             "created_at": chrono::Utc::now().to_rfc3339(), "held_credits": 10
@@ -159,6 +153,54 @@ impl StandIn {
             println!("POST -> 202 job {job_id}");
         }
         json_response(StatusCode::ACCEPTED, accepted)
+    }
+
+    /// Creates the job of submission `n`, unless the account is full (429)
+    /// or the submission is one of the share answered 502.
+    fn create(&self, n: u64, job_id: &str, media_type: String) -> Result<(), Box<Response<Full<Bytes>>>> {
+        let s = &self.settings;
+        // One lock for the count and the new job: two POSTs racing for the
+        // last slot cannot both take it.
+        let mut jobs = self.jobs.lock().expect("jobs lock");
+        if let Some(max) = s.max_in_flight {
+            let done_after = s.queued + s.running;
+            let rendering = jobs.values().filter(|j| j.created.elapsed() < done_after).count();
+            if rendering >= max {
+                self.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
+                return Err(Box::new(
+                    Response::builder()
+                        .status(StatusCode::TOO_MANY_REQUESTS)
+                        .header("content-type", "application/json")
+                        .header("retry-after", "5")
+                        .body(Full::new(Bytes::from(
+                            json!({"error": {"code": "rate_limited", "message": "too many jobs in flight"}})
+                                .to_string(),
+                        )))
+                        .expect("valid response"),
+                ));
+            }
+            self.counters
+                .peak_in_flight
+                .fetch_max(rendering as u64 + 1, Ordering::Relaxed);
+        }
+        if picked(n, s.pct_502, 11) {
+            if s.verbose {
+                println!("POST -> 502 (failed job {job_id})");
+            }
+            return Err(Box::new(json_response(
+                StatusCode::BAD_GATEWAY,
+                json!({"error": {"code": "provider_failed", "message": "the provider rejected the job", "job_id": job_id}}),
+            )));
+        }
+        jobs.insert(
+            job_id.to_owned(),
+            Job {
+                created: Instant::now(),
+                fails: picked(n, s.pct_failed, 53),
+                media_type,
+            },
+        );
+        Ok(())
     }
 
     fn status(&self, id: &str) -> Response<Full<Bytes>> {

@@ -54,7 +54,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::REPOST_AFTER_LEASE,
             "re-POST after lease expiry",
-            17,
+            21,
             "Genace jobs created",
         ),
         (
@@ -69,13 +69,13 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::ABANDON_ERASES_CREDITS,
             "an abandon erases what Genace charged",
-            4,
+            9,
             "jobs in flight, the records hold",
         ),
         (
             planted::TRUST_NEGATIVE_CREDITS,
             "a negative held_credits is believed",
-            0,
+            4,
             "counter is negative",
         ),
         (

@@ -203,14 +203,15 @@ impl DynamoStore {
         HashMap::from([("pk".to_owned(), AttributeValue::S(ACCOUNT_ITEM.to_owned()))])
     }
 
-    /// The account's jobs in flight move by `delta`; a claim (`admit`) only
-    /// while they are under the limit.
-    fn account_update(&self, delta: i64, admit: bool) -> Result<Update, StoreError> {
+    /// The account's jobs in flight and waiting operations move by `delta`;
+    /// a claim (`admit`) only while the jobs in flight are under the limit.
+    fn account_update(&self, delta: Shares, admit: bool) -> Result<Update, StoreError> {
         let mut update = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::account_key()))
-            .update_expression("ADD in_flight :d")
-            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+            .update_expression("ADD in_flight :d, waiting :w")
+            .expression_attribute_values(":d", AttributeValue::N(delta.in_flight.to_string()))
+            .expression_attribute_values(":w", AttributeValue::N(delta.waiting.to_string()));
         if let Some(limit) = self.account_limit.filter(|_| admit) {
             update = update
                 .condition_expression("attribute_not_exists(in_flight) OR in_flight < :limit")
@@ -245,8 +246,8 @@ impl DynamoStore {
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().update(record).build())
             .transact_items(TransactWriteItem::builder().update(counters).build());
-        if delta.in_flight != 0 {
-            let account = self.account_update(delta.in_flight, reserves && delta.in_flight > 0)?;
+        if delta.in_flight != 0 || delta.waiting != 0 {
+            let account = self.account_update(delta, reserves && delta.in_flight > 0)?;
             transaction = transaction.transact_items(TransactWriteItem::builder().update(account).build());
         }
         match transaction.send().await {
@@ -564,12 +565,13 @@ impl TenantLedgers for DynamoStore {
             .send()
             .await
             .map_err(service_error)?;
-        let in_flight = match out.item() {
-            Some(item) => number(item, "in_flight")?.unwrap_or_default(),
-            None => 0,
+        let count = |name| match out.item() {
+            Some(item) => number(item, name).map(Option::unwrap_or_default),
+            None => Ok(0),
         };
         Ok(AccountCapacity {
-            in_flight,
+            in_flight: count("in_flight")?,
+            waiting: count("waiting")?,
             max_in_flight: self.account_limit,
         })
     }

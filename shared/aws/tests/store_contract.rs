@@ -633,6 +633,11 @@ async fn the_waiting_order_is_per_tenant_and_oldest_first<S: OperationStore>(sto
     assert_eq!(store.waiting(&w, 1).await.unwrap().len(), 1, "limited");
     assert_eq!(millis_held(&store, "tenant-w").await.waiting, 2);
     assert_eq!(millis_held(&store, "tenant-v").await.waiting, 1);
+    assert_eq!(
+        store.account().await.unwrap().waiting,
+        3,
+        "the account counts every tenant's"
+    );
     // Claimed: out of the order and off the count.
     let early = &waiting[1];
     let claimed_early = claimed(early, "tok");
@@ -643,6 +648,8 @@ async fn the_waiting_order_is_per_tenant_and_oldest_first<S: OperationStore>(sto
         vec![waiting[0].operation_id.clone()]
     );
     assert_eq!(millis_held(&store, "tenant-w").await.waiting, 1);
+    let account = store.account().await.unwrap();
+    assert_eq!((account.waiting, account.in_flight), (2, 1));
     // The stored record reads back whole, without the index's attributes.
     let stored = store.get(&waiting[0].operation_id, t0).await.unwrap().unwrap();
     assert_eq!(stored, waiting[0]);

@@ -206,6 +206,9 @@ pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;
 pub struct AccountCapacity {
     /// The sum of [`Shares::in_flight`] over every record.
     pub in_flight: i64,
+    /// The sum of [`Shares::waiting`] over every record: operations waiting
+    /// for a slot, whatever their tenant.
+    pub waiting: i64,
     /// `GENACE_MAX_IN_FLIGHT`; none: no limit.
     pub max_in_flight: Option<u32>,
 }

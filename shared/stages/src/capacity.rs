@@ -43,6 +43,10 @@ pub async fn wake_if_room<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q)
 /// [`MAX_WAKE`]), tenants in turn by fewest jobs in flight. Returns how many.
 pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Result<usize, String> {
     let account = store.account().await.map_err(|e| e.to_string())?;
+    if account.waiting <= 0 {
+        // The common case, for one read: nobody waits.
+        return Ok(0);
+    }
     let room = match account.max_in_flight {
         Some(max) => usize::try_from(i64::from(max) - account.in_flight).unwrap_or(0),
         // No limit of ours: a 429 made these wait; one per freed slot.

@@ -151,13 +151,16 @@ impl OperationRecords for MemoryStore {
                         .totals
                         .plus(&delta)
                         .map_err(|e| StoreError::Decode(e.to_string()))?;
+                    let overflow = || StoreError::Decode("account counts overflowed".into());
                     let in_flight = tables
                         .account
                         .in_flight
                         .checked_add(delta.in_flight)
-                        .ok_or_else(|| StoreError::Decode("account in flight overflowed".into()))?;
+                        .ok_or_else(overflow)?;
+                    let waiting = tables.account.waiting.checked_add(delta.waiting).ok_or_else(overflow)?;
                     entry.totals = totals;
                     tables.account.in_flight = in_flight;
+                    tables.account.waiting = waiting;
                 }
                 *current = next.clone();
                 Ok(Applied::Written)
