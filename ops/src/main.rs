@@ -15,6 +15,7 @@
 //! genace-ops webhook show <tenant> [--json]
 //! genace-ops webhook set <tenant> --hook-url <URL> --secret-id genace/webhooks/<tenant>/<name> [--events a,b] [--json]
 //! genace-ops webhook remove <tenant> [--json]
+//! genace-ops capacity [--json]
 //! ```
 //!
 //! Every resolution is tied to the version of the operation it was decided
@@ -87,6 +88,8 @@ enum Command {
     /// A tenant's webhook.
     #[command(subcommand)]
     Webhook(Webhook),
+    /// The Genace account's capacity: the limit, jobs in flight, operations waiting.
+    Capacity,
 }
 
 #[derive(Subcommand)]
@@ -409,6 +412,29 @@ fn print_next(page: &Value) {
     }
 }
 
+fn print_capacity(report: &Value) {
+    println!(
+        "limit {}  in flight {}  waiting {}  oldest wait since {}",
+        s(&report["max_in_flight"]),
+        s(&report["in_flight"]),
+        s(&report["waiting"]),
+        s(&report["oldest_wait_since"])
+    );
+    println!(
+        "{:<24} {:>10} {:>10} OLDEST WAIT SINCE",
+        "TENANT", "IN FLIGHT", "WAITING"
+    );
+    for t in report["tenants"].as_array().into_iter().flatten() {
+        println!(
+            "{:<24} {:>10} {:>10} {}",
+            s(&t["tenant_id"]),
+            s(&t["in_flight"]),
+            s(&t["waiting"]),
+            s(&t["oldest_wait_since"])
+        );
+    }
+}
+
 fn print_webhook(hook: &Value) {
     if hook["configured"] != true {
         println!("{}: no webhook", s(&hook["tenant_id"]));
@@ -539,6 +565,10 @@ async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
         Command::Resolve { operation_id, action } => resolve(api, json, &operation_id, action).await?,
         Command::Credits(c) => credits(api, json, c).await?,
         Command::Webhook(w) => webhook(api, json, w).await?,
+        Command::Capacity => {
+            let report = api.get("/v1/capacity").await?;
+            emit(json, &report, print_capacity);
+        }
     }
     Ok(())
 }

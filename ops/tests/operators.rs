@@ -476,6 +476,13 @@ async fn operators_set_a_spend_limit_and_read_every_tenants_credits() {
     assert_eq!(row["available"].as_f64(), Some(24.0));
     let table = stack.cli(&ops, &["credits", "list"]);
     assert!(String::from_utf8_lossy(&table.stdout).contains("tenant-a"), "{table:?}");
+    let capacity = stack.cli(&ops, &["capacity", "--json"]);
+    assert_eq!(capacity.status.code(), Some(0), "{capacity:?}");
+    let report: Value = serde_json::from_slice(&capacity.stdout).unwrap();
+    assert!(
+        report["tenants"].is_array() && report.get("max_in_flight").is_some(),
+        "{report}"
+    );
     let removed = stack.cli(&ops, &["credits", "limit", "tenant-a", "none", "--json"]);
     let ledger: Value = serde_json::from_slice(&removed.stdout).unwrap();
     assert_eq!(ledger["spend_limit"], Value::Null);
@@ -597,6 +604,7 @@ fn help_on_every_command_and_usage_errors_exit_two() {
         &["op", "show", "--help"],
         &["credits", "limit", "--help"],
         &["webhook", "set", "--help"],
+        &["capacity", "--help"],
     ] {
         let out = run(command);
         assert_eq!(out.status.code(), Some(0), "{command:?}: {out:?}");

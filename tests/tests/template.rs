@@ -359,6 +359,7 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
         let operator = path.contains("reconciliation-cases")
             || path.ends_with("/resolution")
             || path == "/v1/credits"
+            || path == "/v1/capacity"
             || path.ends_with("/spend-limit")
             || path.ends_with("/webhook");
         if operator {

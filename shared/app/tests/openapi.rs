@@ -572,6 +572,74 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     assert_eq!(held_body["hold"]["reason"], "spend_limit");
     seen.insert(doc.check(one, "get", &held_view));
 
+    // An operation waiting for a slot of the Genace account: the view's
+    // hold, and the capacity route counts it for its tenant.
+    let slot_id = {
+        let r = call(event("POST", ops, Some(&intent("k9", "p")), tenant("t1"), &[])).await;
+        genace_core::domain::OperationId::parse(
+            serde_json::from_slice::<Value>(r.body().as_ref()).unwrap()["operation_id"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let fresh = store.get(&slot_id, Utc::now()).await.unwrap().unwrap();
+    let since = Utc::now();
+    let queued = genace_core::machine::transition(
+        &fresh,
+        genace_core::machine::Event::CapacityReached {
+            retry_at: since + policy.capacity_repair,
+        },
+        since,
+        &policy,
+    )
+    .unwrap();
+    store.apply(&fresh, &queued).await.unwrap();
+    let slot_view = call(event(
+        "GET",
+        &format!("/v1/operations/{slot_id}"),
+        None,
+        tenant("t1"),
+        &[],
+    ))
+    .await;
+    let slot_body: Value = serde_json::from_slice(slot_view.body().as_ref()).unwrap();
+    assert_eq!(slot_body["hold"]["reason"], "capacity", "{slot_body}");
+    seen.insert(doc.check(one, "get", &slot_view));
+    let capacity = "/v1/capacity";
+    let report = call(event("GET", capacity, None, operator(), &[])).await;
+    let report_body: Value = serde_json::from_slice(report.body().as_ref()).unwrap();
+    assert_eq!(report_body["waiting"], 1, "{report_body}");
+    let t1_row = report_body["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tenant_id"] == "t1")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(t1_row["waiting"], 1, "{report_body}");
+    assert!(t1_row["oldest_wait_since"].is_string(), "{report_body}");
+    seen.insert(doc.check(capacity, "get", &report));
+    let scoped = json!({"sub": "ops-5", "scope": "genace:operator", "tenant_id": "t2"});
+    let scoped_report = call(event("GET", capacity, None, scoped, &[])).await;
+    let scoped_body: Value = serde_json::from_slice(scoped_report.body().as_ref()).unwrap();
+    assert_eq!(
+        (scoped_body["waiting"].clone(), scoped_body["tenants"].clone()),
+        (Value::Null, json!([])),
+        "a tenant-scoped operator sees its own tenant only"
+    );
+    seen.insert(doc.check(capacity, "get", &scoped_report));
+    seen.insert(doc.check(
+        capacity,
+        "get",
+        &call(event("GET", capacity, None, Value::Null, &[])).await,
+    ));
+    seen.insert(doc.check(
+        capacity,
+        "get",
+        &call(event("GET", capacity, None, tenant("t1"), &[])).await,
+    ));
+
     // Every promise was exercised, except an unavailable store (503).
     let untested: Vec<_> = doc
         .promised()

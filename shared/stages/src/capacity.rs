@@ -120,3 +120,91 @@ async fn waiting_tenants<S: OperationStore>(store: &S) -> Result<Vec<Turn>, Stor
         }
     }
 }
+
+/// One tenant's share of the account, as operators see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantCapacity {
+    pub tenant_id: String,
+    pub in_flight: i64,
+    pub waiting: i64,
+    /// Since when its oldest waiting operation waits.
+    pub oldest_wait_since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The account's capacity: the limit, what is in flight and waiting, and
+/// every tenant with a job in flight or an operation waiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityReport {
+    /// `GENACE_MAX_IN_FLIGHT`; none: no limit.
+    pub max_in_flight: Option<u32>,
+    /// The account's counts over every tenant; none for an operator scoped
+    /// to one tenant, who sees that tenant only.
+    pub in_flight: Option<i64>,
+    pub waiting: Option<i64>,
+    pub tenants: Vec<TenantCapacity>,
+}
+
+/// Ledger pages a report reads at most (100 tenants each).
+const REPORT_PAGES: usize = 20;
+
+impl<S: OperationStore, Q, O, C: crate::clock::Clock> crate::admin::Admin<'_, S, Q, O, C> {
+    /// The account's capacity as this operator may see it.
+    pub async fn capacity(&self) -> Result<CapacityReport, crate::intake::IntakeError> {
+        let account = self.store.account().await?;
+        let (ledgers, whole) = match &self.op.tenant {
+            Some(own) => (vec![self.store.ledger(own).await?], false),
+            None => (self.every_ledger().await?, true),
+        };
+        let mut tenants = Vec::new();
+        for l in ledgers
+            .into_iter()
+            .filter(|l| l.totals.in_flight != 0 || l.totals.waiting != 0)
+        {
+            let oldest_wait_since = if l.totals.waiting > 0 {
+                self.oldest_wait(&l.tenant_id).await?
+            } else {
+                None
+            };
+            tenants.push(TenantCapacity {
+                tenant_id: l.tenant_id,
+                in_flight: l.totals.in_flight,
+                waiting: l.totals.waiting,
+                oldest_wait_since,
+            });
+        }
+        Ok(CapacityReport {
+            max_in_flight: account.max_in_flight,
+            in_flight: whole.then_some(account.in_flight),
+            waiting: whole.then_some(account.waiting),
+            tenants,
+        })
+    }
+
+    async fn every_ledger(&self) -> Result<Vec<TenantLedger>, StoreError> {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..REPORT_PAGES {
+            let page = self.store.ledgers(100, cursor.as_deref()).await?;
+            all.extend(page.ledgers);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        Ok(all)
+    }
+
+    async fn oldest_wait(&self, tenant: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        let Ok(tenant) = TenantId::parse(tenant) else {
+            return Ok(None);
+        };
+        let Some(head) = self.store.waiting(&tenant, 1).await?.into_iter().next() else {
+            return Ok(None);
+        };
+        Ok(self
+            .store
+            .get(&head, self.clock.now())
+            .await?
+            .and_then(|r| r.capacity_hold))
+    }
+}

@@ -17,7 +17,9 @@ use serde_json::{Value, json};
 
 use super::auth::Principal;
 use super::problem::{Problem, not_found};
-use super::views::{case_view, credits_view, etag, expected_spend_hold, view, view_with_links, webhook_view};
+use super::views::{
+    capacity_view, case_view, credits_view, etag, expected_spend_hold, view, view_with_links, webhook_view,
+};
 
 fn json_response(status: StatusCode) -> lambda_http::http::response::Builder {
     Response::builder()
@@ -60,6 +62,7 @@ enum Route {
     Cases,
     MyCredits,
     AllCredits,
+    Capacity,
     SpendLimit(String),
     Webhook(String),
 }
@@ -87,6 +90,7 @@ fn route(req: &Request) -> Option<Route> {
         [.., "v1", "reconciliation-cases"] => Some(Route::Cases),
         [.., "v1", "tenants", "me", "credits"] => Some(Route::MyCredits),
         [.., "v1", "credits"] => Some(Route::AllCredits),
+        [.., "v1", "capacity"] => Some(Route::Capacity),
         [.., "v1", "tenants", tenant, "webhook"] => {
             let named = req.path_parameters_ref().and_then(|p| p.first("tenant_id"));
             Some(Route::Webhook(named.unwrap_or(tenant).to_owned()))
@@ -139,6 +143,8 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
         (Some(Route::MyCredits), _) => Err(method_not_allowed("GET")),
         (Some(Route::AllCredits), &Method::GET) => all_credits(intake, &req).await,
         (Some(Route::AllCredits), _) => Err(method_not_allowed("GET")),
+        (Some(Route::Capacity), &Method::GET) => capacity(intake, &req).await,
+        (Some(Route::Capacity), _) => Err(method_not_allowed("GET")),
         (Some(Route::SpendLimit(tenant)), &Method::PUT) => set_spend_limit(intake, req, &tenant).await,
         (Some(Route::SpendLimit(_)), _) => Err(method_not_allowed("PUT")),
         (Some(Route::Webhook(tenant)), m) if [Method::GET, Method::PUT, Method::DELETE].contains(m) => {
@@ -321,6 +327,15 @@ async fn all_credits<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         .await?;
     let tenants: Vec<Value> = page.ledgers.iter().map(credits_view).collect();
     Ok(ok_json(json!({"tenants": tenants, "next_cursor": page.next})))
+}
+
+async fn capacity<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let op = Principal::read(req, &intake.config)?.operator(&intake.config)?;
+    let report = intake.admin(&op).capacity().await?;
+    Ok(ok_json(capacity_view(&report)))
 }
 
 /// Largest spend limit accepted, in credits.

@@ -125,6 +125,26 @@ pub fn credits_view(ledger: &TenantLedger) -> Value {
     })
 }
 
+/// The Genace account's capacity, as an operator sees it.
+pub fn capacity_view(report: &genace_stages::capacity::CapacityReport) -> Value {
+    let tenants: Vec<Value> = report
+        .tenants
+        .iter()
+        .map(|t| {
+            json!({"tenant_id": t.tenant_id, "in_flight": t.in_flight, "waiting": t.waiting,
+                   "oldest_wait_since": t.oldest_wait_since})
+        })
+        .collect();
+    let oldest = report.tenants.iter().filter_map(|t| t.oldest_wait_since).min();
+    json!({
+        "max_in_flight": report.max_in_flight,
+        "in_flight": report.in_flight,
+        "waiting": report.waiting,
+        "oldest_wait_since": oldest,
+        "tenants": tenants,
+    })
+}
+
 /// The strong validator of an operation view: its version.
 pub fn etag(rec: &OperationRecord) -> String {
     format!("\"{}\"", rec.version)
