@@ -61,21 +61,19 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
         // The waiting tenant with the fewest jobs in flight goes next.
         let Some(turn) = tenants
             .iter_mut()
-            .filter(|t| !t.heads.is_empty() || t.ledger.totals.waiting > t.taken)
+            .filter(|t| !t.heads.is_empty() || (!t.fetched && t.ledger.totals.waiting > 0))
             .min_by_key(|t| (t.ledger.totals.in_flight + t.taken, t.ledger.tenant_id.clone()))
         else {
             break;
         };
-        if turn.heads.is_empty() {
+        if !turn.fetched {
+            // Each tenant's order is read once per call, so no operation is
+            // woken twice by one call (the index may lag the count).
             let tenant = TenantId::parse(&turn.ledger.tenant_id).map_err(|e| e.to_string())?;
             let want = i32::try_from(room.min(MAX_WAKE)).unwrap_or(1);
             turn.heads = store.waiting(&tenant, want).await.map_err(|e| e.to_string())?;
             turn.heads.reverse();
-            if turn.heads.is_empty() {
-                // The count ran ahead of the index (eventually consistent): skip.
-                turn.taken = turn.ledger.totals.waiting;
-                continue;
-            }
+            turn.fetched = true;
         }
         let Some(id) = turn.heads.pop() else { continue };
         queue
@@ -95,6 +93,7 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
 struct Turn {
     ledger: TenantLedger,
     heads: Vec<genace_core::domain::OperationId>,
+    fetched: bool,
     taken: i64,
 }
 
@@ -111,6 +110,7 @@ async fn waiting_tenants<S: OperationStore>(store: &S) -> Result<Vec<Turn>, Stor
                 .map(|ledger| Turn {
                     ledger,
                     heads: Vec::new(),
+                    fetched: false,
                     taken: 0,
                 }),
         );
