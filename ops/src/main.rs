@@ -16,6 +16,7 @@
 //! genace-ops webhook set <tenant> --hook-url <URL> --secret-id genace/webhooks/<tenant>/<name> [--events a,b] [--json]
 //! genace-ops webhook remove <tenant> [--json]
 //! genace-ops capacity [--json]
+//! genace-ops capacity limit <tenant> <jobs|none> [--json]
 //! ```
 //!
 //! Every resolution is tied to the version of the operation it was decided
@@ -89,7 +90,35 @@ enum Command {
     #[command(subcommand)]
     Webhook(Webhook),
     /// The Genace account's capacity: the limit, jobs in flight, operations waiting.
-    Capacity,
+    Capacity {
+        #[command(subcommand)]
+        action: Option<CapacityAction>,
+    },
+}
+
+#[derive(Subcommand)]
+enum CapacityAction {
+    /// Set or remove a tenant's own limit of jobs in flight.
+    Limit {
+        tenant: String,
+        /// Jobs in flight at once at most (1 to 10000), or `none`.
+        #[arg(value_parser = jobs_limit, value_name = "JOBS|none")]
+        limit: JobsLimit,
+    },
+}
+
+#[derive(Clone, Copy)]
+struct JobsLimit(Option<u32>);
+
+fn jobs_limit(text: &str) -> Result<JobsLimit, String> {
+    if text == "none" {
+        return Ok(JobsLimit(None));
+    }
+    text.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=10_000).contains(n))
+        .map(|n| JobsLimit(Some(n)))
+        .ok_or_else(|| format!("a number of jobs from 1 to 10000, or none; got {text:?}"))
 }
 
 #[derive(Subcommand)]
@@ -565,9 +594,26 @@ async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
         Command::Resolve { operation_id, action } => resolve(api, json, &operation_id, action).await?,
         Command::Credits(c) => credits(api, json, c).await?,
         Command::Webhook(w) => webhook(api, json, w).await?,
-        Command::Capacity => {
+        Command::Capacity { action: None } => {
             let report = api.get("/v1/capacity").await?;
             emit(json, &report, print_capacity);
+        }
+        Command::Capacity {
+            action: Some(CapacityAction::Limit { tenant, limit }),
+        } => {
+            let path = format!("/v1/tenants/{}/max-in-flight", enc(&tenant));
+            let answer = api
+                .call(reqwest::Method::PUT, &path, Some(json!({"max_in_flight": limit.0})))
+                .await?;
+            emit(json, &answer, |a| {
+                println!(
+                    "{}: at most {} in flight ({} now, {} waiting)",
+                    s(&a["tenant_id"]),
+                    s(&a["max_in_flight"]),
+                    s(&a["in_flight"]),
+                    s(&a["waiting"])
+                );
+            });
         }
     }
     Ok(())

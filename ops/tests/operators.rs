@@ -483,6 +483,25 @@ async fn operators_set_a_spend_limit_and_read_every_tenants_credits() {
         report["tenants"].is_array() && report.get("max_in_flight").is_some(),
         "{report}"
     );
+    let limited = stack.cli(&ops, &["capacity", "limit", "tenant-a", "3", "--json"]);
+    let slots: Value = serde_json::from_slice(&limited.stdout).unwrap();
+    assert_eq!(slots["max_in_flight"], 3, "{limited:?}");
+    let shown: Value = serde_json::from_slice(&stack.cli(&ops, &["capacity", "--json"]).stdout).unwrap();
+    assert!(
+        shown["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["tenant_id"] == "tenant-a" && t["max_in_flight"] == 3),
+        "{shown}"
+    );
+    let removed = stack.cli(&ops, &["capacity", "limit", "tenant-a", "none", "--json"]);
+    let slots: Value = serde_json::from_slice(&removed.stdout).unwrap();
+    assert_eq!(slots["max_in_flight"], Value::Null);
+    assert_eq!(
+        stack.cli(&ops, &["capacity", "limit", "tenant-a", "0"]).status.code(),
+        Some(2)
+    );
     let removed = stack.cli(&ops, &["credits", "limit", "tenant-a", "none", "--json"]);
     let ledger: Value = serde_json::from_slice(&removed.stdout).unwrap();
     assert_eq!(ledger["spend_limit"], Value::Null);
@@ -605,6 +624,7 @@ fn help_on_every_command_and_usage_errors_exit_two() {
         &["credits", "limit", "--help"],
         &["webhook", "set", "--help"],
         &["capacity", "--help"],
+        &["capacity", "limit", "--help"],
     ] {
         let out = run(command);
         assert_eq!(out.status.code(), Some(0), "{command:?}: {out:?}");

@@ -181,6 +181,10 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
     ) -> Result<TenantLedger, StoreError> {
         port(&self.chaos, self.inner.set_spend_limit(tenant, limit)).await
     }
+
+    async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {
+        port(&self.chaos, self.inner.set_max_in_flight(tenant, limit)).await
+    }
 }
 
 impl<T: WebhookSettings> WebhookSettings for Chaotic<T> {

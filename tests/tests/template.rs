@@ -361,6 +361,7 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
             || path == "/v1/credits"
             || path == "/v1/capacity"
             || path.ends_with("/spend-limit")
+            || path.ends_with("/max-in-flight")
             || path.ends_with("/webhook");
         if operator {
             assert_eq!(function, "OperatorFunction", "{method} {path}");

@@ -471,6 +471,14 @@ impl TenantLedgers for EchoingStore {
     ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
         self.0.set_spend_limit(tenant, limit).await
     }
+
+    async fn set_max_in_flight(
+        &self,
+        tenant: &TenantId,
+        limit: Option<u32>,
+    ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
+        self.0.set_max_in_flight(tenant, limit).await
+    }
 }
 
 impl WebhookSettings for EchoingStore {

@@ -629,6 +629,66 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         "a tenant-scoped operator sees its own tenant only"
     );
     seen.insert(doc.check(capacity, "get", &scoped_report));
+
+    // A tenant's own limit of jobs in flight: set, refused out of range,
+    // operators only, within their tenant; the capacity route shows it.
+    let slots = "/v1/tenants/{tenant_id}/max-in-flight";
+    let t1_slots = "/v1/tenants/t1/max-in-flight";
+    let two = json!({"max_in_flight": 2}).to_string();
+    let set_slots = call(event("PUT", t1_slots, Some(&two), operator(), &[])).await;
+    let set_slots_body: Value = serde_json::from_slice(set_slots.body().as_ref()).unwrap();
+    assert_eq!(
+        (
+            set_slots_body["max_in_flight"].clone(),
+            set_slots_body["waiting"].clone()
+        ),
+        (json!(2), json!(1)),
+        "{set_slots_body}"
+    );
+    seen.insert(doc.check(slots, "put", &set_slots));
+    // JSON Schema's integer: 3.0 is one.
+    let whole = json!({"max_in_flight": 3.0}).to_string();
+    let as_float = call(event("PUT", t1_slots, Some(&whole), operator(), &[])).await;
+    assert_eq!(as_float.status(), 200);
+    seen.insert(doc.check(slots, "put", &as_float));
+    call(event("PUT", t1_slots, Some(&two), operator(), &[])).await;
+    for bad in [
+        json!({}),
+        json!({"max_in_flight": 0}),
+        json!({"max_in_flight": 10_001}),
+        json!({"max_in_flight": 1.5}),
+    ] {
+        let bad = bad.to_string();
+        let refused = call(event("PUT", t1_slots, Some(&bad), operator(), &[])).await;
+        assert_eq!(refused.status(), 400, "{bad}");
+        seen.insert(doc.check(slots, "put", &refused));
+    }
+    let oversized_slots = json!({"max_in_flight": 1, "note": "x".repeat(10_000)}).to_string();
+    let t2_scoped = json!({"sub": "ops-6", "scope": "genace:operator", "tenant_id": "t2"});
+    for (body, claims, headers) in [
+        (Some(&*two), Value::Null, &[][..]),
+        (Some(&*two), tenant("t1"), &[][..]),
+        (Some(&*two), operator(), &text[..]),
+        (Some(&*oversized_slots), operator(), &[][..]),
+        (Some(&*two), t2_scoped, &[][..]),
+    ] {
+        seen.insert(doc.check(slots, "put", &call(event("PUT", t1_slots, body, claims, headers)).await));
+    }
+    let with_limit: Value = serde_json::from_slice(
+        call(event("GET", capacity, None, operator(), &[]))
+            .await
+            .body()
+            .as_ref(),
+    )
+    .unwrap();
+    assert!(
+        with_limit["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["tenant_id"] == "t1" && t["max_in_flight"] == 2),
+        "{with_limit}"
+    );
     seen.insert(doc.check(
         capacity,
         "get",

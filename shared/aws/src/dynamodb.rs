@@ -199,6 +199,21 @@ impl DynamoStore {
         HashMap::from([("pk".to_owned(), AttributeValue::S(format!("{LEDGER_PREFIX}{tenant}")))])
     }
 
+    /// An update of a tenant's ledger item, with the values every such
+    /// update sets: `:tenant`, `:ledger` (its listing partition) and `:zero`.
+    fn ledger_item_update(
+        &self,
+        tenant: &TenantId,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::ledger_key(tenant.as_str())))
+            .expression_attribute_values(":tenant", AttributeValue::S(tenant.as_str().to_owned()))
+            .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+    }
+
     fn account_key() -> Item {
         HashMap::from([("pk".to_owned(), AttributeValue::S(ACCOUNT_ITEM.to_owned()))])
     }
@@ -284,9 +299,16 @@ impl DynamoStore {
             .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
             .expression_attribute_values(":zero", n(0));
         if reserves {
+            // Room for the reservation under the spend limit, and a slot
+            // under the tenant's own limit of jobs in flight.
             counters = counters
-                .condition_expression("attribute_not_exists(spend_limit_mc) OR headroom_mc >= :need")
-                .expression_attribute_values(":need", n(delta.held));
+                .condition_expression(
+                    "(attribute_not_exists(spend_limit_mc) OR headroom_mc >= :need) AND \
+                     (attribute_not_exists(max_in_flight) OR attribute_not_exists(in_flight) \
+                      OR in_flight < max_in_flight)",
+                )
+                .expression_attribute_values(":need", n(delta.held))
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         }
         counters.build().map_err(|e| StoreError::Service(e.to_string()))
     }
@@ -305,7 +327,12 @@ fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, r
     if failed(0) {
         conflict(reasons[0].item())
     } else if failed(1) && reserves {
-        StoreError::SpendLimit
+        // Which of the tenant's limits: its counters as they were say.
+        let ledger = reasons[1].item().and_then(|item| ledger_from_item("", item).ok());
+        match ledger {
+            Some(l) if !l.has_a_slot() => StoreError::TenantFull,
+            _ => StoreError::SpendLimit,
+        }
     } else if failed(2) && reserves {
         StoreError::AccountFull
     } else {
@@ -349,6 +376,7 @@ fn ledger_from_item(tenant: &str, item: &Item) -> Result<TenantLedger, StoreErro
             waiting: get("waiting")?,
         },
         spend_limit: number(item, "spend_limit_mc")?,
+        max_in_flight: number(item, "max_in_flight")?.and_then(|m| u32::try_from(m).ok()),
     })
 }
 
@@ -626,6 +654,24 @@ impl TenantLedgers for DynamoStore {
         })
     }
 
+    async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {
+        let update = self
+            .ledger_item_update(tenant)
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
+        let update = match limit {
+            Some(l) => update
+                .update_expression("SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero, max_in_flight = :max")
+                .expression_attribute_values(":max", AttributeValue::N(l.to_string())),
+            None => update
+                .update_expression("SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero REMOVE max_in_flight"),
+        };
+        let out = update.send().await.map_err(service_error)?;
+        match out.attributes() {
+            Some(item) => ledger_from_item(tenant.as_str(), item),
+            None => Err(StoreError::Decode("the ledger update returned nothing".into())),
+        }
+    }
+
     async fn set_spend_limit(
         &self,
         tenant: &TenantId,
@@ -637,13 +683,7 @@ impl TenantLedgers for DynamoStore {
             let current = self.ledger(tenant).await?;
             let held = current.totals.held;
             let mut update = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(Self::ledger_key(tenant.as_str())))
-                .expression_attribute_values(":tenant", AttributeValue::S(tenant.as_str().to_owned()))
-                .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
-                .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+                .ledger_item_update(tenant)
                 .expression_attribute_values(":held", AttributeValue::N(held.to_string()))
                 .condition_expression("attribute_not_exists(held_mc) AND :held = :zero OR held_mc = :held");
             update = match limit {

@@ -655,6 +655,39 @@ async fn the_waiting_order_is_per_tenant_and_oldest_first<S: OperationStore>(sto
     assert_eq!(stored, waiting[0]);
 }
 
+/// A tenant's own limit of jobs in flight: a claim past it writes nothing
+/// and says so; other tenants are not held by it; removing it lets the
+/// claim through.
+async fn a_tenants_own_limit_refuses_a_claim_past_it<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    let limited = TenantId::parse("tenant-limited-slots").unwrap();
+    let set = store.set_max_in_flight(&limited, Some(1)).await.unwrap();
+    assert_eq!((set.max_in_flight, set.totals.in_flight), (Some(1), 0));
+    let [a, b] = ["a", "b"].map(|k| record_for("tenant-limited-slots", k, "p"));
+    let other = record_for("tenant-free-slots", "o", "p");
+    for r in [&a, &b, &other] {
+        store.create(r, now).await.unwrap();
+    }
+    store.apply(&a, &claimed(&a, "tok")).await.unwrap();
+    let b1 = claimed(&b, "tok");
+    assert!(matches!(store.apply(&b, &b1).await, Err(StoreError::TenantFull)));
+    assert_eq!(
+        store.get(&b.operation_id, now).await.unwrap(),
+        Some(b.clone()),
+        "nothing written"
+    );
+    store.apply(&other, &claimed(&other, "tok")).await.unwrap();
+    let ledger = store.ledger(&limited).await.unwrap();
+    assert_eq!((ledger.max_in_flight, ledger.totals.in_flight), (Some(1), 1));
+    assert!(!ledger.has_a_slot());
+    assert_eq!(
+        store.set_max_in_flight(&limited, None).await.unwrap().max_in_flight,
+        None
+    );
+    store.apply(&b, &b1).await.unwrap();
+    assert_eq!(store.ledger(&limited).await.unwrap().totals.in_flight, 2);
+}
+
 /// Without a limit nothing is refused, and the count still follows the records.
 async fn without_an_account_limit_slots_are_only_counted<S: OperationStore>(store: S) {
     let now = Utc::now();
@@ -708,4 +741,5 @@ genace_aws::contract_tests!(
     a_tenants_webhook_is_set_read_and_removed,
     without_an_account_limit_slots_are_only_counted,
     the_waiting_order_is_per_tenant_and_oldest_first,
+    a_tenants_own_limit_refuses_a_claim_past_it,
 );

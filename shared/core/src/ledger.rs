@@ -227,9 +227,18 @@ pub struct TenantLedger {
     pub totals: Shares,
     /// The most credits the tenant may hold at once; none means no limit.
     pub spend_limit: Option<Millicredits>,
+    /// The most jobs the tenant may have in flight at once (its share of
+    /// Genace's capacity); none means only the account's limit applies.
+    pub max_in_flight: Option<u32>,
 }
 
 impl TenantLedger {
+    /// Whether a claim fits under the tenant's own limit of jobs in flight.
+    pub fn has_a_slot(&self) -> bool {
+        self.max_in_flight
+            .is_none_or(|max| self.totals.in_flight < i64::from(max))
+    }
+
     /// Credits a new claim may still reserve, when a limit is set.
     pub fn headroom(&self) -> Option<Millicredits> {
         self.spend_limit.map(|l| l.saturating_sub(self.totals.held))

@@ -62,6 +62,12 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
         let Some(turn) = tenants
             .iter_mut()
             .filter(|t| !t.heads.is_empty() || (!t.fetched && t.ledger.totals.waiting > 0))
+            // A tenant at its own limit waits for its own jobs to end.
+            .filter(|t| {
+                t.ledger
+                    .max_in_flight
+                    .is_none_or(|max| t.ledger.totals.in_flight + t.taken < i64::from(max))
+            })
             .min_by_key(|t| (t.ledger.totals.in_flight + t.taken, t.ledger.tenant_id.clone()))
         else {
             break;
@@ -125,6 +131,8 @@ async fn waiting_tenants<S: OperationStore>(store: &S) -> Result<Vec<Turn>, Stor
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantCapacity {
     pub tenant_id: String,
+    /// The tenant's own limit of jobs in flight, if it has one.
+    pub max_in_flight: Option<u32>,
     pub in_flight: i64,
     pub waiting: i64,
     /// Since when its oldest waiting operation waits.
@@ -156,16 +164,15 @@ impl<S: OperationStore, Q, O, C: crate::clock::Clock> crate::admin::Admin<'_, S,
             None => (self.every_ledger().await?, true),
         };
         let mut tenants = Vec::new();
-        for l in ledgers
-            .into_iter()
-            .filter(|l| l.totals.in_flight != 0 || l.totals.waiting != 0)
-        {
+        let shown = |l: &TenantLedger| l.totals.in_flight != 0 || l.totals.waiting != 0 || l.max_in_flight.is_some();
+        for l in ledgers.into_iter().filter(shown) {
             let oldest_wait_since = if l.totals.waiting > 0 {
                 self.oldest_wait(&l.tenant_id).await?
             } else {
                 None
             };
             tenants.push(TenantCapacity {
+                max_in_flight: l.max_in_flight,
                 tenant_id: l.tenant_id,
                 in_flight: l.totals.in_flight,
                 waiting: l.totals.waiting,

@@ -64,4 +64,22 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         info!(actor = %op.actor, tenant = %tenant, spend_limit_millicredits = ?limit, "spend limit set");
         Ok(ledger)
     }
+
+    /// Sets or removes a tenant's own limit of jobs in flight. A raised
+    /// limit wakes the operations it makes room for; a lowered one admits
+    /// nothing new until the tenant's jobs in flight fall under it, and
+    /// touches nothing running.
+    pub async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, IntakeError>
+    where
+        Q: crate::queue::WorkQueue,
+    {
+        let op = self.op;
+        if !op.may_see(tenant) {
+            return Err(IntakeError::NotFound);
+        }
+        let ledger = self.store.set_max_in_flight(tenant, limit).await?;
+        info!(actor = %op.actor, tenant = %tenant, max_in_flight = ?limit, "tenant's limit of jobs in flight set");
+        crate::capacity::wake_if_room(&self.store, &self.queue).await;
+        Ok(ledger)
+    }
 }

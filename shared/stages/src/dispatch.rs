@@ -158,7 +158,9 @@ where
                 }
             },
             Err(CommitError::Store(StoreError::SpendLimit)) => self.wait(id, now, Room::Credits).await,
-            Err(CommitError::Store(StoreError::AccountFull)) => self.wait(id, now, Room::Capacity).await,
+            Err(CommitError::Store(StoreError::AccountFull | StoreError::TenantFull)) => {
+                self.wait(id, now, Room::Capacity).await
+            }
             Err(CommitError::Store(e)) => Err(e.into()),
         }
     }

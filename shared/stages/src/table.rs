@@ -29,6 +29,10 @@ pub enum StoreError {
     /// jobs in flight; nothing was written.
     #[error("every slot of the Genace account is taken")]
     AccountFull,
+    /// A dispatch claim would take its tenant past the tenant's own limit
+    /// of jobs in flight; nothing was written.
+    #[error("every slot of the tenant's share is taken")]
+    TenantFull,
 }
 
 /// Result of creating an intent.
@@ -122,6 +126,14 @@ pub trait TenantLedgers: Send + Sync {
 
     /// One page of every tenant's ledger, in tenant order.
     fn ledgers(&self, limit: i32, cursor: Option<&str>) -> impl Future<Output = Result<LedgerPage, StoreError>> + Send;
+
+    /// Sets (or, with `None`, removes) the most jobs a tenant may have in
+    /// flight at once. Jobs already in flight keep their slots.
+    fn set_max_in_flight(
+        &self,
+        tenant: &TenantId,
+        limit: Option<u32>,
+    ) -> impl Future<Output = Result<TenantLedger, StoreError>> + Send;
 
     /// Sets (or, with `None`, removes) a tenant's spend limit. Operations
     /// already holding credits keep them; the limit applies to new claims.
@@ -302,7 +314,9 @@ where
                 None => return Err(CommitError::Store(StoreError::Conflict(None))),
             },
             // No room is an answer, not a fault: the caller waits.
-            Err(e @ (StoreError::SpendLimit | StoreError::AccountFull)) => return Err(CommitError::Store(e)),
+            Err(e @ (StoreError::SpendLimit | StoreError::AccountFull | StoreError::TenantFull)) => {
+                return Err(CommitError::Store(e));
+            }
             Err(e) => {
                 last = Some(e);
                 tokio::time::sleep(backoff).await;

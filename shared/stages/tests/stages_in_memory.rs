@@ -430,3 +430,40 @@ async fn memory_app_alone() -> (MemoryApp, OperationId) {
     );
     (app, id)
 }
+
+/// A tenant's own limit of jobs in flight: a claim past it waits (no POST,
+/// no case), another tenant is not held by it, and the tenant's own job
+/// ending wakes its waiting operation.
+#[tokio::test]
+async fn a_tenants_own_limit_makes_its_claims_wait_for_its_own_jobs() {
+    let app = app();
+    let tenant_a = TenantId::parse("tenant-a").unwrap();
+    app.store.set_max_in_flight(&tenant_a, Some(1)).await.unwrap();
+    let first = submit(&app, "first", None).await;
+    let second = submit(&app, "second", None).await;
+    let dispatcher = app.dispatcher();
+    assert_eq!(
+        dispatcher.dispatch(&first).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(
+        dispatcher.dispatch(&second).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    assert!(record(&app, &second).await.capacity_hold.is_some());
+    assert_eq!(app.genace.posts().len(), 1);
+    app.poller().poll(&first).await.unwrap();
+    app.genace.set_job("job-0001", "failed", None);
+    assert_eq!(app.poller().poll(&first).await.unwrap(), Polled::RenderFailed);
+    let woken = app
+        .queue
+        .messages()
+        .into_iter()
+        .rfind(|m| m.queue == Queue::Dispatch)
+        .unwrap();
+    assert!(woken.body.contains(second.as_str()), "{}", woken.body);
+    assert_eq!(
+        dispatcher.dispatch(&second).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+}

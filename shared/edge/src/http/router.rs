@@ -64,6 +64,7 @@ enum Route {
     AllCredits,
     Capacity,
     SpendLimit(String),
+    MaxInFlight(String),
     Webhook(String),
 }
 
@@ -94,6 +95,10 @@ fn route(req: &Request) -> Option<Route> {
         [.., "v1", "tenants", tenant, "webhook"] => {
             let named = req.path_parameters_ref().and_then(|p| p.first("tenant_id"));
             Some(Route::Webhook(named.unwrap_or(tenant).to_owned()))
+        }
+        [.., "v1", "tenants", tenant, "max-in-flight"] => {
+            let named = req.path_parameters_ref().and_then(|p| p.first("tenant_id"));
+            Some(Route::MaxInFlight(named.unwrap_or(tenant).to_owned()))
         }
         [.., "v1", "tenants", tenant, "spend-limit"] => {
             let named = req.path_parameters_ref().and_then(|p| p.first("tenant_id"));
@@ -147,6 +152,8 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
         (Some(Route::Capacity), _) => Err(method_not_allowed("GET")),
         (Some(Route::SpendLimit(tenant)), &Method::PUT) => set_spend_limit(intake, req, &tenant).await,
         (Some(Route::SpendLimit(_)), _) => Err(method_not_allowed("PUT")),
+        (Some(Route::MaxInFlight(tenant)), &Method::PUT) => set_max_in_flight(intake, req, &tenant).await,
+        (Some(Route::MaxInFlight(_)), _) => Err(method_not_allowed("PUT")),
         (Some(Route::Webhook(tenant)), m) if [Method::GET, Method::PUT, Method::DELETE].contains(m) => {
             webhook(intake, req, &tenant).await
         }
@@ -361,6 +368,40 @@ async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clo
     };
     let ledger = intake.admin(&op).set_spend_limit(&tenant, limit).await?;
     Ok(ok_json(credits_view(&ledger)))
+}
+
+async fn set_max_in_flight<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+    raw_tenant: &str,
+) -> Result<Response<Body>, Problem> {
+    let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
+    small_body(&req, "limit")?;
+    let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
+    let body = json_body(&req)?;
+    only_members(&body, &["max_in_flight"])?;
+    let bound = genace_core::ledger::MAX_IN_FLIGHT_LIMIT;
+    let limit = match body.get("max_in_flight") {
+        Some(Value::Null) => None,
+        // A whole number, as JSON Schema counts one: `3` and `3.0` alike.
+        Some(Value::Number(n)) => match n
+            .as_f64()
+            .filter(|v| v.fract() == 0.0 && *v >= 1.0 && *v <= f64::from(bound))
+        {
+            Some(v) => Some(v as u32),
+            _ => return Err(InvalidInput::new("max_in_flight", "must be a whole number from 1 to 10000").into()),
+        },
+        _ => {
+            return Err(InvalidInput::new("max_in_flight", "is required: a number of jobs, or null for none").into());
+        }
+    };
+    let ledger = intake.admin(&op).set_max_in_flight(&tenant, limit).await?;
+    Ok(ok_json(json!({
+        "tenant_id": ledger.tenant_id,
+        "max_in_flight": ledger.max_in_flight,
+        "in_flight": ledger.totals.in_flight,
+        "waiting": ledger.totals.waiting,
+    })))
 }
 
 /// GET, PUT or DELETE a tenant's webhook (operators only).

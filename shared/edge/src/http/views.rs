@@ -131,8 +131,8 @@ pub fn capacity_view(report: &genace_stages::capacity::CapacityReport) -> Value 
         .tenants
         .iter()
         .map(|t| {
-            json!({"tenant_id": t.tenant_id, "in_flight": t.in_flight, "waiting": t.waiting,
-                   "oldest_wait_since": t.oldest_wait_since})
+            json!({"tenant_id": t.tenant_id, "max_in_flight": t.max_in_flight, "in_flight": t.in_flight,
+                   "waiting": t.waiting, "oldest_wait_since": t.oldest_wait_since})
         })
         .collect();
     let oldest = report.tenants.iter().filter_map(|t| t.oldest_wait_since).min();

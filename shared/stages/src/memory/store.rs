@@ -66,6 +66,20 @@ impl MemoryStore {
             .spend_limit = limit;
     }
 
+    /// Changes a tenant's ledger (made on first use); returns it as changed.
+    fn with_ledger(&self, tenant: &TenantId, change: impl FnOnce(&mut TenantLedger)) -> TenantLedger {
+        let mut table = self.lock();
+        let entry = table
+            .ledgers
+            .entry(tenant.as_str().to_owned())
+            .or_insert_with(|| TenantLedger {
+                tenant_id: tenant.as_str().to_owned(),
+                ..TenantLedger::default()
+            });
+        change(entry);
+        entry.clone()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
         // A test that panicked while holding the lock leaves a usable table.
         self.table.lock().unwrap_or_else(|p| p.into_inner())
@@ -143,6 +157,9 @@ impl OperationRecords for MemoryStore {
                     let claim = ledger::reserves(prev, next);
                     if claim && entry.headroom().is_some_and(|room| room < delta.held) {
                         return Err(StoreError::SpendLimit);
+                    }
+                    if claim && delta.in_flight > 0 && !entry.has_a_slot() {
+                        return Err(StoreError::TenantFull);
                     }
                     if claim && delta.in_flight > 0 && !tables.account.has_room() {
                         return Err(StoreError::AccountFull);
@@ -280,6 +297,10 @@ impl TenantLedgers for MemoryStore {
             }))
     }
 
+    async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {
+        Ok(self.with_ledger(tenant, |l| l.max_in_flight = limit))
+    }
+
     async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
         Ok(self.lock().account)
     }
@@ -306,16 +327,7 @@ impl TenantLedgers for MemoryStore {
         tenant: &TenantId,
         limit: Option<Millicredits>,
     ) -> Result<TenantLedger, StoreError> {
-        let mut table = self.lock();
-        let entry = table
-            .ledgers
-            .entry(tenant.as_str().to_owned())
-            .or_insert_with(|| TenantLedger {
-                tenant_id: tenant.as_str().to_owned(),
-                ..TenantLedger::default()
-            });
-        entry.spend_limit = limit;
-        Ok(entry.clone())
+        Ok(self.with_ledger(tenant, |l| l.spend_limit = limit))
     }
 }
 
