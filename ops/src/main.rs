@@ -17,6 +17,7 @@
 //! genace-ops webhook remove <tenant> [--json]
 //! genace-ops capacity [--json]
 //! genace-ops capacity limit <tenant> <jobs|none> [--json]
+//! genace-ops capacity account <jobs|none> [--json]
 //! ```
 //!
 //! Every resolution is tied to the version of the operation it was decided
@@ -98,6 +99,13 @@ enum Command {
 
 #[derive(Subcommand)]
 enum CapacityAction {
+    /// Set the whole account's limit of jobs in flight at run time, or
+    /// `none` for the deployment's (GENACE_MAX_IN_FLIGHT) again.
+    Account {
+        /// Jobs in flight at once at most (1 to 10000), or `none`.
+        #[arg(value_parser = jobs_limit, value_name = "JOBS|none")]
+        limit: JobsLimit,
+    },
     /// Set or remove a tenant's own limit of jobs in flight.
     Limit {
         tenant: String,
@@ -442,9 +450,16 @@ fn print_next(page: &Value) {
 }
 
 fn print_capacity(report: &Value) {
+    let source = if report["set_at_run_time"] == true {
+        "set at run time"
+    } else {
+        "deployed"
+    };
     println!(
-        "limit {}  in flight {}  waiting {}  oldest wait since {}",
+        "limit {} ({source}, deployed {})  effective {}  in flight {}  waiting {}  oldest wait since {}",
         s(&report["max_in_flight"]),
+        s(&report["configured_max_in_flight"]),
+        s(&report["effective_max_in_flight"]),
         s(&report["in_flight"]),
         s(&report["waiting"]),
         s(&report["oldest_wait_since"])
@@ -597,6 +612,18 @@ async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
         Command::Capacity { action: None } => {
             let report = api.get("/v1/capacity").await?;
             emit(json, &report, print_capacity);
+        }
+        Command::Capacity {
+            action: Some(CapacityAction::Account { limit }),
+        } => {
+            let answer = api
+                .call(
+                    reqwest::Method::PUT,
+                    "/v1/capacity",
+                    Some(json!({"max_in_flight": limit.0})),
+                )
+                .await?;
+            emit(json, &answer, print_capacity);
         }
         Command::Capacity {
             action: Some(CapacityAction::Limit { tenant, limit }),

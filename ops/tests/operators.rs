@@ -448,6 +448,38 @@ async fn attach_refuses_a_job_id_another_operation_holds_and_ids_out_of_bounds()
     stack.stop().await;
 }
 
+/// The whole account's limit of jobs in flight, set at run time, shown as
+/// such, refused out of range, and given back to the deployment's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operators_set_the_accounts_limit_at_run_time() {
+    let stack = Stack::start().await;
+    let ops = operator(None);
+    // The whole account's limit, set at run time and given back.
+    let account = stack.cli(&ops, &["capacity", "account", "7", "--json"]);
+    assert_eq!(account.status.code(), Some(0), "{account:?}");
+    let set: Value = serde_json::from_slice(&account.stdout).unwrap();
+    assert_eq!(
+        (
+            &set["max_in_flight"],
+            &set["set_at_run_time"],
+            &set["effective_max_in_flight"]
+        ),
+        (&json!(7), &json!(true), &json!(7)),
+        "{set}"
+    );
+    let table = stack.cli(&ops, &["capacity"]);
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("limit 7 (set at run time"),
+        "{table:?}"
+    );
+    let back: Value =
+        serde_json::from_slice(&stack.cli(&ops, &["capacity", "account", "none", "--json"]).stdout).unwrap();
+    assert_eq!(back["set_at_run_time"], false, "{back}");
+    assert_eq!(back["max_in_flight"], back["configured_max_in_flight"], "{back}");
+    assert_eq!(stack.cli(&ops, &["capacity", "account", "0"]).status.code(), Some(2));
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operators_set_a_spend_limit_and_read_every_tenants_credits() {
     let stack = Stack::start().await;
@@ -625,6 +657,7 @@ fn help_on_every_command_and_usage_errors_exit_two() {
         &["webhook", "set", "--help"],
         &["capacity", "--help"],
         &["capacity", "limit", "--help"],
+        &["capacity", "account", "--help"],
     ] {
         let out = run(command);
         assert_eq!(out.status.code(), Some(0), "{command:?}: {out:?}");

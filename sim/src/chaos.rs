@@ -182,6 +182,14 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
         port(&self.chaos, self.inner.set_spend_limit(tenant, limit)).await
     }
 
+    async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+        port(&self.chaos, self.inner.set_account_limit(limit)).await
+    }
+
+    async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
+        port(&self.chaos, self.inner.learn_account_limit(seen, learned)).await
+    }
+
     async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {
         port(&self.chaos, self.inner.set_max_in_flight(tenant, limit)).await
     }

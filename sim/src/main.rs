@@ -37,6 +37,10 @@ struct Cli {
     /// Genace renders at most this many jobs at once, and the account limit is the same.
     #[arg(long, value_name = "JOBS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     max_in_flight: Option<u32>,
+    /// Genace renders at most this many jobs at once, fewer than
+    /// --max-in-flight: dispatch must learn the lower limit from 429s.
+    #[arg(long, value_name = "JOBS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    genace_limit: Option<u32>,
 }
 
 fn planted_bug(name: &str) -> Result<u32, String> {
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         bugs: cli.bug.unwrap_or(0),
         spend_limit: cli.spend_limit,
         max_in_flight: cli.max_in_flight,
+        genace_limit: cli.genace_limit,
         steps: cli.steps.unwrap_or(defaults.steps),
         ..defaults
     };

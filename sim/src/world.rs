@@ -61,6 +61,9 @@ pub struct Options {
     /// Genace renders at most this many jobs at once (and answers 429 past
     /// it), and the store admits claims under the same account limit.
     pub max_in_flight: Option<u32>,
+    /// Genace's own limit when lower than `max_in_flight`: dispatch learns
+    /// it from 429s.
+    pub genace_limit: Option<u32>,
 }
 
 impl Default for Options {
@@ -72,6 +75,7 @@ impl Default for Options {
             bugs: 0,
             spend_limit: None,
             max_in_flight: None,
+            genace_limit: None,
         }
     }
 }
@@ -176,7 +180,7 @@ impl World {
             store.set_spend_limit_now(TENANTS[0], Some(genace_core::ledger::millis(limit)));
         }
         let store = store.with_account_limit(opts.max_in_flight);
-        let genace = match opts.max_in_flight {
+        let genace = match opts.genace_limit.or(opts.max_in_flight) {
             Some(jobs) => genace.with_concurrency(jobs as usize),
             None => genace,
         };

@@ -464,6 +464,21 @@ impl TenantLedgers for EchoingStore {
         self.0.ledgers(limit, cursor).await
     }
 
+    async fn set_account_limit(
+        &self,
+        limit: Option<u32>,
+    ) -> Result<genace_core::ledger::AccountCapacity, genace_stages::table::StoreError> {
+        self.0.set_account_limit(limit).await
+    }
+
+    async fn learn_account_limit(
+        &self,
+        seen: Option<u32>,
+        learned: Option<u32>,
+    ) -> Result<bool, genace_stages::table::StoreError> {
+        self.0.learn_account_limit(seen, learned).await
+    }
+
     async fn set_spend_limit(
         &self,
         tenant: &TenantId,

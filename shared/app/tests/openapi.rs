@@ -630,6 +630,53 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     );
     seen.insert(doc.check(capacity, "get", &scoped_report));
 
+    // The whole account's limit, set at run time: shown in force, refused
+    // out of range and to a tenant-scoped operator, given back with null.
+    let seven = json!({"max_in_flight": 7}).to_string();
+    let set_account = call(event("PUT", capacity, Some(&seven), operator(), &[])).await;
+    let set_account_body: Value = serde_json::from_slice(set_account.body().as_ref()).unwrap();
+    assert_eq!(
+        (
+            set_account_body["max_in_flight"].clone(),
+            set_account_body["set_at_run_time"].clone(),
+            set_account_body["effective_max_in_flight"].clone()
+        ),
+        (json!(7), json!(true), json!(7)),
+        "{set_account_body}"
+    );
+    seen.insert(doc.check(capacity, "put", &set_account));
+    let scoped = json!({"sub": "ops-5", "scope": "genace:operator", "tenant_id": "t2"});
+    let refused_scoped = call(event("PUT", capacity, Some(&seven), scoped, &[])).await;
+    assert_eq!(refused_scoped.status(), 403);
+    seen.insert(doc.check(capacity, "put", &refused_scoped));
+    for bad in [json!({"max_in_flight": 0}), json!({"max_in_flight": 10_001}), json!({})] {
+        let bad = bad.to_string();
+        let refused = call(event("PUT", capacity, Some(&bad), operator(), &[])).await;
+        assert_eq!(refused.status(), 400, "{bad}");
+        seen.insert(doc.check(capacity, "put", &refused));
+    }
+    let oversized_account = json!({"max_in_flight": 1, "note": "x".repeat(10_000)}).to_string();
+    for (body, claims, headers) in [
+        (Some(&*seven), Value::Null, &[][..]),
+        (Some(&*seven), operator(), &text[..]),
+        (Some(&*oversized_account), operator(), &[][..]),
+    ] {
+        seen.insert(doc.check(
+            capacity,
+            "put",
+            &call(event("PUT", capacity, body, claims, headers)).await,
+        ));
+    }
+    let null = json!({"max_in_flight": null}).to_string();
+    let given_back = call(event("PUT", capacity, Some(&null), operator(), &[])).await;
+    let given_back_body: Value = serde_json::from_slice(given_back.body().as_ref()).unwrap();
+    assert_eq!(given_back_body["set_at_run_time"], false, "{given_back_body}");
+    assert_eq!(
+        given_back_body["max_in_flight"], given_back_body["configured_max_in_flight"],
+        "{given_back_body}"
+    );
+    seen.insert(doc.check(capacity, "put", &given_back));
+
     // A tenant's own limit of jobs in flight: set, refused out of range,
     // operators only, within their tenant; the capacity route shows it.
     let slots = "/v1/tenants/{tenant_id}/max-in-flight";

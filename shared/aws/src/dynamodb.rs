@@ -218,21 +218,59 @@ impl DynamoStore {
         HashMap::from([("pk".to_owned(), AttributeValue::S(ACCOUNT_ITEM.to_owned()))])
     }
 
-    /// The account's jobs in flight and waiting operations move by `delta`;
-    /// a claim (`admit`) only while the jobs in flight are under the limit.
-    fn account_update(&self, delta: Shares, admit: bool) -> Result<Update, StoreError> {
+    /// The account's jobs in flight and waiting operations move by `delta`
+    /// (and its count of ended jobs by one when `ended`); a claim (`admit`)
+    /// only while the jobs in flight are under every limit in force: the
+    /// operator's (`max_in_flight`, else the deployment's) and the learned
+    /// one (`learned_limit`). See [`AccountCapacity`].
+    fn account_update(&self, delta: Shares, admit: bool, ended: bool) -> Result<Update, StoreError> {
         let mut update = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::account_key()))
-            .update_expression("ADD in_flight :d, waiting :w")
+            .update_expression(if ended {
+                "ADD in_flight :d, waiting :w, jobs_ended :one"
+            } else {
+                "ADD in_flight :d, waiting :w"
+            })
             .expression_attribute_values(":d", AttributeValue::N(delta.in_flight.to_string()))
             .expression_attribute_values(":w", AttributeValue::N(delta.waiting.to_string()));
-        if let Some(limit) = self.account_limit.filter(|_| admit) {
-            update = update
-                .condition_expression("attribute_not_exists(in_flight) OR in_flight < :limit")
-                .expression_attribute_values(":limit", AttributeValue::N(limit.to_string()));
+        if ended {
+            update = update.expression_attribute_values(":one", AttributeValue::N("1".into()));
+        }
+        if admit {
+            let maximum = match self.account_limit {
+                Some(configured) => {
+                    update = update.expression_attribute_values(":limit", AttributeValue::N(configured.to_string()));
+                    "(in_flight < max_in_flight OR (attribute_not_exists(max_in_flight) AND in_flight < :limit))"
+                }
+                None => "(attribute_not_exists(max_in_flight) OR in_flight < max_in_flight)",
+            };
+            update = update.condition_expression(format!(
+                "attribute_not_exists(in_flight) OR ({maximum} AND \
+                 (attribute_not_exists(learned_limit) OR in_flight < learned_limit))"
+            ));
         }
         update.build().map_err(|e| StoreError::Service(e.to_string()))
+    }
+
+    fn account_from(&self, item: Option<&Item>) -> Result<AccountCapacity, StoreError> {
+        let Some(item) = item else {
+            return Ok(AccountCapacity {
+                configured: self.account_limit,
+                ..AccountCapacity::default()
+            });
+        };
+        let count = |name| number(item, name).map(Option::unwrap_or_default);
+        let limit = |name| number(item, name).map(|v| v.and_then(|m| u32::try_from(m).ok()));
+        Ok(AccountCapacity {
+            in_flight: count("in_flight")?,
+            waiting: count("waiting")?,
+            configured: self.account_limit,
+            set_limit: limit("max_in_flight")?,
+            learned: limit("learned_limit")?,
+            jobs_ended: count("jobs_ended")?,
+            learned_mark: count("learned_mark")?,
+        })
     }
 
     /// The record's update and the tenant's counters, in one transaction.
@@ -262,7 +300,8 @@ impl DynamoStore {
             .transact_items(TransactWriteItem::builder().update(record).build())
             .transact_items(TransactWriteItem::builder().update(counters).build());
         if delta.in_flight != 0 || delta.waiting != 0 {
-            let account = self.account_update(delta, reserves && delta.in_flight > 0)?;
+            let ended = ledger::ends_a_job(prev, next);
+            let account = self.account_update(delta, reserves && delta.in_flight > 0, ended)?;
             transaction = transaction.transact_items(TransactWriteItem::builder().update(account).build());
         }
         match transaction.send().await {
@@ -593,15 +632,52 @@ impl TenantLedgers for DynamoStore {
             .send()
             .await
             .map_err(service_error)?;
-        let count = |name| match out.item() {
-            Some(item) => number(item, name).map(Option::unwrap_or_default),
-            None => Ok(0),
+        self.account_from(out.item())
+    }
+
+    async fn set_account_limit(&self, limit: Option<u32>) -> Result<AccountCapacity, StoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::account_key()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
+        let update = match limit {
+            Some(l) => update
+                .update_expression("SET max_in_flight = :max REMOVE learned_limit")
+                .expression_attribute_values(":max", AttributeValue::N(l.to_string())),
+            None => update.update_expression("REMOVE max_in_flight, learned_limit"),
         };
-        Ok(AccountCapacity {
-            in_flight: count("in_flight")?,
-            waiting: count("waiting")?,
-            max_in_flight: self.account_limit,
-        })
+        let out = update.send().await.map_err(service_error)?;
+        self.account_from(out.attributes())
+    }
+
+    async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::account_key()))
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()));
+        update = match learned {
+            Some(l) => update
+                .update_expression("SET learned_limit = :learned, learned_mark = if_not_exists(jobs_ended, :zero)")
+                .expression_attribute_values(":learned", AttributeValue::N(l.to_string())),
+            None => {
+                update.update_expression("SET learned_mark = if_not_exists(jobs_ended, :zero) REMOVE learned_limit")
+            }
+        };
+        update = match seen {
+            Some(s) => update
+                .condition_expression("learned_limit = :seen")
+                .expression_attribute_values(":seen", AttributeValue::N(s.to_string())),
+            None => update.condition_expression("attribute_not_exists(learned_limit)"),
+        };
+        match update.send().await {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(false),
+            Err(e) => Err(service_error(e)),
+        }
     }
 
     async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {

@@ -568,7 +568,7 @@ async fn the_account_admits_claims_while_it_has_a_free_slot<S: OperationStore>(s
         store.create(r, now).await.unwrap();
     }
     let account = store.account().await.unwrap();
-    assert_eq!((account.in_flight, account.max_in_flight), (0, Some(2)));
+    assert_eq!((account.in_flight, account.max_in_flight()), (0, Some(2)));
     let a1 = claimed(&a, "tok");
     store.apply(&a, &a1).await.unwrap();
     let b1 = claimed(&b, "tok");
@@ -602,6 +602,68 @@ async fn the_account_admits_claims_while_it_has_a_free_slot<S: OperationStore>(s
     let c2 = accepted_with(&c1, "job-slot-c", Some(10.0));
     store.apply(&c1, &c2).await.unwrap();
     assert_eq!(store.account().await.unwrap().in_flight, 2);
+}
+
+/// An operator's limit replaces the deployment's (2 here) while set; a
+/// limit learned from 429s lowers it; each is admitted in the claim's own
+/// write. Jobs Genace ran count as ended when they free their slot; a claim
+/// released after a 429 does not.
+async fn operators_and_learned_account_limits_admit_claims<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    let raised = store.set_account_limit(Some(3)).await.unwrap();
+    assert_eq!(
+        (
+            raised.configured,
+            raised.set_limit,
+            raised.max_in_flight(),
+            raised.learned
+        ),
+        (Some(2), Some(3), Some(3), None)
+    );
+    let [a, b, c, d] = ["a", "b", "c", "d"].map(|k| record_for("tenant-limits", k, "p"));
+    for r in [&a, &b, &c, &d] {
+        store.create(r, now).await.unwrap();
+    }
+    let [a1, b1, c1, d1] = [&a, &b, &c, &d].map(|r| claimed(r, "tok"));
+    store.apply(&a, &a1).await.unwrap();
+    store.apply(&b, &b1).await.unwrap();
+    store.apply(&c, &c1).await.unwrap();
+    assert!(matches!(store.apply(&d, &d1).await, Err(StoreError::AccountFull)));
+    // A lesson is saved only over the value it was drawn from.
+    assert!(store.learn_account_limit(None, Some(1)).await.unwrap());
+    assert!(!store.learn_account_limit(None, Some(5)).await.unwrap(), "stale");
+    let account = store.account().await.unwrap();
+    assert_eq!(
+        (account.learned, account.limit(), account.learned_mark),
+        (Some(1), Some(1), 0)
+    );
+    // a renders: one job ended; two still in flight, over the learned limit.
+    let a2 = accepted_with(&a1, "job-limits-a", Some(1.0));
+    store.apply(&a1, &a2).await.unwrap();
+    store.apply(&a2, &rendered(&a2, "job-limits-a")).await.unwrap();
+    // b is refused by Genace with 429: its slot frees, but no job ran.
+    let refused = machine::Event::RateLimited {
+        token: "tok",
+        retry_at: now,
+        busy: false,
+    };
+    let b2 = machine::transition(&b1, refused, now, &Policy::default()).unwrap();
+    store.apply(&b1, &b2).await.unwrap();
+    let account = store.account().await.unwrap();
+    assert_eq!((account.in_flight, account.jobs_ended), (1, 1));
+    assert!(!account.has_room(), "one in flight under a learned limit of one");
+    assert!(matches!(store.apply(&d, &d1).await, Err(StoreError::AccountFull)));
+    assert!(store.learn_account_limit(Some(1), Some(2)).await.unwrap());
+    let account = store.account().await.unwrap();
+    assert_eq!((account.learned, account.learned_mark), (Some(2), 1));
+    store.apply(&d, &d1).await.unwrap();
+    // Removing the operator's limit forgets the lesson: the deployment's 2 holds.
+    let back = store.set_account_limit(None).await.unwrap();
+    assert_eq!(
+        (back.set_limit, back.learned, back.max_in_flight(), back.in_flight),
+        (None, None, Some(2), 2)
+    );
+    assert!(!back.has_room());
 }
 
 /// Operations waiting for a slot are listed per tenant, oldest wait first,
@@ -697,7 +759,7 @@ async fn without_an_account_limit_slots_are_only_counted<S: OperationStore>(stor
         store.apply(&r, &claimed(&r, "tok")).await.unwrap();
     }
     let account = store.account().await.unwrap();
-    assert_eq!((account.in_flight, account.max_in_flight), (3, None));
+    assert_eq!((account.in_flight, account.max_in_flight()), (3, None));
     assert!(account.has_room());
     assert_eq!(millis_held(&store, "tenant-free").await.in_flight, 3);
 }
@@ -720,6 +782,7 @@ genace_aws::contract_tests!(
     dynamodb_limited => |env| env.store().with_account_limit(Some(2));
     the_account_admits_claims_while_it_has_a_free_slot,
     claims_of_many_tenants_race_for_the_last_slots,
+    operators_and_learned_account_limits_admit_claims,
 );
 
 genace_aws::contract_tests!(

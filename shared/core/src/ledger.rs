@@ -200,8 +200,24 @@ pub fn reserves(prev: &OperationRecord, next: &OperationRecord) -> bool {
 /// The most jobs the Genace account limit may be set to; a limit is at least 1.
 pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;
 
+/// Whether the write of `next` over `prev` ends a job that Genace ran for
+/// us: its slot frees and Genace had given it a job id. The account counts
+/// these; a learned limit rises with them ([`AccountCapacity::raised`]).
+pub fn ends_a_job(prev: &OperationRecord, next: &OperationRecord) -> bool {
+    share(next).in_flight < share(prev).in_flight && prev.remote_job_id.is_some()
+}
+
 /// The Genace account's capacity as the table counts it: the jobs of every
-/// tenant that hold a slot, and the limit a claim is admitted under.
+/// tenant that hold a slot, and the limits a claim is admitted under.
+///
+/// Three limits meet here. `configured` is the deployment's
+/// (`GENACE_MAX_IN_FLIGHT`). An operator may replace it at run time
+/// (`set_limit`); whichever is in force is the most we ever admit
+/// ([`Self::max_in_flight`]). Below that, `learned` is what Genace's 429s
+/// taught: halved when Genace refuses while we believed there was room,
+/// raised by one per `learned` jobs that end, and dropped once it is back
+/// at the maximum. A claim is admitted under the lower of the two
+/// ([`Self::limit`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct AccountCapacity {
     /// The sum of [`Shares::in_flight`] over every record.
@@ -210,13 +226,75 @@ pub struct AccountCapacity {
     /// for a slot, whatever their tenant.
     pub waiting: i64,
     /// `GENACE_MAX_IN_FLIGHT`; none: no limit.
-    pub max_in_flight: Option<u32>,
+    pub configured: Option<u32>,
+    /// An operator's limit, set at run time; replaces `configured` while set.
+    pub set_limit: Option<u32>,
+    /// The limit learned from Genace's 429s; none: the maximum in force.
+    pub learned: Option<u32>,
+    /// Jobs that ended at Genace ([`ends_a_job`]), ever.
+    pub jobs_ended: i64,
+    /// `jobs_ended` when `learned` last changed.
+    pub learned_mark: i64,
 }
 
 impl AccountCapacity {
+    /// The most jobs we admit at once: the operator's limit, else the
+    /// deployment's; none: no limit.
+    pub fn max_in_flight(&self) -> Option<u32> {
+        self.set_limit.or(self.configured)
+    }
+
+    /// The limit a claim is admitted under now: the maximum, or the learned
+    /// limit when it is lower.
+    pub fn limit(&self) -> Option<u32> {
+        match (self.max_in_flight(), self.learned) {
+            (Some(max), Some(learned)) => Some(max.min(learned)),
+            (max, learned) => max.or(learned),
+        }
+    }
+
     /// Whether a claim would be admitted now.
     pub fn has_room(&self) -> bool {
-        self.max_in_flight.is_none_or(|max| self.in_flight < i64::from(max))
+        self.limit().is_none_or(|max| self.in_flight < i64::from(max))
+    }
+
+    /// Free slots under [`Self::limit`]; none: no limit.
+    pub fn free_slots(&self) -> Option<u64> {
+        self.limit()
+            .map(|max| u64::try_from(i64::from(max) - self.in_flight).unwrap_or(0))
+    }
+
+    /// The learned limit after Genace refused a claim with 429 while
+    /// `in_flight` (this claim's slot included) were ours: half of what we
+    /// had in flight, at least 1. None when that would not lower the limit,
+    /// or when the claim was admitted under a higher limit than today's (its
+    /// 429 is news from before the last lowering, so the limit halves once
+    /// per lesson rather than once per refused claim of one burst).
+    pub fn lowered_after_429(&self) -> Option<u32> {
+        let in_flight = u32::try_from(self.in_flight.max(1)).unwrap_or(u32::MAX);
+        let limit = self.limit().unwrap_or(MAX_IN_FLIGHT_LIMIT);
+        if in_flight > limit {
+            return None;
+        }
+        let lowered = (in_flight / 2).max(1);
+        (lowered < limit).then_some(lowered)
+    }
+
+    /// The learned limit once enough jobs ended since it last changed: one
+    /// more per `learned` jobs ended (additive increase), none once that
+    /// reaches the maximum (nothing learned holds any more). Outer none:
+    /// nothing to change.
+    pub fn raised(&self) -> Option<Option<u32>> {
+        let learned = self.learned?;
+        let max = self.max_in_flight().unwrap_or(MAX_IN_FLIGHT_LIMIT);
+        if learned >= max {
+            return Some(None);
+        }
+        if self.jobs_ended.saturating_sub(self.learned_mark) < i64::from(learned) {
+            return None;
+        }
+        let raised = learned + 1;
+        Some((raised < max).then_some(raised))
     }
 }
 
@@ -412,5 +490,91 @@ mod tests {
             r.ledger_phase = Some(nothing);
             assert!(share(&r).is_zero());
         }
+    }
+
+    fn account(in_flight: i64, configured: Option<u32>, learned: Option<u32>) -> AccountCapacity {
+        AccountCapacity {
+            in_flight,
+            configured,
+            learned,
+            ..AccountCapacity::default()
+        }
+    }
+
+    #[test]
+    fn the_limit_in_force_is_the_operators_then_the_deployments_and_the_learned_one_only_lowers_it() {
+        let mut a = account(3, Some(10), None);
+        assert_eq!(
+            (a.max_in_flight(), a.limit(), a.free_slots()),
+            (Some(10), Some(10), Some(7))
+        );
+        a.set_limit = Some(4);
+        assert_eq!(
+            (a.max_in_flight(), a.limit(), a.free_slots()),
+            (Some(4), Some(4), Some(1))
+        );
+        a.learned = Some(2);
+        assert_eq!((a.limit(), a.free_slots()), (Some(2), Some(0)));
+        assert!(!a.has_room());
+        a.learned = Some(9);
+        assert_eq!(
+            a.limit(),
+            Some(4),
+            "a learned limit above the maximum does not raise it"
+        );
+        let unlimited = account(50, None, Some(6));
+        assert_eq!(unlimited.limit(), Some(6));
+        assert_eq!(account(50, None, None).limit(), None);
+        assert!(account(50, None, None).has_room());
+    }
+
+    #[test]
+    fn a_429_halves_what_was_in_flight_once_per_lesson() {
+        // Ten of ours in flight (this claim's slot included) under a limit of ten.
+        assert_eq!(account(10, Some(10), None).lowered_after_429(), Some(5));
+        assert_eq!(account(1, Some(10), None).lowered_after_429(), Some(1));
+        // Admitted under an older, higher limit: no second halving.
+        assert_eq!(account(9, Some(10), Some(5)).lowered_after_429(), None);
+        // Under the learned limit: it halves again.
+        assert_eq!(account(4, Some(10), Some(5)).lowered_after_429(), Some(2));
+        // Already at 1: nothing lower to learn.
+        assert_eq!(account(1, Some(10), Some(1)).lowered_after_429(), None);
+        // No limit of ours at all: what was in flight teaches one.
+        assert_eq!(account(40, None, None).lowered_after_429(), Some(20));
+    }
+
+    #[test]
+    fn a_learned_limit_rises_by_one_per_window_of_ended_jobs_and_is_forgotten_at_the_maximum() {
+        let mut a = account(0, Some(6), Some(4));
+        a.learned_mark = 100;
+        a.jobs_ended = 103;
+        assert_eq!(a.raised(), None, "three of four jobs ended: not yet");
+        a.jobs_ended = 104;
+        assert_eq!(a.raised(), Some(Some(5)));
+        a.learned = Some(5);
+        a.learned_mark = 104;
+        a.jobs_ended = 109;
+        assert_eq!(a.raised(), Some(None), "back at the maximum: nothing learned holds");
+        // A maximum lowered under what was learned forgets it at once.
+        a.set_limit = Some(3);
+        a.jobs_ended = 104;
+        assert_eq!(a.raised(), Some(None));
+        assert_eq!(account(0, Some(6), None).raised(), None);
+    }
+
+    #[test]
+    fn only_a_job_genace_ran_counts_as_ended() {
+        let accepted = {
+            let mut r = at(Phase::Accepted, Some(1.0), None);
+            r.remote_job_id = Some("job_1".into());
+            r
+        };
+        let mut rendered = accepted.clone();
+        rendered.phase = Phase::Rendered;
+        assert!(ends_a_job(&accepted, &rendered));
+        // A claim released after a 429 frees its slot, but no job ran.
+        let submitting = at(Phase::Submitting, Some(1.0), None);
+        let released = at(Phase::Prepared, None, None);
+        assert!(!ends_a_job(&submitting, &released));
     }
 }

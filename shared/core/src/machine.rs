@@ -220,8 +220,10 @@ fn release_claim(
     }
     if busy {
         // Waiting for one of our slots to free, like a refused claim: woken
-        // then, or looked at by the sweep after `capacity_repair`.
-        next.capacity_hold = Some(now);
+        // then, or looked at by the sweep after `capacity_repair`. A 429 is
+        // not its fault, so it keeps its place: waiting since it was made
+        // sorts it before every operation made after it.
+        next.capacity_hold = Some(rec.created_at);
         let repair = now + policy.capacity_repair;
         next.retry_at_ms = None;
         next.due_at_ms = Some(repair.timestamp_millis());

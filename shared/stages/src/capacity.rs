@@ -42,13 +42,24 @@ pub async fn wake_if_room<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q)
 /// Wakes as many waiting operations as the account has free slots (at most
 /// [`MAX_WAKE`]), tenants in turn by fewest jobs in flight. Returns how many.
 pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Result<usize, String> {
-    let account = store.account().await.map_err(|e| e.to_string())?;
+    let mut account = store.account().await.map_err(|e| e.to_string())?;
+    if let Some(raised) = account.raised() {
+        // Enough jobs ended under a limit learned from 429s: one more slot.
+        if store
+            .learn_account_limit(account.learned, raised)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            info!(from = ?account.learned, to = ?raised, "learned account limit raised");
+            account.learned = raised;
+        }
+    }
     if account.waiting <= 0 {
         // The common case, for one read: nobody waits.
         return Ok(0);
     }
-    let room = match account.max_in_flight {
-        Some(max) => usize::try_from(i64::from(max) - account.in_flight).unwrap_or(0),
+    let room = match account.free_slots() {
+        Some(free) => usize::try_from(free).unwrap_or(usize::MAX),
         // No limit of ours: a 429 made these wait; one per freed slot.
         None => 1,
     };
@@ -93,6 +104,30 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
         info!(woken, room, "woke operations waiting for a slot");
     }
     Ok(woken)
+}
+
+/// After Genace refused a claim with 429 while jobs of ours were in flight
+/// (`account` as read then, this claim's slot counted): the real limit is
+/// lower than we believed, so the learned limit halves
+/// ([`genace_core::ledger::AccountCapacity::lowered_after_429`]). Failures
+/// are logged: the limit stays as it was, and the next 429 teaches again.
+pub async fn learn_from_429<S: OperationStore>(
+    store: &S,
+    account: &genace_core::ledger::AccountCapacity,
+    metrics: &crate::metrics::Metrics,
+) {
+    let Some(lowered) = account.lowered_after_429() else {
+        return;
+    };
+    match store.learn_account_limit(account.learned, Some(lowered)).await {
+        Ok(true) => {
+            info!(from = ?account.limit(), to = lowered, "Genace refused under our limit; learned a lower one");
+            metrics.count("CapacityLimitLowered", &[]);
+        }
+        // Another 429 of the same burst taught it first.
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, "the lowered account limit was not saved"),
+    }
 }
 
 /// A waiting tenant, and what this call has taken from its order.
@@ -143,8 +178,16 @@ pub struct TenantCapacity {
 /// every tenant with a job in flight or an operation waiting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapacityReport {
-    /// `GENACE_MAX_IN_FLIGHT`; none: no limit.
+    /// The most jobs admitted at once: the operator's limit, else the
+    /// deployment's; none: no limit.
     pub max_in_flight: Option<u32>,
+    /// `GENACE_MAX_IN_FLIGHT`, the deployment's limit.
+    pub configured_max_in_flight: Option<u32>,
+    /// Whether an operator's limit replaces the deployment's.
+    pub set_at_run_time: bool,
+    /// The limit claims are admitted under now: `max_in_flight`, or lower
+    /// when Genace's 429s taught a lower one.
+    pub effective_max_in_flight: Option<u32>,
     /// The account's counts over every tenant; none for an operator scoped
     /// to one tenant, who sees that tenant only.
     pub in_flight: Option<i64>,
@@ -180,11 +223,33 @@ impl<S: OperationStore, Q, O, C: crate::clock::Clock> crate::admin::Admin<'_, S,
             });
         }
         Ok(CapacityReport {
-            max_in_flight: account.max_in_flight,
+            max_in_flight: account.max_in_flight(),
+            configured_max_in_flight: account.configured,
+            set_at_run_time: account.set_limit.is_some(),
+            effective_max_in_flight: account.limit(),
             in_flight: whole.then_some(account.in_flight),
             waiting: whole.then_some(account.waiting),
             tenants,
         })
+    }
+
+    /// Sets (or, with `None`, removes) the operator's limit of the whole
+    /// account's jobs in flight, which replaces `GENACE_MAX_IN_FLIGHT`
+    /// while set and forgets any limit learned from 429s. A raised limit
+    /// wakes the operations it makes room for; a lowered one admits nothing
+    /// new until the jobs in flight fall under it, and touches nothing
+    /// running. Only an operator not scoped to one tenant may.
+    pub async fn set_account_limit(&self, limit: Option<u32>) -> Result<CapacityReport, crate::intake::IntakeError>
+    where
+        Q: WorkQueue,
+    {
+        if self.op.tenant.is_some() {
+            return Err(crate::intake::IntakeError::AccountWide);
+        }
+        self.store.set_account_limit(limit).await?;
+        info!(actor = %self.op.actor, max_in_flight = ?limit, "account's limit of jobs in flight set");
+        wake_if_room(&self.store, &self.queue).await;
+        self.capacity().await
     }
 
     async fn every_ledger(&self) -> Result<Vec<TenantLedger>, StoreError> {

@@ -386,7 +386,12 @@ where
         // own): the account is full, which is not a failure. Unknown counts
         // as not busy, so a stuck limit still reaches a person.
         let busy = match self.store.account().await {
-            Ok(account) => account.in_flight > 1,
+            Ok(account) if account.in_flight > 1 => {
+                // Refused while we believed there was room: learn a lower limit.
+                crate::capacity::learn_from_429(&self.store, &account, &self.metrics).await;
+                true
+            }
+            Ok(_) => false,
             Err(e) => {
                 warn!(operation_id = %id, error = %e, "account capacity unreadable after a 429");
                 false

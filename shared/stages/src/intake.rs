@@ -34,6 +34,10 @@ pub enum IntakeError {
         job_id: String,
         holder: Option<OperationId>,
     },
+    /// The change concerns the whole Genace account, and the operator is
+    /// scoped to one tenant.
+    #[error("only an operator of every tenant may change the whole account")]
+    AccountWide,
     #[error(transparent)]
     Store(#[from] StoreError),
 }

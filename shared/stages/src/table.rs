@@ -124,6 +124,24 @@ pub trait TenantLedgers: Send + Sync {
     /// The Genace account's jobs in flight and its limit.
     fn account(&self) -> impl Future<Output = Result<genace_core::ledger::AccountCapacity, StoreError>> + Send;
 
+    /// Sets (or, with `None`, removes) an operator's limit of the account's
+    /// jobs in flight, which replaces the deployment's while set, and
+    /// forgets any limit learned from 429s. Jobs in flight keep their
+    /// slots. Returns the account as it now is.
+    fn set_account_limit(
+        &self,
+        limit: Option<u32>,
+    ) -> impl Future<Output = Result<genace_core::ledger::AccountCapacity, StoreError>> + Send;
+
+    /// Replaces the account's learned limit if it is still `seen`, and
+    /// marks the jobs ended so far as its start (`None` forgets it). False
+    /// when another writer changed it first: theirs stands.
+    fn learn_account_limit(
+        &self,
+        seen: Option<u32>,
+        learned: Option<u32>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// One page of every tenant's ledger, in tenant order.
     fn ledgers(&self, limit: i32, cursor: Option<&str>) -> impl Future<Output = Result<LedgerPage, StoreError>> + Send;
 

@@ -416,6 +416,71 @@ async fn a_429_counts_toward_a_case_only_when_nothing_else_of_ours_is_in_flight(
     assert_eq!((rec.rate_limited_count, rec.capacity_hold), (1, None));
 }
 
+/// Genace renders two at once while our limit says four: the first 429
+/// teaches a lower limit (half of what was in flight), so the next claim
+/// waits without a POST; jobs ending raise the learned limit again, one
+/// per window, and every operation is POSTed once it is admitted. No case.
+#[tokio::test]
+async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(4));
+    let _genace = app.genace.clone().with_concurrency(2);
+    let mut ids = Vec::new();
+    for key in ["one", "two", "three", "four"] {
+        ids.push(submit(&app, key, None).await);
+        app.clock.advance(Duration::seconds(1));
+    }
+    let dispatcher = app.dispatcher();
+    for id in &ids[..2] {
+        assert_eq!(
+            dispatcher.dispatch(id).await.unwrap(),
+            Dispatched::Posted(PostResult::Accepted)
+        );
+    }
+    assert_eq!(
+        dispatcher.dispatch(&ids[2]).await.unwrap(),
+        Dispatched::Posted(PostResult::RateLimited)
+    );
+    let account = app.store.account().await.unwrap();
+    assert_eq!(
+        (account.learned, account.limit(), account.in_flight),
+        (Some(1), Some(1), 2),
+        "three were in flight when Genace refused: half of it is learned"
+    );
+    assert_eq!(
+        dispatcher.dispatch(&ids[3]).await.unwrap(),
+        Dispatched::WaitingForCapacity,
+        "over the learned limit: no POST"
+    );
+    assert_eq!((app.genace.posts().len(), app.genace.refused_full()), (3, 1));
+    // The first job ends: one window of one job, so the limit rises to two
+    // and the refused operation, first in the order, is woken.
+    app.poller().poll(&ids[0]).await.unwrap();
+    app.genace.set_job(
+        "job-0001",
+        "completed",
+        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
+    );
+    assert_eq!(app.poller().poll(&ids[0]).await.unwrap(), Polled::Rendered);
+    let account = app.store.account().await.unwrap();
+    assert_eq!((account.learned, account.jobs_ended), (Some(2), 1));
+    assert_eq!(
+        dispatcher.dispatch(&ids[2]).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(
+        dispatcher.dispatch(&ids[3]).await.unwrap(),
+        Dispatched::WaitingForCapacity,
+        "two in flight under a learned two"
+    );
+    for id in &ids {
+        let rec = record(&app, id).await;
+        assert!(rec.case.is_none(), "capacity never opens a case: {rec:?}");
+        assert_eq!(rec.rate_limited_count, 0);
+    }
+    assert_eq!(app.genace.refused_full(), 1, "one 429 in all");
+}
+
 /// An app whose only operation was answered 429: returns it and the operation.
 async fn memory_app_alone() -> (MemoryApp, OperationId) {
     let app = app();

@@ -135,7 +135,7 @@ impl World {
                 account.in_flight
             ));
         }
-        if let Some(max) = account.max_in_flight
+        if let Some(max) = account.max_in_flight()
             && account.in_flight > i64::from(max)
         {
             return Err(format!("{} jobs in flight past the limit of {max}", account.in_flight));

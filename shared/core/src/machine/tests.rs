@@ -1331,12 +1331,17 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
         retry_at: later,
         busy: true,
     };
-    let full = transition(&submitting(), busy, t0(), &p).unwrap();
+    let full = transition(&submitting(), busy, later, &p).unwrap();
     assert_eq!((full.phase, full.rate_limited_count), (Phase::Prepared, 0));
-    assert!(full.case.is_none() && full.capacity_hold.is_some());
+    assert!(full.case.is_none());
+    assert_eq!(
+        full.capacity_hold,
+        Some(submitting().created_at),
+        "back at the head of its tenant's order: waiting since it was made"
+    );
     assert_eq!(
         (full.due_at_ms, full.retry_at_ms),
-        (Some(repair.timestamp_millis()), None),
+        (Some((later + p.capacity_repair).timestamp_millis()), None),
         "woken by a freed slot, not by Retry-After"
     );
     let alone = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();

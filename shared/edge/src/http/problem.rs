@@ -117,6 +117,12 @@ impl From<IntakeError> for Problem {
                     None => p,
                 }
             }
+            IntakeError::AccountWide => Problem::new(
+                StatusCode::FORBIDDEN,
+                "account-wide",
+                "Only an operator of every tenant may change this",
+                format!("{e}; this operator is scoped to one tenant."),
+            ),
             IntakeError::Refused(refusal) => Problem::new(
                 StatusCode::CONFLICT,
                 "wrong-phase",

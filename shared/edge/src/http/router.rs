@@ -149,7 +149,8 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
         (Some(Route::AllCredits), &Method::GET) => all_credits(intake, &req).await,
         (Some(Route::AllCredits), _) => Err(method_not_allowed("GET")),
         (Some(Route::Capacity), &Method::GET) => capacity(intake, &req).await,
-        (Some(Route::Capacity), _) => Err(method_not_allowed("GET")),
+        (Some(Route::Capacity), &Method::PUT) => set_account_limit(intake, req).await,
+        (Some(Route::Capacity), _) => Err(method_not_allowed("GET, PUT")),
         (Some(Route::SpendLimit(tenant)), &Method::PUT) => set_spend_limit(intake, req, &tenant).await,
         (Some(Route::SpendLimit(_)), _) => Err(method_not_allowed("PUT")),
         (Some(Route::MaxInFlight(tenant)), &Method::PUT) => set_max_in_flight(intake, req, &tenant).await,
@@ -370,6 +371,39 @@ async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clo
     Ok(ok_json(credits_view(&ledger)))
 }
 
+/// The body of a PUT of a limit of jobs in flight: `{"max_in_flight": N}`
+/// with N a whole number from 1 to 10000, or null for none.
+fn in_flight_limit(req: &Request) -> Result<Option<u32>, Problem> {
+    small_body(req, "limit")?;
+    let body = json_body(req)?;
+    only_members(&body, &["max_in_flight"])?;
+    let bound = genace_core::ledger::MAX_IN_FLIGHT_LIMIT;
+    match body.get("max_in_flight") {
+        Some(Value::Null) => Ok(None),
+        // A whole number, as JSON Schema counts one: `3` and `3.0` alike.
+        Some(Value::Number(n)) => match n
+            .as_f64()
+            .filter(|v| v.fract() == 0.0 && *v >= 1.0 && *v <= f64::from(bound))
+        {
+            Some(v) => Ok(Some(v as u32)),
+            _ => Err(InvalidInput::new("max_in_flight", "must be a whole number from 1 to 10000").into()),
+        },
+        _ => Err(InvalidInput::new("max_in_flight", "is required: a number of jobs, or null for none").into()),
+    }
+}
+
+/// PUT /v1/capacity: the operator's limit of the whole account's jobs in
+/// flight (null: the deployment's again).
+async fn set_account_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+) -> Result<Response<Body>, Problem> {
+    let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
+    let limit = in_flight_limit(&req)?;
+    let report = intake.admin(&op).set_account_limit(limit).await?;
+    Ok(ok_json(capacity_view(&report)))
+}
+
 async fn set_max_in_flight<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     intake: &Intake<S, Q, O, C>,
     req: Request,
@@ -378,23 +412,7 @@ async fn set_max_in_flight<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: C
     let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
     small_body(&req, "limit")?;
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
-    let body = json_body(&req)?;
-    only_members(&body, &["max_in_flight"])?;
-    let bound = genace_core::ledger::MAX_IN_FLIGHT_LIMIT;
-    let limit = match body.get("max_in_flight") {
-        Some(Value::Null) => None,
-        // A whole number, as JSON Schema counts one: `3` and `3.0` alike.
-        Some(Value::Number(n)) => match n
-            .as_f64()
-            .filter(|v| v.fract() == 0.0 && *v >= 1.0 && *v <= f64::from(bound))
-        {
-            Some(v) => Some(v as u32),
-            _ => return Err(InvalidInput::new("max_in_flight", "must be a whole number from 1 to 10000").into()),
-        },
-        _ => {
-            return Err(InvalidInput::new("max_in_flight", "is required: a number of jobs, or null for none").into());
-        }
-    };
+    let limit = in_flight_limit(&req)?;
     let ledger = intake.admin(&op).set_max_in_flight(&tenant, limit).await?;
     Ok(ok_json(json!({
         "tenant_id": ledger.tenant_id,

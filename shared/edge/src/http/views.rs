@@ -138,6 +138,9 @@ pub fn capacity_view(report: &genace_stages::capacity::CapacityReport) -> Value 
     let oldest = report.tenants.iter().filter_map(|t| t.oldest_wait_since).min();
     json!({
         "max_in_flight": report.max_in_flight,
+        "configured_max_in_flight": report.configured_max_in_flight,
+        "set_at_run_time": report.set_at_run_time,
+        "effective_max_in_flight": report.effective_max_in_flight,
         "in_flight": report.in_flight,
         "waiting": report.waiting,
         "oldest_wait_since": oldest,

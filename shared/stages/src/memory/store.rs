@@ -50,7 +50,7 @@ impl MemoryStore {
     /// Genace account (the deployed store's `GENACE_MAX_IN_FLIGHT`).
     #[must_use]
     pub fn with_account_limit(self, max_in_flight: Option<u32>) -> Self {
-        self.lock().account.max_in_flight = max_in_flight;
+        self.lock().account.configured = max_in_flight;
         self
     }
 
@@ -175,6 +175,9 @@ impl OperationRecords for MemoryStore {
                         .checked_add(delta.in_flight)
                         .ok_or_else(overflow)?;
                     let waiting = tables.account.waiting.checked_add(delta.waiting).ok_or_else(overflow)?;
+                    if ledger::ends_a_job(prev, next) {
+                        tables.account.jobs_ended += 1;
+                    }
                     entry.totals = totals;
                     tables.account.in_flight = in_flight;
                     tables.account.waiting = waiting;
@@ -303,6 +306,23 @@ impl TenantLedgers for MemoryStore {
 
     async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
         Ok(self.lock().account)
+    }
+
+    async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+        let account = &mut self.lock().account;
+        account.set_limit = limit;
+        account.learned = None;
+        Ok(*account)
+    }
+
+    async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
+        let account = &mut self.lock().account;
+        if account.learned != seen {
+            return Ok(false);
+        }
+        account.learned = learned;
+        account.learned_mark = account.jobs_ended;
+        Ok(true)
     }
 
     async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
