@@ -605,7 +605,42 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     .await;
     let slot_body: Value = serde_json::from_slice(slot_view.body().as_ref()).unwrap();
     assert_eq!(slot_body["hold"]["reason"], "capacity", "{slot_body}");
+    assert_eq!(
+        slot_body["queue"],
+        json!({"reason": "capacity", "since": slot_body["hold"]["since"], "position": 1, "priority": "interactive"}),
+        "{slot_body}"
+    );
     seen.insert(doc.check(one, "get", &slot_view));
+    assert_eq!(held_body["queue"]["reason"], "spend_limit", "{held_body}");
+    assert_eq!(held_body["queue"]["position"], Value::Null, "{held_body}");
+    // A priority is taken, shown, and not part of the fingerprint; an
+    // unknown one is refused with its field.
+    let mut batch: Value = serde_json::from_str(&intent("k-batch", "p")).unwrap();
+    batch["priority"] = json!("batch");
+    let made = call(event("POST", ops, Some(&batch.to_string()), tenant("t1"), &[])).await;
+    let made_body: Value = serde_json::from_slice(made.body().as_ref()).unwrap();
+    assert_eq!(
+        (made.status().as_u16(), &made_body["priority"]),
+        (202, &json!("batch")),
+        "{made_body}"
+    );
+    seen.insert(doc.check(ops, "post", &made));
+    batch["priority"] = json!("interactive");
+    let replayed = call(event("POST", ops, Some(&batch.to_string()), tenant("t1"), &[])).await;
+    let replayed_body: Value = serde_json::from_slice(replayed.body().as_ref()).unwrap();
+    assert_eq!(
+        (replayed.status().as_u16(), &replayed_body["priority"]),
+        (200, &json!("batch")),
+        "a replay, keeping the first priority: {replayed_body}"
+    );
+    batch["priority"] = json!("urgent");
+    let unknown = call(event("POST", ops, Some(&batch.to_string()), tenant("t1"), &[])).await;
+    let unknown_body: Value = serde_json::from_slice(unknown.body().as_ref()).unwrap();
+    assert_eq!(
+        (unknown.status().as_u16(), &unknown_body["field"]),
+        (400, &json!("priority"))
+    );
+    seen.insert(doc.check(ops, "post", &unknown));
     let capacity = "/v1/capacity";
     let report = call(event("GET", capacity, None, operator(), &[])).await;
     let report_body: Value = serde_json::from_slice(report.body().as_ref()).unwrap();

@@ -717,6 +717,39 @@ async fn the_waiting_order_is_per_tenant_and_oldest_first<S: OperationStore>(sto
     assert_eq!(stored, waiting[0]);
 }
 
+/// A batch operation lets interactive ones of its tenant that came up to
+/// `BATCH_YIELDS_SECONDS` after it go first, and no later one.
+async fn batch_yields_to_interactive_for_a_bounded_time<S: OperationStore>(store: S) {
+    use genace_core::domain::Priority;
+    let t0 = Utc::now();
+    let mut ids = Vec::new();
+    for (key, priority, after) in [
+        ("batch", Priority::Batch, 0),
+        ("soon", Priority::Interactive, 60),
+        ("late", Priority::Interactive, Priority::BATCH_YIELDS_SECONDS + 60),
+    ] {
+        let mut rec = record_for("tenant-priorities", key, "p");
+        rec.priority = priority;
+        store.create(&rec, t0).await.unwrap();
+        let at = t0 + chrono::Duration::seconds(after);
+        let event = machine::Event::CapacityReached {
+            retry_at: at + chrono::Duration::minutes(5),
+        };
+        let next = machine::transition(&rec, event, at, &Policy::default()).unwrap();
+        store.apply(&rec, &next).await.unwrap();
+        assert_eq!(
+            store.get(&rec.operation_id, t0).await.unwrap().unwrap().priority,
+            priority
+        );
+        ids.push(next.operation_id);
+    }
+    let tenant = TenantId::parse("tenant-priorities").unwrap();
+    assert_eq!(
+        store.waiting(&tenant, 10).await.unwrap(),
+        vec![ids[1].clone(), ids[0].clone(), ids[2].clone()]
+    );
+}
+
 /// A tenant's own limit of jobs in flight: a claim past it writes nothing
 /// and says so; other tenants are not held by it; removing it lets the
 /// claim through.
@@ -805,4 +838,5 @@ genace_aws::contract_tests!(
     without_an_account_limit_slots_are_only_counted,
     the_waiting_order_is_per_tenant_and_oldest_first,
     a_tenants_own_limit_refuses_a_claim_past_it,
+    batch_yields_to_interactive_for_a_bounded_time,
 );

@@ -222,6 +222,46 @@ impl MediaType {
     }
 }
 
+/// How soon an intent should take a free slot of Genace's capacity, against
+/// its tenant's other waiting intents. `batch` yields to `interactive` for
+/// a bounded time ([`Priority::BATCH_YIELDS_SECONDS`]), so it is never
+/// starved. Not part of the fingerprint: the same intent sent again with
+/// another priority is a replay.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    #[default]
+    Interactive,
+    Batch,
+}
+
+impl Priority {
+    /// How long a waiting batch intent lets later interactive intents of its
+    /// tenant go first. After that it sorts before them, so its wait is
+    /// bounded by this plus the drain of what waited before it.
+    pub const BATCH_YIELDS_SECONDS: i64 = 300;
+
+    pub fn parse(value: &Value) -> Result<Self, InvalidInput> {
+        match value {
+            Value::Null => Ok(Self::Interactive),
+            Value::String(s) if s == "interactive" => Ok(Self::Interactive),
+            Value::String(s) if s == "batch" => Ok(Self::Batch),
+            _ => Err(InvalidInput::new("priority", "must be \"interactive\" or \"batch\"")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Interactive => "interactive",
+            Self::Batch => "batch",
+        }
+    }
+
+    pub fn is_interactive(&self) -> bool {
+        *self == Self::Interactive
+    }
+}
+
 /// A prompt revision is whatever the application uses to name a reviewed
 /// prompt: a counter or a label. The two spellings are kept apart.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -452,9 +492,11 @@ pub struct Intent {
     pub canonical: CanonicalSpec,
     /// A fault to fire once, for conformance runs. Not part of the fingerprint.
     pub fault: Option<Fault>,
+    /// Not part of the fingerprint.
+    pub priority: Priority,
 }
 
-const INTENT_FIELDS: [&str; 4] = ["operation_key", "media_type", "specification", "fault"];
+const INTENT_FIELDS: [&str; 5] = ["operation_key", "media_type", "specification", "fault", "priority"];
 
 impl Intent {
     /// Parses an intake body. `header_key` is the `Idempotency-Key` header, if any.
@@ -511,12 +553,14 @@ impl Intent {
                     .map_err(|_| InvalidInput::new("fault", "is not a known fault directive"))?,
             ),
         };
+        let priority = obj.get("priority").map_or(Ok(Priority::Interactive), Priority::parse)?;
         Ok(Self {
             operation_key,
             media_type,
             specification,
             canonical,
             fault,
+            priority,
         })
     }
 }

@@ -195,6 +195,10 @@ pub struct OperationRecord {
     /// 429 answers in a row for this operation.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rate_limited_count: u32,
+    /// Its place against its tenant's other waiting operations; the first
+    /// intent's (a replay does not change it).
+    #[serde(default, skip_serializing_if = "crate::domain::Priority::is_interactive")]
+    pub priority: crate::domain::Priority,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_job_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -301,6 +305,7 @@ impl OperationRecord {
             dispatch_attempts: 0,
             retry_at_ms: None,
             rate_limited_count: 0,
+            priority: intent.priority,
             remote_job_id: None,
             remote_state: None,
             remote_model: None,

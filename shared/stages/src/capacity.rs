@@ -130,6 +130,29 @@ pub async fn learn_from_429<S: OperationStore>(
     }
 }
 
+/// How far into a tenant's order a position is counted; further back, the
+/// view says only that the operation waits.
+pub const POSITION_COUNTED: i32 = 1_000;
+
+/// Where a waiting operation stands in its tenant's order (1: the next of
+/// its tenant to be woken), counted to [`POSITION_COUNTED`]. None when it
+/// does not wait for a slot, stands further back, or the order is
+/// unreadable (logged): a view is never refused for it. One keys-only read
+/// of the waiting index.
+pub async fn queue_position<S: OperationStore>(store: &S, rec: &OperationRecord) -> Option<u32> {
+    crate::table::wait_sort_key(rec)?;
+    match store.waiting(&rec.tenant_id, POSITION_COUNTED).await {
+        Ok(order) => order
+            .iter()
+            .position(|id| *id == rec.operation_id)
+            .and_then(|at| u32::try_from(at + 1).ok()),
+        Err(e) => {
+            warn!(operation_id = %rec.operation_id, error = %e, "waiting order unreadable for a view");
+            None
+        }
+    }
+}
+
 /// A waiting tenant, and what this call has taken from its order.
 struct Turn {
     ledger: TenantLedger,

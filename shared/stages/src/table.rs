@@ -244,11 +244,24 @@ pub fn wait_partition(tenant: &str) -> String {
 }
 
 /// Where an operation waiting for a slot sorts in its tenant's order:
-/// since when it waits, then its id. None when it does not wait.
+/// since when it waits, then its id. A `batch` operation sorts as if it
+/// had waited [`Priority::BATCH_YIELDS_SECONDS`] less, so interactive ones
+/// that came up to that much later go first, and none can pass it after
+/// that (a bounded wait, never starvation). None when it does not wait.
+///
+/// [`Priority::BATCH_YIELDS_SECONDS`]: genace_core::domain::Priority::BATCH_YIELDS_SECONDS
 pub fn wait_sort_key(rec: &OperationRecord) -> Option<String> {
+    use genace_core::domain::Priority;
+    let yields = match rec.priority {
+        Priority::Interactive => chrono::Duration::zero(),
+        Priority::Batch => chrono::Duration::seconds(Priority::BATCH_YIELDS_SECONDS),
+    };
     rec.capacity_hold
         .filter(|_| rec.phase == genace_core::record::Phase::Prepared)
-        .map(|since| format!("{}#{}", since.format("%Y-%m-%dT%H:%M:%S%.3fZ"), rec.operation_id))
+        .map(|since| {
+            let place = since + yields;
+            format!("{}#{}", place.format("%Y-%m-%dT%H:%M:%S%.3fZ"), rec.operation_id)
+        })
 }
 
 /// The key prefix of one tenant's cases.

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::auth::Principal;
 use super::problem::{Problem, not_found};
 use super::views::{
-    capacity_view, case_view, credits_view, etag, expected_spend_hold, view, view_with_links, webhook_view,
+    capacity_view, case_view, credits_view, etag, expected_spend_hold, queue_view, view, view_with_links, webhook_view,
 };
 
 fn json_response(status: StatusCode) -> lambda_http::http::response::Builder {
@@ -224,7 +224,10 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         Principal::Operator(op) => intake.admin(&op).get(&id).await?,
         Principal::Tenant(tenant) => intake.get(&tenant, &id, intake.clock.now()).await?,
     };
-    let body = view_with_links(&rec, &intake.links(&rec).await);
+    let mut body = view_with_links(&rec, &intake.links(&rec).await);
+    if let Some(position) = genace_stages::capacity::queue_position(&intake.store, &rec).await {
+        body["queue"] = queue_view(&rec, Some(position)).unwrap_or_default();
+    }
     Ok(json_response(StatusCode::OK)
         .header(header::ETAG, etag(&rec))
         .body(Body::Text(body.to_string()))

@@ -44,6 +44,7 @@ pub fn view(rec: &OperationRecord) -> Value {
         "accepted_at": rec.accepted_at,
         "settlement": rec.settlement,
         "delivery_attempts": rec.delivery_attempts,
+        "priority": rec.priority,
         "version": rec.version,
         "created_at": rec.created_at,
         "updated_at": rec.updated_at,
@@ -84,7 +85,25 @@ pub fn view(rec: &OperationRecord) -> Value {
                    "detail": "Every slot of the Genace account is taken by our jobs; dispatch POSTs once one is free."}),
         );
     }
+    if let Some(queue) = queue_view(rec, None) {
+        obj.insert("queue".into(), queue);
+    }
     v
+}
+
+/// What an operation waits in, if anything: its reason, since when, and its
+/// place in its tenant's order (1 is next; null when not counted). Only
+/// capacity waits are ordered; a spend-limit wait has no position.
+pub fn queue_view(rec: &OperationRecord, position: Option<u32>) -> Option<Value> {
+    if rec.phase != genace_core::record::Phase::Prepared {
+        return None;
+    }
+    let (reason, since) = match (rec.capacity_hold, rec.spend_hold) {
+        (Some(since), _) => ("capacity", since),
+        (None, Some(since)) => ("spend_limit", since),
+        (None, None) => return None,
+    };
+    Some(json!({"reason": reason, "since": since, "position": position, "priority": rec.priority}))
 }
 
 /// The hold a new intent's view announces when the tenant's spend limit
