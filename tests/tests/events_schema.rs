@@ -216,8 +216,8 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     // Read until every type arrived.
     let schema: Value = serde_json::from_str(include_str!("../../docs/events.schema.json")).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
-    // Every type arriving is not enough: `held` comes three times (an account
-    // problem, the spend limit and a full account), so wait for the count the writes above
+    // Every type arriving is not enough: `queued` comes twice (the spend
+    // limit and a full account), so wait for the count the writes above
     // announce, then a little longer so that an extra event would show.
     const EXPECTED: usize = 15;
     let read = || {

@@ -661,3 +661,27 @@ fn webhooks_take_every_event_from_the_bus_and_read_only_their_secrets() {
     let alarm = format!("{:?}", res["DeadLetterAlarms"]["Properties"]["Metrics"]);
     assert!(alarm.contains("WebhookDeadLetterQueue"));
 }
+
+/// The sweep measures the oldest capacity wait every run; an alarm watches
+/// it against a parameter, and sends to the alarm topic like the others.
+#[test]
+fn an_alarm_watches_the_oldest_capacity_wait() {
+    let t = template();
+    let res = resources(&t);
+    let alarm = &res["CapacityWaitAlarm"]["Properties"];
+    assert_eq!(alarm["Namespace"], "GenaceOperations");
+    assert_eq!(alarm["MetricName"], "OldestWaitSeconds");
+    assert_eq!(alarm["Statistic"], "Maximum");
+    assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold");
+    let threshold = format!("{:?}", alarm["Threshold"]);
+    assert!(
+        threshold.contains("Ref") && threshold.contains("CapacityWaitAlarmSeconds"),
+        "{threshold}"
+    );
+    assert!(format!("{:?}", alarm["AlarmActions"]).contains("AlarmTopicArn"));
+    let param = &t["Parameters"]["CapacityWaitAlarmSeconds"];
+    assert_eq!(
+        (param["Default"].as_u64(), param["MinValue"].as_u64()),
+        (Some(1800), Some(60))
+    );
+}

@@ -45,10 +45,12 @@ pub enum Kind {
     Held,
     #[serde(rename = "operation.job_attached")]
     JobAttached,
+    #[serde(rename = "operation.queued")]
+    Queued,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Accepted,
         Kind::Rendered,
         Kind::Delivered,
@@ -58,6 +60,7 @@ impl Kind {
         Kind::CaseResolved,
         Kind::Held,
         Kind::JobAttached,
+        Kind::Queued,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -71,6 +74,7 @@ impl Kind {
             Kind::CaseResolved => "operation.case_resolved",
             Kind::Held => "operation.held",
             Kind::JobAttached => "operation.job_attached",
+            Kind::Queued => "operation.queued",
         }
     }
 }
@@ -177,19 +181,19 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
             ));
         }
     }
-    if old.spend_hold.is_none() && new.spend_hold.is_some() {
-        out.push(event(
+    // Waiting, not held: the operation is queued and dispatch goes on by itself.
+    let queued = |reason: &str, since| {
+        event(
             new,
-            Kind::Held,
-            json!({"reason": "spend_limit", "until": retry_until(new)}),
-        ));
+            Kind::Queued,
+            json!({"reason": reason, "since": since, "priority": new.priority, "until": retry_until(new)}),
+        )
+    };
+    if let (None, Some(since)) = (old.spend_hold, new.spend_hold) {
+        out.push(queued("spend_limit", since));
     }
-    if old.capacity_hold.is_none() && new.capacity_hold.is_some() {
-        out.push(event(
-            new,
-            Kind::Held,
-            json!({"reason": "capacity", "until": retry_until(new)}),
-        ));
+    if let (None, Some(since)) = (old.capacity_hold, new.capacity_hold) {
+        out.push(queued("capacity", since));
     }
     out
 }
@@ -396,8 +400,22 @@ mod tests {
             n.retry_at_ms = Some(now.timestamp_millis() + 30_000);
         });
         let events = derive(Some(&r), &waiting, &Context::default());
-        assert_eq!(kinds(&events), [Kind::Held]);
+        assert_eq!(kinds(&events), [Kind::Queued]);
         assert_eq!(events[0].data["reason"], "spend_limit");
+        assert_eq!(events[0].data["since"], json!(now));
+        assert_eq!(events[0].data["priority"], "interactive");
+        // Waiting for a slot instead: queued again, with that reason.
+        let for_a_slot = step(&waiting, |n| {
+            n.spend_hold = None;
+            n.capacity_hold = Some(now);
+            n.retry_at_ms = None;
+        });
+        let events = derive(Some(&waiting), &for_a_slot, &Context::default());
+        assert_eq!(kinds(&events), [Kind::Queued]);
+        assert_eq!(
+            (&events[0].data["reason"], &events[0].data["until"]),
+            (&json!("capacity"), &Value::Null)
+        );
         // A second look that still finds no room announces nothing new.
         let again = step(&waiting, |n| n.retry_at_ms = Some(now.timestamp_millis() + 60_000));
         assert!(derive(Some(&waiting), &again, &Context::default()).is_empty());

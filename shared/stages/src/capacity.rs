@@ -153,6 +153,59 @@ pub async fn queue_position<S: OperationStore>(store: &S, rec: &OperationRecord)
     }
 }
 
+/// Since when the head of a tenant's waiting order waits.
+async fn oldest_wait<S: OperationStore>(
+    store: &S,
+    tenant: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+    let Ok(tenant) = TenantId::parse(tenant) else {
+        return Ok(None);
+    };
+    let Some(head) = store.waiting(&tenant, 1).await?.into_iter().next() else {
+        return Ok(None);
+    };
+    Ok(store.get(&head, now).await?.and_then(|r| r.capacity_hold))
+}
+
+/// The account's gauges, for the sweep to emit once a run: `InFlight`,
+/// `Waiting`, `EffectiveLimit` (when there is a limit) and
+/// `OldestWaitSeconds` (0 when nobody waits; the alarm watches it). One
+/// read when nobody waits; otherwise also the ledgers and, per waiting
+/// tenant, the head of its order. Failures are logged.
+pub async fn emit_gauges<S: OperationStore>(
+    store: &S,
+    metrics: &crate::metrics::Metrics,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let account = match store.account().await {
+        Ok(account) => account,
+        Err(e) => return warn!(error = %e, "account unreadable for its gauges"),
+    };
+    metrics.emit("InFlight", account.in_flight as f64, "Count", &[]);
+    metrics.emit("Waiting", account.waiting as f64, "Count", &[]);
+    if let Some(limit) = account.limit() {
+        metrics.emit("EffectiveLimit", f64::from(limit), "Count", &[]);
+    }
+    let mut oldest: Option<chrono::DateTime<chrono::Utc>> = None;
+    if account.waiting > 0 {
+        match waiting_tenants(store).await {
+            Ok(turns) => {
+                for turn in turns {
+                    match oldest_wait(store, &turn.ledger.tenant_id, now).await {
+                        Ok(Some(since)) => oldest = Some(oldest.map_or(since, |o| o.min(since))),
+                        Ok(None) => {}
+                        Err(e) => warn!(error = %e, "a waiting order unreadable for the gauges"),
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "ledgers unreadable for the gauges"),
+        }
+    }
+    let age = oldest.map_or(0.0, |since| (now - since).num_milliseconds().max(0) as f64 / 1000.0);
+    metrics.emit("OldestWaitSeconds", age, "Seconds", &[]);
+}
+
 /// A waiting tenant, and what this call has taken from its order.
 struct Turn {
     ledger: TenantLedger,
@@ -290,16 +343,6 @@ impl<S: OperationStore, Q, O, C: crate::clock::Clock> crate::admin::Admin<'_, S,
     }
 
     async fn oldest_wait(&self, tenant: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-        let Ok(tenant) = TenantId::parse(tenant) else {
-            return Ok(None);
-        };
-        let Some(head) = self.store.waiting(&tenant, 1).await?.into_iter().next() else {
-            return Ok(None);
-        };
-        Ok(self
-            .store
-            .get(&head, self.clock.now())
-            .await?
-            .and_then(|r| r.capacity_hold))
+        oldest_wait(&self.store, tenant, self.clock.now()).await
     }
 }

@@ -124,13 +124,17 @@ where
             _ => {
                 // The fault directive the claim consumes fires in this attempt.
                 let fault = r.fault.filter(|f| faults && f.fires_in_dispatch());
+                let waited_since = r.capacity_hold.or(r.spend_hold);
                 machine::transition(r, Event::ClaimDispatch { token: &token }, now, &policy)
-                    .map(|next| (next, Some(fault)))
+                    .map(|next| (next, Some((fault, waited_since))))
             }
         })
         .await;
         match decided {
-            Ok((claimed, Some(fault))) => self.submit(claimed, &token, fault).await.map(Dispatched::Posted),
+            Ok((claimed, Some((fault, waited_since)))) => {
+                self.admitted(waited_since, now);
+                self.submit(claimed, &token, fault).await.map(Dispatched::Posted)
+            }
             Ok((interrupted, None)) => {
                 case_opened(&self.metrics, &interrupted);
                 Ok(Dispatched::Interrupted)
@@ -162,6 +166,15 @@ where
                 self.wait(id, now, Room::Capacity).await
             }
             Err(CommitError::Store(e)) => Err(e.into()),
+        }
+    }
+
+    /// A claim was admitted: counted, with how long it waited when it did.
+    fn admitted(&self, waited_since: Option<chrono::DateTime<chrono::Utc>>, now: chrono::DateTime<chrono::Utc>) {
+        self.metrics.count("Admitted", &[]);
+        if let Some(since) = waited_since {
+            let waited = (now - since).num_milliseconds().max(0) as f64 / 1000.0;
+            self.metrics.emit("WaitSeconds", waited, "Seconds", &[]);
         }
     }
 

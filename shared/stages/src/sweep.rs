@@ -86,6 +86,7 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
         }
         // Repairs a lost wake-up: free slots while operations wait.
         crate::capacity::wake_if_room(&self.store, &self.queue).await;
+        crate::capacity::emit_gauges(&self.store, &self.metrics, now).await;
         info!(?report, "sweep finished");
         Ok(report)
     }

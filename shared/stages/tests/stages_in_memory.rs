@@ -481,6 +481,46 @@ async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again()
     assert_eq!(app.genace.refused_full(), 1, "one 429 in all");
 }
 
+/// Waiting is measured: every admitted claim counts, a claim that waited
+/// says how long, and the sweep reports jobs in flight, operations waiting,
+/// the effective limit and the age of the oldest wait (0 once none waits).
+#[tokio::test]
+async fn waits_are_measured_for_the_dashboards_and_the_oldest_wait_alarm() {
+    let mut app = app();
+    let recorder = genace_stages::metrics::Recorder::new(app.clock.clone());
+    app.metrics = genace_stages::metrics::Metrics::to(recorder.clone());
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let first = submit(&app, "first", None).await;
+    let second = submit(&app, "second", None).await;
+    app.dispatcher().dispatch(&first).await.unwrap();
+    assert_eq!(
+        app.dispatcher().dispatch(&second).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    app.clock.advance(Duration::seconds(90));
+    app.sweeper().run().await.unwrap();
+    let last = |name: &str| recorder.points().iter().rfind(|p| p.name == name).map(|p| p.value);
+    assert_eq!(
+        (last("InFlight"), last("Waiting"), last("EffectiveLimit")),
+        (Some(1.0), Some(1.0), Some(1.0))
+    );
+    assert_eq!(last("OldestWaitSeconds"), Some(90.0));
+    assert_eq!(last("WaitSeconds"), None, "the first claim did not wait");
+    app.poller().poll(&first).await.unwrap();
+    app.genace.set_job("job-0001", "failed", None);
+    assert_eq!(app.poller().poll(&first).await.unwrap(), Polled::RenderFailed);
+    app.clock.advance(Duration::seconds(10));
+    assert_eq!(
+        app.dispatcher().dispatch(&second).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(last("WaitSeconds"), Some(100.0));
+    let admitted = recorder.points().iter().filter(|p| p.name == "Admitted").count();
+    assert_eq!(admitted, 2);
+    app.sweeper().run().await.unwrap();
+    assert_eq!((last("Waiting"), last("OldestWaitSeconds")), (Some(0.0), Some(0.0)));
+}
+
 /// An app whose only operation was answered 429: returns it and the operation.
 async fn memory_app_alone() -> (MemoryApp, OperationId) {
     let app = app();
