@@ -23,6 +23,9 @@ pub(crate) struct ChaosState {
     crash_per_mille: u64,
     /// Set by a port call that crashed the handler being polled.
     crashed: bool,
+    /// Whether Genace may answer 429 by the seed's choice; off, only a
+    /// full account answers it (runs that check capacity never opens a case).
+    pub(crate) plants_429s: bool,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -35,6 +38,7 @@ impl Chaos {
             rng: Rng::new(seed.wrapping_mul(31).wrapping_add(7)),
             crash_per_mille,
             crashed: false,
+            plants_429s: true,
         })))
     }
 
@@ -277,10 +281,11 @@ impl Genace for Chaotic<MemoryGenace> {
                 status: 202,
                 body: r#"{"accepted":true}"#.into(),
             },
-            84..=91 => SubmitPlan::Answer {
+            84..=91 if self.chaos.lock().plants_429s => SubmitPlan::Answer {
                 status: 429,
                 body: "slow down".into(),
             },
+            84..=91 => SubmitPlan::Accept { state: "queued".into() },
             92..=95 => SubmitPlan::Answer {
                 status: 401,
                 body: "bad key".into(),

@@ -28,6 +28,9 @@ struct Cli {
     /// Plant this bug (the simulation must find it).
     #[arg(long, value_name = "NAME", value_parser = planted_bug)]
     bug: Option<u32>,
+    /// Intents the clients send in a run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(usize))]
+    intents: Option<usize>,
     /// Scheduler steps before the quiet phase.
     #[arg(long, value_name = "K")]
     steps: Option<usize>,
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         max_in_flight: cli.max_in_flight,
         genace_limit: cli.genace_limit,
         steps: cli.steps.unwrap_or(defaults.steps),
+        intents: cli.intents.unwrap_or(defaults.intents),
         ..defaults
     };
     quiet_panics();

@@ -170,6 +170,9 @@ pub(crate) const PROMPTS: [&str; 2] = ["a lighthouse", "a harbour"];
 impl World {
     pub(crate) fn new(seed: u64, opts: &Options) -> Self {
         let chaos = Chaos::new(seed, opts.crash_per_mille);
+        // Learning Genace's limit: every 429 is the account's, so none may
+        // reach a person.
+        chaos.lock().plants_429s = opts.genace_limit.is_none();
         let mem = genace_stages::memory::memory_app(start());
         let clock = mem.clock.clone();
         let (store, objects, genace, downloads) = (mem.store, mem.objects, mem.genace, mem.downloads);

@@ -204,3 +204,26 @@ fn a_small_account_drains_with_waits_and_no_capacity_cases() {
     assert!(waited >= 40, "only {waited} of 400 seeds made dispatch wait for a slot");
     assert!(resumed >= 20, "only {resumed} seeds resumed a waiting operation");
 }
+
+/// Genace renders two at once while our limit says four: dispatch meets
+/// 429s and learns the lower limit. Every invariant holds, the seed's own
+/// 429s are off, so any `rate_limited` case would be capacity's alone and
+/// fails the run, and the slots never pass the limit in force.
+#[test]
+fn a_genace_limit_below_ours_is_learned_without_cases() {
+    genace_dst::quiet_panics();
+    let learning = Options {
+        max_in_flight: Some(4),
+        genace_limit: Some(2),
+        intents: 16,
+        ..Options::default()
+    };
+    let mut refused = 0;
+    for seed in 0..300 {
+        let outcome = run(seed, &learning);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+        refused += usize::from(outcome.trace.iter().any(|l| l.contains("RateLimited")));
+    }
+    println!("{refused} of 300 seeds met a 429 from a full Genace account");
+    assert!(refused >= 10, "only {refused} of 300 seeds met Genace's limit");
+}

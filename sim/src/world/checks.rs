@@ -135,6 +135,16 @@ impl World {
                 account.in_flight
             ));
         }
+        if !self.chaos.lock().plants_429s
+            && let Some(rec) = records
+                .iter()
+                .find(|r| r.case.as_ref().is_some_and(|c| c.reason == CaseReason::RateLimited))
+        {
+            return Err(format!(
+                "{}: Genace's capacity alone opened a rate_limited case",
+                short(rec.operation_id.as_str())
+            ));
+        }
         if let Some(max) = account.max_in_flight()
             && account.in_flight > i64::from(max)
         {
