@@ -54,7 +54,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::REPOST_AFTER_LEASE,
             "re-POST after lease expiry",
-            21,
+            30,
             "Genace jobs created",
         ),
         (
@@ -75,7 +75,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::TRUST_NEGATIVE_CREDITS,
             "a negative held_credits is believed",
-            4,
+            23,
             "counter is negative",
         ),
         (

@@ -607,12 +607,12 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     assert_eq!(slot_body["hold"]["reason"], "capacity", "{slot_body}");
     assert_eq!(
         slot_body["queue"],
-        json!({"reason": "capacity", "since": slot_body["hold"]["since"], "position": 1, "priority": "interactive"}),
-        "{slot_body}"
+        json!({"reason": "capacity", "since": slot_body["hold"]["since"], "position": 2, "priority": "interactive"}),
+        "behind t1's operation waiting for credits, in the same order: {slot_body}"
     );
     seen.insert(doc.check(one, "get", &slot_view));
     assert_eq!(held_body["queue"]["reason"], "spend_limit", "{held_body}");
-    assert_eq!(held_body["queue"]["position"], Value::Null, "{held_body}");
+    assert_eq!(held_body["queue"]["position"], 1, "{held_body}");
     // A priority is taken, shown, and not part of the fingerprint; an
     // unknown one is refused with its field.
     let mut batch: Value = serde_json::from_str(&intent("k-batch", "p")).unwrap();
@@ -644,7 +644,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let capacity = "/v1/capacity";
     let report = call(event("GET", capacity, None, operator(), &[])).await;
     let report_body: Value = serde_json::from_slice(report.body().as_ref()).unwrap();
-    assert_eq!(report_body["waiting"], 1, "{report_body}");
+    assert_eq!(report_body["waiting"], 2, "a wait for credits and one for a slot: {report_body}");
     let t1_row = report_body["tenants"]
         .as_array()
         .unwrap()
@@ -652,8 +652,8 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         .find(|t| t["tenant_id"] == "t1")
         .cloned()
         .unwrap_or_default();
-    assert_eq!(t1_row["waiting"], 1, "{report_body}");
-    assert!(t1_row["oldest_wait_since"].is_string(), "{report_body}");
+    assert_eq!(t1_row["waiting"], 2, "{report_body}");
+    assert_eq!(t1_row["oldest_wait_since"], held_body["queue"]["since"], "{report_body}");
     seen.insert(doc.check(capacity, "get", &report));
     let scoped = json!({"sub": "ops-5", "scope": "genace:operator", "tenant_id": "t2"});
     let scoped_report = call(event("GET", capacity, None, scoped, &[])).await;
@@ -724,7 +724,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
             set_slots_body["max_in_flight"].clone(),
             set_slots_body["waiting"].clone()
         ),
-        (json!(2), json!(1)),
+        (json!(2), json!(2)),
         "{set_slots_body}"
     );
     seen.insert(doc.check(slots, "put", &set_slots));

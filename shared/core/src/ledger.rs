@@ -179,7 +179,7 @@ pub fn share(rec: &OperationRecord) -> Shares {
             _ => s.pending_refund = amount,
         },
         Phase::RenderFailed if planted::on(planted::RENDER_FAILED_KEEPS_SLOT) => s.in_flight = 1,
-        Phase::Prepared if rec.phase == Phase::Prepared && rec.capacity_hold.is_some() => s.waiting = 1,
+        Phase::Prepared if rec.waits_in_order().is_some() => s.waiting = 1,
         Phase::Prepared | Phase::Rejected | Phase::RenderFailed | Phase::Abandoned => {}
     }
     s

@@ -71,8 +71,9 @@ pub struct Policy {
     /// Credits a dispatch claim reserves against the tenant's spend limit,
     /// by media type, until Genace's 202 says what it holds.
     pub credit_estimate: CreditEstimate,
-    /// How long an operation held by the spend limit waits before dispatch
-    /// looks again.
+    /// How long an operation waiting for its tenant's spend limit waits
+    /// before the sweep looks at it again: the repair of a lost wake-up (the
+    /// write that may free credits wakes the next waiting operation).
     pub spend_recheck: Duration,
     /// How long an operation waiting for a slot of the Genace account waits
     /// before the sweep looks at it again: the repair of a lost wake-up (the
@@ -116,7 +117,7 @@ impl Default for Policy {
             account_hold: Duration::minutes(10),
             rate_limit_max: 10,
             credit_estimate: CreditEstimate::default(),
-            spend_recheck: Duration::seconds(30),
+            spend_recheck: Duration::seconds(300),
             capacity_repair: Duration::seconds(300),
         }
     }
@@ -252,15 +253,19 @@ fn release_claim(
 }
 
 /// `prepared -> prepared`, waiting: the claim would take the tenant past
-/// its spend limit, so nothing was POSTed. Dispatch looks again at
-/// `retry_at` (the sweep re-sends it), and claims as soon as credits are free.
-fn wait_for_spend_limit(rec: &OperationRecord, retry_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+/// its spend limit, so nothing was POSTed. The operation joins its tenant's
+/// waiting order like a capacity wait, keeping its place if it waited
+/// already, and is woken when credits may be free (a job of ours ends, a
+/// limit is raised); `repair_at` is only when the sweep looks again if that
+/// wake-up was lost.
+fn wait_for_spend_limit(rec: &OperationRecord, repair_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
-    next.spend_hold = Some(rec.spend_hold.unwrap_or(now));
+    next.spend_hold = Some(rec.waits_in_order().unwrap_or(now));
     // One wait at a time: what holds the operation now is credits.
     next.capacity_hold = None;
-    next.retry_at_ms = Some(retry_at.timestamp_millis());
-    next.due_at_ms = Some(retry_at.timestamp_millis());
+    // Claimable the moment it is woken.
+    next.retry_at_ms = None;
+    next.due_at_ms = Some(repair_at.timestamp_millis());
     next
 }
 
@@ -271,7 +276,7 @@ fn wait_for_spend_limit(rec: &OperationRecord, retry_at: DateTime<Utc>, now: Dat
 /// if that wake-up was lost.
 fn wait_for_capacity(rec: &OperationRecord, repair_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
-    next.capacity_hold = Some(rec.capacity_hold.unwrap_or(now));
+    next.capacity_hold = Some(rec.waits_in_order().unwrap_or(now));
     // One wait at a time: what holds the operation now is capacity.
     next.spend_hold = None;
     // Claimable the moment it is woken.

@@ -332,6 +332,19 @@ impl OperationRecord {
         }
     }
 
+    /// Since when the operation waits in its tenant's waiting order, for a
+    /// slot of Genace's capacity or for its tenant's spend limit; none when
+    /// it does not wait there. A spend-limit wait recorded before waits were
+    /// ordered carries its own recheck time (`retry_at`) and is not in the
+    /// order, so the counts made before stay true; its next wait joins it.
+    pub fn waits_in_order(&self) -> Option<DateTime<Utc>> {
+        if self.phase != Phase::Prepared {
+            return None;
+        }
+        self.capacity_hold
+            .or(self.spend_hold.filter(|_| self.retry_at_ms.is_none()))
+    }
+
     /// True when the TTL has passed. DynamoDB may still return such an item
     /// for days, so every read treats it as absent.
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {

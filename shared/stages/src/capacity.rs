@@ -1,8 +1,11 @@
-//! Waking operations that wait for a slot of Genace's capacity.
+//! Waking operations that wait for a slot of Genace's capacity or for
+//! their tenant's spend limit.
 //!
-//! An operation whose claim found the account full waits in its tenant's
-//! order (oldest first; [`crate::table::OperationRecords::waiting`]) and
-//! polls nothing. The write that frees a slot wakes the next waiting
+//! An operation whose claim found the account full, or its tenant's credits
+//! spoken for, waits in its tenant's order (oldest first;
+//! [`crate::table::OperationRecords::waiting`]) and polls nothing. A claim
+//! that was woken and admitted wakes the next, so free credits fill one
+//! claim after another until one does not fit. The write that frees a slot wakes the next waiting
 //! operations, as many as there are free slots: each wake-up is one
 //! dispatch message, and the woken operation claims like any other (a
 //! claim that loses the race waits again, keeping its place). Tenants take
@@ -79,6 +82,10 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
                     .max_in_flight
                     .is_none_or(|max| t.ledger.totals.in_flight + t.taken < i64::from(max))
             })
+            // A tenant at its spend limit waits for its credits to free. One
+            // with some room may still be short for its head: that claim
+            // waits again, and wakes nobody.
+            .filter(|t| t.ledger.headroom().is_none_or(|room| room > 0))
             .min_by_key(|t| (t.ledger.totals.in_flight + t.taken, t.ledger.tenant_id.clone()))
         else {
             break;
@@ -165,7 +172,7 @@ async fn oldest_wait<S: OperationStore>(
     let Some(head) = store.waiting(&tenant, 1).await?.into_iter().next() else {
         return Ok(None);
     };
-    Ok(store.get(&head, now).await?.and_then(|r| r.capacity_hold))
+    Ok(store.get(&head, now).await?.and_then(|r| r.waits_in_order()))
 }
 
 /// The account's gauges, for the sweep to emit once a run: `InFlight`,

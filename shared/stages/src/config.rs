@@ -266,7 +266,7 @@ impl Config {
                     image: number("CREDIT_ESTIMATE_IMAGE", 1)? as f64,
                     video: number("CREDIT_ESTIMATE_VIDEO", 10)? as f64,
                 },
-                spend_recheck: Duration::seconds(number("SPEND_LIMIT_RECHECK_SECONDS", 30)?),
+                spend_recheck: Duration::seconds(number("SPEND_LIMIT_RECHECK_SECONDS", 300)?),
                 capacity_repair: Duration::seconds(number("CAPACITY_REPAIR_SECONDS", 300)?),
             },
             webhook_retry: RetrySchedule {

@@ -49,19 +49,24 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         Ok(self.store.ledgers(limit, cursor).await?)
     }
 
-    /// Sets or removes a tenant's spend limit. Operations waiting for room
-    /// are claimed at their next look once the limit allows it.
+    /// Sets or removes a tenant's spend limit, and wakes the waiting
+    /// operations a raised limit may make room for.
     pub async fn set_spend_limit(
         &self,
         tenant: &TenantId,
         limit: Option<Millicredits>,
-    ) -> Result<TenantLedger, IntakeError> {
+    ) -> Result<TenantLedger, IntakeError>
+    where
+        Q: crate::queue::WorkQueue,
+    {
         let op = self.op;
         if !op.may_see(tenant) {
             return Err(IntakeError::NotFound);
         }
         let ledger = self.store.set_spend_limit(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, spend_limit_millicredits = ?limit, "spend limit set");
+        // A raised (or removed) limit may make room for waiting operations.
+        crate::capacity::wake_if_room(&self.store, &self.queue).await;
         Ok(ledger)
     }
 

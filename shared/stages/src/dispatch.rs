@@ -133,6 +133,10 @@ where
         match decided {
             Ok((claimed, Some((fault, waited_since)))) => {
                 self.admitted(waited_since, now);
+                if waited_since.is_some() {
+                    // Woken and admitted: there may be room for the next.
+                    crate::capacity::wake_if_room(&self.store, &self.queue).await;
+                }
                 self.submit(claimed, &token, fault).await.map(Dispatched::Posted)
             }
             Ok((interrupted, None)) => {
@@ -178,10 +182,9 @@ where
         }
     }
 
-    /// Records that the operation waits (for its tenant's spend limit, or a
-    /// slot of the Genace account), and when dispatch looks again: the sweep
-    /// re-sends a spend-limit wait; a capacity wait also sends itself a
-    /// delayed message, since its recheck is shorter than the sweep's round.
+    /// Records that the operation waits in its tenant's order (for its
+    /// tenant's spend limit, or a slot of the Genace account), and when the
+    /// sweep looks again should the wake-up be lost.
     async fn wait(
         &self,
         id: &OperationId,
@@ -208,7 +211,10 @@ where
         .await
         {
             Ok(_) if room == Room::Credits => {
-                info!(operation_id = %id, %retry_at, "spend limit reached; dispatch waits for credits");
+                // Woken by the next write that may free credits; it wakes
+                // nobody itself (a claim short of credits woken again at
+                // once would only fail again).
+                info!(operation_id = %id, %retry_at, "spend limit reached; the operation waits for credits");
                 self.metrics.count("SpendLimitWait", &[]);
                 Ok(Dispatched::WaitingForCredits)
             }

@@ -243,7 +243,8 @@ pub fn wait_partition(tenant: &str) -> String {
     format!("WAIT#{tenant}")
 }
 
-/// Where an operation waiting for a slot sorts in its tenant's order:
+/// Where an operation waiting for a slot or for credits
+/// ([`OperationRecord::waits_in_order`]) sorts in its tenant's order:
 /// since when it waits, then its id. A `batch` operation sorts as if it
 /// had waited [`Priority::BATCH_YIELDS_SECONDS`] less, so interactive ones
 /// that came up to that much later go first, and none can pass it after
@@ -256,12 +257,10 @@ pub fn wait_sort_key(rec: &OperationRecord) -> Option<String> {
         Priority::Interactive => chrono::Duration::zero(),
         Priority::Batch => chrono::Duration::seconds(Priority::BATCH_YIELDS_SECONDS),
     };
-    rec.capacity_hold
-        .filter(|_| rec.phase == genace_core::record::Phase::Prepared)
-        .map(|since| {
-            let place = since + yields;
-            format!("{}#{}", place.format("%Y-%m-%dT%H:%M:%S%.3fZ"), rec.operation_id)
-        })
+    rec.waits_in_order().map(|since| {
+        let place = since + yields;
+        format!("{}#{}", place.format("%Y-%m-%dT%H:%M:%S%.3fZ"), rec.operation_id)
+    })
 }
 
 /// The key prefix of one tenant's cases.

@@ -521,6 +521,83 @@ async fn waits_are_measured_for_the_dashboards_and_the_oldest_wait_alarm() {
     assert_eq!((last("Waiting"), last("OldestWaitSeconds")), (Some(0.0), Some(0.0)));
 }
 
+/// Spend-limit waits use the same order as capacity waits: nothing polls,
+/// the job whose end frees credits wakes the oldest waiter, and a woken
+/// claim that is admitted wakes the next, which waits again (waking nobody)
+/// when the credits do not stretch that far.
+#[tokio::test]
+async fn spend_limit_waits_are_woken_in_order_when_credits_free() {
+    let app = app();
+    app.store
+        .set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(10.0)));
+    let ids = [
+        submit(&app, "first", None).await,
+        submit(&app, "second", None).await,
+        submit(&app, "third", None).await,
+    ];
+    let dispatcher = app.dispatcher();
+    let messages = |id: &OperationId| {
+        app.queue
+            .messages()
+            .iter()
+            .filter(|m| m.queue == Queue::Dispatch && m.body.contains(id.as_str()))
+            .count()
+    };
+    assert_eq!(
+        dispatcher.dispatch(&ids[0]).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    for id in &ids[1..] {
+        app.clock.advance(Duration::seconds(1));
+        assert_eq!(dispatcher.dispatch(id).await.unwrap(), Dispatched::WaitingForCredits);
+    }
+    let tenant = TenantId::parse("tenant-a").unwrap();
+    assert_eq!(app.store.waiting(&tenant, 10).await.unwrap(), ids[1..].to_vec());
+    assert_eq!(app.store.ledger(&tenant).await.unwrap().totals.waiting, 2);
+    let before = [messages(&ids[1]), messages(&ids[2])];
+    let waiting = record(&app, &ids[1]).await;
+    assert_eq!(waiting.retry_at_ms, None, "no timer of its own");
+    // The first job renders: its 10 credits are spent, not held, so the
+    // oldest waiter is woken, and only it.
+    app.poller().poll(&ids[0]).await.unwrap();
+    app.genace.set_job(
+        "job-0001",
+        "completed",
+        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
+    );
+    assert_eq!(app.poller().poll(&ids[0]).await.unwrap(), Polled::Rendered);
+    assert_eq!([messages(&ids[1]), messages(&ids[2])], [before[0] + 1, before[1]]);
+    // Admitted, it takes the last credits: the next is not woken for nothing.
+    assert_eq!(
+        dispatcher.dispatch(&ids[1]).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(messages(&ids[2]), before[1], "no room left: not woken");
+    // Sent anyway (a duplicate message), it waits again, waking nobody.
+    assert_eq!(
+        dispatcher.dispatch(&ids[2]).await.unwrap(),
+        Dispatched::WaitingForCredits
+    );
+    assert_eq!(messages(&ids[2]), before[1], "a wait for credits wakes nobody");
+    let third = record(&app, &ids[2]).await;
+    assert_eq!(
+        third.spend_hold,
+        waiting.spend_hold.map(|s| s + Duration::seconds(1)),
+        "kept its place"
+    );
+    // A raised limit makes room: one wake-up, then the admitted claim wakes the next.
+    app.store
+        .set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(30.0)));
+    assert_eq!(genace_stages::capacity::wake(&app.store, &app.queue).await.unwrap(), 1);
+    assert_eq!(messages(&ids[2]), before[1] + 1);
+    assert_eq!(
+        dispatcher.dispatch(&ids[2]).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(app.genace.posts().len(), 3);
+    assert_eq!(app.store.ledger(&tenant).await.unwrap().totals.waiting, 0);
+}
+
 /// An app whose only operation was answered 429: returns it and the operation.
 async fn memory_app_alone() -> (MemoryApp, OperationId) {
     let app = app();

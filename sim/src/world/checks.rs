@@ -119,10 +119,7 @@ impl World {
             })
             .count() as i64;
         let account = self.store.account_now();
-        let waiting = records
-            .iter()
-            .filter(|r| r.phase == Phase::Prepared && r.capacity_hold.is_some())
-            .count() as i64;
+        let waiting = records.iter().filter(|r| r.waits_in_order().is_some()).count() as i64;
         if account.waiting != waiting {
             return Err(format!(
                 "the account counts {} operations waiting, the records hold {waiting}",

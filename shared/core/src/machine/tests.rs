@@ -712,7 +712,10 @@ fn every_resolution_from_every_state_keeps_the_invariants_and_an_abandon_keeps_t
             );
             check_invariants(&next).unwrap_or_else(|e| panic!("{what}: {e}"));
             if resolution == Resolution::Abandon {
-                assert_eq!(share(&next), share(&rec), "{what} moved credits");
+                // Credits and slots stay; leaving the waiting order is the abandon's point.
+                let credits = |r: &OperationRecord| crate::ledger::Shares { waiting: 0, ..share(r) };
+                assert_eq!(credits(&next), credits(&rec), "{what} moved credits");
+                assert_eq!(share(&next).waiting, 0, "{what} left it waiting");
                 assert_eq!(next.spend_hold, None, "{what} kept a spend-limit wait");
                 // Whatever the abandoned operation still takes keeps the invariants too.
                 for then in all_resolutions() {
@@ -1347,4 +1350,41 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
     let alone = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
     assert_eq!(alone.case.map(|c| c.reason), Some(CaseReason::RateLimited));
     assert!(transition(&accepted_rec(), Event::CapacityReached { retry_at: later }, t0(), &p).is_err());
+}
+
+/// A spend-limit wait joins its tenant's waiting order like a capacity
+/// wait (no recheck timer: it is woken), and a wait that changes reason
+/// keeps its place. A wait recorded before waits were ordered (it carries
+/// its own recheck time) is not in the order, so the counts made before
+/// stay true.
+#[test]
+fn spend_limit_waits_join_the_order_and_keep_their_place() {
+    let p = Policy::default();
+    let repair = t0() + p.spend_recheck;
+    let waiting = transition(&prepared(), Event::SpendLimitReached { retry_at: repair }, t0(), &p).unwrap();
+    assert_eq!(waiting.waits_in_order(), Some(t0()));
+    assert_eq!(waiting.retry_at_ms, None, "claimable the moment it is woken");
+    assert_eq!(
+        waiting.due_at_ms,
+        Some(repair.timestamp_millis()),
+        "the sweep's repair look"
+    );
+    assert_eq!(crate::ledger::share(&waiting).waiting, 1);
+    let later = t0() + Duration::seconds(40);
+    let for_a_slot = transition(
+        &waiting,
+        Event::CapacityReached {
+            retry_at: later + p.capacity_repair,
+        },
+        later,
+        &p,
+    )
+    .unwrap();
+    assert_eq!((for_a_slot.capacity_hold, for_a_slot.spend_hold), (Some(t0()), None));
+    let back = transition(&for_a_slot, Event::SpendLimitReached { retry_at: repair }, later, &p).unwrap();
+    assert_eq!((back.spend_hold, back.capacity_hold), (Some(t0()), None));
+    let mut recorded_before = waiting.clone();
+    recorded_before.retry_at_ms = Some(repair.timestamp_millis());
+    assert_eq!(recorded_before.waits_in_order(), None);
+    assert_eq!(crate::ledger::share(&recorded_before).waiting, 0);
 }

@@ -92,8 +92,7 @@ pub fn view(rec: &OperationRecord) -> Value {
 }
 
 /// What an operation waits in, if anything: its reason, since when, and its
-/// place in its tenant's order (1 is next; null when not counted). Only
-/// capacity waits are ordered; a spend-limit wait has no position.
+/// place in its tenant's order (1 is next; null when not counted).
 pub fn queue_view(rec: &OperationRecord, position: Option<u32>) -> Option<Value> {
     if rec.phase != genace_core::record::Phase::Prepared {
         return None;
