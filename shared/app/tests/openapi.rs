@@ -644,7 +644,10 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let capacity = "/v1/capacity";
     let report = call(event("GET", capacity, None, operator(), &[])).await;
     let report_body: Value = serde_json::from_slice(report.body().as_ref()).unwrap();
-    assert_eq!(report_body["waiting"], 2, "a wait for credits and one for a slot: {report_body}");
+    assert_eq!(
+        report_body["waiting"], 2,
+        "a wait for credits and one for a slot: {report_body}"
+    );
     let t1_row = report_body["tenants"]
         .as_array()
         .unwrap()
@@ -653,7 +656,10 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         .cloned()
         .unwrap_or_default();
     assert_eq!(t1_row["waiting"], 2, "{report_body}");
-    assert_eq!(t1_row["oldest_wait_since"], held_body["queue"]["since"], "{report_body}");
+    assert_eq!(
+        t1_row["oldest_wait_since"], held_body["queue"]["since"],
+        "{report_body}"
+    );
     seen.insert(doc.check(capacity, "get", &report));
     let scoped = json!({"sub": "ops-5", "scope": "genace:operator", "tenant_id": "t2"});
     let scoped_report = call(event("GET", capacity, None, scoped, &[])).await;

@@ -50,6 +50,18 @@ async fn submit(app: &MemoryApp, key: &str, fault: Option<&str>) -> OperationId 
     }
 }
 
+/// Polls the operation of Genace's first job once, then again after the
+/// job completed: it is rendered (and its slot and credits freed).
+async fn render_first_job(app: &MemoryApp, id: &OperationId) {
+    app.poller().poll(id).await.unwrap();
+    app.genace.set_job(
+        "job-0001",
+        "completed",
+        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
+    );
+    assert_eq!(app.poller().poll(id).await.unwrap(), Polled::Rendered);
+}
+
 async fn record(app: &MemoryApp, id: &OperationId) -> OperationRecord {
     app.store.get(id, app.clock.now()).await.unwrap().unwrap()
 }
@@ -455,13 +467,7 @@ async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again()
     assert_eq!((app.genace.posts().len(), app.genace.refused_full()), (3, 1));
     // The first job ends: one window of one job, so the limit rises to two
     // and the refused operation, first in the order, is woken.
-    app.poller().poll(&ids[0]).await.unwrap();
-    app.genace.set_job(
-        "job-0001",
-        "completed",
-        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
-    );
-    assert_eq!(app.poller().poll(&ids[0]).await.unwrap(), Polled::Rendered);
+    render_first_job(&app, &ids[0]).await;
     let account = app.store.account().await.unwrap();
     assert_eq!((account.learned, account.jobs_ended), (Some(2), 1));
     assert_eq!(
@@ -559,13 +565,7 @@ async fn spend_limit_waits_are_woken_in_order_when_credits_free() {
     assert_eq!(waiting.retry_at_ms, None, "no timer of its own");
     // The first job renders: its 10 credits are spent, not held, so the
     // oldest waiter is woken, and only it.
-    app.poller().poll(&ids[0]).await.unwrap();
-    app.genace.set_job(
-        "job-0001",
-        "completed",
-        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
-    );
-    assert_eq!(app.poller().poll(&ids[0]).await.unwrap(), Polled::Rendered);
+    render_first_job(&app, &ids[0]).await;
     assert_eq!([messages(&ids[1]), messages(&ids[2])], [before[0] + 1, before[1]]);
     // Admitted, it takes the last credits: the next is not woken for nothing.
     assert_eq!(
