@@ -35,7 +35,7 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
     stack.config.max_in_flight = Some(args.limit);
     // Queued for a second, then running: `render` in all.
     let queued = Duration::from_secs(1).min(render);
-    let (sim, base) = start_standin_with(16 * 1024, queued, render - queued, Some(args.limit as usize)).await?;
+    let (sim, base) = start_standin_with(16 * 1024, queued, render - queued, Some(args.real_limit() as usize)).await?;
     let (running, addr) = stack.start_runner(&base, 8).await?;
     let api = format!("http://{addr}");
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
@@ -110,7 +110,7 @@ async fn wait_drained(
     render: Duration,
     args: &CapacityArgs,
 ) -> Result<Vec<(usize, OperationRecord)>, String> {
-    let ideal = render * u32::try_from(args.intents).unwrap_or(u32::MAX) / args.limit;
+    let ideal = render * u32::try_from(args.intents).unwrap_or(u32::MAX) / args.real_limit();
     let limit = ideal * 4 + Duration::from_secs(300);
     let tenants: Vec<TenantId> = TENANTS.iter().map(|t| TenantId::parse(t).expect("tenant")).collect();
     loop {
@@ -154,7 +154,7 @@ fn print(
     peak: u64,
 ) {
     let n = records.len().max(1);
-    let ideal = render.as_secs_f64() * n as f64 / f64::from(args.limit);
+    let ideal = render.as_secs_f64() * n as f64 / f64::from(args.real_limit());
     let delivered = records
         .iter()
         .filter(|(_, r)| r.delivery_state == DeliveryState::Delivered)
@@ -165,7 +165,7 @@ fn print(
     println!(
         "{n} intents at once from three tenants (80 %, 15 %, 5 %, interleaved); the stand-in renders {} at once \
          for {} s each and answers 429 past that; GENACE_MAX_IN_FLIGHT={}.",
-        args.limit,
+        args.real_limit(),
         render.as_secs(),
         args.limit
     );
@@ -178,7 +178,7 @@ fn print(
         "| Genace 429 answers per POST | {:.2} % ({refused} of {posts}) | ≤ 1 % |",
         100.0 * refused as f64 / posts.max(1) as f64
     );
-    println!("| most jobs rendering at once | {peak} | ≤ {} |", args.limit);
+    println!("| most jobs rendering at once | {peak} | ≤ {} |", args.real_limit());
     println!(
         "| drain time | {:.0} s, {:.2}× the ideal {ideal:.0} s | ≤ 1.15× |",
         drain.as_secs_f64(),
@@ -204,7 +204,7 @@ fn print(
             .map(|r| (r.updated_at - first).num_milliseconds() as f64 / 1000.0)
             .fold(0.0, f64::max);
         // With three tenants sharing, each gets a third of the slots.
-        let fair = render.as_secs_f64() * mine.len() as f64 / (f64::from(args.limit) / 3.0);
+        let fair = render.as_secs_f64() * mine.len() as f64 / (f64::from(args.real_limit()) / 3.0);
         println!(
             "| {name} | {} | {} ms | {} ms | {last:.0} s | {fair:.0} s |",
             mine.len(),

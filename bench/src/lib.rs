@@ -105,6 +105,17 @@ pub struct CapacityArgs {
     /// How long the stand-in renders each job.
     #[arg(long, value_name = "SECONDS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub render_seconds: u64,
+    /// Jobs the stand-in really renders at once, when fewer than --limit:
+    /// dispatch must learn it from the 429s.
+    #[arg(long, value_name = "JOBS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub genace_limit: Option<u32>,
+}
+
+impl CapacityArgs {
+    /// What the stand-in renders at once.
+    pub fn real_limit(&self) -> u32 {
+        self.genace_limit.unwrap_or(self.limit).min(self.limit)
+    }
 }
 
 /// `1GiB`, `64MiB`, `300KiB`, or plain bytes.
