@@ -54,7 +54,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::REPOST_AFTER_LEASE,
             "re-POST after lease expiry",
-            30,
+            18,
             "Genace jobs created",
         ),
         (
@@ -64,18 +64,17 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
             "case on a rendered",
         ),
         // The ledger against Genace's own books, and the slots it holds
-        // against the records that hold one (the slot check, run first,
-        // finds the first two).
+        // against the records that hold one.
         (
             planted::ABANDON_ERASES_CREDITS,
             "an abandon erases what Genace charged",
-            9,
-            "jobs in flight, the records hold",
+            7,
+            "the ledger counts 0 spent and 0 held",
         ),
         (
             planted::TRUST_NEGATIVE_CREDITS,
             "a negative held_credits is believed",
-            23,
+            28,
             "counter is negative",
         ),
         (

@@ -265,19 +265,33 @@ impl AccountCapacity {
     }
 
     /// The learned limit after Genace refused a claim with 429 while
-    /// `in_flight` (this claim's slot included) were ours: half of what we
-    /// had in flight, at least 1. None when that would not lower the limit,
-    /// or when the claim was admitted under a higher limit than today's (its
-    /// 429 is news from before the last lowering, so the limit halves once
-    /// per lesson rather than once per refused claim of one burst).
+    /// `in_flight` (this claim's slot included) were ours: one less, the
+    /// most Genace was seen to take, at least 1. We see exactly which count
+    /// was refused, so the lesson is that count, not a guess (halving would
+    /// also fall below slots held by operations that may never end, such as
+    /// uncertain ones, and stop dispatch). None when that would not lower
+    /// the limit, or when the claim was admitted under a higher limit than
+    /// today's (its 429 is news from before the last lesson).
     pub fn lowered_after_429(&self) -> Option<u32> {
         let in_flight = u32::try_from(self.in_flight.max(1)).unwrap_or(u32::MAX);
         let limit = self.limit().unwrap_or(MAX_IN_FLIGHT_LIMIT);
         if in_flight > limit {
             return None;
         }
-        let lowered = (in_flight / 2).max(1);
+        let lowered = (in_flight - 1).max(1);
         (lowered < limit).then_some(lowered)
+    }
+
+    /// The learned limit one higher, as the sweep probes once a run: none
+    /// once that reaches the maximum. Outer none: nothing learned. Slots
+    /// held by operations that may never end (uncertain ones wait for a
+    /// person) can fill a learned limit, and then no job of ours ends to
+    /// raise it; the probe makes sure dispatch goes on.
+    pub fn probed(&self) -> Option<Option<u32>> {
+        let learned = self.learned?;
+        let max = self.max_in_flight().unwrap_or(MAX_IN_FLIGHT_LIMIT);
+        let raised = learned.saturating_add(1);
+        Some((raised < max).then_some(raised))
     }
 
     /// The learned limit once enough jobs ended since it last changed: one
@@ -529,18 +543,26 @@ mod tests {
     }
 
     #[test]
-    fn a_429_halves_what_was_in_flight_once_per_lesson() {
+    fn a_429_teaches_one_less_than_was_in_flight_once_per_lesson() {
         // Ten of ours in flight (this claim's slot included) under a limit of ten.
-        assert_eq!(account(10, Some(10), None).lowered_after_429(), Some(5));
+        assert_eq!(account(10, Some(10), None).lowered_after_429(), Some(9));
         assert_eq!(account(1, Some(10), None).lowered_after_429(), Some(1));
-        // Admitted under an older, higher limit: no second halving.
+        // Admitted under an older, higher limit: nothing new to learn.
         assert_eq!(account(9, Some(10), Some(5)).lowered_after_429(), None);
-        // Under the learned limit: it halves again.
-        assert_eq!(account(4, Some(10), Some(5)).lowered_after_429(), Some(2));
+        // Under the learned limit: it falls again.
+        assert_eq!(account(4, Some(10), Some(5)).lowered_after_429(), Some(3));
         // Already at 1: nothing lower to learn.
         assert_eq!(account(1, Some(10), Some(1)).lowered_after_429(), None);
         // No limit of ours at all: what was in flight teaches one.
-        assert_eq!(account(40, None, None).lowered_after_429(), Some(20));
+        assert_eq!(account(40, None, None).lowered_after_429(), Some(39));
+    }
+
+    #[test]
+    fn the_sweep_probes_a_learned_limit_upward_until_it_is_forgotten() {
+        assert_eq!(account(5, Some(10), Some(3)).probed(), Some(Some(4)));
+        assert_eq!(account(5, Some(10), Some(9)).probed(), Some(None));
+        assert_eq!(account(5, Some(10), None).probed(), None);
+        assert_eq!(account(5, None, Some(40)).probed(), Some(Some(41)));
     }
 
     #[test]

@@ -113,10 +113,29 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
     Ok(woken)
 }
 
+/// Once a sweep run: a learned limit rises by one (and is forgotten at the
+/// maximum), so that slots held by operations that may never end cannot
+/// stop dispatch for good. The next 429 teaches it again. Failures are
+/// logged.
+pub async fn probe<S: OperationStore>(store: &S) {
+    let account = match store.account().await {
+        Ok(account) => account,
+        Err(e) => return warn!(error = %e, "account unreadable for the probe"),
+    };
+    let Some(probed) = account.probed() else {
+        return;
+    };
+    match store.learn_account_limit(account.learned, probed).await {
+        Ok(true) => info!(from = ?account.learned, to = ?probed, "learned account limit probed upward"),
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, "the probed account limit was not saved"),
+    }
+}
+
 /// After Genace refused a claim with 429 while jobs of ours were in flight
 /// (`account` as read then, this claim's slot counted): the real limit is
-/// lower than we believed, so the learned limit halves
-/// ([`genace_core::ledger::AccountCapacity::lowered_after_429`]). Failures
+/// lower than we believed, so the learned limit becomes what Genace was
+/// seen to take ([`genace_core::ledger::AccountCapacity::lowered_after_429`]). Failures
 /// are logged: the limit stays as it was, and the next 429 teaches again.
 pub async fn learn_from_429<S: OperationStore>(
     store: &S,

@@ -84,7 +84,9 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
                 }
             }
         }
-        // Repairs a lost wake-up: free slots while operations wait.
+        // A learned limit is probed one higher each run; then a lost wake-up
+        // is repaired: free slots while operations wait.
+        crate::capacity::probe(&self.store).await;
         crate::capacity::wake_if_room(&self.store, &self.queue).await;
         crate::capacity::emit_gauges(&self.store, &self.metrics, now).await;
         info!(?report, "sweep finished");

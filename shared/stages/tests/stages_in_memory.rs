@@ -429,9 +429,9 @@ async fn a_429_counts_toward_a_case_only_when_nothing_else_of_ours_is_in_flight(
 }
 
 /// Genace renders two at once while our limit says four: the first 429
-/// teaches a lower limit (half of what was in flight), so the next claim
-/// waits without a POST; jobs ending raise the learned limit again, one
-/// per window, and every operation is POSTed once it is admitted. No case.
+/// teaches a lower limit (what Genace took), so the next claim waits
+/// without a POST; the sweep probes the learned limit upward, and every
+/// operation is POSTed once it is admitted. No case.
 #[tokio::test]
 async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again() {
     let app = app();
@@ -456,8 +456,8 @@ async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again()
     let account = app.store.account().await.unwrap();
     assert_eq!(
         (account.learned, account.limit(), account.in_flight),
-        (Some(1), Some(1), 2),
-        "three were in flight when Genace refused: half of it is learned"
+        (Some(2), Some(2), 2),
+        "three were in flight when Genace refused: two is learned"
     );
     assert_eq!(
         dispatcher.dispatch(&ids[3]).await.unwrap(),
@@ -465,8 +465,8 @@ async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again()
         "over the learned limit: no POST"
     );
     assert_eq!((app.genace.posts().len(), app.genace.refused_full()), (3, 1));
-    // The first job ends: one window of one job, so the limit rises to two
-    // and the refused operation, first in the order, is woken.
+    // The first job ends: its slot goes to the refused operation, first in
+    // the order (one job ended is not yet a window of two).
     render_first_job(&app, &ids[0]).await;
     let account = app.store.account().await.unwrap();
     assert_eq!((account.learned, account.jobs_ended), (Some(2), 1));
@@ -479,12 +479,22 @@ async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again()
         Dispatched::WaitingForCapacity,
         "two in flight under a learned two"
     );
+    assert_eq!(app.genace.refused_full(), 1, "one 429 so far");
+    // The sweep probes one higher; Genace is still full, so the probe's
+    // claim meets a 429 and the lesson is learned again. Still no case.
+    app.sweeper().run().await.unwrap();
+    assert_eq!(app.store.account().await.unwrap().learned, Some(3));
+    assert_eq!(
+        dispatcher.dispatch(&ids[3]).await.unwrap(),
+        Dispatched::Posted(PostResult::RateLimited)
+    );
+    assert_eq!(app.store.account().await.unwrap().learned, Some(2));
     for id in &ids {
         let rec = record(&app, id).await;
         assert!(rec.case.is_none(), "capacity never opens a case: {rec:?}");
         assert_eq!(rec.rate_limited_count, 0);
     }
-    assert_eq!(app.genace.refused_full(), 1, "one 429 in all");
+    assert_eq!(app.genace.refused_full(), 2);
 }
 
 /// Waiting is measured: every admitted claim counts, a claim that waited
