@@ -473,6 +473,10 @@ impl<'a> Scenario<'a> {
                 .lines()
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())
                 .filter(|e| e["detail"]["operation_id"] == id)
+                // A wait for capacity or credits depends on what else the
+                // deployment is doing (other scenarios, a limit learned from
+                // another's 429s), not on the path a scenario checks.
+                .filter(|e| e["detail"]["type"] != "operation.queued")
                 .filter(|e| seen.insert(e["detail"]["id"].as_str().unwrap_or_default().to_owned()))
                 .collect();
             if done(&events) || std::time::Instant::now() > deadline {
