@@ -54,7 +54,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::REPOST_AFTER_LEASE,
             "re-POST after lease expiry",
-            18,
+            21,
             "Genace jobs created",
         ),
         (
@@ -68,13 +68,13 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::ABANDON_ERASES_CREDITS,
             "an abandon erases what Genace charged",
-            7,
-            "the ledger counts 0 spent and 0 held",
+            9,
+            "jobs in flight, the records hold",
         ),
         (
             planted::TRUST_NEGATIVE_CREDITS,
             "a negative held_credits is believed",
-            28,
+            4,
             "counter is negative",
         ),
         (

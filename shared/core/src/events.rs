@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::record::{CaseReason, DeliveryState, OperationRecord, Phase, ReconciliationCase};
+use crate::record::{CaseReason, DeliveryState, OperationRecord, Phase, ReconciliationCase, WaitReason};
 
 /// The `source` of every event on the bus.
 pub const SOURCE: &str = "genace.operations";
@@ -190,10 +190,10 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
         )
     };
     if let (None, Some(since)) = (old.spend_hold, new.spend_hold) {
-        out.push(queued("spend_limit", since));
+        out.push(queued(WaitReason::SpendLimit.as_str(), since));
     }
     if let (None, Some(since)) = (old.capacity_hold, new.capacity_hold) {
-        out.push(queued("capacity", since));
+        out.push(queued(WaitReason::Capacity.as_str(), since));
     }
     out
 }

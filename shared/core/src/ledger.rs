@@ -289,9 +289,7 @@ impl AccountCapacity {
     /// raise it; the probe makes sure dispatch goes on.
     pub fn probed(&self) -> Option<Option<u32>> {
         let learned = self.learned?;
-        let max = self.max_in_flight().unwrap_or(MAX_IN_FLIGHT_LIMIT);
-        let raised = learned.saturating_add(1);
-        Some((raised < max).then_some(raised))
+        Some(self.below_max(learned.saturating_add(1)))
     }
 
     /// The learned limit once enough jobs ended since it last changed: one
@@ -300,15 +298,21 @@ impl AccountCapacity {
     /// nothing to change.
     pub fn raised(&self) -> Option<Option<u32>> {
         let learned = self.learned?;
-        let max = self.max_in_flight().unwrap_or(MAX_IN_FLIGHT_LIMIT);
-        if learned >= max {
+        if self.below_max(learned).is_none() {
             return Some(None);
         }
         if self.jobs_ended.saturating_sub(self.learned_mark) < i64::from(learned) {
             return None;
         }
-        let raised = learned + 1;
-        Some((raised < max).then_some(raised))
+        Some(self.below_max(learned + 1))
+    }
+
+    /// A learned limit worth keeping: one below the maximum (the
+    /// operator's or deployment's, else [`MAX_IN_FLIGHT_LIMIT`]); none once it
+    /// reaches it, when nothing learned holds any more.
+    fn below_max(&self, learned: u32) -> Option<u32> {
+        let max = self.max_in_flight().unwrap_or(MAX_IN_FLIGHT_LIMIT);
+        (learned < max).then_some(learned)
     }
 }
 

@@ -332,17 +332,30 @@ impl OperationRecord {
         }
     }
 
+    /// What the operation waits for before its dispatch claim, and since
+    /// when: a slot of Genace's capacity, else its tenant's spend limit.
+    /// None unless it is prepared and waits.
+    pub fn wait(&self) -> Option<(WaitReason, DateTime<Utc>)> {
+        if self.phase != Phase::Prepared {
+            return None;
+        }
+        match (self.capacity_hold, self.spend_hold) {
+            (Some(since), _) => Some((WaitReason::Capacity, since)),
+            (None, Some(since)) => Some((WaitReason::SpendLimit, since)),
+            (None, None) => None,
+        }
+    }
+
     /// Since when the operation waits in its tenant's waiting order, for a
     /// slot of Genace's capacity or for its tenant's spend limit; none when
     /// it does not wait there. A spend-limit wait recorded before waits were
     /// ordered carries its own recheck time (`retry_at`) and is not in the
     /// order, so the counts made before stay true; its next wait joins it.
     pub fn waits_in_order(&self) -> Option<DateTime<Utc>> {
-        if self.phase != Phase::Prepared {
-            return None;
+        match self.wait()? {
+            (WaitReason::Capacity, since) => Some(since),
+            (WaitReason::SpendLimit, since) => self.retry_at_ms.is_none().then_some(since),
         }
-        self.capacity_hold
-            .or(self.spend_hold.filter(|_| self.retry_at_ms.is_none()))
     }
 
     /// True when the TTL has passed. DynamoDB may still return such an item
@@ -357,6 +370,25 @@ impl OperationRecord {
             .ok()
             .and_then(|mut v| v.get_mut("specification").map(Value::take))
             .unwrap_or(Value::Null)
+    }
+}
+
+/// Why a prepared operation waits for its dispatch claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReason {
+    /// Every slot of the Genace account (or the tenant's) is taken.
+    Capacity,
+    /// The tenant's spend limit leaves no room for the estimate.
+    SpendLimit,
+}
+
+impl WaitReason {
+    /// The name views and events give the reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Capacity => "capacity",
+            Self::SpendLimit => "spend_limit",
+        }
     }
 }
 

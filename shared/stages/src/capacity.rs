@@ -46,17 +46,79 @@ pub async fn wake_if_room<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q)
 /// [`MAX_WAKE`]), tenants in turn by fewest jobs in flight. Returns how many.
 pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Result<usize, String> {
     let mut account = store.account().await.map_err(|e| e.to_string())?;
-    if let Some(raised) = account.raised() {
-        // Enough jobs ended under a limit learned from 429s: one more slot.
-        if store
-            .learn_account_limit(account.learned, raised)
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            info!(from = ?account.learned, to = ?raised, "learned account limit raised");
-            account.learned = raised;
-        }
+    raise_if_earned(store, &mut account).await?;
+    let mut tenants = None;
+    wake_from(store, queue, &account, &mut tenants).await
+}
+
+/// The sweep's look at the account, for one read of it a run: the learned
+/// limit is raised if earned, else probed one higher; a lost wake-up is
+/// repaired (free slots while operations wait); and the gauges are emitted
+/// (`InFlight`, `Waiting`, `EffectiveLimit` when there is a limit, and
+/// `OldestWaitSeconds`, 0 when nobody waits, which the alarm watches). The
+/// ledgers are read once, and only when operations wait. Failures are
+/// logged: the next run looks again.
+pub async fn sweep<S: OperationStore, Q: WorkQueue>(
+    store: &S,
+    queue: &Q,
+    metrics: &crate::metrics::Metrics,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let mut account = match store.account().await {
+        Ok(account) => account,
+        Err(e) => return warn!(error = %e, "account unreadable for the sweep"),
+    };
+    match raise_if_earned(store, &mut account).await {
+        Ok(true) => {}
+        Ok(false) => probe(store, &mut account).await,
+        Err(e) => warn!(error = %e, "the raised account limit was not saved"),
     }
+    let mut tenants = None;
+    if let Err(e) = wake_from(store, queue, &account, &mut tenants).await {
+        warn!(error = %e, "waking waiting operations failed; the next sweep will");
+    }
+    metrics.emit("InFlight", account.in_flight as f64, "Count", &[]);
+    metrics.emit("Waiting", account.waiting as f64, "Count", &[]);
+    if let Some(limit) = account.limit() {
+        metrics.emit("EffectiveLimit", f64::from(limit), "Count", &[]);
+    }
+    let oldest = if account.waiting > 0 {
+        oldest_wait_of(store, tenants, now).await
+    } else {
+        None
+    };
+    let age = oldest.map_or(0.0, |since| (now - since).num_milliseconds().max(0) as f64 / 1000.0);
+    metrics.emit("OldestWaitSeconds", age, "Seconds", &[]);
+}
+
+/// Enough jobs ended under a limit learned from 429s: one slot more.
+/// Whether the limit changed (another writer may have changed it first).
+async fn raise_if_earned<S: OperationStore>(
+    store: &S,
+    account: &mut genace_core::ledger::AccountCapacity,
+) -> Result<bool, String> {
+    let Some(raised) = account.raised() else {
+        return Ok(false);
+    };
+    let changed = store
+        .learn_account_limit(account.learned, raised)
+        .await
+        .map_err(|e| e.to_string())?;
+    if changed {
+        info!(from = ?account.learned, to = ?raised, "learned account limit raised");
+        account.learned = raised;
+    }
+    Ok(changed)
+}
+
+/// Wakes under `account` as read. `tenants` holds the waiting tenants once
+/// read, for the caller to reuse.
+async fn wake_from<S: OperationStore, Q: WorkQueue>(
+    store: &S,
+    queue: &Q,
+    account: &genace_core::ledger::AccountCapacity,
+    tenants: &mut Option<Vec<Turn>>,
+) -> Result<usize, String> {
     if account.waiting <= 0 {
         // The common case, for one read: nobody waits.
         return Ok(0);
@@ -69,27 +131,10 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
     if room == 0 {
         return Ok(0);
     }
-    let mut tenants = waiting_tenants(store).await.map_err(|e| e.to_string())?;
+    let turns = tenants.insert(waiting_tenants(store).await.map_err(|e| e.to_string())?);
     let mut woken = 0;
     while woken < room.min(MAX_WAKE) {
-        // The waiting tenant with the fewest jobs in flight goes next.
-        let Some(turn) = tenants
-            .iter_mut()
-            .filter(|t| !t.heads.is_empty() || (!t.fetched && t.ledger.totals.waiting > 0))
-            // A tenant at its own limit waits for its own jobs to end.
-            .filter(|t| {
-                t.ledger
-                    .max_in_flight
-                    .is_none_or(|max| t.ledger.totals.in_flight + t.taken < i64::from(max))
-            })
-            // A tenant at its spend limit waits for its credits to free. One
-            // with some room may still be short for its head: that claim
-            // waits again, and wakes nobody.
-            .filter(|t| t.ledger.headroom().is_none_or(|room| room > 0))
-            .min_by_key(|t| (t.ledger.totals.in_flight + t.taken, t.ledger.tenant_id.clone()))
-        else {
-            break;
-        };
+        let Some(turn) = next_turn(turns) else { break };
         if !turn.fetched {
             // Each tenant's order is read once per call, so no operation is
             // woken twice by one call (the index may lag the count).
@@ -113,20 +158,46 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
     Ok(woken)
 }
 
-/// Once a sweep run: a learned limit rises by one (and is forgotten at the
-/// maximum), so that slots held by operations that may never end cannot
-/// stop dispatch for good. The next 429 teaches it again. Failures are
-/// logged.
-pub async fn probe<S: OperationStore>(store: &S) {
-    let account = match store.account().await {
-        Ok(account) => account,
-        Err(e) => return warn!(error = %e, "account unreadable for the probe"),
-    };
+/// The tenant whose turn it is: of those with an operation left to wake,
+/// under their own limit and with credits free, the one with the fewest
+/// jobs in flight; on a tie, the one with fewer operations waiting (a
+/// small burst finishes first rather than trailing a heavy one), then by
+/// name.
+fn next_turn(turns: &mut [Turn]) -> Option<&mut Turn> {
+    turns
+        .iter_mut()
+        .filter(|t| !t.heads.is_empty() || (!t.fetched && t.ledger.totals.waiting > 0))
+        // A tenant at its own limit waits for its own jobs to end.
+        .filter(|t| {
+            t.ledger
+                .max_in_flight
+                .is_none_or(|max| t.ledger.totals.in_flight + t.taken < i64::from(max))
+        })
+        // A tenant at its spend limit waits for its credits to free. One
+        // with some room may still be short for its head: that claim
+        // waits again, and wakes nobody.
+        .filter(|t| t.ledger.headroom().is_none_or(|room| room > 0))
+        .min_by_key(|t| {
+            (
+                t.ledger.totals.in_flight + t.taken,
+                t.ledger.totals.waiting - t.taken,
+                t.ledger.tenant_id.clone(),
+            )
+        })
+}
+
+/// A learned limit rises by one (and is forgotten at the maximum), so that
+/// slots held by operations that may never end cannot stop dispatch for
+/// good. The next 429 teaches it again. Failures are logged.
+async fn probe<S: OperationStore>(store: &S, account: &mut genace_core::ledger::AccountCapacity) {
     let Some(probed) = account.probed() else {
         return;
     };
     match store.learn_account_limit(account.learned, probed).await {
-        Ok(true) => info!(from = ?account.learned, to = ?probed, "learned account limit probed upward"),
+        Ok(true) => {
+            info!(from = ?account.learned, to = ?probed, "learned account limit probed upward");
+            account.learned = probed;
+        }
         Ok(false) => {}
         Err(e) => warn!(error = %e, "the probed account limit was not saved"),
     }
@@ -179,6 +250,34 @@ pub async fn queue_position<S: OperationStore>(store: &S, rec: &OperationRecord)
     }
 }
 
+/// Since when the longest of the waiting tenants' heads waits, the tenants
+/// as `wake` read them, else read now. Failures are logged.
+async fn oldest_wait_of<S: OperationStore>(
+    store: &S,
+    tenants: Option<Vec<Turn>>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let tenants = match tenants {
+        Some(tenants) => tenants,
+        None => match waiting_tenants(store).await {
+            Ok(tenants) => tenants,
+            Err(e) => {
+                warn!(error = %e, "ledgers unreadable for the gauges");
+                return None;
+            }
+        },
+    };
+    let mut oldest: Option<chrono::DateTime<chrono::Utc>> = None;
+    for turn in tenants {
+        match oldest_wait(store, &turn.ledger.tenant_id, now).await {
+            Ok(Some(since)) => oldest = Some(oldest.map_or(since, |o| o.min(since))),
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, "a waiting order unreadable for the gauges"),
+        }
+    }
+    oldest
+}
+
 /// Since when the head of a tenant's waiting order waits.
 async fn oldest_wait<S: OperationStore>(
     store: &S,
@@ -192,44 +291,6 @@ async fn oldest_wait<S: OperationStore>(
         return Ok(None);
     };
     Ok(store.get(&head, now).await?.and_then(|r| r.waits_in_order()))
-}
-
-/// The account's gauges, for the sweep to emit once a run: `InFlight`,
-/// `Waiting`, `EffectiveLimit` (when there is a limit) and
-/// `OldestWaitSeconds` (0 when nobody waits; the alarm watches it). One
-/// read when nobody waits; otherwise also the ledgers and, per waiting
-/// tenant, the head of its order. Failures are logged.
-pub async fn emit_gauges<S: OperationStore>(
-    store: &S,
-    metrics: &crate::metrics::Metrics,
-    now: chrono::DateTime<chrono::Utc>,
-) {
-    let account = match store.account().await {
-        Ok(account) => account,
-        Err(e) => return warn!(error = %e, "account unreadable for its gauges"),
-    };
-    metrics.emit("InFlight", account.in_flight as f64, "Count", &[]);
-    metrics.emit("Waiting", account.waiting as f64, "Count", &[]);
-    if let Some(limit) = account.limit() {
-        metrics.emit("EffectiveLimit", f64::from(limit), "Count", &[]);
-    }
-    let mut oldest: Option<chrono::DateTime<chrono::Utc>> = None;
-    if account.waiting > 0 {
-        match waiting_tenants(store).await {
-            Ok(turns) => {
-                for turn in turns {
-                    match oldest_wait(store, &turn.ledger.tenant_id, now).await {
-                        Ok(Some(since)) => oldest = Some(oldest.map_or(since, |o| o.min(since))),
-                        Ok(None) => {}
-                        Err(e) => warn!(error = %e, "a waiting order unreadable for the gauges"),
-                    }
-                }
-            }
-            Err(e) => warn!(error = %e, "ledgers unreadable for the gauges"),
-        }
-    }
-    let age = oldest.map_or(0.0, |since| (now - since).num_milliseconds().max(0) as f64 / 1000.0);
-    metrics.emit("OldestWaitSeconds", age, "Seconds", &[]);
 }
 
 /// A waiting tenant, and what this call has taken from its order.

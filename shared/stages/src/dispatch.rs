@@ -124,7 +124,7 @@ where
             _ => {
                 // The fault directive the claim consumes fires in this attempt.
                 let fault = r.fault.filter(|f| faults && f.fires_in_dispatch());
-                let waited_since = r.capacity_hold.or(r.spend_hold);
+                let waited_since = r.wait().map(|(_, since)| since);
                 machine::transition(r, Event::ClaimDispatch { token: &token }, now, &policy)
                     .map(|next| (next, Some((fault, waited_since))))
             }

@@ -84,11 +84,9 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
                 }
             }
         }
-        // A learned limit is probed one higher each run; then a lost wake-up
-        // is repaired: free slots while operations wait.
-        crate::capacity::probe(&self.store).await;
-        crate::capacity::wake_if_room(&self.store, &self.queue).await;
-        crate::capacity::emit_gauges(&self.store, &self.metrics, now).await;
+        // The learned limit is raised or probed, a lost wake-up is
+        // repaired, and the gauges are emitted: one read of the account.
+        crate::capacity::sweep(&self.store, &self.queue, &self.metrics, now).await;
         info!(?report, "sweep finished");
         Ok(report)
     }

@@ -32,6 +32,36 @@ fn app() -> MemoryApp {
     app
 }
 
+/// Genace's first job (of `id`) fails, which frees its slot: the body of
+/// the last dispatch message, the wake-up it sent.
+async fn fail_first_job_and_see_who_is_woken(app: &MemoryApp, id: &OperationId) -> String {
+    app.poller().poll(id).await.unwrap();
+    app.genace.set_job("job-0001", "failed", None);
+    assert_eq!(app.poller().poll(id).await.unwrap(), Polled::RenderFailed);
+    app.queue
+        .messages()
+        .into_iter()
+        .rfind(|m| m.queue == Queue::Dispatch)
+        .unwrap()
+        .body
+}
+
+/// Submits a new video intent as `tenant`.
+async fn submit_as(app: &MemoryApp, tenant: &str, key: &str) -> OperationId {
+    let body = json!({"operation_key": key, "media_type": "video",
+        "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
+    let intent = Intent::parse(&body, None).unwrap();
+    match app
+        .intake()
+        .submit(&TenantId::parse(tenant).unwrap(), &intent, app.clock.now())
+        .await
+        .unwrap()
+    {
+        Submitted::New(rec) => rec.operation_id,
+        other => panic!("{other:?}"),
+    }
+}
+
 async fn submit(app: &MemoryApp, key: &str, fault: Option<&str>) -> OperationId {
     let mut body = json!({"operation_key": key, "media_type": "video",
         "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
@@ -352,29 +382,12 @@ async fn a_full_account_makes_dispatch_wait_until_a_freed_slot_wakes_it() {
 async fn a_freed_slot_goes_to_the_waiting_tenant_with_the_fewest_jobs_in_flight() {
     let app = app();
     let _limited = app.store.clone().with_account_limit(Some(2));
-    let submit_as = |tenant: &'static str, key: &'static str| {
-        let app = &app;
-        async move {
-            let body = json!({"operation_key": key, "media_type": "video",
-                "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
-            let intent = Intent::parse(&body, None).unwrap();
-            match app
-                .intake()
-                .submit(&TenantId::parse(tenant).unwrap(), &intent, app.clock.now())
-                .await
-                .unwrap()
-            {
-                Submitted::New(rec) => rec.operation_id,
-                other => panic!("{other:?}"),
-            }
-        }
-    };
     let dispatcher = app.dispatcher();
     let mut heavy = Vec::new();
     for key in ["h1", "h2", "h3"] {
-        heavy.push(submit_as("heavy", key).await);
+        heavy.push(submit_as(&app, "heavy", key).await);
     }
-    let light = submit_as("light", "l1").await;
+    let light = submit_as(&app, "light", "l1").await;
     dispatcher.dispatch(&heavy[0]).await.unwrap();
     dispatcher.dispatch(&heavy[1]).await.unwrap();
     assert_eq!(
@@ -389,16 +402,38 @@ async fn a_freed_slot_goes_to_the_waiting_tenant_with_the_fewest_jobs_in_flight(
     // heavy's h3 waited longer, but light has nothing in flight: light goes first.
     let woken = genace_stages::capacity::wake(&app.store, &app.queue).await.unwrap();
     assert_eq!(woken, 0, "no slot is free yet");
-    app.poller().poll(&heavy[0]).await.unwrap();
-    app.genace.set_job("job-0001", "failed", None);
-    assert_eq!(app.poller().poll(&heavy[0]).await.unwrap(), Polled::RenderFailed);
-    let last = app
-        .queue
-        .messages()
-        .into_iter()
-        .rfind(|m| m.queue == Queue::Dispatch)
-        .unwrap();
-    assert!(last.body.contains(light.as_str()), "{}", last.body);
+    let last = fail_first_job_and_see_who_is_woken(&app, &heavy[0]).await;
+    assert!(last.contains(light.as_str()), "{last}");
+}
+
+/// On a tie in jobs in flight, the tenant with fewer operations waiting goes
+/// first, whatever the names: a small burst finishes rather than trailing a
+/// heavy one.
+#[tokio::test]
+async fn on_a_tie_in_flight_the_tenant_with_fewer_waiting_goes_first() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(3));
+    let dispatcher = app.dispatcher();
+    let mut heavy = Vec::new();
+    for key in ["h1", "h2", "h3", "h4"] {
+        heavy.push(submit_as(&app, "aaa-heavy", key).await);
+    }
+    let light = [
+        submit_as(&app, "zzz-light", "l1").await,
+        submit_as(&app, "zzz-light", "l2").await,
+    ];
+    for id in [&heavy[0], &heavy[1], &light[0]] {
+        assert_eq!(
+            dispatcher.dispatch(id).await.unwrap(),
+            Dispatched::Posted(PostResult::Accepted)
+        );
+    }
+    for id in [&heavy[2], &heavy[3], &light[1]] {
+        assert_eq!(dispatcher.dispatch(id).await.unwrap(), Dispatched::WaitingForCapacity);
+    }
+    // heavy's first job ends: one job in flight each, heavy has two waiting, light one.
+    let last = fail_first_job_and_see_who_is_woken(&app, &heavy[0]).await;
+    assert!(last.contains(light[1].as_str()), "{last}");
 }
 
 /// A 429 while other jobs of ours are in flight is the account being full:

@@ -94,15 +94,8 @@ pub fn view(rec: &OperationRecord) -> Value {
 /// What an operation waits in, if anything: its reason, since when, and its
 /// place in its tenant's order (1 is next; null when not counted).
 pub fn queue_view(rec: &OperationRecord, position: Option<u32>) -> Option<Value> {
-    if rec.phase != genace_core::record::Phase::Prepared {
-        return None;
-    }
-    let (reason, since) = match (rec.capacity_hold, rec.spend_hold) {
-        (Some(since), _) => ("capacity", since),
-        (None, Some(since)) => ("spend_limit", since),
-        (None, None) => return None,
-    };
-    Some(json!({"reason": reason, "since": since, "position": position, "priority": rec.priority}))
+    let (reason, since) = rec.wait()?;
+    Some(json!({"reason": reason.as_str(), "since": since, "position": position, "priority": rec.priority}))
 }
 
 /// The hold a new intent's view announces when the tenant's spend limit
