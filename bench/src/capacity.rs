@@ -67,6 +67,9 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
     Ok(())
 }
 
+/// How often one intent is retried after a 503 before the run fails.
+const MAX_INTAKE_RETRIES: u32 = 5;
+
 /// Every intent POSTed, 16 at a time; returns (tenant, operation id).
 async fn burst(api: &str, intents: &[(usize, String)]) -> Result<Vec<(usize, OperationId)>, String> {
     let tokens: Vec<String> = TENANTS
@@ -78,16 +81,32 @@ async fn burst(api: &str, intents: &[(usize, String)]) -> Result<Vec<(usize, Ope
         .map(|(tenant, key)| {
             let (client, token) = (client.clone(), tokens[*tenant].clone());
             async move {
-                let resp = client
-                    .post(format!("{api}/v1/operations"))
-                    .bearer_auth(token)
-                    .header("content-type", "application/json")
-                    .body(intent_body(key, &format!("a harbour, take {key}")))
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if resp.status().as_u16() != 202 {
-                    return Err(format!("intake answered {}", resp.status()));
+                // As the API asks of every client: a 503 is retried with the
+                // same key after its Retry-After (a retry never makes a
+                // second operation); a retried create may answer 200.
+                let mut attempt = 0;
+                loop {
+                    let resp = client
+                        .post(format!("{api}/v1/operations"))
+                        .bearer_auth(&token)
+                        .header("content-type", "application/json")
+                        .body(intent_body(key, &format!("a harbour, take {key}")))
+                        .send()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    match resp.status().as_u16() {
+                        200 | 202 => break,
+                        503 if attempt < MAX_INTAKE_RETRIES => {
+                            attempt += 1;
+                            let after = resp
+                                .headers()
+                                .get("retry-after")
+                                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                                .unwrap_or(1);
+                            tokio::time::sleep(Duration::from_secs(after)).await;
+                        }
+                        _ => return Err(format!("intake answered {}", resp.status())),
+                    }
                 }
                 let intent = Intent::parse(&serde_json::from_str(&intent_body(key, "x")).expect("json"), None)
                     .map_err(|e| e.to_string())?;

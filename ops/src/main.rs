@@ -156,6 +156,12 @@ enum Op {
         /// The operation, `op_…`.
         operation_id: String,
     },
+    /// Take the operation back before its dispatch claim: no Genace job is
+    /// ever created for it. Refused (409) once a job may exist.
+    Cancel {
+        /// The operation, `op_…`.
+        operation_id: String,
+    },
 }
 
 #[derive(Args)]
@@ -405,6 +411,16 @@ fn print_timeline(op: &Value) {
             format!("last observed: {}", s(&op["remote_state"])),
         ));
     }
+    if let Some(c) = op["cancellation"].as_object() {
+        events.push((
+            s(&c["at"]),
+            format!(
+                "cancelled ({}) by {}: no Genace job was created",
+                s(&c["reason"]),
+                s(&c["by"])
+            ),
+        ));
+    }
     if let Some(case) = op["reconciliation_case"].as_object() {
         events.push((
             s(&case["opened_at"]),
@@ -604,6 +620,11 @@ async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
         }
         Command::Cases(Cases::Show { operation_id }) | Command::Op(Op::Show { operation_id }) => {
             let op = api.get(&format!("/v1/operations/{}", enc(&operation_id))).await?;
+            emit(json, &op, print_timeline);
+        }
+        Command::Op(Op::Cancel { operation_id }) => {
+            let path = format!("/v1/operations/{}/cancel", enc(&operation_id));
+            let op = api.call(reqwest::Method::POST, &path, None).await?;
             emit(json, &op, print_timeline);
         }
         Command::Resolve { operation_id, action } => resolve(api, json, &operation_id, action).await?,

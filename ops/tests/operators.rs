@@ -480,6 +480,45 @@ async fn operators_set_the_accounts_limit_at_run_time() {
     stack.stop().await;
 }
 
+/// An operation waiting for a slot is taken back with `op cancel`: it ends
+/// `cancelled` and Genace never sees its POST. One whose job may exist
+/// (uncertain, holding the only slot) is refused with 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn op_cancel_takes_back_a_waiting_operation_and_refuses_one_whose_job_may_exist() {
+    let stack = Stack::start().await;
+    every_post_fails(&stack.genace).await;
+    let ops = operator(None);
+    assert_eq!(stack.cli(&ops, &["capacity", "account", "1"]).status.code(), Some(0));
+    let first = stack.create("tenant-a", "holds-the-slot").await;
+    stack.wait(&first, "uncertain", |v| v["phase"] == "uncertain").await;
+    let second = stack.create("tenant-a", "waits").await;
+    stack
+        .wait(&second, "waiting for a slot", |v| v["queue"]["reason"] == "capacity")
+        .await;
+    let cancelled = stack.cli(&ops, &["op", "cancel", &second, "--json"]);
+    assert_eq!(cancelled.status.code(), Some(0), "{cancelled:?}");
+    let view: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
+    assert_eq!(
+        (&view["phase"], &view["cancellation"]["by"]),
+        (&json!("cancelled"), &json!("ops-alice")),
+        "{view}"
+    );
+    let shown = stack.cli(&ops, &["op", "show", &second]);
+    assert!(
+        stdout(&shown).contains("cancelled (requested) by ops-alice"),
+        "{shown:?}"
+    );
+    let too_late = stack.cli(&ops, &["op", "cancel", &first]);
+    assert_eq!(too_late.status.code(), Some(1), "{too_late:?}");
+    assert!(
+        String::from_utf8_lossy(&too_late.stderr).contains("409"),
+        "{too_late:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(stack.posts().await, 1, "no POST for the cancelled operation");
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operators_set_a_spend_limit_and_read_every_tenants_credits() {
     let stack = Stack::start().await;

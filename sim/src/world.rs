@@ -469,6 +469,30 @@ impl World {
         self.log(format!("duplicate a {:?} message", m.queue));
     }
 
+    /// A tenant takes back one of its operations, whatever its phase: the
+    /// cancel wins only before the dispatch claim, and then no POST may
+    /// ever follow ([`World::check_job_counts`]).
+    pub(crate) fn cancel(&mut self) {
+        let records = self.store.records();
+        if records.is_empty() {
+            return;
+        }
+        let rec = self.rng.pick(&records).clone();
+        let intake = self.app.intake();
+        self.spawn(
+            format!("cancel {} ({})", short(rec.operation_id.as_str()), rec.phase.as_str()),
+            10,
+            None,
+            Box::pin(async move {
+                match intake.cancel(&rec.tenant_id, &rec.operation_id).await {
+                    Ok(r) => Ok(r.phase.as_str().to_owned()),
+                    Err(e @ genace_stages::intake::IntakeError::TooLateToCancel { .. }) => Ok(e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }),
+        );
+    }
+
     /// An operator resolves one open case, truthfully: the jobs Genace holds
     /// decide between attach and confirm_not_created.
     pub(crate) fn operator(&mut self) {
@@ -573,7 +597,8 @@ impl World {
             }
             82..=84 => self.sweep(),
             85..=91 => self.genace_progress(),
-            92..=96 => self.duplicate(),
+            92..=95 => self.duplicate(),
+            96 => self.cancel(),
             97..=99 => self.operator(),
             _ => {
                 let seconds = 1 + self.rng.below(10) as i64;

@@ -54,13 +54,13 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::REPOST_AFTER_LEASE,
             "re-POST after lease expiry",
-            21,
+            1,
             "Genace jobs created",
         ),
         (
             planted::CASE_WITHOUT_PHASE_CHECK,
             "open_case without a phase check",
-            14,
+            46,
             "case on a rendered",
         ),
         // The ledger against Genace's own books, and the slots it holds
@@ -68,38 +68,38 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::ABANDON_ERASES_CREDITS,
             "an abandon erases what Genace charged",
-            9,
+            0,
             "jobs in flight, the records hold",
         ),
         (
             planted::TRUST_NEGATIVE_CREDITS,
             "a negative held_credits is believed",
-            4,
+            18,
             "counter is negative",
         ),
         (
             planted::RENDER_FAILED_SPENT,
             "a failed render counts as spent",
-            0,
+            5,
             "spent, but Genace completed jobs worth",
         ),
         (
             planted::ACCEPTED_HOLDS_NOTHING,
             "the hold ends at the 202",
-            0,
+            1,
             "jobs in flight, the records hold",
         ),
         // What clients are answered.
         (
             planted::REPLAY_CHANGED_SPEC,
             "a changed specification answered as a replay",
-            2,
+            3,
             "replay carried another specification",
         ),
         (
             planted::CHANGED_SPEC_ANSWERED_NEW,
             "a changed specification answered as new",
-            2,
+            3,
             "answered as a new operation, not 409",
         ),
         (
@@ -112,8 +112,15 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::RENDER_FAILED_KEEPS_SLOT,
             "a failed render keeps its slot",
-            0,
+            5,
             "jobs in flight, the records hold",
+        ),
+        // What a cancel promises: no POST after it wins.
+        (
+            planted::CANCEL_AFTER_CLAIM,
+            "a cancel wins after the claim",
+            12,
+            "cancelled, yet 1 Genace jobs were created",
         ),
     ] {
         let planted = Options {

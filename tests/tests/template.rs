@@ -76,8 +76,20 @@ fn every_function_has_only_the_actions_it_uses() {
             &[
                 "dynamodb:PutItem",
                 "dynamodb:GetItem",
+                // A waiting operation's place in its tenant's order.
+                "dynamodb:Query",
                 "sqs:SendMessage",
                 "s3:GetObject",
+            ][..],
+        ),
+        (
+            "CancelFunction",
+            &[
+                "dynamodb:GetItem",
+                "dynamodb:UpdateItem",
+                // The ledgers and the waiting order, to pass a wake-up on.
+                "dynamodb:Query",
+                "sqs:SendMessage",
             ][..],
         ),
         (
@@ -189,8 +201,8 @@ fn functions_are_rust_on_arm64() {
     for (name, f) in functions(&t) {
         assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
         let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap().to_owned();
-        // The operator routes run the intake binary under their own role.
-        let expected = if name == "OperatorFunction" {
+        // The operator routes and cancel run the intake binary under their own roles.
+        let expected = if name == "OperatorFunction" || name == "CancelFunction" {
             "intake".to_owned()
         } else {
             name.trim_end_matches("Function").to_ascii_lowercase()
@@ -366,6 +378,11 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
         if operator {
             assert_eq!(function, "OperatorFunction", "{method} {path}");
             assert_eq!(scopes, &["OperatorScope".to_owned()], "{method} {path}");
+        } else if path.ends_with("/cancel") {
+            // Applications cancel their own operations: no operator scope,
+            // and a function apart from intake, which cannot update records.
+            assert_eq!(function, "CancelFunction", "{method} {path}");
+            assert!(scopes.is_empty(), "{method} {path}");
         } else {
             assert_eq!(function, "IntakeFunction", "{method} {path}");
             assert!(scopes.is_empty(), "{method} {path}");

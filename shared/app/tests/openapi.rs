@@ -127,6 +127,14 @@ fn event(
     lambda_http::request::from_str(&e.to_string()).unwrap()
 }
 
+/// The `operation_id` of an answer's view.
+fn operation_id_of(resp: &Response<Body>) -> String {
+    serde_json::from_slice::<Value>(resp.body().as_ref()).unwrap()["operation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 fn tenant(t: &str) -> Value {
     json!({"sub": "user-1", "tenant_id": t, "scope": "operations.write"})
 }
@@ -787,6 +795,75 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         "get",
         &call(event("GET", capacity, None, tenant("t1"), &[])).await,
     ));
+
+    // Cancel: a prepared operation is taken back, and a repeat answers the
+    // same; an uncertain one (its job may exist) is 409 with its phase.
+    let cancel = "/v1/operations/{operation_id}/cancel";
+    let prepared_id =
+        operation_id_of(&call(event("POST", ops, Some(&intent("k-cancel", "p")), tenant("t1"), &[])).await);
+    let cancel_path = format!("/v1/operations/{prepared_id}/cancel");
+    for claims in [tenant("t2"), json!({}), tenant("t1"), tenant("t1")] {
+        seen.insert(doc.check(
+            cancel,
+            "post",
+            &call(event("POST", &cancel_path, None, claims, &[])).await,
+        ));
+    }
+    let cancelled: Value = serde_json::from_slice(
+        call(event(
+            "GET",
+            &format!("/v1/operations/{prepared_id}"),
+            None,
+            tenant("t1"),
+            &[],
+        ))
+        .await
+        .body()
+        .as_ref(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            &cancelled["phase"],
+            &cancelled["cancellation"]["by"],
+            &cancelled["cancellation"]["reason"]
+        ),
+        (&json!("cancelled"), &json!("t1"), &json!("requested")),
+        "{cancelled}"
+    );
+    let bad_operator = json!({"sub": "ops-2", "scope": "genace:operator", "tenant_id": "not a tenant"});
+    seen.insert(doc.check(
+        cancel,
+        "post",
+        &call(event("POST", &cancel_path, None, bad_operator, &[])).await,
+    ));
+    let claimed_id =
+        operation_id_of(&call(event("POST", ops, Some(&intent("k-claimed", "p")), tenant("t1"), &[])).await);
+    let claimed_oid = genace_core::domain::OperationId::parse(&claimed_id).unwrap();
+    let before_claim = store.get(&claimed_oid, Utc::now()).await.unwrap().unwrap();
+    let after_claim = genace_core::machine::transition(
+        &before_claim,
+        genace_core::machine::Event::ClaimDispatch { token: "tok" },
+        Utc::now(),
+        &policy,
+    )
+    .unwrap();
+    store.apply(&before_claim, &after_claim).await.unwrap();
+    let too_late = call(event(
+        "POST",
+        &format!("/v1/operations/{claimed_id}/cancel"),
+        None,
+        operator(),
+        &[],
+    ))
+    .await;
+    let problem: Value = serde_json::from_slice(too_late.body().as_ref()).unwrap();
+    assert_eq!(
+        (too_late.status().as_u16(), &problem["phase"]),
+        (409, &json!("submitting")),
+        "{problem}"
+    );
+    seen.insert(doc.check(cancel, "post", &too_late));
 
     // Every promise was exercised, except an unavailable store (503).
     let untested: Vec<_> = doc

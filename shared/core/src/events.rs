@@ -47,10 +47,12 @@ pub enum Kind {
     JobAttached,
     #[serde(rename = "operation.queued")]
     Queued,
+    #[serde(rename = "operation.cancelled")]
+    Cancelled,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Accepted,
         Kind::Rendered,
         Kind::Delivered,
@@ -61,6 +63,7 @@ impl Kind {
         Kind::Held,
         Kind::JobAttached,
         Kind::Queued,
+        Kind::Cancelled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -75,6 +78,7 @@ impl Kind {
             Kind::Held => "operation.held",
             Kind::JobAttached => "operation.job_attached",
             Kind::Queued => "operation.queued",
+            Kind::Cancelled => "operation.cancelled",
         }
     }
 }
@@ -232,6 +236,14 @@ fn phase_event(old: &OperationRecord, new: &OperationRecord) -> Option<Lifecycle
             json!({"remote_job_id": new.remote_job_id, "error": new.last_error}),
         ),
         Phase::Rejected => event(new, Kind::Rejected, json!({"error": new.last_error})),
+        Phase::Cancelled => {
+            let c = new.cancellation.as_ref();
+            event(
+                new,
+                Kind::Cancelled,
+                json!({"reason": c.map(|c| c.reason.as_str()), "by": c.map(|c| &c.by), "at": c.map(|c| c.at)}),
+            )
+        }
         _ => return None,
     })
 }

@@ -180,7 +180,7 @@ pub fn share(rec: &OperationRecord) -> Shares {
         },
         Phase::RenderFailed if planted::on(planted::RENDER_FAILED_KEEPS_SLOT) => s.in_flight = 1,
         Phase::Prepared if rec.waits_in_order().is_some() => s.waiting = 1,
-        Phase::Prepared | Phase::Rejected | Phase::RenderFailed | Phase::Abandoned => {}
+        Phase::Prepared | Phase::Rejected | Phase::RenderFailed | Phase::Abandoned | Phase::Cancelled => {}
     }
     s
 }

@@ -15,8 +15,8 @@ use chrono::{DateTime, Duration, Utc};
 use crate::domain::Fault;
 
 use crate::record::{
-    AuditEntry, CaseReason, Claim, DeliveredObject, DeliveryState, OperationRecord, Phase, ReconciliationCase,
-    RemoteError, Settlement,
+    AuditEntry, CancelReason, Cancellation, CaseReason, Claim, DeliveredObject, DeliveryState, OperationRecord, Phase,
+    ReconciliationCase, RemoteError, Settlement,
 };
 pub use crate::remote::AcceptedJob;
 use crate::remote::{JobSnapshot, RenderStatus};
@@ -783,9 +783,11 @@ pub mod planted {
     pub const OPERATION_ID_PER_SUBMIT: u32 = 256;
     /// A failed render keeps its slot of Genace's capacity.
     pub const RENDER_FAILED_KEEPS_SLOT: u32 = 512;
+    /// A cancel wins after the dispatch claim, while its POST may be under way.
+    pub const CANCEL_AFTER_CLAIM: u32 = 1024;
 
     /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-    pub const ALL: [(&str, u32); 10] = [
+    pub const ALL: [(&str, u32); 11] = [
         ("repost", REPOST_AFTER_LEASE),
         ("case", CASE_WITHOUT_PHASE_CHECK),
         ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -796,6 +798,7 @@ pub mod planted {
         ("changed-spec-answered-new", CHANGED_SPEC_ANSWERED_NEW),
         ("operation-id-per-submit", OPERATION_ID_PER_SUBMIT),
         ("render-failed-keeps-slot", RENDER_FAILED_KEEPS_SLOT),
+        ("cancel-after-claim", CANCEL_AFTER_CLAIM),
     ];
 
     // Per thread: a simulation runs its world on one thread (a current-thread
@@ -899,6 +902,10 @@ pub enum Event<'a> {
     },
     /// An operator's audited decision.
     Resolved(Decision<'a>),
+    /// The operation is taken back before its dispatch claim: by `by` (its
+    /// tenant or an operator) or by its deadline. It wins or loses against
+    /// the claim in one conditional write.
+    Cancel { by: &'a str, reason: CancelReason },
 }
 
 /// Who decided what, and why.
@@ -932,13 +939,17 @@ impl Event<'_> {
             Event::DeliveryRefused { .. } => "record a refused delivery",
             Event::Delivered { .. } => "record delivery",
             Event::Resolved(d) => d.resolution.name(),
+            Event::Cancel { .. } => "cancel",
         }
     }
 
     /// Where the event applies, as a refusal names it.
     pub fn expected(&self) -> &'static str {
         match self {
-            Event::ClaimDispatch { .. } | Event::SpendLimitReached { .. } | Event::CapacityReached { .. } => "prepared",
+            Event::ClaimDispatch { .. }
+            | Event::SpendLimitReached { .. }
+            | Event::CapacityReached { .. }
+            | Event::Cancel { .. } => "prepared",
             Event::RateLimited { .. }
             | Event::AccountRefused { .. }
             | Event::Rejected { .. }
@@ -1104,6 +1115,13 @@ pub fn transition(
         {
             resolve(rec, d.resolution, d.actor, d.reason, now, policy)
         }
+        // ---- taking it back: before the claim only; a repeat changes nothing
+        (Prepared, Event::Cancel { by, reason }) => cancel(rec, by, reason, now, policy),
+        // A planted bug (tests only): a cancel after the claim, while a POST may be under way.
+        (Submitting, Event::Cancel { by, reason }) if planted::on(planted::CANCEL_AFTER_CLAIM) => {
+            cancel(rec, by, reason, now, policy)
+        }
+        (Cancelled, Event::Cancel { .. }) => rec.clone(),
         // ---- an abandoned operation whose credits still follow a job
         (Abandoned, Event::Accepted { token, job }) if rec.ledger_phase == Some(Uncertain) => {
             let mut next = accept(rec, token, job, now, policy)?;
@@ -1193,7 +1211,7 @@ pub fn is_finished(rec: &OperationRecord) -> bool {
                 rec.ledger_phase == Some(Phase::SubmitFailed) && rec.settlement == Some(Settlement::Pending);
             !(abandoned_job_may_run(rec) || refund_pending)
         }
-        Phase::Rejected | Phase::RenderFailed => true,
+        Phase::Rejected | Phase::RenderFailed | Phase::Cancelled => true,
         Phase::Rendered => rec.delivery_state == DeliveryState::Delivered,
         Phase::SubmitFailed => rec.settlement == Some(Settlement::Settled),
         _ => false,
@@ -1241,7 +1259,7 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
                 Some(Phase::SubmitFailed) => &[SettlementPending],
                 _ => &[],
             },
-            Phase::RenderFailed | Phase::Rejected => &[],
+            Phase::RenderFailed | Phase::Rejected | Phase::Cancelled => &[],
         };
         if !allowed.contains(&case.reason) {
             return Err(format!(
@@ -1435,6 +1453,39 @@ fn resolve(
             Resolution::AttachRemoteJob { job_id } => Some(job_id.clone()),
             _ => None,
         },
+    });
+    next
+}
+
+/// `prepared -> cancelled`: no claim was ever made, so no POST ever
+/// follows; a held operation's case closes with it, and it leaves the
+/// waiting order.
+fn cancel(
+    rec: &OperationRecord,
+    by: &str,
+    reason: CancelReason,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> OperationRecord {
+    let mut next = rec.clone();
+    next.phase = Phase::Cancelled;
+    next.cancellation = Some(Cancellation {
+        at: now,
+        by: by.to_owned(),
+        reason,
+    });
+    next.case = None;
+    next.retry_at_ms = None;
+    next.spend_hold = None;
+    next.capacity_hold = None;
+    finish(&mut next, now, policy);
+    // The audit names who took it back (and so who closed a case it had).
+    next.audit.push(AuditEntry {
+        actor: by.to_owned(),
+        at: now,
+        action: "cancel".to_owned(),
+        reason: reason.as_str().to_owned(),
+        job_id: None,
     });
     next
 }

@@ -32,6 +32,9 @@ pub enum Phase {
     Uncertain,
     /// An operator closed the operation without further work.
     Abandoned,
+    /// Taken back before the dispatch claim (by its tenant, an operator, or
+    /// its dispatch deadline): no job was ever created for it.
+    Cancelled,
 }
 
 impl Phase {
@@ -46,6 +49,7 @@ impl Phase {
             Phase::Rejected => "rejected",
             Phase::Uncertain => "uncertain",
             Phase::Abandoned => "abandoned",
+            Phase::Cancelled => "cancelled",
         }
     }
 }
@@ -233,6 +237,9 @@ pub struct OperationRecord {
     /// `retry_at` is the next look.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_hold: Option<DateTime<Utc>>,
+    /// Who took the operation back before its dispatch claim, when and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancellation: Option<Cancellation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -316,6 +323,7 @@ impl OperationRecord {
             ledger_phase: None,
             spend_hold: None,
             capacity_hold: None,
+            cancellation: None,
             accepted_at: None,
             observed_at: None,
             settlement: None,
@@ -370,6 +378,34 @@ impl OperationRecord {
             .ok()
             .and_then(|mut v| v.get_mut("specification").map(Value::take))
             .unwrap_or(Value::Null)
+    }
+}
+
+/// An operation taken back before any job was created for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancellation {
+    pub at: DateTime<Utc>,
+    /// Who asked: the tenant, an operator's `sub`, or `dispatch_deadline`.
+    pub by: String,
+    pub reason: CancelReason,
+}
+
+/// Why an operation was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelReason {
+    /// Its tenant or an operator asked.
+    Requested,
+    /// Its dispatch deadline passed before it was claimed.
+    Deadline,
+}
+
+impl CancelReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::Deadline => "deadline",
+        }
     }
 }
 

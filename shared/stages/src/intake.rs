@@ -34,6 +34,10 @@ pub enum IntakeError {
         job_id: String,
         holder: Option<OperationId>,
     },
+    /// The operation was claimed for dispatch (or is past it): a Genace job
+    /// may exist, and Genace cannot stop one it accepted.
+    #[error("the operation is {} and can no longer be cancelled", .phase.as_str())]
+    TooLateToCancel { phase: genace_core::record::Phase },
     /// The change concerns the whole Genace account, and the operator is
     /// scoped to one tenant.
     #[error("only an operator of every tenant may change the whole account")]

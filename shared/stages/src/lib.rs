@@ -19,6 +19,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod cancel;
 pub mod capacity;
 pub mod clock;
 pub mod config;

@@ -694,3 +694,99 @@ async fn a_tenants_own_limit_makes_its_claims_wait_for_its_own_jobs() {
         Dispatched::Posted(PostResult::Accepted)
     );
 }
+
+/// A cancel that wins against the claim leaves the waiting order, and no
+/// POST ever follows: not from the wake-up a freed slot sends, nor from a
+/// stale dispatch message. A repeat answers the same, and changes nothing.
+#[tokio::test]
+async fn a_cancel_before_the_claim_wins_and_no_post_ever_follows() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let tenant = TenantId::parse("tenant-a").unwrap();
+    let running = submit(&app, "running", None).await;
+    let waiting = submit(&app, "waiting", None).await;
+    let dispatcher = app.dispatcher();
+    dispatcher.dispatch(&running).await.unwrap();
+    assert_eq!(
+        dispatcher.dispatch(&waiting).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    assert_eq!(app.store.account().await.unwrap().waiting, 1);
+
+    let cancelled = app.intake().cancel(&tenant, &waiting).await.unwrap();
+    assert_eq!(cancelled.phase, Phase::Cancelled);
+    let how = cancelled.cancellation.clone().unwrap();
+    assert_eq!((how.by.as_str(), how.reason.as_str()), ("tenant-a", "requested"));
+    assert_eq!(app.store.account().await.unwrap().waiting, 0, "it left the order");
+    assert!(cancelled.expires_at_s.is_some() && cancelled.due_at_ms.is_none());
+
+    // The slot frees, and a stale message comes: neither POSTs for it.
+    fail_first_job_and_see_who_is_woken(&app, &running).await;
+    assert_eq!(
+        dispatcher.dispatch(&waiting).await.unwrap(),
+        Dispatched::NotDispatchable(Phase::Cancelled)
+    );
+    assert_eq!(app.genace.posts().len(), 1, "only the running operation's POST");
+    let again = app.intake().cancel(&tenant, &waiting).await.unwrap();
+    assert_eq!(again, cancelled, "a repeat answers the same and writes nothing");
+}
+
+/// Once dispatch claimed the operation a job may exist: the cancel is
+/// refused with the phase, and the record is untouched. Another tenant's
+/// operation is not found.
+#[tokio::test]
+async fn a_cancel_after_the_claim_is_too_late_and_names_the_phase() {
+    let app = app();
+    let id = submit(&app, "claimed", None).await;
+    app.dispatcher().dispatch(&id).await.unwrap();
+    let before = record(&app, &id).await;
+    let refused = app
+        .intake()
+        .cancel(&TenantId::parse("tenant-a").unwrap(), &id)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            genace_stages::intake::IntakeError::TooLateToCancel { phase: Phase::Accepted }
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(record(&app, &id).await, before);
+    let foreign = app
+        .intake()
+        .cancel(&TenantId::parse("tenant-b").unwrap(), &id)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(foreign, genace_stages::intake::IntakeError::NotFound),
+        "{foreign:?}"
+    );
+}
+
+/// An operation held for a person (repeated 429s) may be cancelled: its
+/// case closes with it, and the audit names who decided.
+#[tokio::test]
+async fn cancelling_a_held_operation_closes_its_case_in_the_audit() {
+    let app = app();
+    let id = submit(&app, "held", None).await;
+    for _ in 0..app.config.policy.rate_limit_max {
+        app.genace.plan([SubmitPlan::Answer {
+            status: 429,
+            body: "{}".into(),
+        }]);
+        app.clock.advance(Duration::hours(1));
+        app.dispatcher().dispatch(&id).await.unwrap();
+    }
+    let held = record(&app, &id).await;
+    assert_eq!(held.case.as_ref().map(|c| c.reason), Some(CaseReason::RateLimited));
+    let op = genace_stages::admin::Operator {
+        actor: "ops-1".into(),
+        tenant: None,
+    };
+    let cancelled = app.intake().admin(&op).cancel(&id).await.unwrap();
+    assert_eq!((cancelled.phase, cancelled.case.is_none()), (Phase::Cancelled, true));
+    let audit = cancelled.audit.last().unwrap();
+    assert_eq!((audit.actor.as_str(), audit.action.as_str()), ("ops-1", "cancel"));
+    assert!(app.genace.posts().len() <= app.config.policy.rate_limit_max as usize);
+}

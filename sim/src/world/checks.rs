@@ -150,11 +150,27 @@ impl World {
         Ok(())
     }
 
-    /// At most one Genace job per operation, one more per confirm_not_created.
+    /// At most one Genace job per operation, one more per confirm_not_created;
+    /// none for a cancelled operation (a cancel wins only before the claim,
+    /// and no POST may follow it).
     pub(crate) fn check_job_counts(&self) -> Result<(), String> {
         let mut jobs: BTreeMap<String, usize> = BTreeMap::new();
         for job in self.genace.jobs() {
             *jobs.entry(job.client_reference.unwrap_or_default()).or_default() += 1;
+        }
+        for rec in self.store.records() {
+            let id = rec.operation_id.as_str();
+            // A POST already under way when an operator confirmed that none
+            // was made may still land; nothing else may.
+            let confirmed = self.confirmations.get(id).copied().unwrap_or(0);
+            if rec.phase == Phase::Cancelled
+                && let Some(count) = jobs.get(id).filter(|count| **count > confirmed)
+            {
+                return Err(format!(
+                    "{}: cancelled, yet {count} Genace jobs were created",
+                    short(id)
+                ));
+            }
         }
         for (op, count) in jobs {
             let allowed = 1 + self.confirmations.get(&op).copied().unwrap_or(0);

@@ -838,7 +838,7 @@ fn held_credits_genace_cannot_mean_are_replaced_by_the_reservation_with_evidence
     assert_eq!((r.held_credits, r.held_credits_refused), (Some(12.5), None));
 }
 
-const ALL_PHASES: [Phase; 9] = [
+const ALL_PHASES: [Phase; 10] = [
     Phase::Prepared,
     Phase::Submitting,
     Phase::Accepted,
@@ -848,6 +848,7 @@ const ALL_PHASES: [Phase; 9] = [
     Phase::Rejected,
     Phase::Uncertain,
     Phase::Abandoned,
+    Phase::Cancelled,
 ];
 
 /// A record in `phase` whose other fields let every transition get past
@@ -959,6 +960,22 @@ fn every_transition_states_its_phases_and_refuses_all_others() {
             "delivered",
             &[Rendered],
             Box::new(move |r| delivered(r, "d", vec![object()], now, &p)),
+        ),
+        // A repeated cancel is allowed, and changes nothing.
+        (
+            "cancel",
+            &[Prepared, Cancelled],
+            Box::new(move |r| {
+                transition(
+                    r,
+                    Event::Cancel {
+                        by: "tenant-a",
+                        reason: CancelReason::Requested,
+                    },
+                    now,
+                    &p,
+                )
+            }),
         ),
     ];
     for (name, allowed, transition) in &table {
@@ -1387,4 +1404,55 @@ fn spend_limit_waits_join_the_order_and_keep_their_place() {
     recorded_before.retry_at_ms = Some(repair.timestamp_millis());
     assert_eq!(recorded_before.waits_in_order(), None);
     assert_eq!(crate::ledger::share(&recorded_before).waiting, 0);
+}
+
+/// A cancel before the claim ends the operation with no job, nothing
+/// counted and no due time; from a hold it closes the case in the audit;
+/// a repeat is the record itself.
+#[test]
+fn a_cancel_ends_a_prepared_operation_with_nothing_counted_and_repeats_change_nothing() {
+    let p = Policy::default();
+    let cancel = |r: &OperationRecord| {
+        transition(
+            r,
+            Event::Cancel {
+                by: "tenant-a",
+                reason: CancelReason::Deadline,
+            },
+            t0(),
+            &p,
+        )
+        .unwrap()
+    };
+    let mut waiting = prepared();
+    waiting.capacity_hold = Some(t0());
+    let mut held = prepared();
+    held.case = Some(ReconciliationCase {
+        reason: CaseReason::RateLimited,
+        opened_at: t0(),
+        evidence: "429 x3".into(),
+    });
+    held.retry_at_ms = Some(t0().timestamp_millis());
+    for rec in [prepared(), waiting, held.clone()] {
+        let done = cancel(&rec);
+        assert_eq!(done.phase, Phase::Cancelled);
+        assert_eq!(done.version, rec.version + 1);
+        check_invariants(&done).unwrap();
+        assert_eq!(crate::ledger::share(&done), crate::ledger::Shares::default());
+        assert!(done.wait().is_none() && done.case.is_none() && done.claim.is_none());
+        assert_eq!(
+            done.cancellation.as_ref().map(|c| c.reason),
+            Some(CancelReason::Deadline)
+        );
+        assert_eq!(cancel(&done), done, "a repeat changes nothing");
+    }
+    let audit = cancel(&held).audit;
+    assert_eq!(
+        (
+            audit[0].action.as_str(),
+            audit[0].actor.as_str(),
+            audit[0].reason.as_str()
+        ),
+        ("cancel", "tenant-a", "deadline")
+    );
 }

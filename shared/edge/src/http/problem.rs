@@ -117,6 +117,17 @@ impl From<IntakeError> for Problem {
                     None => p,
                 }
             }
+            IntakeError::TooLateToCancel { phase } => Problem::new(
+                StatusCode::CONFLICT,
+                "too-late-to-cancel",
+                "The operation can no longer be cancelled",
+                format!(
+                    "It is {}: dispatch claimed it, so a Genace job may exist, and Genace cannot stop a job it \
+                     accepted. Read the operation to follow it.",
+                    phase.as_str()
+                ),
+            )
+            .with("phase", phase.as_str()),
             IntakeError::AccountWide => Problem::new(
                 StatusCode::FORBIDDEN,
                 "account-wide",

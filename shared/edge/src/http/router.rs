@@ -59,6 +59,7 @@ enum Route {
     Operations,
     Operation(String),
     Resolution(String),
+    Cancel(String),
     Cases,
     MyCredits,
     AllCredits,
@@ -88,6 +89,7 @@ fn route(req: &Request) -> Option<Route> {
         [.., "v1", "operations", id, "resolution"] => {
             Some(Route::Resolution(named.unwrap_or_else(|| (*id).to_owned())))
         }
+        [.., "v1", "operations", id, "cancel"] => Some(Route::Cancel(named.unwrap_or_else(|| (*id).to_owned()))),
         [.., "v1", "reconciliation-cases"] => Some(Route::Cases),
         [.., "v1", "tenants", "me", "credits"] => Some(Route::MyCredits),
         [.., "v1", "credits"] => Some(Route::AllCredits),
@@ -142,6 +144,8 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
         (Some(Route::Operation(_)), _) => Err(method_not_allowed("GET")),
         (Some(Route::Resolution(id)), &Method::POST) => resolve(intake, req, &id).await,
         (Some(Route::Resolution(_)), _) => Err(method_not_allowed("POST")),
+        (Some(Route::Cancel(id)), &Method::POST) => cancel(intake, &req, &id).await,
+        (Some(Route::Cancel(_)), _) => Err(method_not_allowed("POST")),
         (Some(Route::Cases), &Method::GET) => list_cases(intake, &req).await,
         (Some(Route::Cases), _) => Err(method_not_allowed("GET")),
         (Some(Route::MyCredits), &Method::GET) => my_credits(intake, &req).await,
@@ -228,10 +232,31 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     if let Some(position) = genace_stages::capacity::queue_position(&intake.store, &rec).await {
         body["queue"] = queue_view(&rec, Some(position)).unwrap_or_default();
     }
-    Ok(json_response(StatusCode::OK)
-        .header(header::ETAG, etag(&rec))
+    Ok(operation_response(&rec, &body))
+}
+
+/// 200 with an operation's view, its version as the ETag.
+fn operation_response(rec: &genace_core::record::OperationRecord, body: &Value) -> Response<Body> {
+    json_response(StatusCode::OK)
+        .header(header::ETAG, etag(rec))
         .body(Body::Text(body.to_string()))
-        .expect("valid response"))
+        .expect("valid response")
+}
+
+/// `POST /v1/operations/{id}/cancel`: the owning tenant or an operator in
+/// scope takes the operation back before its dispatch claim; 409 once a
+/// job may exist.
+async fn cancel<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+    raw_id: &str,
+) -> Result<Response<Body>, Problem> {
+    let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
+    let rec = match Principal::read(req, &intake.config)? {
+        Principal::Operator(op) => intake.admin(&op).cancel(&id).await?,
+        Principal::Tenant(tenant) => intake.cancel(&tenant, &id).await?,
+    };
+    Ok(operation_response(&rec, &view(&rec)))
 }
 
 /// The version named by `If-Match`: 428 when absent; 400 unless it is one
@@ -473,10 +498,7 @@ async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         .cases(tenant, reason, limit, q.first("cursor"))
         .await?;
     let cases: Vec<Value> = page.records.iter().map(case_view).collect();
-    let body = json!({"cases": cases, "next_cursor": page.next});
-    Ok(json_response(StatusCode::OK)
-        .body(Body::Text(body.to_string()))
-        .expect("valid response"))
+    Ok(ok_json(json!({"cases": cases, "next_cursor": page.next})))
 }
 
 async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
@@ -523,8 +545,5 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     let version = if_match_version(&req)?;
     let rec = intake.admin(&op).resolve(&id, &resolution, reason, version).await?;
     let body = view_with_links(&rec, &intake.links(&rec).await);
-    Ok(json_response(StatusCode::OK)
-        .header(header::ETAG, etag(&rec))
-        .body(Body::Text(body.to_string()))
-        .expect("valid response"))
+    Ok(operation_response(&rec, &body))
 }

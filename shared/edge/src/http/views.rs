@@ -65,6 +65,12 @@ pub fn view(rec: &OperationRecord) -> Value {
     if let Some(refused) = &rec.held_credits_refused {
         obj.insert("held_credits_refused".into(), json!(refused));
     }
+    if let Some(c) = &rec.cancellation {
+        obj.insert(
+            "cancellation".into(),
+            json!({"at": c.at, "by": c.by, "reason": c.reason.as_str()}),
+        );
+    }
     // An abandoned operation's credits follow its job: the phase they count as.
     if let Some(phase) = rec.ledger_phase {
         obj.insert("ledger_phase".into(), json!(phase));

@@ -1,0 +1,70 @@
+//! Taking an operation back before any paid job exists.
+//!
+//! Genace cannot stop a job it accepted, so the one promise a cancel makes
+//! is this: when it wins, no POST is ever made for the operation. It wins
+//! or loses against the dispatch claim in one conditional write of the
+//! record (both need `prepared`; whichever commits first, the other finds
+//! the phase moved on). A lost race answers with the phase it lost to.
+
+use tracing::info;
+
+use crate::admin::Admin;
+use crate::clock::Clock;
+use crate::intake::{Intake, IntakeError};
+use crate::outputs::ObjectStore;
+use crate::queue::WorkQueue;
+use crate::stage::write_attempts;
+use crate::table::{CommitError, OperationStore, commit};
+use genace_core::domain::{OperationId, TenantId};
+use genace_core::machine::{self, Event};
+use genace_core::record::{CancelReason, OperationRecord};
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+    /// The owning tenant takes its operation back. Another tenant's or an
+    /// unknown id is [`IntakeError::NotFound`].
+    pub async fn cancel(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+        let rec = self.get(tenant, id, self.clock.now()).await?;
+        self.take_back(rec, tenant.as_str()).await
+    }
+
+    /// Cancels `rec` for `by`: the cancelled record (a repeat changes
+    /// nothing and answers the same), or [`IntakeError::TooLateToCancel`]
+    /// once the dispatch claim was made.
+    async fn take_back(&self, rec: OperationRecord, by: &str) -> Result<OperationRecord, IntakeError> {
+        let now = self.clock.now();
+        let policy = self.config.policy;
+        let id = rec.operation_id.clone();
+        let waited = rec.waits_in_order().is_some();
+        let event = Event::Cancel {
+            by,
+            reason: CancelReason::Requested,
+        };
+        let next = commit(&self.store, rec, write_attempts(), |r| {
+            machine::transition(r, event, now, &policy)
+        })
+        .await
+        .map_err(|e| match e {
+            CommitError::Refused { current, .. } => IntakeError::TooLateToCancel { phase: current.phase },
+            CommitError::Store(s) => IntakeError::Store(s),
+        })?;
+        if next.cancellation.as_ref().is_some_and(|c| c.at == now) {
+            info!(operation_id = %id, tenant = %next.tenant_id, %by, "operation cancelled before its dispatch claim");
+            self.metrics
+                .count("Cancelled", &[("Reason", CancelReason::Requested.as_str())]);
+            if waited {
+                // A wake-up may have been sent for it: pass it on.
+                crate::capacity::wake_if_room(&self.store, &self.queue).await;
+            }
+        }
+        Ok(next)
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
+    /// An operator takes back an operation in their scope; the record names
+    /// them.
+    pub async fn cancel(&self, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+        let rec = self.get(id).await?;
+        self.take_back(rec, &self.op.actor).await
+    }
+}
