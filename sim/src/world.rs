@@ -266,12 +266,13 @@ impl World {
         let tenant = *self.rng.pick(&TENANTS);
         let key = *self.rng.pick(&KEYS);
         let prompt = *self.rng.pick(&PROMPTS);
-        let intent = Intent::parse(
-            &serde_json::json!({"operation_key": key, "media_type": "video",
-                "specification": {"model": "genace-video-2", "prompt": prompt}}),
-            None,
-        )
-        .expect("a valid intent");
+        let mut body = serde_json::json!({"operation_key": key, "media_type": "video",
+            "specification": {"model": "genace-video-2", "prompt": prompt}});
+        // A quarter carry a dispatch deadline, which is part of the intent.
+        if self.rng.chance(250) {
+            body["dispatch_within_seconds"] = serde_json::json!(*self.rng.pick(&[60, 600]));
+        }
+        let intent = Intent::parse(&body, None).expect("a valid intent");
         let tenant_id = TenantId::parse(tenant).expect("a valid tenant");
         let intake = self.app.intake();
         let now = self.now();

@@ -54,13 +54,13 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::REPOST_AFTER_LEASE,
             "re-POST after lease expiry",
-            1,
+            2,
             "Genace jobs created",
         ),
         (
             planted::CASE_WITHOUT_PHASE_CHECK,
             "open_case without a phase check",
-            46,
+            30,
             "case on a rendered",
         ),
         // The ledger against Genace's own books, and the slots it holds
@@ -68,51 +68,51 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::ABANDON_ERASES_CREDITS,
             "an abandon erases what Genace charged",
-            0,
+            8,
             "jobs in flight, the records hold",
         ),
         (
             planted::TRUST_NEGATIVE_CREDITS,
             "a negative held_credits is believed",
-            18,
+            23,
             "counter is negative",
         ),
         (
             planted::RENDER_FAILED_SPENT,
             "a failed render counts as spent",
-            5,
+            18,
             "spent, but Genace completed jobs worth",
         ),
         (
             planted::ACCEPTED_HOLDS_NOTHING,
             "the hold ends at the 202",
-            1,
+            3,
             "jobs in flight, the records hold",
         ),
         // What clients are answered.
         (
             planted::REPLAY_CHANGED_SPEC,
             "a changed specification answered as a replay",
-            3,
+            2,
             "replay carried another specification",
         ),
         (
             planted::CHANGED_SPEC_ANSWERED_NEW,
             "a changed specification answered as new",
-            3,
+            2,
             "answered as a new operation, not 409",
         ),
         (
             planted::OPERATION_ID_PER_SUBMIT,
             "an answer names an id minted per request",
-            1,
+            4,
             "same key and specification were answered with operation",
         ),
         // Genace's capacity, counted apart from the ledger's share function.
         (
             planted::RENDER_FAILED_KEEPS_SLOT,
             "a failed render keeps its slot",
-            5,
+            18,
             "jobs in flight, the records hold",
         ),
         // What a cancel promises: no POST after it wins.
@@ -121,6 +121,12 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
             "a cancel wins after the claim",
             12,
             "cancelled, yet 1 Genace jobs were created",
+        ),
+        (
+            planted::DEADLINE_IGNORED,
+            "dispatch deadlines are not enforced",
+            6,
+            "at or after its dispatch deadline",
         ),
     ] {
         let planted = Options {

@@ -865,6 +865,40 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     );
     seen.insert(doc.check(cancel, "post", &too_late));
 
+    // Deadlines: one ahead is recorded and shown; one past is refused.
+    let with_deadline = |key: &str, deadline: &str| {
+        let mut v: Value = serde_json::from_str(&intent(key, "p")).unwrap();
+        v["dispatch_deadline"] = json!(deadline);
+        v.to_string()
+    };
+    let ahead = (Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let made = call(event(
+        "POST",
+        ops,
+        Some(&with_deadline("k-deadline", &ahead)),
+        tenant("t1"),
+        &[],
+    ))
+    .await;
+    let made_body: Value = serde_json::from_slice(made.body().as_ref()).unwrap();
+    assert_eq!(made.status(), 202, "{made_body}");
+    assert!(made_body["dispatch_deadline"].is_string(), "{made_body}");
+    seen.insert(doc.check(ops, "post", &made));
+    let past = call(event(
+        "POST",
+        ops,
+        Some(&with_deadline("k-past", "2020-01-01T00:00:00Z")),
+        tenant("t1"),
+        &[],
+    ))
+    .await;
+    let problem: Value = serde_json::from_slice(past.body().as_ref()).unwrap();
+    assert_eq!(
+        (past.status().as_u16(), &problem["field"]),
+        (400, &json!("dispatch_deadline"))
+    );
+    seen.insert(doc.check(ops, "post", &past));
+
     // Every promise was exercised, except an unavailable store (503).
     let untested: Vec<_> = doc
         .promised()

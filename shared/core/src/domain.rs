@@ -454,14 +454,33 @@ impl CanonicalSpec {
     pub const VERSION_TAG: &'static [u8] = b"genace-spec/v1\n";
 
     pub fn new(media_type: MediaType, spec: &Specification) -> Self {
+        Self::with_deadline(media_type, spec, None)
+    }
+
+    /// The fingerprint of an intent with its dispatch deadline as it was
+    /// sent (a time, normalized to UTC, or seconds after recording). An
+    /// intent without one fingerprints as before deadlines existed.
+    pub fn with_deadline(media_type: MediaType, spec: &Specification, deadline: Option<DispatchDeadline>) -> Self {
         #[derive(Serialize)]
         struct Intent<'a> {
             media_type: MediaType,
             specification: &'a Specification,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            dispatch_deadline: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            dispatch_within_seconds: Option<u32>,
         }
         let json = serde_jcs::to_string(&Intent {
             media_type,
             specification: spec,
+            dispatch_deadline: match deadline {
+                Some(DispatchDeadline::At(at)) => Some(at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+                _ => None,
+            },
+            dispatch_within_seconds: match deadline {
+                Some(DispatchDeadline::Within(n)) => Some(n),
+                _ => None,
+            },
         })
         .expect("a parsed specification always serializes");
         let mut h = Sha256::new();
@@ -494,9 +513,86 @@ pub struct Intent {
     pub fault: Option<Fault>,
     /// Not part of the fingerprint.
     pub priority: Priority,
+    /// When dispatch must have claimed the operation by; past it, the
+    /// operation is cancelled with no POST. Part of the fingerprint, as sent.
+    pub deadline: Option<DispatchDeadline>,
 }
 
-const INTENT_FIELDS: [&str; 5] = ["operation_key", "media_type", "specification", "fault", "priority"];
+const INTENT_FIELDS: [&str; 7] = [
+    "operation_key",
+    "media_type",
+    "specification",
+    "fault",
+    "priority",
+    "dispatch_deadline",
+    "dispatch_within_seconds",
+];
+
+/// The latest an operation may be claimed for dispatch, as the intent
+/// said it: a time, or seconds after the operation was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DispatchDeadline {
+    At(chrono::DateTime<chrono::Utc>),
+    Within(u32),
+}
+
+impl DispatchDeadline {
+    /// The furthest a deadline may lie ahead: 30 days.
+    pub const MAX_SECONDS: u32 = 30 * 24 * 3600;
+
+    /// Reads `dispatch_deadline` (RFC 3339) or `dispatch_within_seconds`
+    /// (1 to [`Self::MAX_SECONDS`]); at most one of them.
+    fn parse(obj: &serde_json::Map<String, Value>) -> Result<Option<Self>, InvalidInput> {
+        if obj.contains_key("dispatch_deadline") && obj.contains_key("dispatch_within_seconds") {
+            return Err(InvalidInput::new(
+                "dispatch_within_seconds",
+                "cannot be sent with dispatch_deadline; send one of them",
+            ));
+        }
+        let present = |name: &str| obj.get(name).filter(|v| !v.is_null());
+        match (present("dispatch_deadline"), present("dispatch_within_seconds")) {
+            (Some(_), Some(_)) => unreachable!("both members were refused above"),
+            (Some(at), None) => at
+                .as_str()
+                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+                .map(|t| Some(Self::At(t.with_timezone(&chrono::Utc))))
+                .ok_or_else(|| InvalidInput::new("dispatch_deadline", "must be an RFC 3339 date-time")),
+            (None, Some(within)) => within
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| (1..=Self::MAX_SECONDS).contains(n))
+                .map(|n| Some(Self::Within(n)))
+                .ok_or_else(|| {
+                    InvalidInput::new(
+                        "dispatch_within_seconds",
+                        format!("must be a whole number of seconds from 1 to {}", Self::MAX_SECONDS),
+                    )
+                }),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The deadline for an operation recorded at `created_at`.
+    pub fn resolve(self, created_at: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+        match self {
+            Self::At(at) => at,
+            Self::Within(seconds) => created_at + chrono::Duration::seconds(i64::from(seconds)),
+        }
+    }
+
+    /// Why a deadline cannot be accepted for an intent recorded `now`: in
+    /// the past, or further ahead than [`Self::MAX_SECONDS`].
+    pub fn check(self, now: chrono::DateTime<chrono::Utc>) -> Result<(), InvalidInput> {
+        let at = self.resolve(now);
+        if at <= now {
+            return Err(InvalidInput::new("dispatch_deadline", "is in the past"));
+        }
+        if at > now + chrono::Duration::seconds(i64::from(Self::MAX_SECONDS)) {
+            return Err(InvalidInput::new("dispatch_deadline", "is more than 30 days ahead"));
+        }
+        Ok(())
+    }
+}
 
 impl Intent {
     /// Parses an intake body. `header_key` is the `Idempotency-Key` header, if any.
@@ -545,7 +641,8 @@ impl Intent {
             }
             Some(v) => Specification::parse(v, media_type)?,
         };
-        let canonical = CanonicalSpec::new(media_type, &specification);
+        let deadline = DispatchDeadline::parse(obj)?;
+        let canonical = CanonicalSpec::with_deadline(media_type, &specification, deadline);
         let fault = match obj.get("fault") {
             None | Some(Value::Null) => None,
             Some(v) => Some(
@@ -561,6 +658,7 @@ impl Intent {
             canonical,
             fault,
             priority,
+            deadline,
         })
     }
 }
@@ -811,5 +909,63 @@ mod tests {
         assert_eq!(OperationId::parse(a.as_str()).unwrap(), a);
         assert!(OperationId::parse("op_xyz").is_err());
         assert!(a.shard(8) < 8);
+    }
+
+    /// A deadline is read as sent and is part of the fingerprint: the same
+    /// instant in another offset is the same intent, another deadline (or
+    /// none) is not, and an intent without one fingerprints as before.
+    #[test]
+    fn a_dispatch_deadline_is_parsed_and_fingerprinted_as_sent() {
+        let plain = intent(base()).unwrap();
+        assert_eq!(plain.deadline, None);
+        assert_eq!(
+            plain.canonical,
+            CanonicalSpec::new(plain.media_type, &plain.specification),
+            "no deadline: the fingerprint deadlines did not exist for"
+        );
+        let with = |member: &str, value: Value| {
+            let mut v = base();
+            v[member] = value;
+            intent(v)
+        };
+        let utc = with("dispatch_deadline", json!("2026-12-02T16:00:00Z")).unwrap();
+        let offset = with("dispatch_deadline", json!("2026-12-02T17:00:00+01:00")).unwrap();
+        let later = with("dispatch_deadline", json!("2026-12-02T16:00:01Z")).unwrap();
+        let within = with("dispatch_within_seconds", json!(600)).unwrap();
+        assert_eq!(utc.canonical.hash(), offset.canonical.hash());
+        for other in [&plain, &later, &within] {
+            assert_ne!(utc.canonical.hash(), other.canonical.hash());
+        }
+        let recorded = chrono::DateTime::parse_from_rfc3339("2026-12-02T15:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        assert_eq!(
+            within.deadline.unwrap().resolve(recorded),
+            recorded + chrono::Duration::seconds(600)
+        );
+        assert!(utc.deadline.unwrap().check(recorded).is_ok());
+        assert_eq!(
+            utc.deadline
+                .unwrap()
+                .check(recorded + chrono::Duration::hours(2))
+                .unwrap_err()
+                .field,
+            "dispatch_deadline",
+            "in the past"
+        );
+        assert!(within.deadline.unwrap().check(recorded).is_ok());
+        for (member, bad) in [
+            ("dispatch_deadline", json!("tomorrow")),
+            ("dispatch_deadline", json!(5)),
+            ("dispatch_within_seconds", json!(0)),
+            ("dispatch_within_seconds", json!(2_592_001)),
+            ("dispatch_within_seconds", json!(1.5)),
+        ] {
+            assert_eq!(with(member, bad).unwrap_err().field, member);
+        }
+        let mut both = base();
+        both["dispatch_deadline"] = json!("2026-12-02T16:00:00Z");
+        both["dispatch_within_seconds"] = Value::Null;
+        assert_eq!(intent(both).unwrap_err().field, "dispatch_within_seconds");
     }
 }

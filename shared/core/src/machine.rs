@@ -40,6 +40,9 @@ pub enum Refusal {
     /// A 429, an account hold or the spend limit set a time before which nobody may claim.
     #[error("dispatch must wait until {until}")]
     NotYet { until: DateTime<Utc> },
+    /// The dispatch deadline passed: the operation is to be cancelled, never claimed.
+    #[error("the dispatch deadline {deadline} has passed")]
+    DeadlinePassed { deadline: DateTime<Utc> },
     /// A reconciliation case is open; only a person moves the operation on.
     #[error("a {} case is open", .0.as_str())]
     CaseOpen(CaseReason),
@@ -156,6 +159,12 @@ fn claim_dispatch(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
+    // Past its deadline nothing may claim it, whatever else holds it.
+    if rec.deadline_passed(now) {
+        return Err(Refusal::DeadlinePassed {
+            deadline: rec.dispatch_deadline.unwrap_or(now),
+        });
+    }
     if let Some(until) = rec.retry_at_ms.filter(|t| *t > now.timestamp_millis()) {
         return Err(Refusal::NotYet {
             until: DateTime::from_timestamp_millis(until).unwrap_or(now),
@@ -785,9 +794,11 @@ pub mod planted {
     pub const RENDER_FAILED_KEEPS_SLOT: u32 = 512;
     /// A cancel wins after the dispatch claim, while its POST may be under way.
     pub const CANCEL_AFTER_CLAIM: u32 = 1024;
+    /// Dispatch deadlines are not enforced.
+    pub const DEADLINE_IGNORED: u32 = 2048;
 
     /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-    pub const ALL: [(&str, u32); 11] = [
+    pub const ALL: [(&str, u32); 12] = [
         ("repost", REPOST_AFTER_LEASE),
         ("case", CASE_WITHOUT_PHASE_CHECK),
         ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -799,6 +810,7 @@ pub mod planted {
         ("operation-id-per-submit", OPERATION_ID_PER_SUBMIT),
         ("render-failed-keeps-slot", RENDER_FAILED_KEEPS_SLOT),
         ("cancel-after-claim", CANCEL_AFTER_CLAIM),
+        ("deadline-ignored", DEADLINE_IGNORED),
     ];
 
     // Per thread: a simulation runs its world on one thread (a current-thread
@@ -1169,7 +1181,8 @@ pub fn transition(
 
 /// `next` with the version moved by one and `updated_at` set, or `rec`
 /// itself when nothing but those would differ.
-fn versioned(rec: &OperationRecord, mut next: OperationRecord, now: DateTime<Utc>) -> OperationRecord {
+fn versioned(rec: &OperationRecord, next: OperationRecord, now: DateTime<Utc>) -> OperationRecord {
+    let mut next = next.due_by_its_deadline();
     next.version = rec.version;
     next.updated_at = rec.updated_at;
     if next == *rec {

@@ -237,6 +237,10 @@ pub struct OperationRecord {
     /// `retry_at` is the next look.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_hold: Option<DateTime<Utc>>,
+    /// The latest dispatch may claim the operation; past it, the operation
+    /// is cancelled with reason `deadline` and never POSTed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_deadline: Option<DateTime<Utc>>,
     /// Who took the operation back before its dispatch claim, when and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancellation: Option<Cancellation>,
@@ -335,9 +339,29 @@ impl OperationRecord {
             case: None,
             fault,
             audit: Vec::new(),
+            dispatch_deadline: intent.deadline.map(|d| d.resolve(now)),
             due_at_ms: Some((now + dispatch_grace).timestamp_millis()),
             expires_at_s: None,
         }
+        .due_by_its_deadline()
+    }
+
+    /// Whether dispatch may no longer claim the operation at `now`.
+    pub fn deadline_passed(&self, now: DateTime<Utc>) -> bool {
+        use crate::machine::planted;
+        self.dispatch_deadline.is_some_and(|d| d <= now) && !planted::on(planted::DEADLINE_IGNORED)
+    }
+
+    /// A prepared operation with a dispatch deadline is due at it at the
+    /// latest, so the sweep cancels it then whatever holds it (a wait, a
+    /// hold, a lost message).
+    #[must_use]
+    pub fn due_by_its_deadline(mut self) -> Self {
+        if let (Phase::Prepared, Some(deadline)) = (self.phase, self.dispatch_deadline) {
+            let at = deadline.timestamp_millis();
+            self.due_at_ms = Some(self.due_at_ms.map_or(at, |due| due.min(at)));
+        }
+        self
     }
 
     /// What the operation waits for before its dispatch claim, and since

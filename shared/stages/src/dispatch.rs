@@ -17,7 +17,7 @@ use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
 use genace_core::messages::WorkMessage;
 use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
-use genace_core::record::{Fault, OperationRecord, Phase, RemoteError};
+use genace_core::record::{CancelReason, Fault, OperationRecord, Phase, RemoteError};
 use genace_core::remote::{self as genace, SubmitOutcome};
 
 /// What one dispatch message led to. The message is acknowledged in every case.
@@ -44,6 +44,24 @@ pub enum Dispatched {
     WaitingForCapacity,
     /// We claimed and POSTed once; this is how it ended.
     Posted(PostResult),
+    /// Its dispatch deadline passed before any claim: cancelled, no POST.
+    Expired,
+}
+
+/// Who the audit names when a deadline cancels an operation.
+pub const DEADLINE_ACTOR: &str = "dispatch_deadline";
+
+/// What one dispatch decided, as written.
+enum Decided {
+    /// Claimed: it POSTs once, firing this fault directive; it had waited since then.
+    Claimed {
+        fault: Option<Fault>,
+        waited_since: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// A lapsed claim: uncertain, with a case.
+    Interrupted,
+    /// Past its deadline: cancelled (it had waited in the order).
+    Expired(bool),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,25 +131,10 @@ where
             return Ok(Dispatched::Missing);
         };
         let token = uuid::Uuid::new_v4().to_string();
-        let (policy, faults) = (self.config.policy, self.config.fault_injection);
-        // One decision, re-made on the current record when the write loses a
-        // race: the claim, or, for a claim whose lease lapsed, the interruption.
-        let decided = commit_with(&self.store, rec, write_attempts(), |r| match r.phase {
-            Phase::Submitting if !machine::planted::on(machine::planted::REPOST_AFTER_LEASE) => {
-                let evidence = "a dispatcher's claim expired before its outcome was recorded; it may have POSTed";
-                machine::transition(r, Event::LeaseExpired { evidence }, now, &policy).map(|next| (next, None))
-            }
-            _ => {
-                // The fault directive the claim consumes fires in this attempt.
-                let fault = r.fault.filter(|f| faults && f.fires_in_dispatch());
-                let waited_since = r.wait().map(|(_, since)| since);
-                machine::transition(r, Event::ClaimDispatch { token: &token }, now, &policy)
-                    .map(|next| (next, Some((fault, waited_since))))
-            }
-        })
-        .await;
+        // One decision, re-made on the current record when the write loses a race.
+        let decided = commit_with(&self.store, rec, write_attempts(), |r| self.decide(r, &token, now)).await;
         match decided {
-            Ok((claimed, Some((fault, waited_since)))) => {
+            Ok((claimed, Decided::Claimed { fault, waited_since })) => {
                 self.admitted(waited_since, now);
                 if waited_since.is_some() {
                     // Woken and admitted: there may be room for the next.
@@ -139,10 +142,11 @@ where
                 }
                 self.submit(claimed, &token, fault).await.map(Dispatched::Posted)
             }
-            Ok((interrupted, None)) => {
+            Ok((interrupted, Decided::Interrupted)) => {
                 case_opened(&self.metrics, &interrupted);
                 Ok(Dispatched::Interrupted)
             }
+            Ok((_, Decided::Expired(waited))) => Ok(self.expired(id, waited).await),
             Err(CommitError::Refused { refusal, current }) => match refusal {
                 Refusal::NotYet { until } => {
                     info!(operation_id = %id, %until, "dispatch must wait; early message dropped");
@@ -171,6 +175,51 @@ where
             }
             Err(CommitError::Store(e)) => Err(e.into()),
         }
+    }
+
+    /// What dispatch writes over `r`: the claim; for a claim whose lease
+    /// lapsed, the interruption; past the deadline, whatever held it, the
+    /// cancel (never a POST).
+    fn decide(
+        &self,
+        r: &OperationRecord,
+        token: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(OperationRecord, Decided), Refusal> {
+        let policy = self.config.policy;
+        match r.phase {
+            Phase::Submitting if !machine::planted::on(machine::planted::REPOST_AFTER_LEASE) => {
+                let evidence = "a dispatcher's claim expired before its outcome was recorded; it may have POSTed";
+                machine::transition(r, Event::LeaseExpired { evidence }, now, &policy)
+                    .map(|next| (next, Decided::Interrupted))
+            }
+            Phase::Prepared if r.deadline_passed(now) => {
+                let event = Event::Cancel {
+                    by: DEADLINE_ACTOR,
+                    reason: CancelReason::Deadline,
+                };
+                machine::transition(r, event, now, &policy).map(|next| (next, Decided::Expired(r.wait().is_some())))
+            }
+            _ => {
+                // The fault directive the claim consumes fires in this attempt.
+                let fault = r.fault.filter(|f| self.config.fault_injection && f.fires_in_dispatch());
+                let waited_since = r.wait().map(|(_, since)| since);
+                machine::transition(r, Event::ClaimDispatch { token }, now, &policy)
+                    .map(|next| (next, Decided::Claimed { fault, waited_since }))
+            }
+        }
+    }
+
+    /// Cancelled at its deadline: counted, and a wake-up it may have been
+    /// sent is passed on.
+    async fn expired(&self, id: &OperationId, waited: bool) -> Dispatched {
+        info!(operation_id = %id, "dispatch deadline passed before any claim; cancelled with no POST");
+        self.metrics
+            .count("Cancelled", &[("Reason", CancelReason::Deadline.as_str())]);
+        if waited {
+            crate::capacity::wake_if_room(&self.store, &self.queue).await;
+        }
+        Dispatched::Expired
     }
 
     /// A claim was admitted: counted, with how long it waited when it did.

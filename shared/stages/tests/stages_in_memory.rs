@@ -790,3 +790,43 @@ async fn cancelling_a_held_operation_closes_its_case_in_the_audit() {
     assert_eq!((audit.actor.as_str(), audit.action.as_str()), ("ops-1", "cancel"));
     assert!(app.genace.posts().len() <= app.config.policy.rate_limit_max as usize);
 }
+
+/// An operation whose dispatch deadline passes while it waits for a slot is
+/// found by the sweep at its deadline and cancelled with reason `deadline`:
+/// no POST, out of the waiting order.
+#[tokio::test]
+async fn a_deadline_passed_while_waiting_cancels_with_no_post() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let running = submit(&app, "running", None).await;
+    let body = json!({"operation_key": "soon", "media_type": "video", "dispatch_within_seconds": 600,
+        "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
+    let intent = Intent::parse(&body, None).unwrap();
+    let Submitted::New(rec) = app
+        .intake()
+        .submit(&TenantId::parse("tenant-a").unwrap(), &intent, app.clock.now())
+        .await
+        .unwrap()
+    else {
+        panic!("a new operation")
+    };
+    let id = rec.operation_id;
+    let dispatcher = app.dispatcher();
+    dispatcher.dispatch(&running).await.unwrap();
+    assert_eq!(dispatcher.dispatch(&id).await.unwrap(), Dispatched::WaitingForCapacity);
+    let sweeper = app.sweeper();
+    app.clock.advance(Duration::seconds(599));
+    sweeper.run().await.unwrap();
+    assert_eq!(record(&app, &id).await.phase, Phase::Prepared, "not yet");
+    app.clock.advance(Duration::seconds(1));
+    assert!(sweeper.run().await.unwrap().dispatch >= 1, "due at its deadline");
+    assert_eq!(dispatcher.dispatch(&id).await.unwrap(), Dispatched::Expired);
+    let done = record(&app, &id).await;
+    let how = done.cancellation.clone().unwrap();
+    assert_eq!(
+        (done.phase, how.reason.as_str(), how.by.as_str()),
+        (Phase::Cancelled, "deadline", "dispatch_deadline")
+    );
+    assert_eq!(app.store.account().await.unwrap().waiting, 0);
+    assert_eq!(app.genace.posts().len(), 1, "only the running operation's POST");
+}

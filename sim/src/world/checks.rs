@@ -34,6 +34,16 @@ impl World {
     ) -> Result<(), String> {
         let id = rec.operation_id.as_str().to_owned();
         machine::check_invariants(rec).map_err(|e| format!("{}: {e}", short(&id)))?;
+        // No claim, and so no POST, at or after the dispatch deadline.
+        if let (Phase::Submitting, Some(claim), Some(deadline)) = (rec.phase, &rec.claim, rec.dispatch_deadline) {
+            let claimed_at = claim.lease_expires_at - self.app.config.policy.dispatch_lease;
+            if claimed_at >= deadline {
+                return Err(format!(
+                    "{}: claimed at {claimed_at}, at or after its dispatch deadline {deadline}",
+                    short(&id)
+                ));
+            }
+        }
         if let Some(other) = keys.insert(
             (rec.tenant_id.as_str().to_owned(), rec.operation_key.clone()),
             id.clone(),

@@ -1456,3 +1456,29 @@ fn a_cancel_ends_a_prepared_operation_with_nothing_counted_and_repeats_change_no
         ("cancel", "tenant-a", "deadline")
     );
 }
+
+/// Past its deadline a prepared operation cannot be claimed, whatever
+/// holds it, and every write keeps it due by the deadline at the latest,
+/// so the sweep finds it then.
+#[test]
+fn past_its_deadline_an_operation_cannot_be_claimed_and_stays_due_by_it() {
+    let p = Policy::default();
+    let deadline = t0() + Duration::seconds(30);
+    let mut r = prepared();
+    r.dispatch_deadline = Some(deadline);
+    let r = r.due_by_its_deadline();
+    assert!(r.due_at_ms.unwrap() <= deadline.timestamp_millis());
+    let waiting = transition(
+        &r,
+        Event::CapacityReached {
+            retry_at: t0() + Duration::seconds(300),
+        },
+        t0(),
+        &p,
+    )
+    .unwrap();
+    assert_eq!(waiting.due_at_ms, Some(deadline.timestamp_millis()));
+    let claim = |at| transition(&waiting, Event::ClaimDispatch { token: "t" }, at, &p);
+    assert!(matches!(claim(deadline), Err(Refusal::DeadlinePassed { .. })));
+    assert_eq!(claim(deadline - Duration::seconds(1)).unwrap().phase, Phase::Submitting);
+}

@@ -65,6 +65,9 @@ pub fn view(rec: &OperationRecord) -> Value {
     if let Some(refused) = &rec.held_credits_refused {
         obj.insert("held_credits_refused".into(), json!(refused));
     }
+    if let Some(deadline) = rec.dispatch_deadline {
+        obj.insert("dispatch_deadline".into(), json!(deadline));
+    }
     if let Some(c) = &rec.cancellation {
         obj.insert(
             "cancellation".into(),
