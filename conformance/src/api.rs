@@ -80,6 +80,18 @@ impl Api {
         Self::reply(resp).await
     }
 
+    /// `POST /v1/operations/{id}/cancel`.
+    pub async fn cancel(&self, id: &str) -> Result<Reply, String> {
+        let resp = self
+            .http
+            .post(format!("{}/v1/operations/{id}/cancel", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| format!("POST /v1/operations/{id}/cancel: {e}"))?;
+        Self::reply(resp).await
+    }
+
     /// Reads the operation until `done` holds for its view, or fails after `within`.
     pub async fn wait_for(
         &self,

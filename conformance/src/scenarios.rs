@@ -31,7 +31,7 @@ pub struct Context {
 pub type Outcome = Result<(), String>;
 
 /// Every scenario, by name, in the order of the docs.
-pub const SCENARIOS: [&str; 17] = [
+pub const SCENARIOS: [&str; 19] = [
     "concurrent-duplicates",
     "retry-after-acceptance",
     "changed-spec-conflicts",
@@ -48,6 +48,8 @@ pub const SCENARIOS: [&str; 17] = [
     "null-outputs-until-completion",
     "events-happy-path",
     "events-lost-202",
+    "cancel-while-held",
+    "deadline-while-held",
     "capacity-burst",
 ];
 
@@ -70,6 +72,8 @@ pub async fn run(name: &str, ctx: &Context) -> Outcome {
         "null-outputs-until-completion" => s.null_outputs().await,
         "events-happy-path" => s.events_happy_path().await,
         "events-lost-202" => s.events_lost_202().await,
+        "cancel-while-held" => s.cancel_while_held().await,
+        "deadline-while-held" => s.deadline_while_held().await,
         "capacity-burst" => crate::capacity::burst(ctx).await,
         other => Err(format!("unknown scenario {other:?}")),
     }
@@ -560,6 +564,74 @@ impl<'a> Scenario<'a> {
             format!("delivered event objects {objects:?} differ from the view's"),
         )?;
         self.expect_posts(1).await
+    }
+
+    /// Genace refuses the account (401): the operation is held for a person,
+    /// with no job. Creates it and waits until the hold shows.
+    async fn create_held(&self, body: &Value) -> Result<String, String> {
+        self.on_post(
+            ResponseTemplate::new(401)
+                .set_body_json(json!({"error": {"code": "unauthorized", "message": "invalid API key"}})),
+        )
+        .await;
+        let r = self.ctx.api.create(body).await?;
+        check(
+            r.status == StatusCode::ACCEPTED,
+            format!("create answered {} {}", r.status, r.body),
+        )?;
+        let id = r.body["operation_id"].as_str().unwrap_or_default().to_owned();
+        self.ctx
+            .api
+            .wait_for(&id, self.ctx.patience, "held for the account", |v| {
+                v["reconciliation_case"]["reason"] == "account_problem"
+            })
+            .await?;
+        Ok(id)
+    }
+
+    /// A cancel while the operation is held wins: it ends `cancelled`, a
+    /// repeat answers the same, and Genace sees no POST after it.
+    async fn cancel_while_held(&self) -> Outcome {
+        let id = self.create_held(&self.body(None)).await?;
+        let posts = self.posts().await;
+        for attempt in ["cancel", "repeated cancel"] {
+            let r = self.ctx.api.cancel(&id).await?;
+            check(
+                r.status == StatusCode::OK && r.body["phase"] == "cancelled",
+                format!("{attempt} answered {} {}", r.status, r.body),
+            )?;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let view = self.ctx.api.get(&id).await?.body;
+        check(
+            view["phase"] == "cancelled" && view["reconciliation_case"].is_null(),
+            format!(
+                "after the cancel: phase {} case {}",
+                view["phase"], view["reconciliation_case"]
+            ),
+        )?;
+        self.expect_posts(posts).await
+    }
+
+    /// A dispatch deadline that passes while the operation is held cancels
+    /// it with reason `deadline`, and Genace sees no POST after the hold's.
+    async fn deadline_while_held(&self) -> Outcome {
+        let mut body = self.body(None);
+        body["dispatch_within_seconds"] = json!(10);
+        let id = self.create_held(&body).await?;
+        let posts = self.posts().await;
+        let view = self
+            .ctx
+            .api
+            .wait_for(&id, self.ctx.patience, "cancelled at its deadline", |v| {
+                v["phase"] == "cancelled"
+            })
+            .await?;
+        check(
+            view["cancellation"]["reason"] == "deadline",
+            format!("cancelled for {}", view["cancellation"]),
+        )?;
+        self.expect_posts(posts).await
     }
 
     async fn events_lost_202(&self) -> Outcome {
