@@ -306,6 +306,9 @@ impl genace_stages::outputs::ObjectStore for DiscardStore {
     async fn abort(&self, _: &str, _: &str) -> Result<(), genace_stages::outputs::StorageError> {
         Ok(())
     }
+    async fn delete(&self, _: &str) -> Result<(), genace_stages::outputs::StorageError> {
+        Ok(())
+    }
     async fn head(
         &self,
         key: &str,

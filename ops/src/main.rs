@@ -162,6 +162,12 @@ enum Op {
         /// The operation, `op_…`.
         operation_id: String,
     },
+    /// Delete a delivered operation's stored outputs; the audit names you.
+    /// Refused (409) until delivery has finished.
+    Erase {
+        /// The operation, `op_…`.
+        operation_id: String,
+    },
 }
 
 #[derive(Args)]
@@ -411,6 +417,9 @@ fn print_timeline(op: &Value) {
             format!("last observed: {}", s(&op["remote_state"])),
         ));
     }
+    if !op["outputs_erased_at"].is_null() {
+        events.push((s(&op["outputs_erased_at"]), "outputs erased from the bucket".into()));
+    }
     if let Some(c) = op["cancellation"].as_object() {
         events.push((
             s(&c["at"]),
@@ -625,6 +634,11 @@ async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
         Command::Op(Op::Cancel { operation_id }) => {
             let path = format!("/v1/operations/{}/cancel", enc(&operation_id));
             let op = api.call(reqwest::Method::POST, &path, None).await?;
+            emit(json, &op, print_timeline);
+        }
+        Command::Op(Op::Erase { operation_id }) => {
+            let path = format!("/v1/operations/{}/outputs", enc(&operation_id));
+            let op = api.call(reqwest::Method::DELETE, &path, None).await?;
             emit(json, &op, print_timeline);
         }
         Command::Resolve { operation_id, action } => resolve(api, json, &operation_id, action).await?,

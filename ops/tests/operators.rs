@@ -514,6 +514,10 @@ async fn op_cancel_takes_back_a_waiting_operation_and_refuses_one_whose_job_may_
         String::from_utf8_lossy(&too_late.stderr).contains("409"),
         "{too_late:?}"
     );
+    // Nothing was delivered: erasing outputs is refused too.
+    let erase = stack.cli(&ops, &["op", "erase", &first]);
+    assert_eq!(erase.status.code(), Some(1), "{erase:?}");
+    assert!(String::from_utf8_lossy(&erase.stderr).contains("409"), "{erase:?}");
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(stack.posts().await, 1, "no POST for the cancelled operation");
     stack.stop().await;

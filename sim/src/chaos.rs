@@ -249,6 +249,9 @@ impl<T: ObjectStore> ObjectStore for Chaotic<T> {
     async fn presign_get(&self, key: &str, expiry: std::time::Duration) -> Result<String, StorageError> {
         port(&self.chaos, self.inner.presign_get(key, expiry)).await
     }
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        port(&self.chaos, self.inner.delete(key)).await
+    }
 }
 
 /// Genace answers each POST with an outcome class drawn from the seed.

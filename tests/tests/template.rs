@@ -83,6 +83,10 @@ fn every_function_has_only_the_actions_it_uses() {
             ][..],
         ),
         (
+            "EraseFunction",
+            &["dynamodb:GetItem", "dynamodb:UpdateItem", "s3:DeleteObject"][..],
+        ),
+        (
             "CancelFunction",
             &[
                 "dynamodb:GetItem",
@@ -202,7 +206,7 @@ fn functions_are_rust_on_arm64() {
         assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
         let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap().to_owned();
         // The operator routes and cancel run the intake binary under their own roles.
-        let expected = if name == "OperatorFunction" || name == "CancelFunction" {
+        let expected = if ["OperatorFunction", "CancelFunction", "EraseFunction"].contains(&name.as_str()) {
             "intake".to_owned()
         } else {
             name.trim_end_matches("Function").to_ascii_lowercase()
@@ -378,6 +382,11 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
         if operator {
             assert_eq!(function, "OperatorFunction", "{method} {path}");
             assert_eq!(scopes, &["OperatorScope".to_owned()], "{method} {path}");
+        } else if path.ends_with("/outputs") {
+            // Applications erase their own outputs: the one function that
+            // may delete objects.
+            assert_eq!(function, "EraseFunction", "{method} {path}");
+            assert!(scopes.is_empty(), "{method} {path}");
         } else if path.ends_with("/cancel") {
             // Applications cancel their own operations: no operator scope,
             // and a function apart from intake, which cannot update records.
@@ -700,5 +709,36 @@ fn an_alarm_watches_the_oldest_capacity_wait() {
     assert_eq!(
         (param["Default"].as_u64(), param["MinValue"].as_u64()),
         (Some(1800), Some(60))
+    );
+}
+
+/// Outputs expire only when the operator asks: the parameter defaults to 0,
+/// and the bucket's rule for `outputs/` exists only under its condition,
+/// beside the multipart cleanup; the functions read the same days for views.
+#[test]
+fn an_output_expiry_is_off_by_default_and_a_conditional_lifecycle_rule() {
+    let t = template();
+    let param = &t["Parameters"]["OutputExpiryDays"];
+    assert_eq!(
+        (param["Default"].as_i64(), param["MinValue"].as_i64()),
+        (Some(0), Some(0))
+    );
+    let rules = t["Resources"]["OutputBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+        .as_sequence()
+        .unwrap();
+    let conditional = rules
+        .iter()
+        .find_map(|r| match r {
+            Value::Tagged(tag) if tag.tag == "If" => tag.value.as_sequence(),
+            _ => None,
+        })
+        .expect("a conditional rule");
+    assert_eq!(conditional[0], "HasOutputExpiry");
+    assert_eq!(conditional[1]["Prefix"], "outputs/");
+    assert_eq!(strings(&conditional[1]["ExpirationInDays"]), ["OutputExpiryDays"]);
+    assert!(rules.iter().any(|r| r["Id"] == "abort-incomplete-multipart-uploads"));
+    assert_eq!(
+        strings(&t["Globals"]["Function"]["Environment"]["Variables"]["OUTPUT_EXPIRY_DAYS"]),
+        ["OutputExpiryDays"]
     );
 }

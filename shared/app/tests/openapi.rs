@@ -865,6 +865,53 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     );
     seen.insert(doc.check(cancel, "post", &too_late));
 
+    // Erasure: the delivered operation's objects are deleted and its view
+    // keeps them without links; a repeat answers the same; an operation
+    // still in dispatch is refused.
+    let outputs = "/v1/operations/{operation_id}/outputs";
+    let erase_path = format!("/v1/operations/{id}/outputs");
+    for claims in [tenant("t2"), json!({}), tenant("t1"), tenant("t1")] {
+        seen.insert(doc.check(
+            outputs,
+            "delete",
+            &call(event("DELETE", &erase_path, None, claims, &[])).await,
+        ));
+    }
+    let erased: Value = serde_json::from_slice(
+        call(event("GET", &format!("/v1/operations/{id}"), None, tenant("t1"), &[]))
+            .await
+            .body()
+            .as_ref(),
+    )
+    .unwrap();
+    assert!(erased["outputs_erased_at"].is_string(), "{erased}");
+    assert_eq!(erased["delivered_objects"][0]["url"], Value::Null, "{erased}");
+    assert_eq!(
+        erased["audit"].as_array().unwrap().last().unwrap()["action"],
+        "erase_outputs"
+    );
+    let bad_operator = json!({"sub": "ops-2", "scope": "genace:operator", "tenant_id": "not a tenant"});
+    seen.insert(doc.check(
+        outputs,
+        "delete",
+        &call(event("DELETE", &erase_path, None, bad_operator, &[])).await,
+    ));
+    let early = call(event(
+        "DELETE",
+        &format!("/v1/operations/{claimed_id}/outputs"),
+        None,
+        operator(),
+        &[],
+    ))
+    .await;
+    let problem: Value = serde_json::from_slice(early.body().as_ref()).unwrap();
+    assert_eq!(
+        (early.status().as_u16(), &problem["delivery_state"]),
+        (409, &json!("not_collected")),
+        "{problem}"
+    );
+    seen.insert(doc.check(outputs, "delete", &early));
+
     // Deadlines: one ahead is recorded and shown; one past is refused.
     let with_deadline = |key: &str, deadline: &str| {
         let mut v: Value = serde_json::from_str(&intent(key, "p")).unwrap();

@@ -120,6 +120,18 @@ impl ObjectStore for S3Store {
             .map_err(err)
     }
 
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        // S3 answers 204 for a key that is not there.
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(err)
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectHead>, StorageError> {
         match self
             .client

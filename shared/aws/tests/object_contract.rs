@@ -69,12 +69,31 @@ async fn an_aborted_upload_leaves_nothing<O: ObjectStore>(objects: O) {
     assert_eq!(objects.head(key).await.unwrap(), None);
 }
 
+async fn a_deleted_object_is_gone_and_a_second_delete_succeeds<O: ObjectStore>(objects: O) {
+    let key = "outputs/f/0.mp4";
+    let data = b"erase me".to_vec();
+    let sha = b64_sha256(&data);
+    objects.put(key, "video/mp4", data, &sha).await.unwrap();
+    objects
+        .put("outputs/f/1.mp4", "video/mp4", b"keep".to_vec(), &b64_sha256(b"keep"))
+        .await
+        .unwrap();
+    objects.delete(key).await.unwrap();
+    assert_eq!(objects.head(key).await.unwrap(), None);
+    objects.delete(key).await.unwrap();
+    assert!(
+        objects.head("outputs/f/1.mp4").await.unwrap().is_some(),
+        "only that key"
+    );
+}
+
 genace_aws::contract_tests!(
     memory => genace_stages::memory::MemoryObjects::default(),
     s3 => |env| env.objects();
     a_whole_put_is_read_back_with_its_checksum,
     a_multipart_upload_is_one_object_with_the_composite_checksum,
     an_aborted_upload_leaves_nothing,
+    a_deleted_object_is_gone_and_a_second_delete_succeeds,
 );
 
 #[tokio::test]

@@ -15,8 +15,8 @@ use chrono::{DateTime, Duration, Utc};
 use crate::domain::Fault;
 
 use crate::record::{
-    AuditEntry, CancelReason, Cancellation, CaseReason, Claim, DeliveredObject, DeliveryState, OperationRecord, Phase,
-    ReconciliationCase, RemoteError, Settlement,
+    AuditEntry, CancelReason, Cancellation, CaseReason, Claim, DeliveredObject, DeliveryState, Erasure,
+    OperationRecord, Phase, ReconciliationCase, RemoteError, Settlement,
 };
 pub use crate::remote::AcceptedJob;
 use crate::remote::{JobSnapshot, RenderStatus};
@@ -726,6 +726,7 @@ fn delivered(
     next.delivery_state = DeliveryState::Delivered;
     next.delivery_claim = None;
     next.delivered_objects = objects;
+    next.delivered_at = Some(now);
     next.last_error = None;
     finish(&mut next, now, policy);
     Ok(next)
@@ -918,6 +919,8 @@ pub enum Event<'a> {
     /// tenant or an operator) or by its deadline. It wins or loses against
     /// the claim in one conditional write.
     Cancel { by: &'a str, reason: CancelReason },
+    /// The delivered objects were deleted from the bucket at `by`'s request.
+    OutputsErased { by: &'a str },
 }
 
 /// Who decided what, and why.
@@ -952,6 +955,7 @@ impl Event<'_> {
             Event::Delivered { .. } => "record delivery",
             Event::Resolved(d) => d.resolution.name(),
             Event::Cancel { .. } => "cancel",
+            Event::OutputsErased { .. } => "erase outputs",
         }
     }
 
@@ -975,6 +979,7 @@ impl Event<'_> {
             | Event::DeliveryFailed { .. }
             | Event::DeliveryRefused { .. }
             | Event::Delivered { .. } => "rendered",
+            Event::OutputsErased { .. } => "rendered and delivered",
             Event::Resolved(d) => match d.resolution {
                 Resolution::AttachRemoteJob { .. } => "uncertain, or accepted with its remote job missing",
                 Resolution::ConfirmNotCreated => "uncertain",
@@ -1134,6 +1139,11 @@ pub fn transition(
             cancel(rec, by, reason, now, policy)
         }
         (Cancelled, Event::Cancel { .. }) => rec.clone(),
+        // ---- erasure: of delivered outputs only; a repeat changes nothing
+        (Rendered, Event::OutputsErased { .. }) if rec.outputs_erased.is_some() => rec.clone(),
+        (Rendered, Event::OutputsErased { by }) if rec.delivery_state == DeliveryState::Delivered => {
+            outputs_erased(rec, by, now)
+        }
         // ---- an abandoned operation whose credits still follow a job
         (Abandoned, Event::Accepted { token, job }) if rec.ledger_phase == Some(Uncertain) => {
             let mut next = accept(rec, token, job, now, policy)?;
@@ -1466,6 +1476,24 @@ fn resolve(
             Resolution::AttachRemoteJob { job_id } => Some(job_id.clone()),
             _ => None,
         },
+    });
+    next
+}
+
+/// The delivered objects are gone from the bucket: the record keeps their
+/// keys and digests as evidence, and the audit names who asked.
+fn outputs_erased(rec: &OperationRecord, by: &str, now: DateTime<Utc>) -> OperationRecord {
+    let mut next = rec.clone();
+    next.outputs_erased = Some(Erasure {
+        at: now,
+        by: by.to_owned(),
+    });
+    next.audit.push(AuditEntry {
+        actor: by.to_owned(),
+        at: now,
+        action: "erase_outputs".to_owned(),
+        reason: "erasure requested".to_owned(),
+        job_id: None,
     });
     next
 }

@@ -63,6 +63,17 @@ pub enum DeliveryState {
     DeliveryFailed,
 }
 
+impl DeliveryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::NotCollected => "not_collected",
+            DeliveryState::Collecting => "collecting",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::DeliveryFailed => "delivery_failed",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CaseReason {
@@ -241,6 +252,12 @@ pub struct OperationRecord {
     /// is cancelled with reason `deadline` and never POSTed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch_deadline: Option<DateTime<Utc>>,
+    /// When every output was stored and verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// When the delivered objects were deleted from the bucket, and by whom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_erased: Option<Erasure>,
     /// Who took the operation back before its dispatch claim, when and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancellation: Option<Cancellation>,
@@ -327,6 +344,8 @@ impl OperationRecord {
             ledger_phase: None,
             spend_hold: None,
             capacity_hold: None,
+            delivered_at: None,
+            outputs_erased: None,
             cancellation: None,
             accepted_at: None,
             observed_at: None,
@@ -344,6 +363,23 @@ impl OperationRecord {
             expires_at_s: None,
         }
         .due_by_its_deadline()
+    }
+
+    /// When a bucket rule deleting outputs `days` after they were stored
+    /// removes this operation's: S3 adds the days to each object's creation
+    /// and rounds up to the next midnight UTC. None before delivery, or
+    /// once the outputs were erased.
+    pub fn outputs_expire_at(&self, days: u32) -> Option<DateTime<Utc>> {
+        if self.outputs_erased.is_some() {
+            return None;
+        }
+        let due = self.delivered_at? + chrono::Duration::days(i64::from(days));
+        let midnight = due.date_naive().and_hms_opt(0, 0, 0)?.and_utc();
+        Some(if midnight == due {
+            due
+        } else {
+            midnight + chrono::Duration::days(1)
+        })
     }
 
     /// Whether dispatch may no longer claim the operation at `now`.
@@ -403,6 +439,14 @@ impl OperationRecord {
             .and_then(|mut v| v.get_mut("specification").map(Value::take))
             .unwrap_or(Value::Null)
     }
+}
+
+/// The delivered objects were deleted from the bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Erasure {
+    pub at: DateTime<Utc>,
+    /// The tenant that asked, or the operator's `sub`.
+    pub by: String,
 }
 
 /// An operation taken back before any job was created for it.

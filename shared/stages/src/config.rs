@@ -121,6 +121,9 @@ pub struct Config {
     pub max_output_bytes: u64,
     /// Lifetime of the presigned GET URLs in operation views.
     pub presign_expiry: std::time::Duration,
+    /// `OUTPUT_EXPIRY_DAYS`: days after which the bucket's lifecycle rule
+    /// deletes delivered outputs; none (or 0): kept until erased.
+    pub output_expiry_days: Option<u32>,
     /// Which output URLs deliver may fetch.
     pub url_policy: UrlPolicy,
     /// `WEBHOOK_ALLOWED_PORTS`: the ports a tenant's webhook URL may name;
@@ -282,6 +285,9 @@ impl Config {
             delivery_attempt_deadline: std::time::Duration::from_secs(number("DELIVERY_ATTEMPT_SECONDS", 780)? as u64),
             max_output_bytes: number("MAX_OUTPUT_BYTES", 4 * 1024 * 1024 * 1024)? as u64,
             presign_expiry: std::time::Duration::from_secs(number("PRESIGN_EXPIRY_SECONDS", 3600)? as u64),
+            output_expiry_days: u32::try_from(number("OUTPUT_EXPIRY_DAYS", 0)?)
+                .ok()
+                .filter(|days| *days > 0),
             url_policy: UrlPolicy {
                 allow_http: flag("DELIVERY_ALLOW_HTTP")?,
                 allow_private: flag("DELIVERY_ALLOW_PRIVATE")?,
@@ -322,6 +328,7 @@ impl Config {
             delivery_attempt_deadline: std::time::Duration::from_secs(780),
             max_output_bytes: 4 * 1024 * 1024 * 1024,
             presign_expiry: std::time::Duration::from_secs(3600),
+            output_expiry_days: None,
             url_policy: UrlPolicy::default(),
             webhook_allowed_ports: Vec::new(),
             max_in_flight: None,

@@ -38,6 +38,16 @@ pub enum IntakeError {
     /// may exist, and Genace cannot stop one it accepted.
     #[error("the operation is {} and can no longer be cancelled", .phase.as_str())]
     TooLateToCancel { phase: genace_core::record::Phase },
+    /// Only a delivered operation's outputs are erased: delivery has not
+    /// finished (or failed, and may run again), or there is nothing stored.
+    #[error("the operation is {} with delivery {}; only delivered outputs can be erased", .phase.as_str(), .delivery_state.as_str())]
+    CannotErase {
+        phase: genace_core::record::Phase,
+        delivery_state: genace_core::record::DeliveryState,
+    },
+    /// The object store failed; nothing was recorded, and a repeat completes it.
+    #[error("the object store failed: {0}")]
+    Objects(String),
     /// The change concerns the whole Genace account, and the operator is
     /// scoped to one tenant.
     #[error("only an operator of every tenant may change the whole account")]
@@ -165,6 +175,9 @@ impl<S, Q, O: ObjectStore, C> Intake<S, Q, O, C> {
     /// Presigned GET links to the delivered objects, in output order. A link
     /// that cannot be signed is left out (and logged); the object list says what exists.
     pub async fn links(&self, rec: &OperationRecord) -> Vec<Option<String>> {
+        if rec.outputs_erased.is_some() {
+            return Vec::new();
+        }
         let mut links = Vec::with_capacity(rec.delivered_objects.len());
         for obj in &rec.delivered_objects {
             match self.objects.presign_get(&obj.key, self.config.presign_expiry).await {

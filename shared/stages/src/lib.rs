@@ -27,6 +27,7 @@ pub mod credits;
 pub mod deliver;
 pub mod dispatch;
 pub mod downloads;
+pub mod erase;
 pub mod genace;
 pub mod intake;
 #[cfg(feature = "testkit")]

@@ -56,6 +56,9 @@ pub trait ObjectStore: Send + Sync {
     fn abort(&self, key: &str, upload_id: &str) -> impl Future<Output = Result<(), StorageError>> + Send;
     fn head(&self, key: &str) -> impl Future<Output = Result<Option<ObjectHead>, StorageError>> + Send;
     fn presign_get(&self, key: &str, expiry: Duration) -> impl Future<Output = Result<String, StorageError>> + Send;
+    /// Deletes the object; one that is not there is not an error, so a
+    /// repeated erasure succeeds.
+    fn delete(&self, key: &str) -> impl Future<Output = Result<(), StorageError>> + Send;
 }
 
 /// `attachment; filename="<last key segment>"`, with only safe characters.

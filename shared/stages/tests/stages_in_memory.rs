@@ -830,3 +830,54 @@ async fn a_deadline_passed_while_waiting_cancels_with_no_post() {
     assert_eq!(app.store.account().await.unwrap().waiting, 0);
     assert_eq!(app.genace.posts().len(), 1, "only the running operation's POST");
 }
+
+/// A delivered operation's outputs are erased: the objects leave the bucket,
+/// the record says when and who, a repeat answers the same. Before delivery
+/// has finished the erasure is refused and nothing is deleted.
+#[tokio::test]
+async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
+    let app = app();
+    let tenant = TenantId::parse("tenant-a").unwrap();
+    let id = submit(&app, "erase", None).await;
+    app.dispatcher().dispatch(&id).await.unwrap();
+    let too_early = app.intake().erase_outputs(&tenant, &id).await.unwrap_err();
+    assert!(
+        matches!(too_early, genace_stages::intake::IntakeError::CannotErase { .. }),
+        "{too_early:?}"
+    );
+    app.downloads
+        .serve("https://cdn.example/out.mp4", Some("video/mp4"), vec![7; 1024]);
+    app.genace.set_job(
+        "job-0001",
+        "completed",
+        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
+    );
+    assert_eq!(app.poller().poll(&id).await.unwrap(), Polled::Rendered);
+    app.deliverer().deliver(&id).await.unwrap();
+    let delivered = record(&app, &id).await;
+    assert_eq!(delivered.delivery_state, genace_core::record::DeliveryState::Delivered);
+    let key = delivered.delivered_objects[0].key.clone();
+    assert!(app.objects.keys().contains(&key));
+
+    let erased = app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    assert!(!app.objects.keys().contains(&key), "the object is gone");
+    let how = erased.outputs_erased.clone().unwrap();
+    assert_eq!((how.by.as_str(), how.at), ("tenant-a", app.clock.now()));
+    assert_eq!(erased.audit.last().unwrap().action, "erase_outputs");
+    assert_eq!(
+        erased.delivered_objects, delivered.delivered_objects,
+        "keys and digests stay"
+    );
+    assert!(app.intake().links(&erased).await.is_empty(), "no links");
+    let again = app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    assert_eq!(again, erased, "a repeat writes nothing");
+    let foreign = app
+        .intake()
+        .erase_outputs(&TenantId::parse("tenant-b").unwrap(), &id)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(foreign, genace_stages::intake::IntakeError::NotFound),
+        "{foreign:?}"
+    );
+}

@@ -1482,3 +1482,42 @@ fn past_its_deadline_an_operation_cannot_be_claimed_and_stays_due_by_it() {
     assert!(matches!(claim(deadline), Err(Refusal::DeadlinePassed { .. })));
     assert_eq!(claim(deadline - Duration::seconds(1)).unwrap().phase, Phase::Submitting);
 }
+
+/// Only delivered outputs are erased; the erasure keeps the objects'
+/// evidence and the record's invariants, and a repeat changes nothing.
+#[test]
+fn only_delivered_outputs_are_erased_and_a_repeat_changes_nothing() {
+    let p = Policy::default();
+    let erase = |r: &OperationRecord| transition(r, Event::OutputsErased { by: "tenant-a" }, t0(), &p);
+    let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+    for early in [prepared(), rendered(), claimed.clone()] {
+        assert!(
+            matches!(erase(&early), Err(Refusal::WrongPhase { .. })),
+            "{:?}",
+            early.phase
+        );
+    }
+    let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
+    assert_eq!(done.delivered_at, Some(t0()));
+    let erased = erase(&done).unwrap();
+    check_invariants(&erased).unwrap();
+    assert_eq!(erased.outputs_erased.as_ref().map(|e| e.by.as_str()), Some("tenant-a"));
+    assert_eq!(erased.delivered_objects, done.delivered_objects);
+    assert_eq!(erase(&erased).unwrap(), erased);
+}
+
+/// An output expiry is S3's: the days added to the delivery, rounded up to
+/// the next midnight UTC; none before delivery or after an erasure.
+#[test]
+fn outputs_expire_at_midnight_after_the_days_and_not_once_erased() {
+    let p = Policy::default();
+    let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+    assert_eq!(claimed.outputs_expire_at(7), None);
+    let afternoon = t0() + Duration::hours(15);
+    let done = delivered(&claimed, "d1", vec![object()], afternoon, &p).unwrap();
+    assert_eq!(done.outputs_expire_at(7), Some(t0() + Duration::days(8)));
+    let at_midnight = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
+    assert_eq!(at_midnight.outputs_expire_at(7), Some(t0() + Duration::days(7)));
+    let erased = transition(&done, Event::OutputsErased { by: "t" }, t0(), &p).unwrap();
+    assert_eq!(erased.outputs_expire_at(7), None);
+}

@@ -2,6 +2,7 @@
 //! the layers below is mapped to one here, and only here.
 
 use genace_core::domain::InvalidInput;
+use genace_core::record::{DeliveryState, Phase};
 use genace_stages::intake::IntakeError;
 use genace_stages::table::StoreError;
 use lambda_http::http::{StatusCode, header};
@@ -117,17 +118,18 @@ impl From<IntakeError> for Problem {
                     None => p,
                 }
             }
-            IntakeError::TooLateToCancel { phase } => Problem::new(
-                StatusCode::CONFLICT,
-                "too-late-to-cancel",
-                "The operation can no longer be cancelled",
-                format!(
-                    "It is {}: dispatch claimed it, so a Genace job may exist, and Genace cannot stop a job it \
-                     accepted. Read the operation to follow it.",
-                    phase.as_str()
-                ),
-            )
-            .with("phase", phase.as_str()),
+            IntakeError::TooLateToCancel { phase } => too_late_to_cancel(phase),
+            IntakeError::CannotErase { phase, delivery_state } => erasure_refused(phase, delivery_state),
+            IntakeError::Objects(ref inner) => {
+                error!(error = %inner, "object store failure");
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "object-store-unavailable",
+                    "The object store is unavailable",
+                    "Nothing was recorded; send the same request again after the Retry-After seconds.",
+                )
+                .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
+            }
             IntakeError::AccountWide => Problem::new(
                 StatusCode::FORBIDDEN,
                 "account-wide",
@@ -156,6 +158,38 @@ impl From<IntakeError> for Problem {
             }
         }
     }
+}
+
+/// A cancel after the dispatch claim: a job may exist.
+fn too_late_to_cancel(phase: Phase) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "too-late-to-cancel",
+        "The operation can no longer be cancelled",
+        format!(
+            "It is {}: dispatch claimed it, so a Genace job may exist, and Genace cannot stop a job it \
+             accepted. Read the operation to follow it.",
+            phase.as_str()
+        ),
+    )
+    .with("phase", phase.as_str())
+}
+
+/// An erasure before delivery has finished.
+fn erasure_refused(phase: Phase, delivery_state: DeliveryState) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "erasure-refused",
+        "Only delivered outputs can be erased",
+        format!(
+            "It is {} with delivery {}: erase once delivery has finished, so that no object is stored \
+             after the erasure.",
+            phase.as_str(),
+            delivery_state.as_str()
+        ),
+    )
+    .with("phase", phase.as_str())
+    .with("delivery_state", delivery_state.as_str())
 }
 
 pub fn not_found() -> Problem {

@@ -60,6 +60,7 @@ enum Route {
     Operation(String),
     Resolution(String),
     Cancel(String),
+    Outputs(String),
     Cases,
     MyCredits,
     AllCredits,
@@ -90,6 +91,7 @@ fn route(req: &Request) -> Option<Route> {
             Some(Route::Resolution(named.unwrap_or_else(|| (*id).to_owned())))
         }
         [.., "v1", "operations", id, "cancel"] => Some(Route::Cancel(named.unwrap_or_else(|| (*id).to_owned()))),
+        [.., "v1", "operations", id, "outputs"] => Some(Route::Outputs(named.unwrap_or_else(|| (*id).to_owned()))),
         [.., "v1", "reconciliation-cases"] => Some(Route::Cases),
         [.., "v1", "tenants", "me", "credits"] => Some(Route::MyCredits),
         [.., "v1", "credits"] => Some(Route::AllCredits),
@@ -144,8 +146,10 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
         (Some(Route::Operation(_)), _) => Err(method_not_allowed("GET")),
         (Some(Route::Resolution(id)), &Method::POST) => resolve(intake, req, &id).await,
         (Some(Route::Resolution(_)), _) => Err(method_not_allowed("POST")),
-        (Some(Route::Cancel(id)), &Method::POST) => cancel(intake, &req, &id).await,
+        (Some(Route::Cancel(id)), &Method::POST) => change(intake, &req, &id, Change::Cancel).await,
         (Some(Route::Cancel(_)), _) => Err(method_not_allowed("POST")),
+        (Some(Route::Outputs(id)), &Method::DELETE) => change(intake, &req, &id, Change::EraseOutputs).await,
+        (Some(Route::Outputs(_)), _) => Err(method_not_allowed("DELETE")),
         (Some(Route::Cases), &Method::GET) => list_cases(intake, &req).await,
         (Some(Route::Cases), _) => Err(method_not_allowed("GET")),
         (Some(Route::MyCredits), &Method::GET) => my_credits(intake, &req).await,
@@ -232,6 +236,13 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         Principal::Tenant(tenant) => intake.get(&tenant, &id, intake.clock.now()).await?,
     };
     let mut body = view_with_links(&rec, &intake.links(&rec).await);
+    if let Some(at) = intake
+        .config
+        .output_expiry_days
+        .and_then(|days| rec.outputs_expire_at(days))
+    {
+        body["outputs_expire_at"] = serde_json::json!(at);
+    }
     if let Some(position) = genace_stages::capacity::queue_position(&intake.store, &rec).await {
         body["queue"] = queue_view(&rec, Some(position)).unwrap_or_default();
     }
@@ -246,20 +257,32 @@ fn operation_response(rec: &genace_core::record::OperationRecord, body: &Value) 
         .expect("valid response")
 }
 
-/// `POST /v1/operations/{id}/cancel`: the owning tenant or an operator in
-/// scope takes the operation back before its dispatch claim; 409 once a
-/// job may exist.
-async fn cancel<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+/// A change the owning tenant, or an operator in scope, asks of one
+/// operation.
+#[derive(Clone, Copy)]
+enum Change {
+    /// `POST /v1/operations/{id}/cancel`: taken back before its dispatch
+    /// claim; 409 once a job may exist.
+    Cancel,
+    /// `DELETE /v1/operations/{id}/outputs`: its delivered objects deleted;
+    /// 409 until delivery has finished.
+    EraseOutputs,
+}
+
+async fn change<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     intake: &Intake<S, Q, O, C>,
     req: &Request,
     raw_id: &str,
+    change: Change,
 ) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
-    let rec = match Principal::read(req, &intake.config)? {
-        Principal::Operator(op) => intake.admin(&op).cancel(&id).await?,
-        Principal::Tenant(tenant) => intake.cancel(&tenant, &id).await?,
+    let rec = match (Principal::read(req, &intake.config)?, change) {
+        (Principal::Operator(op), Change::Cancel) => intake.admin(&op).cancel(&id).await?,
+        (Principal::Operator(op), Change::EraseOutputs) => intake.admin(&op).erase_outputs(&id).await?,
+        (Principal::Tenant(tenant), Change::Cancel) => intake.cancel(&tenant, &id).await?,
+        (Principal::Tenant(tenant), Change::EraseOutputs) => intake.erase_outputs(&tenant, &id).await?,
     };
-    Ok(operation_response(&rec, &view(&rec)))
+    Ok(operation_response(&rec, &view_with_links(&rec, &[])))
 }
 
 /// The version named by `If-Match`: 428 when absent; 400 unless it is one

@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 /// The view with presigned links for the delivered objects.
 pub fn view_with_links(rec: &OperationRecord, links: &[Option<String>]) -> Value {
     let mut v = view(rec);
+    // Erased: the objects are gone, so no links; the keys and digests stay.
+    let links = if rec.outputs_erased.is_some() { &[] } else { links };
     if !rec.delivered_objects.is_empty() {
         let objects: Vec<Value> = rec
             .delivered_objects
@@ -65,15 +67,7 @@ pub fn view(rec: &OperationRecord) -> Value {
     if let Some(refused) = &rec.held_credits_refused {
         obj.insert("held_credits_refused".into(), json!(refused));
     }
-    if let Some(deadline) = rec.dispatch_deadline {
-        obj.insert("dispatch_deadline".into(), json!(deadline));
-    }
-    if let Some(c) = &rec.cancellation {
-        obj.insert(
-            "cancellation".into(),
-            json!({"at": c.at, "by": c.by, "reason": c.reason.as_str()}),
-        );
-    }
+    marks(rec, obj);
     // An abandoned operation's credits follow its job: the phase they count as.
     if let Some(phase) = rec.ledger_phase {
         obj.insert("ledger_phase".into(), json!(phase));
@@ -98,6 +92,26 @@ pub fn view(rec: &OperationRecord) -> Value {
         obj.insert("queue".into(), queue);
     }
     v
+}
+
+/// When the operation was delivered, erased, due by, or cancelled, as far
+/// as any of it happened.
+fn marks(rec: &OperationRecord, obj: &mut serde_json::Map<String, Value>) {
+    if let Some(at) = rec.delivered_at {
+        obj.insert("delivered_at".into(), json!(at));
+    }
+    if let Some(erased) = &rec.outputs_erased {
+        obj.insert("outputs_erased_at".into(), json!(erased.at));
+    }
+    if let Some(deadline) = rec.dispatch_deadline {
+        obj.insert("dispatch_deadline".into(), json!(deadline));
+    }
+    if let Some(c) = &rec.cancellation {
+        obj.insert(
+            "cancellation".into(),
+            json!({"at": c.at, "by": c.by, "reason": c.reason.as_str()}),
+        );
+    }
 }
 
 /// What an operation waits in, if anything: its reason, since when, and its

@@ -158,6 +158,11 @@ impl crate::outputs::ObjectStore for MemoryObjects {
         Ok(())
     }
 
+    async fn delete(&self, key: &str) -> Result<(), crate::outputs::StorageError> {
+        self.lock().objects.remove(key);
+        Ok(())
+    }
+
     async fn head(&self, key: &str) -> Result<Option<crate::outputs::ObjectHead>, crate::outputs::StorageError> {
         Ok(self.lock().objects.get(key).map(|o| crate::outputs::ObjectHead {
             bytes: o.data.len() as u64,
