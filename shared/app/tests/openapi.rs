@@ -955,3 +955,21 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         .collect();
     assert!(untested.is_empty(), "documented but never produced: {untested:?}");
 }
+
+/// The webhook's event filter in the document names exactly the event
+/// types there are, each at most once.
+#[test]
+fn the_webhook_event_filter_names_every_event_type_once() {
+    let doc = Doc::load();
+    let events = &doc.root["components"]["schemas"]["WebhookRequest"]["properties"]["events"];
+    let documented: Vec<&str> = events["items"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let kinds: Vec<&str> = genace_core::events::Kind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(documented, kinds);
+    assert_eq!(events["maxItems"].as_u64(), Some(kinds.len() as u64));
+    assert_eq!(events["uniqueItems"], true);
+}

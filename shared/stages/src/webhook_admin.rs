@@ -61,7 +61,7 @@ impl WebhookRequest {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(items)) => {
                 let known: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
-                items
+                let events: Vec<String> = items
                     .iter()
                     .map(|e| match e.as_str() {
                         Some(t) if known.contains(&t) => Ok(t.to_owned()),
@@ -70,7 +70,14 @@ impl WebhookRequest {
                             format!("must be among {}", known.join(", ")),
                         )),
                     })
-                    .collect::<Result<_, _>>()?
+                    .collect::<Result<_, _>>()?;
+                // Each type once: a list with repeats says nothing more, and
+                // is refused as the OpenAPI document's `uniqueItems` says.
+                let distinct: std::collections::BTreeSet<&String> = events.iter().collect();
+                if distinct.len() != events.len() {
+                    return Err(InvalidInput::new("events", "must name each event type once"));
+                }
+                events
             }
             Some(_) => return Err(InvalidInput::new("events", "must be a list of event types")),
         };
@@ -166,6 +173,14 @@ mod tests {
                                     "events": ["operation.delivered"]});
         let r = WebhookRequest::parse(&ok, &policy(false), &tenant()).unwrap();
         assert_eq!(r.events, ["operation.delivered"]);
+        let mut repeated = ok.clone();
+        repeated["events"] = serde_json::json!(["operation.held", "operation.cancelled", "operation.held"]);
+        assert_eq!(
+            WebhookRequest::parse(&repeated, &policy(false), &tenant())
+                .unwrap_err()
+                .field,
+            "events"
+        );
         let field = |body: serde_json::Value, allow_http: bool| {
             WebhookRequest::parse(&body, &policy(allow_http), &tenant())
                 .unwrap_err()
