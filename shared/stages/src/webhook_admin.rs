@@ -163,6 +163,23 @@ mod tests {
     }
 
     #[test]
+    fn an_event_type_named_twice_is_refused() {
+        let a = TenantId::parse("a").unwrap();
+        let body = |events: serde_json::Value| {
+            serde_json::json!({"url": "https://hooks.acme.example/genace", "secret_id": "genace/webhooks/a/hook",
+                               "events": events})
+        };
+        let policy = UrlPolicy::default();
+        let once = serde_json::json!(["operation.held", "operation.cancelled"]);
+        assert!(WebhookRequest::parse(&body(once), &policy, &a).is_ok());
+        let twice = serde_json::json!(["operation.held", "operation.cancelled", "operation.held"]);
+        assert_eq!(
+            WebhookRequest::parse(&body(twice), &policy, &a).unwrap_err().field,
+            "events"
+        );
+    }
+
+    #[test]
     fn a_request_parses_or_names_its_bad_field() {
         let tenant = || TenantId::parse("a").unwrap();
         let policy = |allow_http: bool| UrlPolicy {
