@@ -223,6 +223,20 @@ fn in_flight_limit(vars: Vars<'_>) -> Result<Option<u32>, ConfigError> {
         })
 }
 
+/// `OUTPUT_EXPIRY_DAYS`: unset, empty or 0 (the template's default) for no
+/// expiry, else a positive number of days.
+fn output_expiry_days(vars: Vars<'_>) -> Result<Option<u32>, ConfigError> {
+    match var(vars, "OUTPUT_EXPIRY_DAYS").as_deref().map(str::trim) {
+        None | Some("" | "0") => Ok(None),
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(Some)
+            .ok_or_else(|| ConfigError(format!("OUTPUT_EXPIRY_DAYS must be 0 or a number of days, got {v:?}"))),
+    }
+}
+
 fn flag(vars: Vars<'_>, name: &str) -> Result<bool, ConfigError> {
     match var(vars, name).as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("0" | "false" | "no" | "off" | "disabled") => Ok(false),
@@ -285,9 +299,7 @@ impl Config {
             delivery_attempt_deadline: std::time::Duration::from_secs(number("DELIVERY_ATTEMPT_SECONDS", 780)? as u64),
             max_output_bytes: number("MAX_OUTPUT_BYTES", 4 * 1024 * 1024 * 1024)? as u64,
             presign_expiry: std::time::Duration::from_secs(number("PRESIGN_EXPIRY_SECONDS", 3600)? as u64),
-            output_expiry_days: u32::try_from(number("OUTPUT_EXPIRY_DAYS", 0)?)
-                .ok()
-                .filter(|days| *days > 0),
+            output_expiry_days: output_expiry_days(vars)?,
             url_policy: UrlPolicy {
                 allow_http: flag("DELIVERY_ALLOW_HTTP")?,
                 allow_private: flag("DELIVERY_ALLOW_PRIVATE")?,
@@ -443,5 +455,20 @@ mod from_vars_tests {
         pairs.pop();
         pairs.push(("FAULT_INJECTION", "maybe"));
         assert!(config(&pairs).unwrap_err().0.contains("FAULT_INJECTION"));
+    }
+
+    /// The template's default, 0, means no expiry: a deployment with the
+    /// default must start.
+    #[test]
+    fn an_output_expiry_of_0_is_off_and_a_negative_one_is_refused() {
+        let with = |days: &str| {
+            let mut pairs = QUEUES.to_vec();
+            pairs.push(("OUTPUT_EXPIRY_DAYS", days));
+            config(&pairs)
+        };
+        assert_eq!(config(&QUEUES).unwrap().output_expiry_days, None);
+        assert_eq!(with("0").unwrap().output_expiry_days, None);
+        assert_eq!(with("30").unwrap().output_expiry_days, Some(30));
+        assert!(with("-1").unwrap_err().0.contains("OUTPUT_EXPIRY_DAYS"));
     }
 }
