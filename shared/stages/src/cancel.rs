@@ -35,6 +35,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         let policy = self.config.policy;
         let id = rec.operation_id.clone();
         let waited = rec.waits_in_order().is_some();
+        // A record read as cancelled is a repeat: nothing to count or pass on.
+        let repeat = rec.phase == genace_core::record::Phase::Cancelled;
         let event = Event::Cancel {
             by,
             reason: CancelReason::Requested,
@@ -47,7 +49,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             CommitError::Refused { current, .. } => IntakeError::TooLateToCancel { phase: current.phase },
             CommitError::Store(s) => IntakeError::Store(s),
         })?;
-        if next.cancellation.as_ref().is_some_and(|c| c.at == now) {
+        if !repeat {
             info!(operation_id = %id, tenant = %next.tenant_id, %by, "operation cancelled before its dispatch claim");
             self.metrics
                 .count("Cancelled", &[("Reason", CancelReason::Requested.as_str())]);
