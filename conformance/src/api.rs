@@ -92,6 +92,20 @@ impl Api {
         Self::reply(resp).await
     }
 
+    /// `GET /v1/operations` with a query string (`limit=10&key_prefix=...`).
+    pub async fn list(&self, query: &[(&str, &str)]) -> Result<Reply, String> {
+        let url = reqwest::Url::parse_with_params(&format!("{}/v1/operations", self.base), query)
+            .map_err(|e| format!("GET /v1/operations: {e}"))?;
+        let resp = self
+            .http
+            .get(url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| format!("GET /v1/operations: {e}"))?;
+        Self::reply(resp).await
+    }
+
     /// Reads the operation until `done` holds for its view, or fails after `within`.
     pub async fn wait_for(
         &self,

@@ -9,6 +9,7 @@
 //! genace-ops resolve <operation_id> mark-settled --reason <TEXT>
 //! genace-ops resolve <operation_id> redrive-delivery --reason <TEXT>
 //! genace-ops resolve <operation_id> abandon --reason <TEXT>
+//! genace-ops op list [--tenant T] [--phase P] [--delivery-state D] [--created-after T] [--created-before T] [--key-prefix K] [--limit N] [--cursor C] [--json]
 //! genace-ops op show <operation_id> [--json]
 //! genace-ops credits list [--limit N] [--cursor C] [--json]
 //! genace-ops credits limit <tenant> <credits|none> [--json]
@@ -151,6 +152,13 @@ enum Cases {
 
 #[derive(Subcommand)]
 enum Op {
+    /// Operations, newest first: one tenant's, or every tenant's in your scope.
+    List {
+        #[command(flatten)]
+        filter: ListFilter,
+        #[command(flatten)]
+        page: Page,
+    },
     /// The operation's timeline.
     Show {
         /// The operation, `op_…`.
@@ -168,6 +176,28 @@ enum Op {
         /// The operation, `op_…`.
         operation_id: String,
     },
+}
+
+#[derive(Args)]
+struct ListFilter {
+    /// Only this tenant's operations.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Only operations in this phase, such as `prepared` or `uncertain`.
+    #[arg(long)]
+    phase: Option<String>,
+    /// Only operations whose delivery is in this state, such as `delivered`.
+    #[arg(long, value_name = "STATE")]
+    delivery_state: Option<String>,
+    /// Only operations created after this RFC 3339 time.
+    #[arg(long, value_name = "TIME")]
+    created_after: Option<String>,
+    /// Only operations created before this RFC 3339 time.
+    #[arg(long, value_name = "TIME")]
+    created_before: Option<String>,
+    /// Only operations whose key starts with this text.
+    #[arg(long, value_name = "TEXT")]
+    key_prefix: Option<String>,
 }
 
 #[derive(Args)]
@@ -388,6 +418,26 @@ fn print_cases(page: &Value) {
         );
     }
     println!("{} open case(s)", cases.len());
+    print_next(page);
+}
+
+fn print_operations(page: &Value) {
+    let ops = page["operations"].as_array().cloned().unwrap_or_default();
+    println!(
+        "{:<35} {:<13} {:<15} {:<32} KEY",
+        "OPERATION", "PHASE", "DELIVERY", "CREATED"
+    );
+    for op in &ops {
+        println!(
+            "{:<35} {:<13} {:<15} {:<32} {}",
+            s(&op["operation_id"]),
+            s(&op["phase"]),
+            s(&op["delivery_state"]),
+            s(&op["created_at"]),
+            s(&op["operation_key"])
+        );
+    }
+    println!("{} operation(s)", ops.len());
     print_next(page);
 }
 
@@ -614,6 +664,41 @@ async fn credits(api: &Api, json: bool, command: Credits) -> Result<(), Failure>
     Ok(())
 }
 
+async fn op(api: &Api, json: bool, command: Op) -> Result<(), Failure> {
+    match command {
+        Op::List { filter, page } => {
+            let limit = page.limit.map(|l| l.to_string());
+            let q = query(&[
+                ("tenant", filter.tenant.as_deref()),
+                ("phase", filter.phase.as_deref()),
+                ("delivery_state", filter.delivery_state.as_deref()),
+                ("created_after", filter.created_after.as_deref()),
+                ("created_before", filter.created_before.as_deref()),
+                ("key_prefix", filter.key_prefix.as_deref()),
+                ("limit", limit.as_deref()),
+                ("cursor", page.cursor.as_deref()),
+            ]);
+            let page = api.get(&format!("/v1/operations{q}")).await?;
+            emit(json, &page, print_operations);
+        }
+        Op::Cancel { operation_id } => {
+            let path = format!("/v1/operations/{}/cancel", enc(&operation_id));
+            let op = api.call(reqwest::Method::POST, &path, None).await?;
+            emit(json, &op, print_timeline);
+        }
+        Op::Erase { operation_id } => {
+            let path = format!("/v1/operations/{}/outputs", enc(&operation_id));
+            let op = api.call(reqwest::Method::DELETE, &path, None).await?;
+            emit(json, &op, print_timeline);
+        }
+        Op::Show { operation_id } => {
+            let op = api.get(&format!("/v1/operations/{}", enc(&operation_id))).await?;
+            emit(json, &op, print_timeline);
+        }
+    }
+    Ok(())
+}
+
 async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
     match command {
         Command::Cases(Cases::List { tenant, reason, page }) => {
@@ -627,20 +712,11 @@ async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
             let page = api.get(&format!("/v1/reconciliation-cases{q}")).await?;
             emit(json, &page, print_cases);
         }
-        Command::Cases(Cases::Show { operation_id }) | Command::Op(Op::Show { operation_id }) => {
+        Command::Cases(Cases::Show { operation_id }) => {
             let op = api.get(&format!("/v1/operations/{}", enc(&operation_id))).await?;
             emit(json, &op, print_timeline);
         }
-        Command::Op(Op::Cancel { operation_id }) => {
-            let path = format!("/v1/operations/{}/cancel", enc(&operation_id));
-            let op = api.call(reqwest::Method::POST, &path, None).await?;
-            emit(json, &op, print_timeline);
-        }
-        Command::Op(Op::Erase { operation_id }) => {
-            let path = format!("/v1/operations/{}/outputs", enc(&operation_id));
-            let op = api.call(reqwest::Method::DELETE, &path, None).await?;
-            emit(json, &op, print_timeline);
-        }
+        Command::Op(o) => op(api, json, o).await?,
         Command::Resolve { operation_id, action } => resolve(api, json, &operation_id, action).await?,
         Command::Credits(c) => credits(api, json, c).await?,
         Command::Webhook(w) => webhook(api, json, w).await?,

@@ -484,7 +484,7 @@ async fn operators_set_the_accounts_limit_at_run_time() {
 /// `cancelled` and Genace never sees its POST. One whose job may exist
 /// (uncertain, holding the only slot) is refused with 409.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn op_cancel_takes_back_a_waiting_operation_and_refuses_one_whose_job_may_exist() {
+async fn op_cancel_takes_back_a_waiting_operation_op_list_finds_it_and_a_job_that_may_exist_is_refused() {
     let stack = Stack::start().await;
     every_post_fails(&stack.genace).await;
     let ops = operator(None);
@@ -514,6 +514,24 @@ async fn op_cancel_takes_back_a_waiting_operation_and_refuses_one_whose_job_may_
         String::from_utf8_lossy(&too_late.stderr).contains("409"),
         "{too_late:?}"
     );
+    // Listing: by phase, every operation of the tenant, scope, bad filters.
+    let listed = stack.cli(
+        &ops,
+        &["op", "list", "--tenant", "tenant-a", "--phase", "cancelled", "--json"],
+    );
+    assert_eq!(listed.status.code(), Some(0), "{listed:?}");
+    let page: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(page["operations"].as_array().map(Vec::len), Some(1), "{page}");
+    assert_eq!(page["operations"][0]["operation_id"], json!(second), "{page}");
+    let table = stdout(&stack.cli(&ops, &["op", "list", "--limit", "10"]));
+    assert!(table.contains(&first) && table.contains(&second), "{table}");
+    assert!(table.find(&second) < table.find(&first), "newest first: {table}");
+    let elsewhere = stack.cli(&operator(Some("tenant-b")), &["op", "list", "--json"]);
+    let page: Value = serde_json::from_slice(&elsewhere.stdout).unwrap();
+    assert_eq!(page["operations"], json!([]), "a scoped operator sees only its tenant");
+    let bogus = stack.cli(&ops, &["op", "list", "--phase", "rendering"]);
+    assert_eq!(bogus.status.code(), Some(1), "{bogus:?}");
+    assert!(String::from_utf8_lossy(&bogus.stderr).contains("phase"), "{bogus:?}");
     // Nothing was delivered: erasing outputs is refused too.
     let erase = stack.cli(&ops, &["op", "erase", &first]);
     assert_eq!(erase.status.code(), Some(1), "{erase:?}");

@@ -155,6 +155,17 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
         port(&self.chaos, self.inner.waiting(tenant, limit)).await
     }
 
+    async fn list(
+        &self,
+        tenant: Option<&TenantId>,
+        filter: &genace_stages::listing::ListFilter,
+        limit: i32,
+        after: Option<&genace_stages::listing::ListPosition>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<genace_stages::listing::ListPage, StoreError> {
+        port(&self.chaos, self.inner.list(tenant, filter, limit, after, now)).await
+    }
+
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,

@@ -76,8 +76,11 @@ fn every_function_has_only_the_actions_it_uses() {
             &[
                 "dynamodb:PutItem",
                 "dynamodb:GetItem",
-                // A waiting operation's place in its tenant's order.
+                // A waiting operation's place in its tenant's order, and
+                // the list indexes.
                 "dynamodb:Query",
+                // A page of a listing, read in one batch.
+                "dynamodb:BatchGetItem",
                 "sqs:SendMessage",
                 "s3:GetObject",
             ][..],

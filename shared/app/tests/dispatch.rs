@@ -434,6 +434,17 @@ impl OperationRecords for EchoingStore {
         self.0.waiting(tenant, limit).await
     }
 
+    async fn list(
+        &self,
+        tenant: Option<&TenantId>,
+        filter: &genace_stages::listing::ListFilter,
+        limit: i32,
+        after: Option<&genace_stages::listing::ListPosition>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<genace_stages::listing::ListPage, genace_stages::table::StoreError> {
+        self.0.list(tenant, filter, limit, after, now).await
+    }
+
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,

@@ -431,5 +431,5 @@ async fn a_wrong_method_answers_405_with_allow() {
     let req = lambda_http::request::from_str(&event.to_string()).unwrap();
     let resp = api::handle(&intake, req).await;
     assert_eq!(resp.status().as_u16(), 405);
-    assert_eq!(resp.headers().get("allow").unwrap(), "POST");
+    assert_eq!(resp.headers().get("allow").unwrap(), "GET, POST");
 }

@@ -946,6 +946,33 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     );
     seen.insert(doc.check(ops, "post", &past));
 
+    // Listing: a tenant's own, an operator's across tenants, bad input.
+    let listed = call(event("GET", "/v1/operations?limit=100", None, tenant("t1"), &[])).await;
+    let page: Value = serde_json::from_slice(listed.body().as_ref()).unwrap();
+    assert_eq!(listed.status(), 200, "{page}");
+    let tenants: BTreeSet<&str> = page["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["operation_id"].as_str().unwrap())
+        .collect();
+    assert!(tenants.contains(id.as_str()), "{page}");
+    seen.insert(doc.check(ops, "get", &listed));
+    seen.insert(doc.check(ops, "get", &call(event("GET", ops, None, operator(), &[])).await));
+    for bad in [
+        "?limit=0",
+        "?phase=rendering",
+        "?cursor=abc",
+        "?created_after=yesterday",
+    ] {
+        let refused = call(event("GET", &format!("{ops}{bad}"), None, tenant("t1"), &[])).await;
+        assert_eq!(refused.status(), 400, "{bad}");
+        seen.insert(doc.check(ops, "get", &refused));
+    }
+    seen.insert(doc.check(ops, "get", &call(event("GET", ops, None, json!({}), &[])).await));
+    let bad_operator = json!({"sub": "ops-2", "scope": "genace:operator", "tenant_id": "not a tenant"});
+    seen.insert(doc.check(ops, "get", &call(event("GET", ops, None, bad_operator, &[])).await));
+
     // Every promise was exercised, except an unavailable store (503).
     let untested: Vec<_> = doc
         .promised()
@@ -972,4 +999,121 @@ fn the_webhook_event_filter_names_every_event_type_once() {
     assert_eq!(documented, kinds);
     assert_eq!(events["maxItems"].as_u64(), Some(kinds.len() as u64));
     assert_eq!(events["uniqueItems"], true);
+}
+
+/// Every page of a listing through the API, with the cursor each returns.
+async fn pages(intake: &Intake<DynamoStore, SqsQueue, S3Store>, query: &str, claims: &Value) -> (Vec<String>, usize) {
+    let mut found = Vec::new();
+    let mut cursor: Option<String> = None;
+    for pages in 1..=50 {
+        let path = match &cursor {
+            Some(c) => format!("/v1/operations?{query}&cursor={c}"),
+            None => format!("/v1/operations?{query}"),
+        };
+        let resp = Box::pin(api::handle(intake, event("GET", &path, None, claims.clone(), &[]))).await;
+        let body: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
+        assert_eq!(resp.status(), 200, "{body}");
+        for op in body["operations"].as_array().unwrap() {
+            found.push(op["operation_id"].as_str().unwrap().to_owned());
+        }
+        match body["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return (found, pages),
+        }
+    }
+    panic!("the listing never ended");
+}
+
+/// The field a 400 names.
+async fn refused_field(intake: &Intake<DynamoStore, SqsQueue, S3Store>, path: &str, claims: Value) -> String {
+    let resp = Box::pin(api::handle(intake, event("GET", path, None, claims, &[]))).await;
+    let body: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
+    assert_eq!(resp.status(), 400, "{path}: {body}");
+    body["field"].as_str().unwrap_or_default().to_owned()
+}
+
+/// 25 operations of tenant `ta` (their ids, oldest first) and 3 of `tb`.
+async fn create_listed(intake: &Intake<DynamoStore, SqsQueue, S3Store>) -> Vec<String> {
+    let mut mine = Vec::new();
+    for i in 0..25 {
+        let made = Box::pin(api::handle(
+            intake,
+            event(
+                "POST",
+                "/v1/operations",
+                Some(&intent(&format!("k-{i}"), "p")),
+                tenant("ta"),
+                &[],
+            ),
+        ))
+        .await;
+        mine.push(operation_id_of(&made));
+        // Creation times a millisecond apart at least: the order is by time.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    for i in 0..3 {
+        let body = intent(&format!("k-{i}"), "p");
+        Box::pin(api::handle(
+            intake,
+            event("POST", "/v1/operations", Some(&body), tenant("tb"), &[]),
+        ))
+        .await;
+    }
+    mine
+}
+
+#[tokio::test]
+async fn a_listing_pages_through_one_tenant_and_its_cursor_serves_no_other() {
+    let env = LocalAws::fresh().await;
+    let intake: Intake<DynamoStore, SqsQueue, S3Store> =
+        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let mut mine = create_listed(&intake).await;
+    mine.reverse();
+    let (listed, page_count) = pages(&intake, "limit=10", &tenant("ta")).await;
+    assert_eq!(page_count, 3);
+    assert_eq!(listed, mine, "all 25, newest first, none of tb's");
+    let (theirs, _) = pages(&intake, "limit=10", &tenant("tb")).await;
+    assert_eq!(theirs.len(), 3);
+    assert!(theirs.iter().all(|id| !mine.contains(id)));
+
+    // A cursor serves only the tenant and the filter it was made for.
+    let first = Box::pin(api::handle(
+        &intake,
+        event("GET", "/v1/operations?limit=10", None, tenant("ta"), &[]),
+    ))
+    .await;
+    let cursor = serde_json::from_slice::<Value>(first.body().as_ref()).unwrap()["next_cursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (path, claims) in [
+        (format!("/v1/operations?limit=10&cursor={cursor}"), tenant("tb")),
+        (
+            format!("/v1/operations?limit=10&phase=prepared&cursor={cursor}"),
+            tenant("ta"),
+        ),
+        (format!("/v1/operations?limit=10&cursor={cursor}"), operator()),
+        ("/v1/operations?cursor=bm90IGEgY3Vyc29y".to_owned(), tenant("ta")),
+    ] {
+        assert_eq!(refused_field(&intake, &path, claims).await, "cursor", "{path}");
+    }
+    for (query, field) in [
+        ("phase=rendering", "phase"),
+        ("delivery_state=lost", "delivery_state"),
+        ("limit=101", "limit"),
+        ("limit=0", "limit"),
+        ("created_before=soon", "created_before"),
+        ("key_prefix=a%20b", "key_prefix"),
+        ("tenant=tb", "tenant"),
+    ] {
+        let path = format!("/v1/operations?{query}");
+        assert_eq!(refused_field(&intake, &path, tenant("ta")).await, field, "{query}");
+    }
+
+    // Operators: one tenant, every tenant, or only their scoped tenant.
+    assert_eq!(pages(&intake, "tenant=ta&limit=100", &operator()).await.0, mine);
+    assert_eq!(pages(&intake, "limit=7", &operator()).await.0.len(), 28);
+    let scoped = json!({"sub": "ops-b", "scope": "genace:operator", "tenant_id": "tb"});
+    assert_eq!(pages(&intake, "limit=100", &scoped).await.0, theirs);
+    assert!(pages(&intake, "tenant=ta", &scoped).await.0.is_empty());
 }

@@ -31,6 +31,8 @@ use genace_stages::table::{
     WebhookSettings, case_sort_key, case_tenant_prefix, wait_partition, wait_sort_key,
 };
 
+mod listing;
+
 type Item = HashMap<String, AttributeValue>;
 
 #[derive(Debug, Clone)]
@@ -65,6 +67,10 @@ fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
         );
         item.insert("wait_sk".into(), AttributeValue::S(sort));
     }
+    // Every record is in its tenant's list order and in the one across tenants.
+    for (name, value) in listing::list_attributes(rec) {
+        item.insert(name.into(), AttributeValue::S(value));
+    }
     // An open case puts the operation in the case index, sorted by tenant and age.
     if let Some(case) = &rec.case {
         item.insert("case_pk".into(), AttributeValue::S(CASE_PK.into()));
@@ -77,7 +83,15 @@ fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
 }
 
 fn from_item(mut item: Item) -> Result<OperationRecord, StoreError> {
-    for computed in ["case_pk", "case_sk", "wait_pk", "wait_sk"] {
+    for computed in [
+        "case_pk",
+        "case_sk",
+        "wait_pk",
+        "wait_sk",
+        "list_pk",
+        "list_all_pk",
+        "list_sk",
+    ] {
         item.remove(computed);
     }
     serde_dynamo::from_item(item).map_err(|e| StoreError::Decode(e.to_string()))
@@ -579,6 +593,17 @@ impl OperationRecords for DynamoStore {
             .await
             .map_err(service_error)?;
         operation_ids(out.items.unwrap_or_default())
+    }
+
+    async fn list(
+        &self,
+        tenant: Option<&TenantId>,
+        filter: &genace_stages::listing::ListFilter,
+        limit: i32,
+        after: Option<&genace_stages::listing::ListPosition>,
+        now: DateTime<Utc>,
+    ) -> Result<genace_stages::listing::ListPage, StoreError> {
+        self.list_page(tenant, filter, limit, after, now).await
     }
 
     async fn open_cases(

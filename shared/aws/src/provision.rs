@@ -19,6 +19,10 @@ pub const CASE_INDEX: &str = "case-index";
 pub const JOB_INDEX: &str = "job-index";
 /// Name of the sparse index of each tenant's operations waiting for a slot.
 pub const WAIT_INDEX: &str = "wait-index";
+/// Name of the index of each tenant's operations, newest first.
+pub const LIST_INDEX: &str = "list-index";
+/// Name of the index of every tenant's operations, in shards, newest first.
+pub const LIST_ALL_INDEX: &str = "list-all-index";
 /// Receives before a message moves to its dead-letter queue.
 pub const MAX_RECEIVE_COUNT: u32 = 5;
 /// Receives before a recovery message moves to its DLQ: with the 60 s
@@ -84,7 +88,7 @@ fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
         .expect("attribute fields are set")
 }
 
-/// The table's four sparse indexes, as the template defines them
+/// The table's four sparse indexes and two list indexes, as the template defines them
 /// (`tests/tests/resources.rs` holds the two to each other).
 fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
     let due = GlobalSecondaryIndex::builder()
@@ -117,10 +121,30 @@ fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
         .key_schema(key("wait_sk", KeyType::Range))
         .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
         .build();
-    [due, cases, jobs, waiting]
-        .into_iter()
-        .map(|i| i.map_err(|e| fail(table, e)))
-        .collect()
+    let listed = |name: &str, partition: &str| {
+        GlobalSecondaryIndex::builder()
+            .index_name(name)
+            .key_schema(key(partition, KeyType::Hash))
+            .key_schema(key("list_sk", KeyType::Range))
+            .projection(
+                Projection::builder()
+                    .projection_type(ProjectionType::Include)
+                    .non_key_attributes("operation_key")
+                    .build(),
+            )
+            .build()
+    };
+    [
+        due,
+        cases,
+        jobs,
+        waiting,
+        listed(LIST_INDEX, "list_pk"),
+        listed(LIST_ALL_INDEX, "list_all_pk"),
+    ]
+    .into_iter()
+    .map(|i| i.map_err(|e| fail(table, e)))
+    .collect()
 }
 
 pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ProvisionError> {
@@ -137,6 +161,9 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr("remote_job_id", ScalarAttributeType::S))
         .attribute_definitions(attr("wait_pk", ScalarAttributeType::S))
         .attribute_definitions(attr("wait_sk", ScalarAttributeType::S))
+        .attribute_definitions(attr("list_pk", ScalarAttributeType::S))
+        .attribute_definitions(attr("list_all_pk", ScalarAttributeType::S))
+        .attribute_definitions(attr("list_sk", ScalarAttributeType::S))
         .set_global_secondary_indexes(Some(indexes(table)?))
         // The template's stream: the source of the lifecycle events.
         .stream_specification(

@@ -14,6 +14,7 @@ use genace_core::machine::Policy;
 use genace_core::record::DUE_SHARDS;
 use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
+use genace_stages::listing::ListFilter;
 use genace_stages::table::Applied;
 use genace_stages::table::Created;
 use genace_stages::table::OperationStore;
@@ -810,6 +811,102 @@ async fn claims_of_many_tenants_race_for_the_last_slots<S: OperationStore + Clon
     assert_eq!(store.account().await.unwrap().in_flight, 2);
 }
 
+/// Every page of a listing, in order; each page within the limit.
+async fn list_everything<S: OperationStore>(
+    store: &S,
+    tenant: Option<&str>,
+    filter: &ListFilter,
+    limit: i32,
+) -> Vec<OperationRecord> {
+    let tenant = tenant.map(|t| TenantId::parse(t).unwrap());
+    let mut after = None;
+    let mut out = Vec::new();
+    for _ in 0..100 {
+        let page = store
+            .list(tenant.as_ref(), filter, limit, after.as_ref(), Utc::now())
+            .await
+            .unwrap();
+        assert!(page.records.len() <= usize::try_from(limit).unwrap());
+        out.extend(page.records);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return out,
+        }
+    }
+    panic!("the listing never ended");
+}
+
+fn ids(records: &[OperationRecord]) -> Vec<String> {
+    records.iter().map(|r| r.operation_id.as_str().to_owned()).collect()
+}
+
+/// Listings are newest first, per tenant or across tenants, filtered by
+/// phase, key prefix and creation time, and paged without loss or repeat.
+async fn listings_are_newest_first_filtered_and_paged<S: OperationStore>(store: S) {
+    let base = Utc::now() - chrono::Duration::minutes(10);
+    let mut acme = Vec::new();
+    for i in 0..12_i64 {
+        let family = if i % 2 == 0 { "list-a" } else { "list-b" };
+        let mut r = record_for("acme", &format!("{family}-{i}"), "p");
+        r.created_at = base + chrono::Duration::seconds(i);
+        store.create(&r, Utc::now()).await.unwrap();
+        acme.push(r);
+    }
+    for i in 0..3_i64 {
+        let mut r = record_for("other", &format!("list-a-{i}"), "p");
+        r.created_at = base + chrono::Duration::milliseconds(500 + 1000 * i);
+        store.create(&r, Utc::now()).await.unwrap();
+    }
+    // Two of acme's move on; an expired one is never listed.
+    for r in &mut acme[3..5] {
+        let next = claimed(r, "tok");
+        store.apply(r, &next).await.unwrap();
+        *r = next;
+    }
+    let mut gone = record_for("acme", "list-a-expired", "p");
+    gone.expires_at_s = Some(Utc::now().timestamp() - 5);
+    store.create(&gone, Utc::now()).await.unwrap();
+
+    let newest_first = |mut rs: Vec<OperationRecord>| {
+        rs.sort_by_key(|r| std::cmp::Reverse(r.created_at));
+        ids(&rs)
+    };
+    let all = ListFilter::default();
+    let listed = list_everything(&store, Some("acme"), &all, 5).await;
+    assert_eq!(
+        ids(&listed),
+        newest_first(acme.clone()),
+        "every one of acme's, newest first"
+    );
+    assert_eq!(listed[5], acme[6], "records are read whole");
+    let submitting = ListFilter {
+        phase: Some(Phase::Submitting),
+        ..ListFilter::default()
+    };
+    let listed = list_everything(&store, Some("acme"), &submitting, 2).await;
+    assert_eq!(ids(&listed), newest_first(acme[3..5].to_vec()));
+    let prefixed = ListFilter {
+        key_prefix: Some("list-a".into()),
+        ..ListFilter::default()
+    };
+    let listed = list_everything(&store, Some("acme"), &prefixed, 4).await;
+    let evens: Vec<_> = acme.iter().step_by(2).cloned().collect();
+    assert_eq!(ids(&listed), newest_first(evens));
+    let window = ListFilter {
+        created_after: Some(acme[2].created_at),
+        created_before: Some(acme[7].created_at),
+        ..ListFilter::default()
+    };
+    let listed = list_everything(&store, Some("acme"), &window, 3).await;
+    assert_eq!(ids(&listed), newest_first(acme[3..7].to_vec()), "both bounds exclusive");
+    // Across tenants: acme's and other's, interleaved by time.
+    let listed = list_everything(&store, None, &all, 4).await;
+    assert_eq!(listed.len(), 15);
+    assert!(listed.windows(2).all(|w| w[0].created_at >= w[1].created_at));
+    let listed = list_everything(&store, Some("nobody"), &all, 4).await;
+    assert!(listed.is_empty());
+}
+
 genace_aws::contract_tests!(
     memory_limited => genace_stages::memory::MemoryStore::default().with_account_limit(Some(2)),
     dynamodb_limited => |env| env.store().with_account_limit(Some(2));
@@ -839,4 +936,5 @@ genace_aws::contract_tests!(
     the_waiting_order_is_per_tenant_and_oldest_first,
     a_tenants_own_limit_refuses_a_claim_past_it,
     batch_yields_to_interactive_for_a_bounded_time,
+    listings_are_newest_first_filtered_and_paged,
 );

@@ -38,6 +38,20 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [Phase; 10] = [
+        Phase::Prepared,
+        Phase::Submitting,
+        Phase::Uncertain,
+        Phase::Accepted,
+        Phase::Rendered,
+        Phase::RenderFailed,
+        Phase::SubmitFailed,
+        Phase::Rejected,
+        Phase::Abandoned,
+        Phase::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Prepared => "prepared",
@@ -64,6 +78,14 @@ pub enum DeliveryState {
 }
 
 impl DeliveryState {
+    /// Every delivery state, in order.
+    pub const ALL: [DeliveryState; 4] = [
+        DeliveryState::NotCollected,
+        DeliveryState::Collecting,
+        DeliveryState::Delivered,
+        DeliveryState::DeliveryFailed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             DeliveryState::NotCollected => "not_collected",
@@ -512,4 +534,37 @@ pub fn sample_prepared(now: DateTime<Utc>) -> OperationRecord {
         now,
         chrono::Duration::seconds(60),
     )
+}
+
+#[cfg(test)]
+mod listing_tests {
+    use super::*;
+
+    /// `ALL` lists each variant once: a new variant fails to compile here
+    /// until it is placed.
+    #[test]
+    fn every_phase_and_delivery_state_is_listed_once() {
+        let place = |p: Phase| match p {
+            Phase::Prepared
+            | Phase::Submitting
+            | Phase::Uncertain
+            | Phase::Accepted
+            | Phase::Rendered
+            | Phase::RenderFailed
+            | Phase::SubmitFailed
+            | Phase::Rejected
+            | Phase::Abandoned
+            | Phase::Cancelled => Phase::ALL.iter().filter(|q| **q == p).count(),
+        };
+        assert!(Phase::ALL.iter().all(|p| place(*p) == 1));
+        let names: std::collections::BTreeSet<&str> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+        assert_eq!(names.len(), Phase::ALL.len());
+        let delivery = |d: DeliveryState| match d {
+            DeliveryState::NotCollected
+            | DeliveryState::Collecting
+            | DeliveryState::Delivered
+            | DeliveryState::DeliveryFailed => DeliveryState::ALL.iter().filter(|e| **e == d).count(),
+        };
+        assert!(DeliveryState::ALL.iter().all(|d| delivery(*d) == 1));
+    }
 }

@@ -30,6 +30,7 @@ pub mod downloads;
 pub mod erase;
 pub mod genace;
 pub mod intake;
+pub mod listing;
 #[cfg(feature = "testkit")]
 pub mod memory;
 pub mod metrics;

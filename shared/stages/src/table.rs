@@ -106,6 +106,19 @@ pub trait OperationRecords: Send + Sync {
         limit: i32,
     ) -> impl Future<Output = Result<Vec<OperationId>, StoreError>> + Send;
 
+    /// One page of operations, newest first (by [`crate::listing::list_sort_key`]):
+    /// of `tenant`, or of every tenant, that `filter` selects and that sort
+    /// before `after`. Expired records are absent. Read from the list
+    /// indexes, never a scan of the table.
+    fn list(
+        &self,
+        tenant: Option<&TenantId>,
+        filter: &crate::listing::ListFilter,
+        limit: i32,
+        after: Option<&crate::listing::ListPosition>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<crate::listing::ListPage, StoreError>> + Send;
+
     /// One page of the sparse open-case index, optionally for one tenant.
     fn open_cases(
         &self,

@@ -4,9 +4,10 @@
 
 use genace_core::domain::{Intent, InvalidInput, OperationId, RemoteJobId, TenantId};
 use genace_core::machine::Resolution;
-use genace_core::record::CaseReason;
+use genace_core::record::{CaseReason, DeliveryState, Phase};
 use genace_stages::clock::Clock;
 use genace_stages::intake::{Intake, Submitted};
+use genace_stages::listing::ListFilter;
 use genace_stages::outputs::ObjectStore;
 use genace_stages::queue::WorkQueue;
 use genace_stages::table::OperationStore;
@@ -141,7 +142,8 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
     };
     match (route(&req), req.method()) {
         (Some(Route::Operations), &Method::POST) => create(intake, req).await,
-        (Some(Route::Operations), _) => Err(method_not_allowed("POST")),
+        (Some(Route::Operations), &Method::GET) => list(intake, &req).await,
+        (Some(Route::Operations), _) => Err(method_not_allowed("GET, POST")),
         (Some(Route::Operation(id)), &Method::GET) => read(intake, &req, &id).await,
         (Some(Route::Operation(_)), _) => Err(method_not_allowed("GET")),
         (Some(Route::Resolution(id)), &Method::POST) => resolve(intake, req, &id).await,
@@ -499,6 +501,87 @@ async fn webhook<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         _ => intake.admin(&op).webhook(&tenant).await?,
     };
     Ok(ok_json(webhook_view(tenant.as_str(), config.as_ref())))
+}
+
+/// The filter of a listing, from its query: each value parsed, or 400
+/// naming the parameter.
+fn list_filter(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result<ListFilter, Problem> {
+    fn one_of<T: Copy>(
+        q: &lambda_http::aws_lambda_events::query_map::QueryMap,
+        name: &str,
+        all: &[T],
+        as_str: fn(T) -> &'static str,
+    ) -> Result<Option<T>, Problem> {
+        let Some(given) = q.first(name) else {
+            return Ok(None);
+        };
+        all.iter()
+            .copied()
+            .find(|v| as_str(*v) == given)
+            .map(Some)
+            .ok_or_else(|| {
+                let names: Vec<&str> = all.iter().map(|v| as_str(*v)).collect();
+                Problem::from(InvalidInput::new(name, format!("must be one of {}", names.join(", "))))
+            })
+    }
+    let time = |name: &str| {
+        q.first(name)
+            .map(|v| {
+                chrono::DateTime::parse_from_rfc3339(v)
+                    .map(|t| t.with_timezone(&chrono::Utc))
+                    .map_err(|_| Problem::from(InvalidInput::new(name, "must be an RFC 3339 time")))
+            })
+            .transpose()
+    };
+    let key_prefix = q
+        .first("key_prefix")
+        .map(|p| {
+            genace_core::domain::OperationKey::parse(p)
+                .map(|k| k.as_str().to_owned())
+                .map_err(|_| {
+                    Problem::from(InvalidInput::new(
+                        "key_prefix",
+                        "must be 1-255 visible ASCII characters",
+                    ))
+                })
+        })
+        .transpose()?;
+    Ok(ListFilter {
+        phase: one_of(q, "phase", &Phase::ALL, Phase::as_str)?,
+        delivery_state: one_of(q, "delivery_state", &DeliveryState::ALL, DeliveryState::as_str)?,
+        created_after: time("created_after")?,
+        created_before: time("created_before")?,
+        key_prefix,
+    })
+}
+
+/// GET /v1/operations: a page of the caller's operations, newest first. An
+/// operator lists one tenant's (`tenant`) or every tenant's in its scope.
+async fn list<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
+    let filter = list_filter(&q)?;
+    let limit = page_limit(&q)?;
+    let cursor = q.first("cursor");
+    let tenant = q
+        .first("tenant")
+        .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
+        .transpose()?;
+    let page = match Principal::read(req, &intake.config)? {
+        Principal::Operator(op) => intake.admin(&op).list(tenant, &filter, limit, cursor).await?,
+        Principal::Tenant(own) => {
+            if tenant.is_some_and(|t| t != own) {
+                return Err(InvalidInput::new("tenant", "an application lists only its own operations").into());
+            }
+            intake.list(&own, &filter, limit, cursor).await?
+        }
+    };
+    let operations: Vec<Value> = page.records.iter().map(view).collect();
+    Ok(ok_json(
+        json!({"operations": operations, "next_cursor": page.next_cursor}),
+    ))
 }
 
 async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(

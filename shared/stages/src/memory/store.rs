@@ -257,6 +257,36 @@ impl OperationRecords for MemoryStore {
             .collect())
     }
 
+    async fn list(
+        &self,
+        tenant: Option<&TenantId>,
+        filter: &crate::listing::ListFilter,
+        limit: i32,
+        after: Option<&crate::listing::ListPosition>,
+        now: DateTime<Utc>,
+    ) -> Result<crate::listing::ListPage, StoreError> {
+        use crate::listing::{ListPage, ListPosition, list_sort_key};
+        let table = self.lock();
+        let mut entries: Vec<(String, &OperationRecord)> = table
+            .values()
+            .filter(|r| tenant.is_none_or(|t| r.tenant_id == *t) && !r.is_expired(now) && filter.matches(r))
+            .map(|r| (list_sort_key(r), r))
+            .filter(|(k, _)| after.is_none_or(|a| *k < a.0))
+            .collect();
+        entries.sort_by(|a, b| b.0.cmp(&a.0));
+        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
+        let more = entries.len() > limit;
+        entries.truncate(limit);
+        let next = match entries.last() {
+            Some((k, _)) if more => Some(ListPosition(k.clone())),
+            _ => None,
+        };
+        Ok(ListPage {
+            records: entries.into_iter().map(|(_, r)| r.clone()).collect(),
+            next,
+        })
+    }
+
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,

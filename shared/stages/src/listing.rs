@@ -1,0 +1,233 @@
+//! Listing operations: a tenant's own, or (for operators) every tenant's,
+//! newest first, filtered, and paged with a cursor that is bound to who
+//! listed and with which filter.
+//!
+//! The store keeps a list order per tenant and one across tenants, both
+//! keyed by [`list_sort_key`] (creation time, then id). Neither key ever
+//! changes after the create, so the orders cost one index write per
+//! operation, not one per transition (docs/decisions.md).
+
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+
+use crate::admin::Admin;
+use crate::clock::Clock;
+use crate::intake::{Intake, IntakeError};
+use crate::outputs::ObjectStore;
+use crate::queue::WorkQueue;
+use crate::table::{OperationStore, StoreError};
+use genace_core::domain::TenantId;
+use genace_core::record::{DeliveryState, OperationRecord, Phase};
+
+/// What a listing selects. Every field is optional; all given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    pub phase: Option<Phase>,
+    pub delivery_state: Option<DeliveryState>,
+    /// Created strictly after this time.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Created strictly before this time.
+    pub created_before: Option<DateTime<Utc>>,
+    /// The operation key starts with this text.
+    pub key_prefix: Option<String>,
+}
+
+impl ListFilter {
+    /// Whether `rec` is selected.
+    pub fn matches(&self, rec: &OperationRecord) -> bool {
+        self.phase.is_none_or(|p| rec.phase == p)
+            && self.delivery_state.is_none_or(|d| rec.delivery_state == d)
+            && self.created_after.is_none_or(|t| rec.created_at > t)
+            && self.created_before.is_none_or(|t| rec.created_at < t)
+            && self
+                .key_prefix
+                .as_deref()
+                .is_none_or(|p| rec.operation_key.starts_with(p))
+    }
+
+    /// The lowest and highest list keys the creation bounds allow, both
+    /// inclusive and a little wide (whole milliseconds); [`Self::matches`]
+    /// is exact.
+    pub fn key_range(&self) -> (String, String) {
+        let low = self
+            .created_after
+            .map_or_else(|| "0".to_owned(), |t| format!("{:013}", t.timestamp_millis().max(0)));
+        let high = self
+            .created_before
+            .map_or_else(|| "~".to_owned(), |t| format!("{:013}#~", t.timestamp_millis().max(0)));
+        (low, high)
+    }
+
+    /// What a cursor is bound to: the listing's scope and this filter.
+    fn binding(&self, scope: Option<&TenantId>) -> String {
+        let mut hash = Sha256::new();
+        for part in [
+            scope.map_or("*", TenantId::as_str),
+            self.phase.map_or("", Phase::as_str),
+            self.delivery_state.map_or("", DeliveryState::as_str),
+            &self.created_after.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            &self.created_before.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            self.key_prefix.as_deref().unwrap_or(""),
+        ] {
+            hash.update(part.len().to_le_bytes());
+            hash.update(part.as_bytes());
+        }
+        hash.finalize()[..12].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// Where a listing goes on: the operations that sort strictly before this
+/// list key come next.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ListPosition(pub String);
+
+/// One page as the store returns it: at most the limit asked, newest first.
+/// A page may hold fewer, even none, while `next` is set (filters are
+/// applied after the index is read); the listing ends when `next` is None.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListPage {
+    pub records: Vec<OperationRecord>,
+    pub next: Option<ListPosition>,
+}
+
+/// `<created_at in epoch ms, 13 digits>#<operation id>`: the list orders'
+/// sort key. Fixed width, so text order is time order until the year 2286.
+pub fn list_sort_key(rec: &OperationRecord) -> String {
+    format!("{:013}#{}", rec.created_at.timestamp_millis().max(0), rec.operation_id)
+}
+
+/// The cursor handed to a client: the position and what it is bound to.
+fn encode_cursor(position: &ListPosition, binding: &str) -> String {
+    use base64::Engine;
+    let json = serde_json::json!({"p": position.0, "b": binding}).to_string();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+/// The position in a cursor; [`StoreError::Cursor`] for one this API did not
+/// make, or made for another tenant or another filter.
+fn decode_cursor(cursor: &str, binding: &str) -> Result<ListPosition, StoreError> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .map_err(|_| StoreError::Cursor)?;
+    let value: serde_json::Value = serde_json::from_slice(&raw).map_err(|_| StoreError::Cursor)?;
+    let position = value.get("p").and_then(serde_json::Value::as_str);
+    let bound = value.get("b").and_then(serde_json::Value::as_str);
+    match (position, bound) {
+        (Some(p), Some(b)) if b == binding && is_list_key(p) => Ok(ListPosition(p.to_owned())),
+        _ => Err(StoreError::Cursor),
+    }
+}
+
+fn is_list_key(key: &str) -> bool {
+    key.split_once('#').is_some_and(|(ms, id)| {
+        ms.len() == 13 && ms.bytes().all(|b| b.is_ascii_digit()) && genace_core::domain::OperationId::parse(id).is_ok()
+    })
+}
+
+/// A page for a client: the records and the cursor of the next page.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    pub records: Vec<OperationRecord>,
+    pub next_cursor: Option<String>,
+}
+
+async fn list_in<S: OperationStore>(
+    store: &S,
+    scope: Option<&TenantId>,
+    filter: &ListFilter,
+    limit: i32,
+    cursor: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Listed, IntakeError> {
+    let binding = filter.binding(scope);
+    let after = cursor.map(|c| decode_cursor(c, &binding)).transpose()?;
+    let page = store.list(scope, filter, limit, after.as_ref(), now).await?;
+    Ok(Listed {
+        records: page.records,
+        next_cursor: page.next.map(|p| encode_cursor(&p, &binding)),
+    })
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+    /// One page of `tenant`'s operations, newest first.
+    pub async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &ListFilter,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Listed, IntakeError> {
+        list_in(&self.store, Some(tenant), filter, limit, cursor, self.clock.now()).await
+    }
+}
+
+impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
+    /// One page of operations, newest first: of `tenant` if given, else of
+    /// every tenant. An operator limited to a tenant lists only that
+    /// tenant's, whatever it asks for.
+    pub async fn list(
+        &self,
+        tenant: Option<TenantId>,
+        filter: &ListFilter,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Listed, IntakeError> {
+        let scope = match (&self.op.tenant, tenant) {
+            (Some(own), Some(asked)) if *own != asked => {
+                return Ok(Listed {
+                    records: Vec::new(),
+                    next_cursor: None,
+                });
+            }
+            (Some(own), _) => Some(own.clone()),
+            (None, asked) => asked,
+        };
+        list_in(&self.store, scope.as_ref(), filter, limit, cursor, self.clock.now()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_is_bound_to_its_scope_and_filter() {
+        let acme = TenantId::parse("acme").unwrap();
+        let other = TenantId::parse("other").unwrap();
+        let filter = ListFilter::default();
+        let position = ListPosition(format!("{:013}#op_{}", 1_700_000_000_000_i64, "0".repeat(32)));
+        let cursor = encode_cursor(&position, &filter.binding(Some(&acme)));
+        assert_eq!(decode_cursor(&cursor, &filter.binding(Some(&acme))).unwrap(), position);
+        assert!(decode_cursor(&cursor, &filter.binding(Some(&other))).is_err());
+        assert!(decode_cursor(&cursor, &filter.binding(None)).is_err());
+        let phased = ListFilter {
+            phase: Some(Phase::Prepared),
+            ..ListFilter::default()
+        };
+        assert!(decode_cursor(&cursor, &phased.binding(Some(&acme))).is_err());
+        for junk in ["", "not a cursor", "e30", "eyJwIjoxfQ"] {
+            assert!(decode_cursor(junk, &filter.binding(Some(&acme))).is_err(), "{junk}");
+        }
+    }
+
+    #[test]
+    fn the_key_range_holds_every_key_created_within_the_bounds() {
+        let at = |ms: i64| DateTime::<Utc>::from_timestamp_millis(ms).unwrap();
+        let filter = ListFilter {
+            created_after: Some(at(1_000)),
+            created_before: Some(at(2_000)),
+            ..ListFilter::default()
+        };
+        let (low, high) = filter.key_range();
+        let id = format!("op_{}", "f".repeat(32));
+        for ms in [1_000, 1_001, 1_999, 2_000] {
+            let key = format!("{ms:013}#{id}");
+            assert!(low <= key && key <= high, "{ms}");
+        }
+        for ms in [999, 2_001] {
+            let key = format!("{ms:013}#{id}");
+            assert!(!(low <= key && key <= high), "{ms}");
+        }
+    }
+}
