@@ -159,8 +159,7 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
 }
 
 /// The tenant whose turn it is: of those with an operation left to wake,
-/// under their own limit and with credits free, those waiting for a slot
-/// before those waiting for credits only, then the one with the fewest
+/// under their own limit and with credits free, the one with the fewest
 /// jobs in flight; on a tie, the one with fewer operations waiting (a
 /// small burst finishes first rather than trailing a heavy one), then by
 /// name.
@@ -178,12 +177,8 @@ fn next_turn(turns: &mut [Turn]) -> Option<&mut Turn> {
         // with some room may still be short for its head: that claim
         // waits again, and wakes nobody.
         .filter(|t| t.ledger.headroom().is_none_or(|room| room > 0))
-        // Tenants with operations waiting for a slot first: a slot is what
-        // they lack, and claims that did not wait yield to them. Those
-        // waiting only for credits are woken by the writes that free them.
         .min_by_key(|t| {
             (
-                t.ledger.totals.queued - t.taken <= 0,
                 t.ledger.totals.in_flight + t.taken,
                 t.ledger.totals.waiting - t.taken,
                 t.ledger.tenant_id.clone(),
