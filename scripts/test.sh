@@ -23,6 +23,12 @@ export MOTO_PORT
 trap 'scripts/local-aws.sh stop' EXIT
 scripts/local-aws.sh server
 eval "$(scripts/local-aws.sh env)"
+# The webhook test verifies every POST with a receiver written with the
+# standardwebhooks package (PyPI), in the same venv as moto.
+VENV="${VENV:-$ROOT/.venv}"
+"$VENV/bin/python" -c 'import standardwebhooks' 2>/dev/null ||
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "standardwebhooks==1.1.0"
+export GENACE_PYTHON="$VENV/bin/python"
 mkdir -p .local
 log=".local/test-$MOTO_PORT.log"
 set +e

@@ -104,7 +104,7 @@ pub fn webhooks(sdk: &SdkConfig, config: &Config, metrics: Metrics) -> Result<Aw
     }
     Ok(WebhookDeliverer {
         store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
-        secrets: SecretsManager::new(genace_aws::clients::secrets(sdk)),
+        secrets: SecretsManager::new(genace_aws::clients::secrets(sdk), config.webhook_secret_overlap),
         sender: HttpWebhooks::new(&config.webhook_url_policy())
             .map_err(|e| format!("building the webhook client: {e}"))?,
         dead_letters: SqsDeadLetters::new(genace_aws::clients::sqs(sdk), &config.queues.webhook_dead_letters),

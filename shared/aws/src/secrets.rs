@@ -1,7 +1,14 @@
 //! Secrets Manager behind the `genace_stages::webhooks::SecretStore` port.
-//! A value read is kept for [`CACHE_FOR`], so a warm function reads each
-//! secret about once every five minutes; a rotated secret takes effect
+//! What a read finds is kept for [`CACHE_FOR`], so a warm function reads
+//! each secret about once every five minutes; a rotated secret takes effect
 //! within that time.
+//!
+//! A rotation is a new value put on the secret (`PutSecretValue`, or a
+//! rotation function): Secrets Manager labels it `AWSCURRENT` and the one it
+//! replaced `AWSPREVIOUS`. For the overlap after a rotation
+//! (`WEBHOOK_SECRET_OVERLAP_HOURS`, 24 by default), counted from when the
+//! current value was created, both values sign, so receivers can move to
+//! the new one at their own pace.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,38 +20,41 @@ use genace_stages::webhooks::SecretStore;
 /// How long a value read is used before it is read again.
 pub const CACHE_FOR: Duration = Duration::from_secs(300);
 
+type Cache = HashMap<String, (Instant, Vec<String>)>;
+
 #[derive(Debug, Clone)]
 pub struct SecretsManager {
     client: Client,
-    cache: Arc<Mutex<HashMap<String, (Instant, String)>>>,
+    overlap: chrono::Duration,
+    cache: Arc<Mutex<Cache>>,
 }
 
 impl SecretsManager {
-    pub fn new(client: Client) -> Self {
+    /// Reads through `client`; a replaced value still signs for `overlap`.
+    pub fn new(client: Client, overlap: chrono::Duration) -> Self {
         Self {
             client,
+            overlap,
             cache: Arc::default(),
         }
     }
-}
 
-impl SecretStore for SecretsManager {
-    async fn secret(&self, id: &str) -> Result<Option<String>, String> {
-        if let Some((at, value)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(id)
-            && at.elapsed() < CACHE_FOR
+    /// The value under `stage`; `None` when the secret or the stage is absent.
+    async fn value(&self, id: &str, stage: &str) -> Result<Option<(String, Option<i64>)>, String> {
+        match self
+            .client
+            .get_secret_value()
+            .secret_id(id)
+            .version_stage(stage)
+            .send()
+            .await
         {
-            return Ok(Some(value.clone()));
-        }
-        match self.client.get_secret_value().secret_id(id).send().await {
             Ok(out) => {
-                let Some(value) = out.secret_string else {
-                    return Err(format!("secret {id} has no string value"));
-                };
-                self.cache
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id.to_owned(), (Instant::now(), value.clone()));
-                Ok(Some(value))
+                let created = out.created_date.map(|d| d.secs());
+                match out.secret_string {
+                    Some(value) => Ok(Some((value, created))),
+                    None => Err(format!("secret {id} has no string value")),
+                }
             }
             Err(e)
                 if e.as_service_error()
@@ -57,5 +67,31 @@ impl SecretStore for SecretsManager {
                 aws_sdk_secretsmanager::error::DisplayErrorContext(e)
             )),
         }
+    }
+}
+
+impl SecretStore for SecretsManager {
+    async fn signing_secrets(&self, id: &str) -> Result<Option<Vec<String>>, String> {
+        if let Some((at, values)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(id)
+            && at.elapsed() < CACHE_FOR
+        {
+            return Ok(Some(values.clone()));
+        }
+        let Some((current, created)) = self.value(id, "AWSCURRENT").await? else {
+            return Ok(None);
+        };
+        let mut values = vec![current];
+        // Without a creation time, sign with the previous value too: a
+        // receiver never fails for a signature too many.
+        let rotated_recently =
+            created.is_none_or(|at| chrono::Utc::now().timestamp() - at < self.overlap.num_seconds());
+        if rotated_recently && let Some((previous, _)) = self.value(id, "AWSPREVIOUS").await? {
+            values.push(previous);
+        }
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), (Instant::now(), values.clone()));
+        Ok(Some(values))
     }
 }

@@ -6,6 +6,10 @@ use genace_aws::clients;
 use genace_aws::testkit::LocalAws;
 use genace_stages::webhooks::SecretStore;
 
+fn values(v: &[&str]) -> Option<Vec<String>> {
+    Some(v.iter().map(|s| (*s).to_owned()).collect())
+}
+
 #[tokio::test]
 async fn a_secret_is_read_a_missing_one_is_none_and_reads_are_cached() {
     let env = LocalAws::fresh().await;
@@ -18,9 +22,10 @@ async fn a_secret_is_read_a_missing_one_is_none_and_reads_are_cached() {
         .send()
         .await
         .unwrap();
-    let store = SecretsManager::new(client.clone());
-    assert_eq!(store.secret(&name).await.unwrap().as_deref(), Some("s3cret"));
-    assert_eq!(store.secret("genace/webhooks/nobody").await.unwrap(), None);
+    let overlap = chrono::Duration::hours(24);
+    let store = SecretsManager::new(client.clone(), overlap);
+    assert_eq!(store.signing_secrets(&name).await.unwrap(), values(&["s3cret"]));
+    assert_eq!(store.signing_secrets("genace/webhooks/nobody").await.unwrap(), None);
     // A rotation takes effect once the cached value ages out, not before.
     client
         .put_secret_value()
@@ -29,7 +34,14 @@ async fn a_secret_is_read_a_missing_one_is_none_and_reads_are_cached() {
         .send()
         .await
         .unwrap();
-    assert_eq!(store.secret(&name).await.unwrap().as_deref(), Some("s3cret"));
-    let fresh = SecretsManager::new(client);
-    assert_eq!(fresh.secret(&name).await.unwrap().as_deref(), Some("rotated"));
+    assert_eq!(store.signing_secrets(&name).await.unwrap(), values(&["s3cret"]));
+    // Then the new value signs first, and the old one too for the overlap.
+    let fresh = SecretsManager::new(client.clone(), overlap);
+    assert_eq!(
+        fresh.signing_secrets(&name).await.unwrap(),
+        values(&["rotated", "s3cret"])
+    );
+    // Once the overlap is over, only the new one.
+    let later = SecretsManager::new(client, chrono::Duration::zero());
+    assert_eq!(later.signing_secrets(&name).await.unwrap(), values(&["rotated"]));
 }

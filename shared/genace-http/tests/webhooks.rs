@@ -19,7 +19,7 @@ async fn the_post_carries_the_body_and_headers_and_reports_the_status() {
     let receiver = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/hooks/genace"))
-        .and(header("genace-signature", "sig-value"))
+        .and(header("webhook-signature", "sig-value"))
         .and(body_string("{\"type\":\"operation.delivered\"}"))
         .respond_with(ResponseTemplate::new(204))
         .expect(1)
@@ -31,7 +31,7 @@ async fn the_post_carries_the_body_and_headers_and_reports_the_status() {
         .mount(&receiver)
         .await;
     let sender = HttpWebhooks::new(&local()).unwrap();
-    let headers = vec![("genace-signature".to_owned(), "sig-value".to_owned())];
+    let headers = vec![("webhook-signature".to_owned(), "sig-value".to_owned())];
     let status = sender
         .post(
             &format!("{}/hooks/genace", receiver.uri()),

@@ -103,6 +103,9 @@ pub struct Config {
     /// When a failed webhook POST is tried again (`WEBHOOK_RETRY_FIRST_SECONDS`,
     /// default 30, doubling to `WEBHOOK_RETRY_MAX_SECONDS`, default 6 h).
     pub webhook_retry: RetrySchedule,
+    /// How long a rotated webhook secret's old value still signs, beside
+    /// the new one (`WEBHOOK_SECRET_OVERLAP_HOURS`, default 24).
+    pub webhook_secret_overlap: Duration,
     /// Whether per-operation fault directives are honoured (never in production).
     pub fault_injection: bool,
     /// Longest delay between two polls of a running job (SQS allows 900 s).
@@ -290,6 +293,7 @@ impl Config {
                 first_seconds: number("WEBHOOK_RETRY_FIRST_SECONDS", 30)? as u32,
                 max_seconds: number("WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600)? as u32,
             },
+            webhook_secret_overlap: Duration::hours(number("WEBHOOK_SECRET_OVERLAP_HOURS", 24)?),
             fault_injection: flag("FAULT_INJECTION")?,
             poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", MAX_DELAY)?.min(MAX_DELAY) as u32,
             stall_after: Duration::seconds(number("RENDER_STALL_SECONDS", 6 * 3600)?),
@@ -331,6 +335,7 @@ impl Config {
             dispatch_grace: Duration::seconds(60),
             policy: Policy::default(),
             webhook_retry: RetrySchedule::default(),
+            webhook_secret_overlap: Duration::hours(24),
             fault_injection: false,
             poll_max_delay_seconds: crate::queue::MAX_DELAY_SECONDS,
             stall_after: Duration::seconds(6 * 3600),

@@ -6,11 +6,16 @@
 //! it. A receiver that fails (no answer, or anything but 2xx) fails the
 //! message, which is hidden for a growing time ([`RetrySchedule`](crate::config::RetrySchedule)) and then
 //! delivered again, until the queue's receive limit sends it to the
-//! dead-letter queue. Receivers verify the signature and deduplicate on
-//! `Genace-Event-Id`.
+//! dead-letter queue.
 //!
-//! Signature: `Genace-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256>` over
-//! `<t>.<body>`, with the secret's UTF-8 bytes as the key.
+//! Signing follows the Standard Webhooks specification, so receivers verify
+//! with its libraries: `webhook-id` (the event id, the same on every retry;
+//! receivers deduplicate on it), `webhook-timestamp` (unix seconds) and
+//! `webhook-signature`: `v1,<base64 HMAC-SHA256>` over
+//! `<id>.<timestamp>.<body>`, once per live key, separated by spaces. A
+//! `whsec_` secret's key is the base64 after the prefix. During a rotation's
+//! overlap the secret store gives the old key too, so receivers that still
+//! hold it keep verifying.
 
 use std::future::Future;
 
@@ -29,8 +34,10 @@ use genace_core::webhook::{secret_belongs_to, tenant_secret_prefix};
 
 /// Reads secrets.
 pub trait SecretStore: Send + Sync {
-    /// The secret's current value; `None` when there is no such secret.
-    fn secret(&self, id: &str) -> impl Future<Output = Result<Option<String>, String>> + Send;
+    /// The values to sign with: the secret's current value first, then,
+    /// while a rotation's overlap lasts, the value it replaced. `None` when
+    /// there is no such secret.
+    fn signing_secrets(&self, id: &str) -> impl Future<Output = Result<Option<Vec<String>>, String>> + Send;
 }
 
 /// Why a webhook POST got no status.
@@ -62,15 +69,32 @@ pub trait DeadLetters: Send + Sync {
     fn dead_letter(&self, body: String, reason: String) -> impl Future<Output = Result<(), String>> + Send;
 }
 
-/// `t=<timestamp>,v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`.
-pub fn signature(secret: &str, timestamp: i64, body: &str) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body.as_bytes());
-    let digest = mac.finalize().into_bytes();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("t={timestamp},v1={hex}")
+/// The HMAC key of a secret: for a Standard Webhooks secret (`whsec_` and
+/// base64) the decoded bytes after the prefix; for any other value, its
+/// bytes as they are.
+pub fn signing_key(secret: &str) -> Vec<u8> {
+    use base64::Engine;
+    secret
+        .strip_prefix("whsec_")
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .unwrap_or_else(|| secret.as_bytes().to_vec())
+}
+
+/// The `webhook-signature` header: `v1,<base64 HMAC-SHA256(key,
+/// "<id>.<timestamp>.<body>")>` for each secret, separated by spaces.
+pub fn signature(secrets: &[String], id: &str, timestamp: i64, body: &str) -> String {
+    use base64::Engine;
+    secrets
+        .iter()
+        .map(|secret| {
+            let mut mac = Hmac::<Sha256>::new_from_slice(&signing_key(secret)).expect("HMAC takes keys of any length");
+            mac.update(format!("{id}.{timestamp}.").as_bytes());
+            mac.update(body.as_bytes());
+            let digest = mac.finalize().into_bytes();
+            format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(digest))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// What became of one event.
@@ -147,21 +171,24 @@ where
         if let Err(why) = self.committed(detail, &tenant_id).await? {
             return self.give_up(&message, tenant, id, "unverified", why).await;
         }
-        let secret = self
+        let secrets = self
             .secrets
-            .secret(&config.secret_id)
+            .signing_secrets(&config.secret_id)
             .await
             .map_err(StageError::Remote)?
+            .filter(|s| !s.is_empty())
             .ok_or_else(|| StageError::Remote(format!("the webhook secret {} does not exist", config.secret_id)))?;
         let body = detail.to_string();
+        let timestamp = self.clock.now().timestamp();
         let headers = vec![
             ("content-type".to_owned(), "application/json".to_owned()),
-            ("genace-event-id".to_owned(), id.to_owned()),
-            ("genace-event-type".to_owned(), kind.to_owned()),
+            ("webhook-id".to_owned(), id.to_owned()),
+            ("webhook-timestamp".to_owned(), timestamp.to_string()),
             (
-                "genace-signature".to_owned(),
-                signature(&secret, self.clock.now().timestamp(), &body),
+                "webhook-signature".to_owned(),
+                signature(&secrets, id, timestamp, &body),
             ),
+            ("genace-event-type".to_owned(), kind.to_owned()),
         ];
         match self.sender.post(&config.url, headers, body).await {
             Ok(status) if (200..300).contains(&status) => {
@@ -245,26 +272,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_signature_is_hmac_sha256_over_timestamp_dot_body() {
-        // RFC 4231 test case 2 ("Jefe"), with the message split as "<t>.<body>".
-        let sig = signature("Jefe", 0, "what do ya want for nothing?");
-        // HMAC-SHA256("Jefe", "0.what do ya want for nothing?")
-        assert!(sig.starts_with("t=0,v1="));
-        assert_eq!(sig.len(), "t=0,v1=".len() + 64);
-        assert_ne!(sig, signature("Jefe", 1, "what do ya want for nothing?"));
-        assert_ne!(sig, signature("jefe", 0, "what do ya want for nothing?"));
-        let mut mac = Hmac::<Sha256>::new_from_slice(b"Jefe").unwrap();
-        mac.update(b"0.what do ya want for nothing?");
-        let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(sig, format!("t=0,v1={hex}"));
-    }
-
-    #[test]
     fn the_hmac_is_the_standard_one() {
         // RFC 4231, test case 2.
         let mut mac = Hmac::<Sha256>::new_from_slice(b"Jefe").unwrap();
         mac.update(b"what do ya want for nothing?");
         let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    }
+
+    /// The specification's own example: a `whsec_` secret, a message id, a
+    /// time and a body, and the signature every library computes for them.
+    #[test]
+    fn signs_as_the_standard_webhooks_example() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned();
+        let signed = signature(
+            std::slice::from_ref(&secret),
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1_614_265_330,
+            r#"{"test": 2432232314}"#,
+        );
+        assert_eq!(signed, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    }
+
+    /// During a rotation both keys sign, the current one first.
+    #[test]
+    fn every_live_secret_signs() {
+        let (new, old) = ("whsec_bmV3LXNlY3JldC0wMTIzNDU2Nzg5".to_owned(), "old-raw".to_owned());
+        let both = signature(&[new.clone(), old.clone()], "evt", 7, "{}");
+        let parts: Vec<&str> = both.split(' ').collect();
+        assert_eq!(
+            parts,
+            [signature(&[new], "evt", 7, "{}"), signature(&[old], "evt", 7, "{}")]
+        );
+        assert_eq!(signing_key("old-raw"), b"old-raw");
+        assert_eq!(signing_key("whsec_bmV3"), b"new");
     }
 }

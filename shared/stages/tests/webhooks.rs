@@ -114,10 +114,17 @@ async fn an_event_is_posted_signed_to_the_tenants_url() {
     // The body is the lifecycle event itself; the signature covers it.
     let detail: Value = serde_json::from_str(&post.body).unwrap();
     assert_eq!(detail["type"], "operation.delivered");
-    assert_eq!(header("genace-event-id"), detail["id"].as_str().unwrap());
+    // Standard Webhooks headers: the event id, the time, and the signature
+    // over both and the body.
+    let id = detail["id"].as_str().unwrap();
+    assert_eq!(header("webhook-id"), id);
     let t = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap().timestamp();
-    assert_eq!(header("genace-signature"), signature("s3cret", t, &post.body));
-    assert_ne!(header("genace-signature"), signature("other", t, &post.body));
+    assert_eq!(header("webhook-timestamp"), t.to_string());
+    let signed = header("webhook-signature");
+    assert_eq!(signed, signature(&["s3cret".to_owned()], id, t, &post.body));
+    assert_ne!(signed, signature(&["other".to_owned()], id, t, &post.body));
+    assert_ne!(signed, signature(&["s3cret".to_owned()], "another-id", t, &post.body));
+    assert!(post.headers.iter().all(|(k, _)| k != "genace-signature"));
 }
 
 #[tokio::test]
@@ -155,14 +162,7 @@ async fn a_failing_receiver_fails_the_message_so_the_queue_retries_it() {
         .receiver
         .received()
         .iter()
-        .map(|p| {
-            p.headers
-                .iter()
-                .find(|(k, _)| k == "genace-event-id")
-                .unwrap()
-                .1
-                .clone()
-        })
+        .map(|p| p.headers.iter().find(|(k, _)| k == "webhook-id").unwrap().1.clone())
         .collect();
     assert_eq!(ids.len(), 3);
     assert!(ids.iter().all(|i| *i == ids[0]));

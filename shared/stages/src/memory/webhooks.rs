@@ -19,8 +19,14 @@ impl MemorySecrets {
 }
 
 impl crate::webhooks::SecretStore for MemorySecrets {
-    async fn secret(&self, id: &str) -> Result<Option<String>, String> {
-        Ok(self.values.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned())
+    /// The value put last; no rotation overlap in memory.
+    async fn signing_secrets(&self, id: &str) -> Result<Option<Vec<String>>, String> {
+        Ok(self
+            .values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .map(|v| vec![v.clone()]))
     }
 }
 
