@@ -530,7 +530,10 @@ mod tests {
         assert_eq!(resolve.scopes, vec!["genace:operator".to_owned()]);
         assert_eq!(find("POST", "/v1/operations").unwrap().0.function, "IntakeFunction");
         assert!(find("DELETE", "/v1/operations/op_1").is_none());
-        assert!(find("GET", "/v1/operations/").is_none());
+        // No empty operation id: the trailing slash is the listing.
+        let (listing, params) = find("GET", "/v1/operations/").unwrap();
+        assert_eq!(listing.key(), "GET /v1/operations");
+        assert!(params.is_empty());
         assert!(find("GET", "/v1/elsewhere").is_none());
 
         let l = locals("disabled");
