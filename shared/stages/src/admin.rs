@@ -53,6 +53,19 @@ impl<S, Q, O, C> std::ops::Deref for Admin<'_, S, Q, O, C> {
     }
 }
 
+impl<S, Q, O, C> Admin<'_, S, Q, O, C> {
+    /// Which tenant a listing covers when the operator asks for `asked`
+    /// (None: every tenant): an operator limited to a tenant covers only
+    /// that one. None when the operator asked for a tenant it may not see.
+    pub(crate) fn scope(&self, asked: Option<TenantId>) -> Option<Option<TenantId>> {
+        match (&self.op.tenant, asked) {
+            (Some(own), Some(asked)) if *own != asked => None,
+            (Some(own), _) => Some(Some(own.clone())),
+            (None, asked) => Some(asked),
+        }
+    }
+}
+
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
     /// Open cases, newest pages first by tenant; an operator limited to a
     /// tenant sees only that tenant's, whatever filter they ask for.
@@ -64,15 +77,11 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         cursor: Option<&str>,
     ) -> Result<CasePage, IntakeError> {
         let op = self.op;
-        let scope = match (&op.tenant, tenant) {
-            (Some(own), Some(asked)) if *own != asked => {
-                return Ok(CasePage {
-                    records: Vec::new(),
-                    next: None,
-                });
-            }
-            (Some(own), _) => Some(own.clone()),
-            (None, asked) => asked,
+        let Some(scope) = self.scope(tenant) else {
+            return Ok(CasePage {
+                records: Vec::new(),
+                next: None,
+            });
         };
         let mut page = self.store.open_cases(scope.as_ref(), limit, cursor).await?;
         page.records.retain(|r| {

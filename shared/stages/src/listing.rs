@@ -173,15 +173,11 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Listed, IntakeError> {
-        let scope = match (&self.op.tenant, tenant) {
-            (Some(own), Some(asked)) if *own != asked => {
-                return Ok(Listed {
-                    records: Vec::new(),
-                    next_cursor: None,
-                });
-            }
-            (Some(own), _) => Some(own.clone()),
-            (None, asked) => asked,
+        let Some(scope) = self.scope(tenant) else {
+            return Ok(Listed {
+                records: Vec::new(),
+                next_cursor: None,
+            });
         };
         list_in(&self.store, scope.as_ref(), filter, limit, cursor, self.clock.now()).await
     }

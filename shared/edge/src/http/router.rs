@@ -364,6 +364,13 @@ fn page_limit(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result
     }
 }
 
+/// The optional `tenant` query parameter of an operator's listing.
+fn tenant_param(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result<Option<TenantId>, Problem> {
+    q.first("tenant")
+        .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
+        .transpose()
+}
+
 fn ok_json(body: Value) -> Response<Body> {
     json_response(StatusCode::OK)
         .body(Body::Text(body.to_string()))
@@ -565,10 +572,7 @@ async fn list<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     let filter = list_filter(&q)?;
     let limit = page_limit(&q)?;
     let cursor = q.first("cursor");
-    let tenant = q
-        .first("tenant")
-        .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
-        .transpose()?;
+    let tenant = tenant_param(&q)?;
     let page = match Principal::read(req, &intake.config)? {
         Principal::Operator(op) => intake.admin(&op).list(tenant, &filter, limit, cursor).await?,
         Principal::Tenant(own) => {
@@ -590,10 +594,7 @@ async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
 ) -> Result<Response<Body>, Problem> {
     let op = Principal::read(req, &intake.config)?.operator(&intake.config)?;
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
-    let tenant = q
-        .first("tenant")
-        .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
-        .transpose()?;
+    let tenant = tenant_param(&q)?;
     let reason = q
         .first("reason")
         .map(|r| {
