@@ -220,6 +220,36 @@ impl<T: WebhookSettings> WebhookSettings for Chaotic<T> {
     }
 }
 
+impl<T: WebhookEndpoints> WebhookEndpoints for Chaotic<T> {
+    async fn endpoints(&self, tenant: &TenantId) -> Result<EndpointSet, StoreError> {
+        port(&self.chaos, self.inner.endpoints(tenant)).await
+    }
+
+    async fn save_endpoints(&self, tenant: &TenantId, set: &EndpointSet) -> Result<(), StoreError> {
+        port(&self.chaos, self.inner.save_endpoints(tenant, set)).await
+    }
+
+    async fn record_attempt(&self, attempt: &DeliveryAttempt, keep_until: DateTime<Utc>) -> Result<(), StoreError> {
+        port(&self.chaos, self.inner.record_attempt(attempt, keep_until)).await
+    }
+
+    async fn attempts(
+        &self,
+        tenant: &TenantId,
+        endpoint_id: &str,
+        status: Option<AttemptStatus>,
+        limit: usize,
+        after: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<DeliveryAttempt>, Option<String>), StoreError> {
+        port(
+            &self.chaos,
+            self.inner.attempts(tenant, endpoint_id, status, limit, after, now),
+        )
+        .await
+    }
+}
+
 impl<T: WorkQueue> WorkQueue for Chaotic<T> {
     async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
         port(&self.chaos, self.inner.enqueue(queue, id, delay_seconds)).await

@@ -37,7 +37,7 @@ use genace_core::machine::{self, Resolution};
 use genace_core::messages::{Queue, RecoveryMessage};
 use genace_core::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlement};
 use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status};
-use genace_core::webhook::WebhookConfig;
+use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, WebhookConfig};
 use genace_stages::admin::Operator;
 use genace_stages::app::App;
 use genace_stages::downloads::{Download, DownloadError, Downloads};
@@ -50,7 +50,7 @@ use genace_stages::queue::{QueueError, RecoveryChannel, WorkQueue};
 use genace_stages::stage::{Stage, handle_body};
 use genace_stages::table::{
     Applied, CasePage, Created, DueCursor, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
-    WebhookSettings,
+    WebhookEndpoints, WebhookSettings,
 };
 
 mod chaos;

@@ -211,6 +211,7 @@ impl World {
             clock: clock.clone(),
             config,
             metrics: genace_stages::metrics::Metrics::off(),
+            vault: std::sync::Arc::new(genace_stages::webhooks::NoVault),
         };
         Self {
             seed,

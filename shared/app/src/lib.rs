@@ -15,7 +15,7 @@
 //! ([`env_var`]): the libraries take their settings as values.
 
 use aws_config::SdkConfig;
-use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsDeadLetters, SqsQueue, SqsRedelivery};
+use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue, SqsRedelivery, SqsWebhookQueue};
 use genace_http::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
 use genace_stages::clock::SystemClock;
@@ -73,6 +73,10 @@ pub fn from_sdk(sdk: &SdkConfig, config: Config) -> AwsApp<Unused, Unused> {
         genace: Unused,
         downloads: Unused,
         clock: SystemClock,
+        vault: std::sync::Arc::new(SecretsManager::new(
+            genace_aws::clients::secrets(sdk),
+            config.webhook_secret_overlap,
+        )),
         config,
         metrics: Metrics::off(),
     }
@@ -95,21 +99,29 @@ pub async fn from_env_with_downloads() -> Result<AwsApp<Unused>, String> {
 /// The webhook stage on the deployed adapters: webhook settings from the
 /// table, secrets from Secrets Manager, POSTs through the webhook URL
 /// policy, undeliverable events to the dead-letter queue.
-pub type AwsWebhooks = WebhookDeliverer<DynamoStore, SecretsManager, HttpWebhooks, SqsDeadLetters>;
+pub type AwsWebhooks = WebhookDeliverer<DynamoStore, SecretsManager, HttpWebhooks, SqsWebhookQueue>;
 
 /// [`AwsWebhooks`] for `config`, on clients made from `sdk`, counting into `metrics`.
 pub fn webhooks(sdk: &SdkConfig, config: &Config, metrics: Metrics) -> Result<AwsWebhooks, String> {
     if config.queues.webhook_dead_letters.is_empty() {
         return Err("WEBHOOK_DLQ_URL is not set".into());
     }
+    if config.queues.webhooks.is_empty() {
+        return Err("WEBHOOK_QUEUE_URL is not set".into());
+    }
     Ok(WebhookDeliverer {
         store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
         secrets: SecretsManager::new(genace_aws::clients::secrets(sdk), config.webhook_secret_overlap),
         sender: HttpWebhooks::new(&config.webhook_url_policy())
             .map_err(|e| format!("building the webhook client: {e}"))?,
-        dead_letters: SqsDeadLetters::new(genace_aws::clients::sqs(sdk), &config.queues.webhook_dead_letters),
+        queue: SqsWebhookQueue::new(
+            genace_aws::clients::sqs(sdk),
+            &config.queues.webhooks,
+            &config.queues.webhook_dead_letters,
+        ),
         clock: SystemClock,
         retry: config.webhook_retry,
+        log_for: config.webhook_log_days,
         metrics,
     })
 }

@@ -15,6 +15,7 @@ use genace_core::record::CaseReason;
 use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
 use genace_core::record::Settlement;
+use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet};
 use genace_http::GenaceClient;
 use genace_http::GenaceConfig;
 use genace_stages::clock::SystemClock;
@@ -24,6 +25,7 @@ use genace_stages::dispatch::PostResult;
 use genace_stages::intake::Intake;
 use genace_stages::intake::Submitted;
 use genace_stages::stage::StageError;
+use genace_stages::table::StoreError;
 use genace_stages::table::prelude::*;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
@@ -521,6 +523,33 @@ impl WebhookSettings for EchoingStore {
         config: Option<&genace_core::webhook::WebhookConfig>,
     ) -> Result<(), genace_stages::table::StoreError> {
         self.0.set_webhook(tenant, config).await
+    }
+}
+
+/// Endpoints as the table has them: dispatch never reads them.
+impl WebhookEndpoints for EchoingStore {
+    async fn endpoints(&self, tenant: &TenantId) -> Result<EndpointSet, StoreError> {
+        self.0.endpoints(tenant).await
+    }
+
+    async fn save_endpoints(&self, tenant: &TenantId, set: &EndpointSet) -> Result<(), StoreError> {
+        self.0.save_endpoints(tenant, set).await
+    }
+
+    async fn record_attempt(&self, attempt: &DeliveryAttempt, until: chrono::DateTime<Utc>) -> Result<(), StoreError> {
+        self.0.record_attempt(attempt, until).await
+    }
+
+    async fn attempts(
+        &self,
+        tenant: &TenantId,
+        endpoint: &str,
+        status: Option<AttemptStatus>,
+        limit: usize,
+        after: Option<&str>,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<(Vec<DeliveryAttempt>, Option<String>), StoreError> {
+        self.0.attempts(tenant, endpoint, status, limit, after, now).await
     }
 }
 

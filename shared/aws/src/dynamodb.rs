@@ -31,7 +31,10 @@ use genace_stages::table::{
     WebhookSettings, case_sort_key, case_tenant_prefix, wait_partition, wait_sort_key,
 };
 
+mod endpoints;
 mod listing;
+
+pub use endpoints::LOG_INDEX;
 
 type Item = HashMap<String, AttributeValue>;
 

@@ -26,4 +26,4 @@ pub mod testkit;
 pub use dynamodb::DynamoStore;
 pub use s3::S3Store;
 pub use secrets::SecretsManager;
-pub use sqs::{SqsDeadLetters, SqsQueue, SqsRedelivery};
+pub use sqs::{SqsQueue, SqsRedelivery, SqsWebhookQueue};

@@ -88,7 +88,7 @@ fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
         .expect("attribute fields are set")
 }
 
-/// The table's four sparse indexes and two list indexes, as the template defines them
+/// The table's four sparse indexes, two list indexes and the webhook log index, as the template defines them
 /// (`tests/tests/resources.rs` holds the two to each other).
 fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
     let due = GlobalSecondaryIndex::builder()
@@ -134,6 +134,13 @@ fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
             )
             .build()
     };
+    // Webhook delivery logs: small items, read whole.
+    let log = GlobalSecondaryIndex::builder()
+        .index_name(crate::dynamodb::LOG_INDEX)
+        .key_schema(key("log_pk", KeyType::Hash))
+        .key_schema(key("log_sk", KeyType::Range))
+        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .build();
     [
         due,
         cases,
@@ -141,6 +148,7 @@ fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
         waiting,
         listed(LIST_INDEX, "list_pk"),
         listed(LIST_ALL_INDEX, "list_all_pk"),
+        log,
     ]
     .into_iter()
     .map(|i| i.map_err(|e| fail(table, e)))
@@ -164,6 +172,8 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr("list_pk", ScalarAttributeType::S))
         .attribute_definitions(attr("list_all_pk", ScalarAttributeType::S))
         .attribute_definitions(attr("list_sk", ScalarAttributeType::S))
+        .attribute_definitions(attr("log_pk", ScalarAttributeType::S))
+        .attribute_definitions(attr("log_sk", ScalarAttributeType::S))
         .set_global_secondary_indexes(Some(indexes(table)?))
         // The template's stream: the source of the lifecycle events.
         .stream_specification(

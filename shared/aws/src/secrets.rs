@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_secretsmanager::Client;
-use genace_stages::webhooks::SecretStore;
+use genace_stages::webhooks::{SecretStore, SecretVault, VaultFuture};
 
 /// How long a value read is used before it is read again.
 pub const CACHE_FOR: Duration = Duration::from_secs(300);
@@ -93,5 +93,79 @@ impl SecretStore for SecretsManager {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.to_owned(), (Instant::now(), values.clone()));
         Ok(Some(values))
+    }
+}
+
+/// Writes endpoints' secrets: `PutSecretValue` on an existing secret (a
+/// rotation: Secrets Manager moves `AWSCURRENT` to the new value and
+/// `AWSPREVIOUS` to the old), `CreateSecret` for a new one.
+impl SecretVault for SecretsManager {
+    fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> VaultFuture<'a> {
+        Box::pin(async move {
+            let put = self
+                .client
+                .put_secret_value()
+                .secret_id(name)
+                .secret_string(value)
+                .send()
+                .await;
+            match put {
+                Ok(_) => {}
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_resource_not_found_exception()) =>
+                {
+                    self.client
+                        .create_secret()
+                        .name(name)
+                        .description("Signs a tenant's webhook POSTs (Standard Webhooks).")
+                        .secret_string(value)
+                        .send()
+                        .await
+                        .map_err(|e| {
+                            format!(
+                                "creating secret {name}: {}",
+                                aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+                            )
+                        })?;
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "writing secret {name}: {}",
+                        aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+                    ));
+                }
+            }
+            // This process reads what it wrote at once, not after the cache.
+            self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+            Ok(())
+        })
+    }
+
+    fn delete_secret<'a>(&'a self, name: &'a str) -> VaultFuture<'a> {
+        Box::pin(async move {
+            self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+            match self
+                .client
+                .delete_secret()
+                .secret_id(name)
+                // Recoverable for a week, should it be deleted by mistake.
+                .recovery_window_in_days(7)
+                .send()
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_resource_not_found_exception()) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(format!(
+                    "deleting secret {name}: {}",
+                    aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+                )),
+            }
+        })
     }
 }

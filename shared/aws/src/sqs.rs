@@ -95,26 +95,31 @@ impl Redelivery for SqsRedelivery {
     }
 }
 
-/// The webhook queue's dead-letter queue, written directly for events that
-/// can never be delivered as configured (`genace_stages::webhooks::DeadLetters`).
-/// The reason rides as a message attribute; the body is the bus event, as
-/// the queue's redrive would have kept it.
+/// The webhook queue as the webhook stage writes to it
+/// (`genace_stages::webhooks::WebhookQueue`): copies of an event, one per
+/// receiver, on the queue itself; events that can never be delivered as
+/// configured, on its dead-letter queue directly. A dead letter's reason
+/// rides as a message attribute; the body is the message, as the queue's
+/// redrive would have kept it.
 #[derive(Debug, Clone)]
-pub struct SqsDeadLetters {
+pub struct SqsWebhookQueue {
     client: Client,
+    queue_url: String,
     url: String,
 }
 
-impl SqsDeadLetters {
-    pub fn new(client: Client, url: impl Into<String>) -> Self {
+impl SqsWebhookQueue {
+    /// Writes copies to `queue_url` and dead letters to `dead_letter_url`.
+    pub fn new(client: Client, queue_url: impl Into<String>, dead_letter_url: impl Into<String>) -> Self {
         Self {
             client,
-            url: url.into(),
+            queue_url: queue_url.into(),
+            url: dead_letter_url.into(),
         }
     }
 }
 
-impl genace_stages::webhooks::DeadLetters for SqsDeadLetters {
+impl genace_stages::webhooks::WebhookQueue for SqsWebhookQueue {
     async fn dead_letter(&self, body: String, reason: String) -> Result<(), String> {
         let reason: String = reason.chars().take(1024).collect();
         let attribute = aws_sdk_sqs::types::MessageAttributeValue::builder()
@@ -131,5 +136,36 @@ impl genace_stages::webhooks::DeadLetters for SqsDeadLetters {
             .await
             .map(|_| ())
             .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())
+    }
+
+    /// Ten to a batch; an entry SQS refuses fails the whole call, and the
+    /// event's message is tried again (a receiver may then get a copy
+    /// twice, with the same `webhook-id`).
+    async fn fan_out(&self, bodies: Vec<String>) -> Result<(), String> {
+        for batch in bodies.chunks(10) {
+            let entries = batch
+                .iter()
+                .enumerate()
+                .map(|(i, body)| {
+                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(body)
+                        .build()
+                        .map_err(|e| e.to_string())
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+            if let Some(failed) = out.failed.first() {
+                return Err(format!("queueing a webhook copy failed: {}", failed.code));
+            }
+        }
+        Ok(())
     }
 }

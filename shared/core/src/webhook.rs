@@ -56,6 +56,119 @@ impl WebhookConfig {
     }
 }
 
+/// The scope an application's token needs to manage its own webhook
+/// endpoints.
+pub const ENDPOINTS_SCOPE: &str = "operations.webhooks";
+
+/// One of a tenant's webhook endpoints. The service generated its secret
+/// and keeps it in Secrets Manager at [`endpoint_secret_name`]; the secret
+/// itself is never part of this record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookEndpoint {
+    /// `ep_` and 32 lower-case hex digits.
+    pub id: String,
+    pub url: String,
+    #[serde(default)]
+    pub description: String,
+    /// The event types sent; empty for every type.
+    #[serde(default)]
+    pub events: Vec<String>,
+    pub secret_id: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub updated_by: String,
+    /// When the endpoint was disabled; nothing is sent while it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+}
+
+impl WebhookEndpoint {
+    /// Whether an event of `kind` is sent to this endpoint now.
+    pub fn wants(&self, kind: &str) -> bool {
+        self.disabled_at.is_none() && (self.events.is_empty() || self.events.iter().any(|e| e == kind))
+    }
+}
+
+/// A tenant's endpoints as one versioned document. Every change is written
+/// on the condition that the stored version is still the one read, so the
+/// limit on endpoints holds under concurrent creates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointSet {
+    /// 0 before the first write.
+    pub version: u64,
+    pub endpoints: Vec<WebhookEndpoint>,
+}
+
+impl EndpointSet {
+    pub fn get(&self, id: &str) -> Option<&WebhookEndpoint> {
+        self.endpoints.iter().find(|e| e.id == id)
+    }
+}
+
+/// Where an endpoint's secret lives: `genace/webhooks/<tenant>/<endpoint id>`,
+/// inside the tenant's own folder.
+pub fn endpoint_secret_name(tenant: &TenantId, endpoint_id: &str) -> String {
+    format!("{}{endpoint_id}", tenant_secret_prefix(tenant))
+}
+
+/// How one POST to an endpoint ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptStatus {
+    /// The receiver answered 2xx.
+    Succeeded,
+    /// Anything else: another status, no answer, or a URL the policy refused.
+    Failed,
+}
+
+impl AttemptStatus {
+    pub const ALL: [AttemptStatus; 2] = [AttemptStatus::Succeeded, AttemptStatus::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptStatus::Succeeded => "succeeded",
+            AttemptStatus::Failed => "failed",
+        }
+    }
+}
+
+/// One entry of an endpoint's delivery log. No body is kept: the log says
+/// what was sent when, and the event id finds the event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryAttempt {
+    pub tenant_id: String,
+    pub endpoint_id: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub at: DateTime<Utc>,
+    /// 1 for the first POST of this event to this endpoint.
+    pub attempt: u32,
+    pub status: AttemptStatus,
+    /// The receiver's status code, when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// Why it failed without a status: `timeout`, `connection`,
+    /// `refused_by_policy`; or `http_status` when the status was not 2xx.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub latency_ms: u64,
+}
+
+impl DeliveryAttempt {
+    /// The log's order within an endpoint, newest last when sorted:
+    /// `<ms, 13 digits>#<event id>#<attempt, 4 digits>`.
+    pub fn sort_key(&self) -> String {
+        format!(
+            "{:013}#{}#{:04}",
+            self.at.timestamp_millis().max(0),
+            self.event_id,
+            self.attempt.min(9999)
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

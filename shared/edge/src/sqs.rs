@@ -7,7 +7,7 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use genace_stages::queue::{Redelivery, VisibilityTimeout, visibility_left};
-use genace_stages::stage::{Stage, StageError, handle_body};
+use genace_stages::stage::{Stage, StageError, handle_received};
 use tracing::{error, warn};
 
 /// Runs the stage on every message of a batch, one after another, and
@@ -33,7 +33,7 @@ pub async fn process_batch_with<S: Stage, R: Redelivery>(
             response.add_failure(id);
             continue;
         };
-        if let Err(e) = handle_body(stage, body).await {
+        if let Err(e) = handle_received(stage, body, receives(&record)).await {
             match e {
                 StageError::Crashed(_) => {
                     warn!(message_id = %id, error = %e, "message left for redelivery")

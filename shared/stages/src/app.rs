@@ -26,6 +26,8 @@ pub struct App<S, Q, O, G, D, C = SystemClock> {
     pub config: Config,
     /// Where stages count what happened (off unless the root installs a sink).
     pub metrics: Metrics,
+    /// Where webhook endpoints' secrets are written (intake only).
+    pub vault: std::sync::Arc<dyn crate::webhooks::SecretVault>,
 }
 
 /// The place of a port that a function never uses (no Genace client in
@@ -43,6 +45,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             config: self.config.clone(),
             clock: self.clock.clone(),
             metrics: self.metrics.clone(),
+            vault: self.vault.clone(),
         }
     }
 
@@ -112,6 +115,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             clock: self.clock,
             config: self.config,
             metrics: self.metrics,
+            vault: self.vault,
         }
     }
 
@@ -126,6 +130,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             clock: self.clock,
             config: self.config,
             metrics: self.metrics,
+            vault: self.vault,
         }
     }
 
@@ -140,6 +145,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
             clock: self.clock,
             config: self.config,
             metrics: self.metrics,
+            vault: self.vault,
         }
     }
 }

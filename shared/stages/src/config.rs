@@ -106,6 +106,12 @@ pub struct Config {
     /// How long a rotated webhook secret's old value still signs, beside
     /// the new one (`WEBHOOK_SECRET_OVERLAP_HOURS`, default 24).
     pub webhook_secret_overlap: Duration,
+    /// The most webhook endpoints one tenant may have (`WEBHOOK_MAX_ENDPOINTS`,
+    /// default 5, 1 to 100).
+    pub webhook_max_endpoints: usize,
+    /// How long each entry of an endpoint's delivery log is kept
+    /// (`WEBHOOK_LOG_DAYS`, default 30, 1 to 365).
+    pub webhook_log_days: Duration,
     /// Whether per-operation fault directives are honoured (never in production).
     pub fault_injection: bool,
     /// Longest delay between two polls of a running job (SQS allows 900 s).
@@ -194,6 +200,14 @@ pub type Vars<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 fn var(vars: Vars<'_>, name: &str) -> Option<String> {
     vars(name).filter(|v| !v.trim().is_empty())
+}
+
+/// [`number`], at most `most`.
+fn within(vars: Vars<'_>, name: &str, default: i64, most: i64) -> Result<i64, ConfigError> {
+    match number(vars, name, default)? {
+        n if n <= most => Ok(n),
+        n => Err(ConfigError(format!("{name} is {n}; it must be 1 to {most}"))),
+    }
 }
 
 fn number(vars: Vars<'_>, name: &str, default: i64) -> Result<i64, ConfigError> {
@@ -294,6 +308,8 @@ impl Config {
                 max_seconds: number("WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600)? as u32,
             },
             webhook_secret_overlap: Duration::hours(number("WEBHOOK_SECRET_OVERLAP_HOURS", 24)?),
+            webhook_max_endpoints: within(vars, "WEBHOOK_MAX_ENDPOINTS", 5, 100)? as usize,
+            webhook_log_days: Duration::days(within(vars, "WEBHOOK_LOG_DAYS", 30, 365)?),
             fault_injection: flag("FAULT_INJECTION")?,
             poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", MAX_DELAY)?.min(MAX_DELAY) as u32,
             stall_after: Duration::seconds(number("RENDER_STALL_SECONDS", 6 * 3600)?),
@@ -336,6 +352,8 @@ impl Config {
             policy: Policy::default(),
             webhook_retry: RetrySchedule::default(),
             webhook_secret_overlap: Duration::hours(24),
+            webhook_max_endpoints: 5,
+            webhook_log_days: Duration::days(30),
             fault_injection: false,
             poll_max_delay_seconds: crate::queue::MAX_DELAY_SECONDS,
             stall_after: Duration::seconds(6 * 3600),

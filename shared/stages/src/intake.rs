@@ -52,6 +52,15 @@ pub enum IntakeError {
     /// scoped to one tenant.
     #[error("only an operator of every tenant may change the whole account")]
     AccountWide,
+    /// No webhook endpoint with this id belongs to the tenant.
+    #[error("no such webhook endpoint")]
+    NoSuchEndpoint,
+    /// The tenant has as many webhook endpoints as it may.
+    #[error("the tenant already has {limit} webhook endpoints, the most it may have")]
+    EndpointLimit { limit: usize },
+    /// Secrets Manager failed; the endpoint was not changed.
+    #[error("the secret store failed: {0}")]
+    Secrets(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -73,6 +82,8 @@ pub struct Intake<S, Q, O, C = SystemClock> {
     pub clock: C,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
+    /// Where webhook endpoints' secrets are written.
+    pub vault: std::sync::Arc<dyn crate::webhooks::SecretVault>,
 }
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
@@ -85,6 +96,22 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
             config,
             clock: SystemClock,
             metrics: Metrics::off(),
+            vault: std::sync::Arc::new(crate::webhooks::NoVault),
+        }
+    }
+}
+
+impl<S: OperationStore, Q, O, C: Clock> Intake<S, Q, O, C> {
+    /// `tenant`'s webhook endpoints, managed by `actor`. Who may manage
+    /// them is decided by the caller (the edge reads the credentials).
+    pub fn endpoints(&self, tenant: TenantId, actor: String) -> crate::webhook_endpoints::Endpoints<'_, S, C> {
+        crate::webhook_endpoints::Endpoints {
+            store: &self.store,
+            vault: self.vault.as_ref(),
+            clock: &self.clock,
+            config: &self.config,
+            tenant,
+            actor,
         }
     }
 }

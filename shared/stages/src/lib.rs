@@ -43,4 +43,5 @@ pub mod sweep;
 pub mod table;
 pub mod urlguard;
 pub mod webhook_admin;
+pub mod webhook_endpoints;
 pub mod webhooks;

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::ledger::{Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
+use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -191,15 +192,51 @@ pub trait WebhookSettings: Send + Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+/// Tenants' webhook endpoints and their delivery logs.
+pub trait WebhookEndpoints: Send + Sync {
+    /// A tenant's endpoints, read consistently (version 0 and none before
+    /// the first write).
+    fn endpoints(&self, tenant: &TenantId) -> impl Future<Output = Result<EndpointSet, StoreError>> + Send;
+
+    /// Writes `set` if the stored version is still `set.version - 1`;
+    /// [`StoreError::Conflict`] when another write came first.
+    fn save_endpoints(
+        &self,
+        tenant: &TenantId,
+        set: &EndpointSet,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Adds one entry to an endpoint's log, kept until `keep_until`.
+    fn record_attempt(
+        &self,
+        attempt: &DeliveryAttempt,
+        keep_until: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// A page of an endpoint's log, newest first, after the entry whose
+    /// sort key is `after`, only with `status` when given. The page may be
+    /// short (the status applies to the entries read); the key of its last
+    /// entry read comes back while more may follow.
+    fn attempts(
+        &self,
+        tenant: &TenantId,
+        endpoint_id: &str,
+        status: Option<AttemptStatus>,
+        limit: usize,
+        after: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(Vec<DeliveryAttempt>, Option<String>), StoreError>> + Send;
+}
+
 /// The whole operations table: records, ledgers and webhook settings. A
 /// stage that needs only part of it asks for that part.
-pub trait OperationStore: OperationRecords + TenantLedgers + WebhookSettings {}
+pub trait OperationStore: OperationRecords + TenantLedgers + WebhookSettings + WebhookEndpoints {}
 
-impl<T: OperationRecords + TenantLedgers + WebhookSettings> OperationStore for T {}
+impl<T: OperationRecords + TenantLedgers + WebhookSettings + WebhookEndpoints> OperationStore for T {}
 
 /// The table's traits, for code that calls them on a concrete store.
 pub mod prelude {
-    pub use super::{OperationRecords, OperationStore, TenantLedgers, WebhookSettings};
+    pub use super::{OperationRecords, OperationStore, TenantLedgers, WebhookEndpoints, WebhookSettings};
 }
 
 /// A page of operations with an open reconciliation case, oldest first

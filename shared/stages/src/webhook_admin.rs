@@ -35,19 +35,12 @@ impl WebhookRequest {
     /// the tenant's own prefix ([`tenant_secret_prefix`]). Events, when
     /// given, must be lifecycle event types.
     pub fn parse(body: &Value, policy: &UrlPolicy, tenant: &TenantId) -> Result<Self, InvalidInput> {
-        let text = |name: &str| body.get(name).and_then(Value::as_str).map(str::trim);
-        let url = text("url").ok_or_else(|| InvalidInput::new("url", "is required"))?;
-        let rest = url
-            .strip_prefix("https://")
-            .or_else(|| url.strip_prefix("http://").filter(|_| policy.allow_http))
-            .ok_or_else(|| InvalidInput::new("url", "must be an https URL"))?;
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        if authority.is_empty() || authority.contains('@') || url.len() > 2048 || url.chars().any(char::is_whitespace) {
-            return Err(InvalidInput::new("url", "must name a host, without user information"));
-        }
-        crate::urlguard::check_url_text(url, policy)
-            .map_err(|why| InvalidInput::new("url", format!("can never be delivered to: {why}")))?;
-        let secret_id = text("secret_id").ok_or_else(|| InvalidInput::new("secret_id", "is required"))?;
+        let url = parse_url(body, policy)?.ok_or_else(|| InvalidInput::new("url", "is required"))?;
+        let secret_id = body
+            .get("secret_id")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .ok_or_else(|| InvalidInput::new("secret_id", "is required"))?;
         if !secret_belongs_to(secret_id, tenant) || secret_id.len() > 2048 {
             return Err(InvalidInput::new(
                 "secret_id",
@@ -57,35 +50,64 @@ impl WebhookRequest {
                 ),
             ));
         }
-        let events = match body.get("events") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => {
-                let known: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
-                let events: Vec<String> = items
-                    .iter()
-                    .map(|e| match e.as_str() {
-                        Some(t) if known.contains(&t) => Ok(t.to_owned()),
-                        _ => Err(InvalidInput::new(
-                            "events",
-                            format!("must be among {}", known.join(", ")),
-                        )),
-                    })
-                    .collect::<Result<_, _>>()?;
-                // Each type once: a list with repeats says nothing more, and
-                // is refused as the OpenAPI document's `uniqueItems` says.
-                let distinct: std::collections::BTreeSet<&String> = events.iter().collect();
-                if distinct.len() != events.len() {
-                    return Err(InvalidInput::new("events", "must name each event type once"));
-                }
-                events
-            }
-            Some(_) => return Err(InvalidInput::new("events", "must be a list of event types")),
-        };
         Ok(Self {
-            url: url.to_owned(),
-            events,
+            url,
+            events: parse_events(body)?.unwrap_or_default(),
             secret_id: secret_id.to_owned(),
         })
+    }
+}
+
+/// The `url` member, when present: an https URL (http only where the
+/// policy allows it) naming a host without user information, that passes
+/// the webhook URL policy as far as it can be checked without DNS (scheme,
+/// port, literal addresses). So a URL that can never be POSTed is refused
+/// when it is saved, not retried for a day; the full guard applies again
+/// to every POST.
+pub fn parse_url(body: &Value, policy: &UrlPolicy) -> Result<Option<String>, InvalidInput> {
+    let url = match body.get("url") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(url)) => url.trim(),
+        Some(_) => return Err(InvalidInput::new("url", "must be a string")),
+    };
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://").filter(|_| policy.allow_http))
+        .ok_or_else(|| InvalidInput::new("url", "must be an https URL"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.is_empty() || authority.contains('@') || url.len() > 2048 || url.chars().any(char::is_whitespace) {
+        return Err(InvalidInput::new("url", "must name a host, without user information"));
+    }
+    crate::urlguard::check_url_text(url, policy)
+        .map_err(|why| InvalidInput::new("url", format!("can never be delivered to: {why}")))?;
+    Ok(Some(url.to_owned()))
+}
+
+/// The `events` member, when present: lifecycle event types, each once.
+pub fn parse_events(body: &Value) -> Result<Option<Vec<String>>, InvalidInput> {
+    match body.get("events") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => {
+            let known: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+            let events: Vec<String> = items
+                .iter()
+                .map(|e| match e.as_str() {
+                    Some(t) if known.contains(&t) => Ok(t.to_owned()),
+                    _ => Err(InvalidInput::new(
+                        "events",
+                        format!("must be among {}", known.join(", ")),
+                    )),
+                })
+                .collect::<Result<_, _>>()?;
+            // Each type once: a list with repeats says nothing more, and
+            // is refused as the OpenAPI document's `uniqueItems` says.
+            let distinct: std::collections::BTreeSet<&String> = events.iter().collect();
+            if distinct.len() != events.len() {
+                return Err(InvalidInput::new("events", "must name each event type once"));
+            }
+            Ok(Some(events))
+        }
+        Some(_) => Err(InvalidInput::new("events", "must be a list of event types")),
     }
 }
 

@@ -28,9 +28,11 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::RetrySchedule;
 use crate::metrics::Metrics;
 use crate::stage::{Stage, StageError};
-use crate::table::{OperationRecords, WebhookSettings};
+use crate::table::{OperationRecords, WebhookEndpoints, WebhookSettings};
 use genace_core::domain::TenantId;
-use genace_core::webhook::{secret_belongs_to, tenant_secret_prefix};
+use genace_core::webhook::{
+    AttemptStatus, DeliveryAttempt, WebhookConfig, WebhookEndpoint, secret_belongs_to, tenant_secret_prefix,
+};
 
 /// Reads secrets.
 pub trait SecretStore: Send + Sync {
@@ -38,6 +40,47 @@ pub trait SecretStore: Send + Sync {
     /// while a rotation's overlap lasts, the value it replaced. `None` when
     /// there is no such secret.
     fn signing_secrets(&self, id: &str) -> impl Future<Output = Result<Option<Vec<String>>, String>> + Send;
+}
+
+/// A secret store's answer on its way. Boxed so that [`SecretVault`] can be
+/// held as a trait object by the stages that carry it beside their other ports.
+pub type VaultFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// Writes secrets: the service generates each endpoint's secret and keeps
+/// it here, never in the table.
+pub trait SecretVault: Send + Sync + std::fmt::Debug {
+    /// Creates the secret with `value`; when it exists, puts `value` on it
+    /// as its current value (a rotation: the old value becomes the previous).
+    fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> VaultFuture<'a>;
+    /// Deletes the secret; one that does not exist is no error.
+    fn delete_secret<'a>(&'a self, name: &'a str) -> VaultFuture<'a>;
+}
+
+/// The secret store of a process that writes no secrets: every write
+/// fails, saying so.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoVault;
+
+impl SecretVault for NoVault {
+    fn store_secret<'a>(&'a self, _name: &'a str, _value: &'a str) -> VaultFuture<'a> {
+        Box::pin(async { Err("this process has no secret store".to_owned()) })
+    }
+
+    fn delete_secret<'a>(&'a self, _name: &'a str) -> VaultFuture<'a> {
+        Box::pin(async { Err("this process has no secret store".to_owned()) })
+    }
+}
+
+/// A new Standard Webhooks secret: `whsec_` and the base64 of 32 random
+/// bytes from the operating system.
+pub fn new_secret() -> Result<String, String> {
+    use base64::Engine;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for a secret: {e}"))?;
+    Ok(format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    ))
 }
 
 /// Why a webhook POST got no status.
@@ -63,10 +106,13 @@ pub trait WebhookSender: Send + Sync {
     ) -> impl Future<Output = Result<u16, PostError>> + Send;
 }
 
-/// Where an event goes that can never be delivered: the webhook queue's
-/// dead-letter queue, at once rather than after a day of retries.
-pub trait DeadLetters: Send + Sync {
+/// The webhook queue, as the stage writes to it.
+pub trait WebhookQueue: Send + Sync {
+    /// Where an event goes that can never be delivered: the dead-letter
+    /// queue, at once rather than after a day of retries.
     fn dead_letter(&self, body: String, reason: String) -> impl Future<Output = Result<(), String>> + Send;
+    /// Queues one copy of an event per receiver, each retried on its own.
+    fn fan_out(&self, bodies: Vec<String>) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// The HMAC key of a secret: for a Standard Webhooks secret (`whsec_` and
@@ -102,42 +148,88 @@ pub fn signature(secrets: &[String], id: &str, timestamp: i64, body: &str) -> St
 pub enum Webhooked {
     /// The receiver answered 2xx.
     Delivered(u16),
-    /// The tenant has no webhook.
+    /// The tenant has no webhook and no endpoint (or the endpoint a copy
+    /// was for is gone or disabled).
     NoWebhook,
-    /// The tenant's webhook does not take this type.
+    /// None of the tenant's receivers takes this type.
     NotSubscribed,
+    /// More than one receiver takes it: one copy each was queued.
+    FannedOut(usize),
     /// The event can never be delivered as configured (a URL the policy
     /// refuses, a secret outside the tenant's prefix): it went to the
     /// dead-letter queue at once.
     DeadLettered(String),
 }
 
+/// `to` of a copy for the tenant's operator-set webhook.
+pub const TENANT_WEBHOOK: &str = "webhook";
+
+/// One receiver of a tenant's events.
+#[derive(Debug, Clone)]
+enum Receiver {
+    /// The webhook an operator set for the tenant.
+    Tenant(WebhookConfig),
+    /// One of the endpoints the tenant manages.
+    Endpoint(WebhookEndpoint),
+}
+
+impl Receiver {
+    fn url(&self) -> &str {
+        match self {
+            Receiver::Tenant(c) => &c.url,
+            Receiver::Endpoint(e) => &e.url,
+        }
+    }
+
+    fn secret_id(&self) -> &str {
+        match self {
+            Receiver::Tenant(c) => &c.secret_id,
+            Receiver::Endpoint(e) => &e.secret_id,
+        }
+    }
+
+    /// What a copy's `to` says.
+    fn to(&self) -> &str {
+        match self {
+            Receiver::Tenant(_) => TENANT_WEBHOOK,
+            Receiver::Endpoint(e) => &e.id,
+        }
+    }
+}
+
 pub struct WebhookDeliverer<S, K, W, D, C = SystemClock> {
     pub store: S,
     pub secrets: K,
     pub sender: W,
-    pub dead_letters: D,
+    pub queue: D,
     pub clock: C,
     /// When a failed POST is tried again.
     pub retry: RetrySchedule,
+    /// How long each entry of an endpoint's delivery log is kept.
+    pub log_for: chrono::Duration,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
 }
 
 impl<S, K, W, D, C> Stage for WebhookDeliverer<S, K, W, D, C>
 where
-    S: OperationRecords + WebhookSettings,
+    S: OperationRecords + WebhookSettings + WebhookEndpoints,
     K: SecretStore,
     W: WebhookSender,
-    D: DeadLetters,
+    D: WebhookQueue,
     C: Clock,
 {
-    /// A bus event as the rule puts it on the queue; its `detail` is the
-    /// lifecycle event.
+    /// A bus event as the rule puts it on the queue (its `detail` is the
+    /// lifecycle event), or a copy of one for one receiver: `{"to":
+    /// <endpoint id or "webhook">, "detail": ...}`.
     type Message = Value;
     type Outcome = Webhooked;
 
     async fn handle(&self, message: Value) -> Result<Webhooked, StageError> {
+        self.handle_delivery(message, 1).await
+    }
+
+    async fn handle_delivery(&self, message: Value, receives: u32) -> Result<Webhooked, StageError> {
         let detail = &message["detail"];
         let (Some(tenant), Some(kind), Some(id)) = (
             detail["tenant_id"].as_str(),
@@ -150,36 +242,94 @@ where
         };
         let tenant_id = TenantId::parse(tenant)
             .map_err(|_| StageError::Malformed(format!("tenant {tenant:?} is not a tenant id")))?;
-        let Some(config) = self.store.webhook(&tenant_id).await? else {
-            return Ok(Webhooked::NoWebhook);
-        };
-        if !config.wants(kind) {
-            return Ok(Webhooked::NotSubscribed);
+        let config = self.store.webhook(&tenant_id).await?;
+        let endpoints = self.store.endpoints(&tenant_id).await?.endpoints;
+        let configured = config.is_some() || !endpoints.is_empty();
+        let mut receivers: Vec<Receiver> = config
+            .filter(|c| c.wants(kind))
+            .map(Receiver::Tenant)
+            .into_iter()
+            .chain(endpoints.into_iter().filter(|e| e.wants(kind)).map(Receiver::Endpoint))
+            .collect();
+        if let Some(to) = message.get("to").and_then(Value::as_str) {
+            receivers.retain(|r| r.to() == to);
+            if receivers.is_empty() {
+                // Deleted or disabled since the copy was queued.
+                return Ok(Webhooked::NoWebhook);
+            }
         }
+        match receivers.as_slice() {
+            [] if configured => Ok(Webhooked::NotSubscribed),
+            [] => Ok(Webhooked::NoWebhook),
+            [receiver] => {
+                // Sign only what the table committed: the bus's policy admits only
+                // the pipe, and this check holds even if that policy is changed.
+                if let Err(why) = self.committed(detail, &tenant_id).await? {
+                    return self.give_up(&message, tenant, id, "unverified", why).await;
+                }
+                self.send(&message, &tenant_id, receiver, receives).await
+            }
+            many => {
+                let bodies: Vec<String> = many
+                    .iter()
+                    .map(|r| serde_json::json!({"to": r.to(), "detail": detail}).to_string())
+                    .collect();
+                self.queue.fan_out(bodies).await.map_err(StageError::Remote)?;
+                Ok(Webhooked::FannedOut(many.len()))
+            }
+        }
+    }
+
+    /// A receiver or secret that failed is given time: the event waits
+    /// longer after each failure. Anything else keeps the queue's timeout.
+    fn retry_after(&self, error: &StageError, receives: u32) -> Option<u32> {
+        matches!(error, StageError::Remote(_)).then(|| self.retry.after(receives))
+    }
+}
+
+impl<S, K, W, D, C> WebhookDeliverer<S, K, W, D, C>
+where
+    S: OperationRecords + WebhookEndpoints,
+    K: SecretStore,
+    W: WebhookSender,
+    D: WebhookQueue,
+    C: Clock,
+{
+    /// POSTs the event to one receiver, signed with its live secrets, and
+    /// logs the attempt for an endpoint.
+    async fn send(
+        &self,
+        message: &Value,
+        tenant_id: &TenantId,
+        receiver: &Receiver,
+        receives: u32,
+    ) -> Result<Webhooked, StageError> {
+        let detail = &message["detail"];
+        let (tenant, kind, id) = (
+            tenant_id.as_str(),
+            detail["type"].as_str().unwrap_or_default(),
+            detail["id"].as_str().unwrap_or_default(),
+        );
         // Saved before the prefix rule, or written around the API: never
         // sign with a secret outside the tenant's own folder.
-        if !secret_belongs_to(&config.secret_id, &tenant_id) {
+        if !secret_belongs_to(receiver.secret_id(), tenant_id) {
             let why = format!(
                 "the webhook secret {} is not under {}",
-                config.secret_id,
-                tenant_secret_prefix(&tenant_id)
+                receiver.secret_id(),
+                tenant_secret_prefix(tenant_id)
             );
-            return self.give_up(&message, tenant, id, "secret", why).await;
-        }
-        // Sign only what the table committed: the bus's policy admits only
-        // the pipe, and this check holds even if that policy is changed.
-        if let Err(why) = self.committed(detail, &tenant_id).await? {
-            return self.give_up(&message, tenant, id, "unverified", why).await;
+            return self.give_up(message, tenant, id, "secret", why).await;
         }
         let secrets = self
             .secrets
-            .signing_secrets(&config.secret_id)
+            .signing_secrets(receiver.secret_id())
             .await
             .map_err(StageError::Remote)?
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| StageError::Remote(format!("the webhook secret {} does not exist", config.secret_id)))?;
+            .ok_or_else(|| StageError::Remote(format!("the webhook secret {} does not exist", receiver.secret_id())))?;
         let body = detail.to_string();
-        let timestamp = self.clock.now().timestamp();
+        let now = self.clock.now();
+        let timestamp = now.timestamp();
         let headers = vec![
             ("content-type".to_owned(), "application/json".to_owned()),
             ("webhook-id".to_owned(), id.to_owned()),
@@ -190,27 +340,34 @@ where
             ),
             ("genace-event-type".to_owned(), kind.to_owned()),
         ];
-        match self.sender.post(&config.url, headers, body).await {
+        let started = std::time::Instant::now();
+        let posted = self.sender.post(receiver.url(), headers, body).await;
+        if let Receiver::Endpoint(endpoint) = receiver {
+            let latency = started.elapsed();
+            self.log_attempt(endpoint, detail, &posted, now, receives, latency)
+                .await;
+        }
+        match posted {
             Ok(status) if (200..300).contains(&status) => {
-                info!(tenant, event_id = id, status, "webhook delivered");
+                info!(tenant, event_id = id, to = receiver.to(), status, "webhook delivered");
                 Ok(Webhooked::Delivered(status))
             }
             Ok(status) => {
-                warn!(tenant, event_id = id, status, "webhook refused; the event is retried");
+                warn!(
+                    tenant,
+                    event_id = id,
+                    to = receiver.to(),
+                    status,
+                    "webhook refused; the event is retried"
+                );
                 Err(StageError::Remote(format!("the receiver answered {status}")))
             }
-            Err(PostError::Refused(why)) => self.give_up(&message, tenant, id, "url", why).await,
+            Err(PostError::Refused(why)) => self.give_up(message, tenant, id, "url", why).await,
             Err(PostError::Failed(e)) => {
-                warn!(tenant, event_id = id, error = %e, "webhook not delivered; the event is retried");
+                warn!(tenant, event_id = id, to = receiver.to(), error = %e, "webhook not delivered; the event is retried");
                 Err(StageError::Remote(e))
             }
         }
-    }
-
-    /// A receiver or secret that failed is given time: the event waits
-    /// longer after each failure. Anything else keeps the queue's timeout.
-    fn retry_after(&self, error: &StageError, receives: u32) -> Option<u32> {
-        matches!(error, StageError::Remote(_)).then(|| self.retry.after(receives))
     }
 }
 
@@ -245,7 +402,48 @@ impl<S: OperationRecords, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
     }
 }
 
-impl<S, K, W, D: DeadLetters, C> WebhookDeliverer<S, K, W, D, C> {
+impl<S: WebhookEndpoints, K, W, D, C> WebhookDeliverer<S, K, W, D, C> {
+    /// Adds the attempt to the endpoint's log. The POST is done: a log
+    /// that fails is counted, and must not make it happen twice.
+    async fn log_attempt(
+        &self,
+        endpoint: &WebhookEndpoint,
+        detail: &Value,
+        posted: &Result<u16, PostError>,
+        at: chrono::DateTime<chrono::Utc>,
+        receives: u32,
+        latency: std::time::Duration,
+    ) {
+        let (status, http_status, error) = match posted {
+            Ok(code) if (200..300).contains(code) => (AttemptStatus::Succeeded, Some(*code), None),
+            Ok(code) => (AttemptStatus::Failed, Some(*code), Some("http_status")),
+            Err(PostError::Refused(_)) => (AttemptStatus::Failed, None, Some("refused_by_policy")),
+            Err(PostError::Failed(e)) if e.contains("timed out") || e.contains("timeout") => {
+                (AttemptStatus::Failed, None, Some("timeout"))
+            }
+            Err(PostError::Failed(_)) => (AttemptStatus::Failed, None, Some("connection")),
+        };
+        let text = |name: &str| detail[name].as_str().unwrap_or_default().to_owned();
+        let entry = DeliveryAttempt {
+            tenant_id: text("tenant_id"),
+            endpoint_id: endpoint.id.clone(),
+            event_id: text("id"),
+            event_type: text("type"),
+            at,
+            attempt: receives.max(1),
+            status,
+            http_status,
+            error: error.map(str::to_owned),
+            latency_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+        };
+        if let Err(e) = self.store.record_attempt(&entry, at + self.log_for).await {
+            warn!(event_id = %entry.event_id, endpoint = %endpoint.id, error = %e, "delivery attempt not logged");
+            self.metrics.count("WebhookLogFailed", &[]);
+        }
+    }
+}
+
+impl<S, K, W, D: WebhookQueue, C> WebhookDeliverer<S, K, W, D, C> {
     /// An event that can never be delivered as configured: straight to the
     /// dead-letter queue with the reason, counted, and not retried. If the
     /// dead-letter queue cannot take it, the message fails and comes back.
@@ -257,7 +455,7 @@ impl<S, K, W, D: DeadLetters, C> WebhookDeliverer<S, K, W, D, C> {
         cause: &str,
         why: String,
     ) -> Result<Webhooked, StageError> {
-        self.dead_letters
+        self.queue
             .dead_letter(message.to_string(), why.clone())
             .await
             .map_err(StageError::Remote)?;

@@ -5,9 +5,9 @@
 use chrono::{TimeZone, Utc};
 use genace_core::domain::TenantId;
 
-use genace_core::webhook::WebhookConfig;
+use genace_core::webhook::{AttemptStatus, WebhookConfig};
 use genace_stages::config::RetrySchedule;
-use genace_stages::memory::{ManualClock, MemoryDeadLetters, MemoryReceiver, MemorySecrets, MemoryStore};
+use genace_stages::memory::{ManualClock, MemoryReceiver, MemorySecrets, MemoryStore, MemoryWebhookQueue};
 use genace_stages::stage::{Stage, StageError, handle_body};
 use genace_stages::table::prelude::*;
 use genace_stages::webhooks::{WebhookDeliverer, Webhooked, signature};
@@ -31,9 +31,9 @@ fn event_at(rig: &Rig, tenant: &str, kind: &str, version: u64) -> String {
 }
 
 struct Rig {
-    stage: WebhookDeliverer<MemoryStore, MemorySecrets, MemoryReceiver, MemoryDeadLetters, ManualClock>,
+    stage: WebhookDeliverer<MemoryStore, MemorySecrets, MemoryReceiver, MemoryWebhookQueue, ManualClock>,
     receiver: MemoryReceiver,
-    dead_letters: MemoryDeadLetters,
+    queue: MemoryWebhookQueue,
     metrics: genace_stages::metrics::Recorder<ManualClock>,
     /// acme's operation, claimed: version 2.
     operation: genace_core::record::OperationRecord,
@@ -75,7 +75,7 @@ async fn rig(events: &[&str]) -> Rig {
     .unwrap();
     store.apply(&created, &claimed).await.unwrap();
     let receiver = MemoryReceiver::default();
-    let dead_letters = MemoryDeadLetters::default();
+    let queue = MemoryWebhookQueue::default();
     let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
     let metrics = genace_stages::metrics::Recorder::new(clock.clone());
     Rig {
@@ -83,13 +83,14 @@ async fn rig(events: &[&str]) -> Rig {
             store,
             secrets,
             sender: receiver.clone(),
-            dead_letters: dead_letters.clone(),
+            queue: queue.clone(),
             clock,
             retry: RetrySchedule::default(),
+            log_for: chrono::Duration::days(30),
             metrics: genace_stages::metrics::Metrics::to(metrics.clone()),
         },
         receiver,
-        dead_letters,
+        queue,
         metrics,
         operation: claimed,
     }
@@ -209,7 +210,7 @@ async fn a_url_the_policy_refuses_is_dead_lettered_at_once() {
         Webhooked::DeadLettered(why) => assert!(why.contains("port 8080"), "{why}"),
         other => panic!("{other:?}"),
     }
-    let letters = rig.dead_letters.letters();
+    let letters = rig.queue.letters();
     assert_eq!(letters.len(), 1);
     // Counted through the stage's metrics port, at the stage's clock.
     let points = rig.metrics.points();
@@ -266,7 +267,7 @@ async fn an_event_the_table_did_not_commit_is_never_signed() {
         assert!(matches!(outcome, Webhooked::DeadLettered(_)), "{outcome:?}\n{body}");
     }
     assert!(rig.receiver.received().is_empty());
-    assert_eq!(rig.dead_letters.letters().len(), forged.len());
+    assert_eq!(rig.queue.letters().len(), forged.len());
     // Another tenant's committed change, relabelled as acme's.
     let globex = TenantId::parse("globex").unwrap();
     let mut theirs = rig
@@ -286,4 +287,157 @@ async fn an_event_the_table_did_not_commit_is_never_signed() {
         Webhooked::DeadLettered(ref why) if why.contains("another tenant")
     ));
     assert!(rig.receiver.received().is_empty());
+}
+
+/// An endpoint of acme's, as the service saves it, with its secret.
+async fn add_endpoint(rig: &Rig, id: &str, events: &[&str]) -> genace_core::webhook::WebhookEndpoint {
+    let acme = TenantId::parse("acme").unwrap();
+    let mut set = rig.stage.store.endpoints(&acme).await.unwrap();
+    let endpoint = genace_core::webhook::WebhookEndpoint {
+        id: id.into(),
+        url: format!("https://hooks.acme.example/{id}"),
+        description: String::new(),
+        events: events.iter().map(|e| e.to_string()).collect(),
+        secret_id: genace_core::webhook::endpoint_secret_name(&acme, id),
+        created_at: Utc::now(),
+        updated_at: Utc::now(),
+        updated_by: "acme".into(),
+        disabled_at: None,
+        disabled_reason: None,
+    };
+    rig.stage.secrets.put(&endpoint.secret_id, &format!("whsec_{id}"));
+    set.endpoints.push(endpoint.clone());
+    set.version += 1;
+    rig.stage.store.save_endpoints(&acme, &set).await.unwrap();
+    endpoint
+}
+
+async fn log_of(rig: &Rig, endpoint: &str) -> Vec<genace_core::webhook::DeliveryAttempt> {
+    let acme = TenantId::parse("acme").unwrap();
+    let now = rig.stage.clock.now();
+    rig.stage
+        .store
+        .attempts(&acme, endpoint, None, 100, None, now)
+        .await
+        .unwrap()
+        .0
+}
+
+use genace_stages::clock::Clock;
+use genace_stages::stage::handle_received;
+
+/// Two receivers: one copy each, and a receiver that fails is retried on
+/// its own, while the other's delivery stands. Every attempt is logged
+/// with its number, status and error class.
+#[tokio::test]
+async fn each_receiver_gets_its_own_copy_and_its_own_retries() {
+    let rig = rig(&[]).await;
+    add_endpoint(&rig, "ep_one", &[]).await;
+    let body = event_of(&rig, "acme", "operation.delivered");
+    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::FannedOut(2));
+    assert!(
+        rig.receiver.received().is_empty(),
+        "copies are queued, not posted in the fan-out"
+    );
+    let copies = rig.queue.take_copies();
+    assert_eq!(copies.len(), 2);
+    // The tenant webhook's copy comes first and succeeds; the endpoint's fails.
+    rig.receiver.answer(&[200, 503]);
+    let first: Vec<_> = futures_first(&rig, &copies, 1).await;
+    assert!(matches!(first[0], Ok(Webhooked::Delivered(200))), "{first:?}");
+    assert!(matches!(first[1], Err(StageError::Remote(_))), "{first:?}");
+    // Only the failed copy comes back; on its second delivery it succeeds.
+    assert_eq!(
+        handle_received(&rig.stage, &copies[1], 2).await.unwrap(),
+        Webhooked::Delivered(200)
+    );
+    let posts = rig.receiver.received();
+    assert_eq!(
+        posts.iter().map(|p| p.url.as_str()).collect::<Vec<_>>(),
+        [
+            "https://hooks.acme.example/genace",
+            "https://hooks.acme.example/ep_one",
+            "https://hooks.acme.example/ep_one"
+        ]
+    );
+    // Each copy is signed with its own receiver's secret.
+    let id = posts[0]
+        .headers
+        .iter()
+        .find(|(k, _)| k == "webhook-id")
+        .unwrap()
+        .1
+        .clone();
+    let signed = |p: &genace_stages::memory::ReceivedPost| {
+        p.headers
+            .iter()
+            .find(|(k, _)| k == "webhook-signature")
+            .unwrap()
+            .1
+            .clone()
+    };
+    let t = rig.stage.clock.now().timestamp();
+    assert_eq!(
+        signed(&posts[0]),
+        signature(&["s3cret".to_owned()], &id, t, &posts[0].body)
+    );
+    assert_eq!(
+        signed(&posts[1]),
+        signature(&["whsec_ep_one".to_owned()], &id, t, &posts[1].body)
+    );
+    let log = log_of(&rig, "ep_one").await;
+    assert_eq!(log.len(), 2);
+    // Newest first.
+    assert_eq!(
+        (log[0].attempt, log[0].status, log[0].http_status),
+        (2, AttemptStatus::Succeeded, Some(200))
+    );
+    assert_eq!(
+        (
+            log[1].attempt,
+            log[1].status,
+            log[1].http_status,
+            log[1].error.as_deref()
+        ),
+        (1, AttemptStatus::Failed, Some(503), Some("http_status"))
+    );
+    assert_eq!(log[1].event_id, id);
+    assert_eq!(log[1].event_type, "operation.delivered");
+}
+
+async fn futures_first(rig: &Rig, copies: &[String], receives: u32) -> Vec<Result<Webhooked, StageError>> {
+    let mut out = Vec::new();
+    for copy in copies {
+        out.push(handle_received(&rig.stage, copy, receives).await);
+    }
+    out
+}
+
+/// A single receiver is posted at once, with no copy; a disabled endpoint
+/// and an endpoint filtering the type get nothing; a copy for an endpoint
+/// deleted since is dropped.
+#[tokio::test]
+async fn only_enabled_endpoints_that_take_the_type_receive_it() {
+    let rig = rig(&["operation.accepted"]).await;
+    add_endpoint(&rig, "ep_all", &[]).await;
+    let mut filtered = add_endpoint(&rig, "ep_held", &["operation.held"]).await;
+    let acme = TenantId::parse("acme").unwrap();
+    // Disable ep_held: it would not take operation.delivered anyway, so
+    // make it take every type but be disabled.
+    let mut set = rig.stage.store.endpoints(&acme).await.unwrap();
+    filtered.events.clear();
+    filtered.disabled_at = Some(Utc::now());
+    set.endpoints[1] = filtered;
+    set.version += 1;
+    rig.stage.store.save_endpoints(&acme, &set).await.unwrap();
+    let body = event_of(&rig, "acme", "operation.delivered");
+    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Delivered(200));
+    assert!(rig.queue.take_copies().is_empty());
+    assert_eq!(rig.receiver.received()[0].url, "https://hooks.acme.example/ep_all");
+    assert!(log_of(&rig, "ep_held").await.is_empty());
+    // A copy for an endpoint that is gone.
+    let detail: Value = serde_json::from_str::<Value>(&body).unwrap()["detail"].clone();
+    let stale = json!({"to": "ep_gone", "detail": detail}).to_string();
+    assert_eq!(handle_body(&rig.stage, &stale).await.unwrap(), Webhooked::NoWebhook);
+    assert_eq!(rig.receiver.received().len(), 1);
 }

@@ -130,18 +130,16 @@ impl From<IntakeError> for Problem {
                 )
                 .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
             }
-            IntakeError::AccountWide => Problem::new(
-                StatusCode::FORBIDDEN,
-                "account-wide",
-                "Only an operator of every tenant may change this",
-                format!("{e}; this operator is scoped to one tenant."),
-            ),
             IntakeError::Refused(refusal) => Problem::new(
                 StatusCode::CONFLICT,
                 "wrong-phase",
                 "The operation is not in a phase that allows this",
                 refusal.to_string(),
             ),
+            IntakeError::NoSuchEndpoint
+            | IntakeError::EndpointLimit { .. }
+            | IntakeError::Secrets(_)
+            | IntakeError::AccountWide => scope_problem(e),
             IntakeError::Store(StoreError::Cursor) => {
                 Problem::from(InvalidInput::new("cursor", "is not a cursor this API returned"))
             }
@@ -157,6 +155,43 @@ impl From<IntakeError> for Problem {
                 .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
             }
         }
+    }
+}
+
+/// The errors of the routes beside the operations': webhook endpoints,
+/// and account-wide changes.
+fn scope_problem(e: IntakeError) -> Problem {
+    match e {
+        IntakeError::AccountWide => Problem::new(
+            StatusCode::FORBIDDEN,
+            "account-wide",
+            "Only an operator of every tenant may change this",
+            format!("{e}; this operator is scoped to one tenant."),
+        ),
+        IntakeError::NoSuchEndpoint => Problem::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "No such webhook endpoint",
+            "No webhook endpoint with this id belongs to the tenant.",
+        ),
+        IntakeError::EndpointLimit { limit } => Problem::new(
+            StatusCode::CONFLICT,
+            "endpoint-limit",
+            "The tenant has as many webhook endpoints as it may",
+            format!("{e}. Delete one, or change one of them, instead."),
+        )
+        .with("limit", limit),
+        IntakeError::Secrets(ref inner) => {
+            error!(error = %inner, "secret store failure");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "secrets-unavailable",
+                "The secret store is unavailable",
+                "Nothing was changed; send the same request again after the Retry-After seconds.",
+            )
+            .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
+        }
+        other => Problem::from(other),
     }
 }
 

@@ -63,5 +63,6 @@ pub fn memory_app(start: DateTime<Utc>) -> MemoryApp {
         clock,
         config: crate::config::Config::for_resources(&names, queues),
         metrics: crate::metrics::Metrics::off(),
+        vault: std::sync::Arc::new(MemorySecrets::default()),
     }
 }

@@ -14,6 +14,9 @@ struct Tables {
     records: BTreeMap<String, OperationRecord>,
     ledgers: BTreeMap<String, TenantLedger>,
     webhooks: BTreeMap<String, genace_core::webhook::WebhookConfig>,
+    endpoints: BTreeMap<String, genace_core::webhook::EndpointSet>,
+    /// Delivery logs by `<tenant>\u{0}<endpoint>`, by sort key, with when each entry expires.
+    attempts: BTreeMap<String, BTreeMap<String, (DateTime<Utc>, genace_core::webhook::DeliveryAttempt)>>,
     account: genace_core::ledger::AccountCapacity,
 }
 
@@ -378,6 +381,78 @@ impl TenantLedgers for MemoryStore {
         limit: Option<Millicredits>,
     ) -> Result<TenantLedger, StoreError> {
         Ok(self.with_ledger(tenant, |l| l.spend_limit = limit))
+    }
+}
+
+impl crate::table::WebhookEndpoints for MemoryStore {
+    async fn endpoints(&self, tenant: &TenantId) -> Result<genace_core::webhook::EndpointSet, StoreError> {
+        Ok(self.lock().endpoints.get(tenant.as_str()).cloned().unwrap_or_default())
+    }
+
+    async fn save_endpoints(
+        &self,
+        tenant: &TenantId,
+        set: &genace_core::webhook::EndpointSet,
+    ) -> Result<(), StoreError> {
+        let mut table = self.lock();
+        let stored = table.endpoints.get(tenant.as_str()).map_or(0, |s| s.version);
+        if set.version != stored + 1 {
+            return Err(StoreError::Conflict(None));
+        }
+        table.endpoints.insert(tenant.as_str().to_owned(), set.clone());
+        Ok(())
+    }
+
+    async fn record_attempt(
+        &self,
+        attempt: &genace_core::webhook::DeliveryAttempt,
+        keep_until: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let log = format!("{}\u{0}{}", attempt.tenant_id, attempt.endpoint_id);
+        self.lock()
+            .attempts
+            .entry(log)
+            .or_default()
+            .insert(attempt.sort_key(), (keep_until, attempt.clone()));
+        Ok(())
+    }
+
+    async fn attempts(
+        &self,
+        tenant: &TenantId,
+        endpoint_id: &str,
+        status: Option<genace_core::webhook::AttemptStatus>,
+        limit: usize,
+        after: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<genace_core::webhook::DeliveryAttempt>, Option<String>), StoreError> {
+        let table = self.lock();
+        let Some(log) = table.attempts.get(&format!("{}\u{0}{endpoint_id}", tenant.as_str())) else {
+            return Ok((Vec::new(), None));
+        };
+        // As DynamoDB pages a query: `limit` entries read (expired ones are
+        // gone), then the status filter applied to them.
+        let read: Vec<(&String, &genace_core::webhook::DeliveryAttempt)> = log
+            .iter()
+            .rev()
+            .filter(|(key, _)| after.is_none_or(|a| key.as_str() < a))
+            .filter(|(_, (until, _))| *until > now)
+            .map(|(key, (_, a))| (key, a))
+            .take(limit + 1)
+            .collect();
+        let more = read.len() > limit;
+        let read = &read[..read.len().min(limit)];
+        let next = if more {
+            read.last().map(|(k, _)| (*k).clone())
+        } else {
+            None
+        };
+        let page = read
+            .iter()
+            .filter(|(_, a)| status.is_none_or(|s| a.status == s))
+            .map(|(_, a)| (*a).clone())
+            .collect();
+        Ok((page, next))
     }
 }
 

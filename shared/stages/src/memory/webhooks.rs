@@ -30,6 +30,23 @@ impl crate::webhooks::SecretStore for MemorySecrets {
     }
 }
 
+/// Written values replace the current one; deleting removes it.
+impl crate::webhooks::SecretVault for MemorySecrets {
+    fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> crate::webhooks::VaultFuture<'a> {
+        Box::pin(async move {
+            self.put(name, value);
+            Ok(())
+        })
+    }
+
+    fn delete_secret<'a>(&'a self, name: &'a str) -> crate::webhooks::VaultFuture<'a> {
+        Box::pin(async move {
+            self.values.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+            Ok(())
+        })
+    }
+}
+
 /// A webhook receiver, in memory: answers each POST with the next planned
 /// status (200 once the plan is used up) and keeps what it received.
 #[derive(Debug, Clone, Default)]
@@ -77,25 +94,37 @@ impl crate::webhooks::WebhookSender for MemoryReceiver {
     }
 }
 
-/// A dead-letter queue, in memory: keeps each body with its reason.
+/// The webhook queue, in memory: keeps each dead letter with its reason,
+/// and each copy queued for one receiver until it is taken.
 #[derive(Debug, Clone, Default)]
-pub struct MemoryDeadLetters {
+pub struct MemoryWebhookQueue {
     letters: Arc<Mutex<Vec<(String, String)>>>,
+    copies: Arc<Mutex<Vec<String>>>,
 }
 
-impl MemoryDeadLetters {
+impl MemoryWebhookQueue {
     /// Every (body, reason) received, in order.
     pub fn letters(&self) -> Vec<(String, String)> {
         self.letters.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    /// The copies queued since the last call, in order.
+    pub fn take_copies(&self) -> Vec<String> {
+        std::mem::take(&mut *self.copies.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
-impl crate::webhooks::DeadLetters for MemoryDeadLetters {
+impl crate::webhooks::WebhookQueue for MemoryWebhookQueue {
     async fn dead_letter(&self, body: String, reason: String) -> Result<(), String> {
         self.letters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((body, reason));
+        Ok(())
+    }
+
+    async fn fan_out(&self, bodies: Vec<String>) -> Result<(), String> {
+        self.copies.lock().unwrap_or_else(|p| p.into_inner()).extend(bodies);
         Ok(())
     }
 }

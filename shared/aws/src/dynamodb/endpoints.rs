@@ -1,0 +1,151 @@
+//! Tenants' webhook endpoints and their delivery logs in the operations
+//! table.
+//!
+//! A tenant's endpoints are one item, `ENDPOINTS#<tenant>`, holding the
+//! list and a version; each change is a put on the condition that the
+//! version is still the one read. Few endpoints per tenant (the limit is
+//! small), read by every event of the tenant: one consistent read.
+//!
+//! Each delivery attempt is its own item, `WHLOG#<tenant>#<endpoint>#<sort
+//! key>`, expiring with the table's TTL. The log index (`log_pk` =
+//! `WHLOG#<tenant>#<endpoint>`, `log_sk` = [`DeliveryAttempt::sort_key`])
+//! pages an endpoint's log newest first.
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use genace_core::domain::TenantId;
+use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet};
+use genace_stages::table::{StoreError, WebhookEndpoints};
+
+use super::{DynamoStore, Item, service_error};
+
+/// Name of the index of each endpoint's delivery log.
+pub const LOG_INDEX: &str = "log-index";
+
+fn endpoints_key(tenant: &TenantId) -> Item {
+    Item::from([("pk".to_owned(), AttributeValue::S(format!("ENDPOINTS#{tenant}")))])
+}
+
+fn log_partition(tenant: &str, endpoint_id: &str) -> String {
+    format!("WHLOG#{tenant}#{endpoint_id}")
+}
+
+fn decode<T: serde::de::DeserializeOwned>(mut item: Item, computed: &[&str]) -> Result<T, StoreError> {
+    for name in computed {
+        item.remove(*name);
+    }
+    serde_dynamo::from_item(item).map_err(|e| StoreError::Decode(e.to_string()))
+}
+
+impl WebhookEndpoints for DynamoStore {
+    async fn endpoints(&self, tenant: &TenantId) -> Result<EndpointSet, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(endpoints_key(tenant)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(service_error)?;
+        out.item
+            .map_or(Ok(EndpointSet::default()), |item| decode(item, &["pk"]))
+    }
+
+    async fn save_endpoints(&self, tenant: &TenantId, set: &EndpointSet) -> Result<(), StoreError> {
+        let mut item: Item = serde_dynamo::to_item(set).map_err(|e| StoreError::Decode(e.to_string()))?;
+        item.extend(endpoints_key(tenant));
+        let put = self.client.put_item().table_name(&self.table).set_item(Some(item));
+        let put = match set.version.checked_sub(1) {
+            None | Some(0) => put.condition_expression("attribute_not_exists(pk)"),
+            Some(read) => put
+                .condition_expression("version = :read")
+                .expression_attribute_values(":read", AttributeValue::N(read.to_string())),
+        };
+        match put.send().await {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => {
+                Err(StoreError::Conflict(None))
+            }
+            Err(e) => Err(service_error(e)),
+        }
+    }
+
+    async fn record_attempt(&self, attempt: &DeliveryAttempt, keep_until: DateTime<Utc>) -> Result<(), StoreError> {
+        let mut item: Item = serde_dynamo::to_item(attempt).map_err(|e| StoreError::Decode(e.to_string()))?;
+        let partition = log_partition(&attempt.tenant_id, &attempt.endpoint_id);
+        let sort_key = attempt.sort_key();
+        item.insert("pk".into(), AttributeValue::S(format!("{partition}#{sort_key}")));
+        item.insert("log_pk".into(), AttributeValue::S(partition));
+        item.insert("log_sk".into(), AttributeValue::S(sort_key));
+        item.insert(
+            "expires_at".into(),
+            AttributeValue::N(keep_until.timestamp().to_string()),
+        );
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(service_error)?;
+        Ok(())
+    }
+
+    async fn attempts(
+        &self,
+        tenant: &TenantId,
+        endpoint_id: &str,
+        status: Option<AttemptStatus>,
+        limit: usize,
+        after: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<DeliveryAttempt>, Option<String>), StoreError> {
+        let mut query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(LOG_INDEX)
+            .expression_attribute_values(":part", AttributeValue::S(log_partition(tenant.as_str(), endpoint_id)))
+            .scan_index_forward(false)
+            // One more than asked, to know whether more follow.
+            .limit(i32::try_from(limit + 1).unwrap_or(101));
+        query = match after {
+            Some(after) => query
+                .key_condition_expression("log_pk = :part AND log_sk < :after")
+                .expression_attribute_values(":after", AttributeValue::S(after.to_owned())),
+            None => query.key_condition_expression("log_pk = :part"),
+        };
+        let out = query.send().await.map_err(service_error)?;
+        let mut read: Vec<(String, i64, DeliveryAttempt)> = Vec::new();
+        for item in out.items.unwrap_or_default() {
+            let key = item
+                .get("log_sk")
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default();
+            let expires = item
+                .get("expires_at")
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(i64::MAX);
+            let attempt = decode(item, &["pk", "log_pk", "log_sk", "expires_at"])?;
+            read.push((key, expires, attempt));
+        }
+        let more = read.len() > limit;
+        read.truncate(limit);
+        let next = if more {
+            read.last().map(|(k, _, _)| k.clone())
+        } else {
+            None
+        };
+        // The TTL deletes late: an entry past its time is gone already.
+        let page = read
+            .into_iter()
+            .filter(|(_, expires, a)| *expires > now.timestamp() && status.is_none_or(|s| a.status == s))
+            .map(|(_, _, a)| a)
+            .collect();
+        Ok((page, next))
+    }
+}

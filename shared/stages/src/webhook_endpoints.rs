@@ -1,0 +1,298 @@
+//! Webhook endpoints that tenants manage themselves: create (up to
+//! `WEBHOOK_MAX_ENDPOINTS`), list, read, update, delete, rotate the secret,
+//! and read the delivery log.
+//!
+//! The service generates every secret ([`new_secret`]) and keeps it in the
+//! secret store under the tenant's own folder
+//! ([`endpoint_secret_name`]); the secret is shown once, in the answer that
+//! created or rotated it, and appears nowhere else (not in the table, the
+//! views, the events or the logs).
+//!
+//! A tenant's endpoints are one versioned document; every change re-reads
+//! it and writes on the condition that nobody wrote in between, so two
+//! creates at once cannot pass the limit together.
+
+use serde_json::Value;
+use tracing::{info, warn};
+
+use crate::clock::Clock;
+use crate::config::{Config, UrlPolicy};
+use crate::intake::IntakeError;
+use crate::table::{StoreError, WebhookEndpoints};
+use crate::webhook_admin::{parse_events, parse_url};
+use crate::webhooks::{SecretVault, new_secret};
+use genace_core::domain::{InvalidInput, TenantId};
+use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, WebhookEndpoint, endpoint_secret_name};
+
+/// The longest description kept.
+pub const MAX_DESCRIPTION: usize = 512;
+
+/// Tries of a change against concurrent ones before it gives up.
+const TRIES: usize = 5;
+
+/// What a create or an update asks for; absent members stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointChange {
+    pub url: Option<String>,
+    pub description: Option<String>,
+    pub events: Option<Vec<String>>,
+    /// `false` disables the endpoint; `true` enables it again.
+    pub enabled: Option<bool>,
+}
+
+impl EndpointChange {
+    /// Parses `{"url", "description", "events", "enabled"}`. A create needs
+    /// a URL; an update needs at least one member. Unknown members are
+    /// refused, so a misspelt one is not silently ignored.
+    pub fn parse(body: &Value, policy: &UrlPolicy, create: bool) -> Result<Self, InvalidInput> {
+        let Value::Object(members) = body else {
+            return Err(InvalidInput::new("body", "must be a JSON object"));
+        };
+        if let Some(unknown) = members
+            .keys()
+            .find(|k| !["url", "description", "events", "enabled"].contains(&k.as_str()))
+        {
+            return Err(InvalidInput::new(unknown, "is not a member of a webhook endpoint"));
+        }
+        let description = match body.get("description") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(d)) if d.chars().count() <= MAX_DESCRIPTION => Some(d.trim().to_owned()),
+            Some(_) => {
+                return Err(InvalidInput::new(
+                    "description",
+                    format!("must be a string of at most {MAX_DESCRIPTION} characters"),
+                ));
+            }
+        };
+        let enabled = match body.get("enabled") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => return Err(InvalidInput::new("enabled", "must be true or false")),
+        };
+        let change = Self {
+            url: parse_url(body, policy)?,
+            description,
+            events: parse_events(body)?,
+            enabled,
+        };
+        if create && change.url.is_none() {
+            return Err(InvalidInput::new("url", "is required"));
+        }
+        if !create && change == Self::default() {
+            return Err(InvalidInput::new("body", "names nothing to change"));
+        }
+        Ok(change)
+    }
+
+    fn apply(self, endpoint: &mut WebhookEndpoint, now: chrono::DateTime<chrono::Utc>, actor: &str) {
+        if let Some(url) = self.url {
+            endpoint.url = url;
+        }
+        if let Some(description) = self.description {
+            endpoint.description = description;
+        }
+        if let Some(events) = self.events {
+            endpoint.events = events;
+        }
+        match self.enabled {
+            Some(true) => {
+                endpoint.disabled_at = None;
+                endpoint.disabled_reason = None;
+            }
+            Some(false) if endpoint.disabled_at.is_none() => {
+                endpoint.disabled_at = Some(now);
+                endpoint.disabled_reason = Some(format!("disabled by {actor}"));
+            }
+            _ => {}
+        }
+        endpoint.updated_at = now;
+        endpoint.updated_by = actor.to_owned();
+    }
+}
+
+/// An endpoint with its secret, in the one answer that shows the secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WithSecret {
+    pub endpoint: WebhookEndpoint,
+    pub secret: String,
+}
+
+/// A page of an endpoint's delivery log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptPage {
+    pub attempts: Vec<DeliveryAttempt>,
+    /// Where the next page starts, while more may follow.
+    pub next: Option<String>,
+}
+
+/// One tenant's endpoints, as a caller allowed to manage them sees them.
+pub struct Endpoints<'a, S, C> {
+    pub(crate) store: &'a S,
+    pub(crate) vault: &'a dyn SecretVault,
+    pub(crate) clock: &'a C,
+    pub(crate) config: &'a Config,
+    pub(crate) tenant: TenantId,
+    pub(crate) actor: String,
+}
+
+impl<S: WebhookEndpoints, C: Clock> Endpoints<'_, S, C> {
+    pub async fn list(&self) -> Result<Vec<WebhookEndpoint>, IntakeError> {
+        Ok(self.store.endpoints(&self.tenant).await?.endpoints)
+    }
+
+    pub async fn get(&self, id: &str) -> Result<WebhookEndpoint, IntakeError> {
+        let set = self.store.endpoints(&self.tenant).await?;
+        set.get(id).cloned().ok_or(IntakeError::NoSuchEndpoint)
+    }
+
+    /// Creates an endpoint with a new secret. The secret is stored first,
+    /// so a saved endpoint never names a secret that does not exist; a
+    /// create refused for the limit stores nothing.
+    pub async fn create(&self, change: EndpointChange) -> Result<WithSecret, IntakeError> {
+        let id = format!("ep_{}", uuid::Uuid::new_v4().simple());
+        let now = self.clock.now();
+        let mut endpoint = WebhookEndpoint {
+            id: id.clone(),
+            url: String::new(),
+            description: String::new(),
+            events: Vec::new(),
+            secret_id: endpoint_secret_name(&self.tenant, &id),
+            created_at: now,
+            updated_at: now,
+            updated_by: self.actor.clone(),
+            disabled_at: None,
+            disabled_reason: None,
+        };
+        change.apply(&mut endpoint, now, &self.actor);
+        let limit = self.config.webhook_max_endpoints;
+        if self.store.endpoints(&self.tenant).await?.endpoints.len() >= limit {
+            return Err(IntakeError::EndpointLimit { limit });
+        }
+        let secret = new_secret().map_err(IntakeError::Secrets)?;
+        self.vault
+            .store_secret(&endpoint.secret_id, &secret)
+            .await
+            .map_err(IntakeError::Secrets)?;
+        let saved = self
+            .change(|set| {
+                if set.endpoints.len() >= limit {
+                    return Err(IntakeError::EndpointLimit { limit });
+                }
+                set.endpoints.push(endpoint.clone());
+                Ok(())
+            })
+            .await;
+        if let Err(e) = saved {
+            // Lost the race for the last place: the secret goes too.
+            self.forget_secret(&endpoint.secret_id).await;
+            return Err(e);
+        }
+        info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, "webhook endpoint created");
+        Ok(WithSecret { endpoint, secret })
+    }
+
+    pub async fn update(&self, id: &str, change: EndpointChange) -> Result<WebhookEndpoint, IntakeError> {
+        let now = self.clock.now();
+        let set = self
+            .change(|set| {
+                let endpoint = set
+                    .endpoints
+                    .iter_mut()
+                    .find(|e| e.id == id)
+                    .ok_or(IntakeError::NoSuchEndpoint)?;
+                change.clone().apply(endpoint, now, &self.actor);
+                Ok(())
+            })
+            .await?;
+        info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, "webhook endpoint updated");
+        set.get(id).cloned().ok_or(IntakeError::NoSuchEndpoint)
+    }
+
+    /// Deletes the endpoint, then its secret. Events already queued for it
+    /// are dropped when they find it gone.
+    pub async fn delete(&self, id: &str) -> Result<(), IntakeError> {
+        let mut secret_id = String::new();
+        self.change(|set| {
+            let at = set
+                .endpoints
+                .iter()
+                .position(|e| e.id == id)
+                .ok_or(IntakeError::NoSuchEndpoint)?;
+            secret_id = set.endpoints.remove(at).secret_id;
+            Ok(())
+        })
+        .await?;
+        self.forget_secret(&secret_id).await;
+        info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, "webhook endpoint deleted");
+        Ok(())
+    }
+
+    /// Puts a new secret on the endpoint. The replaced one keeps signing
+    /// beside it for `WEBHOOK_SECRET_OVERLAP_HOURS`.
+    pub async fn rotate(&self, id: &str) -> Result<WithSecret, IntakeError> {
+        let endpoint = self.get(id).await?;
+        let secret = new_secret().map_err(IntakeError::Secrets)?;
+        self.vault
+            .store_secret(&endpoint.secret_id, &secret)
+            .await
+            .map_err(IntakeError::Secrets)?;
+        let now = self.clock.now();
+        let set = self
+            .change(|set| {
+                let endpoint = set
+                    .endpoints
+                    .iter_mut()
+                    .find(|e| e.id == id)
+                    .ok_or(IntakeError::NoSuchEndpoint)?;
+                endpoint.updated_at = now;
+                endpoint.updated_by = self.actor.clone();
+                Ok(())
+            })
+            .await?;
+        info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, "webhook secret rotated");
+        let endpoint = set.get(id).cloned().ok_or(IntakeError::NoSuchEndpoint)?;
+        Ok(WithSecret { endpoint, secret })
+    }
+
+    /// A page of the endpoint's delivery log, newest first.
+    pub async fn attempts(
+        &self,
+        id: &str,
+        status: Option<AttemptStatus>,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<AttemptPage, IntakeError> {
+        self.get(id).await?;
+        let (attempts, next) = self
+            .store
+            .attempts(&self.tenant, id, status, limit, after, self.clock.now())
+            .await?;
+        Ok(AttemptPage { attempts, next })
+    }
+
+    /// Applies `edit` to the stored set and writes it on the version read,
+    /// again on a lost race; the set as written.
+    async fn change(
+        &self,
+        mut edit: impl FnMut(&mut EndpointSet) -> Result<(), IntakeError>,
+    ) -> Result<EndpointSet, IntakeError> {
+        for _ in 0..TRIES {
+            let mut set = self.store.endpoints(&self.tenant).await?;
+            edit(&mut set)?;
+            set.version += 1;
+            match self.store.save_endpoints(&self.tenant, &set).await {
+                Ok(()) => return Ok(set),
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StoreError::Service("the webhook endpoints kept changing under this change".into()).into())
+    }
+
+    async fn forget_secret(&self, name: &str) {
+        if let Err(e) = self.vault.delete_secret(name).await {
+            // Left behind, it signs nothing: no endpoint names it.
+            warn!(tenant = %self.tenant, secret = name, error = %e, "a webhook secret could not be deleted");
+        }
+    }
+}

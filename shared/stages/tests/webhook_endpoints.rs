@@ -1,0 +1,274 @@
+//! Webhook endpoints that tenants manage, on the in-memory adapters: the
+//! limit, the URL policy and event types at save time, secrets generated,
+//! stored under the tenant's folder and shown once, rotation, updates,
+//! deletion and the delivery log's pages.
+
+use chrono::{Duration, TimeZone, Utc};
+use genace_core::domain::TenantId;
+use genace_core::webhook::{AttemptStatus, DeliveryAttempt};
+use genace_stages::clock::Clock;
+use genace_stages::config::UrlPolicy;
+use genace_stages::intake::IntakeError;
+use genace_stages::memory::{MemoryApp, MemorySecrets, memory_app};
+use genace_stages::table::prelude::*;
+use genace_stages::webhook_endpoints::EndpointChange;
+use genace_stages::webhooks::SecretStore;
+use serde_json::json;
+
+fn app(max: usize) -> (MemoryApp, MemorySecrets) {
+    let mut app = memory_app(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
+    app.config.webhook_max_endpoints = max;
+    let secrets = MemorySecrets::default();
+    app.vault = std::sync::Arc::new(secrets.clone());
+    (app, secrets)
+}
+
+fn change(body: serde_json::Value) -> EndpointChange {
+    EndpointChange::parse(&body, &UrlPolicy::default(), true).unwrap()
+}
+
+fn acme() -> TenantId {
+    TenantId::parse("acme").unwrap()
+}
+
+async fn secret_of(secrets: &MemorySecrets, name: &str) -> Option<String> {
+    secrets.signing_secrets(name).await.unwrap().map(|v| v[0].clone())
+}
+
+#[tokio::test]
+async fn a_created_endpoint_has_a_generated_secret_in_its_tenants_folder_shown_once() {
+    let (app, secrets) = app(5);
+    let intake = app.intake();
+    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let created = endpoints
+        .create(change(
+            json!({"url": "https://hooks.acme.example/a", "description": "billing",
+                              "events": ["operation.delivered"]}),
+        ))
+        .await
+        .unwrap();
+    let e = &created.endpoint;
+    assert!(e.id.starts_with("ep_") && e.id.len() == 35, "{}", e.id);
+    assert_eq!(e.secret_id, format!("genace/webhooks/acme/{}", e.id));
+    assert!(genace_core::webhook::secret_belongs_to(&e.secret_id, &acme()));
+    assert_eq!(
+        (e.description.as_str(), e.events.as_slice()),
+        ("billing", &["operation.delivered".to_owned()][..])
+    );
+    // whsec_ and the base64 of 32 random bytes; each create draws its own.
+    use base64::Engine;
+    let raw = created.secret.strip_prefix("whsec_").unwrap();
+    assert_eq!(base64::engine::general_purpose::STANDARD.decode(raw).unwrap().len(), 32);
+    assert_eq!(
+        secret_of(&secrets, &e.secret_id).await.as_deref(),
+        Some(created.secret.as_str())
+    );
+    let other = endpoints
+        .create(change(json!({"url": "https://hooks.acme.example/b"})))
+        .await
+        .unwrap();
+    assert_ne!(other.secret, created.secret);
+    // Read back: the same endpoint, and nowhere the secret.
+    let listed = endpoints.list().await.unwrap();
+    assert_eq!(listed, [created.endpoint.clone(), other.endpoint.clone()]);
+    assert!(!serde_json::to_string(&listed).unwrap().contains(raw));
+    // Another tenant sees none of them.
+    let globex = intake.endpoints(TenantId::parse("globex").unwrap(), "dev@globex".into());
+    assert!(globex.list().await.unwrap().is_empty());
+    assert!(matches!(globex.get(&e.id).await, Err(IntakeError::NoSuchEndpoint)));
+}
+
+#[tokio::test]
+async fn past_the_limit_a_create_is_refused_and_stores_no_secret() {
+    let (app, secrets) = app(2);
+    let intake = app.intake();
+    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    for n in 0..2 {
+        endpoints
+            .create(change(json!({"url": format!("https://hooks.acme.example/{n}")})))
+            .await
+            .unwrap();
+    }
+    let refused = endpoints
+        .create(change(json!({"url": "https://hooks.acme.example/3"})))
+        .await;
+    assert!(
+        matches!(refused, Err(IntakeError::EndpointLimit { limit: 2 })),
+        "{refused:?}"
+    );
+    assert_eq!(endpoints.list().await.unwrap().len(), 2);
+    // Only the two endpoints' secrets exist.
+    let ids: Vec<String> = endpoints
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.secret_id)
+        .collect();
+    for id in &ids {
+        assert!(secret_of(&secrets, id).await.is_some());
+    }
+    // Deleting one frees its place and deletes its secret.
+    let gone = endpoints.list().await.unwrap()[0].clone();
+    endpoints.delete(&gone.id).await.unwrap();
+    assert_eq!(secret_of(&secrets, &gone.secret_id).await, None);
+    assert!(matches!(
+        endpoints.get(&gone.id).await,
+        Err(IntakeError::NoSuchEndpoint)
+    ));
+    assert!(matches!(
+        endpoints.delete(&gone.id).await,
+        Err(IntakeError::NoSuchEndpoint)
+    ));
+    endpoints
+        .create(change(json!({"url": "https://hooks.acme.example/4"})))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn rotation_puts_a_new_secret_and_updates_change_only_what_they_name() {
+    let (app, secrets) = app(5);
+    let intake = app.intake();
+    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let created = endpoints
+        .create(change(
+            json!({"url": "https://hooks.acme.example/a", "description": "d"}),
+        ))
+        .await
+        .unwrap();
+    let id = created.endpoint.id.clone();
+    let rotated = endpoints.rotate(&id).await.unwrap();
+    assert_ne!(rotated.secret, created.secret);
+    assert_eq!(
+        secret_of(&secrets, &created.endpoint.secret_id).await.as_deref(),
+        Some(rotated.secret.as_str())
+    );
+    assert_eq!(rotated.endpoint.secret_id, created.endpoint.secret_id);
+    assert!(matches!(
+        endpoints.rotate("ep_nope").await,
+        Err(IntakeError::NoSuchEndpoint)
+    ));
+
+    let policy = UrlPolicy::default();
+    let update = |body| EndpointChange::parse(&body, &policy, false).unwrap();
+    let disabled = endpoints.update(&id, update(json!({"enabled": false}))).await.unwrap();
+    assert!(disabled.disabled_at.is_some());
+    assert_eq!(disabled.disabled_reason.as_deref(), Some("disabled by dev@acme"));
+    assert!(!disabled.wants("operation.delivered"));
+    assert_eq!(
+        (disabled.url.as_str(), disabled.description.as_str()),
+        ("https://hooks.acme.example/a", "d")
+    );
+    let enabled = endpoints
+        .update(&id, update(json!({"enabled": true, "events": ["operation.held"]})))
+        .await
+        .unwrap();
+    assert_eq!(
+        (enabled.disabled_at, enabled.events.as_slice()),
+        (None, &["operation.held".to_owned()][..])
+    );
+    assert!(enabled.wants("operation.held") && !enabled.wants("operation.delivered"));
+}
+
+#[test]
+fn a_request_that_can_never_be_delivered_or_names_no_type_is_refused_with_its_field() {
+    let policy = UrlPolicy::default();
+    let field =
+        |body: serde_json::Value, create: bool| EndpointChange::parse(&body, &policy, create).unwrap_err().field;
+    assert_eq!(field(json!({"url": "http://hooks.acme.example/a"}), true), "url");
+    assert_eq!(field(json!({"url": "https://10.1.2.3/a"}), true), "url");
+    assert_eq!(field(json!({"url": "https://hooks.acme.example:8443/a"}), true), "url");
+    assert_eq!(field(json!({"url": "https://[::1]/a"}), true), "url");
+    assert_eq!(field(json!({"description": "no url"}), true), "url");
+    assert_eq!(
+        field(
+            json!({"url": "https://hooks.acme.example/a", "events": ["operation.exploded"]}),
+            true
+        ),
+        "events"
+    );
+    assert_eq!(
+        field(json!({"url": "https://hooks.acme.example/a", "secret": "mine"}), true),
+        "secret"
+    );
+    assert_eq!(
+        field(json!({"url": "https://hooks.acme.example/a", "enabled": "yes"}), true),
+        "enabled"
+    );
+    assert_eq!(field(json!({}), false), "body");
+    assert_eq!(field(json!({"description": "x".repeat(513)}), false), "description");
+    assert!(EndpointChange::parse(&json!({"description": "ok"}), &policy, false).is_ok());
+}
+
+fn attempt(n: u32, status: AttemptStatus, at: chrono::DateTime<Utc>) -> DeliveryAttempt {
+    DeliveryAttempt {
+        tenant_id: "acme".into(),
+        endpoint_id: "ep_x".into(),
+        event_id: format!("op:1:{n}:operation.accepted"),
+        event_type: "operation.accepted".into(),
+        at,
+        attempt: 1,
+        status,
+        http_status: Some(if status == AttemptStatus::Succeeded { 200 } else { 500 }),
+        error: None,
+        latency_ms: 12,
+    }
+}
+
+#[tokio::test]
+async fn the_delivery_log_pages_newest_first_filters_by_status_and_forgets_after_its_days() {
+    let (app, _) = app(5);
+    let intake = app.intake();
+    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let id = endpoints
+        .create(change(json!({"url": "https://hooks.acme.example/a"})))
+        .await
+        .unwrap()
+        .endpoint
+        .id;
+    let now = app.clock.now();
+    for n in 0..7u32 {
+        let status = if n % 2 == 0 {
+            AttemptStatus::Failed
+        } else {
+            AttemptStatus::Succeeded
+        };
+        let mut a = attempt(n, status, now + Duration::seconds(i64::from(n)));
+        a.endpoint_id = id.clone();
+        app.store.record_attempt(&a, now + Duration::days(30)).await.unwrap();
+    }
+    let first = endpoints.attempts(&id, None, 3, None).await.unwrap();
+    assert_eq!(
+        first.attempts.iter().map(|a| a.event_id.as_str()).collect::<Vec<_>>(),
+        [
+            "op:1:6:operation.accepted",
+            "op:1:5:operation.accepted",
+            "op:1:4:operation.accepted"
+        ]
+    );
+    let second = endpoints.attempts(&id, None, 3, first.next.as_deref()).await.unwrap();
+    assert_eq!(second.attempts.len(), 3);
+    assert_eq!(second.attempts[0].event_id, "op:1:3:operation.accepted");
+    let last = endpoints.attempts(&id, None, 3, second.next.as_deref()).await.unwrap();
+    assert_eq!((last.attempts.len(), last.next), (1, None));
+    let failed = endpoints
+        .attempts(&id, Some(AttemptStatus::Failed), 10, None)
+        .await
+        .unwrap();
+    assert_eq!(failed.attempts.len(), 4);
+    assert!(failed.attempts.iter().all(|a| a.status == AttemptStatus::Failed));
+    assert!(matches!(
+        endpoints.attempts("ep_nope", None, 3, None).await,
+        Err(IntakeError::NoSuchEndpoint)
+    ));
+    app.clock.advance(Duration::days(31));
+    assert!(
+        endpoints
+            .attempts(&id, None, 10, None)
+            .await
+            .unwrap()
+            .attempts
+            .is_empty()
+    );
+}
