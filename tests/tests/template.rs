@@ -154,6 +154,8 @@ fn every_function_has_only_the_actions_it_uses() {
             "WebhookFunction",
             &[
                 "dynamodb:GetItem",
+                // The delivery log of tenants' endpoints.
+                "dynamodb:PutItem",
                 "secretsmanager:GetSecretValue",
                 "sqs:ChangeMessageVisibility",
                 "sqs:SendMessage",

@@ -1117,3 +1117,164 @@ async fn a_listing_pages_through_one_tenant_and_its_cursor_serves_no_other() {
     assert_eq!(pages(&intake, "limit=100", &scoped).await.0, theirs);
     assert!(pages(&intake, "tenant=ta", &scoped).await.0.is_empty());
 }
+
+/// The webhook endpoints' routes through the real handler, on moto's
+/// table and Secrets Manager: an application with the scope manages its
+/// own; without it, 403; an operator names the tenant; the limit is 409;
+/// a URL that can never be delivered and an unknown event type are 400
+/// with their field; the secret is shown once, and the log pages.
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
+async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_once() {
+    let env = LocalAws::fresh().await;
+    let mut config = env.config.clone();
+    config.webhook_max_endpoints = 2;
+    let mut intake: Intake<DynamoStore, SqsQueue, S3Store> =
+        Intake::new(env.store(), env.queue(), env.objects(), config);
+    let vault = genace_aws::SecretsManager::new(genace_aws::clients::secrets(&env.sdk), chrono::Duration::hours(24));
+    intake.vault = std::sync::Arc::new(vault.clone());
+    let call = |req| Box::pin(api::handle(&intake, req));
+    let body_of = |r: &Response<Body>| serde_json::from_slice::<Value>(r.body().as_ref()).unwrap();
+    let hooks = "/v1/webhooks/endpoints";
+    let app = json!({"sub": "dev-1", "tenant_id": "wh-acme", "scope": "operations.read operations.webhooks"});
+
+    // Without the scope: refused.
+    let refused = call(event("GET", hooks, None, tenant("wh-acme"), &[])).await;
+    assert_eq!(
+        (refused.status().as_u16(), body_of(&refused)["scope"].clone()),
+        (403, json!("operations.webhooks"))
+    );
+
+    let create =
+        |url: &str| json!({"url": url, "description": "billing", "events": ["operation.delivered"]}).to_string();
+    let created = call(event(
+        "POST",
+        hooks,
+        Some(&create("https://hooks.acme.example/a")),
+        app.clone(),
+        &[],
+    ))
+    .await;
+    assert_eq!(created.status(), 201, "{}", body_of(&created));
+    assert_eq!(created.headers()["cache-control"], "no-store");
+    let view = body_of(&created);
+    let id = view["id"].as_str().unwrap().to_owned();
+    let secret = view["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"));
+    use genace_stages::webhooks::SecretStore;
+    let stored = vault
+        .signing_secrets(&format!("genace/webhooks/wh-acme/{id}"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, std::slice::from_ref(&secret));
+    // Read back: never the secret.
+    let listed = call(event("GET", hooks, None, app.clone(), &[])).await;
+    let listed_body = body_of(&listed);
+    assert_eq!(listed_body["endpoints"][0]["id"], json!(id));
+    assert!(!listed_body.to_string().contains(&secret));
+    let one = format!("{hooks}/{id}");
+    let read = call(event("GET", &one, None, app.clone(), &[])).await;
+    assert_eq!(
+        (read.status().as_u16(), body_of(&read)["enabled"].clone()),
+        (200, json!(true))
+    );
+    assert!(body_of(&read).get("secret").is_none());
+
+    // Bad input names its field.
+    for (body, field) in [
+        (create("http://hooks.acme.example/a"), "url"),
+        (create("https://10.0.0.1/a"), "url"),
+        (create("https://hooks.acme.example:8443/a"), "url"),
+        (
+            json!({"url": "https://hooks.acme.example/a", "events": ["operation.exploded"]}).to_string(),
+            "events",
+        ),
+    ] {
+        let bad = call(event("POST", hooks, Some(&body), app.clone(), &[])).await;
+        assert_eq!(
+            (bad.status().as_u16(), body_of(&bad)["field"].clone()),
+            (400, json!(field)),
+            "{body}"
+        );
+    }
+    // The limit (2 here): the third is 409.
+    let second = call(event(
+        "POST",
+        hooks,
+        Some(&create("https://hooks.acme.example/b")),
+        app.clone(),
+        &[],
+    ))
+    .await;
+    assert_eq!(second.status(), 201);
+    let third = call(event(
+        "POST",
+        hooks,
+        Some(&create("https://hooks.acme.example/c")),
+        app.clone(),
+        &[],
+    ))
+    .await;
+    assert_eq!(
+        (third.status().as_u16(), body_of(&third)["limit"].clone()),
+        (409, json!(2))
+    );
+
+    // Rotate: a new secret, shown once, and stored.
+    let rotated = call(event("POST", &format!("{one}/rotate"), None, app.clone(), &[])).await;
+    let new_secret = body_of(&rotated)["secret"].as_str().unwrap().to_owned();
+    assert_ne!(new_secret, secret);
+    // Update: disabled, and enabled again.
+    let patch = |b: Value| event("PATCH", &one, Some(&b.to_string()), app.clone(), &[]);
+    let disabled = call(patch(json!({"enabled": false}))).await;
+    assert_eq!(body_of(&disabled)["enabled"], json!(false));
+    let enabled = call(patch(json!({"enabled": true, "description": "new"}))).await;
+    assert_eq!(
+        (
+            body_of(&enabled)["enabled"].clone(),
+            body_of(&enabled)["description"].clone()
+        ),
+        (json!(true), json!("new"))
+    );
+
+    // The log: empty, paged; a bad status or cursor is 400.
+    let log = call(event(
+        "GET",
+        &format!("{one}/attempts?status=failed"),
+        None,
+        app.clone(),
+        &[],
+    ))
+    .await;
+    assert_eq!(body_of(&log), json!({"attempts": [], "next_cursor": null}));
+    for bad in ["status=lost", "cursor=abc", "limit=0"] {
+        let refused = call(event("GET", &format!("{one}/attempts?{bad}"), None, app.clone(), &[])).await;
+        assert_eq!(refused.status(), 400, "{bad}");
+    }
+
+    // An operator names the tenant; another tenant sees nothing of it.
+    let by_operator = call(event("GET", &format!("{one}?tenant=wh-acme"), None, operator(), &[])).await;
+    assert_eq!(by_operator.status(), 200);
+    let no_tenant = call(event("GET", hooks, None, operator(), &[])).await;
+    assert_eq!(body_of(&no_tenant)["field"], json!("tenant"));
+    let other = json!({"sub": "dev-2", "tenant_id": "wh-globex", "scope": "operations.webhooks"});
+    assert_eq!(call(event("GET", &one, None, other.clone(), &[])).await.status(), 404);
+    assert_eq!(call(event("DELETE", &one, None, other, &[])).await.status(), 404);
+
+    // Delete: gone, with its secret.
+    let deleted = call(event("DELETE", &one, None, app.clone(), &[])).await;
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(call(event("GET", &one, None, app.clone(), &[])).await.status(), 404);
+    assert_eq!(
+        vault
+            .signing_secrets(&format!("genace/webhooks/wh-acme/{id}"))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(call(event("PUT", &one, None, app, &[])).await.status(), 405);
+}

@@ -56,9 +56,15 @@ impl SecretsManager {
                     None => Err(format!("secret {id} has no string value")),
                 }
             }
+            // Absent, or deleted (kept for its recovery window): nothing signs.
             Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_resource_not_found_exception()) =>
+                if e.as_service_error().is_some_and(|s| {
+                    s.is_resource_not_found_exception()
+                        || (s.is_invalid_request_exception()
+                            && s.meta()
+                                .message()
+                                .is_some_and(|m| m.contains("deleted") || m.contains("deletion")))
+                }) =>
             {
                 Ok(None)
             }

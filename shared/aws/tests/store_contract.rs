@@ -907,6 +907,143 @@ async fn listings_are_newest_first_filtered_and_paged<S: OperationStore>(store: 
     assert!(listed.is_empty());
 }
 
+async fn endpoint_sets_change_only_on_the_version_read<S: OperationStore>(store: S) {
+    use genace_core::webhook::{EndpointSet, WebhookEndpoint};
+    let tenant = TenantId::parse("tenant-endpoints").unwrap();
+    let empty = store.endpoints(&tenant).await.unwrap();
+    assert_eq!(empty, EndpointSet::default());
+    let endpoint = |id: &str| WebhookEndpoint {
+        id: id.into(),
+        url: format!("https://hooks.example/{id}"),
+        description: "d".into(),
+        events: vec!["operation.delivered".into()],
+        secret_id: format!("genace/webhooks/tenant-endpoints/{id}"),
+        created_at: Utc::now(),
+        updated_at: Utc::now(),
+        updated_by: "me".into(),
+        disabled_at: None,
+        disabled_reason: None,
+    };
+    let first = EndpointSet {
+        version: 1,
+        endpoints: vec![endpoint("ep_a")],
+    };
+    store.save_endpoints(&tenant, &first).await.unwrap();
+    assert_eq!(store.endpoints(&tenant).await.unwrap(), first);
+    // Written on version 0 again: refused, and nothing changed.
+    let stale = EndpointSet {
+        version: 1,
+        endpoints: vec![endpoint("ep_b")],
+    };
+    assert!(matches!(
+        store.save_endpoints(&tenant, &stale).await,
+        Err(StoreError::Conflict(_))
+    ));
+    // Two writers on the same version: one wins.
+    let second = |id: &str| EndpointSet {
+        version: 2,
+        endpoints: vec![endpoint("ep_a"), endpoint(id)],
+    };
+    let (c, d) = (second("ep_c"), second("ep_d"));
+    let (one, two) = tokio::join!(store.save_endpoints(&tenant, &c), store.save_endpoints(&tenant, &d));
+    assert_eq!(u8::from(one.is_ok()) + u8::from(two.is_ok()), 1, "{one:?} {two:?}");
+    let stored = store.endpoints(&tenant).await.unwrap();
+    assert_eq!(stored.version, 2);
+    assert_eq!(stored.endpoints.len(), 2);
+    assert_eq!(
+        store
+            .endpoints(&TenantId::parse("tenant-other").unwrap())
+            .await
+            .unwrap(),
+        EndpointSet::default()
+    );
+}
+
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
+async fn delivery_logs_page_newest_first_per_endpoint<S: OperationStore>(store: S) {
+    use genace_core::webhook::{AttemptStatus, DeliveryAttempt};
+    let tenant = TenantId::parse("tenant-log").unwrap();
+    let now = Utc::now();
+    let attempt = |endpoint: &str, n: i64, status: AttemptStatus| DeliveryAttempt {
+        tenant_id: "tenant-log".into(),
+        endpoint_id: endpoint.into(),
+        event_id: format!("op:1:{n}:operation.accepted"),
+        event_type: "operation.accepted".into(),
+        at: now + chrono::Duration::seconds(n),
+        attempt: 1,
+        status,
+        http_status: (status == AttemptStatus::Succeeded).then_some(200),
+        error: (status == AttemptStatus::Failed).then(|| "timeout".to_owned()),
+        latency_ms: 30,
+    };
+    let keep = now + chrono::Duration::days(30);
+    for n in 0..5 {
+        let status = if n % 2 == 0 {
+            AttemptStatus::Succeeded
+        } else {
+            AttemptStatus::Failed
+        };
+        store.record_attempt(&attempt("ep_a", n, status), keep).await.unwrap();
+    }
+    store
+        .record_attempt(&attempt("ep_b", 9, AttemptStatus::Failed), keep)
+        .await
+        .unwrap();
+    // Past its time: the TTL may not have removed it yet, but it is gone.
+    store
+        .record_attempt(
+            &attempt("ep_a", 10, AttemptStatus::Failed),
+            now - chrono::Duration::seconds(1),
+        )
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = store
+            .attempts(&tenant, "ep_a", None, 2, after.as_deref(), now)
+            .await
+            .unwrap();
+        seen.extend(page);
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    let ids: Vec<&str> = seen.iter().map(|a| a.event_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "op:1:4:operation.accepted",
+            "op:1:3:operation.accepted",
+            "op:1:2:operation.accepted",
+            "op:1:1:operation.accepted",
+            "op:1:0:operation.accepted"
+        ]
+    );
+    assert_eq!(seen[1], attempt("ep_a", 3, AttemptStatus::Failed));
+    let (failed, _) = store
+        .attempts(&tenant, "ep_a", Some(AttemptStatus::Failed), 10, None, now)
+        .await
+        .unwrap();
+    assert_eq!(failed.len(), 2);
+    assert!(failed.iter().all(|a| a.status == AttemptStatus::Failed));
+    let (b, next) = store.attempts(&tenant, "ep_b", None, 10, None, now).await.unwrap();
+    assert_eq!((b.len(), next), (1, None));
+    let other = TenantId::parse("tenant-other").unwrap();
+    assert!(
+        store
+            .attempts(&other, "ep_a", None, 10, None, now)
+            .await
+            .unwrap()
+            .0
+            .is_empty()
+    );
+}
+
 genace_aws::contract_tests!(
     memory_limited => genace_stages::memory::MemoryStore::default().with_account_limit(Some(2)),
     dynamodb_limited => |env| env.store().with_account_limit(Some(2));
@@ -937,4 +1074,6 @@ genace_aws::contract_tests!(
     a_tenants_own_limit_refuses_a_claim_past_it,
     batch_yields_to_interactive_for_a_bounded_time,
     listings_are_newest_first_filtered_and_paged,
+    endpoint_sets_change_only_on_the_version_read,
+    delivery_logs_page_newest_first_per_endpoint,
 );

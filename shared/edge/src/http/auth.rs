@@ -91,6 +91,24 @@ impl Principal {
         }
     }
 
+    /// Whether the token grants `scope` (the authorizer's `scope` claim,
+    /// space-separated, or `scp` as a list).
+    pub fn has_scope(req: &Request, scope: &str) -> bool {
+        claims(req).is_some_and(|c| {
+            ["scope", "scp"].iter().filter_map(|k| c.get(*k)).any(|values| {
+                values
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .split(|c: char| c.is_whitespace() || c == ',')
+                    .any(|v| v == scope)
+            })
+        })
+    }
+
+    /// The token's subject, for the audit of a change.
+    pub fn subject(req: &Request) -> Option<String> {
+        claims(req).and_then(|c| c.get("sub").cloned())
+    }
+
     /// The operator, or 403 for an application's token.
     pub fn operator(self, config: &Config) -> Result<Operator, Problem> {
         match self {

@@ -1,11 +1,13 @@
 //! The HTTP API of intake and of the operators.
 //!
 //! - [`router`]: routes, request bodies and responses; [`handle`] is the entry.
+//! - [`endpoints`]: the webhook endpoints' routes.
 //! - [`auth`]: [`Principal`], the one reader of the authorizer's claims.
 //! - [`views`]: the JSON of an operation and of a case.
 //! - [`problem`]: every error as an RFC 9457 problem document.
 
 pub mod auth;
+pub mod endpoints;
 pub mod problem;
 pub mod router;
 pub mod views;

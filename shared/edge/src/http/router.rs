@@ -69,6 +69,7 @@ enum Route {
     SpendLimit(String),
     MaxInFlight(String),
     Webhook(String),
+    Endpoints(super::endpoints::EndpointRoute),
 }
 
 /// The route of a request, and the operation id in its path. API Gateway
@@ -85,6 +86,9 @@ fn route(req: &Request) -> Option<Route> {
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
+    if let Some(endpoints) = super::endpoints::EndpointRoute::of(req, &segments) {
+        return Some(Route::Endpoints(endpoints));
+    }
     match segments.as_slice() {
         [.., "v1", "operations"] => Some(Route::Operations),
         [.., "v1", "operations", id] => Some(Route::Operation(named.unwrap_or_else(|| (*id).to_owned()))),
@@ -169,6 +173,7 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
             webhook(intake, req, &tenant).await
         }
         (Some(Route::Webhook(_)), _) => Err(method_not_allowed("GET, PUT, DELETE")),
+        (Some(Route::Endpoints(route)), _) => super::endpoints::handle(intake, req, route).await,
         (None, _) => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "no-route",

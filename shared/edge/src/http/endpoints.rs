@@ -1,0 +1,270 @@
+//! The routes of webhook endpoints (`/v1/webhooks/endpoints...`): an
+//! application manages its own tenant's with the `operations.webhooks`
+//! scope; an operator manages any tenant's in its scope, naming it with
+//! `?tenant=` (an operator limited to one tenant needs not).
+
+use base64::Engine;
+use genace_core::domain::{InvalidInput, TenantId};
+use genace_core::webhook::{AttemptStatus, DeliveryAttempt, ENDPOINTS_SCOPE, WebhookEndpoint};
+use genace_stages::clock::Clock;
+use genace_stages::intake::{Intake, IntakeError};
+use genace_stages::table::OperationStore;
+use genace_stages::webhook_endpoints::{EndpointChange, WithSecret};
+use lambda_http::http::{Method, StatusCode};
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde_json::{Value, json};
+
+use super::auth::Principal;
+use super::problem::Problem;
+
+/// Which endpoint resource a path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointRoute {
+    /// `/v1/webhooks/endpoints`
+    All,
+    /// `/v1/webhooks/endpoints/{endpoint_id}`
+    One(String),
+    /// `/v1/webhooks/endpoints/{endpoint_id}/rotate`
+    Rotate(String),
+    /// `/v1/webhooks/endpoints/{endpoint_id}/attempts`
+    Attempts(String),
+}
+
+impl EndpointRoute {
+    /// The route of `segments` (the path split at `/`), if it is one.
+    pub fn of(req: &Request, segments: &[&str]) -> Option<Self> {
+        let named = req
+            .path_parameters_ref()
+            .and_then(|p| p.first("endpoint_id"))
+            .map(str::to_owned);
+        let id = |raw: &str| named.clone().unwrap_or_else(|| raw.to_owned());
+        match segments {
+            [.., "v1", "webhooks", "endpoints"] => Some(Self::All),
+            [.., "v1", "webhooks", "endpoints", e] => Some(Self::One(id(e))),
+            [.., "v1", "webhooks", "endpoints", e, "rotate"] => Some(Self::Rotate(id(e))),
+            [.., "v1", "webhooks", "endpoints", e, "attempts"] => Some(Self::Attempts(id(e))),
+            _ => None,
+        }
+    }
+
+    fn allowed(&self) -> &'static str {
+        match self {
+            Self::All => "GET, POST",
+            Self::One(_) => "GET, PATCH, DELETE",
+            Self::Rotate(_) => "POST",
+            Self::Attempts(_) => "GET",
+        }
+    }
+}
+
+/// Largest body of an endpoint's create or update.
+const MAX_BODY: usize = 8 * 1024;
+
+/// The tenant whose endpoints the caller manages, and who it is.
+fn caller<S, Q, O, C>(intake: &Intake<S, Q, O, C>, req: &Request) -> Result<(TenantId, String), Problem> {
+    let asked = req
+        .query_string_parameters_ref()
+        .and_then(|q| q.first("tenant"))
+        .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
+        .transpose()?;
+    match Principal::read(req, &intake.config)? {
+        Principal::Tenant(own) => {
+            if !Principal::has_scope(req, ENDPOINTS_SCOPE) {
+                return Err(Problem::new(
+                    StatusCode::FORBIDDEN,
+                    "insufficient-scope",
+                    "The token may not manage webhook endpoints",
+                    format!("Webhook endpoints need the {ENDPOINTS_SCOPE:?} scope."),
+                )
+                .with("scope", ENDPOINTS_SCOPE));
+            }
+            if asked.as_ref().is_some_and(|t| *t != own) {
+                return Err(InvalidInput::new("tenant", "an application manages only its own endpoints").into());
+            }
+            let actor = Principal::subject(req).unwrap_or_else(|| own.as_str().to_owned());
+            Ok((own, actor))
+        }
+        Principal::Operator(op) => {
+            let tenant = asked.or_else(|| op.tenant.clone()).ok_or_else(|| {
+                Problem::from(InvalidInput::new(
+                    "tenant",
+                    "names the tenant whose endpoints these are",
+                ))
+            })?;
+            if !op.may_see(&tenant) {
+                return Err(IntakeError::NoSuchEndpoint.into());
+            }
+            Ok((tenant, op.actor.clone()))
+        }
+    }
+}
+
+/// An endpoint as the API shows it: never its secret.
+pub fn endpoint_view(e: &WebhookEndpoint) -> Value {
+    json!({
+        "id": e.id,
+        "url": e.url,
+        "description": e.description,
+        "events": e.events,
+        "enabled": e.disabled_at.is_none(),
+        "disabled_at": e.disabled_at,
+        "disabled_reason": e.disabled_reason,
+        "created_at": e.created_at,
+        "updated_at": e.updated_at,
+        "updated_by": e.updated_by,
+    })
+}
+
+/// The one answer that shows the secret.
+fn with_secret(created: &WithSecret) -> Value {
+    let mut view = endpoint_view(&created.endpoint);
+    view["secret"] = json!(created.secret);
+    view
+}
+
+fn attempt_view(a: &DeliveryAttempt) -> Value {
+    json!({
+        "event_id": a.event_id,
+        "event_type": a.event_type,
+        "at": a.at,
+        "attempt": a.attempt,
+        "status": a.status.as_str(),
+        "http_status": a.http_status,
+        "error": a.error,
+        "latency_ms": a.latency_ms,
+    })
+}
+
+fn answer(status: StatusCode, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        // The secret is in some of these answers: no cache may keep them.
+        .header("cache-control", "no-store")
+        .body(Body::Text(body.to_string()))
+        .expect("valid response")
+}
+
+fn body(req: &Request) -> Result<Value, Problem> {
+    if req.body().as_ref().len() > MAX_BODY {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "The request body is too large",
+            format!("A webhook endpoint may be at most {MAX_BODY} bytes."),
+        ));
+    }
+    serde_json::from_slice(req.body().as_ref())
+        .map_err(|e| InvalidInput::new("body", format!("is not JSON: {e}")).into())
+}
+
+/// A log cursor: the last entry's sort key, bound to its endpoint.
+fn cursor_for(endpoint: &str, key: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!({"e": endpoint, "k": key}).to_string())
+}
+
+fn cursor_key(endpoint: &str, cursor: &str) -> Result<String, Problem> {
+    let bad = || {
+        Problem::from(InvalidInput::new(
+            "cursor",
+            "is not a cursor this API returned for this endpoint",
+        ))
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    match (v["e"].as_str(), v["k"].as_str()) {
+        (Some(e), Some(k)) if e == endpoint => Ok(k.to_owned()),
+        _ => Err(bad()),
+    }
+}
+
+/// A log page's `status`, `limit` and `cursor`.
+#[allow(clippy::type_complexity, reason = "three query parameters, read together")]
+fn log_query(
+    q: &lambda_http::aws_lambda_events::query_map::QueryMap,
+    endpoint: &str,
+) -> Result<(Option<AttemptStatus>, usize, Option<String>), Problem> {
+    let status = q
+        .first("status")
+        .map(|s| {
+            AttemptStatus::ALL
+                .into_iter()
+                .find(|a| a.as_str() == s)
+                .ok_or_else(|| Problem::from(InvalidInput::new("status", "must be succeeded or failed")))
+        })
+        .transpose()?;
+    let limit = match q.first("limit") {
+        None => 25,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| Problem::from(InvalidInput::new("limit", "must be 1-100")))?,
+    };
+    let after = q.first("cursor").map(|c| cursor_key(endpoint, c)).transpose()?;
+    Ok((status, limit, after))
+}
+
+/// Answers one request on a webhook endpoint route.
+pub async fn handle<S: OperationStore, Q, O, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+    route: EndpointRoute,
+) -> Result<Response<Body>, Problem> {
+    let allow = route.allowed();
+    let (tenant, actor) = caller(intake, &req)?;
+    let endpoints = intake.endpoints(tenant, actor);
+    let policy = intake.config.webhook_url_policy();
+    let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
+    match (route, req.method().clone()) {
+        (EndpointRoute::All, Method::GET) => {
+            let all: Vec<Value> = endpoints.list().await?.iter().map(endpoint_view).collect();
+            Ok(answer(StatusCode::OK, &json!({"endpoints": all})))
+        }
+        (EndpointRoute::All, Method::POST) => {
+            let change = EndpointChange::parse(&body(&req)?, &policy, true)?;
+            Ok(answer(
+                StatusCode::CREATED,
+                &with_secret(&endpoints.create(change).await?),
+            ))
+        }
+        (EndpointRoute::One(id), Method::GET) => Ok(answer(StatusCode::OK, &endpoint_view(&endpoints.get(&id).await?))),
+        (EndpointRoute::One(id), Method::PATCH) => {
+            let change = EndpointChange::parse(&body(&req)?, &policy, false)?;
+            Ok(answer(
+                StatusCode::OK,
+                &endpoint_view(&endpoints.update(&id, change).await?),
+            ))
+        }
+        (EndpointRoute::One(id), Method::DELETE) => {
+            endpoints.delete(&id).await?;
+            Ok(Response::builder()
+                .status(StatusCode::NO_CONTENT)
+                .body(Body::Empty)
+                .expect("valid response"))
+        }
+        (EndpointRoute::Rotate(id), Method::POST) => {
+            Ok(answer(StatusCode::OK, &with_secret(&endpoints.rotate(&id).await?)))
+        }
+        (EndpointRoute::Attempts(id), Method::GET) => {
+            let (status, limit, after) = log_query(&q, &id)?;
+            let page = endpoints.attempts(&id, status, limit, after.as_deref()).await?;
+            let attempts: Vec<Value> = page.attempts.iter().map(attempt_view).collect();
+            let next = page.next.map(|k| cursor_for(&id, &k));
+            Ok(answer(
+                StatusCode::OK,
+                &json!({"attempts": attempts, "next_cursor": next}),
+            ))
+        }
+        _ => Err(Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            format!("Use {allow}."),
+        )
+        .with("allow", allow)
+        .with_header(lambda_http::http::header::ALLOW, allow)),
+    }
+}
