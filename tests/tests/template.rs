@@ -145,6 +145,18 @@ fn every_function_has_only_the_actions_it_uses() {
             ][..],
         ),
         (
+            "EndpointsFunction",
+            &[
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                // The delivery log index.
+                "dynamodb:Query",
+                "secretsmanager:CreateSecret",
+                "secretsmanager:PutSecretValue",
+                "secretsmanager:DeleteSecret",
+            ][..],
+        ),
+        (
             "RecoveryFunction",
             &["dynamodb:GetItem", "dynamodb:UpdateItem", "sqs:SendMessage"][..],
         ),
@@ -210,8 +222,15 @@ fn functions_are_rust_on_arm64() {
     for (name, f) in functions(&t) {
         assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
         let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap().to_owned();
-        // The operator routes and cancel run the intake binary under their own roles.
-        let expected = if ["OperatorFunction", "CancelFunction", "EraseFunction"].contains(&name.as_str()) {
+        // The operator routes, cancel, erase and endpoints run the intake binary under their own roles.
+        let expected = if [
+            "OperatorFunction",
+            "CancelFunction",
+            "EraseFunction",
+            "EndpointsFunction",
+        ]
+        .contains(&name.as_str())
+        {
             "intake".to_owned()
         } else {
             name.trim_end_matches("Function").to_ascii_lowercase()
@@ -387,6 +406,15 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
         if operator {
             assert_eq!(function, "OperatorFunction", "{method} {path}");
             assert_eq!(scopes, &["OperatorScope".to_owned()], "{method} {path}");
+        } else if path.starts_with("/v1/webhooks/endpoints") {
+            // Tenants manage their own endpoints with their scope; operators
+            // with theirs. The one function that may write secrets.
+            assert_eq!(function, "EndpointsFunction", "{method} {path}");
+            assert_eq!(
+                scopes,
+                &["operations.webhooks".to_owned(), "OperatorScope".to_owned()],
+                "{method} {path}"
+            );
         } else if path.ends_with("/outputs") {
             // Applications erase their own outputs: the one function that
             // may delete objects.
@@ -404,6 +432,13 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
     }
     // Only the operator function may change records outside the lifecycle.
     let fns = functions(&t);
+    // Only the endpoints function may write secrets.
+    for (name, f) in &fns {
+        let writes_secrets = actions(f)
+            .iter()
+            .any(|a| a.starts_with("secretsmanager:") && a != "secretsmanager:GetSecretValue");
+        assert_eq!(writes_secrets, name == "EndpointsFunction", "{name}");
+    }
     assert!(!actions(&fns["IntakeFunction"]).contains("dynamodb:UpdateItem"));
 }
 

@@ -65,6 +65,10 @@ impl Doc {
         assert!(op.is_object(), "{method} {path} is not documented");
         let response = self.resolve(&op["responses"][&status]);
         assert!(response.is_object(), "{method} {path} {status} is not documented");
+        if status == "204" {
+            assert!(resp.body().as_ref().is_empty(), "{method} {path} 204 with a body");
+            return (path.to_owned(), method.to_owned(), status);
+        }
         let ct = resp.headers()["content-type"].to_str().unwrap();
         let schema = self.resolve(&response["content"][ct]["schema"]);
         assert!(
@@ -973,11 +977,12 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let bad_operator = json!({"sub": "ops-2", "scope": "genace:operator", "tenant_id": "not a tenant"});
     seen.insert(doc.check(ops, "get", &call(event("GET", ops, None, bad_operator, &[])).await));
 
-    // Every promise was exercised, except an unavailable store (503).
+    // Every promise was exercised, except an unavailable store (503); the
+    // webhook endpoints' have their own test below.
     let untested: Vec<_> = doc
         .promised()
         .difference(&seen)
-        .filter(|(_, _, s)| s != "503")
+        .filter(|(p, _, s)| s != "503" && !p.starts_with("/v1/webhooks/"))
         .cloned()
         .collect();
     assert!(untested.is_empty(), "documented but never produced: {untested:?}");
@@ -988,7 +993,15 @@ async fn every_documented_response_matches_what_the_handler_sends() {
 #[test]
 fn the_webhook_event_filter_names_every_event_type_once() {
     let doc = Doc::load();
-    let events = &doc.root["components"]["schemas"]["WebhookRequest"]["properties"]["events"];
+    let schemas = &doc.root["components"]["schemas"];
+    // Both ways of subscribing name the one filter.
+    for request in ["WebhookRequest", "EndpointRequest", "EndpointUpdate"] {
+        assert_eq!(
+            schemas[request]["properties"]["events"]["$ref"], "#/components/schemas/EventFilter",
+            "{request}"
+        );
+    }
+    let events = &schemas["EventFilter"];
     let documented: Vec<&str> = events["items"]["enum"]
         .as_array()
         .unwrap()
@@ -1119,16 +1132,18 @@ async fn a_listing_pages_through_one_tenant_and_its_cursor_serves_no_other() {
 }
 
 /// The webhook endpoints' routes through the real handler, on moto's
-/// table and Secrets Manager: an application with the scope manages its
-/// own; without it, 403; an operator names the tenant; the limit is 409;
-/// a URL that can never be delivered and an unknown event type are 400
-/// with their field; the secret is shown once, and the log pages.
+/// table and Secrets Manager, every answer checked against the document
+/// and every documented one produced: an application with the scope
+/// manages its own; without it, 403; an operator names the tenant; the
+/// limit is 409; a URL that can never be delivered and an unknown event
+/// type are 400 with their field; the secret is shown once.
 #[tokio::test]
 #[allow(
     clippy::too_many_lines,
     reason = "a scenario reads top to bottom, one step after another"
 )]
 async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_once() {
+    use genace_stages::webhooks::SecretStore;
     let env = LocalAws::fresh().await;
     let mut config = env.config.clone();
     config.webhook_max_endpoints = 2;
@@ -1136,17 +1151,36 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         Intake::new(env.store(), env.queue(), env.objects(), config);
     let vault = genace_aws::SecretsManager::new(genace_aws::clients::secrets(&env.sdk), chrono::Duration::hours(24));
     intake.vault = std::sync::Arc::new(vault.clone());
+    let doc = Doc::load();
+    let mut seen = BTreeSet::new();
     let call = |req| Box::pin(api::handle(&intake, req));
     let body_of = |r: &Response<Body>| serde_json::from_slice::<Value>(r.body().as_ref()).unwrap();
-    let hooks = "/v1/webhooks/endpoints";
+    let (hooks, one_doc) = ("/v1/webhooks/endpoints", "/v1/webhooks/endpoints/{endpoint_id}");
+    let (rotate_doc, log_doc) = (
+        "/v1/webhooks/endpoints/{endpoint_id}/rotate",
+        "/v1/webhooks/endpoints/{endpoint_id}/attempts",
+    );
     let app = json!({"sub": "dev-1", "tenant_id": "wh-acme", "scope": "operations.read operations.webhooks"});
 
-    // Without the scope: refused.
+    // Without the scope: refused; without credentials: 401.
     let refused = call(event("GET", hooks, None, tenant("wh-acme"), &[])).await;
-    assert_eq!(
-        (refused.status().as_u16(), body_of(&refused)["scope"].clone()),
-        (403, json!("operations.webhooks"))
-    );
+    assert_eq!(body_of(&refused)["scope"], json!("operations.webhooks"));
+    seen.insert(doc.check(hooks, "get", &refused));
+    seen.insert(doc.check(
+        hooks,
+        "get",
+        &call(event("GET", hooks, None, json!({"sub": "x"}), &[])).await,
+    ));
+    seen.insert(doc.check(
+        hooks,
+        "post",
+        &call(event("POST", hooks, Some("{}"), tenant("wh-acme"), &[])).await,
+    ));
+    seen.insert(doc.check(
+        hooks,
+        "post",
+        &call(event("POST", hooks, Some("{}"), json!({"sub": "x"}), &[])).await,
+    ));
 
     let create =
         |url: &str| json!({"url": url, "description": "billing", "events": ["operation.delivered"]}).to_string();
@@ -1158,31 +1192,24 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         &[],
     ))
     .await;
-    assert_eq!(created.status(), 201, "{}", body_of(&created));
     assert_eq!(created.headers()["cache-control"], "no-store");
+    seen.insert(doc.check(hooks, "post", &created));
     let view = body_of(&created);
     let id = view["id"].as_str().unwrap().to_owned();
     let secret = view["secret"].as_str().unwrap().to_owned();
-    assert!(secret.starts_with("whsec_"));
-    use genace_stages::webhooks::SecretStore;
-    let stored = vault
-        .signing_secrets(&format!("genace/webhooks/wh-acme/{id}"))
-        .await
-        .unwrap()
-        .unwrap();
+    let secret_name = format!("genace/webhooks/wh-acme/{id}");
+    let stored = vault.signing_secrets(&secret_name).await.unwrap().unwrap();
     assert_eq!(stored, std::slice::from_ref(&secret));
     // Read back: never the secret.
     let listed = call(event("GET", hooks, None, app.clone(), &[])).await;
-    let listed_body = body_of(&listed);
-    assert_eq!(listed_body["endpoints"][0]["id"], json!(id));
-    assert!(!listed_body.to_string().contains(&secret));
+    assert_eq!(body_of(&listed)["endpoints"][0]["id"], json!(id));
+    assert!(!body_of(&listed).to_string().contains(&secret));
+    seen.insert(doc.check(hooks, "get", &listed));
     let one = format!("{hooks}/{id}");
     let read = call(event("GET", &one, None, app.clone(), &[])).await;
-    assert_eq!(
-        (read.status().as_u16(), body_of(&read)["enabled"].clone()),
-        (200, json!(true))
-    );
+    assert_eq!(body_of(&read)["enabled"], json!(true));
     assert!(body_of(&read).get("secret").is_none());
+    seen.insert(doc.check(one_doc, "get", &read));
 
     // Bad input names its field.
     for (body, field) in [
@@ -1195,12 +1222,15 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         ),
     ] {
         let bad = call(event("POST", hooks, Some(&body), app.clone(), &[])).await;
-        assert_eq!(
-            (bad.status().as_u16(), body_of(&bad)["field"].clone()),
-            (400, json!(field)),
-            "{body}"
-        );
+        assert_eq!(body_of(&bad)["field"], json!(field), "{body}");
+        seen.insert(doc.check(hooks, "post", &bad));
     }
+    let huge = create(&format!("https://hooks.acme.example/{}", "x".repeat(9000)));
+    seen.insert(doc.check(
+        hooks,
+        "post",
+        &call(event("POST", hooks, Some(&huge), app.clone(), &[])).await,
+    ));
     // The limit (2 here): the third is 409.
     let second = call(event(
         "POST",
@@ -1219,20 +1249,26 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         &[],
     ))
     .await;
-    assert_eq!(
-        (third.status().as_u16(), body_of(&third)["limit"].clone()),
-        (409, json!(2))
-    );
+    assert_eq!(body_of(&third)["limit"], json!(2));
+    seen.insert(doc.check(hooks, "post", &third));
 
     // Rotate: a new secret, shown once, and stored.
     let rotated = call(event("POST", &format!("{one}/rotate"), None, app.clone(), &[])).await;
     let new_secret = body_of(&rotated)["secret"].as_str().unwrap().to_owned();
     assert_ne!(new_secret, secret);
-    // Update: disabled, and enabled again.
-    let patch = |b: Value| event("PATCH", &one, Some(&b.to_string()), app.clone(), &[]);
-    let disabled = call(patch(json!({"enabled": false}))).await;
+    seen.insert(doc.check(rotate_doc, "post", &rotated));
+    let missing = format!("{hooks}/ep_00000000000000000000000000000000");
+    seen.insert(doc.check(
+        rotate_doc,
+        "post",
+        &call(event("POST", &format!("{missing}/rotate"), None, app.clone(), &[])).await,
+    ));
+    // Update: disabled, and enabled again; bad input and a missing one refused.
+    let patch = |path: &str, b: Value| event("PATCH", path, Some(&b.to_string()), app.clone(), &[]);
+    let disabled = call(patch(&one, json!({"enabled": false}))).await;
     assert_eq!(body_of(&disabled)["enabled"], json!(false));
-    let enabled = call(patch(json!({"enabled": true, "description": "new"}))).await;
+    seen.insert(doc.check(one_doc, "patch", &disabled));
+    let enabled = call(patch(&one, json!({"enabled": true, "description": "new"}))).await;
     assert_eq!(
         (
             body_of(&enabled)["enabled"].clone(),
@@ -1240,6 +1276,8 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         ),
         (json!(true), json!("new"))
     );
+    seen.insert(doc.check(one_doc, "patch", &call(patch(&one, json!({}))).await));
+    seen.insert(doc.check(one_doc, "patch", &call(patch(&missing, json!({"enabled": true}))).await));
 
     // The log: empty, paged; a bad status or cursor is 400.
     let log = call(event(
@@ -1251,30 +1289,44 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     ))
     .await;
     assert_eq!(body_of(&log), json!({"attempts": [], "next_cursor": null}));
+    seen.insert(doc.check(log_doc, "get", &log));
     for bad in ["status=lost", "cursor=abc", "limit=0"] {
         let refused = call(event("GET", &format!("{one}/attempts?{bad}"), None, app.clone(), &[])).await;
         assert_eq!(refused.status(), 400, "{bad}");
+        seen.insert(doc.check(log_doc, "get", &refused));
     }
+    seen.insert(doc.check(
+        log_doc,
+        "get",
+        &call(event("GET", &format!("{missing}/attempts"), None, app.clone(), &[])).await,
+    ));
 
     // An operator names the tenant; another tenant sees nothing of it.
     let by_operator = call(event("GET", &format!("{one}?tenant=wh-acme"), None, operator(), &[])).await;
     assert_eq!(by_operator.status(), 200);
     let no_tenant = call(event("GET", hooks, None, operator(), &[])).await;
     assert_eq!(body_of(&no_tenant)["field"], json!("tenant"));
+    seen.insert(doc.check(hooks, "get", &no_tenant));
     let other = json!({"sub": "dev-2", "tenant_id": "wh-globex", "scope": "operations.webhooks"});
-    assert_eq!(call(event("GET", &one, None, other.clone(), &[])).await.status(), 404);
-    assert_eq!(call(event("DELETE", &one, None, other, &[])).await.status(), 404);
+    seen.insert(doc.check(
+        one_doc,
+        "get",
+        &call(event("GET", &one, None, other.clone(), &[])).await,
+    ));
+    seen.insert(doc.check(one_doc, "delete", &call(event("DELETE", &one, None, other, &[])).await));
 
     // Delete: gone, with its secret.
     let deleted = call(event("DELETE", &one, None, app.clone(), &[])).await;
-    assert_eq!(deleted.status(), 204);
+    seen.insert(doc.check(one_doc, "delete", &deleted));
     assert_eq!(call(event("GET", &one, None, app.clone(), &[])).await.status(), 404);
-    assert_eq!(
-        vault
-            .signing_secrets(&format!("genace/webhooks/wh-acme/{id}"))
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(vault.signing_secrets(&secret_name).await.unwrap(), None);
     assert_eq!(call(event("PUT", &one, None, app, &[])).await.status(), 405);
+
+    let untested: Vec<_> = doc
+        .promised()
+        .difference(&seen)
+        .filter(|(p, _, s)| s != "503" && p.starts_with("/v1/webhooks/"))
+        .cloned()
+        .collect();
+    assert!(untested.is_empty(), "documented but never produced: {untested:?}");
 }
