@@ -21,7 +21,10 @@ pub fn secret() -> Vec<u8> {
 pub fn issue(claim: &str, tenant: &str, ttl_seconds: i64) -> Result<String, String> {
     let mut claims = Map::new();
     claims.insert("sub".into(), json!(format!("dev-user@{tenant}")));
-    claims.insert("scope".into(), json!("operations.read operations.write"));
+    claims.insert(
+        "scope".into(),
+        json!("operations.read operations.write operations.webhooks"),
+    );
     claims.insert(claim.into(), json!(tenant));
     issue_claims(claims, ttl_seconds)
 }

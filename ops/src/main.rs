@@ -16,6 +16,7 @@
 //! genace-ops webhook show <tenant> [--json]
 //! genace-ops webhook set <tenant> --hook-url <URL> --secret-id genace/webhooks/<tenant>/<name> [--events a,b] [--json]
 //! genace-ops webhook remove <tenant> [--json]
+//! genace-ops endpoint list|create|update|delete|rotate|attempts --tenant <tenant> ... [--json]
 //! genace-ops capacity [--json]
 //! genace-ops capacity limit <tenant> <jobs|none> [--json]
 //! genace-ops capacity account <jobs|none> [--json]
@@ -91,6 +92,14 @@ enum Command {
     /// A tenant's webhook.
     #[command(subcommand)]
     Webhook(Webhook),
+    /// A tenant's webhook endpoints (the ones the tenant manages).
+    Endpoint {
+        /// The tenant whose endpoints these are.
+        #[arg(long)]
+        tenant: String,
+        #[command(subcommand)]
+        action: EndpointAction,
+    },
     /// The Genace account's capacity: the limit, jobs in flight, operations waiting.
     Capacity {
         #[command(subcommand)]
@@ -278,6 +287,51 @@ enum Webhook {
     },
     /// Remove the tenant's webhook.
     Remove { tenant: String },
+}
+
+#[derive(Subcommand)]
+enum EndpointAction {
+    /// Every endpoint of the tenant.
+    List,
+    /// A new endpoint; its secret is printed once.
+    Create {
+        /// Where events are posted (https, a public host).
+        #[arg(long, value_name = "URL")]
+        hook_url: String,
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Only these event types (all when left out).
+        #[arg(long, value_delimiter = ',', value_name = "a,b")]
+        events: Vec<String>,
+    },
+    /// Change an endpoint; only what is given changes.
+    Update {
+        endpoint_id: String,
+        #[arg(long, value_name = "URL")]
+        hook_url: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+        #[arg(long, value_delimiter = ',', value_name = "a,b")]
+        events: Option<Vec<String>>,
+        /// Stop sending to it until enabled again.
+        #[arg(long, conflicts_with = "enable")]
+        disable: bool,
+        #[arg(long)]
+        enable: bool,
+    },
+    /// Delete an endpoint and its secret.
+    Delete { endpoint_id: String },
+    /// A new secret for an endpoint, printed once.
+    Rotate { endpoint_id: String },
+    /// The endpoint's delivery log, newest first.
+    Attempts {
+        endpoint_id: String,
+        /// succeeded or failed.
+        #[arg(long)]
+        status: Option<String>,
+        #[command(flatten)]
+        page: Page,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -642,6 +696,146 @@ async fn webhook(api: &Api, json: bool, command: Webhook) -> Result<(), Failure>
     Ok(())
 }
 
+fn print_endpoint(e: &Value) {
+    let events = match e["events"].as_array() {
+        Some(ev) if !ev.is_empty() => ev.iter().map(s).collect::<Vec<_>>().join(", "),
+        _ => "all".into(),
+    };
+    let state = if e["enabled"] == true { "enabled" } else { "disabled" };
+    println!(
+        "{} {} ({state}; events: {events}) {}",
+        s(&e["id"]),
+        s(&e["url"]),
+        s(&e["description"])
+    );
+    if let Some(secret) = e["secret"].as_str() {
+        println!("secret (shown once, keep it): {secret}");
+    }
+}
+
+/// Event types as given on the command line, blanks dropped.
+fn events_of(events: &[String]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e.trim().to_owned())
+        .filter(|e| !e.is_empty())
+        .collect()
+}
+
+/// A PATCH body naming only what is given.
+fn update_body(
+    url: Option<String>,
+    description: Option<String>,
+    events: Option<Vec<String>>,
+    disable: bool,
+    enable: bool,
+) -> Value {
+    let mut body = serde_json::Map::new();
+    if let Some(u) = url {
+        body.insert("url".into(), json!(u));
+    }
+    if let Some(d) = description {
+        body.insert("description".into(), json!(d));
+    }
+    if let Some(e) = events {
+        body.insert("events".into(), json!(e));
+    }
+    if disable || enable {
+        body.insert("enabled".into(), json!(enable));
+    }
+    Value::Object(body)
+}
+
+fn print_endpoints(all: &Value) {
+    all["endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .for_each(print_endpoint);
+}
+
+fn print_attempts(log: &Value) {
+    for a in log["attempts"].as_array().into_iter().flatten() {
+        println!(
+            "{} #{} {} {} {} {}ms {}",
+            s(&a["at"]),
+            s(&a["attempt"]),
+            s(&a["status"]),
+            s(&a["http_status"]),
+            s(&a["error"]),
+            s(&a["latency_ms"]),
+            s(&a["event_id"])
+        );
+    }
+    if let Some(next) = log["next_cursor"].as_str() {
+        println!("more: --cursor {next}");
+    }
+}
+
+async fn endpoint(api: &Api, json: bool, tenant: &str, action: EndpointAction) -> Result<(), Failure> {
+    let base = "/v1/webhooks/endpoints";
+    let t = query(&[("tenant", Some(tenant))]);
+    let one = |id: &str| format!("{base}/{}", enc(id));
+    let answer = match action {
+        EndpointAction::List => {
+            let all = api.get(&format!("{base}{t}")).await?;
+            emit(json, &all, print_endpoints);
+            return Ok(());
+        }
+        EndpointAction::Create {
+            hook_url,
+            description,
+            events,
+        } => {
+            let body = json!({"url": hook_url, "description": description, "events": events_of(&events)});
+            api.call(reqwest::Method::POST, &format!("{base}{t}"), Some(body))
+                .await?
+        }
+        EndpointAction::Update {
+            endpoint_id,
+            hook_url,
+            description,
+            events,
+            disable,
+            enable,
+        } => {
+            let body = update_body(hook_url, description, events.as_deref().map(events_of), disable, enable);
+            let path = format!("{}{t}", one(&endpoint_id));
+            api.call(reqwest::Method::PATCH, &path, Some(body)).await?
+        }
+        EndpointAction::Delete { endpoint_id } => {
+            api.call(reqwest::Method::DELETE, &format!("{}{t}", one(&endpoint_id)), None)
+                .await?;
+            emit(json, &json!({"deleted": endpoint_id}), |v| {
+                println!("deleted {}", s(&v["deleted"]))
+            });
+            return Ok(());
+        }
+        EndpointAction::Rotate { endpoint_id } => {
+            let path = format!("{}/rotate{t}", one(&endpoint_id));
+            api.call(reqwest::Method::POST, &path, None).await?
+        }
+        EndpointAction::Attempts {
+            endpoint_id,
+            status,
+            page,
+        } => {
+            let limit = page.limit.map(|l| l.to_string());
+            let q = query(&[
+                ("tenant", Some(tenant)),
+                ("status", status.as_deref()),
+                ("limit", limit.as_deref()),
+                ("cursor", page.cursor.as_deref()),
+            ]);
+            let log = api.get(&format!("{}/attempts{q}", one(&endpoint_id))).await?;
+            emit(json, &log, print_attempts);
+            return Ok(());
+        }
+    };
+    emit(json, &answer, print_endpoint);
+    Ok(())
+}
+
 async fn credits(api: &Api, json: bool, command: Credits) -> Result<(), Failure> {
     match command {
         Credits::List { page } => {
@@ -720,6 +914,7 @@ async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
         Command::Resolve { operation_id, action } => resolve(api, json, &operation_id, action).await?,
         Command::Credits(c) => credits(api, json, c).await?,
         Command::Webhook(w) => webhook(api, json, w).await?,
+        Command::Endpoint { tenant, action } => endpoint(api, json, &tenant, action).await?,
         Command::Capacity { action: None } => {
             let report = api.get("/v1/capacity").await?;
             emit(json, &report, print_capacity);

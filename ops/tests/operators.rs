@@ -685,6 +685,67 @@ async fn operators_set_show_and_remove_a_tenants_webhook() {
     stack.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operators_manage_a_tenants_webhook_endpoints_and_see_the_secret_once() {
+    let stack = Stack::start().await;
+    let ops = operator(None);
+    let run = |args: &[&str]| {
+        let mut all = vec!["endpoint", "--tenant", "tenant-a"];
+        all.extend_from_slice(args);
+        stack.cli(&ops, &all)
+    };
+    let created = run(&[
+        "create",
+        "--hook-url",
+        "https://hooks.tenant-a.example/genace",
+        "--description",
+        "billing",
+        "--events",
+        "operation.delivered",
+        "--json",
+    ]);
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let endpoint: Value = serde_json::from_slice(&created.stdout).unwrap();
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    let secret = endpoint["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"), "{endpoint}");
+    let listed = stdout(&run(&["list"]));
+    assert!(
+        listed.contains(&id) && listed.contains("enabled") && !listed.contains(&secret),
+        "{listed}"
+    );
+    let disabled: Value = serde_json::from_slice(&run(&["update", &id, "--disable", "--json"]).stdout).unwrap();
+    assert_eq!(disabled["enabled"], false);
+    let rotated = stdout(&run(&["rotate", &id]));
+    assert!(
+        rotated.contains("secret (shown once") && !rotated.contains(&secret),
+        "{rotated}"
+    );
+    let log: Value = serde_json::from_slice(&run(&["attempts", &id, "--status", "failed", "--json"]).stdout).unwrap();
+    assert_eq!(log, json!({"attempts": [], "next_cursor": null}));
+    // An event type that does not exist is refused by the API (400).
+    let refused = run(&[
+        "create",
+        "--hook-url",
+        "https://hooks.tenant-a.example/x",
+        "--events",
+        "operation.exploded",
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("400"), "{refused:?}");
+    // An operator limited to another tenant sees none of them.
+    let hidden = stack.cli(
+        &operator(Some("tenant-b")),
+        &["endpoint", "--tenant", "tenant-a", "list"],
+    );
+    assert_eq!(hidden.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&hidden.stderr).contains("404"), "{hidden:?}");
+    let deleted = run(&["delete", &id]);
+    assert!(stdout(&deleted).contains("deleted"), "{deleted:?}");
+    assert!(!stdout(&run(&["list"])).contains(&id));
+    stack.stop().await;
+}
+
 /// Genace answers every POST with a 500: the outcome is unknown, and each
 /// operation becomes uncertain.
 async fn every_post_fails(genace: &MockServer) {
@@ -716,6 +777,7 @@ fn help_on_every_command_and_usage_errors_exit_two() {
         &["op", "show", "--help"],
         &["credits", "limit", "--help"],
         &["webhook", "set", "--help"],
+        &["endpoint", "--tenant", "t", "create", "--help"],
         &["capacity", "--help"],
         &["capacity", "limit", "--help"],
         &["capacity", "account", "--help"],

@@ -1211,6 +1211,29 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     assert!(body_of(&read).get("secret").is_none());
     seen.insert(doc.check(one_doc, "get", &read));
 
+    // On every route of one endpoint: no credentials (401), no scope
+    // (403), an operator naming no tenant (400).
+    for (route, method, path) in [
+        (one_doc, "get", one.clone()),
+        (one_doc, "patch", one.clone()),
+        (one_doc, "delete", one.clone()),
+        (rotate_doc, "post", format!("{one}/rotate")),
+        (log_doc, "get", format!("{one}/attempts")),
+    ] {
+        let body = (method == "patch").then_some(r#"{"enabled": true}"#);
+        for claims in [json!({"sub": "x"}), tenant("wh-acme"), operator()] {
+            let answer = call(event(&method.to_ascii_uppercase(), &path, body, claims.clone(), &[])).await;
+            assert!(
+                [400, 401, 403].contains(&answer.status().as_u16()),
+                "{method} {path} {claims}"
+            );
+            seen.insert(doc.check(route, method, &answer));
+        }
+    }
+    let too_big = json!({"description": "x".repeat(9000)}).to_string();
+    let patched = call(event("PATCH", &one, Some(&too_big), app.clone(), &[])).await;
+    seen.insert(doc.check(one_doc, "patch", &patched));
+
     // Bad input names its field.
     for (body, field) in [
         (create("http://hooks.acme.example/a"), "url"),

@@ -78,9 +78,51 @@ pub fn parse_url(body: &Value, policy: &UrlPolicy) -> Result<Option<String>, Inv
     if authority.is_empty() || authority.contains('@') || url.len() > 2048 || url.chars().any(char::is_whitespace) {
         return Err(InvalidInput::new("url", "must name a host, without user information"));
     }
+    let path = &rest[authority.len()..];
+    if !(path.is_empty() || path.starts_with('/')) || !path.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(InvalidInput::new(
+            "url",
+            "must end in a path of visible ASCII characters, if anything, after the host",
+        ));
+    }
+    let host = authority.rsplit_once(':').map_or(authority, |(host, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) {
+            host
+        } else {
+            authority
+        }
+    });
+    // Where private addresses are allowed (a local stack), so are
+    // addresses and single-label names such as `localhost`.
+    if !is_dns_name(host) && !policy.allow_private {
+        return Err(InvalidInput::new(
+            "url",
+            "must name its host by a lower-case DNS name (letters, digits, hyphens), not by an address",
+        ));
+    }
     crate::urlguard::check_url_text(url, policy)
         .map_err(|why| InvalidInput::new("url", format!("can never be delivered to: {why}")))?;
     Ok(Some(url.to_owned()))
+}
+
+/// A DNS name as receivers are named: dot-separated labels of lower-case
+/// letters, digits and inner hyphens (1 to 63 characters), at least two of
+/// them, the last starting with a letter (so no address literal passes).
+fn is_dns_name(host: &str) -> bool {
+    let labels: Vec<&str> = host.split('.').collect();
+    let label_ok = |l: &&str| {
+        (1..=63).contains(&l.len())
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    host.len() <= 253
+        && labels.len() >= 2
+        && labels.iter().all(label_ok)
+        && labels
+            .last()
+            .is_some_and(|l| l.starts_with(|c: char| c.is_ascii_lowercase()))
 }
 
 /// The `events` member, when present: lifecycle event types, each once.
@@ -167,6 +209,13 @@ mod tests {
             "https://169.254.169.254/latest",
             "https://[::1]/genace",
             "http://hooks.acme.example/genace",
+            "https://9w30.60.m.i4.9j.v*",
+            "https://8.8.8.8/genace",
+            "https://Hooks.Acme.example/genace",
+            "https://hooks.acme.example?x=1",
+            "https://-bad.example/genace",
+            "https://localhost/genace",
+            "https://hooks.acme.example/caf\u{e9}",
         ] {
             let err = WebhookRequest::parse(&body(refused), &policy, &a).unwrap_err();
             assert_eq!(err.field, "url", "{refused}");

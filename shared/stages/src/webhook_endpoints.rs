@@ -54,6 +54,13 @@ impl EndpointChange {
         {
             return Err(InvalidInput::new(unknown, "is not a member of a webhook endpoint"));
         }
+        // A member is given with a value or left out; null says neither.
+        if let Some((name, _)) = members.iter().find(|(_, v)| v.is_null()) {
+            return Err(InvalidInput::new(
+                name,
+                "must not be null; leave it out to keep it as it is",
+            ));
+        }
         let description = match body.get("description") {
             None | Some(Value::Null) => None,
             Some(Value::String(d)) if d.chars().count() <= MAX_DESCRIPTION => Some(d.trim().to_owned()),

@@ -197,6 +197,10 @@ fn a_request_that_can_never_be_delivered_or_names_no_type_is_refused_with_its_fi
         "enabled"
     );
     assert_eq!(field(json!({}), false), "body");
+    assert_eq!(
+        field(json!({"url": "https://hooks.acme.example/a", "enabled": null}), true),
+        "enabled"
+    );
     assert_eq!(field(json!({"description": "x".repeat(513)}), false), "description");
     assert!(EndpointChange::parse(&json!({"description": "ok"}), &policy, false).is_ok());
 }

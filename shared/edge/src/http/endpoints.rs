@@ -180,6 +180,18 @@ fn cursor_key(endpoint: &str, cursor: &str) -> Result<String, Problem> {
     }
 }
 
+/// 405, naming the route's methods (RFC 9110 §15.5.6).
+fn method_not_allowed(allow: &'static str) -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        format!("Use {allow}."),
+    )
+    .with("allow", allow)
+    .with_header(lambda_http::http::header::ALLOW, allow)
+}
+
 /// A log page's `status`, `limit` and `cursor`.
 #[allow(clippy::type_complexity, reason = "three query parameters, read together")]
 fn log_query(
@@ -214,6 +226,10 @@ pub async fn handle<S: OperationStore, Q, O, C: Clock>(
     route: EndpointRoute,
 ) -> Result<Response<Body>, Problem> {
     let allow = route.allowed();
+    // Before the caller: a method the route lacks is 405 for anyone.
+    if !allow.split(", ").any(|m| m == req.method().as_str()) {
+        return Err(method_not_allowed(allow));
+    }
     let (tenant, actor) = caller(intake, &req)?;
     let endpoints = intake.endpoints(tenant, actor);
     let policy = intake.config.webhook_url_policy();
@@ -258,13 +274,6 @@ pub async fn handle<S: OperationStore, Q, O, C: Clock>(
                 &json!({"attempts": attempts, "next_cursor": next}),
             ))
         }
-        _ => Err(Problem::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method-not-allowed",
-            "Method not allowed",
-            format!("Use {allow}."),
-        )
-        .with("allow", allow)
-        .with_header(lambda_http::http::header::ALLOW, allow)),
+        _ => Err(method_not_allowed(allow)),
     }
 }
