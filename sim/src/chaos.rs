@@ -233,6 +233,25 @@ impl<T: WebhookEndpoints> WebhookEndpoints for Chaotic<T> {
         port(&self.chaos, self.inner.record_attempt(attempt, keep_until)).await
     }
 
+    async fn keep_event(
+        &self,
+        tenant: &TenantId,
+        event_id: &str,
+        detail: &str,
+        until: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        port(&self.chaos, self.inner.keep_event(tenant, event_id, detail, until)).await
+    }
+
+    async fn kept_event(
+        &self,
+        tenant: &TenantId,
+        event_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        port(&self.chaos, self.inner.kept_event(tenant, event_id, now)).await
+    }
+
     async fn attempts(
         &self,
         tenant: &TenantId,
@@ -253,6 +272,10 @@ impl<T: WebhookEndpoints> WebhookEndpoints for Chaotic<T> {
 impl<T: WorkQueue> WorkQueue for Chaotic<T> {
     async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
         port(&self.chaos, self.inner.enqueue(queue, id, delay_seconds)).await
+    }
+
+    async fn send_webhook_copy(&self, body: String) -> Result<(), String> {
+        self.inner.send_webhook_copy(body).await
     }
 }
 

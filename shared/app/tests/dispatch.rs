@@ -540,6 +540,25 @@ impl WebhookEndpoints for EchoingStore {
         self.0.record_attempt(attempt, until).await
     }
 
+    async fn keep_event(
+        &self,
+        t: &TenantId,
+        id: &str,
+        detail: &str,
+        until: chrono::DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.0.keep_event(t, id, detail, until).await
+    }
+
+    async fn kept_event(
+        &self,
+        t: &TenantId,
+        id: &str,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        self.0.kept_event(t, id, now).await
+    }
+
     async fn attempts(
         &self,
         tenant: &TenantId,

@@ -1160,6 +1160,10 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         "/v1/webhooks/endpoints/{endpoint_id}/rotate",
         "/v1/webhooks/endpoints/{endpoint_id}/attempts",
     );
+    let (replay_doc, recover_doc) = (
+        "/v1/webhooks/endpoints/{endpoint_id}/replay",
+        "/v1/webhooks/endpoints/{endpoint_id}/recover",
+    );
     let app = json!({"sub": "dev-1", "tenant_id": "wh-acme", "scope": "operations.read operations.webhooks"});
 
     // Without the scope: refused; without credentials: 401.
@@ -1219,8 +1223,14 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         (one_doc, "delete", one.clone()),
         (rotate_doc, "post", format!("{one}/rotate")),
         (log_doc, "get", format!("{one}/attempts")),
+        (replay_doc, "post", format!("{one}/replay")),
+        (recover_doc, "post", format!("{one}/recover?since=2026-01-01T00:00:00Z")),
     ] {
-        let body = (method == "patch").then_some(r#"{"enabled": true}"#);
+        let body = match method {
+            "patch" => Some(r#"{"enabled": true}"#),
+            "post" => Some(r#"{"event_id": "e"}"#),
+            _ => None,
+        };
         for claims in [json!({"sub": "x"}), tenant("wh-acme"), operator()] {
             let answer = call(event(&method.to_ascii_uppercase(), &path, body, claims.clone(), &[])).await;
             assert!(
@@ -1323,6 +1333,74 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         "get",
         &call(event("GET", &format!("{missing}/attempts"), None, app.clone(), &[])).await,
     ));
+
+    // Replay and recovery: a kept event with a failed attempt is queued
+    // again with its id; an unknown event is 404; without input, 400.
+    let store = env.store();
+    let acme = genace_core::domain::TenantId::parse("wh-acme").unwrap();
+    let event_id = "op_1:1:2:operation.accepted";
+    let detail = json!({"id": event_id, "type": "operation.accepted", "tenant_id": "wh-acme"});
+    let keep = Utc::now() + chrono::Duration::days(1);
+    store
+        .keep_event(&acme, event_id, &detail.to_string(), keep)
+        .await
+        .unwrap();
+    let failed = genace_core::webhook::DeliveryAttempt {
+        tenant_id: "wh-acme".into(),
+        endpoint_id: id.clone(),
+        event_id: event_id.into(),
+        event_type: "operation.accepted".into(),
+        at: Utc::now() - chrono::Duration::minutes(5),
+        attempt: 1,
+        status: genace_core::webhook::AttemptStatus::Failed,
+        http_status: None,
+        error: Some("timeout".into()),
+        latency_ms: 10_000,
+    };
+    store.record_attempt(&failed, keep).await.unwrap();
+    let replay = |path: &str, body: &str| event("POST", path, Some(body), app.clone(), &[]);
+    let replayed = call(replay(
+        &format!("{one}/replay"),
+        &json!({"event_id": event_id}).to_string(),
+    ))
+    .await;
+    assert_eq!(body_of(&replayed)["queued"], json!(1));
+    seen.insert(doc.check(replay_doc, "post", &replayed));
+    let unknown = call(replay(
+        &format!("{one}/replay"),
+        r#"{"event_id": "op_9:1:1:operation.held"}"#,
+    ))
+    .await;
+    assert_eq!(body_of(&unknown)["title"], json!("No such event"));
+    seen.insert(doc.check(replay_doc, "post", &unknown));
+    seen.insert(doc.check(replay_doc, "post", &call(replay(&format!("{one}/replay"), "{}")).await));
+    let since = (Utc::now() - chrono::Duration::hours(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let recovered = call(replay(&format!("{one}/recover?since={since}"), "")).await;
+    assert_eq!(
+        (
+            body_of(&recovered)["queued"].clone(),
+            body_of(&recovered)["missing"].clone()
+        ),
+        (json!(1), json!(0))
+    );
+    seen.insert(doc.check(recover_doc, "post", &recovered));
+    seen.insert(doc.check(recover_doc, "post", &call(replay(&format!("{one}/recover"), "")).await));
+    seen.insert(doc.check(
+        recover_doc,
+        "post",
+        &call(replay(&format!("{missing}/recover?since={since}"), "")).await,
+    ));
+    seen.insert(doc.check(
+        replay_doc,
+        "post",
+        &call(replay(&format!("{missing}/replay"), r#"{"event_id": "x"}"#)).await,
+    ));
+    let copies = env.drain(&env.config.queues.webhooks).await;
+    let copies: Vec<Value> = copies.iter().map(|c| serde_json::from_str(c).unwrap()).collect();
+    assert_eq!(
+        copies,
+        [json!({"to": id, "detail": detail}), json!({"to": id, "detail": detail})]
+    );
 
     // An operator names the tenant; another tenant sees nothing of it.
     let by_operator = call(event("GET", &format!("{one}?tenant=wh-acme"), None, operator(), &[])).await;

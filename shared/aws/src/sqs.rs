@@ -55,6 +55,20 @@ impl WorkQueue for SqsQueue {
         .expect("a work message always serializes");
         self.send(queue, body, delay_seconds).await
     }
+
+    async fn send_webhook_copy(&self, body: String) -> Result<(), String> {
+        if self.urls.webhooks.is_empty() {
+            return Err("WEBHOOK_QUEUE_URL is not set".into());
+        }
+        self.client
+            .send_message()
+            .queue_url(&self.urls.webhooks)
+            .message_body(body)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())
+    }
 }
 
 impl RecoveryChannel for SqsQueue {

@@ -1044,6 +1044,53 @@ async fn delivery_logs_page_newest_first_per_endpoint<S: OperationStore>(store: 
     );
 }
 
+async fn kept_events_are_per_tenant_and_expire<S: OperationStore>(store: S) {
+    let (a, b) = (
+        TenantId::parse("tenant-kept").unwrap(),
+        TenantId::parse("tenant-other").unwrap(),
+    );
+    let now = Utc::now();
+    let detail = r#"{"id":"op:1:2:operation.accepted","type":"operation.accepted"}"#;
+    store
+        .keep_event(
+            &a,
+            "op:1:2:operation.accepted",
+            detail,
+            now + chrono::Duration::days(30),
+        )
+        .await
+        .unwrap();
+    store
+        .keep_event(
+            &a,
+            "op:1:3:operation.accepted",
+            detail,
+            now - chrono::Duration::seconds(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .kept_event(&a, "op:1:2:operation.accepted", now)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(detail)
+    );
+    assert_eq!(
+        store.kept_event(&b, "op:1:2:operation.accepted", now).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.kept_event(&a, "op:1:3:operation.accepted", now).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.kept_event(&a, "op:1:9:operation.accepted", now).await.unwrap(),
+        None
+    );
+}
+
 genace_aws::contract_tests!(
     memory_limited => genace_stages::memory::MemoryStore::default().with_account_limit(Some(2)),
     dynamodb_limited => |env| env.store().with_account_limit(Some(2));
@@ -1076,4 +1123,5 @@ genace_aws::contract_tests!(
     listings_are_newest_first_filtered_and_paged,
     endpoint_sets_change_only_on_the_version_read,
     delivery_logs_page_newest_first_per_endpoint,
+    kept_events_are_per_tenant_and_expire,
 );

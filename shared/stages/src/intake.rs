@@ -55,6 +55,10 @@ pub enum IntakeError {
     /// No webhook endpoint with this id belongs to the tenant.
     #[error("no such webhook endpoint")]
     NoSuchEndpoint,
+    /// No kept event with this id belongs to the tenant (never one of its
+    /// events, or kept no longer).
+    #[error("no such event is kept for the tenant")]
+    NoSuchEvent,
     /// The tenant has as many webhook endpoints as it may.
     #[error("the tenant already has {limit} webhook endpoints, the most it may have")]
     EndpointLimit { limit: usize },
@@ -104,9 +108,10 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
 impl<S: OperationStore, Q, O, C: Clock> Intake<S, Q, O, C> {
     /// `tenant`'s webhook endpoints, managed by `actor`. Who may manage
     /// them is decided by the caller (the edge reads the credentials).
-    pub fn endpoints(&self, tenant: TenantId, actor: String) -> crate::webhook_endpoints::Endpoints<'_, S, C> {
+    pub fn endpoints(&self, tenant: TenantId, actor: String) -> crate::webhook_endpoints::Endpoints<'_, S, Q, C> {
         crate::webhook_endpoints::Endpoints {
             store: &self.store,
+            queue: &self.queue,
             vault: self.vault.as_ref(),
             clock: &self.clock,
             config: &self.config,

@@ -31,6 +31,10 @@ pub trait WorkQueue: Send + Sync {
         id: &OperationId,
         delay_seconds: u32,
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
+
+    /// Puts one copy of a lifecycle event for one webhook receiver on the
+    /// webhook queue (`{"to": ..., "detail": ...}`): a replay.
+    fn send_webhook_copy(&self, body: String) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// SQS keeps a received message hidden for at most 12 hours, counted from

@@ -213,6 +213,23 @@ pub trait WebhookEndpoints: Send + Sync {
         keep_until: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Keeps a lifecycle event (its JSON) for replay until `keep_until`.
+    fn keep_event(
+        &self,
+        tenant: &TenantId,
+        event_id: &str,
+        detail: &str,
+        keep_until: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// A kept event of the tenant's, while it is kept.
+    fn kept_event(
+        &self,
+        tenant: &TenantId,
+        event_id: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+
     /// A page of an endpoint's log, newest first, after the entry whose
     /// sort key is `after`, only with `status` when given. The page may be
     /// short (the status applies to the entries read); the key of its last

@@ -94,7 +94,14 @@ pub fn parse_url(body: &Value, policy: &UrlPolicy) -> Result<Option<String>, Inv
     });
     // Where private addresses are allowed (a local stack), so are
     // addresses and single-label names such as `localhost`.
-    if !is_dns_name(host) && !policy.allow_private {
+    let local = |h: &str| {
+        h.parse::<std::net::IpAddr>().is_ok()
+            || h.strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
+            || is_dns_name(&format!("{h}.local"))
+    };
+    if !(is_dns_name(host) || (policy.allow_private && local(host))) {
         return Err(InvalidInput::new(
             "url",
             "must name its host by a lower-case DNS name (letters, digits, hyphens), not by an address",
@@ -225,6 +232,16 @@ mod tests {
             ..UrlPolicy::default()
         };
         assert!(WebhookRequest::parse(&body("https://hooks.acme.example:8443/genace"), &ports, &a).is_ok());
+        // Where private addresses are allowed (a local stack), so are
+        // addresses and `localhost`, but never a host that is no name.
+        let local = UrlPolicy {
+            allow_private: true,
+            ..UrlPolicy::default()
+        };
+        for ok in ["https://127.0.0.1/h", "https://localhost/h", "https://[::1]/h"] {
+            assert!(WebhookRequest::parse(&body(ok), &local, &a).is_ok(), "{ok}");
+        }
+        assert!(WebhookRequest::parse(&body("https://0.0.a*"), &local, &a).is_err());
         let stolen =
             serde_json::json!({"url": "https://hooks.acme.example/", "secret_id": "genace/webhooks/tenant-b/s"});
         assert_eq!(

@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use crate::clock::Clock;
 use crate::config::{Config, UrlPolicy};
 use crate::intake::IntakeError;
+use crate::queue::WorkQueue;
 use crate::table::{StoreError, WebhookEndpoints};
 use crate::webhook_admin::{parse_events, parse_url};
 use crate::webhooks::{SecretVault, new_secret};
@@ -132,9 +133,22 @@ pub struct AttemptPage {
     pub next: Option<String>,
 }
 
+/// What a recovery queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovered {
+    /// Events sent to the endpoint again.
+    pub queued: usize,
+    /// Failed events whose body is kept no longer (past `WEBHOOK_LOG_DAYS`).
+    pub missing: usize,
+}
+
+/// The most log entries one recovery reads.
+pub const RECOVER_SCAN: usize = 5_000;
+
 /// One tenant's endpoints, as a caller allowed to manage them sees them.
-pub struct Endpoints<'a, S, C> {
+pub struct Endpoints<'a, S, Q, C> {
     pub(crate) store: &'a S,
+    pub(crate) queue: &'a Q,
     pub(crate) vault: &'a dyn SecretVault,
     pub(crate) clock: &'a C,
     pub(crate) config: &'a Config,
@@ -142,7 +156,7 @@ pub struct Endpoints<'a, S, C> {
     pub(crate) actor: String,
 }
 
-impl<S: WebhookEndpoints, C: Clock> Endpoints<'_, S, C> {
+impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
     pub async fn list(&self) -> Result<Vec<WebhookEndpoint>, IntakeError> {
         Ok(self.store.endpoints(&self.tenant).await?.endpoints)
     }
@@ -275,6 +289,80 @@ impl<S: WebhookEndpoints, C: Clock> Endpoints<'_, S, C> {
             .attempts(&self.tenant, id, status, limit, after, self.clock.now())
             .await?;
         Ok(AttemptPage { attempts, next })
+    }
+
+    /// Sends one kept event to the endpoint again, with its original id
+    /// (`webhook-id`), so a receiver that has it already can drop it. The
+    /// copy goes through the webhook queue like any other: signed with the
+    /// endpoint's secret, retried, and logged.
+    pub async fn replay(&self, id: &str, event_id: &str) -> Result<(), IntakeError> {
+        self.get(id).await?;
+        let detail = self
+            .store
+            .kept_event(&self.tenant, event_id, self.clock.now())
+            .await?
+            .ok_or(IntakeError::NoSuchEvent)?;
+        self.send_copy(id, &detail).await?;
+        info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, event_id, "webhook event replayed");
+        Ok(())
+    }
+
+    /// Sends the endpoint again every event whose attempts since `since`
+    /// all failed (an event that got through on a retry is not failed), in
+    /// the order they were first tried. Reads at most [`RECOVER_SCAN`] log
+    /// entries.
+    pub async fn recover(&self, id: &str, since: chrono::DateTime<chrono::Utc>) -> Result<Recovered, IntakeError> {
+        self.get(id).await?;
+        let now = self.clock.now();
+        let (mut failed, mut delivered) = (Vec::<String>::new(), std::collections::BTreeSet::new());
+        let (mut after, mut read) = (None::<String>, 0);
+        'pages: loop {
+            let (page, next) = self
+                .store
+                .attempts(&self.tenant, id, None, 100, after.as_deref(), now)
+                .await?;
+            for a in page {
+                read += 1;
+                if a.at < since || read > RECOVER_SCAN {
+                    break 'pages;
+                }
+                match a.status {
+                    AttemptStatus::Succeeded => {
+                        delivered.insert(a.event_id);
+                    }
+                    AttemptStatus::Failed if !failed.contains(&a.event_id) => failed.push(a.event_id),
+                    AttemptStatus::Failed => {}
+                }
+            }
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        let mut done = Recovered { queued: 0, missing: 0 };
+        // The log is newest first; send the oldest first.
+        for event_id in failed.iter().rev().filter(|e| !delivered.contains(*e)) {
+            match self.store.kept_event(&self.tenant, event_id, now).await? {
+                Some(detail) => {
+                    self.send_copy(id, &detail).await?;
+                    done.queued += 1;
+                }
+                None => done.missing += 1,
+            }
+        }
+        info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, queued = done.queued,
+              missing = done.missing, "failed webhook events recovered");
+        Ok(done)
+    }
+
+    async fn send_copy(&self, id: &str, detail: &str) -> Result<(), IntakeError> {
+        let detail: Value =
+            serde_json::from_str(detail).map_err(|e| StoreError::Decode(format!("a kept event: {e}")))?;
+        let copy = serde_json::json!({"to": id, "detail": detail}).to_string();
+        self.queue
+            .send_webhook_copy(copy)
+            .await
+            .map_err(|e| IntakeError::Store(StoreError::Service(format!("the webhook queue: {e}"))))
     }
 
     /// Applies `edit` to the stored set and writes it on the version read,

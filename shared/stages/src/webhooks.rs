@@ -245,6 +245,9 @@ where
         let config = self.store.webhook(&tenant_id).await?;
         let endpoints = self.store.endpoints(&tenant_id).await?.endpoints;
         let configured = config.is_some() || !endpoints.is_empty();
+        if !endpoints.is_empty() && message.get("to").is_none() {
+            self.keep(&tenant_id, id, detail).await;
+        }
         let mut receivers: Vec<Receiver> = config
             .filter(|c| c.wants(kind))
             .map(Receiver::Tenant)
@@ -399,6 +402,19 @@ impl<S: OperationRecords, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
             )));
         }
         Ok(Ok(()))
+    }
+}
+
+impl<S: WebhookEndpoints, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+    /// Keeps the event of a tenant with endpoints for `log_for`, so that
+    /// an endpoint can be sent it again. Counted, not fatal, when it fails:
+    /// delivery comes first.
+    async fn keep(&self, tenant: &TenantId, id: &str, detail: &Value) {
+        let until = self.clock.now() + self.log_for;
+        if let Err(e) = self.store.keep_event(tenant, id, &detail.to_string(), until).await {
+            warn!(tenant = %tenant, event_id = id, error = %e, "event not kept for replay");
+            self.metrics.count("WebhookKeepFailed", &[]);
+        }
     }
 }
 

@@ -276,3 +276,98 @@ async fn the_delivery_log_pages_newest_first_filters_by_status_and_forgets_after
             .is_empty()
     );
 }
+
+/// Replay sends one kept event to the endpoint again; recovery sends every
+/// event whose attempts since a time all failed, oldest first, and counts
+/// those kept no longer. Both keep the event's id.
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
+async fn replay_and_recovery_queue_copies_of_kept_events_with_their_ids() {
+    let (app, _) = app(5);
+    let intake = app.intake();
+    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let id = endpoints
+        .create(change(json!({"url": "https://hooks.acme.example/a"})))
+        .await
+        .unwrap()
+        .endpoint
+        .id;
+    let t0 = app.clock.now();
+    let keep = t0 + Duration::days(30);
+    let detail = |n: u32| json!({"id": format!("op:1:{n}:operation.accepted"), "type": "operation.accepted"});
+    // Events 0..4: 0 succeeded, 1 failed then succeeded, 2 and 3 failed, 4
+    // failed but is kept no longer; 5 failed before `since`.
+    let tries: [(u32, i64, AttemptStatus); 7] = [
+        (5, -100, AttemptStatus::Failed),
+        (0, 1, AttemptStatus::Succeeded),
+        (1, 2, AttemptStatus::Failed),
+        (2, 3, AttemptStatus::Failed),
+        (1, 4, AttemptStatus::Succeeded),
+        (3, 5, AttemptStatus::Failed),
+        (4, 6, AttemptStatus::Failed),
+    ];
+    for (n, at, status) in tries {
+        let mut a = attempt(n, status, t0 + Duration::seconds(at));
+        a.endpoint_id = id.clone();
+        app.store.record_attempt(&a, keep).await.unwrap();
+    }
+    for n in [0, 1, 2, 3, 5] {
+        app.store
+            .keep_event(
+                &acme(),
+                &format!("op:1:{n}:operation.accepted"),
+                &detail(n).to_string(),
+                keep,
+            )
+            .await
+            .unwrap();
+    }
+    let done = endpoints.recover(&id, t0).await.unwrap();
+    assert_eq!((done.queued, done.missing), (2, 1));
+    let copies: Vec<serde_json::Value> = app
+        .queue
+        .webhook_copies()
+        .iter()
+        .map(|c| serde_json::from_str(c).unwrap())
+        .collect();
+    assert_eq!(
+        copies,
+        [
+            json!({"to": id, "detail": detail(2)}),
+            json!({"to": id, "detail": detail(3)})
+        ]
+    );
+
+    endpoints.replay(&id, "op:1:0:operation.accepted").await.unwrap();
+    let replayed: serde_json::Value = serde_json::from_str(&app.queue.webhook_copies()[0]).unwrap();
+    assert_eq!(replayed, json!({"to": id, "detail": detail(0)}));
+    assert!(matches!(
+        endpoints.replay(&id, "op:1:4:operation.accepted").await,
+        Err(IntakeError::NoSuchEvent)
+    ));
+    assert!(matches!(
+        endpoints.replay("ep_nope", "op:1:0:operation.accepted").await,
+        Err(IntakeError::NoSuchEndpoint)
+    ));
+    // Another tenant's endpoint cannot replay acme's event.
+    let globex = intake.endpoints(TenantId::parse("globex").unwrap(), "dev@globex".into());
+    let theirs = globex
+        .create(change(json!({"url": "https://hooks.globex.example/a"})))
+        .await
+        .unwrap()
+        .endpoint
+        .id;
+    assert!(matches!(
+        globex.replay(&theirs, "op:1:0:operation.accepted").await,
+        Err(IntakeError::NoSuchEvent)
+    ));
+    // Past its days, an event is kept no longer.
+    app.clock.advance(Duration::days(31));
+    assert!(matches!(
+        endpoints.replay(&id, "op:1:0:operation.accepted").await,
+        Err(IntakeError::NoSuchEvent)
+    ));
+}

@@ -441,3 +441,43 @@ async fn only_enabled_endpoints_that_take_the_type_receive_it() {
     assert_eq!(handle_body(&rig.stage, &stale).await.unwrap(), Webhooked::NoWebhook);
     assert_eq!(rig.receiver.received().len(), 1);
 }
+
+/// An event of a tenant with endpoints is kept; a replayed copy of it is
+/// POSTed with the event's own `webhook-id` and logged as a new attempt.
+#[tokio::test]
+async fn a_kept_event_replays_with_its_own_id() {
+    let rig = rig(&["operation.held"]).await;
+    add_endpoint(&rig, "ep_one", &[]).await;
+    let body = event_of(&rig, "acme", "operation.delivered");
+    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Delivered(200));
+    let detail = serde_json::from_str::<Value>(&body).unwrap()["detail"].clone();
+    let id = detail["id"].as_str().unwrap();
+    let acme = TenantId::parse("acme").unwrap();
+    let kept = rig
+        .stage
+        .store
+        .kept_event(&acme, id, rig.stage.clock.now())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&kept).unwrap(), detail);
+    // A tenant without endpoints keeps nothing.
+    assert_eq!(
+        rig.stage
+            .store
+            .kept_event(&TenantId::parse("globex").unwrap(), id, rig.stage.clock.now())
+            .await
+            .unwrap(),
+        None
+    );
+    let copy = json!({"to": "ep_one", "detail": detail}).to_string();
+    rig.stage.clock.advance(chrono::Duration::seconds(60));
+    assert_eq!(handle_body(&rig.stage, &copy).await.unwrap(), Webhooked::Delivered(200));
+    let posts = rig.receiver.received();
+    let ids: Vec<String> = posts
+        .iter()
+        .map(|p| p.headers.iter().find(|(k, _)| k == "webhook-id").unwrap().1.clone())
+        .collect();
+    assert_eq!(ids, [id, id]);
+    assert_eq!(log_of(&rig, "ep_one").await.len(), 2);
+}

@@ -10,6 +10,9 @@
 //! key>`, expiring with the table's TTL. The log index (`log_pk` =
 //! `WHLOG#<tenant>#<endpoint>`, `log_sk` = [`DeliveryAttempt::sort_key`])
 //! pages an endpoint's log newest first.
+//!
+//! Each event of a tenant with endpoints is kept as `WHEVENT#<tenant>#<event
+//! id>` for the same days, so an endpoint can be sent it again (replay).
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -25,6 +28,11 @@ pub const LOG_INDEX: &str = "log-index";
 
 fn endpoints_key(tenant: &TenantId) -> Item {
     Item::from([("pk".to_owned(), AttributeValue::S(format!("ENDPOINTS#{tenant}")))])
+}
+
+/// `WHEVENT#<tenant>#<event id>`: an event kept for replay.
+fn kept_key(tenant: &TenantId, event_id: &str) -> String {
+    format!("WHEVENT#{tenant}#{event_id}")
 }
 
 fn log_partition(tenant: &str, endpoint_id: &str) -> String {
@@ -91,6 +99,58 @@ impl WebhookEndpoints for DynamoStore {
             .await
             .map_err(service_error)?;
         Ok(())
+    }
+
+    async fn keep_event(
+        &self,
+        tenant: &TenantId,
+        event_id: &str,
+        detail: &str,
+        keep_until: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(Item::from([
+                ("pk".to_owned(), AttributeValue::S(kept_key(tenant, event_id))),
+                ("detail".to_owned(), AttributeValue::S(detail.to_owned())),
+                (
+                    "expires_at".to_owned(),
+                    AttributeValue::N(keep_until.timestamp().to_string()),
+                ),
+            ])))
+            .send()
+            .await
+            .map_err(service_error)?;
+        Ok(())
+    }
+
+    async fn kept_event(
+        &self,
+        tenant: &TenantId,
+        event_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(kept_key(tenant, event_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(service_error)?;
+        let Some(item) = out.item else { return Ok(None) };
+        let expires = item
+            .get("expires_at")
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<i64>().ok())
+            .unwrap_or(i64::MAX);
+        // The TTL deletes late: a kept event past its time is gone already.
+        if expires <= now.timestamp() {
+            return Ok(None);
+        }
+        Ok(item.get("detail").and_then(|v| v.as_s().ok()).cloned())
     }
 
     async fn attempts(

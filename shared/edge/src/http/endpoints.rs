@@ -8,8 +8,9 @@ use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, ENDPOINTS_SCOPE, WebhookEndpoint};
 use genace_stages::clock::Clock;
 use genace_stages::intake::{Intake, IntakeError};
+use genace_stages::queue::WorkQueue;
 use genace_stages::table::OperationStore;
-use genace_stages::webhook_endpoints::{EndpointChange, WithSecret};
+use genace_stages::webhook_endpoints::{EndpointChange, Endpoints, WithSecret};
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
@@ -28,6 +29,10 @@ pub enum EndpointRoute {
     Rotate(String),
     /// `/v1/webhooks/endpoints/{endpoint_id}/attempts`
     Attempts(String),
+    /// `/v1/webhooks/endpoints/{endpoint_id}/replay`
+    Replay(String),
+    /// `/v1/webhooks/endpoints/{endpoint_id}/recover`
+    Recover(String),
 }
 
 impl EndpointRoute {
@@ -43,6 +48,8 @@ impl EndpointRoute {
             [.., "v1", "webhooks", "endpoints", e] => Some(Self::One(id(e))),
             [.., "v1", "webhooks", "endpoints", e, "rotate"] => Some(Self::Rotate(id(e))),
             [.., "v1", "webhooks", "endpoints", e, "attempts"] => Some(Self::Attempts(id(e))),
+            [.., "v1", "webhooks", "endpoints", e, "replay"] => Some(Self::Replay(id(e))),
+            [.., "v1", "webhooks", "endpoints", e, "recover"] => Some(Self::Recover(id(e))),
             _ => None,
         }
     }
@@ -51,7 +58,7 @@ impl EndpointRoute {
         match self {
             Self::All => "GET, POST",
             Self::One(_) => "GET, PATCH, DELETE",
-            Self::Rotate(_) => "POST",
+            Self::Rotate(_) | Self::Replay(_) | Self::Recover(_) => "POST",
             Self::Attempts(_) => "GET",
         }
     }
@@ -219,8 +226,43 @@ fn log_query(
     Ok((status, limit, after))
 }
 
+/// `POST …/replay {"event_id"}`: 202 once the copy is queued.
+async fn replay<S: OperationStore, Q: WorkQueue, C: Clock>(
+    endpoints: &Endpoints<'_, S, Q, C>,
+    id: &str,
+    body: &Value,
+) -> Result<Response<Body>, Problem> {
+    let event_id = body["event_id"]
+        .as_str()
+        .filter(|e| !e.is_empty() && e.len() <= 512)
+        .ok_or_else(|| Problem::from(InvalidInput::new("event_id", "is required: the id of one event")))?;
+    endpoints.replay(id, event_id).await?;
+    Ok(answer(
+        StatusCode::ACCEPTED,
+        &json!({"endpoint_id": id, "event_id": event_id, "queued": 1}),
+    ))
+}
+
+/// `POST …/recover?since=`: 202 with what was queued and what is kept no longer.
+async fn recover<S: OperationStore, Q: WorkQueue, C: Clock>(
+    endpoints: &Endpoints<'_, S, Q, C>,
+    id: &str,
+    q: &lambda_http::aws_lambda_events::query_map::QueryMap,
+) -> Result<Response<Body>, Problem> {
+    let since = q
+        .first("since")
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .ok_or_else(|| Problem::from(InvalidInput::new("since", "is required: an RFC 3339 time")))?;
+    let done = endpoints.recover(id, since).await?;
+    Ok(answer(
+        StatusCode::ACCEPTED,
+        &json!({"endpoint_id": id, "since": since, "queued": done.queued, "missing": done.missing}),
+    ))
+}
+
 /// Answers one request on a webhook endpoint route.
-pub async fn handle<S: OperationStore, Q, O, C: Clock>(
+pub async fn handle<S: OperationStore, Q: WorkQueue, O, C: Clock>(
     intake: &Intake<S, Q, O, C>,
     req: Request,
     route: EndpointRoute,
@@ -274,6 +316,8 @@ pub async fn handle<S: OperationStore, Q, O, C: Clock>(
                 &json!({"attempts": attempts, "next_cursor": next}),
             ))
         }
+        (EndpointRoute::Replay(id), Method::POST) => replay(&endpoints, &id, &body(&req)?).await,
+        (EndpointRoute::Recover(id), Method::POST) => recover(&endpoints, &id, &q).await,
         _ => Err(method_not_allowed(allow)),
     }
 }

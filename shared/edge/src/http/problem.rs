@@ -137,6 +137,7 @@ impl From<IntakeError> for Problem {
                 refusal.to_string(),
             ),
             IntakeError::NoSuchEndpoint
+            | IntakeError::NoSuchEvent
             | IntakeError::EndpointLimit { .. }
             | IntakeError::Secrets(_)
             | IntakeError::AccountWide => scope_problem(e),
@@ -173,6 +174,13 @@ fn scope_problem(e: IntakeError) -> Problem {
             "not-found",
             "No such webhook endpoint",
             "No webhook endpoint with this id belongs to the tenant.",
+        ),
+        IntakeError::NoSuchEvent => Problem::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "No such event",
+            "No event with this id is kept for the tenant: it is not one of its events, or it is older \
+             than the delivery log keeps.",
         ),
         IntakeError::EndpointLimit { limit } => Problem::new(
             StatusCode::CONFLICT,

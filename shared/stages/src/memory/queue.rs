@@ -30,6 +30,7 @@ pub struct MemoryQueue<C = ManualClock> {
 struct QueueState {
     next: u64,
     messages: BTreeMap<u64, QueuedMessage>,
+    webhook_copies: Vec<String>,
 }
 
 /// A received message: its body and the receipt that deletes it.
@@ -113,6 +114,11 @@ impl<C: crate::clock::Clock> MemoryQueue<C> {
         }
     }
 
+    /// The webhook copies sent since the last call, in order.
+    pub fn webhook_copies(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().webhook_copies)
+    }
+
     /// Every message, visible or not.
     pub fn messages(&self) -> Vec<QueuedMessage> {
         self.lock().messages.values().cloned().collect()
@@ -133,6 +139,12 @@ impl<C: crate::clock::Clock> crate::queue::WorkQueue for MemoryQueue<C> {
         })
         .expect("a work message serializes");
         self.send(queue, body, delay_seconds);
+        Ok(())
+    }
+
+    /// Kept apart from the work queues: [`MemoryQueue::webhook_copies`].
+    async fn send_webhook_copy(&self, body: String) -> Result<(), String> {
+        self.lock().webhook_copies.push(body);
         Ok(())
     }
 }

@@ -18,6 +18,8 @@ struct Tables {
     /// Delivery logs by `<tenant>\u{0}<endpoint>`, by sort key, with when each entry expires.
     attempts: BTreeMap<String, BTreeMap<String, (DateTime<Utc>, genace_core::webhook::DeliveryAttempt)>>,
     account: genace_core::ledger::AccountCapacity,
+    /// Kept events by `<tenant>\u{0}<event id>`, with when each expires.
+    kept: BTreeMap<String, (DateTime<Utc>, String)>,
 }
 
 impl std::ops::Deref for Tables {
@@ -415,6 +417,33 @@ impl crate::table::WebhookEndpoints for MemoryStore {
             .or_default()
             .insert(attempt.sort_key(), (keep_until, attempt.clone()));
         Ok(())
+    }
+
+    async fn keep_event(
+        &self,
+        tenant: &TenantId,
+        event_id: &str,
+        detail: &str,
+        keep_until: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let key = format!("{}\u{0}{event_id}", tenant.as_str());
+        self.lock().kept.insert(key, (keep_until, detail.to_owned()));
+        Ok(())
+    }
+
+    async fn kept_event(
+        &self,
+        tenant: &TenantId,
+        event_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        let key = format!("{}\u{0}{event_id}", tenant.as_str());
+        Ok(self
+            .lock()
+            .kept
+            .get(&key)
+            .filter(|(until, _)| *until > now)
+            .map(|(_, detail)| detail.clone()))
     }
 
     async fn attempts(
