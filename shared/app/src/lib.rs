@@ -122,6 +122,7 @@ pub fn webhooks(sdk: &SdkConfig, config: &Config, metrics: Metrics) -> Result<Aw
         clock: SystemClock,
         retry: config.webhook_retry,
         log_for: config.webhook_log_days,
+        disable_after: config.webhook_disable_after,
         metrics,
     })
 }

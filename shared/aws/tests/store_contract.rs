@@ -923,6 +923,7 @@ async fn endpoint_sets_change_only_on_the_version_read<S: OperationStore>(store:
         updated_by: "me".into(),
         disabled_at: None,
         disabled_reason: None,
+        failing_since: None,
     };
     let first = EndpointSet {
         version: 1,

@@ -82,6 +82,9 @@ pub struct WebhookEndpoint {
     pub disabled_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
+    /// Since when every POST to it failed; none while the last succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<DateTime<Utc>>,
 }
 
 impl WebhookEndpoint {
@@ -106,6 +109,10 @@ impl EndpointSet {
         self.endpoints.iter().find(|e| e.id == id)
     }
 }
+
+/// The type of the event sent to a tenant's other endpoints when one is
+/// disabled for failing.
+pub const ENDPOINT_DISABLED: &str = "endpoint.disabled";
 
 /// Where an endpoint's secret lives: `genace/webhooks/<tenant>/<endpoint id>`,
 /// inside the tenant's own folder.

@@ -109,6 +109,9 @@ pub struct Config {
     /// The most webhook endpoints one tenant may have (`WEBHOOK_MAX_ENDPOINTS`,
     /// default 5, 1 to 100).
     pub webhook_max_endpoints: usize,
+    /// How long an endpoint may fail without one success before it is
+    /// disabled (`WEBHOOK_DISABLE_AFTER_HOURS`, default 72, 1 to 720).
+    pub webhook_disable_after: Duration,
     /// How long each entry of an endpoint's delivery log is kept
     /// (`WEBHOOK_LOG_DAYS`, default 30, 1 to 365).
     pub webhook_log_days: Duration,
@@ -202,6 +205,22 @@ fn var(vars: Vars<'_>, name: &str) -> Option<String> {
     vars(name).filter(|v| !v.trim().is_empty())
 }
 
+impl QueueUrls {
+    /// The four work queues' URLs (required) and the webhook queue's and
+    /// its DLQ's (only the functions that use them have them).
+    fn from_vars(vars: Vars<'_>) -> Result<Self, ConfigError> {
+        let queue = |name: &str| var(vars, name).ok_or_else(|| ConfigError(format!("{name} is not set")));
+        Ok(Self {
+            dispatch: queue("DISPATCH_QUEUE_URL")?,
+            poll: queue("POLL_QUEUE_URL")?,
+            deliver: queue("DELIVER_QUEUE_URL")?,
+            recovery: queue("RECOVERY_QUEUE_URL")?,
+            webhooks: var(vars, "WEBHOOK_QUEUE_URL").unwrap_or_default(),
+            webhook_dead_letters: var(vars, "WEBHOOK_DLQ_URL").unwrap_or_default(),
+        })
+    }
+}
+
 /// [`number`], at most `most`.
 fn within(vars: Vars<'_>, name: &str, default: i64, most: i64) -> Result<i64, ConfigError> {
     match number(vars, name, default)? {
@@ -271,18 +290,10 @@ impl Config {
         let number = |name: &str, default: i64| number(vars, name, default);
         let flag = |name: &str| flag(vars, name);
         let ports = |name: &str| ports(vars, name);
-        let queue = |name: &str| var(name).ok_or_else(|| ConfigError(format!("{name} is not set")));
         Ok(Self {
             table: var("OPERATIONS_TABLE").unwrap_or(names.table),
             bucket: var("OUTPUT_BUCKET").unwrap_or(names.bucket),
-            queues: QueueUrls {
-                dispatch: queue("DISPATCH_QUEUE_URL")?,
-                poll: queue("POLL_QUEUE_URL")?,
-                deliver: queue("DELIVER_QUEUE_URL")?,
-                recovery: queue("RECOVERY_QUEUE_URL")?,
-                webhooks: var("WEBHOOK_QUEUE_URL").unwrap_or_default(),
-                webhook_dead_letters: var("WEBHOOK_DLQ_URL").unwrap_or_default(),
-            },
+            queues: QueueUrls::from_vars(vars)?,
             tenant_claim: var("TENANT_CLAIM").unwrap_or_else(|| "tenant_id".into()),
             operator_claim: var("OPERATOR_CLAIM").unwrap_or_else(|| "scope".into()),
             operator_value: var("OPERATOR_VALUE").unwrap_or_else(|| "genace:operator".into()),
@@ -310,6 +321,7 @@ impl Config {
             webhook_secret_overlap: Duration::hours(number("WEBHOOK_SECRET_OVERLAP_HOURS", 24)?),
             webhook_max_endpoints: within(vars, "WEBHOOK_MAX_ENDPOINTS", 5, 100)? as usize,
             webhook_log_days: Duration::days(within(vars, "WEBHOOK_LOG_DAYS", 30, 365)?),
+            webhook_disable_after: Duration::hours(within(vars, "WEBHOOK_DISABLE_AFTER_HOURS", 72, 720)?),
             fault_injection: flag("FAULT_INJECTION")?,
             poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", MAX_DELAY)?.min(MAX_DELAY) as u32,
             stall_after: Duration::seconds(number("RENDER_STALL_SECONDS", 6 * 3600)?),
@@ -354,6 +366,7 @@ impl Config {
             webhook_secret_overlap: Duration::hours(24),
             webhook_max_endpoints: 5,
             webhook_log_days: Duration::days(30),
+            webhook_disable_after: Duration::hours(72),
             fault_injection: false,
             poll_max_delay_seconds: crate::queue::MAX_DELAY_SECONDS,
             stall_after: Duration::seconds(6 * 3600),

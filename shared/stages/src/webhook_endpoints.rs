@@ -106,6 +106,7 @@ impl EndpointChange {
             Some(true) => {
                 endpoint.disabled_at = None;
                 endpoint.disabled_reason = None;
+                endpoint.failing_since = None;
             }
             Some(false) if endpoint.disabled_at.is_none() => {
                 endpoint.disabled_at = Some(now);
@@ -183,6 +184,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
             updated_by: self.actor.clone(),
             disabled_at: None,
             disabled_reason: None,
+            failing_since: None,
         };
         change.apply(&mut endpoint, now, &self.actor);
         let limit = self.config.webhook_max_endpoints;

@@ -31,7 +31,8 @@ use crate::stage::{Stage, StageError};
 use crate::table::{OperationRecords, WebhookEndpoints, WebhookSettings};
 use genace_core::domain::TenantId;
 use genace_core::webhook::{
-    AttemptStatus, DeliveryAttempt, WebhookConfig, WebhookEndpoint, secret_belongs_to, tenant_secret_prefix,
+    AttemptStatus, DeliveryAttempt, ENDPOINT_DISABLED, WebhookConfig, WebhookEndpoint, secret_belongs_to,
+    tenant_secret_prefix,
 };
 
 /// Reads secrets.
@@ -161,6 +162,20 @@ pub enum Webhooked {
     DeadLettered(String),
 }
 
+/// Whether an `endpoint.disabled` event tells what the table holds: the
+/// endpoint it names is disabled, at the time it says.
+fn disabled_as_told(detail: &Value, endpoints: &[WebhookEndpoint]) -> Result<(), String> {
+    let named = detail["data"]["endpoint_id"].as_str().unwrap_or_default();
+    let at = detail["data"]["disabled_at"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc));
+    match endpoints.iter().find(|e| e.id == named) {
+        Some(e) if e.disabled_at.is_some() && e.disabled_at == at => Ok(()),
+        _ => Err(format!("endpoint {named:?} is not disabled as the event says")),
+    }
+}
+
 /// `to` of a copy for the tenant's operator-set webhook.
 pub const TENANT_WEBHOOK: &str = "webhook";
 
@@ -207,6 +222,8 @@ pub struct WebhookDeliverer<S, K, W, D, C = SystemClock> {
     pub retry: RetrySchedule,
     /// How long each entry of an endpoint's delivery log is kept.
     pub log_for: chrono::Duration,
+    /// How long an endpoint may fail without a success before it is disabled.
+    pub disable_after: chrono::Duration,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
 }
@@ -252,7 +269,18 @@ where
             .filter(|c| c.wants(kind))
             .map(Receiver::Tenant)
             .into_iter()
-            .chain(endpoints.into_iter().filter(|e| e.wants(kind)).map(Receiver::Endpoint))
+            .chain(
+                endpoints
+                    .iter()
+                    // An endpoint disabled for failing is news for every
+                    // other enabled endpoint, whatever types it takes.
+                    .filter(|e| match kind {
+                        ENDPOINT_DISABLED => e.disabled_at.is_none(),
+                        _ => e.wants(kind),
+                    })
+                    .cloned()
+                    .map(Receiver::Endpoint),
+            )
             .collect();
         if let Some(to) = message.get("to").and_then(Value::as_str) {
             receivers.retain(|r| r.to() == to);
@@ -267,7 +295,11 @@ where
             [receiver] => {
                 // Sign only what the table committed: the bus's policy admits only
                 // the pipe, and this check holds even if that policy is changed.
-                if let Err(why) = self.committed(detail, &tenant_id).await? {
+                let verified = match kind {
+                    ENDPOINT_DISABLED => disabled_as_told(detail, &endpoints),
+                    _ => self.committed(detail, &tenant_id).await?,
+                };
+                if let Err(why) = verified {
                     return self.give_up(&message, tenant, id, "unverified", why).await;
                 }
                 self.send(&message, &tenant_id, receiver, receives).await
@@ -349,6 +381,8 @@ where
             let latency = started.elapsed();
             self.log_attempt(endpoint, detail, &posted, now, receives, latency)
                 .await;
+            let ok = matches!(posted, Ok(code) if (200..300).contains(&code));
+            self.track(tenant_id, endpoint, ok, now).await?;
         }
         match posted {
             Ok(status) if (200..300).contains(&status) => {
@@ -402,6 +436,105 @@ impl<S: OperationRecords, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
             )));
         }
         Ok(Ok(()))
+    }
+}
+
+impl<S: WebhookEndpoints, K, W, D: WebhookQueue, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+    /// Follows an endpoint's health, writing only when it changes: the
+    /// first failure after a success starts `failing_since`, a success
+    /// clears it, and a failure `disable_after` past it disables the
+    /// endpoint and tells the tenant's other enabled endpoints.
+    async fn track(
+        &self,
+        tenant: &TenantId,
+        seen: &WebhookEndpoint,
+        ok: bool,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StageError> {
+        let wanted = |e: &WebhookEndpoint| match (ok, e.failing_since) {
+            (true, Some(_)) | (false, None) => true,
+            (false, Some(since)) => e.disabled_at.is_none() && now - since >= self.disable_after,
+            (true, None) => false,
+        };
+        if !wanted(seen) {
+            return Ok(());
+        }
+        for _ in 0..5 {
+            let mut set = self.store.endpoints(tenant).await?;
+            let Some(e) = set.endpoints.iter_mut().find(|e| e.id == seen.id) else {
+                return Ok(());
+            };
+            if !wanted(e) {
+                return Ok(());
+            }
+            let disabling = match (ok, e.failing_since) {
+                (true, _) => {
+                    e.failing_since = None;
+                    false
+                }
+                (false, None) => {
+                    e.failing_since = Some(now);
+                    false
+                }
+                (false, Some(since)) => {
+                    e.disabled_at = Some(now);
+                    e.disabled_reason = Some(format!(
+                        "every POST failed from {} for more than {} hours",
+                        since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        self.disable_after.num_hours()
+                    ));
+                    true
+                }
+            };
+            let endpoint = e.clone();
+            set.version += 1;
+            match self.store.save_endpoints(tenant, &set).await {
+                Ok(()) if disabling => return self.announce_disabled(tenant, &endpoint, &set.endpoints).await,
+                Ok(()) => return Ok(()),
+                Err(crate::table::StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// `endpoint.disabled`, to each other enabled endpoint of the tenant.
+    async fn announce_disabled(
+        &self,
+        tenant: &TenantId,
+        endpoint: &WebhookEndpoint,
+        all: &[WebhookEndpoint],
+    ) -> Result<(), StageError> {
+        warn!(tenant = %tenant, endpoint = %endpoint.id, "webhook endpoint disabled for failing");
+        self.metrics.count("WebhookEndpointDisabled", &[]);
+        let at = endpoint.disabled_at.unwrap_or_default();
+        let detail = serde_json::json!({
+            "id": format!("{}:{}:{ENDPOINT_DISABLED}", endpoint.id, at.timestamp_millis()),
+            "type": ENDPOINT_DISABLED,
+            "time": at,
+            "tenant_id": tenant.as_str(),
+            "data": {
+                "endpoint_id": endpoint.id,
+                "url": endpoint.url,
+                "failing_since": endpoint.failing_since,
+                "disabled_at": at,
+            },
+        });
+        let copies: Vec<String> = all
+            .iter()
+            .filter(|e| e.id != endpoint.id && e.disabled_at.is_none())
+            .map(|e| serde_json::json!({"to": e.id, "detail": detail}).to_string())
+            .collect();
+        if copies.is_empty() {
+            return Ok(());
+        }
+        // Told once, after the write: a failure here is counted, and the
+        // endpoint stays disabled.
+        if let Err(e) = self.queue.fan_out(copies).await {
+            warn!(tenant = %tenant, error = %e, "endpoint.disabled not queued");
+            self.metrics.count("WebhookAnnounceFailed", &[]);
+        }
+        Ok(())
     }
 }
 

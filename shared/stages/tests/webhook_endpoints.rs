@@ -160,10 +160,17 @@ async fn rotation_puts_a_new_secret_and_updates_change_only_what_they_name() {
         (disabled.url.as_str(), disabled.description.as_str()),
         ("https://hooks.acme.example/a", "d")
     );
+    // Disabled for failing (as the webhook stage does it): enabling it
+    // again clears the failure too, so the count starts afresh.
+    let mut set = app.store.endpoints(&acme()).await.unwrap();
+    set.endpoints[0].failing_since = Some(app.clock.now() - Duration::hours(80));
+    set.version += 1;
+    app.store.save_endpoints(&acme(), &set).await.unwrap();
     let enabled = endpoints
         .update(&id, update(json!({"enabled": true, "events": ["operation.held"]})))
         .await
         .unwrap();
+    assert_eq!(enabled.failing_since, None);
     assert_eq!(
         (enabled.disabled_at, enabled.events.as_slice()),
         (None, &["operation.held".to_owned()][..])

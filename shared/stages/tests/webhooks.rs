@@ -87,6 +87,7 @@ async fn rig(events: &[&str]) -> Rig {
             clock,
             retry: RetrySchedule::default(),
             log_for: chrono::Duration::days(30),
+            disable_after: chrono::Duration::hours(72),
             metrics: genace_stages::metrics::Metrics::to(metrics.clone()),
         },
         receiver,
@@ -304,6 +305,7 @@ async fn add_endpoint(rig: &Rig, id: &str, events: &[&str]) -> genace_core::webh
         updated_by: "acme".into(),
         disabled_at: None,
         disabled_reason: None,
+        failing_since: None,
     };
     rig.stage.secrets.put(&endpoint.secret_id, &format!("whsec_{id}"));
     set.endpoints.push(endpoint.clone());
@@ -480,4 +482,88 @@ async fn a_kept_event_replays_with_its_own_id() {
         .collect();
     assert_eq!(ids, [id, id]);
     assert_eq!(log_of(&rig, "ep_one").await.len(), 2);
+}
+
+async fn endpoint_of(rig: &Rig, id: &str) -> genace_core::webhook::WebhookEndpoint {
+    let acme = TenantId::parse("acme").unwrap();
+    rig.stage.store.endpoints(&acme).await.unwrap().get(id).unwrap().clone()
+}
+
+/// An endpoint whose POSTs all fail for WEBHOOK_DISABLE_AFTER_HOURS is
+/// disabled, counted, and announced to the tenant's other enabled
+/// endpoints with `endpoint.disabled`; a success on the way starts the
+/// count again. Disabled, it receives nothing more.
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
+async fn an_endpoint_failing_for_its_hours_is_disabled_and_the_others_are_told() {
+    let rig = rig(&["operation.held"]).await;
+    add_endpoint(&rig, "ep_bad", &[]).await;
+    add_endpoint(&rig, "ep_good", &["operation.held"]).await;
+    let t0 = rig.stage.clock.now();
+    let delivered = |version: u64| event_at(&rig, "acme", "operation.delivered", version);
+    let rig = &rig;
+    let try_once = |status: u16, version: u64| {
+        rig.receiver.answer(&[status]);
+        let body = delivered(version);
+        async move { handle_body(&rig.stage, &body).await }
+    };
+    assert!(try_once(500, 2).await.is_err());
+    assert_eq!(endpoint_of(rig, "ep_bad").await.failing_since, Some(t0));
+    // A success clears it; the next failure starts again.
+    rig.stage.clock.advance(chrono::Duration::hours(50));
+    assert_eq!(try_once(200, 2).await.unwrap(), Webhooked::Delivered(200));
+    assert_eq!(endpoint_of(rig, "ep_bad").await.failing_since, None);
+    rig.stage.clock.advance(chrono::Duration::hours(1));
+    let t1 = rig.stage.clock.now();
+    assert!(try_once(500, 2).await.is_err());
+    // Failing, but not yet for 72 hours (the 50 before the success do not count).
+    rig.stage.clock.advance(chrono::Duration::hours(71));
+    assert!(try_once(500, 2).await.is_err());
+    let still = endpoint_of(rig, "ep_bad").await;
+    assert_eq!((still.failing_since, still.disabled_at), (Some(t1), None));
+    assert!(rig.queue.take_copies().is_empty());
+    rig.stage.clock.advance(chrono::Duration::hours(1));
+    assert!(try_once(500, 2).await.is_err());
+    let disabled = endpoint_of(rig, "ep_bad").await;
+    assert_eq!(disabled.disabled_at, Some(rig.stage.clock.now()));
+    assert!(disabled.disabled_reason.unwrap().contains("72 hours"));
+    assert!(rig.metrics.points().iter().any(|p| p.name == "WebhookEndpointDisabled"));
+    // The other endpoint is told, though it takes only operation.held.
+    let copies = rig.queue.take_copies();
+    assert_eq!(copies.len(), 1);
+    let copy: Value = serde_json::from_str(&copies[0]).unwrap();
+    assert_eq!(copy["to"], "ep_good");
+    assert_eq!(copy["detail"]["type"], "endpoint.disabled");
+    assert_eq!(copy["detail"]["data"]["endpoint_id"], "ep_bad");
+    rig.receiver.answer(&[200]);
+    assert_eq!(
+        handle_body(&rig.stage, &copies[0]).await.unwrap(),
+        Webhooked::Delivered(200)
+    );
+    let post = rig.receiver.received().last().unwrap().clone();
+    assert_eq!(post.url, "https://hooks.acme.example/ep_good");
+    assert!(
+        post.headers
+            .contains(&("genace-event-type".to_owned(), "endpoint.disabled".to_owned()))
+    );
+    // A forged announcement (the endpoint is not disabled at that time) is never signed.
+    let mut forged = copy.clone();
+    forged["detail"]["data"]["disabled_at"] = json!("2026-01-01T00:00:00Z");
+    assert!(matches!(
+        handle_body(&rig.stage, &forged.to_string()).await.unwrap(),
+        Webhooked::DeadLettered(_)
+    ));
+    // Disabled, it receives nothing; its queued copies are dropped.
+    let posts = rig.receiver.received().len();
+    assert_eq!(
+        handle_body(&rig.stage, &delivered(2)).await.unwrap(),
+        Webhooked::NotSubscribed
+    );
+    let detail = serde_json::from_str::<Value>(&delivered(2)).unwrap()["detail"].clone();
+    let queued = json!({"to": "ep_bad", "detail": detail}).to_string();
+    assert_eq!(handle_body(&rig.stage, &queued).await.unwrap(), Webhooked::NoWebhook);
+    assert_eq!(rig.receiver.received().len(), posts);
 }

@@ -116,6 +116,7 @@ pub fn endpoint_view(e: &WebhookEndpoint) -> Value {
         "enabled": e.disabled_at.is_none(),
         "disabled_at": e.disabled_at,
         "disabled_reason": e.disabled_reason,
+        "failing_since": e.failing_since,
         "created_at": e.created_at,
         "updated_at": e.updated_at,
         "updated_by": e.updated_by,
