@@ -19,12 +19,24 @@ pub fn secret() -> Vec<u8> {
 
 /// A token for `tenant`, valid for `ttl_seconds`, carrying the tenant under `claim`.
 pub fn issue(claim: &str, tenant: &str, ttl_seconds: i64) -> Result<String, String> {
+    issue_scoped(claim, tenant, "operations.read operations.write", ttl_seconds)
+}
+
+/// [`issue`], also granting `operations.webhooks`: the application may
+/// manage its tenant's webhook endpoints.
+pub fn issue_with_webhooks(claim: &str, tenant: &str, ttl_seconds: i64) -> Result<String, String> {
+    issue_scoped(
+        claim,
+        tenant,
+        "operations.read operations.write operations.webhooks",
+        ttl_seconds,
+    )
+}
+
+fn issue_scoped(claim: &str, tenant: &str, scope: &str, ttl_seconds: i64) -> Result<String, String> {
     let mut claims = Map::new();
     claims.insert("sub".into(), json!(format!("dev-user@{tenant}")));
-    claims.insert(
-        "scope".into(),
-        json!("operations.read operations.write operations.webhooks"),
-    );
+    claims.insert("scope".into(), json!(scope));
     claims.insert(claim.into(), json!(tenant));
     issue_claims(claims, ttl_seconds)
 }

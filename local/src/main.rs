@@ -70,6 +70,10 @@ enum Command {
         /// An operator's token with this name instead.
         #[arg(long, value_name = "NAME")]
         operator: Option<String>,
+        /// Also grant `operations.webhooks`: the application may manage its
+        /// tenant's webhook endpoints.
+        #[arg(long, conflicts_with = "operator")]
+        webhooks: bool,
         /// Scope the operator to one tenant.
         #[arg(
             long = "tenant",
@@ -112,10 +116,11 @@ async fn main() -> ExitCode {
         Command::Token {
             tenant,
             operator,
+            webhooks,
             scope,
             ttl,
             claim,
-        } => token(tenant, operator, scope, ttl, &claim),
+        } => token(tenant, operator.map(|o| (o, scope)), webhooks, ttl, &claim),
         Command::Env {
             endpoint,
             function,
@@ -185,15 +190,19 @@ fn function_env(endpoint: &Endpoint, function: &str, params: &[String]) -> Resul
     Ok(())
 }
 
+/// An operator's token (`operator`: its name and the tenant it is limited
+/// to, if any), or an application's for `tenant`, with the webhook scope
+/// when `webhooks`.
 fn token(
     tenant: Option<String>,
-    operator: Option<String>,
-    scope: Option<String>,
+    operator: Option<(String, Option<String>)>,
+    webhooks: bool,
     ttl: i64,
     claim: &str,
 ) -> Result<(), String> {
     let token = match (operator, tenant) {
-        (Some(name), _) => devauth::issue_operator(&name, claim, scope.as_deref(), ttl)?,
+        (Some((name, scope)), _) => devauth::issue_operator(&name, claim, scope.as_deref(), ttl)?,
+        (None, Some(tenant)) if webhooks => devauth::issue_with_webhooks(claim, &tenant, ttl)?,
         (None, Some(tenant)) => devauth::issue(claim, &tenant, ttl)?,
         (None, None) => unreachable!("clap requires a tenant unless --operator is given"),
     };
