@@ -135,7 +135,7 @@ fn is_dns_name(host: &str) -> bool {
 /// The `events` member, when present: lifecycle event types, each once.
 pub fn parse_events(body: &Value) -> Result<Option<Vec<String>>, InvalidInput> {
     match body.get("events") {
-        None | Some(Value::Null) => Ok(None),
+        None => Ok(None),
         Some(Value::Array(items)) => {
             let known: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
             let events: Vec<String> = items
@@ -260,6 +260,10 @@ mod tests {
         let policy = UrlPolicy::default();
         let once = serde_json::json!(["operation.held", "operation.cancelled"]);
         assert!(WebhookRequest::parse(&body(once), &policy, &a).is_ok());
+        assert_eq!(
+            WebhookRequest::parse(&body(serde_json::Value::Null), &policy, &a).unwrap_err().field,
+            "events"
+        );
         let twice = serde_json::json!(["operation.held", "operation.cancelled", "operation.held"]);
         assert_eq!(
             WebhookRequest::parse(&body(twice), &policy, &a).unwrap_err().field,
