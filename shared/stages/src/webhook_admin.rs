@@ -261,7 +261,9 @@ mod tests {
         let once = serde_json::json!(["operation.held", "operation.cancelled"]);
         assert!(WebhookRequest::parse(&body(once), &policy, &a).is_ok());
         assert_eq!(
-            WebhookRequest::parse(&body(serde_json::Value::Null), &policy, &a).unwrap_err().field,
+            WebhookRequest::parse(&body(serde_json::Value::Null), &policy, &a)
+                .unwrap_err()
+                .field,
             "events"
         );
         let twice = serde_json::json!(["operation.held", "operation.cancelled", "operation.held"]);
