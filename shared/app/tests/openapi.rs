@@ -358,6 +358,16 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let replayed = call(event("POST", &rpath, Some(&abandon), operator(), &if_match)).await;
     assert_eq!(replayed.status(), 412);
     seen.insert(doc.check(res, "post", &replayed));
+    // A body the document refuses is 400 before the version is compared:
+    // a job id that is not a string, whatever the action.
+    let numbered = json!({"action": "release_hold", "reason": "r", "job_id": 21_864_985}).to_string();
+    let refused = call(event("POST", &rpath, Some(&numbered), operator(), &if_match)).await;
+    let refused_body: Value = serde_json::from_slice(refused.body().as_ref()).unwrap();
+    assert_eq!(
+        (refused.status().as_u16(), &refused_body["field"]),
+        (400, &json!("job_id"))
+    );
+    seen.insert(doc.check(res, "post", &refused));
     let after: Value = serde_json::from_slice(
         call(event(
             "GET",

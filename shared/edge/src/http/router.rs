@@ -635,6 +635,14 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     if reason.chars().count() > MAX_REASON_CHARS {
         return Err(InvalidInput::new("reason", format!("must be at most {MAX_REASON_CHARS} characters")).into());
     }
+    // A job id, whatever the action, is a job id: a number or a blank one
+    // is refused, never ignored.
+    if let Some(job) = body.get("job_id") {
+        let raw = job
+            .as_str()
+            .ok_or_else(|| Problem::from(InvalidInput::new("job_id", "must be a string")))?;
+        RemoteJobId::parse(raw)?;
+    }
     let resolution = match text("action") {
         Some("attach_remote_job") => {
             let raw = text("job_id")
