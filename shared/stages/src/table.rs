@@ -245,6 +245,31 @@ pub trait WebhookEndpoints: Send + Sync {
     ) -> impl Future<Output = Result<(Vec<DeliveryAttempt>, Option<String>), StoreError>> + Send;
 }
 
+/// One page of an endpoint's log, as both stores make it: `read` holds, newest
+/// first, up to `limit + 1` entries after the cursor (its sort key, whether
+/// it is still kept, the entry), as a query with that limit returns them.
+/// The page is the first `limit` of them that are still kept and have
+/// `status`; the cursor is the last key read while more follow.
+pub fn log_page(
+    mut read: Vec<(String, bool, DeliveryAttempt)>,
+    limit: usize,
+    status: Option<AttemptStatus>,
+) -> (Vec<DeliveryAttempt>, Option<String>) {
+    let more = read.len() > limit;
+    read.truncate(limit);
+    let next = if more {
+        read.last().map(|(k, _, _)| k.clone())
+    } else {
+        None
+    };
+    let page = read
+        .into_iter()
+        .filter(|(_, kept, a)| *kept && status.is_none_or(|s| a.status == s))
+        .map(|(_, _, a)| a)
+        .collect();
+    (page, next)
+}
+
 /// The whole operations table: records, ledgers and webhook settings. A
 /// stage that needs only part of it asks for that part.
 pub trait OperationStore: OperationRecords + TenantLedgers + WebhookSettings + WebhookEndpoints {}

@@ -146,6 +146,14 @@ pub struct Recovered {
 /// The most log entries one recovery reads.
 pub const RECOVER_SCAN: usize = 5_000;
 
+/// The endpoint `id` of a set being edited.
+fn named<'s>(set: &'s mut EndpointSet, id: &str) -> Result<&'s mut WebhookEndpoint, IntakeError> {
+    set.endpoints
+        .iter_mut()
+        .find(|e| e.id == id)
+        .ok_or(IntakeError::NoSuchEndpoint)
+}
+
 /// One tenant's endpoints, as a caller allowed to manage them sees them.
 pub struct Endpoints<'a, S, Q, C> {
     pub(crate) store: &'a S,
@@ -218,12 +226,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
         let now = self.clock.now();
         let set = self
             .change(|set| {
-                let endpoint = set
-                    .endpoints
-                    .iter_mut()
-                    .find(|e| e.id == id)
-                    .ok_or(IntakeError::NoSuchEndpoint)?;
-                change.clone().apply(endpoint, now, &self.actor);
+                change.clone().apply(named(set, id)?, now, &self.actor);
                 Ok(())
             })
             .await?;
@@ -262,11 +265,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
         let now = self.clock.now();
         let set = self
             .change(|set| {
-                let endpoint = set
-                    .endpoints
-                    .iter_mut()
-                    .find(|e| e.id == id)
-                    .ok_or(IntakeError::NoSuchEndpoint)?;
+                let endpoint = named(set, id)?;
                 endpoint.updated_at = now;
                 endpoint.updated_by = self.actor.clone();
                 Ok(())

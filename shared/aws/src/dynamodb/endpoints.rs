@@ -19,7 +19,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use genace_core::domain::TenantId;
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet};
-use genace_stages::table::{StoreError, WebhookEndpoints};
+use genace_stages::table::{StoreError, WebhookEndpoints, log_page};
 
 use super::{DynamoStore, Item, service_error};
 
@@ -178,34 +178,22 @@ impl WebhookEndpoints for DynamoStore {
             None => query.key_condition_expression("log_pk = :part"),
         };
         let out = query.send().await.map_err(service_error)?;
-        let mut read: Vec<(String, i64, DeliveryAttempt)> = Vec::new();
+        let mut read = Vec::new();
         for item in out.items.unwrap_or_default() {
             let key = item
                 .get("log_sk")
                 .and_then(|v| v.as_s().ok())
                 .cloned()
                 .unwrap_or_default();
-            let expires = item
+            // The TTL deletes late: an entry past its time is gone already.
+            let kept = item
                 .get("expires_at")
                 .and_then(|v| v.as_n().ok())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(i64::MAX);
+                .and_then(|n| n.parse::<i64>().ok())
+                .is_none_or(|expires| expires > now.timestamp());
             let attempt = decode(item, &["pk", "log_pk", "log_sk", "expires_at"])?;
-            read.push((key, expires, attempt));
+            read.push((key, kept, attempt));
         }
-        let more = read.len() > limit;
-        read.truncate(limit);
-        let next = if more {
-            read.last().map(|(k, _, _)| k.clone())
-        } else {
-            None
-        };
-        // The TTL deletes late: an entry past its time is gone already.
-        let page = read
-            .into_iter()
-            .filter(|(_, expires, a)| *expires > now.timestamp() && status.is_none_or(|s| a.status == s))
-            .map(|(_, _, a)| a)
-            .collect();
-        Ok((page, next))
+        Ok(log_page(read, limit, status))
     }
 }

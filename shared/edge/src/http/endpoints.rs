@@ -16,7 +16,8 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
 
 use super::auth::Principal;
-use super::problem::Problem;
+use super::problem::{Problem, method_not_allowed};
+use super::router::{page_limit, tenant_param};
 
 /// Which endpoint resource a path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,11 +70,7 @@ const MAX_BODY: usize = 8 * 1024;
 
 /// The tenant whose endpoints the caller manages, and who it is.
 fn caller<S, Q, O, C>(intake: &Intake<S, Q, O, C>, req: &Request) -> Result<(TenantId, String), Problem> {
-    let asked = req
-        .query_string_parameters_ref()
-        .and_then(|q| q.first("tenant"))
-        .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
-        .transpose()?;
+    let asked = tenant_param(&req.query_string_parameters_ref().cloned().unwrap_or_default())?;
     match Principal::read(req, &intake.config)? {
         Principal::Tenant(own) => {
             if !Principal::has_scope(req, ENDPOINTS_SCOPE) {
@@ -188,18 +185,6 @@ fn cursor_key(endpoint: &str, cursor: &str) -> Result<String, Problem> {
     }
 }
 
-/// 405, naming the route's methods (RFC 9110 §15.5.6).
-fn method_not_allowed(allow: &'static str) -> Problem {
-    Problem::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method-not-allowed",
-        "Method not allowed",
-        format!("Use {allow}."),
-    )
-    .with("allow", allow)
-    .with_header(lambda_http::http::header::ALLOW, allow)
-}
-
 /// A log page's `status`, `limit` and `cursor`.
 #[allow(clippy::type_complexity, reason = "three query parameters, read together")]
 fn log_query(
@@ -215,14 +200,7 @@ fn log_query(
                 .ok_or_else(|| Problem::from(InvalidInput::new("status", "must be succeeded or failed")))
         })
         .transpose()?;
-    let limit = match q.first("limit") {
-        None => 25,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=100).contains(n))
-            .ok_or_else(|| Problem::from(InvalidInput::new("limit", "must be 1-100")))?,
-    };
+    let limit = usize::try_from(page_limit(q)?).unwrap_or(25);
     let after = q.first("cursor").map(|c| cursor_key(endpoint, c)).transpose()?;
     Ok((status, limit, after))
 }

@@ -235,6 +235,19 @@ fn erasure_refused(phase: Phase, delivery_state: DeliveryState) -> Problem {
     .with("delivery_state", delivery_state.as_str())
 }
 
+/// 405, naming the methods the resource supports (RFC 9110 §15.5.6), in
+/// the body and in `Allow`.
+pub fn method_not_allowed(allow: &'static str) -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        format!("Use {allow}."),
+    )
+    .with("allow", allow)
+    .with_header(header::ALLOW, allow)
+}
+
 pub fn not_found() -> Problem {
     Problem::new(
         StatusCode::NOT_FOUND,

@@ -17,7 +17,7 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
 
 use super::auth::Principal;
-use super::problem::{Problem, not_found};
+use super::problem::{Problem, method_not_allowed, not_found};
 use super::views::{
     capacity_view, case_view, credits_view, etag, expected_spend_hold, queue_view, view, view_with_links, webhook_view,
 };
@@ -133,17 +133,6 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
     intake: &Intake<S, Q, O, C>,
     req: Request,
 ) -> Result<Response<Body>, Problem> {
-    let method_not_allowed = |allow: &'static str| {
-        Problem::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method-not-allowed",
-            "Method not allowed",
-            format!("Use {allow}."),
-        )
-        .with("allow", allow)
-        // RFC 9110 §15.5.6: a 405 names the methods the resource supports.
-        .with_header(header::ALLOW, allow)
-    };
     match (route(&req), req.method()) {
         (Some(Route::Operations), &Method::POST) => create(intake, req).await,
         (Some(Route::Operations), &Method::GET) => list(intake, &req).await,
@@ -358,7 +347,7 @@ fn small_body(req: &Request, what: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-fn page_limit(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result<i32, Problem> {
+pub(super) fn page_limit(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result<i32, Problem> {
     match q.first("limit") {
         None => Ok(25),
         Some(l) => l
@@ -369,8 +358,10 @@ fn page_limit(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result
     }
 }
 
-/// The optional `tenant` query parameter of an operator's listing.
-fn tenant_param(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result<Option<TenantId>, Problem> {
+/// The optional `tenant` query parameter of an operator's request.
+pub(super) fn tenant_param(
+    q: &lambda_http::aws_lambda_events::query_map::QueryMap,
+) -> Result<Option<TenantId>, Problem> {
     q.first("tenant")
         .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
         .transpose()

@@ -459,29 +459,16 @@ impl crate::table::WebhookEndpoints for MemoryStore {
         let Some(log) = table.attempts.get(&format!("{}\u{0}{endpoint_id}", tenant.as_str())) else {
             return Ok((Vec::new(), None));
         };
-        // As DynamoDB pages a query: `limit` entries read (expired ones are
-        // gone), then the status filter applied to them.
-        let read: Vec<(&String, &genace_core::webhook::DeliveryAttempt)> = log
+        // As DynamoDB pages a query: `limit + 1` entries read (those past
+        // their time included, as the TTL deletes late), then filtered.
+        let read = log
             .iter()
             .rev()
             .filter(|(key, _)| after.is_none_or(|a| key.as_str() < a))
-            .filter(|(_, (until, _))| *until > now)
-            .map(|(key, (_, a))| (key, a))
             .take(limit + 1)
+            .map(|(key, (until, a))| (key.clone(), *until > now, a.clone()))
             .collect();
-        let more = read.len() > limit;
-        let read = &read[..read.len().min(limit)];
-        let next = if more {
-            read.last().map(|(k, _)| (*k).clone())
-        } else {
-            None
-        };
-        let page = read
-            .iter()
-            .filter(|(_, a)| status.is_none_or(|s| a.status == s))
-            .map(|(_, a)| (*a).clone())
-            .collect();
-        Ok((page, next))
+        Ok(crate::table::log_page(read, limit, status))
     }
 }
 
