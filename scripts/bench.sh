@@ -3,6 +3,8 @@
 #   scripts/bench.sh [pipeline] [--intents N] [--output-bytes SIZE]   requests, invocations, latency, $ per million
 #   scripts/bench.sh delivery [--bytes 1GiB]                           one large output: throughput and peak RSS
 #   scripts/bench.sh load [--intents 2000] [--rate 50] [--duplicates 30]
+#   scripts/bench.sh capacity [--intents 1000] [--limit 10] [--render-seconds 20]
+#   scripts/bench.sh events [--intents 100]                            the webhook leg, before and after the pipe's mark
 # Installs and starts moto on a free loopback port (stopped again at the end),
 # builds genace-bench (release; BENCH_PROFILE=dev for a quick debug build) and
 # runs it from the repository root. Prices: docs/prices.json.

@@ -12,6 +12,9 @@
 //!   raw download of the same URL and a raw multipart upload of as many bytes.
 //! - `load`: intents at a fixed offered rate with a share of duplicates;
 //!   checks one Genace POST per distinct intent and empty DLQs.
+//! - `events`: the same burst twice with the events pipe on, every event
+//!   queued for the webhook function and then only the marked ones: what
+//!   the pipe's mark saves a tenant without receivers.
 //!
 //! A crate of its own so that the local stack (`genace-local`) does not
 //! carry the workloads, and each workload is a file.
@@ -22,6 +25,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod capacity;
 mod delivery;
+mod events;
 mod load;
 mod pipeline;
 mod pricing;
@@ -56,6 +60,19 @@ pub enum Workload {
     Load(LoadArgs),
     /// A burst larger than Genace's account limit, from three tenants.
     Capacity(CapacityArgs),
+    /// What lifecycle events cost a tenant without webhook receivers, with
+    /// every event queued for the webhook function and with the pipe's mark.
+    Events(EventsArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct EventsArgs {
+    /// How many intents in each of the two runs.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub intents: usize,
+    /// The list prices.
+    #[arg(long, value_name = "FILE", default_value = "docs/prices.json")]
+    pub prices: String,
 }
 
 #[derive(Args, Clone)]
@@ -153,6 +170,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         Some(Workload::Delivery(a)) => delivery::run(&endpoint, &a).await,
         Some(Workload::Load(a)) => load::run(&endpoint, &a).await,
         Some(Workload::Capacity(a)) => capacity::run(&endpoint, &a).await,
+        Some(Workload::Events(a)) => events::run(&endpoint, &a).await,
     }
 }
 

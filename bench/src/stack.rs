@@ -42,8 +42,11 @@ impl Stack {
         let mut config = Config::for_resources(&names, queues);
         config.url_policy.allow_http = true;
         config.url_policy.allow_private = true;
-        let observer = DynamoStore::new(aws::dynamodb(&sdk), &names.table);
-        let observer_sqs = aws::sqs(&sdk);
+        // Plain SDK clients: the meter, once on, counts every client built
+        // through `genace_aws::clients`, and a second run in one process
+        // would count the benchmark's own reads.
+        let observer = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), &names.table);
+        let observer_sqs = aws_sdk_sqs::Client::new(&sdk);
         let meter = meter::enable();
         Ok(Stack {
             sdk,
@@ -60,10 +63,20 @@ impl Stack {
         genace_base: &str,
         concurrency: usize,
     ) -> Result<(runner::Running, SocketAddr), String> {
+        self.start_runner_with(genace_base, concurrency, |_| {}).await
+    }
+
+    /// [`Self::start_runner`] with its settings changed by `adjust`.
+    pub(crate) async fn start_runner_with(
+        &self,
+        genace_base: &str,
+        concurrency: usize,
+        adjust: impl FnOnce(&mut runner::RunnerSettings),
+    ) -> Result<(runner::Running, SocketAddr), String> {
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?;
-        let settings = runner::RunnerSettings {
+        let mut settings = runner::RunnerSettings {
             intake_addr: addr,
             batch_size: 1,
             visibility_seconds: 30,
@@ -71,7 +84,9 @@ impl Stack {
             sweep_every: Duration::from_secs(60),
             phase_log: false,
             events_file: None,
+            webhook_rule_unfiltered: false,
         };
+        adjust(&mut settings);
         let gconf = GenaceConfig::new(genace_base, "bench-key");
         let running = runner::start(&self.sdk, self.config.clone(), gconf, settings).await?;
         Ok((running, addr))
@@ -112,6 +127,27 @@ impl Stack {
             }
         }
         Ok(delivered)
+    }
+
+    /// Whether the webhook queue holds no message, visible or in flight.
+    pub(crate) async fn webhook_queue_empty(&self) -> Result<bool, String> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let attrs = self
+            .observer_sqs
+            .get_queue_attributes()
+            .queue_url(&self.config.queues.webhooks)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?
+            .attributes
+            .unwrap_or_default();
+        Ok(
+            [A::ApproximateNumberOfMessages, A::ApproximateNumberOfMessagesNotVisible]
+                .iter()
+                .all(|a| attrs.get(a).is_none_or(|v| v == "0")),
+        )
     }
 
     /// Messages left on the dead-letter queues.

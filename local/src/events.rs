@@ -5,7 +5,8 @@
 //! the same enrichment the pipe runs (the library in process, or the events
 //! function's binary in artifact mode), and appends each event as the bus
 //! would carry it to a JSON-lines file a developer can `tail -f`. Like the
-//! bus's webhook rule, it also sends each event to the webhook queue.
+//! bus's webhook rule, it also sends each event the enrichment marked for a
+//! tenant's receivers to the webhook queue.
 //!
 //! A batch the enrichment refuses is retried; after [`MAX_ATTEMPTS`] it is
 //! written to the dead-letter file beside the events file, as the pipe
@@ -47,6 +48,13 @@ pub fn passes_filter(record: &Value) -> bool {
         && record["dynamodb"]["Keys"]["pk"]["S"]
             .as_str()
             .is_some_and(|pk| pk.starts_with("OP#"))
+}
+
+/// The bus's webhook rule (the template's `WebhookRule` pattern): lifecycle
+/// events that the enrichment marked for a tenant's receivers.
+pub fn webhook_rule_takes(bus_event: &Value) -> bool {
+    bus_event["source"] == genace_core::events::SOURCE
+        && bus_event["detail"][genace_core::events::WEBHOOKS_MEMBER] == Value::Bool(true)
 }
 
 /// One event as the bus carries it: the pipe's target parameters put the
@@ -198,7 +206,7 @@ async fn deliver<F, Fut>(
                     tracing::error!(file = %file.display(), error = %e, "writing events failed");
                 }
                 if let Some((sqs, queue)) = rule {
-                    for line in &lines {
+                    for line in lines.iter().filter(|l| webhook_rule_takes(l)) {
                         let sent = sqs
                             .send_message()
                             .queue_url(queue)
@@ -251,6 +259,27 @@ mod tests {
         let source = &template["Resources"]["EventsPipe"]["Properties"]["SourceParameters"]["DynamoDBStreamParameters"];
         assert_eq!(source["BatchSize"].as_u64(), Some(BATCH_SIZE as u64));
         assert_eq!(source["MaximumRetryAttempts"].as_u64(), Some(u64::from(MAX_ATTEMPTS)));
+    }
+
+    #[test]
+    fn the_webhook_rule_is_the_templates() {
+        let template: serde_yaml::Value =
+            serde_yaml::from_str(include_str!("../../infra/template.yaml")).expect("the template is YAML");
+        let pattern = &template["Resources"]["WebhookRule"]["Properties"]["EventPattern"];
+        let pattern: Value = serde_json::to_value(pattern).expect("a pattern");
+        assert_eq!(
+            pattern,
+            json!({"source": ["genace.operations"], "detail": {"webhooks": [true]}})
+        );
+        let event = |detail: Value| bus_envelope(&detail);
+        let marked = json!({"type": "operation.accepted", "time": "t", "webhooks": true});
+        assert!(webhook_rule_takes(&event(marked.clone())));
+        assert!(!webhook_rule_takes(&event(
+            json!({"type": "operation.accepted", "time": "t"})
+        )));
+        let mut other = event(marked);
+        other["source"] = json!("someone.else");
+        assert!(!webhook_rule_takes(&other));
     }
 
     #[test]

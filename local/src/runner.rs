@@ -39,6 +39,10 @@ pub struct RunnerSettings {
     /// Where the events pipe appends lifecycle events (`GENACE_EVENTS_FILE`,
     /// default `.local/events.jsonl`); `None` runs no pipe.
     pub events_file: Option<std::path::PathBuf>,
+    /// Every event to the webhook queue, as the webhook rule took them
+    /// before events were marked for tenants' receivers: for measuring
+    /// what the mark saves (`genace-bench events`). Off everywhere else.
+    pub webhook_rule_unfiltered: bool,
 }
 
 impl RunnerSettings {
@@ -59,6 +63,7 @@ impl RunnerSettings {
                 .map(|v| v != "0" && v != "false")
                 .unwrap_or(true),
             events_file: Some(crate::events::events_file()),
+            webhook_rule_unfiltered: false,
         })
     }
 }
@@ -116,22 +121,32 @@ pub async fn start(
         let sweeper = sweeper.clone();
         async move { sweeper.run().await.map(|_| ()).map_err(|e| e.to_string()) }
     });
-    let ctx = genace_core::events::Context {
-        bucket: Some(config.bucket.clone()),
-    };
     consumer.spawn_deferring(
         &mut tasks,
         &config.queues.webhooks,
-        genace_app::webhooks(sdk, &config, metrics)?,
+        genace_app::webhooks(sdk, &config, metrics.clone())?,
         genace_app::webhook_redelivery(sdk, &config)?,
     );
     if let Some(file) = settings.events_file.clone() {
         let rule = Some(config.queues.webhooks.clone());
+        let enrichment = Arc::new(genace_app::Enrichment::new(sdk, &config, metrics.clone()));
+        let unfiltered = settings.webhook_rule_unfiltered;
         crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, rule, move |batch| {
-            let events = genace_aws::stream::lifecycle_events(&batch, &ctx)
-                .map(|events| events.iter().filter_map(|e| serde_json::to_value(e).ok()).collect())
-                .map_err(|e| e.to_string());
-            std::future::ready(events)
+            let enrichment = enrichment.clone();
+            async move {
+                let events = if unfiltered {
+                    // No look at receivers: every event marked.
+                    let mut events = genace_aws::stream::lifecycle_events(&batch, &enrichment.ctx);
+                    for e in events.iter_mut().flatten() {
+                        e.webhooks = true;
+                    }
+                    events
+                } else {
+                    enrichment.enrich(&batch).await
+                };
+                let events = events.map_err(|e| e.to_string())?;
+                Ok(events.iter().filter_map(|e| serde_json::to_value(e).ok()).collect())
+            }
         });
     }
     if settings.phase_log {

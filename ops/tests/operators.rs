@@ -41,6 +41,7 @@ impl Stack {
             sweep_every: Duration::from_secs(3),
             phase_log: false,
             events_file: None,
+            webhook_rule_unfiltered: false,
         };
         let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
         Stack {

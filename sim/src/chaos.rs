@@ -229,6 +229,13 @@ impl<T: WebhookEndpoints> WebhookEndpoints for Chaotic<T> {
         port(&self.chaos, self.inner.save_endpoints(tenant, set)).await
     }
 
+    async fn receivers(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<std::collections::HashMap<TenantId, genace_core::webhook::Receivers>, StoreError> {
+        port(&self.chaos, self.inner.receivers(tenants)).await
+    }
+
     async fn record_attempt(&self, attempt: &DeliveryAttempt, keep_until: DateTime<Utc>) -> Result<(), StoreError> {
         port(&self.chaos, self.inner.record_attempt(attempt, keep_until)).await
     }

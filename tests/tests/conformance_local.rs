@@ -40,6 +40,7 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
         sweep_every: Duration::from_secs(3),
         phase_log: false,
         events_file: Some(events.clone()),
+        webhook_rule_unfiltered: false,
     };
     let target = format!("http://{}", settings.intake_addr);
     let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();

@@ -162,8 +162,9 @@ fn every_function_has_only_the_actions_it_uses() {
             "RecoveryFunction",
             &["dynamodb:GetItem", "dynamodb:UpdateItem", "sqs:SendMessage"][..],
         ),
-        // The pipe's enrichment: pure, it needs no grant at all.
-        ("EventsFunction", &[][..]),
+        // The pipe's enrichment reads tenants' receivers to mark events for
+        // the webhook rule, and nothing else.
+        ("EventsFunction", &["dynamodb:BatchGetItem"][..]),
         (
             "WebhookFunction",
             &[
@@ -620,17 +621,27 @@ fn committed_changes_reach_the_bus_through_a_least_privilege_pipe() {
         assert!(!actions.iter().any(|a| a.contains('*')), "{actions:?}");
         assert!(!resource.contains("\"*\""), "{resource}");
     }
-    // The enrichment reads and writes nothing itself.
-    assert!(functions(&t)["EventsFunction"]["Properties"]["Policies"].is_null());
+    // The enrichment reads only the items of tenants' receivers, and writes nothing.
+    let events = functions(&t)["EventsFunction"].clone();
+    let policies = format!("{:?}", events["Properties"]["Policies"]);
+    assert!(
+        policies.contains("dynamodb:LeadingKeys") && policies.contains("WEBHOOK#*") && policies.contains("ENDPOINTS#*"),
+        "{policies}"
+    );
 }
 
 #[test]
-fn webhooks_take_every_event_from_the_bus_and_read_only_their_secrets() {
+fn webhooks_take_the_marked_events_from_the_bus_and_read_only_their_secrets() {
     let t = template();
     let res = resources(&t);
     let rule = &res["WebhookRule"]["Properties"];
     assert_eq!(strings(&rule["EventBusName"]), ["OperationsEventBus"]);
     assert_eq!(strings(&rule["EventPattern"]["source"]), ["genace.operations"]);
+    // Only events the enrichment marked for a tenant's receivers.
+    assert_eq!(
+        serde_json::to_value(&rule["EventPattern"]["detail"]).unwrap(),
+        serde_json::json!({"webhooks": [true]})
+    );
     let target = &untag(&rule["Targets"])[0];
     assert_eq!(strings(&target["Arn"]), ["WebhookQueue.Arn"]);
     assert_eq!(

@@ -95,6 +95,7 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
         sweep_every: Duration::from_secs(3),
         phase_log: false,
         events_file: Some(events.clone()),
+        webhook_rule_unfiltered: false,
     };
     let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
     let api = format!("http://{addr}");
@@ -124,7 +125,7 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
         .unwrap();
     let id = created["operation_id"].as_str().unwrap().to_owned();
 
-    // A second tenant without a webhook: its events are queued and dropped.
+    // A second tenant without a webhook: its events stay off the webhook queue.
     let other = devauth::issue("tenant_id", "unhooked", 600).unwrap();
     http.post(format!("{api}/v1/operations"))
         .bearer_auth(&other)
@@ -154,6 +155,7 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
                 "only the hooked tenant's events are sent"
             );
             assert_eq!(header("webhook-id"), detail["id"].as_str().unwrap());
+            assert!(detail.get("webhooks").is_none(), "the bus's mark is not posted");
             seen.insert(detail["id"].as_str().unwrap().to_owned(), detail);
         }
         delivered = seen.into_values().collect();
@@ -170,6 +172,23 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     running.shutdown().await;
+    // The bus carries both tenants' events; only the hooked tenant's are
+    // marked for the webhook rule, so the other's never reach the queue.
+    let carried: Vec<Value> = std::fs::read_to_string(&events)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let of = |tenant: &str| -> Vec<&Value> {
+        carried
+            .iter()
+            .map(|e| &e["detail"])
+            .filter(|d| d["tenant_id"] == tenant)
+            .collect()
+    };
+    assert!(!of("unhooked").is_empty(), "the other tenant's events are on the bus");
+    assert!(of("unhooked").iter().all(|d| d.get("webhooks").is_none()));
+    assert!(!of("hooked").is_empty() && of("hooked").iter().all(|d| d["webhooks"] == true));
     let _ = std::fs::remove_file(&events);
     // Every POST, first attempts and retries alike, verifies with a
     // receiver written with the standardwebhooks package, under the new

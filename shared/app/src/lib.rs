@@ -189,17 +189,50 @@ pub async fn genace_config(sdk: &SdkConfig) -> Result<GenaceConfig, String> {
     Ok(conf)
 }
 
-/// The events enrichment's context from the environment: the output
-/// bucket its `operation.delivered` events name (`OUTPUT_BUCKET`).
-pub fn events_context() -> genace_core::events::Context {
-    genace_core::events::Context {
-        bucket: env_var("OUTPUT_BUCKET"),
+/// The lifecycle events of one batch of the table's stream records.
+pub use genace_aws::stream::lifecycle_events;
+
+/// The events function's step: a batch of the table's stream records in,
+/// their lifecycle events out, each marked when a receiver of its tenant
+/// takes it (the bus's webhook rule queues only those).
+pub struct Enrichment<S = DynamoStore> {
+    pub store: S,
+    pub ctx: genace_core::events::Context,
+    pub metrics: Metrics,
+}
+
+impl Enrichment {
+    /// On the table of `config`, with clients made from `sdk`.
+    pub fn new(sdk: &SdkConfig, config: &Config, metrics: Metrics) -> Self {
+        Enrichment {
+            store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
+            ctx: genace_core::events::Context {
+                bucket: Some(config.bucket.clone()),
+            },
+            metrics,
+        }
+    }
+
+    /// What the events function runs.
+    pub async fn from_env() -> Result<Self, String> {
+        Ok(Self::new(
+            &genace_aws::clients::load().await,
+            &config_from_env()?,
+            metrics_from_env(),
+        ))
     }
 }
 
-/// The lifecycle events of one batch of the table's stream records: what
-/// the events function returns to the pipe.
-pub use genace_aws::stream::lifecycle_events;
+impl<S: genace_stages::table::WebhookEndpoints> Enrichment<S> {
+    pub async fn enrich(
+        &self,
+        batch: &[Value],
+    ) -> Result<Vec<genace_core::events::LifecycleEvent>, genace_aws::stream::StreamError> {
+        let mut events = lifecycle_events(batch, &self.ctx)?;
+        genace_stages::events::mark_for_webhooks(&self.store, &self.metrics, &mut events).await;
+        Ok(events)
+    }
+}
 
 fn api_key_from_secret(secret: &str) -> String {
     serde_json::from_str::<Value>(secret)

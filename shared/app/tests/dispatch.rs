@@ -536,6 +536,13 @@ impl WebhookEndpoints for EchoingStore {
         self.0.save_endpoints(tenant, set).await
     }
 
+    async fn receivers(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<std::collections::HashMap<TenantId, genace_core::webhook::Receivers>, StoreError> {
+        self.0.receivers(tenants).await
+    }
+
     async fn record_attempt(&self, attempt: &DeliveryAttempt, until: chrono::DateTime<Utc>) -> Result<(), StoreError> {
         self.0.record_attempt(attempt, until).await
     }

@@ -208,7 +208,50 @@ impl DynamoStore {
         HashMap::from([("pk".to_owned(), AttributeValue::S(OperationRecord::pk_for(id)))])
     }
 
-    fn webhook_key(tenant: &str) -> Item {
+    /// Every item of `keys` that exists, in any order, by `BatchGetItem`
+    /// (100 keys a request); unprocessed keys are asked again a few times,
+    /// then it is a failure.
+    pub(crate) async fn batch_get(&self, keys: Vec<Item>, consistent: bool) -> Result<Vec<Item>, StoreError> {
+        let mut found = Vec::new();
+        for chunk in keys.chunks(100) {
+            let mut wanted = chunk.to_vec();
+            for _ in 0..5 {
+                if wanted.is_empty() {
+                    break;
+                }
+                let batch = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut wanted)))
+                    .consistent_read(consistent)
+                    .build()
+                    .map_err(|e| StoreError::Service(e.to_string()))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, batch)
+                    .send()
+                    .await
+                    .map_err(service_error)?;
+                found.extend(
+                    out.responses
+                        .unwrap_or_default()
+                        .remove(&self.table)
+                        .unwrap_or_default(),
+                );
+                wanted = out
+                    .unprocessed_keys
+                    .unwrap_or_default()
+                    .remove(&self.table)
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+            }
+            if !wanted.is_empty() {
+                return Err(StoreError::Service("batch read left keys unprocessed".into()));
+            }
+        }
+        Ok(found)
+    }
+
+    pub(crate) fn webhook_key(tenant: &str) -> Item {
         HashMap::from([("pk".to_owned(), AttributeValue::S(format!("{WEBHOOK_PREFIX}{tenant}")))])
     }
 

@@ -907,24 +907,74 @@ async fn listings_are_newest_first_filtered_and_paged<S: OperationStore>(store: 
     assert!(listed.is_empty());
 }
 
-async fn endpoint_sets_change_only_on_the_version_read<S: OperationStore>(store: S) {
-    use genace_core::webhook::{EndpointSet, WebhookEndpoint};
-    let tenant = TenantId::parse("tenant-endpoints").unwrap();
-    let empty = store.endpoints(&tenant).await.unwrap();
-    assert_eq!(empty, EndpointSet::default());
-    let endpoint = |id: &str| WebhookEndpoint {
+/// An enabled endpoint of `tenant` taking `events` (every type when empty).
+fn test_endpoint(tenant: &str, id: &str, events: &[&str]) -> genace_core::webhook::WebhookEndpoint {
+    genace_core::webhook::WebhookEndpoint {
         id: id.into(),
         url: format!("https://hooks.example/{id}"),
         description: "d".into(),
-        events: vec!["operation.delivered".into()],
-        secret_id: format!("genace/webhooks/tenant-endpoints/{id}"),
+        events: events.iter().map(|e| (*e).to_owned()).collect(),
+        secret_id: format!("genace/webhooks/{tenant}/{id}"),
         created_at: Utc::now(),
         updated_at: Utc::now(),
         updated_by: "me".into(),
         disabled_at: None,
         disabled_reason: None,
         failing_since: None,
+    }
+}
+
+/// The events pipe's read: every tenant's receivers in one call, however
+/// many tenants (more than one request's worth of keys), and nothing for a
+/// tenant without any.
+async fn receivers_are_read_for_many_tenants_at_once<S: OperationStore>(store: S) {
+    use genace_core::webhook::{EndpointSet, Receivers, WebhookConfig};
+    let t = |name: &str| TenantId::parse(name).unwrap();
+    let now = Utc::now();
+    let hook = |tenant: &str| WebhookConfig {
+        tenant_id: tenant.into(),
+        url: "https://hooks.example/genace".into(),
+        events: vec!["operation.delivered".into()],
+        secret_id: format!("genace/webhooks/{tenant}/main"),
+        updated_at: now,
+        updated_by: "ops".into(),
     };
+    let endpoint = test_endpoint("rx-both", "ep_r", &[]);
+    let set = EndpointSet {
+        version: 1,
+        endpoints: vec![endpoint.clone()],
+    };
+    store.set_webhook(&t("rx-hook"), Some(&hook("rx-hook"))).await.unwrap();
+    store.set_webhook(&t("rx-both"), Some(&hook("rx-both"))).await.unwrap();
+    store.save_endpoints(&t("rx-both"), &set).await.unwrap();
+    store.save_endpoints(&t("rx-ends"), &set).await.unwrap();
+    // 60 tenants: 120 keys, more than one batch read takes.
+    let mut asked: Vec<TenantId> = (0..57).map(|i| t(&format!("rx-none-{i}"))).collect();
+    asked.extend([t("rx-hook"), t("rx-both"), t("rx-ends")]);
+    let got = store.receivers(&asked).await.unwrap();
+    let mut found: Vec<&str> = got.keys().map(TenantId::as_str).collect();
+    found.sort_unstable();
+    assert_eq!(found, ["rx-both", "rx-ends", "rx-hook"]);
+    assert_eq!(
+        got[&t("rx-both")],
+        Receivers {
+            webhook: Some(hook("rx-both")),
+            endpoints: vec![endpoint.clone()],
+        }
+    );
+    assert_eq!(got[&t("rx-hook")].endpoints, vec![]);
+    assert_eq!(got[&t("rx-ends")].webhook, None);
+    assert!(got[&t("rx-hook")].take("operation.delivered"));
+    assert!(!got[&t("rx-hook")].take("operation.accepted"));
+    assert!(store.receivers(&[]).await.unwrap().is_empty());
+}
+
+async fn endpoint_sets_change_only_on_the_version_read<S: OperationStore>(store: S) {
+    use genace_core::webhook::EndpointSet;
+    let tenant = TenantId::parse("tenant-endpoints").unwrap();
+    let empty = store.endpoints(&tenant).await.unwrap();
+    assert_eq!(empty, EndpointSet::default());
+    let endpoint = |id: &str| test_endpoint("tenant-endpoints", id, &["operation.delivered"]);
     let first = EndpointSet {
         version: 1,
         endpoints: vec![endpoint("ep_a")],
@@ -1123,6 +1173,7 @@ genace_aws::contract_tests!(
     batch_yields_to_interactive_for_a_bounded_time,
     listings_are_newest_first_filtered_and_paged,
     endpoint_sets_change_only_on_the_version_read,
+    receivers_are_read_for_many_tenants_at_once,
     delivery_logs_page_newest_first_per_endpoint,
     kept_events_are_per_tenant_and_expire,
 );

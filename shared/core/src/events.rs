@@ -104,7 +104,16 @@ pub struct LifecycleEvent {
     pub version: u64,
     /// What is particular to the type; see docs/events.md.
     pub data: Map<String, Value>,
+    /// Set by the events pipe when the tenant has a receiver that takes
+    /// the event: the bus's webhook rule queues only these. Receivers'
+    /// POSTs never carry it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub webhooks: bool,
 }
+
+/// The member of a bus event's `detail` that [`LifecycleEvent::webhooks`]
+/// sets, which the webhook rule matches.
+pub const WEBHOOKS_MEMBER: &str = "webhooks";
 
 /// Where delivered objects live, for `operation.delivered`.
 #[derive(Debug, Clone, Default)]
@@ -133,6 +142,7 @@ fn event(rec: &OperationRecord, kind: Kind, data: Value) -> LifecycleEvent {
             Value::Object(m) => m,
             _ => Map::new(),
         },
+        webhooks: false,
     }
 }
 

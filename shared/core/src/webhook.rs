@@ -110,6 +110,24 @@ impl EndpointSet {
     }
 }
 
+/// What a tenant has to receive events with, as the events pipe reads it
+/// to decide which events the webhook rule takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Receivers {
+    /// The webhook an operator set.
+    pub webhook: Option<WebhookConfig>,
+    /// The tenant's own endpoints.
+    pub endpoints: Vec<WebhookEndpoint>,
+}
+
+impl Receivers {
+    /// Whether some receiver takes an event of `kind` now: the operator's
+    /// webhook or an enabled endpoint whose filter names it.
+    pub fn take(&self, kind: &str) -> bool {
+        self.webhook.as_ref().is_some_and(|c| c.wants(kind)) || self.endpoints.iter().any(|e| e.wants(kind))
+    }
+}
+
 /// The type of the event sent to a tenant's other endpoints when one is
 /// disabled for failing.
 pub const ENDPOINT_DISABLED: &str = "endpoint.disabled";

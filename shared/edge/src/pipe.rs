@@ -9,22 +9,24 @@ use serde_json::Value;
 use tracing::{error, info};
 
 /// Runs an enrichment Lambda with `enrich` as its one step.
-pub async fn serve_enrichment<F, T, E>(enrich: F) -> Result<(), lambda_runtime::Error>
+pub async fn serve_enrichment<F, Fut, T, E>(enrich: F) -> Result<(), lambda_runtime::Error>
 where
-    F: Fn(&[Value]) -> Result<Vec<T>, E>,
+    F: Fn(Vec<Value>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, E>>,
     T: Serialize,
     E: std::fmt::Display,
 {
     let enrich = &enrich;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Vec<Value>>| async move {
-            match enrich(&event.payload) {
+            let received = event.payload.len();
+            match enrich(event.payload).await {
                 Ok(out) => {
-                    info!(received = event.payload.len(), sent = out.len(), "batch enriched");
+                    info!(received, sent = out.len(), "batch enriched");
                     Ok(out)
                 }
                 Err(e) => {
-                    error!(received = event.payload.len(), error = %e, "batch refused; the pipe retries it");
+                    error!(received, error = %e, "batch refused; the pipe retries it");
                     Err(lambda_runtime::Error::from(e.to_string()))
                 }
             }

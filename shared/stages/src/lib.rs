@@ -28,6 +28,7 @@ pub mod deliver;
 pub mod dispatch;
 pub mod downloads;
 pub mod erase;
+pub mod events;
 pub mod genace;
 pub mod intake;
 pub mod listing;

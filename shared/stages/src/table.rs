@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::ledger::{Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
-use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet};
+use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, Receivers};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -205,6 +205,15 @@ pub trait WebhookEndpoints: Send + Sync {
         tenant: &TenantId,
         set: &EndpointSet,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The receivers (operator-set webhook and endpoints) of each of
+    /// `tenants` that has any, for the events pipe's filter. The read may
+    /// be eventually consistent: a receiver saved a moment before an event
+    /// was made may not take it.
+    fn receivers(
+        &self,
+        tenants: &[TenantId],
+    ) -> impl Future<Output = Result<std::collections::HashMap<TenantId, Receivers>, StoreError>> + Send;
 
     /// Adds one entry to an endpoint's log, kept until `keep_until`.
     fn record_attempt(

@@ -246,7 +246,11 @@ where
         self.handle_delivery(message, 1).await
     }
 
-    async fn handle_delivery(&self, message: Value, receives: u32) -> Result<Webhooked, StageError> {
+    async fn handle_delivery(&self, mut message: Value, receives: u32) -> Result<Webhooked, StageError> {
+        // The pipe's mark for the bus's rule is not part of the event.
+        if let Some(d) = message.get_mut("detail").and_then(Value::as_object_mut) {
+            d.remove(genace_core::events::WEBHOOKS_MEMBER);
+        }
         let detail = &message["detail"];
         let (Some(tenant), Some(kind), Some(id)) = (
             detail["tenant_id"].as_str(),

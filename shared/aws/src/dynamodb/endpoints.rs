@@ -18,10 +18,12 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use genace_core::domain::TenantId;
-use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet};
+use std::collections::HashMap;
+
+use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, Receivers};
 use genace_stages::table::{StoreError, WebhookEndpoints, log_page};
 
-use super::{DynamoStore, Item, service_error};
+use super::{DynamoStore, Item, WEBHOOK_PREFIX, service_error};
 
 /// Name of the index of each endpoint's delivery log.
 pub const LOG_INDEX: &str = "log-index";
@@ -78,6 +80,34 @@ impl WebhookEndpoints for DynamoStore {
             }
             Err(e) => Err(service_error(e)),
         }
+    }
+
+    async fn receivers(&self, tenants: &[TenantId]) -> Result<HashMap<TenantId, Receivers>, StoreError> {
+        let by_pk: HashMap<String, &TenantId> = tenants
+            .iter()
+            .flat_map(|t| [(format!("{WEBHOOK_PREFIX}{t}"), t), (format!("ENDPOINTS#{t}"), t)])
+            .collect();
+        let keys = tenants
+            .iter()
+            .flat_map(|t| [DynamoStore::webhook_key(t.as_str()), endpoints_key(t)])
+            .collect();
+        let mut out: HashMap<TenantId, Receivers> = HashMap::new();
+        // Eventually consistent: half the price, and an event made within a
+        // moment of a receiver's save is the only one it can miss.
+        for item in self.batch_get(keys, false).await? {
+            let pk = match item.get("pk") {
+                Some(AttributeValue::S(pk)) => pk.clone(),
+                _ => continue,
+            };
+            let Some(tenant) = by_pk.get(&pk) else { continue };
+            let receivers = out.entry((*tenant).clone()).or_default();
+            if pk.starts_with(WEBHOOK_PREFIX) {
+                receivers.webhook = Some(decode(item, &["pk"])?);
+            } else {
+                receivers.endpoints = decode::<EndpointSet>(item, &["pk"])?.endpoints;
+            }
+        }
+        Ok(out)
     }
 
     async fn record_attempt(&self, attempt: &DeliveryAttempt, keep_until: DateTime<Utc>) -> Result<(), StoreError> {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::record::OperationRecord;
@@ -120,43 +120,10 @@ impl DynamoStore {
             .iter()
             .filter_map(|k| k.split_once('#').and_then(|(_, id)| OperationId::parse(id).ok()))
             .collect();
-        let mut wanted: Vec<Item> = ids.iter().map(DynamoStore::key).collect();
         let mut found: HashMap<OperationId, OperationRecord> = HashMap::new();
-        // Unprocessed keys are asked again, a few times, then it is a failure.
-        for _ in 0..5 {
-            if wanted.is_empty() {
-                break;
-            }
-            let batch = KeysAndAttributes::builder()
-                .set_keys(Some(std::mem::take(&mut wanted)))
-                .consistent_read(true)
-                .build()
-                .map_err(|e| StoreError::Service(e.to_string()))?;
-            let out = self
-                .client
-                .batch_get_item()
-                .request_items(&self.table, batch)
-                .send()
-                .await
-                .map_err(service_error)?;
-            for item in out
-                .responses
-                .unwrap_or_default()
-                .remove(&self.table)
-                .unwrap_or_default()
-            {
-                let rec = from_item(item)?;
-                found.insert(rec.operation_id.clone(), rec);
-            }
-            wanted = out
-                .unprocessed_keys
-                .unwrap_or_default()
-                .remove(&self.table)
-                .map(|k| k.keys)
-                .unwrap_or_default();
-        }
-        if !wanted.is_empty() {
-            return Err(StoreError::Service("batch read left keys unprocessed".into()));
+        for item in self.batch_get(ids.iter().map(DynamoStore::key).collect(), true).await? {
+            let rec = from_item(item)?;
+            found.insert(rec.operation_id.clone(), rec);
         }
         Ok(ids
             .iter()

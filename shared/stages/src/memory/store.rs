@@ -405,6 +405,27 @@ impl crate::table::WebhookEndpoints for MemoryStore {
         Ok(())
     }
 
+    async fn receivers(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<std::collections::HashMap<TenantId, genace_core::webhook::Receivers>, StoreError> {
+        let table = self.lock();
+        Ok(tenants
+            .iter()
+            .filter_map(|t| {
+                let receivers = genace_core::webhook::Receivers {
+                    webhook: table.webhooks.get(t.as_str()).cloned(),
+                    endpoints: table
+                        .endpoints
+                        .get(t.as_str())
+                        .map(|s| s.endpoints.clone())
+                        .unwrap_or_default(),
+                };
+                (receivers != genace_core::webhook::Receivers::default()).then(|| (t.clone(), receivers))
+            })
+            .collect())
+    }
+
     async fn record_attempt(
         &self,
         attempt: &genace_core::webhook::DeliveryAttempt,
