@@ -48,7 +48,7 @@ impl Run {
     fn sqs(&self) -> f64 {
         let sends = count_of(&self.requests, "sqs", &["SendMessage", "SendMessageBatch"]);
         let deletes = count_of(&self.requests, "sqs", &["DeleteMessage", "DeleteMessageBatch"]);
-        let receives: usize = ["dispatch", "poll", "deliver", "recovery", "webhooks"]
+        let receives: usize = ["dispatch", "wake", "poll", "deliver", "recovery", "webhooks"]
             .iter()
             .map(|s| self.invocations.get(*s).copied().unwrap_or(0))
             .sum();
@@ -56,7 +56,7 @@ impl Run {
     }
 
     fn lambda_requests(&self) -> f64 {
-        ["dispatch", "poll", "deliver", "recovery", "webhooks"]
+        ["dispatch", "wake", "poll", "deliver", "recovery", "webhooks"]
             .iter()
             .map(|s| self.invoked(s))
             .sum()

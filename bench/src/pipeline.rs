@@ -158,7 +158,7 @@ fn print_requests(n: usize, burst: &Burst, idle: &Idle) -> PerOperation {
     let per = |x: u64| x as f64 / n as f64;
     let sqs_sends = per(count_of(requests, "sqs", &["SendMessage", "SendMessageBatch"]));
     let sqs_deletes = per(count_of(requests, "sqs", &["DeleteMessage", "DeleteMessageBatch"]));
-    let stage_invocations: usize = ["dispatch", "poll", "deliver", "recovery"]
+    let stage_invocations: usize = ["dispatch", "wake", "poll", "deliver", "recovery"]
         .iter()
         .map(|s| burst.invocations.get(*s).map_or(0, Vec::len))
         .sum();
@@ -205,7 +205,7 @@ fn print_invocations(n: usize, invocations: &BTreeMap<String, Vec<Duration>>, pr
     println!();
     println!("| stage | invocations per operation | median ms | p99 ms |");
     println!("|---|---|---|---|");
-    for stage in ["intake", "dispatch", "poll", "deliver", "recovery", "sweep"] {
+    for stage in ["intake", "dispatch", "wake", "poll", "deliver", "recovery", "sweep"] {
         let durations = invocations.get(stage).cloned().unwrap_or_default();
         if durations.is_empty() {
             continue;

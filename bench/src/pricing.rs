@@ -34,6 +34,7 @@ pub(crate) fn load_prices(path: &str) -> Result<Prices, String> {
     let memory_mb = BTreeMap::from([
         ("intake".to_owned(), intake),
         ("dispatch".to_owned(), stage),
+        ("wake".to_owned(), stage),
         ("poll".to_owned(), stage),
         ("deliver".to_owned(), deliver),
         ("recovery".to_owned(), stage),

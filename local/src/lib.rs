@@ -29,6 +29,7 @@ pub fn local_config(endpoint: &str) -> Result<genace_stages::config::Config, Str
                 "RECOVERY_QUEUE_URL" => &queues.recovery,
                 "WEBHOOK_QUEUE_URL" => &queues.webhooks,
                 "WEBHOOK_DLQ_URL" => &queues.webhook_dead_letters,
+                "WAKE_QUEUE_URL" => &queues.wake,
                 _ => return None,
             };
             Some(url.clone())

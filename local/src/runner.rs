@@ -113,6 +113,10 @@ pub async fn start(
 
     let consumer = Consumer::in_process(aws::sqs_receiver(sdk), &settings);
     consumer.spawn(&mut tasks, &config.queues.dispatch, app.dispatcher());
+    if config.queues.wake != config.queues.dispatch {
+        // Dispatch consumes the wake queue beside its own, as deployed.
+        consumer.spawn(&mut tasks, &config.queues.wake, app.dispatcher());
+    }
     consumer.spawn(&mut tasks, &config.queues.poll, app.poller());
     consumer.spawn(&mut tasks, &config.queues.deliver, app.deliverer());
     consumer.spawn(&mut tasks, &config.queues.recovery, app.recovery());

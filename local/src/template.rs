@@ -33,6 +33,7 @@ impl Locals {
             ("RecoveryQueue", &queues.recovery),
             ("WebhookQueue", &queues.webhooks),
             ("WebhookDeadLetterQueue", &queues.webhook_dead_letters),
+            ("WakeQueue", &queues.wake),
         ]
         .into_iter()
         .map(|(id, value)| (id.to_owned(), value.to_owned()))
@@ -415,6 +416,7 @@ mod tests {
                     recovery: "http://q/recovery".into(),
                     webhooks: "http://q/webhooks".into(),
                     webhook_dead_letters: "http://q/webhooks-dlq".into(),
+                    wake: "http://q/wake".into(),
                 },
             ),
         }
@@ -438,6 +440,7 @@ mod tests {
         for f in t.functions() {
             let env = t.function_env(&f, &locals).unwrap_or_else(|e| panic!("{f}: {e}"));
             assert_eq!(env["DISPATCH_QUEUE_URL"], queue("genace-dispatch"), "{f}");
+            assert_eq!(env["WAKE_QUEUE_URL"], queue("genace-wake"), "{f}");
         }
         let webhook = t.function_env("WebhookFunction", &locals).unwrap();
         assert_eq!(webhook["WEBHOOK_QUEUE_URL"], queue("genace-webhooks"));

@@ -324,7 +324,8 @@ impl World {
         let label = format!("{queue:?} {op} msg {} (receive {})", m.id, m.receives);
         // Each function's timeout, as the template sets it.
         let (timeout, fut) = match queue {
-            Queue::Dispatch => (60, handler(self.app.dispatcher(), body)),
+            // Dispatch consumes the wake queue beside its own.
+            Queue::Dispatch | Queue::Wake => (60, handler(self.app.dispatcher(), body)),
             Queue::Poll => (180, handler(self.app.poller(), body)),
             Queue::Deliver => (900, handler(self.app.deliverer(), body)),
             Queue::Recovery => (30, handler(self.app.recovery(), body)),
@@ -575,9 +576,13 @@ impl World {
         match roll {
             0..=9 if self.intents_left > 0 => self.intake(),
             10..=34 => {
-                let queue = *self
-                    .rng
-                    .pick(&[Queue::Dispatch, Queue::Poll, Queue::Deliver, Queue::Recovery]);
+                let queue = *self.rng.pick(&[
+                    Queue::Dispatch,
+                    Queue::Wake,
+                    Queue::Poll,
+                    Queue::Deliver,
+                    Queue::Recovery,
+                ]);
                 if !self.receive(queue) && !self.actors.is_empty() {
                     let i = self.rng.below(self.actors.len() as u64) as usize;
                     self.poll(i)?;
@@ -662,7 +667,13 @@ impl World {
     }
 
     fn drain_queues(&mut self) -> Result<(), String> {
-        for queue in [Queue::Dispatch, Queue::Poll, Queue::Deliver, Queue::Recovery] {
+        for queue in [
+            Queue::Wake,
+            Queue::Dispatch,
+            Queue::Poll,
+            Queue::Deliver,
+            Queue::Recovery,
+        ] {
             for _ in 0..50 {
                 if !self.receive(queue) {
                     break;

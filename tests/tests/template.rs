@@ -280,8 +280,8 @@ fn queue_consumers_report_partial_failures_and_queues_fit_their_consumers() {
     }
     assert_eq!(
         consumed.len(),
-        5,
-        "dispatch, poll, deliver, recovery and webhooks are consumed"
+        6,
+        "dispatch, wake-ups, poll, deliver, recovery and webhooks are consumed"
     );
     for (name, r) in &res {
         if r["Type"] != "AWS::SQS::Queue" {
@@ -299,6 +299,53 @@ fn queue_consumers_report_partial_failures_and_queues_fit_their_consumers() {
         let dlq = strings(&redrive["deadLetterTargetArn"])[0].clone();
         assert!(dlq.ends_with("DeadLetterQueue.Arn"), "{name}: DLQ {dlq}");
         assert!(redrive["maxReceiveCount"].as_u64().is_some_and(|n| n > 0), "{name}");
+    }
+}
+
+/// Wake-ups have a queue of their own, which dispatch consumes beside its
+/// own queue (so a wake-up never waits behind a burst's intents), which
+/// shares the dispatch dead-letter queue and its alarm, and to which every
+/// function that wakes waiting operations may send.
+#[test]
+fn wake_ups_have_their_own_queue_that_dispatch_consumes() {
+    let t = template();
+    let res = resources(&t);
+    let fns = functions(&t);
+    let sources: BTreeSet<String> = untag(&fns["DispatchFunction"]["Properties"]["Events"])
+        .as_mapping()
+        .into_iter()
+        .flatten()
+        .filter(|(_, e)| e["Type"] == "SQS")
+        .map(|(_, e)| strings(&e["Properties"]["Queue"])[0].clone())
+        .collect();
+    assert_eq!(
+        sources,
+        BTreeSet::from(["DispatchQueue.Arn".to_owned(), "WakeQueue.Arn".to_owned()])
+    );
+    assert_eq!(
+        strings(&res["WakeQueue"]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]),
+        ["DispatchDeadLetterQueue.Arn"]
+    );
+    assert_eq!(
+        strings(&t["Globals"]["Function"]["Environment"]["Variables"]["WAKE_QUEUE_URL"]),
+        ["WakeQueue"]
+    );
+    // Whoever reads the waiting order wakes from it, and nobody else sends there.
+    for (name, f) in &fns {
+        let sends_wakes = grants(f)
+            .iter()
+            .any(|(a, r)| a == "sqs:SendMessage" && r.contains("WakeQueue.Arn"));
+        let reads_order = format!("{:?}", f["Properties"]["Policies"]).contains("wait-index");
+        let wakes = [
+            "DispatchFunction",
+            "PollFunction",
+            "SweepFunction",
+            "CancelFunction",
+            "OperatorFunction",
+        ]
+        .contains(&name.as_str());
+        assert_eq!(sends_wakes, wakes, "{name}");
+        assert!(!wakes || reads_order, "{name} wakes from the waiting order");
     }
 }
 

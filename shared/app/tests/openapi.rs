@@ -854,7 +854,19 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let claimed_id =
         operation_id_of(&call(event("POST", ops, Some(&intent("k-claimed", "p")), tenant("t1"), &[])).await);
     let claimed_oid = genace_core::domain::OperationId::parse(&claimed_id).unwrap();
-    let before_claim = store.get(&claimed_oid, Utc::now()).await.unwrap().unwrap();
+    let recorded = store.get(&claimed_oid, Utc::now()).await.unwrap().unwrap();
+    // An operation waits for a slot (above), so a claim that did not wait
+    // yields to it: this one waits first, and is claimed as if woken.
+    let before_claim = genace_core::machine::transition(
+        &recorded,
+        genace_core::machine::Event::CapacityReached {
+            retry_at: Utc::now() + policy.capacity_repair,
+        },
+        Utc::now(),
+        &policy,
+    )
+    .unwrap();
+    store.apply(&recorded, &before_claim).await.unwrap();
     let after_claim = genace_core::machine::transition(
         &before_claim,
         genace_core::machine::Event::ClaimDispatch { token: "tok" },

@@ -288,12 +288,13 @@ impl DynamoStore {
             .table_name(&self.table)
             .set_key(Some(Self::account_key()))
             .update_expression(if ended {
-                "ADD in_flight :d, waiting :w, jobs_ended :one"
+                "ADD in_flight :d, waiting :w, queued :q, jobs_ended :one"
             } else {
-                "ADD in_flight :d, waiting :w"
+                "ADD in_flight :d, waiting :w, queued :q"
             })
             .expression_attribute_values(":d", AttributeValue::N(delta.in_flight.to_string()))
-            .expression_attribute_values(":w", AttributeValue::N(delta.waiting.to_string()));
+            .expression_attribute_values(":w", AttributeValue::N(delta.waiting.to_string()))
+            .expression_attribute_values(":q", AttributeValue::N(delta.queued.to_string()));
         if ended {
             update = update.expression_attribute_values(":one", AttributeValue::N("1".into()));
         }
@@ -305,9 +306,19 @@ impl DynamoStore {
                 }
                 None => "(attribute_not_exists(max_in_flight) OR in_flight < max_in_flight)",
             };
+            // A claim that did not wait for a slot yields to those that do
+            // ([`AccountCapacity::yields`]).
+            let yields = if delta.queued < 0 {
+                ""
+            } else {
+                " AND (attribute_not_exists(queued) OR queued <= :none)"
+            };
+            if !yields.is_empty() {
+                update = update.expression_attribute_values(":none", AttributeValue::N("0".into()));
+            }
             update = update.condition_expression(format!(
-                "attribute_not_exists(in_flight) OR ({maximum} AND \
-                 (attribute_not_exists(learned_limit) OR in_flight < learned_limit))"
+                "(attribute_not_exists(in_flight) OR ({maximum} AND \
+                 (attribute_not_exists(learned_limit) OR in_flight < learned_limit))){yields}"
             ));
         }
         update.build().map_err(|e| StoreError::Service(e.to_string()))
@@ -325,6 +336,7 @@ impl DynamoStore {
         Ok(AccountCapacity {
             in_flight: count("in_flight")?,
             waiting: count("waiting")?,
+            queued: count("queued")?,
             configured: self.account_limit,
             set_limit: limit("max_in_flight")?,
             learned: limit("learned_limit")?,
@@ -359,7 +371,7 @@ impl DynamoStore {
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().update(record).build())
             .transact_items(TransactWriteItem::builder().update(counters).build());
-        if delta.in_flight != 0 || delta.waiting != 0 {
+        if delta.in_flight != 0 || delta.waiting != 0 || delta.queued != 0 {
             let ended = ledger::ends_a_job(prev, next);
             let account = self.account_update(delta, reserves && delta.in_flight > 0, ended)?;
             transaction = transaction.transact_items(TransactWriteItem::builder().update(account).build());
@@ -385,7 +397,7 @@ impl DynamoStore {
             .set_key(Some(Self::ledger_key(prev.tenant_id.as_str())))
             .update_expression(
                 "ADD held_mc :held, spent_mc :spent, pending_refund_mc :pending, settled_mc :settled, \
-                 in_flight :in_flight, waiting :waiting, headroom_mc :room SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero",
+                 in_flight :in_flight, waiting :waiting, queued :queued, headroom_mc :room SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero",
             )
             .expression_attribute_values(":held", n(delta.held))
             .expression_attribute_values(":spent", n(delta.spent))
@@ -393,6 +405,7 @@ impl DynamoStore {
             .expression_attribute_values(":settled", n(delta.settled))
             .expression_attribute_values(":in_flight", n(delta.in_flight))
             .expression_attribute_values(":waiting", n(delta.waiting))
+            .expression_attribute_values(":queued", n(delta.queued))
             .expression_attribute_values(":room", n(-delta.held))
             .expression_attribute_values(":tenant", AttributeValue::S(prev.tenant_id.as_str().to_owned()))
             .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
@@ -473,6 +486,7 @@ fn ledger_from_item(tenant: &str, item: &Item) -> Result<TenantLedger, StoreErro
             settled: get("settled_mc")?,
             in_flight: get("in_flight")?,
             waiting: get("waiting")?,
+            queued: get("queued")?,
         },
         spend_limit: number(item, "spend_limit_mc")?,
         max_in_flight: number(item, "max_in_flight")?.and_then(|m| u32::try_from(m).ok()),

@@ -44,7 +44,7 @@ fn fail(resource: &str, e: impl std::fmt::Display) -> ProvisionError {
     }
 }
 
-/// Creates the table, the five queues with their DLQs, and the bucket on the
+/// Creates the table, the six queues with their DLQs, and the bucket on the
 /// endpoint of `sdk`. Returns the queue URLs.
 pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> Result<QueueUrls, ProvisionError> {
     ensure_table(&crate::clients::dynamodb(sdk), &names.table).await?;
@@ -59,7 +59,8 @@ pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> R
         };
         urls.push(ensure_queue(&sqs, q, receives).await?);
     }
-    let [dispatch, poll, deliver, recovery, webhooks]: [String; 5] = urls.try_into().expect("five queues were created");
+    let [dispatch, poll, deliver, recovery, webhooks, wake]: [String; 6] =
+        urls.try_into().expect("six queues were created");
     // `ensure_queue` made each queue's `<name>-dlq` beside it.
     let webhook_dead_letters = format!("{webhooks}-dlq");
     Ok(QueueUrls {
@@ -69,6 +70,7 @@ pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> R
         recovery,
         webhooks,
         webhook_dead_letters,
+        wake,
     })
 }
 

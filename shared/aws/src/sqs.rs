@@ -26,6 +26,7 @@ impl SqsQueue {
             Queue::Poll => &self.urls.poll,
             Queue::Deliver => &self.urls.deliver,
             Queue::Recovery => &self.urls.recovery,
+            Queue::Wake => &self.urls.wake,
         }
     }
 }

@@ -811,6 +811,76 @@ async fn claims_of_many_tenants_race_for_the_last_slots<S: OperationStore + Clon
     assert_eq!(store.account().await.unwrap().in_flight, 2);
 }
 
+/// While an operation waits for a slot, a claim that did not wait is
+/// refused even with a slot free (the slot is the waiting one's turn), and
+/// the waiting one's claim takes it. Waits for credits only do not count.
+async fn a_claim_that_did_not_wait_yields_to_one_that_waits_for_a_slot<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    let [held, waits, fresh, short] = [
+        ("tenant-h", "held"),
+        ("tenant-w", "waits"),
+        ("tenant-f", "fresh"),
+        ("tenant-s", "short"),
+    ]
+    .map(|(t, k)| record_for(t, k, "p"));
+    for r in [&held, &waits, &fresh, &short] {
+        store.create(r, now).await.unwrap();
+    }
+    // Waiting for credits only: nobody yields to it.
+    let retry_at = now + chrono::Duration::minutes(5);
+    let short1 = machine::transition(
+        &short,
+        machine::Event::SpendLimitReached { retry_at },
+        now,
+        &Policy::default(),
+    )
+    .unwrap();
+    store.apply(&short, &short1).await.unwrap();
+    let held1 = claimed(&held, "tok");
+    store.apply(&held, &held1).await.unwrap();
+    let waits1 = machine::transition(
+        &waits,
+        machine::Event::CapacityReached { retry_at },
+        now,
+        &Policy::default(),
+    )
+    .unwrap();
+    store.apply(&waits, &waits1).await.unwrap();
+    let account = store.account().await.unwrap();
+    assert_eq!((account.in_flight, account.waiting, account.queued), (1, 2, 1));
+    assert!(account.has_room() && account.yields());
+    // One slot is free, and it is the waiting operation's.
+    let fresh1 = claimed(&fresh, "tok");
+    assert!(matches!(
+        store.apply(&fresh, &fresh1).await,
+        Err(StoreError::AccountFull)
+    ));
+    assert_eq!(
+        store.get(&fresh.operation_id, now).await.unwrap(),
+        Some(fresh.clone()),
+        "nothing written"
+    );
+    store.apply(&waits1, &claimed(&waits1, "tok")).await.unwrap();
+    let account = store.account().await.unwrap();
+    assert_eq!((account.in_flight, account.queued), (2, 0));
+    assert_eq!(millis_held(&store, "tenant-w").await.queued, 0);
+    // Nobody waits for a slot now; the account is full, then has room again.
+    assert!(matches!(
+        store.apply(&fresh, &fresh1).await,
+        Err(StoreError::AccountFull)
+    ));
+    let done = rendered(&accepted_with(&held1, "job-yield", Some(1.0)), "job-yield");
+    store
+        .apply(&held1, &accepted_with(&held1, "job-yield", Some(1.0)))
+        .await
+        .unwrap();
+    store
+        .apply(&accepted_with(&held1, "job-yield", Some(1.0)), &done)
+        .await
+        .unwrap();
+    store.apply(&fresh, &fresh1).await.unwrap();
+}
+
 /// Every page of a listing, in order; each page within the limit.
 async fn list_everything<S: OperationStore>(
     store: &S,
@@ -1148,6 +1218,7 @@ genace_aws::contract_tests!(
     the_account_admits_claims_while_it_has_a_free_slot,
     claims_of_many_tenants_race_for_the_last_slots,
     operators_and_learned_account_limits_admit_claims,
+    a_claim_that_did_not_wait_yields_to_one_that_waits_for_a_slot,
 );
 
 genace_aws::contract_tests!(

@@ -75,9 +75,15 @@ pub struct Shares {
     /// until Genace is known to be done with the job (the phases that hold
     /// credits), else 0. A count, not credits.
     pub in_flight: i64,
-    /// Operations waiting for a slot of Genace's capacity: 1 while the
-    /// operation is `prepared` with a capacity hold, else 0.
+    /// Operations waiting in their tenant's order, for a slot of Genace's
+    /// capacity or for the spend limit: 1 while the operation is `prepared`
+    /// and waits in order ([`OperationRecord::waits_in_order`]), else 0.
     pub waiting: i64,
+    /// Of those, the ones waiting for a slot of Genace's capacity: 1 while
+    /// the operation is `prepared` with a capacity hold, else 0. While any
+    /// wait, a claim that did not wait yields to them (the account's
+    /// [`AccountCapacity::yields`]).
+    pub queued: i64,
 }
 
 impl Shares {
@@ -93,6 +99,7 @@ impl Shares {
             settled: f(self.settled, other.settled).ok_or(Overflow)?,
             in_flight: f(self.in_flight, other.in_flight).ok_or(Overflow)?,
             waiting: f(self.waiting, other.waiting).ok_or(Overflow)?,
+            queued: f(self.queued, other.queued).ok_or(Overflow)?,
         })
     }
 
@@ -114,6 +121,7 @@ impl Shares {
             || self.settled < 0
             || self.in_flight < 0
             || self.waiting < 0
+            || self.queued < 0
     }
 }
 
@@ -179,7 +187,10 @@ pub fn share(rec: &OperationRecord) -> Shares {
             _ => s.pending_refund = amount,
         },
         Phase::RenderFailed if planted::on(planted::RENDER_FAILED_KEEPS_SLOT) => s.in_flight = 1,
-        Phase::Prepared if rec.waits_in_order().is_some() => s.waiting = 1,
+        Phase::Prepared if rec.waits_in_order().is_some() => {
+            s.waiting = 1;
+            s.queued = i64::from(matches!(rec.wait(), Some((crate::record::WaitReason::Capacity, _))));
+        }
         Phase::Prepared | Phase::Rejected | Phase::RenderFailed | Phase::Abandoned | Phase::Cancelled => {}
     }
     s
@@ -223,8 +234,10 @@ pub struct AccountCapacity {
     /// The sum of [`Shares::in_flight`] over every record.
     pub in_flight: i64,
     /// The sum of [`Shares::waiting`] over every record: operations waiting
-    /// for a slot, whatever their tenant.
+    /// in order, whatever their tenant and whatever for.
     pub waiting: i64,
+    /// The sum of [`Shares::queued`]: operations waiting for a slot.
+    pub queued: i64,
     /// `GENACE_MAX_IN_FLIGHT`; none: no limit.
     pub configured: Option<u32>,
     /// An operator's limit, set at run time; replaces `configured` while set.
@@ -256,6 +269,16 @@ impl AccountCapacity {
     /// Whether a claim would be admitted now.
     pub fn has_room(&self) -> bool {
         self.limit().is_none_or(|max| self.in_flight < i64::from(max))
+    }
+
+    /// Whether a claim of an operation that did not wait for a slot must
+    /// wait now although a slot may be free: others wait for one, and the
+    /// free slot is theirs in turn (their wake-up may be on its way). A
+    /// fresh claim that took it would serve the queue first come, first
+    /// served, and a tenant whose intents came late would wait behind
+    /// every earlier one.
+    pub fn yields(&self) -> bool {
+        self.queued > 0
     }
 
     /// Free slots under [`Self::limit`]; none: no limit.

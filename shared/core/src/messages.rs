@@ -17,6 +17,9 @@ pub enum Queue {
     Poll,
     Deliver,
     Recovery,
+    /// Dispatch messages that wake a waiting operation: dispatch consumes
+    /// this queue beside its own, so a wake-up never waits behind a burst.
+    Wake,
 }
 
 /// The body of every dispatch, poll and deliver message.

@@ -145,10 +145,8 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
             turn.fetched = true;
         }
         let Some(id) = turn.heads.pop() else { continue };
-        queue
-            .enqueue(Queue::Dispatch, &id, 0)
-            .await
-            .map_err(|e| e.to_string())?;
+        // The wake queue: never behind the fresh intents of a burst.
+        queue.enqueue(Queue::Wake, &id, 0).await.map_err(|e| e.to_string())?;
         turn.taken += 1;
         woken += 1;
     }
@@ -159,7 +157,8 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
 }
 
 /// The tenant whose turn it is: of those with an operation left to wake,
-/// under their own limit and with credits free, the one with the fewest
+/// under their own limit and with credits free, those waiting for a slot
+/// before those waiting for credits only, then the one with the fewest
 /// jobs in flight; on a tie, the one with fewer operations waiting (a
 /// small burst finishes first rather than trailing a heavy one), then by
 /// name.
@@ -177,8 +176,12 @@ fn next_turn(turns: &mut [Turn]) -> Option<&mut Turn> {
         // with some room may still be short for its head: that claim
         // waits again, and wakes nobody.
         .filter(|t| t.ledger.headroom().is_none_or(|room| room > 0))
+        // Tenants with operations waiting for a slot first: a slot is what
+        // they lack, and claims that did not wait yield to them. Those
+        // waiting only for credits are woken by the writes that free them.
         .min_by_key(|t| {
             (
+                t.ledger.totals.queued - t.taken <= 0,
                 t.ledger.totals.in_flight + t.taken,
                 t.ledger.totals.waiting - t.taken,
                 t.ledger.tenant_id.clone(),

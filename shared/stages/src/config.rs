@@ -24,6 +24,9 @@ pub struct ResourceNames {
     pub recovery_queue: String,
     /// Lifecycle events for tenants' webhooks (the bus rule's target).
     pub webhook_queue: String,
+    /// Wake-ups of operations waiting for a slot or for credits, which
+    /// dispatch consumes beside its own queue (never behind a burst).
+    pub wake_queue: String,
 }
 
 impl ResourceNames {
@@ -37,16 +40,18 @@ impl ResourceNames {
             deliver_queue: format!("{prefix}genace-deliver"),
             recovery_queue: format!("{prefix}genace-recovery"),
             webhook_queue: format!("{prefix}genace-webhooks"),
+            wake_queue: format!("{prefix}genace-wake"),
         }
     }
 
-    pub fn queues(&self) -> [&str; 5] {
+    pub fn queues(&self) -> [&str; 6] {
         [
             &self.dispatch_queue,
             &self.poll_queue,
             &self.deliver_queue,
             &self.recovery_queue,
             &self.webhook_queue,
+            &self.wake_queue,
         ]
     }
 }
@@ -64,6 +69,10 @@ pub struct QueueUrls {
     /// webhook stage sends an event there at once when it can never be
     /// delivered as configured.
     pub webhook_dead_letters: String,
+    /// Wake-ups for dispatch (`WAKE_QUEUE_URL`; the dispatch queue when
+    /// unset): a queue of their own, so a wake-up is not queued behind the
+    /// fresh intents of a burst while the slot it is for stands idle.
+    pub wake: String,
 }
 
 impl QueueUrls {
@@ -79,6 +88,7 @@ impl QueueUrls {
             recovery: url(&names.recovery_queue),
             webhooks: url(&names.webhook_queue),
             webhook_dead_letters: url(&format!("{}-dlq", names.webhook_queue)),
+            wake: url(&names.wake_queue),
         }
     }
 }
@@ -210,8 +220,10 @@ impl QueueUrls {
     /// its DLQ's (only the functions that use them have them).
     fn from_vars(vars: Vars<'_>) -> Result<Self, ConfigError> {
         let queue = |name: &str| var(vars, name).ok_or_else(|| ConfigError(format!("{name} is not set")));
+        let dispatch = queue("DISPATCH_QUEUE_URL")?;
         Ok(Self {
-            dispatch: queue("DISPATCH_QUEUE_URL")?,
+            wake: var(vars, "WAKE_QUEUE_URL").unwrap_or_else(|| dispatch.clone()),
+            dispatch,
             poll: queue("POLL_QUEUE_URL")?,
             deliver: queue("DELIVER_QUEUE_URL")?,
             recovery: queue("RECOVERY_QUEUE_URL")?,

@@ -123,6 +123,11 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
         if rec.due_at_ms != Some(item.due_at_ms) {
             return Ok(());
         }
+        // A waiting operation is woken on the wake queue, like any wake-up.
+        let stage = match stage {
+            Queue::Dispatch if rec.wait().is_some() => Queue::Wake,
+            other => other,
+        };
         let reschedule = Event::Reschedule {
             due: now + Duration::seconds(RECHECK_SECONDS),
         };
@@ -135,7 +140,7 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
         }
         self.queue.enqueue(stage, &item.operation_id, 0).await?;
         match stage {
-            Queue::Dispatch => report.dispatch += 1,
+            Queue::Dispatch | Queue::Wake => report.dispatch += 1,
             Queue::Poll => report.poll += 1,
             _ => report.deliver += 1,
         }

@@ -33,17 +33,16 @@ fn app() -> MemoryApp {
 }
 
 /// Genace's first job (of `id`) fails, which frees its slot: the body of
-/// the last dispatch message, the wake-up it sent.
-async fn fail_first_job_and_see_who_is_woken(app: &MemoryApp, id: &OperationId) -> String {
+/// the last message on the wake queue, the wake-up it sent, if any.
+async fn fail_first_job_and_see_who_is_woken(app: &MemoryApp, id: &OperationId) -> Option<String> {
     app.poller().poll(id).await.unwrap();
     app.genace.set_job("job-0001", "failed", None);
     assert_eq!(app.poller().poll(id).await.unwrap(), Polled::RenderFailed);
     app.queue
         .messages()
         .into_iter()
-        .rfind(|m| m.queue == Queue::Dispatch)
-        .unwrap()
-        .body
+        .rfind(|m| m.queue == Queue::Wake)
+        .map(|m| m.body)
 }
 
 /// Submits a new video intent as `tenant`.
@@ -323,7 +322,7 @@ async fn a_full_account_makes_dispatch_wait_until_a_freed_slot_wakes_it() {
         app.queue
             .messages()
             .iter()
-            .filter(|m| m.queue == Queue::Dispatch && m.body.contains(id.as_str()))
+            .filter(|m| m.queue == Queue::Wake && m.body.contains(id.as_str()))
             .count()
     };
     let before = dispatch_messages(&second);
@@ -365,7 +364,7 @@ async fn a_full_account_makes_dispatch_wait_until_a_freed_slot_wakes_it() {
     );
     assert_eq!(app.poller().poll(&first).await.unwrap(), Polled::Rendered);
     assert_eq!(dispatch_messages(&second), before + 1, "woken");
-    assert_eq!(dispatch_messages(&third), 1, "only as many as slots freed");
+    assert_eq!(dispatch_messages(&third), 0, "only as many as slots freed");
     assert_eq!(
         dispatcher.dispatch(&second).await.unwrap(),
         Dispatched::Posted(PostResult::Accepted)
@@ -374,6 +373,59 @@ async fn a_full_account_makes_dispatch_wait_until_a_freed_slot_wakes_it() {
     assert_eq!((claimed.phase, claimed.capacity_hold), (Phase::Accepted, None));
     assert_eq!(app.genace.posts().len(), 2);
     assert_eq!(app.store.account().await.unwrap().in_flight, 1);
+}
+
+/// A slot freed while operations wait is theirs: a fresh intent that
+/// arrives before the woken one claims does not take it, but waits behind
+/// them (first in, first out), and the wake-up travels on the wake queue,
+/// never behind fresh intents on the dispatch queue.
+#[tokio::test]
+async fn a_fresh_claim_yields_a_freed_slot_to_the_operations_that_wait_for_one() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let [running, waiting, fresh] = [
+        submit(&app, "running", None).await,
+        submit(&app, "waiting", None).await,
+        submit(&app, "fresh", None).await,
+    ];
+    let dispatcher = app.dispatcher();
+    dispatcher.dispatch(&running).await.unwrap();
+    assert_eq!(
+        dispatcher.dispatch(&waiting).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    // The running job fails: its slot frees, and the waiter is woken on the
+    // wake queue.
+    let woken = fail_first_job_and_see_who_is_woken(&app, &running)
+        .await
+        .expect("a wake-up");
+    assert!(woken.contains(waiting.as_str()), "{woken}");
+    let account = app.store.account().await.unwrap();
+    assert!(account.has_room() && account.yields());
+    // The fresh intent comes first, and yields: no POST, it waits behind.
+    app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        dispatcher.dispatch(&fresh).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    assert_eq!(app.genace.posts().len(), 1);
+    assert_eq!(
+        app.store
+            .waiting(&TenantId::parse("tenant-a").unwrap(), 10)
+            .await
+            .unwrap(),
+        vec![waiting.clone(), fresh.clone()],
+        "first in, first out"
+    );
+    // The woken operation takes the slot.
+    assert_eq!(
+        dispatcher.dispatch(&waiting).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(app.genace.posts().len(), 2);
+    let account = app.store.account().await.unwrap();
+    assert_eq!((account.in_flight, account.queued), (1, 1));
+    assert_eq!(record(&app, &fresh).await.phase, Phase::Prepared);
 }
 
 /// Tenants take turns: the next free slot goes to the waiting tenant with
@@ -402,7 +454,9 @@ async fn a_freed_slot_goes_to_the_waiting_tenant_with_the_fewest_jobs_in_flight(
     // heavy's h3 waited longer, but light has nothing in flight: light goes first.
     let woken = genace_stages::capacity::wake(&app.store, &app.queue).await.unwrap();
     assert_eq!(woken, 0, "no slot is free yet");
-    let last = fail_first_job_and_see_who_is_woken(&app, &heavy[0]).await;
+    let last = fail_first_job_and_see_who_is_woken(&app, &heavy[0])
+        .await
+        .expect("a wake-up");
     assert!(last.contains(light.as_str()), "{last}");
 }
 
@@ -432,7 +486,9 @@ async fn on_a_tie_in_flight_the_tenant_with_fewer_waiting_goes_first() {
         assert_eq!(dispatcher.dispatch(id).await.unwrap(), Dispatched::WaitingForCapacity);
     }
     // heavy's first job ends: one job in flight each, heavy has two waiting, light one.
-    let last = fail_first_job_and_see_who_is_woken(&app, &heavy[0]).await;
+    let last = fail_first_job_and_see_who_is_woken(&app, &heavy[0])
+        .await
+        .expect("a wake-up");
     assert!(last.contains(light[1].as_str()), "{last}");
 }
 
@@ -591,7 +647,7 @@ async fn spend_limit_waits_are_woken_in_order_when_credits_free() {
         app.queue
             .messages()
             .iter()
-            .filter(|m| m.queue == Queue::Dispatch && m.body.contains(id.as_str()))
+            .filter(|m| m.queue == Queue::Wake && m.body.contains(id.as_str()))
             .count()
     };
     assert_eq!(
@@ -686,7 +742,7 @@ async fn a_tenants_own_limit_makes_its_claims_wait_for_its_own_jobs() {
         .queue
         .messages()
         .into_iter()
-        .rfind(|m| m.queue == Queue::Dispatch)
+        .rfind(|m| m.queue == Queue::Wake)
         .unwrap();
     assert!(woken.body.contains(second.as_str()), "{}", woken.body);
     assert_eq!(
@@ -721,7 +777,11 @@ async fn a_cancel_before_the_claim_wins_and_no_post_ever_follows() {
     assert!(cancelled.expires_at_s.is_some() && cancelled.due_at_ms.is_none());
 
     // The slot frees, and a stale message comes: neither POSTs for it.
-    fail_first_job_and_see_who_is_woken(&app, &running).await;
+    assert_eq!(
+        fail_first_job_and_see_who_is_woken(&app, &running).await,
+        None,
+        "nobody waits"
+    );
     assert_eq!(
         dispatcher.dispatch(&waiting).await.unwrap(),
         Dispatched::NotDispatchable(Phase::Cancelled)

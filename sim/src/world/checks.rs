@@ -136,6 +136,16 @@ impl World {
                 account.waiting
             ));
         }
+        let queued = records
+            .iter()
+            .filter(|r| matches!(r.wait(), Some((genace_core::record::WaitReason::Capacity, _))))
+            .count() as i64;
+        if account.queued != queued {
+            return Err(format!(
+                "the account counts {} operations waiting for a slot, the records hold {queued}",
+                account.queued
+            ));
+        }
         if account.in_flight != truth {
             return Err(format!(
                 "the account counts {} jobs in flight, the records hold {truth} slots",

@@ -166,7 +166,8 @@ impl OperationRecords for MemoryStore {
                     if claim && delta.in_flight > 0 && !entry.has_a_slot() {
                         return Err(StoreError::TenantFull);
                     }
-                    if claim && delta.in_flight > 0 && !tables.account.has_room() {
+                    let yields = delta.queued >= 0 && tables.account.yields();
+                    if claim && delta.in_flight > 0 && (!tables.account.has_room() || yields) {
                         return Err(StoreError::AccountFull);
                     }
                     let totals = entry
@@ -180,12 +181,14 @@ impl OperationRecords for MemoryStore {
                         .checked_add(delta.in_flight)
                         .ok_or_else(overflow)?;
                     let waiting = tables.account.waiting.checked_add(delta.waiting).ok_or_else(overflow)?;
+                    let queued = tables.account.queued.checked_add(delta.queued).ok_or_else(overflow)?;
                     if ledger::ends_a_job(prev, next) {
                         tables.account.jobs_ended += 1;
                     }
                     entry.totals = totals;
                     tables.account.in_flight = in_flight;
                     tables.account.waiting = waiting;
+                    tables.account.queued = queued;
                 }
                 *current = next.clone();
                 Ok(Applied::Written)
