@@ -34,7 +34,7 @@ cfn-lint infra/template.yaml
 if [ "${1:-}" = "--no-build" ]; then exit 0; fi
 
 rustup target list --installed | grep -q '^aarch64-unknown-linux-gnu$' || rustup target add aarch64-unknown-linux-gnu
-functions=(intake dispatch poll deliver recovery sweep events webhook)
+functions=(intake dispatch poll deliver recovery sweep events webhook console)
 echo "[infra] cargo lambda build --release --arm64 (${functions[*]})"
 cargo lambda build --release --arm64 $(printf -- '-p %s ' "${functions[@]}")
 limit=$((10 * 1024 * 1024))

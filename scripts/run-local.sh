@@ -39,7 +39,7 @@ export SWEEP_INTERVAL_SECONDS="${SWEEP_INTERVAL_SECONDS:-15}"
 cargo build --quiet -p genace-local --bins
 BIN="$ROOT/target/debug"
 if [ ${#mode[@]} -gt 0 ]; then
-  cargo build --quiet -p intake -p dispatch -p poll -p deliver -p recovery -p sweep
+  cargo build --quiet -p intake -p dispatch -p poll -p deliver -p recovery -p sweep -p events -p webhook -p console
   RIE_BIN="$(scripts/rie.sh)"
   export RIE_BIN ARTIFACTS_DIR="$BIN"
   # The template's timing is for AWS; locally a dispatch lease outlives a
@@ -76,6 +76,7 @@ cat <<INFO
 
 Genace operations is running locally (Genace simulator: $GENACE_BASE_URL).
   API:    http://127.0.0.1:$INTAKE_PORT/v1/operations
+  Console: http://127.0.0.1:$INTAKE_PORT/console  (operators; the local sign-in mints an operator token)
   Tenant: $TENANT
   Token:  $TOKEN
 

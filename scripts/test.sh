@@ -3,7 +3,8 @@
 # installs moto if needed, starts it on a free loopback port, runs
 # `cargo test --workspace`, and stops it again whatever the outcome.
 # Every test provisions its own uniquely named resources on that endpoint.
-# Extra arguments go to cargo test.
+# Installs Chromium and ChromeDriver for the console's browser test if
+# missing. Extra arguments go to cargo test.
 #
 # Then the conformance suite runs against the deployment artifacts: the six
 # function binaries under the Lambda Runtime Interface Emulator, configured
@@ -29,6 +30,15 @@ VENV="${VENV:-$ROOT/.venv}"
 "$VENV/bin/python" -c 'import standardwebhooks' 2>/dev/null ||
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "standardwebhooks==1.1.0"
 export GENACE_PYTHON="$VENV/bin/python"
+# The console's browser test (tests/tests/console_browser.rs) drives
+# Debian's Chromium through ChromeDriver.
+if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
+  echo "[test] installing chromium and chromium-driver (Debian packages)"
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 mkdir -p .local
 log=".local/test-$MOTO_PORT.log"
 set +e

@@ -114,8 +114,8 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 /// The function binaries `--artifacts` runs.
-const FUNCTIONS: [&str; 8] = [
-    "intake", "dispatch", "poll", "deliver", "recovery", "sweep", "events", "webhook",
+const FUNCTIONS: [&str; 9] = [
+    "intake", "dispatch", "poll", "deliver", "recovery", "sweep", "events", "webhook", "console",
 ];
 
 /// What `--local` started: the stack, its URL, two tenants' tokens and its events file.

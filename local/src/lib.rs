@@ -5,6 +5,7 @@
 use genace_stages::config::{QueueUrls, ResourceNames};
 
 pub mod artifacts;
+pub mod console;
 pub mod devauth;
 pub mod events;
 pub mod meter;

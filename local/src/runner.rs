@@ -46,6 +46,25 @@ pub struct RunnerSettings {
 }
 
 impl RunnerSettings {
+    /// For a test's stack: a free loopback port, quick timers (2 s
+    /// visibility, a sweep every 3 s), two pollers a queue, no phase log
+    /// and no events pipe.
+    pub fn for_tests() -> Self {
+        let intake_addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port");
+        Self {
+            intake_addr,
+            batch_size: 5,
+            visibility_seconds: 2,
+            concurrency: 2,
+            sweep_every: Duration::from_secs(3),
+            phase_log: false,
+            events_file: None,
+            webhook_rule_unfiltered: false,
+        }
+    }
+
     pub fn from_env() -> Result<Self, String> {
         let num = |name: &str, default: u64| -> Result<u64, String> {
             match std::env::var(name) {

@@ -154,5 +154,9 @@ async fn handle<G: Gateway>(gateway: &G, req: hyper::Request<Incoming>) -> Respo
             );
         }
     };
+    // The console is static and signs in by itself: no bearer token.
+    if genace_console::Console::owns(&path) {
+        return crate::console::answer(&parts, &bytes);
+    }
     gateway.call(parts, bytes.to_vec()).await
 }

@@ -1,7 +1,6 @@
 //! Operators find and resolve reconciliation cases with the CLI, against the
 //! whole stack hosted in-process on the local AWS endpoint, with wiremock as Genace.
 
-use std::net::SocketAddr;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -29,20 +28,11 @@ impl Stack {
         config.policy.dispatch_lease = chrono::Duration::seconds(8);
         let mut gconf = GenaceConfig::new(genace.uri(), "ops-test-key");
         gconf.timeout = Duration::from_secs(2);
-        let addr: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
         let settings = runner::RunnerSettings {
-            intake_addr: addr,
-            batch_size: 5,
             visibility_seconds: 4,
-            concurrency: 2,
-            sweep_every: Duration::from_secs(3),
-            phase_log: false,
-            events_file: None,
-            webhook_rule_unfiltered: false,
+            ..runner::RunnerSettings::for_tests()
         };
+        let addr = settings.intake_addr;
         let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
         Stack {
             _env: env,

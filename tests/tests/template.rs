@@ -176,6 +176,8 @@ fn every_function_has_only_the_actions_it_uses() {
                 "sqs:SendMessage",
             ][..],
         ),
+        // Static files: no permission at all.
+        ("ConsoleFunction", &[][..]),
         (
             "SweepFunction",
             &[
@@ -443,7 +445,9 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
             }
         }
     }
-    let deployed = routes(&t);
+    let (console, deployed): (BTreeMap<_, _>, BTreeMap<_, _>) = routes(&t)
+        .into_iter()
+        .partition(|((_, path), _)| path.starts_with("/console"));
     assert_eq!(deployed.keys().cloned().collect::<BTreeSet<_>>(), documented);
     for ((method, path), (function, scopes)) in &deployed {
         let operator = path.contains("reconciliation-cases")
@@ -480,6 +484,7 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
             assert!(scopes.is_empty(), "{method} {path}");
         }
     }
+    the_console_is_static_and_signs_in_by_itself(&t, &console);
     // Only the operator function may change records outside the lifecycle.
     let fns = functions(&t);
     // Only the endpoints function may write secrets.
@@ -841,4 +846,34 @@ fn an_output_expiry_is_off_by_default_and_a_conditional_lifecycle_rule() {
         strings(&t["Globals"]["Function"]["Environment"]["Variables"]["OUTPUT_EXPIRY_DAYS"]),
         ["OutputExpiryDays"]
     );
+}
+
+/// The console's routes are GET only, served by the console function with
+/// no authorizer (the page signs in by itself; every call it makes goes
+/// through the API's own authorizer), and its OIDC settings are parameters.
+fn the_console_is_static_and_signs_in_by_itself(
+    t: &Value,
+    console: &BTreeMap<(String, String), (String, Vec<String>)>,
+) {
+    let paths: BTreeSet<&str> = console.keys().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(paths, BTreeSet::from(["/console", "/console/{file}"]));
+    for ((method, path), (function, scopes)) in console {
+        assert_eq!(method, "get", "{path}");
+        assert_eq!(function, "ConsoleFunction", "{path}");
+        assert!(scopes.is_empty(), "{path}");
+    }
+    let f = &functions(t)["ConsoleFunction"];
+    for (_, event) in untag(&f["Properties"]["Events"]).as_mapping().unwrap() {
+        assert_eq!(event["Properties"]["Auth"]["Authorizer"], "NONE");
+    }
+    let vars = &f["Properties"]["Environment"]["Variables"];
+    for (var, param) in [
+        ("CONSOLE_CLIENT_ID", "ConsoleClientId"),
+        ("CONSOLE_AUTHORIZE_URL", "ConsoleAuthorizeUrl"),
+        ("CONSOLE_TOKEN_URL", "ConsoleTokenUrl"),
+        ("CONSOLE_SCOPE", "ConsoleScope"),
+    ] {
+        assert_eq!(strings(&vars[var]), [param.to_owned()], "{var}");
+        assert!(t["Parameters"][param].is_mapping(), "{param}");
+    }
 }

@@ -4,7 +4,6 @@
 //! table's stream by the events pipe and queued as the bus's rule does. A
 //! refused POST is deferred on the queue by the retry schedule.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -82,21 +81,12 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
     config.url_policy.allow_private = true;
     let mut gconf = GenaceConfig::new(genace.uri(), "hook-test-key");
     gconf.timeout = Duration::from_secs(3);
-    let addr: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let events = std::env::temp_dir().join(format!("genace-events-{}.jsonl", uuid::Uuid::new_v4().simple()));
     let settings = runner::RunnerSettings {
-        intake_addr: addr,
-        batch_size: 5,
-        visibility_seconds: 2,
-        concurrency: 2,
-        sweep_every: Duration::from_secs(3),
-        phase_log: false,
         events_file: Some(events.clone()),
-        webhook_rule_unfiltered: false,
+        ..runner::RunnerSettings::for_tests()
     };
+    let addr = settings.intake_addr;
     let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
     let api = format!("http://{addr}");
     let http = reqwest::Client::new();

@@ -1225,6 +1225,35 @@ fn abandoned_resolution_applies(rec: &OperationRecord, resolution: &Resolution) 
     }
 }
 
+/// The operator decisions `rec` takes now, by action name: each is tried on
+/// the lifecycle's own table ([`transition`]), so the list cannot disagree
+/// with what a resolution request would be allowed to do.
+pub fn resolutions_allowed(rec: &OperationRecord, now: DateTime<Utc>) -> Vec<&'static str> {
+    let policy = Policy::default();
+    let candidates = [
+        Resolution::AttachRemoteJob {
+            job_id: "job-under-consideration".to_owned(),
+        },
+        Resolution::ConfirmNotCreated,
+        Resolution::ReleaseHold,
+        Resolution::MarkSettled,
+        Resolution::RedriveDelivery,
+        Resolution::Abandon,
+    ];
+    candidates
+        .iter()
+        .filter(|resolution| {
+            let decision = Decision {
+                resolution,
+                actor: "console",
+                reason: "allowed?",
+            };
+            transition(rec, Event::Resolved(decision), now, &policy).is_ok_and(|next| next != *rec)
+        })
+        .map(Resolution::name)
+        .collect()
+}
+
 /// Whether the operation is done: nothing more will happen to it without a
 /// person, and its retention clock runs.
 pub fn is_finished(rec: &OperationRecord) -> bool {

@@ -1521,3 +1521,41 @@ fn outputs_expire_at_midnight_after_the_days_and_not_once_erased() {
     let erased = transition(&done, Event::OutputsErased { by: "t" }, t0(), &p).unwrap();
     assert_eq!(erased.outputs_expire_at(7), None);
 }
+
+/// The console offers exactly the decisions a resolution request would be
+/// allowed to make, from every state; and every case's runbook recommends
+/// only decisions its record takes (a render_stalled case may also close by
+/// itself, so it lists abandon only).
+#[test]
+fn the_allowed_decisions_are_the_ones_the_table_takes_and_the_runbook_names_only_those() {
+    let p = Policy::default();
+    for rec in resolvable_states() {
+        let allowed = resolutions_allowed(&rec, t0());
+        for resolution in all_resolutions() {
+            let taken = resolve(&rec, &resolution, "ops", "why", t0(), &p).is_ok_and(|next| next != rec);
+            assert_eq!(
+                allowed.contains(&resolution.name()),
+                taken,
+                "{} from {:?} with case {:?}",
+                resolution.name(),
+                rec.phase,
+                rec.case.as_ref().map(|c| c.reason)
+            );
+        }
+        if let Some(case) = &rec.case {
+            for action in case.reason.runbook().actions {
+                assert!(
+                    allowed.contains(action),
+                    "the runbook for {} recommends {action}, which {:?} does not take",
+                    case.reason.as_str(),
+                    rec.phase
+                );
+            }
+        }
+    }
+    assert_eq!(
+        resolutions_allowed(&prepared(), t0()),
+        Vec::<&str>::new(),
+        "nothing to decide without a case"
+    );
+}

@@ -227,11 +227,16 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
-    let rec = match Principal::read(req, &intake.config)? {
-        Principal::Operator(op) => intake.admin(&op).get(&id).await?,
-        Principal::Tenant(tenant) => intake.get(&tenant, &id, intake.clock.now()).await?,
+    let (rec, operator) = match Principal::read(req, &intake.config)? {
+        Principal::Operator(op) => (intake.admin(&op).get(&id).await?, true),
+        Principal::Tenant(tenant) => (intake.get(&tenant, &id, intake.clock.now()).await?, false),
     };
     let mut body = view_with_links(&rec, &intake.links(&rec).await);
+    if operator {
+        body["tenant_id"] = serde_json::json!(rec.tenant_id);
+        // The decisions this version takes, from the lifecycle's own table.
+        body["resolutions"] = serde_json::json!(genace_core::machine::resolutions_allowed(&rec, intake.clock.now()));
+    }
     if let Some(at) = intake
         .config
         .output_expiry_days
@@ -569,16 +574,27 @@ async fn list<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     let limit = page_limit(&q)?;
     let cursor = q.first("cursor");
     let tenant = tenant_param(&q)?;
-    let page = match Principal::read(req, &intake.config)? {
-        Principal::Operator(op) => intake.admin(&op).list(tenant, &filter, limit, cursor).await?,
+    let (page, operator) = match Principal::read(req, &intake.config)? {
+        Principal::Operator(op) => (intake.admin(&op).list(tenant, &filter, limit, cursor).await?, true),
         Principal::Tenant(own) => {
             if tenant.is_some_and(|t| t != own) {
                 return Err(InvalidInput::new("tenant", "an application lists only its own operations").into());
             }
-            intake.list(&own, &filter, limit, cursor).await?
+            (intake.list(&own, &filter, limit, cursor).await?, false)
         }
     };
-    let operations: Vec<Value> = page.records.iter().map(view).collect();
+    // An operator's list spans tenants: each view names its own.
+    let operations: Vec<Value> = page
+        .records
+        .iter()
+        .map(|rec| {
+            let mut v = view(rec);
+            if operator {
+                v["tenant_id"] = json!(rec.tenant_id);
+            }
+            v
+        })
+        .collect();
     Ok(ok_json(
         json!({"operations": operations, "next_cursor": page.next_cursor}),
     ))

@@ -53,7 +53,9 @@ pub fn view(rec: &OperationRecord) -> Value {
     });
     let obj = v.as_object_mut().expect("view is an object");
     if let Some(case) = &rec.case {
-        obj.insert("reconciliation_case".into(), json!(case));
+        let mut shown = json!(case);
+        shown["runbook"] = json!(case.reason.runbook());
+        obj.insert("reconciliation_case".into(), shown);
     }
     if let Some(err) = &rec.last_error {
         obj.insert("last_error".into(), json!(err));
@@ -199,6 +201,8 @@ pub fn case_view(rec: &OperationRecord) -> Value {
         "reason": rec.case.as_ref().map(|c| c.reason),
         "opened_at": rec.case.as_ref().map(|c| c.opened_at),
         "evidence": rec.case.as_ref().map(|c| c.evidence.clone()),
+        "runbook": rec.case.as_ref().map(|c| c.reason.runbook()),
+        "version": rec.version,
     })
 }
 

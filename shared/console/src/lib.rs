@@ -1,0 +1,227 @@
+//! The operator console: one page, one script and one style sheet, embedded
+//! in the binary and served under `/console/`. The page calls the same
+//! public API as everyone else, with the signed-in operator's bearer token:
+//! it has no privileges of its own and no API of its own. Nothing is loaded
+//! from elsewhere at run time, and every answer carries a strict
+//! Content-Security-Policy.
+//!
+//! Sign-in is the deployment's OIDC issuer (authorization code with PKCE,
+//! run by the page itself), or, on the local stack only, a form that the
+//! local runner answers with a development operator token.
+
+use lambda_http::Body;
+use lambda_http::http::{Method, Response, StatusCode, header};
+use serde_json::json;
+
+/// Where the console is served.
+pub const PREFIX: &str = "/console";
+
+const INDEX: &str = include_str!("../assets/index.html");
+const SCRIPT: &str = include_str!("../assets/app.js");
+const STYLE: &str = include_str!("../assets/app.css");
+
+/// How operators sign in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignIn {
+    /// Authorization code with PKCE against the issuer the API's JWT
+    /// authorizer trusts.
+    Oidc(Oidc),
+    /// The local stack's development sign-in (`POST /console/local/sign-in`).
+    Local,
+    /// Not configured: the page says which parameters to set.
+    Unconfigured,
+}
+
+/// The OIDC client the console is, and the issuer's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Oidc {
+    pub authorize_url: String,
+    pub token_url: String,
+    pub client_id: String,
+    pub scope: String,
+}
+
+/// The console as served by one deployment.
+#[derive(Debug, Clone)]
+pub struct Console {
+    sign_in: SignIn,
+    policy: String,
+}
+
+impl Console {
+    pub fn new(sign_in: SignIn) -> Self {
+        // The page talks to its own origin (the API), and to the issuer's
+        // token endpoint to redeem the authorization code; nothing else.
+        let token_origin = match &sign_in {
+            SignIn::Oidc(o) => origin(&o.token_url).map(|o| format!(" {o}")).unwrap_or_default(),
+            SignIn::Local | SignIn::Unconfigured => String::new(),
+        };
+        let policy = format!(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+             connect-src 'self'{token_origin}; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+        );
+        Self { sign_in, policy }
+    }
+
+    /// From the function's environment: `CONSOLE_CLIENT_ID`,
+    /// `CONSOLE_AUTHORIZE_URL`, `CONSOLE_TOKEN_URL` and `CONSOLE_SCOPE`
+    /// (default `openid`). Without a client id or either URL the console
+    /// says it is not configured.
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let sign_in = match (
+            var("CONSOLE_CLIENT_ID"),
+            var("CONSOLE_AUTHORIZE_URL"),
+            var("CONSOLE_TOKEN_URL"),
+        ) {
+            (Some(client_id), Some(authorize_url), Some(token_url)) => SignIn::Oidc(Oidc {
+                authorize_url,
+                token_url,
+                client_id,
+                scope: var("CONSOLE_SCOPE").unwrap_or_else(|| "openid".into()),
+            }),
+            _ => SignIn::Unconfigured,
+        };
+        Self::new(sign_in)
+    }
+
+    /// Whether `path` is the console's to answer.
+    pub fn owns(path: &str) -> bool {
+        path == PREFIX || path.starts_with("/console/")
+    }
+
+    /// The answer to a request for `path` (one the console owns).
+    pub fn answer(&self, method: &Method, path: &str) -> Response<Body> {
+        if method != Method::GET && method != Method::HEAD {
+            return self.plain(StatusCode::METHOD_NOT_ALLOWED, "the console serves GET only");
+        }
+        let (content_type, body) = match path {
+            // The page is `/console` (an HTTP API cannot route the bare
+            // `/console/`); it names its files by absolute path.
+            PREFIX | "/console/" | "/console/index.html" => ("text/html; charset=utf-8", INDEX.to_owned()),
+            "/console/app.js" => ("text/javascript; charset=utf-8", SCRIPT.to_owned()),
+            "/console/app.css" => ("text/css; charset=utf-8", STYLE.to_owned()),
+            "/console/config.json" => ("application/json", self.config().to_string()),
+            _ => return self.plain(StatusCode::NOT_FOUND, "no such page in the console"),
+        };
+        self.headers(Response::builder().status(StatusCode::OK))
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::Text(body))
+            .expect("valid response")
+    }
+
+    /// What the page needs to know to sign in; never a secret (the console
+    /// is a public client: PKCE, no client secret).
+    fn config(&self) -> serde_json::Value {
+        match &self.sign_in {
+            SignIn::Oidc(o) => json!({
+                "sign_in": "oidc",
+                "authorize_url": o.authorize_url,
+                "token_url": o.token_url,
+                "client_id": o.client_id,
+                "scope": o.scope,
+            }),
+            SignIn::Local => json!({"sign_in": "local"}),
+            SignIn::Unconfigured => json!({"sign_in": "unconfigured"}),
+        }
+    }
+
+    fn plain(&self, status: StatusCode, text: &str) -> Response<Body> {
+        self.headers(Response::builder().status(status))
+            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(Body::Text(text.to_owned()))
+            .expect("valid response")
+    }
+
+    fn headers(&self, builder: lambda_http::http::response::Builder) -> lambda_http::http::response::Builder {
+        builder
+            .header(header::CONTENT_SECURITY_POLICY, &self.policy)
+            .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+            .header(header::REFERRER_POLICY, "no-referrer")
+            .header(header::X_FRAME_OPTIONS, "DENY")
+            .header(header::CACHE_CONTROL, "no-cache")
+    }
+}
+
+/// `scheme://host[:port]` of an absolute URL.
+fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    (!authority.is_empty()).then(|| format!("{scheme}://{authority}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header<'a>(r: &'a Response<Body>, name: &str) -> &'a str {
+        r.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default()
+    }
+
+    fn text(r: &Response<Body>) -> String {
+        String::from_utf8_lossy(r.body().as_ref()).into_owned()
+    }
+
+    #[test]
+    fn every_answer_carries_a_strict_policy_and_the_page_loads_only_its_own_files() {
+        let console = Console::new(SignIn::Local);
+        for path in [
+            "/console",
+            "/console/app.js",
+            "/console/app.css",
+            "/console/config.json",
+            "/console/nope",
+        ] {
+            let r = console.answer(&Method::GET, path);
+            let csp = header(&r, "content-security-policy");
+            assert!(
+                csp.starts_with("default-src 'none'; script-src 'self';"),
+                "{path}: {csp}"
+            );
+            assert!(!csp.contains("unsafe"), "{path}: {csp}");
+            assert_eq!(header(&r, "x-content-type-options"), "nosniff");
+        }
+        let page = text(&console.answer(&Method::GET, "/console/"));
+        assert!(page.contains("src=\"/console/app.js\"") && page.contains("href=\"/console/app.css\""));
+        assert!(
+            !page.contains("http://") && !page.contains("https://"),
+            "nothing from elsewhere"
+        );
+        assert!(
+            !page.contains("<script>") && !page.contains("style="),
+            "no inline script or style"
+        );
+        assert!(!text(&console.answer(&Method::GET, "/console/app.js")).contains("innerHTML"));
+        assert_eq!(console.answer(&Method::GET, "/console/nope").status(), 404);
+        assert_eq!(console.answer(&Method::POST, "/console").status(), 405);
+        assert_eq!(
+            text(&console.answer(&Method::GET, "/console")),
+            page,
+            "the page's own address"
+        );
+    }
+
+    #[test]
+    fn an_oidc_console_may_reach_the_token_endpoint_and_shows_no_secret() {
+        let console = Console::new(SignIn::Oidc(Oidc {
+            authorize_url: "https://login.example.org/oauth2/authorize".into(),
+            token_url: "https://login.example.org:8443/oauth2/token?x=1".into(),
+            client_id: "console-client".into(),
+            scope: "openid genace:operator".into(),
+        }));
+        let r = console.answer(&Method::GET, "/console/config.json");
+        assert!(header(&r, "content-security-policy").contains("connect-src 'self' https://login.example.org:8443;"));
+        let config: serde_json::Value = serde_json::from_str(&text(&r)).unwrap();
+        assert_eq!(config["sign_in"], "oidc");
+        assert_eq!(config["client_id"], "console-client");
+        assert_eq!(config.as_object().unwrap().len(), 5, "{config}");
+        let local = Console::new(SignIn::Local).answer(&Method::GET, "/console/config.json");
+        assert!(header(&local, "content-security-policy").contains("connect-src 'self';"));
+    }
+
+    #[test]
+    fn only_console_paths_are_the_consoles() {
+        assert!(Console::owns("/console") && Console::owns("/console/app.js"));
+        assert!(!Console::owns("/consoles") && !Console::owns("/v1/operations"));
+    }
+}

@@ -1,0 +1,411 @@
+//! The operator console in a real browser: headless Chromium (Debian's
+//! `chromium` and `chromium-driver`, which `scripts/test.sh` installs),
+//! driven through WebDriver against the local stack. Genace answers the
+//! first seven POSTs with a 500 and no job id, so seven operations end
+//! `uncertain` with an `unknown_submit_outcome` case each, as the lost-202
+//! scenario leaves them. The operator signs in, resolves one case with
+//! `confirm_not_created` and sees it gone, meets the 412 message on a stale
+//! decision, attaches three jobs in one bulk action, and an operator limited
+//! to a tenant sees only that tenant's case.
+//!
+//! `CHROMEDRIVER` and `CHROMIUM` name other binaries; screenshots of the
+//! cases list and of an operation page go to `target/console/`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::elements::Element;
+use fantoccini::{Client, ClientBuilder, Locator};
+use genace_aws::testkit::LocalAws;
+use genace_http::GenaceConfig;
+use genace_local::{devauth, runner};
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
+async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
+    let env = LocalAws::fresh().await;
+    let genace = MockServer::start().await;
+    // Six POSTs whose outcome is unknown, then an ordinary 202.
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(ResponseTemplate::new(500))
+        .up_to_n_times(7)
+        .with_priority(1)
+        .mount(&genace)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(ResponseTemplate::new(202).set_body_json(json!({"job_id": "job-again", "state": "queued"})))
+        .mount(&genace)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/jobs/[^/]+$"))
+        .respond_with(StillRendering)
+        .mount(&genace)
+        .await;
+
+    let mut gconf = GenaceConfig::new(genace.uri(), "console-test-key");
+    gconf.timeout = Duration::from_secs(3);
+    let settings = runner::RunnerSettings {
+        ..runner::RunnerSettings::for_tests()
+    };
+    let addr = settings.intake_addr;
+    let running = runner::start(&env.sdk, env.config.clone(), gconf, settings)
+        .await
+        .unwrap();
+    let api = Api {
+        base: format!("http://{addr}"),
+        http: reqwest::Client::new(),
+        operator: devauth::issue_operator("ops-check", "tenant_id", None, 600).unwrap(),
+    };
+
+    let mut ids = Vec::new();
+    for (tenant, key) in [
+        ("acme", "acme-1"),
+        ("acme", "acme-2"),
+        ("acme", "acme-3"),
+        ("acme", "acme-4"),
+        ("acme", "acme-5"),
+        ("acme", "acme-6"),
+        ("zeta", "zeta-1"),
+    ] {
+        ids.push(api.create(tenant, key).await);
+        // One at a time: the first seven POSTs are these seven.
+        api.wait_for(&ids[ids.len() - 1], |v| v["phase"] == "uncertain").await;
+    }
+    let [a, b, c, d, e, f, z] = <[String; 7]>::try_from(ids).unwrap();
+
+    let driver = Driver::start();
+    let browser = driver.connect().await;
+    let console = format!("http://{addr}/console");
+    browser.goto(&console).await.unwrap();
+    sign_in(&browser, "ops-alice", None).await;
+    assert_eq!(case_rows(&browser, 7).await.len(), 7, "every open case is listed");
+    let unlabelled: Value = browser
+        .execute(
+            "return [...document.querySelectorAll('input,select,textarea')]\
+             .filter(e => e.labels.length === 0 && !e.getAttribute('aria-label')).length",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(unlabelled, json!(0), "every control has a label");
+    save_screenshot(&browser, "cases.png").await;
+
+    // One case, from its operation's page.
+    browser.goto(&format!("{console}#/operations/{a}")).await.unwrap();
+    let form = browser
+        .wait()
+        .for_element(Locator::Css("form[data-action='confirm_not_created']"))
+        .await
+        .unwrap();
+    assert!(
+        browser
+            .source()
+            .await
+            .unwrap()
+            .contains("Runbook: attach_remote_job or confirm_not_created")
+    );
+    save_screenshot(&browser, "operation.png").await;
+    type_into(
+        &form,
+        "input[name='reason']",
+        "nothing at Genace for this client_reference",
+    )
+    .await;
+    press(&form, "button[type='submit']").await;
+    let done = browser.wait().for_element(Locator::Css(".notice.ok")).await.unwrap();
+    assert!(
+        done.text().await.unwrap().contains("now prepared"),
+        "{}",
+        done.text().await.unwrap()
+    );
+    browser.goto(&format!("{console}#/cases")).await.unwrap();
+    let listed = case_rows(&browser, 6).await;
+    assert!(!listed.contains(&a), "the resolved case is gone");
+
+    // A stale decision: someone else decides while the page is open.
+    browser.goto(&format!("{console}#/operations/{b}")).await.unwrap();
+    let form = browser
+        .wait()
+        .for_element(Locator::Css("form[data-action='confirm_not_created']"))
+        .await
+        .unwrap();
+    api.resolve(
+        &b,
+        json!({"action": "attach_remote_job", "job_id": "job-b", "reason": "found it"}),
+    )
+    .await;
+    type_into(&form, "input[name='reason']", "nothing there").await;
+    press(&form, "button[type='submit']").await;
+    let stale = browser.wait().for_element(Locator::Id("stale")).await.unwrap();
+    let said = stale.text().await.unwrap();
+    assert!(
+        said.contains("Someone changed this operation since you opened it"),
+        "{said}"
+    );
+    assert!(said.contains("now accepted"), "{said}");
+    assert_eq!(
+        api.get(&b).await["remote_job_id"],
+        "job-b",
+        "the stale decision changed nothing"
+    );
+
+    // Three cases, one decision, each item with its own job id and version.
+    browser.goto(&format!("{console}#/cases")).await.unwrap();
+    case_rows(&browser, 5).await;
+    let page = browser.find(Locator::Css("main")).await.unwrap();
+    for id in [&c, &d, &e] {
+        press(&page, &format!("input.pick[data-operation='{id}']")).await;
+    }
+    press(&page, "#bulk-action option[value='attach_remote_job']").await;
+    for id in [&c, &d, &e] {
+        type_into(
+            &page,
+            &format!("input[name='job:{id}']"),
+            &format!("job-{}", &id[3..11]),
+        )
+        .await;
+    }
+    type_into(
+        &page,
+        "#bulk-form textarea[name='reason']",
+        "found in Genace's job list",
+    )
+    .await;
+    press(&page, "#bulk-form button[type='submit']").await;
+    browser.wait().for_element(Locator::Id("bulk-outcomes")).await.unwrap();
+    let outcomes = browser.find_all(Locator::Css("#bulk-outcomes tbody tr")).await.unwrap();
+    assert_eq!(outcomes.len(), 3);
+    for row in outcomes {
+        assert_eq!(row.attr("data-outcome").await.unwrap().as_deref(), Some("done"));
+    }
+    for id in [&c, &d, &e] {
+        let view = api.get(id).await;
+        assert_eq!(view["phase"], "accepted");
+        assert_eq!(view["remote_job_id"], format!("job-{}", &id[3..11]));
+    }
+
+    // An operator limited to one tenant sees that tenant's case only.
+    browser.goto(&format!("{console}#/cases")).await.unwrap();
+    let left = case_rows(&browser, 2).await;
+    assert!(left.contains(&f) && left.contains(&z), "{left:?}");
+    browser
+        .find(Locator::Id("sign-out"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    sign_in(&browser, "ops-zeta", Some("zeta")).await;
+    assert_eq!(case_rows(&browser, 1).await, vec![z.clone()]);
+
+    browser.close().await.unwrap();
+    drop(driver);
+    running.shutdown().await;
+}
+
+/// The public API, as the test's own operator sees it.
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    operator: String,
+}
+
+impl Api {
+    async fn create(&self, tenant: &str, key: &str) -> String {
+        let user = devauth::issue("tenant_id", tenant, 600).unwrap();
+        let created: Value = self
+            .http
+            .post(format!("{}/v1/operations", self.base))
+            .bearer_auth(&user)
+            .json(&json!({"operation_key": key, "media_type": "image",
+                          "specification": {"model": "genace-image-1", "prompt": key}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        created["operation_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn get(&self, id: &str) -> Value {
+        self.read(id).await.1
+    }
+
+    async fn read(&self, id: &str) -> (String, Value) {
+        let res = self
+            .http
+            .get(format!("{}/v1/operations/{id}", self.base))
+            .bearer_auth(&self.operator)
+            .send()
+            .await
+            .unwrap();
+        let etag = res.headers()["etag"].to_str().unwrap().to_owned();
+        (etag, res.json().await.unwrap())
+    }
+
+    async fn wait_for(&self, id: &str, done: impl Fn(&Value) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let view = self.get(id).await;
+            if done(&view) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{id} never got there: {view}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn resolve(&self, id: &str, body: Value) {
+        let (etag, _) = self.read(id).await;
+        let res = self
+            .http
+            .post(format!("{}/v1/operations/{id}/resolution", self.base))
+            .bearer_auth(&self.operator)
+            .header("If-Match", etag)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    }
+}
+
+/// Genace's view of any job: still rendering, under the id asked for.
+struct StillRendering;
+
+impl Respond for StillRendering {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let id = request.url.path().rsplit('/').next().unwrap_or_default().to_owned();
+        ResponseTemplate::new(200).set_body_json(json!({"id": id, "state": "running", "error": null, "outputs": null}))
+    }
+}
+
+async fn sign_in(browser: &Client, operator: &str, tenant: Option<&str>) {
+    let form = browser.wait().for_element(Locator::Id("local-sign-in")).await.unwrap();
+    let name = form.find(Locator::Css("input[name='operator']")).await.unwrap();
+    name.clear().await.unwrap();
+    name.send_keys(operator).await.unwrap();
+    if let Some(t) = tenant {
+        type_into(&form, "input[name='tenant']", t).await;
+    }
+    press(&form, "button[type='submit']").await;
+}
+
+/// Types `text` into the field `css` finds within `within`.
+async fn type_into(within: &Element, css: &str, text: &str) {
+    let field = within
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    field.send_keys(text).await.unwrap();
+}
+
+/// Clicks what `css` finds within `within`.
+async fn press(within: &Element, css: &str) {
+    let target = within
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    target.click().await.unwrap();
+}
+
+/// The operation ids of the listed cases, once there are `expected` rows
+/// (reloading the list while they change); the ids as listed after 30 s
+/// otherwise.
+async fn case_rows(browser: &Client, expected: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut ids = Vec::new();
+        if browser.find(Locator::Id("cases")).await.is_ok() || browser.find(Locator::Id("no-cases")).await.is_ok() {
+            for row in browser.find_all(Locator::Css("#cases tbody tr")).await.unwrap() {
+                if let Ok(Some(id)) = row.attr("data-operation").await {
+                    ids.push(id);
+                }
+            }
+            if ids.len() == expected || Instant::now() > deadline {
+                return ids;
+            }
+            browser.refresh().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn save_screenshot(browser: &Client, name: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/console");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(name), browser.screenshot().await.unwrap()).unwrap();
+}
+
+/// ChromeDriver on a free loopback port, stopped when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+    profile: PathBuf,
+}
+
+impl Driver {
+    fn start() -> Self {
+        let binary = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(&binary)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{binary}: {e} (scripts/test.sh installs chromium-driver)"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let profile = std::env::temp_dir().join(format!("genace-console-{}", uuid::Uuid::new_v4().simple()));
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            profile,
+        }
+    }
+
+    async fn connect(&self) -> Client {
+        let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": chromium,
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--disable-quic", "--no-first-run", "--disable-background-networking",
+                         "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+                         format!("--user-data-dir={}", self.profile.display())],
+            }),
+        );
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&self.url)
+            .await
+            .expect("a Chromium session through chromedriver")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
