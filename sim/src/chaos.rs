@@ -169,10 +169,24 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,
+        filter: genace_stages::table::CaseFilter,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<CasePage, StoreError> {
-        port(&self.chaos, self.inner.open_cases(tenant, limit, cursor)).await
+        port(&self.chaos, self.inner.open_cases(tenant, filter, limit, cursor)).await
+    }
+
+    async fn open_cases_by_age(
+        &self,
+        filter: genace_stages::table::CaseFilter,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        port(&self.chaos, self.inner.open_cases_by_age(filter, limit, cursor)).await
+    }
+
+    async fn case_counts(&self, tenant: Option<&TenantId>) -> Result<Vec<genace_stages::table::CaseCount>, StoreError> {
+        port(&self.chaos, self.inner.case_counts(tenant)).await
     }
 }
 

@@ -88,6 +88,11 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
     browser.goto(&console).await.unwrap();
     sign_in(&browser, "ops-alice", None).await;
     assert_eq!(case_rows(&browser, 7).await.len(), 7, "every open case is listed");
+    let counts = browser.find(Locator::Id("counts")).await.unwrap().text().await.unwrap();
+    assert!(
+        counts.starts_with("7 open:") && counts.contains("unknown_submit_outcome: 7"),
+        "{counts}"
+    );
     let unlabelled: Value = browser
         .execute(
             "return [...document.querySelectorAll('input,select,textarea')]\

@@ -450,10 +450,27 @@ impl OperationRecords for EchoingStore {
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,
+        filter: genace_stages::table::CaseFilter,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<genace_stages::table::CasePage, genace_stages::table::StoreError> {
-        self.0.open_cases(tenant, limit, cursor).await
+        self.0.open_cases(tenant, filter, limit, cursor).await
+    }
+
+    async fn open_cases_by_age(
+        &self,
+        filter: genace_stages::table::CaseFilter,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<genace_stages::table::CasePage, genace_stages::table::StoreError> {
+        self.0.open_cases_by_age(filter, limit, cursor).await
+    }
+
+    async fn case_counts(
+        &self,
+        tenant: Option<&TenantId>,
+    ) -> Result<Vec<genace_stages::table::CaseCount>, genace_stages::table::StoreError> {
+        self.0.case_counts(tenant).await
     }
 }
 

@@ -296,6 +296,30 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         &call(event("GET", &format!("{cases}?limit=0"), None, operator(), &[])).await,
     ));
     seen.insert(doc.check(cases, "get", &call(event("GET", cases, None, tenant("t1"), &[])).await));
+    let long_ago = format!("{cases}?opened_before=2000-01-01T00:00:00Z");
+    let none_yet = call(event("GET", &long_ago, None, operator(), &[])).await;
+    let page: Value = serde_json::from_slice(none_yet.body().as_ref()).unwrap();
+    assert_eq!(page["cases"], json!([]), "no case opened before 2000");
+    seen.insert(doc.check(cases, "get", &none_yet));
+
+    // Counts by reason, over every tenant or one.
+    let counts = "/v1/reconciliation-cases/counts";
+    let counted = call(event("GET", counts, None, operator(), &[])).await;
+    let body: Value = serde_json::from_slice(counted.body().as_ref()).unwrap();
+    assert_eq!(body["open"], 1);
+    assert_eq!(body["reasons"][0]["reason"], "unknown_submit_outcome");
+    seen.insert(doc.check(counts, "get", &counted));
+    let elsewhere = call(event("GET", &format!("{counts}?tenant=t2"), None, operator(), &[])).await;
+    let body: Value = serde_json::from_slice(elsewhere.body().as_ref()).unwrap();
+    assert_eq!(body, json!({"open": 0, "reasons": []}));
+    seen.insert(doc.check(counts, "get", &elsewhere));
+    for (bad, who) in [("?tenant=", operator()), ("", tenant("t1")), ("", Value::Null)] {
+        seen.insert(doc.check(
+            counts,
+            "get",
+            &call(event("GET", &format!("{counts}{bad}"), None, who, &[])).await,
+        ));
+    }
 
     let rpath = format!("/v1/operations/{uncertain_id}/resolution");
     let settle = json!({"action": "mark_settled", "reason": "r"}).to_string();

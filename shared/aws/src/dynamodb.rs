@@ -23,12 +23,13 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::ledger::{self, AccountCapacity, Millicredits, Shares, TenantLedger};
-use genace_core::record::OperationRecord;
+use genace_core::record::{CaseReason, OperationRecord};
 use genace_core::webhook::WebhookConfig;
 use genace_stages::metrics::Metrics;
 use genace_stages::table::{
-    Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
-    WebhookSettings, case_sort_key, case_tenant_prefix, wait_partition, wait_sort_key,
+    Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords,
+    StoreError, TenantLedgers, WebhookSettings, case_age_key, case_age_key_opened, case_sort_key, case_tenant_prefix,
+    count_cases, wait_partition, wait_sort_key,
 };
 
 mod endpoints;
@@ -81,20 +82,32 @@ fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
             "case_sk".into(),
             AttributeValue::S(case_sort_key(rec.tenant_id.as_str(), case.opened_at, &rec.operation_id)),
         );
+        // And in the age index, every tenant's in the order they opened.
+        item.insert(
+            "case_age_sk".into(),
+            AttributeValue::S(case_age_key(case.opened_at, &rec.operation_id)),
+        );
+        item.insert("case_reason".into(), AttributeValue::S(case.reason.as_str().into()));
     }
     Ok(item)
 }
 
+/// Attributes the store adds to an operation's item for its indexes; never
+/// part of the record.
+pub(crate) const COMPUTED_ATTRIBUTES: [&str; 9] = [
+    "case_pk",
+    "case_sk",
+    "case_age_sk",
+    "case_reason",
+    "wait_pk",
+    "wait_sk",
+    "list_pk",
+    "list_all_pk",
+    "list_sk",
+];
+
 fn from_item(mut item: Item) -> Result<OperationRecord, StoreError> {
-    for computed in [
-        "case_pk",
-        "case_sk",
-        "wait_pk",
-        "wait_sk",
-        "list_pk",
-        "list_all_pk",
-        "list_sk",
-    ] {
+    for computed in COMPUTED_ATTRIBUTES {
         item.remove(computed);
     }
     serde_dynamo::from_item(item).map_err(|e| StoreError::Decode(e.to_string()))
@@ -669,40 +682,210 @@ impl OperationRecords for DynamoStore {
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,
+        filter: CaseFilter,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<CasePage, StoreError> {
-        let mut query = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(crate::provision::CASE_INDEX)
-            .expression_attribute_values(":pk", AttributeValue::S(CASE_PK.into()))
-            .limit(limit);
-        query = match tenant {
-            Some(t) => query
-                .key_condition_expression("case_pk = :pk AND begins_with(case_sk, :tenant)")
-                .expression_attribute_values(":tenant", AttributeValue::S(case_tenant_prefix(t.as_str()))),
-            None => query.key_condition_expression("case_pk = :pk"),
-        };
-        if let Some(c) = cursor {
-            query = query.set_exclusive_start_key(Some(decode_cursor(c)?));
+        // The case index holds whole records: the page is its items.
+        let index = CaseIndex::Tenant(tenant.map(|t| case_tenant_prefix(t.as_str())));
+        let (items, next) = self.case_keys(&index, filter, limit.max(1) as usize, cursor).await?;
+        let records = items.into_iter().map(from_item).collect::<Result<Vec<_>, _>>()?;
+        Ok(CasePage { records, next })
+    }
+
+    async fn open_cases_by_age(
+        &self,
+        filter: CaseFilter,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        let (keys, next) = self
+            .case_keys(&CaseIndex::Age, filter, limit.max(1) as usize, cursor)
+            .await?;
+        // The age index holds keys and reasons; the page's records in one
+        // batch, in the index's order. A case closed since the index was
+        // read is left out.
+        let wanted: Vec<Item> = keys
+            .iter()
+            .filter_map(|k| Some(HashMap::from([("pk".to_owned(), k.get("pk")?.clone())])))
+            .collect();
+        let mut found: HashMap<String, OperationRecord> = HashMap::new();
+        for item in self.batch_get(wanted, false).await? {
+            let rec = from_item(item)?;
+            found.insert(rec.pk.clone(), rec);
         }
-        let out = query.send().await.map_err(service_error)?;
-        let records = out
-            .items
-            .unwrap_or_default()
-            .into_iter()
-            .map(from_item)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(CasePage {
-            records,
-            next: out
-                .last_evaluated_key
-                .filter(|k| !k.is_empty())
-                .as_ref()
-                .and_then(encode_cursor),
-        })
+        let records = keys
+            .iter()
+            .filter_map(|k| found.remove(k.get("pk")?.as_s().ok()?))
+            .filter(|r| r.case.is_some())
+            .collect();
+        Ok(CasePage { records, next })
+    }
+
+    async fn case_counts(&self, tenant: Option<&TenantId>) -> Result<Vec<CaseCount>, StoreError> {
+        let mut seen = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let mut query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .expression_attribute_values(":pk", AttributeValue::S(CASE_PK.into()))
+                .projection_expression("case_reason, case_age_sk")
+                .set_exclusive_start_key(start.take());
+            query = match tenant {
+                // The tenant's part of the case index.
+                Some(t) => query
+                    .index_name(crate::provision::CASE_INDEX)
+                    .key_condition_expression("case_pk = :pk AND begins_with(case_sk, :tenant)")
+                    .expression_attribute_values(":tenant", AttributeValue::S(case_tenant_prefix(t.as_str()))),
+                None => query
+                    .index_name(crate::provision::CASE_AGE_INDEX)
+                    .key_condition_expression("case_pk = :pk"),
+            };
+            let out = query.send().await.map_err(service_error)?;
+            for item in out.items() {
+                let reason = item
+                    .get("case_reason")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|r| CaseReason::parse(r));
+                let opened = item
+                    .get("case_age_sk")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|k| case_age_key_opened(k));
+                if let (Some(reason), Some(opened)) = (reason, opened) {
+                    seen.push((reason, opened));
+                }
+            }
+            match out.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        Ok(count_cases(seen))
+    }
+}
+
+/// Index pages read for one page of cases that pass a filter, at most: a
+/// full page costs a bounded read even when the cases that pass are few and
+/// far between (a later page goes on from where this one stopped).
+const CASE_INDEX_PAGES: usize = 8;
+
+/// The two indexes of open cases.
+enum CaseIndex {
+    /// `case-index`: by tenant, then age; optionally one tenant's
+    /// (its `case_sk` prefix).
+    Tenant(Option<String>),
+    /// `case-age-index`: every tenant's, by age.
+    Age,
+}
+
+impl CaseIndex {
+    fn name(&self) -> &'static str {
+        match self {
+            CaseIndex::Tenant(_) => crate::provision::CASE_INDEX,
+            CaseIndex::Age => crate::provision::CASE_AGE_INDEX,
+        }
+    }
+
+    fn sort_key(&self) -> &'static str {
+        match self {
+            CaseIndex::Tenant(_) => "case_sk",
+            CaseIndex::Age => "case_age_sk",
+        }
+    }
+
+    /// The key condition for `filter`: the cases opened before its time
+    /// are a key range on both indexes.
+    fn condition(
+        &self,
+        filter: CaseFilter,
+        mut query: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+    ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        let sk = self.sort_key();
+        // Each index's own spelling of a time (case_sort_key, case_age_key).
+        let before = |prefix: &str, t: DateTime<Utc>| match self {
+            CaseIndex::Tenant(_) => format!("{prefix}{}", t.format("%Y-%m-%dT%H:%M:%S%.3fZ")),
+            CaseIndex::Age => format!("{prefix}{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ")),
+        };
+        query = query.expression_attribute_values(":pk", AttributeValue::S(CASE_PK.into()));
+        match (self, filter.opened_before) {
+            (CaseIndex::Tenant(Some(prefix)), Some(t)) => query
+                .key_condition_expression(format!("case_pk = :pk AND {sk} BETWEEN :low AND :high"))
+                .expression_attribute_values(":low", AttributeValue::S(prefix.clone()))
+                .expression_attribute_values(":high", AttributeValue::S(before(prefix, t))),
+            (CaseIndex::Tenant(Some(prefix)), None) => query
+                .key_condition_expression(format!("case_pk = :pk AND begins_with({sk}, :low)"))
+                .expression_attribute_values(":low", AttributeValue::S(prefix.clone())),
+            (CaseIndex::Age, Some(t)) => query
+                .key_condition_expression(format!("case_pk = :pk AND {sk} < :high"))
+                .expression_attribute_values(":high", AttributeValue::S(before("", t))),
+            // Across tenants on the tenant index, the time is a filter.
+            (CaseIndex::Tenant(None), Some(t)) => query
+                .key_condition_expression("case_pk = :pk")
+                .filter_expression("#case.opened_at < :high")
+                .expression_attribute_names("#case", "case")
+                .expression_attribute_values(":high", AttributeValue::S(before("", t))),
+            (_, None) => query.key_condition_expression("case_pk = :pk"),
+        }
+    }
+}
+
+impl DynamoStore {
+    /// The items of one page of cases that pass `filter`, in the index's
+    /// order, and the cursor after them: `limit` items unless the index
+    /// ends (or [`CASE_INDEX_PAGES`] pages were read).
+    async fn case_keys(
+        &self,
+        index: &CaseIndex,
+        filter: CaseFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<Item>, Option<String>), StoreError> {
+        let mut start = cursor.map(decode_cursor).transpose()?;
+        let mut items: Vec<Item> = Vec::new();
+        let filtered =
+            filter.reason.is_some() || matches!((index, filter.opened_before), (CaseIndex::Tenant(None), Some(_)));
+        for page in 1..=CASE_INDEX_PAGES {
+            let mut query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(index.name())
+                .set_exclusive_start_key(start.take());
+            query = index.condition(filter, query);
+            if let Some(r) = filter.reason {
+                let with_reason = "case_reason = :reason";
+                query = match query.get_filter_expression().clone() {
+                    Some(f) => query.filter_expression(format!("{f} AND {with_reason}")),
+                    None => query.filter_expression(with_reason),
+                }
+                .expression_attribute_values(":reason", AttributeValue::S(r.as_str().into()));
+            }
+            if !filtered {
+                query = query.limit(limit as i32);
+            }
+            let out = query.send().await.map_err(service_error)?;
+            let more = out.last_evaluated_key.clone().filter(|k| !k.is_empty());
+            items.extend(out.items.unwrap_or_default().into_iter().take(limit - items.len()));
+            if items.len() == limit {
+                // A full page: the next starts after its last case.
+                let keys = ["pk", "case_pk", index.sort_key()];
+                let last = items.last().map(|i| {
+                    i.iter()
+                        .filter(|(name, _)| keys.contains(&name.as_str()))
+                        .map(|(n, v)| (n.clone(), v.clone()))
+                        .collect::<Item>()
+                });
+                return Ok((items, last.as_ref().and_then(encode_cursor)));
+            }
+            match more {
+                None => return Ok((items, None)),
+                Some(k) if page == CASE_INDEX_PAGES => return Ok((items, encode_cursor(&k))),
+                Some(k) => start = Some(k),
+            }
+        }
+        Ok((items, None))
     }
 }
 

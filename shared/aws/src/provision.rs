@@ -15,6 +15,9 @@ use genace_stages::config::{QueueUrls, ResourceNames};
 pub const DUE_INDEX: &str = "due-index";
 /// Name of the sparse index of open reconciliation cases.
 pub const CASE_INDEX: &str = "case-index";
+/// Name of the sparse index of every open case in the order it opened,
+/// with its reason: the console's list and the counts by reason.
+pub const CASE_AGE_INDEX: &str = "case-age-index";
 /// Name of the sparse index from a saved remote job id to its operation.
 pub const JOB_INDEX: &str = "job-index";
 /// Name of the sparse index of each tenant's operations waiting for a slot.
@@ -90,67 +93,54 @@ fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
         .expect("attribute fields are set")
 }
 
-/// The table's four sparse indexes, two list indexes and the webhook log index, as the template defines them
+/// The table's five sparse indexes, two list indexes and the webhook log index, as the template defines them
 /// (`tests/tests/resources.rs` holds the two to each other).
 fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
-    let due = GlobalSecondaryIndex::builder()
-        .index_name(DUE_INDEX)
-        .key_schema(key("due_pk", KeyType::Hash))
-        .key_schema(key("due_at", KeyType::Range))
-        .projection(
-            Projection::builder()
-                .projection_type(ProjectionType::Include)
-                .non_key_attributes("operation_id")
-                .non_key_attributes("phase")
-                .non_key_attributes("delivery_state")
-                .build(),
-        )
-        .build();
-    let cases = GlobalSecondaryIndex::builder()
-        .index_name(CASE_INDEX)
-        .key_schema(key("case_pk", KeyType::Hash))
-        .key_schema(key("case_sk", KeyType::Range))
-        .projection(Projection::builder().projection_type(ProjectionType::All).build())
-        .build();
-    let jobs = GlobalSecondaryIndex::builder()
-        .index_name(JOB_INDEX)
-        .key_schema(key("remote_job_id", KeyType::Hash))
-        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
-        .build();
-    let waiting = GlobalSecondaryIndex::builder()
-        .index_name(WAIT_INDEX)
-        .key_schema(key("wait_pk", KeyType::Hash))
-        .key_schema(key("wait_sk", KeyType::Range))
-        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
-        .build();
-    let listed = |name: &str, partition: &str| {
-        GlobalSecondaryIndex::builder()
-            .index_name(name)
-            .key_schema(key(partition, KeyType::Hash))
-            .key_schema(key("list_sk", KeyType::Range))
-            .projection(
-                Projection::builder()
-                    .projection_type(ProjectionType::Include)
-                    .non_key_attributes("operation_key")
-                    .build(),
-            )
+    let projected = |kind: ProjectionType, attributes: &[&str]| {
+        attributes
+            .iter()
+            .fold(Projection::builder().projection_type(kind), |p, a| {
+                p.non_key_attributes(*a)
+            })
             .build()
     };
-    // Webhook delivery logs: small items, read whole.
-    let log = GlobalSecondaryIndex::builder()
-        .index_name(crate::dynamodb::LOG_INDEX)
-        .key_schema(key("log_pk", KeyType::Hash))
-        .key_schema(key("log_sk", KeyType::Range))
-        .projection(Projection::builder().projection_type(ProjectionType::All).build())
-        .build();
+    let index = |name: &str, hash: &str, range: Option<&str>, projection: Projection| {
+        let keys = GlobalSecondaryIndex::builder()
+            .index_name(name)
+            .key_schema(key(hash, KeyType::Hash));
+        range
+            .map_or(keys.clone(), |r| keys.key_schema(key(r, KeyType::Range)))
+            .projection(projection)
+            .build()
+    };
+    let include = |attributes: &[&str]| projected(ProjectionType::Include, attributes);
+    let all = || projected(ProjectionType::All, &[]);
+    let keys_only = || projected(ProjectionType::KeysOnly, &[]);
     [
-        due,
-        cases,
-        jobs,
-        waiting,
-        listed(LIST_INDEX, "list_pk"),
-        listed(LIST_ALL_INDEX, "list_all_pk"),
-        log,
+        index(
+            DUE_INDEX,
+            "due_pk",
+            Some("due_at"),
+            include(&["operation_id", "phase", "delivery_state"]),
+        ),
+        index(CASE_INDEX, "case_pk", Some("case_sk"), all()),
+        index(
+            CASE_AGE_INDEX,
+            "case_pk",
+            Some("case_age_sk"),
+            include(&["case_reason"]),
+        ),
+        index(JOB_INDEX, "remote_job_id", None, keys_only()),
+        index(WAIT_INDEX, "wait_pk", Some("wait_sk"), keys_only()),
+        index(LIST_INDEX, "list_pk", Some("list_sk"), include(&["operation_key"])),
+        index(
+            LIST_ALL_INDEX,
+            "list_all_pk",
+            Some("list_sk"),
+            include(&["operation_key"]),
+        ),
+        // Webhook delivery logs: small items, read whole.
+        index(crate::dynamodb::LOG_INDEX, "log_pk", Some("log_sk"), all()),
     ]
     .into_iter()
     .map(|i| i.map_err(|e| fail(table, e)))
@@ -168,6 +158,7 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr("due_at", ScalarAttributeType::N))
         .attribute_definitions(attr("case_pk", ScalarAttributeType::S))
         .attribute_definitions(attr("case_sk", ScalarAttributeType::S))
+        .attribute_definitions(attr("case_age_sk", ScalarAttributeType::S))
         .attribute_definitions(attr("remote_job_id", ScalarAttributeType::S))
         .attribute_definitions(attr("wait_pk", ScalarAttributeType::S))
         .attribute_definitions(attr("wait_sk", ScalarAttributeType::S))

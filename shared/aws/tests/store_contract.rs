@@ -12,10 +12,11 @@ use genace_core::ledger;
 use genace_core::machine;
 use genace_core::machine::Policy;
 use genace_core::record::DUE_SHARDS;
-use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
+use genace_core::record::{CaseReason, OperationRecord};
 use genace_stages::listing::ListFilter;
 use genace_stages::table::Applied;
+use genace_stages::table::CaseFilter;
 use genace_stages::table::Created;
 use genace_stages::table::OperationStore;
 use genace_stages::table::StoreError;
@@ -193,7 +194,7 @@ async fn case_listing_is_per_tenant_and_paged<S: OperationStore>(store: S) {
         .unwrap();
     for (tenant, id) in &ids[1..] {
         let page = store
-            .open_cases(Some(&TenantId::parse(tenant).unwrap()), 10, None)
+            .open_cases(Some(&TenantId::parse(tenant).unwrap()), CaseFilter::default(), 10, None)
             .await
             .unwrap();
         let listed: Vec<_> = page.records.iter().map(|r| r.operation_id.clone()).collect();
@@ -203,7 +204,10 @@ async fn case_listing_is_per_tenant_and_paged<S: OperationStore>(store: S) {
     let mut cursor: Option<String> = None;
     let mut listed = Vec::new();
     loop {
-        let page = store.open_cases(Some(&acme), 3, cursor.as_deref()).await.unwrap();
+        let page = store
+            .open_cases(Some(&acme), CaseFilter::default(), 3, cursor.as_deref())
+            .await
+            .unwrap();
         assert!(page.records.len() <= 3);
         listed.extend(
             page.records
@@ -218,11 +222,169 @@ async fn case_listing_is_per_tenant_and_paged<S: OperationStore>(store: S) {
     assert_eq!(listed.len(), 4, "{listed:?}");
     assert!(listed.iter().all(|(t, _)| t == "acme"));
     assert!(listed.iter().any(|(_, id)| *id == ids[0].1));
-    assert_eq!(store.open_cases(None, 50, None).await.unwrap().records.len(), 6);
+    assert_eq!(
+        store
+            .open_cases(None, CaseFilter::default(), 50, None)
+            .await
+            .unwrap()
+            .records
+            .len(),
+        6
+    );
     assert!(matches!(
-        store.open_cases(None, 10, Some("not a cursor")).await,
+        store
+            .open_cases(None, CaseFilter::default(), 10, Some("not a cursor"))
+            .await,
         Err(StoreError::Cursor)
     ));
+}
+
+/// A case of another reason: Genace refused our account (402), so the
+/// operation is held with an `account_problem` case.
+async fn with_account_case<S: OperationStore>(store: &S, tenant: &str, key: &str) -> OperationRecord {
+    let rec = record_for(tenant, key, "p");
+    store.create(&rec, Utc::now()).await.unwrap();
+    let claimed = claimed(&rec, "tok");
+    store.apply(&rec, &claimed).await.unwrap();
+    let error = genace_core::record::RemoteError {
+        kind: "http_402".into(),
+        status: Some(402),
+        detail: "payment required".into(),
+    };
+    let event = machine::Event::AccountRefused {
+        token: "tok",
+        error: &error,
+    };
+    let held = machine::transition(&claimed, event, Utc::now(), &Policy::default()).unwrap();
+    store.apply(&claimed, &held).await.unwrap();
+    held
+}
+
+/// Eight cases of three tenants and two reasons, in the order they opened:
+/// `unknown_submit_outcome` for zeta, acme, mid, acme, zeta, with acme's
+/// `account_problem` cases second, fifth and eighth.
+async fn mixed_cases<S: OperationStore>(store: &S) -> Vec<genace_core::domain::OperationId> {
+    let mut opened = Vec::new();
+    // Apart by more than the case index's millisecond, so the order is the
+    // same on both indexes.
+    let tick = || tokio::time::sleep(std::time::Duration::from_millis(3));
+    for (i, tenant) in ["zeta", "acme", "mid", "acme", "zeta"].iter().enumerate() {
+        opened.push(with_case(store, tenant, &format!("age-{i}")).await.operation_id);
+        tick().await;
+        if i % 2 == 0 {
+            let held = with_account_case(store, "acme", &format!("held-{i}")).await;
+            opened.push(held.operation_id);
+            tick().await;
+        }
+    }
+    opened
+}
+
+/// Every tenant's cases, in the order they opened, a page at a time; one
+/// reason's alone with full pages; those open at least so long, on both
+/// indexes.
+async fn every_tenants_cases_are_listed_oldest_first_and_filtered<S: OperationStore>(store: S) {
+    let opened = mixed_cases(&store).await;
+    let mut cursor: Option<String> = None;
+    let mut listed = Vec::new();
+    loop {
+        let page = store
+            .open_cases_by_age(CaseFilter::default(), 3, cursor.as_deref())
+            .await
+            .unwrap();
+        assert!(page.records.len() <= 3);
+        listed.extend(page.records.into_iter().map(|r| r.operation_id));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(listed, opened, "oldest first across tenants");
+
+    let held = CaseFilter {
+        reason: Some(CaseReason::AccountProblem),
+        opened_before: None,
+    };
+    let first = store.open_cases_by_age(held, 2, None).await.unwrap();
+    let ids: Vec<_> = first.records.iter().map(|r| r.operation_id.clone()).collect();
+    assert_eq!(ids, [opened[1].clone(), opened[4].clone()], "a full page of one reason");
+    let rest = store.open_cases_by_age(held, 2, first.next.as_deref()).await.unwrap();
+    let ids: Vec<_> = rest.records.iter().map(|r| r.operation_id.clone()).collect();
+    assert_eq!(ids, [opened[7].clone()]);
+    assert!(rest.next.is_none());
+    assert!(matches!(
+        store
+            .open_cases_by_age(CaseFilter::default(), 10, Some("not a cursor"))
+            .await,
+        Err(StoreError::Cursor)
+    ));
+
+    // Open at least since the fourth opened: the first three, on both
+    // indexes, and of one reason on the tenant's.
+    let fourth = store.get(&opened[3], Utc::now()).await.unwrap().unwrap();
+    let older = CaseFilter {
+        reason: None,
+        opened_before: fourth.case.map(|c| c.opened_at),
+    };
+    let page = store.open_cases_by_age(older, 10, None).await.unwrap();
+    let ids: Vec<_> = page.records.iter().map(|r| r.operation_id.clone()).collect();
+    assert_eq!(ids, opened[..3]);
+    let acme = TenantId::parse("acme").unwrap();
+    let page = store.open_cases(Some(&acme), older, 10, None).await.unwrap();
+    let ids: Vec<_> = page.records.iter().map(|r| r.operation_id.clone()).collect();
+    assert_eq!(ids, [opened[1].clone(), opened[2].clone()]);
+    let held_and_older = CaseFilter {
+        reason: held.reason,
+        ..older
+    };
+    let page = store.open_cases(Some(&acme), held_and_older, 10, None).await.unwrap();
+    let ids: Vec<_> = page.records.iter().map(|r| r.operation_id.clone()).collect();
+    assert_eq!(ids, [opened[1].clone()]);
+}
+
+/// Counted by reason, over every tenant or one, from the index's keys and
+/// reasons alone; a case that closes leaves the list and the counts.
+async fn open_cases_are_counted_by_reason_and_a_closed_one_leaves<S: OperationStore>(store: S) {
+    let opened = mixed_cases(&store).await;
+    let acme = TenantId::parse("acme").unwrap();
+    let counts = store.case_counts(None).await.unwrap();
+    let by_reason: Vec<(CaseReason, u64)> = counts.iter().map(|c| (c.reason, c.open)).collect();
+    assert_eq!(
+        by_reason,
+        [(CaseReason::UnknownSubmitOutcome, 5), (CaseReason::AccountProblem, 3)]
+    );
+    let oldest = store.get(&opened[0], Utc::now()).await.unwrap().unwrap();
+    let opened_at = oldest.case.unwrap().opened_at;
+    assert!(
+        (counts[0].oldest - opened_at).num_milliseconds().abs() < 1,
+        "{counts:?}"
+    );
+    let of_acme: Vec<(CaseReason, u64)> = store
+        .case_counts(Some(&acme))
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| (c.reason, c.open))
+        .collect();
+    assert_eq!(
+        of_acme,
+        [(CaseReason::UnknownSubmitOutcome, 2), (CaseReason::AccountProblem, 3)]
+    );
+
+    // An operator confirms nothing was created: the oldest case closes, and
+    // is listed and counted no more.
+    let rec = store.get(&opened[0], Utc::now()).await.unwrap().unwrap();
+    let decision = machine::Decision {
+        resolution: &machine::Resolution::ConfirmNotCreated,
+        actor: "ops",
+        reason: "nothing at Genace",
+    };
+    let closed = machine::transition(&rec, machine::Event::Resolved(decision), Utc::now(), &Policy::default()).unwrap();
+    store.apply(&rec, &closed).await.unwrap();
+    let page = store.open_cases_by_age(CaseFilter::default(), 100, None).await.unwrap();
+    assert_eq!(page.records.len(), 7);
+    assert!(page.records.iter().all(|r| r.operation_id != opened[0]));
+    assert_eq!(store.case_counts(None).await.unwrap()[0].open, 4);
 }
 
 async fn the_job_index_finds_the_holder<S: OperationStore>(store: S) {
@@ -1231,6 +1393,8 @@ genace_aws::contract_tests!(
     fifty_concurrent_claims_have_one_winner,
     the_due_index_is_sparse_sharded_ordered_and_paged,
     case_listing_is_per_tenant_and_paged,
+    every_tenants_cases_are_listed_oldest_first_and_filtered,
+    open_cases_are_counted_by_reason_and_a_closed_one_leaves,
     the_job_index_finds_the_holder,
     the_ledger_follows_every_credit_move,
     an_abandon_keeps_what_genace_charged,

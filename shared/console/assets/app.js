@@ -208,13 +208,19 @@ async function casesPage() {
   const query = new URLSearchParams({ limit: String(PAGE) });
   if (reason) query.set("reason", reason);
   if (tenant) query.set("tenant", tenant);
+  // The cutoff is fixed when the filter is set, so every page of one
+  // listing agrees on it.
+  const before = params.get("opened_before");
+  if (before) query.set("opened_before", before);
   if (cursors.length) query.set("cursor", cursors[cursors.length - 1]);
-  const res = await api("GET", `/v1/reconciliation-cases?${query}`);
+  const counting = new URLSearchParams();
+  if (tenant) counting.set("tenant", tenant);
+  const [res, counted] = await Promise.all([
+    api("GET", `/v1/reconciliation-cases?${query}`),
+    api("GET", `/v1/reconciliation-cases/counts?${counting}`),
+  ]);
   if (!res.ok) return show(h("h1", {}, "Open cases"), h("p", { class: "notice error", role: "alert" }, problemText(res.data)));
-  const cutoff = Date.now() - minAge * 3600 * 1000;
-  const cases = res.data.cases
-    .filter((c) => Date.parse(c.opened_at) <= cutoff)
-    .sort((a, b) => Date.parse(a.opened_at) - Date.parse(b.opened_at));
+  const cases = res.data.cases;
 
   const filters = h("form", { class: "filters", id: "case-filters", "aria-label": "Filter cases" },
     h("label", {}, "Reason", h("select", { name: "reason" },
@@ -228,11 +234,19 @@ async function casesPage() {
     const f = new FormData(filters);
     const next = new URLSearchParams();
     for (const k of ["reason", "tenant", "older_than_hours"]) if (f.get(k)) next.set(k, f.get(k));
+    const hours = Number(f.get("older_than_hours") || 0);
+    if (hours > 0) next.set("opened_before", new Date(Date.now() - hours * 3600 * 1000).toISOString());
     location.hash = `#/cases?${next}`;
   });
 
-  const counts = {};
-  for (const c of cases) counts[c.reason] = (counts[c.reason] || 0) + 1;
+  const counts = counted.ok
+    ? h("nav", { class: "counts", id: "counts", "aria-label": "Open cases by reason" },
+      h("span", {}, `${counted.data.open} open${tenant ? ` for ${tenant}` : ""}:`),
+      counted.data.reasons.map((r) => h("span", {},
+        h("a", { href: `#/cases?${withParam(withParam(params, "cursors", ""), "reason", r.reason)}`, "data-reason": r.reason },
+          `${r.reason}: ${r.open}`),
+        ` (oldest ${age(r.oldest_opened_at)})`)))
+    : null;
   const selected = new Map();
   const bulk = h("section", { id: "bulk", "aria-label": "Bulk resolution" });
   const rows = cases.map((c) => {
@@ -272,12 +286,11 @@ async function casesPage() {
   show(
     h("h1", {}, "Open cases"),
     filters,
-    h("p", { class: "counts", "aria-label": "Cases on this page by reason" },
-      Object.entries(counts).map(([r, n]) => h("span", {}, `${r}: ${n}`))),
+    counts,
     cases.length === 0
       ? h("p", { id: "no-cases" }, "No open cases on this page.")
       : h("table", { id: "cases" },
-        h("caption", {}, `Open cases, oldest first (page ${cursors.length + 1}, ${cases.length} shown)`),
+        h("caption", {}, `Open cases${reason ? ` of ${reason}` : ""}, oldest first (page ${cursors.length + 1}, ${cases.length} shown)`),
         h("thead", {}, h("tr", {}, ["", "Open for", "Reason", "Tenant", "Operation", "Remote job", "Evidence", "Runbook"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, rows)),
     pager,

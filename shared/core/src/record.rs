@@ -127,6 +127,25 @@ pub enum CaseReason {
 }
 
 impl CaseReason {
+    pub const ALL: [CaseReason; 11] = [
+        CaseReason::UnknownSubmitOutcome,
+        CaseReason::InterruptedDispatch,
+        CaseReason::RemoteJobMissing,
+        CaseReason::RenderStalled,
+        CaseReason::DeliveryFailed,
+        CaseReason::SettlementPending,
+        CaseReason::OutputsMissing,
+        CaseReason::OutputUrlRefused,
+        CaseReason::OutputTooLarge,
+        CaseReason::AccountProblem,
+        CaseReason::RateLimited,
+    ];
+
+    /// The reason named `s` (its `as_str`).
+    pub fn parse(s: &str) -> Option<CaseReason> {
+        CaseReason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             CaseReason::UnknownSubmitOutcome => "unknown_submit_outcome",

@@ -8,11 +8,11 @@ use crate::intake::{Intake, IntakeError};
 use crate::outputs::ObjectStore;
 use crate::queue::WorkQueue;
 use crate::stage::write_attempts;
-use crate::table::{CasePage, CommitError, OperationStore, commit};
+use crate::table::{CaseCount, CaseFilter, CasePage, CommitError, OperationStore, commit};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Decision, Event, Resolution};
 use genace_core::messages::Queue;
-use genace_core::record::{CaseReason, OperationRecord, Phase};
+use genace_core::record::{OperationRecord, Phase};
 
 /// An authenticated operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,12 +67,22 @@ impl<S, Q, O, C> Admin<'_, S, Q, O, C> {
 }
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
-    /// Open cases, newest pages first by tenant; an operator limited to a
-    /// tenant sees only that tenant's, whatever filter they ask for.
+    /// How many cases are open per reason, and since when the oldest of
+    /// each, over the operator's scope (one tenant, or every tenant).
+    pub async fn case_counts(&self, tenant: Option<TenantId>) -> Result<Vec<CaseCount>, IntakeError> {
+        match self.scope(tenant) {
+            Some(scope) => Ok(self.store.case_counts(scope.as_ref()).await?),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Open cases, oldest first: one tenant's from the case index, every
+    /// tenant's from the age index. An operator limited to a tenant sees
+    /// only that tenant's, whatever filter they ask for.
     pub async fn cases(
         &self,
         tenant: Option<TenantId>,
-        reason: Option<CaseReason>,
+        filter: CaseFilter,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<CasePage, IntakeError> {
@@ -83,10 +93,12 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
                 next: None,
             });
         };
-        let mut page = self.store.open_cases(scope.as_ref(), limit, cursor).await?;
-        page.records.retain(|r| {
-            op.may_see(&r.tenant_id) && reason.is_none_or(|want| r.case.as_ref().is_some_and(|c| c.reason == want))
-        });
+        // Both indexes filter by themselves: their pages are full.
+        let mut page = match &scope {
+            Some(one) => self.store.open_cases(Some(one), filter, limit, cursor).await?,
+            None => self.store.open_cases_by_age(filter, limit, cursor).await?,
+        };
+        page.records.retain(|r| op.may_see(&r.tenant_id));
         Ok(page)
     }
 

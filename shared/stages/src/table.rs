@@ -6,7 +6,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::ledger::{Millicredits, TenantLedger};
-use genace_core::record::OperationRecord;
+use genace_core::record::{CaseReason, OperationRecord};
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, Receivers};
 
 #[derive(Debug, thiserror::Error)]
@@ -120,13 +120,33 @@ pub trait OperationRecords: Send + Sync {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<crate::listing::ListPage, StoreError>> + Send;
 
-    /// One page of the sparse open-case index, optionally for one tenant.
+    /// One page of the sparse open-case index, optionally for one tenant:
+    /// a tenant's cases oldest first. A page holds `limit` cases that pass
+    /// `filter` unless it is the last; a cursor comes with every page that
+    /// may not be the last.
     fn open_cases(
         &self,
         tenant: Option<&TenantId>,
+        filter: CaseFilter,
         limit: i32,
         cursor: Option<&str>,
     ) -> impl Future<Output = Result<CasePage, StoreError>> + Send;
+
+    /// One page of every tenant's open cases, oldest first (the age index),
+    /// paged as [`OperationRecords::open_cases`] is.
+    fn open_cases_by_age(
+        &self,
+        filter: CaseFilter,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> impl Future<Output = Result<CasePage, StoreError>> + Send;
+
+    /// How many cases are open per reason, and when the oldest of each
+    /// opened, over every tenant or one; reasons with none are left out.
+    /// Reads the age index (or the tenant's part of the case index), its
+    /// keys and reasons only, never the records.
+    fn case_counts(&self, tenant: Option<&TenantId>)
+    -> impl Future<Output = Result<Vec<CaseCount>, StoreError>> + Send;
 }
 
 /// Tenants' credit ledgers and spend limits. The counters move with record
@@ -290,8 +310,56 @@ pub mod prelude {
     pub use super::{OperationRecords, OperationStore, TenantLedgers, WebhookEndpoints, WebhookSettings};
 }
 
+/// Which open cases a listing shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaseFilter {
+    /// Only cases of this reason.
+    pub reason: Option<CaseReason>,
+    /// Only cases that opened before this time (open at least so long).
+    pub opened_before: Option<DateTime<Utc>>,
+}
+
+impl CaseFilter {
+    /// Whether the case of `rec` (if any) passes.
+    pub fn passes(&self, rec: &OperationRecord) -> bool {
+        rec.case.as_ref().is_some_and(|c| {
+            self.reason.is_none_or(|r| c.reason == r) && self.opened_before.is_none_or(|t| c.opened_at < t)
+        })
+    }
+}
+
+/// The open cases of one reason: how many, and when the oldest opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseCount {
+    pub reason: CaseReason,
+    pub open: u64,
+    pub oldest: DateTime<Utc>,
+}
+
+/// Folds `(reason, opened_at)` of open cases into counts per reason, in
+/// the order of [`CaseReason::ALL`].
+pub fn count_cases(cases: impl IntoIterator<Item = (CaseReason, DateTime<Utc>)>) -> Vec<CaseCount> {
+    let mut counts: Vec<CaseCount> = Vec::new();
+    for (reason, opened) in cases {
+        match counts.iter_mut().find(|c| c.reason == reason) {
+            Some(c) => {
+                c.open += 1;
+                c.oldest = c.oldest.min(opened);
+            }
+            None => counts.push(CaseCount {
+                reason,
+                open: 1,
+                oldest: opened,
+            }),
+        }
+    }
+    counts.sort_by_key(|c| CaseReason::ALL.iter().position(|r| *r == c.reason));
+    counts
+}
+
 /// A page of operations with an open reconciliation case, oldest first
-/// within a tenant.
+/// (within a tenant, from the case index; across tenants, from the age
+/// index).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CasePage {
     pub records: Vec<OperationRecord>,
@@ -337,6 +405,18 @@ pub fn case_sort_key(tenant: &str, opened_at: DateTime<Utc>, id: &OperationId) -
         escape_tenant(tenant),
         opened_at.format("%Y-%m-%dT%H:%M:%S%.3fZ")
     )
+}
+
+/// `<opened_at>#<operation_id>`: the age index's sort key, every open case
+/// in the order it opened.
+pub fn case_age_key(opened_at: DateTime<Utc>, id: &OperationId) -> String {
+    format!("{}#{id}", opened_at.format("%Y-%m-%dT%H:%M:%S%.6fZ"))
+}
+
+/// The time a [`case_age_key`] starts with.
+pub fn case_age_key_opened(key: &str) -> Option<DateTime<Utc>> {
+    let (at, _) = key.split_once('#')?;
+    DateTime::parse_from_rfc3339(at).ok().map(|t| t.with_timezone(&Utc))
 }
 
 /// The waiting index's partition for a tenant's operations.

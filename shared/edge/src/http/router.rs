@@ -63,6 +63,7 @@ enum Route {
     Cancel(String),
     Outputs(String),
     Cases,
+    CaseCounts,
     MyCredits,
     AllCredits,
     Capacity,
@@ -98,6 +99,7 @@ fn route(req: &Request) -> Option<Route> {
         [.., "v1", "operations", id, "cancel"] => Some(Route::Cancel(named.unwrap_or_else(|| (*id).to_owned()))),
         [.., "v1", "operations", id, "outputs"] => Some(Route::Outputs(named.unwrap_or_else(|| (*id).to_owned()))),
         [.., "v1", "reconciliation-cases"] => Some(Route::Cases),
+        [.., "v1", "reconciliation-cases", "counts"] => Some(Route::CaseCounts),
         [.., "v1", "tenants", "me", "credits"] => Some(Route::MyCredits),
         [.., "v1", "credits"] => Some(Route::AllCredits),
         [.., "v1", "capacity"] => Some(Route::Capacity),
@@ -147,6 +149,8 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
         (Some(Route::Outputs(_)), _) => Err(method_not_allowed("DELETE")),
         (Some(Route::Cases), &Method::GET) => list_cases(intake, &req).await,
         (Some(Route::Cases), _) => Err(method_not_allowed("GET")),
+        (Some(Route::CaseCounts), &Method::GET) => case_counts(intake, &req).await,
+        (Some(Route::CaseCounts), _) => Err(method_not_allowed("GET")),
         (Some(Route::MyCredits), &Method::GET) => my_credits(intake, &req).await,
         (Some(Route::MyCredits), _) => Err(method_not_allowed("GET")),
         (Some(Route::AllCredits), &Method::GET) => all_credits(intake, &req).await,
@@ -614,13 +618,39 @@ async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
                 .map_err(|_| Problem::from(InvalidInput::new("reason", "is not a case reason")))
         })
         .transpose()?;
+    let opened_before = q
+        .first("opened_before")
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|_| Problem::from(InvalidInput::new("opened_before", "must be an RFC 3339 time")))
+        })
+        .transpose()?;
     let limit = page_limit(&q)?;
+    let filter = genace_stages::table::CaseFilter { reason, opened_before };
     let page = intake
         .admin(&op)
-        .cases(tenant, reason, limit, q.first("cursor"))
+        .cases(tenant, filter, limit, q.first("cursor"))
         .await?;
     let cases: Vec<Value> = page.records.iter().map(case_view).collect();
     Ok(ok_json(json!({"cases": cases, "next_cursor": page.next})))
+}
+
+/// GET /v1/reconciliation-cases/counts: open cases per reason, with the
+/// oldest of each, over the operator's scope (or `tenant`).
+async fn case_counts<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let op = Principal::read(req, &intake.config)?.operator(&intake.config)?;
+    let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
+    let counts = intake.admin(&op).case_counts(tenant_param(&q)?).await?;
+    let open: u64 = counts.iter().map(|c| c.open).sum();
+    let reasons: Vec<Value> = counts
+        .iter()
+        .map(|c| json!({"reason": c.reason, "open": c.open, "oldest_opened_at": c.oldest}))
+        .collect();
+    Ok(ok_json(json!({"open": open, "reasons": reasons})))
 }
 
 async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(

@@ -24,8 +24,8 @@ use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classif
 
 use crate::queue::QueueError;
 use crate::table::{
-    Applied, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
-    WebhookSettings, case_sort_key, case_tenant_prefix,
+    Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords,
+    StoreError, TenantLedgers, WebhookSettings, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
 };
 
 mod clock;

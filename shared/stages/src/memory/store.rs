@@ -298,16 +298,55 @@ impl OperationRecords for MemoryStore {
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,
+        filter: CaseFilter,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<CasePage, StoreError> {
-        let after = cursor.map(parse_cursor).transpose()?;
         let prefix = tenant.map(|t| case_tenant_prefix(t.as_str()));
+        self.case_page(filter, limit, cursor, |r| {
+            case_key(r).filter(|k| prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str())))
+        })
+    }
+
+    async fn open_cases_by_age(
+        &self,
+        filter: CaseFilter,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<CasePage, StoreError> {
+        self.case_page(filter, limit, cursor, |r| {
+            r.case.as_ref().map(|c| case_age_key(c.opened_at, &r.operation_id))
+        })
+    }
+
+    async fn case_counts(&self, tenant: Option<&TenantId>) -> Result<Vec<CaseCount>, StoreError> {
+        let table = self.lock();
+        Ok(count_cases(table.values().filter_map(|r| {
+            let case = r.case.as_ref()?;
+            tenant
+                .is_none_or(|t| r.tenant_id == *t)
+                .then_some((case.reason, case.opened_at))
+        })))
+    }
+}
+
+impl MemoryStore {
+    /// One page of the cases that pass `filter`, in the order of the index
+    /// key `key` gives them (None: not in that index), paged as the
+    /// DynamoDB indexes are: a cursor with every full page.
+    fn case_page(
+        &self,
+        filter: CaseFilter,
+        limit: i32,
+        cursor: Option<&str>,
+        key: impl Fn(&OperationRecord) -> Option<String>,
+    ) -> Result<CasePage, StoreError> {
+        let after = cursor.map(parse_cursor).transpose()?;
         let table = self.lock();
         let mut entries: Vec<(String, &OperationRecord)> = table
             .values()
-            .filter_map(|r| case_key(r).map(|k| (k, r)))
-            .filter(|(k, _)| prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str())))
+            .filter(|r| filter.passes(r))
+            .filter_map(|r| key(r).map(|k| (k, r)))
             .filter(|(k, r)| after.as_ref().is_none_or(|(ak, apk)| (k, &r.pk) > (ak, apk)))
             .collect();
         entries.sort_by(|a, b| (&a.0, &a.1.pk).cmp(&(&b.0, &b.1.pk)));
