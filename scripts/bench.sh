@@ -5,6 +5,7 @@
 #   scripts/bench.sh load [--intents 2000] [--rate 50] [--duplicates 30]
 #   scripts/bench.sh capacity [--intents 1000] [--limit 10] [--render-seconds 20]
 #   scripts/bench.sh events [--intents 100]                            the webhook leg, before and after the pipe's mark
+#   scripts/bench.sh console [--cases 10000] [--runs 10]               the console's first page of many open cases (headless Chromium)
 # Installs and starts moto on a free loopback port (stopped again at the end),
 # builds genace-bench (release; BENCH_PROFILE=dev for a quick debug build) and
 # runs it from the repository root. Prices: docs/prices.json.
@@ -17,6 +18,7 @@ export MOTO_PORT
 PROFILE="${BENCH_PROFILE:-release}"
 export RUST_LOG="${RUST_LOG:-error}" METRICS_DISABLED=true LOG_FORMAT=text
 
+[ "${1:-}" = console ] && scripts/browser.sh
 cargo build --quiet --profile "$PROFILE" -p genace-bench --bin genace-bench
 dir="$PROFILE"
 [ "$PROFILE" = dev ] && dir=debug

@@ -32,13 +32,7 @@ VENV="${VENV:-$ROOT/.venv}"
 export GENACE_PYTHON="$VENV/bin/python"
 # The console's browser test (tests/tests/console_browser.rs) drives
 # Debian's Chromium through ChromeDriver.
-if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
-  echo "[test] installing chromium and chromium-driver (Debian packages)"
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
-fi
+scripts/browser.sh
 mkdir -p .local
 log=".local/test-$MOTO_PORT.log"
 set +e

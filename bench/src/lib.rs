@@ -16,6 +16,9 @@
 //!   queued for the webhook function and then only the marked ones: what
 //!   the pipe's mark saves a tenant without receivers.
 //!
+//! - `console`: many open cases, and the operator console's first page of
+//!   them loaded afresh in headless Chromium, beside the API's own latency.
+//!
 //! A crate of its own so that the local stack (`genace-local`) does not
 //! carry the workloads, and each workload is a file.
 
@@ -24,6 +27,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 mod capacity;
+mod console;
 mod delivery;
 mod events;
 mod load;
@@ -63,6 +67,18 @@ pub enum Workload {
     /// What lifecycle events cost a tenant without webhook receivers, with
     /// every event queued for the webhook function and with the pipe's mark.
     Events(EventsArgs),
+    /// Many open cases: the console's first page in headless Chromium.
+    Console(ConsoleArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct ConsoleArgs {
+    /// How many open cases.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub cases: usize,
+    /// How many times the first page is loaded afresh.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub runs: u64,
 }
 
 #[derive(Args, Clone)]
@@ -171,6 +187,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         Some(Workload::Load(a)) => load::run(&endpoint, &a).await,
         Some(Workload::Capacity(a)) => capacity::run(&endpoint, &a).await,
         Some(Workload::Events(a)) => events::run(&endpoint, &a).await,
+        Some(Workload::Console(a)) => console::run(&endpoint, &a).await,
     }
 }
 

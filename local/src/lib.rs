@@ -5,6 +5,8 @@
 use genace_stages::config::{QueueUrls, ResourceNames};
 
 pub mod artifacts;
+#[cfg(feature = "browser")]
+pub mod browser;
 pub mod console;
 pub mod devauth;
 pub mod events;

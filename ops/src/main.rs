@@ -3,6 +3,7 @@
 //! ```text
 //! genace-ops cases list [--tenant T] [--reason R] [--limit N] [--cursor C] [--json]
 //! genace-ops cases show <operation_id> [--json]
+//! genace-ops cases counts [--tenant T] [--json]
 //! genace-ops resolve <operation_id> attach --job-id <ID> --reason <TEXT> [--json]
 //! genace-ops resolve <operation_id> confirm-not-created --reason <TEXT>
 //! genace-ops resolve <operation_id> release-hold --reason <TEXT>
@@ -146,11 +147,20 @@ enum Cases {
         /// Only this tenant's cases.
         #[arg(long)]
         tenant: Option<String>,
-        /// Only cases with this reason, such as `unknown_outcome`.
+        /// Only cases with this reason, such as `unknown_submit_outcome`.
         #[arg(long)]
         reason: Option<String>,
+        /// Only cases opened before this RFC 3339 time (open at least so long).
+        #[arg(long, value_name = "TIME")]
+        opened_before: Option<String>,
         #[command(flatten)]
         page: Page,
+    },
+    /// How many cases are open per reason, and since when the oldest of each.
+    Counts {
+        /// Only this tenant's cases.
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// A case and its operation's timeline.
     Show {
@@ -475,6 +485,19 @@ fn print_cases(page: &Value) {
     print_next(page);
 }
 
+fn print_counts(counts: &Value) {
+    println!("{:<24} {:>6}  OLDEST", "REASON", "OPEN");
+    for r in counts["reasons"].as_array().into_iter().flatten() {
+        println!(
+            "{:<24} {:>6}  {}",
+            s(&r["reason"]),
+            s(&r["open"]),
+            s(&r["oldest_opened_at"])
+        );
+    }
+    println!("{} open case(s)", s(&counts["open"]));
+}
+
 fn print_operations(page: &Value) {
     let ops = page["operations"].as_array().cloned().unwrap_or_default();
     println!(
@@ -560,6 +583,27 @@ fn print_timeline(op: &Value) {
     println!("timeline:");
     for (at, what) in events {
         println!("  {at}  {what}");
+    }
+    print_advice(op);
+}
+
+/// The open case's runbook advice and the decisions the version takes.
+fn print_advice(op: &Value) {
+    if let Some(runbook) = op["reconciliation_case"]["runbook"].as_object() {
+        let actions: Vec<String> = runbook["actions"].as_array().into_iter().flatten().map(s).collect();
+        println!("runbook:    {}", actions.join(" or "));
+        println!("            {}", s(&runbook["advice"]));
+    }
+    if let Some(allowed) = op["resolutions"].as_array() {
+        let allowed: Vec<String> = allowed.iter().map(s).collect();
+        println!(
+            "decisions:  {}",
+            if allowed.is_empty() {
+                "none".to_owned()
+            } else {
+                allowed.join(", ")
+            }
+        );
     }
 }
 
@@ -895,16 +939,27 @@ async fn op(api: &Api, json: bool, command: Op) -> Result<(), Failure> {
 
 async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
     match command {
-        Command::Cases(Cases::List { tenant, reason, page }) => {
+        Command::Cases(Cases::List {
+            tenant,
+            reason,
+            opened_before,
+            page,
+        }) => {
             let limit = page.limit.map(|l| l.to_string());
             let q = query(&[
                 ("tenant", tenant.as_deref()),
                 ("reason", reason.as_deref()),
+                ("opened_before", opened_before.as_deref()),
                 ("limit", limit.as_deref()),
                 ("cursor", page.cursor.as_deref()),
             ]);
             let page = api.get(&format!("/v1/reconciliation-cases{q}")).await?;
             emit(json, &page, print_cases);
+        }
+        Command::Cases(Cases::Counts { tenant }) => {
+            let q = query(&[("tenant", tenant.as_deref())]);
+            let counts = api.get(&format!("/v1/reconciliation-cases/counts{q}")).await?;
+            emit(json, &counts, print_counts);
         }
         Command::Cases(Cases::Show { operation_id }) => {
             let op = api.get(&format!("/v1/operations/{}", enc(&operation_id))).await?;

@@ -182,6 +182,7 @@ async fn a_lost_202_is_listed_and_attached_then_delivered_with_one_post() {
     assert!(case["evidence"].as_str().unwrap().contains("timed out"));
     let table = stack.cli(&ops, &["cases", "list"]);
     assert!(stdout(&table).contains(&id) && stdout(&table).contains("unknown_submit_outcome"));
+    the_case_is_counted_and_advised(&stack, &ops, &id);
 
     let attached = stack.cli(
         &ops,
@@ -799,4 +800,29 @@ fn help_on_every_command_and_usage_errors_exit_two() {
         );
         assert!(out.stdout.is_empty(), "{bad:?}: {out:?}");
     }
+}
+
+/// The one open case is counted, left out of a list of older cases, and
+/// shown with the runbook's advice and the decisions its version takes.
+fn the_case_is_counted_and_advised(stack: &Stack, ops: &str, id: &str) {
+    let counted = stdout(&stack.cli(ops, &["cases", "counts"]));
+    assert!(
+        counted.contains("unknown_submit_outcome") && counted.contains("1 open case(s)"),
+        "{counted}"
+    );
+    let before = stack.cli(
+        ops,
+        &["cases", "list", "--opened-before", "2000-01-01T00:00:00Z", "--json"],
+    );
+    let none: Value = serde_json::from_str(&stdout(&before)).unwrap();
+    assert_eq!(none["cases"], serde_json::json!([]), "no case opened before 2000");
+    let shown = stdout(&stack.cli(ops, &["cases", "show", id]));
+    assert!(
+        shown.contains("runbook:    attach_remote_job or confirm_not_created"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("decisions:  attach_remote_job, confirm_not_created, abandon"),
+        "{shown}"
+    );
 }

@@ -12,13 +12,13 @@
 //! cases list and of an operation page go to `target/console/`.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::elements::Element;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use genace_aws::testkit::LocalAws;
 use genace_http::GenaceConfig;
+use genace_local::browser::Driver;
 use genace_local::{devauth, runner};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path, path_regex};
@@ -82,8 +82,8 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
     }
     let [a, b, c, d, e, f, z] = <[String; 7]>::try_from(ids).unwrap();
 
-    let driver = Driver::start();
-    let browser = driver.connect().await;
+    let driver = Driver::start().unwrap();
+    let browser = driver.connect().await.unwrap();
     let console = format!("http://{addr}/console");
     browser.goto(&console).await.unwrap();
     sign_in(&browser, "ops-alice", None).await;
@@ -350,67 +350,4 @@ async fn save_screenshot(browser: &Client, name: &str) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/console");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(name), browser.screenshot().await.unwrap()).unwrap();
-}
-
-/// ChromeDriver on a free loopback port, stopped when dropped.
-struct Driver {
-    child: Child,
-    url: String,
-    profile: PathBuf,
-}
-
-impl Driver {
-    fn start() -> Self {
-        let binary = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(&binary)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{binary}: {e} (scripts/test.sh installs chromium-driver)"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let profile = std::env::temp_dir().join(format!("genace-console-{}", uuid::Uuid::new_v4().simple()));
-        Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            profile,
-        }
-    }
-
-    async fn connect(&self) -> Client {
-        let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-        let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({
-                "binary": chromium,
-                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--disable-quic", "--no-first-run", "--disable-background-networking",
-                         "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
-                         format!("--user-data-dir={}", self.profile.display())],
-            }),
-        );
-        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-            .capabilities(caps)
-            .connect(&self.url)
-            .await
-            .expect("a Chromium session through chromedriver")
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
 }
