@@ -28,7 +28,16 @@ use crate::{ConsoleArgs, Stack, ms, percentile, start_standin};
 const PAGE: usize = 25;
 
 pub(crate) async fn run(endpoint: &str, args: &ConsoleArgs) -> Result<(), String> {
-    let stack = Stack::fresh(endpoint).await?;
+    let mut stack = Stack::fresh(endpoint).await?;
+    // moto answers a query over thousands of items in seconds, where
+    // DynamoDB takes milliseconds: the runner's AWS timeouts are raised so
+    // the counts are measured, not cut off.
+    let patient = genace_aws::clients::TimeoutBudget {
+        connect: Duration::from_secs(2),
+        attempt: Duration::from_secs(60),
+        operation: Duration::from_secs(120),
+    };
+    stack.sdk = stack.sdk.to_builder().timeout_config(patient.config()).build();
     let started = Instant::now();
     seed(&stack, args.cases).await?;
     let seeded = started.elapsed();

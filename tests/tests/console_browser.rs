@@ -53,13 +53,22 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
 
     let mut gconf = GenaceConfig::new(genace.uri(), "console-test-key");
     gconf.timeout = Duration::from_secs(3);
+    // The events pipe on, and a receiver on loopback for acme's endpoint.
+    let receiver = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&receiver)
+        .await;
+    let mut config = env.config.clone();
+    config.url_policy.allow_http = true;
+    config.url_policy.allow_private = true;
+    let events = std::env::temp_dir().join(format!("genace-console-events-{}.jsonl", uuid::Uuid::new_v4().simple()));
     let settings = runner::RunnerSettings {
+        events_file: Some(events.clone()),
         ..runner::RunnerSettings::for_tests()
     };
     let addr = settings.intake_addr;
-    let running = runner::start(&env.sdk, env.config.clone(), gconf, settings)
-        .await
-        .unwrap();
+    let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
     let api = Api {
         base: format!("http://{addr}"),
         http: reqwest::Client::new(),
@@ -82,13 +91,15 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
     }
     let [a, b, c, d, e, f, z] = <[String; 7]>::try_from(ids).unwrap();
 
+    let endpoint = api.endpoint("acme", &format!("{}/hooks", receiver.uri())).await;
+
     let driver = Driver::start().unwrap();
     let browser = driver.connect().await.unwrap();
     let console = format!("http://{addr}/console");
     browser.goto(&console).await.unwrap();
     sign_in(&browser, "ops-alice", None).await;
     assert_eq!(case_rows(&browser, 7).await.len(), 7, "every open case is listed");
-    let counts = browser.find(Locator::Id("counts")).await.unwrap().text().await.unwrap();
+    let counts = text_of(&browser, "#counts:not([aria-busy])").await;
     assert!(
         counts.starts_with("7 open:") && counts.contains("unknown_submit_outcome: 7"),
         "{counts}"
@@ -198,6 +209,11 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
         assert_eq!(view["remote_job_id"], format!("job-{}", &id[3..11]));
     }
 
+    // The tenant's endpoint, its delivery log (the events of the decisions
+    // above), a replay, and disabling it.
+    endpoint_log_and_replay(&browser, &console, &endpoint).await;
+    let _ = std::fs::remove_file(&events);
+
     // An operator limited to one tenant sees that tenant's case only.
     browser.goto(&format!("{console}#/cases")).await.unwrap();
     let left = case_rows(&browser, 2).await;
@@ -240,6 +256,21 @@ impl Api {
             .await
             .unwrap();
         created["operation_id"].as_str().unwrap().to_owned()
+    }
+
+    /// A webhook endpoint of `tenant`'s, created by the operator: its id.
+    async fn endpoint(&self, tenant: &str, url: &str) -> String {
+        let res = self
+            .http
+            .post(format!("{}/v1/webhooks/endpoints?tenant={tenant}", self.base))
+            .bearer_auth(&self.operator)
+            .json(&json!({"url": url, "description": "console test receiver"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 201);
+        let created: Value = res.json().await.unwrap();
+        created["id"].as_str().unwrap().to_owned()
     }
 
     async fn get(&self, id: &str) -> Value {
@@ -295,6 +326,53 @@ impl Respond for StillRendering {
     }
 }
 
+/// The endpoint's row on acme's tenant page.
+async fn endpoint_row(browser: &Client, console: &str, endpoint: &str) -> Element {
+    browser.goto(&format!("{console}#/tenants/acme")).await.unwrap();
+    browser
+        .wait()
+        .for_element(Locator::Css(&format!("#endpoints tr[data-endpoint='{endpoint}']")))
+        .await
+        .unwrap()
+}
+
+/// acme's tenant page lists the endpoint; its log fills with the events of
+/// the decisions made above; one replays; the endpoint is disabled.
+async fn endpoint_log_and_replay(browser: &Client, console: &str, endpoint: &str) {
+    let row = endpoint_row(browser, console, endpoint).await;
+    press(&row, "a").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The log fills as the events go out; the page is read again until it shows one.
+    let first = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Ok(row) = browser.find(Locator::Css("#attempts tbody tr")).await {
+            break row;
+        }
+        assert!(Instant::now() < deadline, "no delivery attempt logged");
+        browser.refresh().await.unwrap();
+    };
+    assert_eq!(first.attr("data-status").await.unwrap().as_deref(), Some("succeeded"));
+    press(&first, "button[data-replay]").await;
+    let said = text_of(browser, "#endpoint-note .notice.ok").await;
+    assert!(said.contains("with its original id"), "{said}");
+    let row = endpoint_row(browser, console, endpoint).await;
+    press(&row, "button[data-toggle]").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = browser
+            .find(Locator::Css(&format!("tr[data-endpoint='{endpoint}'] td[data-state]")))
+            .await
+            .ok();
+        if let Some(cell) = state
+            && cell.attr("data-state").await.unwrap().as_deref() == Some("disabled")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the endpoint was not disabled");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn sign_in(browser: &Client, operator: &str, tenant: Option<&str>) {
     let form = browser.wait().for_element(Locator::Id("local-sign-in")).await.unwrap();
     let name = form.find(Locator::Css("input[name='operator']")).await.unwrap();
@@ -304,6 +382,16 @@ async fn sign_in(browser: &Client, operator: &str, tenant: Option<&str>) {
         type_into(&form, "input[name='tenant']", t).await;
     }
     press(&form, "button[type='submit']").await;
+}
+
+/// The text of what `css` finds, once it is there.
+async fn text_of(browser: &Client, css: &str) -> String {
+    let found = browser
+        .wait()
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    found.text().await.unwrap()
 }
 
 /// Types `text` into the field `css` finds within `within`.

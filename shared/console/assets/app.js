@@ -215,10 +215,10 @@ async function casesPage() {
   if (cursors.length) query.set("cursor", cursors[cursors.length - 1]);
   const counting = new URLSearchParams();
   if (tenant) counting.set("tenant", tenant);
-  const [res, counted] = await Promise.all([
-    api("GET", `/v1/reconciliation-cases?${query}`),
-    api("GET", `/v1/reconciliation-cases/counts?${counting}`),
-  ]);
+  // Both asked at once; the page shows as soon as its cases arrive, and
+  // the counts (which read every open case's key) fill in when they do.
+  const countsAnswer = api("GET", `/v1/reconciliation-cases/counts?${counting}`);
+  const res = await api("GET", `/v1/reconciliation-cases?${query}`);
   if (!res.ok) return show(h("h1", {}, "Open cases"), h("p", { class: "notice error", role: "alert" }, problemText(res.data)));
   const cases = res.data.cases;
 
@@ -239,14 +239,17 @@ async function casesPage() {
     location.hash = `#/cases?${next}`;
   });
 
-  const counts = counted.ok
-    ? h("nav", { class: "counts", id: "counts", "aria-label": "Open cases by reason" },
+  const counts = h("nav", { class: "counts", id: "counts", "aria-label": "Open cases by reason", "aria-busy": "true" }, "Counting…");
+  countsAnswer.then((counted) => {
+    counts.removeAttribute("aria-busy");
+    if (!counted.ok) return counts.replaceChildren(`Counts unavailable: ${problemText(counted.data)}`);
+    counts.replaceChildren(
       h("span", {}, `${counted.data.open} open${tenant ? ` for ${tenant}` : ""}:`),
-      counted.data.reasons.map((r) => h("span", {},
+      ...counted.data.reasons.map((r) => h("span", {},
         h("a", { href: `#/cases?${withParam(withParam(params, "cursors", ""), "reason", r.reason)}`, "data-reason": r.reason },
           `${r.reason}: ${r.open}`),
-        ` (oldest ${age(r.oldest_opened_at)})`)))
-    : null;
+        ` (oldest ${age(r.oldest_opened_at)})`)));
+  }, (e) => counts.replaceChildren(`Counts unavailable: ${e.message}`));
   const selected = new Map();
   const bulk = h("section", { id: "bulk", "aria-label": "Bulk resolution" });
   const rows = cases.map((c) => {
@@ -470,31 +473,150 @@ async function tenantsPage() {
     nodes.push(h("table", { id: "credits" },
       h("caption", {}, "Credits and spend limits"),
       h("thead", {}, h("tr", {}, ["Tenant", "Held", "Spent", "Pending refund", "Settled", "Available", "Spend limit"].map((t) => h("th", { scope: "col" }, t)))),
-      h("tbody", {}, credits.data.tenants.map((t) => h("tr", {},
-        h("td", {}, t.tenant_id), h("td", {}, t.held), h("td", {}, t.spent), h("td", {}, t.pending_refund),
-        h("td", {}, t.settled), h("td", {}, t.available ?? "no limit"), h("td", {}, limitForm(t)))))));
+      h("tbody", {}, credits.data.tenants.map((t) => h("tr", { "data-tenant": t.tenant_id },
+        h("td", {}, h("a", { href: `#/tenants/${encodeURIComponent(t.tenant_id)}` }, t.tenant_id)),
+        h("td", {}, t.held), h("td", {}, t.spent), h("td", {}, t.pending_refund),
+        h("td", {}, t.settled), h("td", {}, t.available ?? "no limit"),
+        h("td", {}, limitForm(t.tenant_id, "spend-limit", "spend_limit", t.spend_limit, "Spend limit")))))));
   }
-  if (capacity.ok) {
-    const c = capacity.data;
-    nodes.push(h("h2", {}, "Genace capacity"), h("pre", { id: "capacity" }, JSON.stringify(c, null, 2)));
-  }
+  if (capacity.ok) nodes.push(...capacityTables(capacity.data));
   show(...nodes);
 }
 
-function limitForm(t) {
+function capacityTables(c) {
+  const account = [
+    ["Limit in force", c.max_in_flight ?? "none"],
+    ["Deployed limit (GENACE_MAX_IN_FLIGHT)", c.configured_max_in_flight ?? "none"],
+    ["Set at run time", c.set_at_run_time ? "yes" : "no"],
+    ["Effective now (learned from 429s)", c.effective_max_in_flight ?? "none"],
+    ["Jobs in flight", c.in_flight ?? "not shown to a tenant's operator"],
+    ["Operations waiting", c.waiting ?? "not shown to a tenant's operator"],
+    ["Oldest wait since", c.oldest_wait_since ?? "none"],
+  ];
+  return [
+    h("h2", {}, "Genace capacity"),
+    h("dl", { class: "facts", id: "capacity" }, account.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
+    h("table", { id: "capacity-tenants" },
+      h("caption", {}, "Jobs in flight and waiting, per tenant"),
+      h("thead", {}, h("tr", {}, ["Tenant", "In flight", "Waiting", "Oldest wait since", "Own limit"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, c.tenants.map((t) => h("tr", {},
+        h("td", {}, h("a", { href: `#/tenants/${encodeURIComponent(t.tenant_id)}` }, t.tenant_id)),
+        h("td", {}, t.in_flight), h("td", {}, t.waiting), h("td", {}, t.oldest_wait_since ?? ""),
+        h("td", {}, limitForm(t.tenant_id, "max-in-flight", "max_in_flight", t.max_in_flight, "Jobs in flight at most")))))),
+  ];
+}
+
+// A tenant's limit (spend or jobs in flight), edited in place; empty removes it.
+function limitForm(tenant, route, member, value, label) {
   const note = h("span", { "aria-live": "polite" });
   const form = h("form", { class: "action" },
-    h("label", {}, `Spend limit of ${t.tenant_id} (empty: none)`,
-      h("input", { name: "limit", type: "number", min: 0, step: "any", value: t.spend_limit ?? "" })),
+    h("label", {}, `${label} for ${tenant} (empty: none)`,
+      h("input", { name: "limit", type: "number", min: member === "max_in_flight" ? 1 : 0, step: member === "max_in_flight" ? 1 : "any", value: value ?? "" })),
     h("button", { type: "submit" }, "Save"), note);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const raw = new FormData(form).get("limit");
-    const res = await api("PUT", `/v1/tenants/${encodeURIComponent(t.tenant_id)}/spend-limit`,
-      { body: { spend_limit: raw === "" ? null : Number(raw) } });
+    const res = await api("PUT", `/v1/tenants/${encodeURIComponent(tenant)}/${route}`,
+      { body: { [member]: raw === "" ? null : Number(raw) } });
     note.textContent = res.ok ? "saved" : `refused: ${problemText(res.data)}`;
   });
   return form;
+}
+
+// One tenant: its webhook endpoints, each with its state and a link to its log.
+async function tenantPage(tenant) {
+  const t = encodeURIComponent(tenant);
+  const [endpoints, cases] = await Promise.all([
+    api("GET", `/v1/webhooks/endpoints?tenant=${t}`),
+    api("GET", `/v1/reconciliation-cases/counts?tenant=${t}`),
+  ]);
+  const nodes = [h("h1", {}, `Tenant ${tenant}`)];
+  if (cases.ok) {
+    nodes.push(h("p", {}, h("a", { href: `#/cases?tenant=${t}` }, `${cases.data.open} open case${cases.data.open === 1 ? "" : "s"}`)));
+  }
+  nodes.push(h("h2", {}, "Webhook endpoints"));
+  if (!endpoints.ok) nodes.push(h("p", { class: "notice error", role: "alert" }, problemText(endpoints.data)));
+  else if (endpoints.data.endpoints.length === 0) nodes.push(h("p", { id: "no-endpoints" }, "None."));
+  else {
+    nodes.push(h("table", { id: "endpoints" },
+      h("thead", {}, h("tr", {}, ["Endpoint", "URL", "Events", "State", ""].map((x) => h("th", { scope: "col" }, x)))),
+      h("tbody", {}, endpoints.data.endpoints.map((ep) => h("tr", { "data-endpoint": ep.id },
+        h("td", {}, h("a", { href: `#/tenants/${t}/endpoints/${encodeURIComponent(ep.id)}` }, ep.id), h("br"), h("small", {}, ep.description)),
+        h("td", {}, ep.url),
+        h("td", {}, ep.events.length ? ep.events.join(", ") : "every type"),
+        h("td", { "data-state": ep.enabled ? "enabled" : "disabled" }, endpointState(ep)),
+        h("td", {}, toggleForm(tenant, ep)))))));
+  }
+  show(...nodes);
+}
+
+function endpointState(ep) {
+  if (!ep.enabled) return `disabled${ep.disabled_reason ? `: ${ep.disabled_reason}` : ""}${ep.disabled_at ? ` (${ep.disabled_at})` : ""}`;
+  return ep.failing_since ? `enabled, failing since ${ep.failing_since}` : "enabled";
+}
+
+function toggleForm(tenant, ep) {
+  const note = h("span", { "aria-live": "polite" });
+  const verb = ep.enabled ? "Disable" : "Enable";
+  const button = h("button", { type: "button", "data-toggle": ep.id }, `${verb} ${ep.id}`);
+  button.addEventListener("click", async () => {
+    const res = await api("PATCH", `/v1/webhooks/endpoints/${encodeURIComponent(ep.id)}?tenant=${encodeURIComponent(tenant)}`,
+      { body: { enabled: !ep.enabled } });
+    if (res.ok) route();
+    else note.textContent = `refused: ${problemText(res.data)}`;
+  });
+  return h("span", {}, button, note);
+}
+
+// One endpoint's delivery log, newest first, with replay of one event and
+// recovery of every failed one since a time.
+async function endpointPage(tenant, id) {
+  const params = hashParams();
+  const statusFilter = params.get("status") || "";
+  const cursors = (params.get("cursors") || "").split(",").filter(Boolean);
+  const query = new URLSearchParams({ tenant, limit: String(PAGE) });
+  if (statusFilter) query.set("status", statusFilter);
+  if (cursors.length) query.set("cursor", cursors[cursors.length - 1]);
+  const path = `/v1/webhooks/endpoints/${encodeURIComponent(id)}`;
+  const res = await api("GET", `${path}/attempts?${query}`);
+  if (!res.ok) return show(h("h1", {}, id), h("p", { class: "notice error", role: "alert" }, problemText(res.data)));
+  const note = h("div", { "aria-live": "polite", id: "endpoint-note" });
+  const base = `#/tenants/${encodeURIComponent(tenant)}/endpoints/${encodeURIComponent(id)}`;
+  const filter = h("nav", { "aria-label": "Filter the log" },
+    ["", "failed", "succeeded"].map((st) => h("a", { href: st ? `${base}?status=${st}` : base, "aria-current": st === statusFilter ? "page" : null }, st || "all")).flatMap((a) => [a, " "]));
+  const rows = res.data.attempts.map((a) => {
+    const replay = h("button", { type: "button", "data-replay": a.event_id }, `Replay ${a.event_type}`);
+    replay.addEventListener("click", async () => {
+      const r = await api("POST", `${path}/replay?tenant=${encodeURIComponent(tenant)}`, { body: { event_id: a.event_id } });
+      note.replaceChildren(h("p", { class: `notice ${r.ok ? "ok" : "error"}`, role: "alert" },
+        r.ok ? `Queued ${a.event_id} again, with its original id.` : `Refused (${r.status}): ${problemText(r.data)}`));
+    });
+    return h("tr", { "data-event": a.event_id, "data-status": a.status },
+      h("td", {}, a.at), h("td", {}, a.event_type), h("td", {}, h("code", {}, a.event_id)), h("td", {}, a.attempt),
+      h("td", {}, a.status), h("td", {}, a.http_status ?? a.error ?? ""), h("td", {}, `${a.latency_ms} ms`), h("td", {}, replay));
+  });
+  const recover = h("form", { class: "action", id: "recover" },
+    h("label", {}, "Send again every event that failed since (hours ago)", h("input", { name: "hours", type: "number", min: 1, required: true, value: 24 })),
+    h("button", { type: "submit" }, "Recover"));
+  recover.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const hours = Number(new FormData(recover).get("hours"));
+    const since = new Date(Date.now() - hours * 3600 * 1000).toISOString();
+    const r = await api("POST", `${path}/recover?tenant=${encodeURIComponent(tenant)}&since=${encodeURIComponent(since)}`);
+    note.replaceChildren(h("p", { class: `notice ${r.ok ? "ok" : "error"}`, role: "alert" },
+      r.ok ? `Queued again: ${JSON.stringify(r.data)}` : `Refused (${r.status}): ${problemText(r.data)}`));
+  });
+  show(
+    h("h1", {}, `Endpoint ${id} of ${tenant}`),
+    filter,
+    note,
+    rows.length === 0 ? h("p", { id: "no-attempts" }, "No attempts on this page.") : h("table", { id: "attempts" },
+      h("caption", {}, "Delivery log, newest first"),
+      h("thead", {}, h("tr", {}, ["At", "Event", "Id", "Attempt", "Outcome", "Status or error", "Latency", ""].map((x) => h("th", { scope: "col" }, x)))),
+      h("tbody", {}, rows)),
+    res.data.next_cursor ? h("a", { href: `${base}?${withParam(params, "cursors", [...cursors, res.data.next_cursor].join(","))}` }, "Next page") : null,
+    recover,
+  );
 }
 
 // ---- routing
@@ -504,7 +626,11 @@ async function route() {
   chrome(true);
   const hash = location.hash.split("?")[0];
   try {
+    const endpoint = hash.match(/^#\/tenants\/([^/]+)\/endpoints\/([^/]+)$/);
+    const tenant = hash.match(/^#\/tenants\/([^/]+)$/);
     if (hash.startsWith("#/operations/")) await operationPage(decodeURIComponent(hash.slice("#/operations/".length)));
+    else if (endpoint) await endpointPage(decodeURIComponent(endpoint[1]), decodeURIComponent(endpoint[2]));
+    else if (tenant) await tenantPage(decodeURIComponent(tenant[1]));
     else if (hash === "#/tenants") await tenantsPage();
     else if (hash === "#/search") await searchPage();
     else await casesPage();
@@ -513,6 +639,10 @@ async function route() {
     show(h("h1", {}, "Something went wrong"), h("p", { class: "notice error", role: "alert" }, e.message));
   }
 }
+
+// An error nothing else caught is shown, never swallowed.
+window.addEventListener("error", (e) => status(`Error: ${e.message}`));
+window.addEventListener("unhandledrejection", (e) => status(`Error: ${e.reason?.message || e.reason}`));
 
 async function start() {
   config = await fetch("/console/config.json").then((r) => r.json()).catch(() => config);
