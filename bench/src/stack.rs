@@ -85,6 +85,7 @@ impl Stack {
             phase_log: false,
             events_file: None,
             webhook_rule_unfiltered: false,
+            console: genace_console::SignIn::Local,
         };
         adjust(&mut settings);
         let gconf = GenaceConfig::new(genace_base, "bench-key");

@@ -531,8 +531,9 @@ async fn serve_api(
     let listener = tokio::net::TcpListener::bind(runner.intake_addr)
         .await
         .map_err(|e| format!("binding the API to {}: {e}", runner.intake_addr))?;
+    let console = Arc::new(genace_console::Console::new(runner.console.clone()));
     tasks.spawn(async move {
-        if let Err(e) = crate::serve::serve(listener, gateway).await {
+        if let Err(e) = crate::serve::serve(listener, gateway, console).await {
             tracing::error!(error = %e, "API server stopped");
         }
     });

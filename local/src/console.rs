@@ -17,16 +17,17 @@ use crate::serve::to_hyper;
 /// How long a console sign-in lasts.
 const SESSION_SECONDS: i64 = 8 * 3600;
 
-/// The console's answer to a request under `/console`.
-pub fn answer(parts: &Parts, body: &[u8]) -> Response<Full<Bytes>> {
+/// The console's answer to a request under `/console`. The local sign-in
+/// answers only where the console signs in locally.
+pub fn answer(console: &Console, parts: &Parts, body: &[u8]) -> Response<Full<Bytes>> {
     let path = parts.uri.path();
-    if path == "/console/local/sign-in" {
+    if path == "/console/local/sign-in" && *console.sign_in() == SignIn::Local {
         return to_hyper(match parts.method {
             Method::POST => sign_in(body).unwrap_or_else(|p| p.into_response(path)),
             _ => Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Use POST", "").into_response(path),
         });
     }
-    to_hyper(Console::new(SignIn::Local).answer(&parts.method, path))
+    to_hyper(console.answer(&parts.method, path))
 }
 
 fn sign_in(body: &[u8]) -> Result<Response<Body>, Problem> {

@@ -43,6 +43,10 @@ pub struct RunnerSettings {
     /// before events were marked for tenants' receivers: for measuring
     /// what the mark saves (`genace-bench events`). Off everywhere else.
     pub webhook_rule_unfiltered: bool,
+    /// How operators sign in to the console: the local sign-in, unless
+    /// `CONSOLE_CLIENT_ID`, `CONSOLE_AUTHORIZE_URL` and `CONSOLE_TOKEN_URL`
+    /// name an OIDC issuer, as a deployment's do.
+    pub console: genace_console::SignIn,
 }
 
 impl RunnerSettings {
@@ -62,6 +66,7 @@ impl RunnerSettings {
             phase_log: false,
             events_file: None,
             webhook_rule_unfiltered: false,
+            console: genace_console::SignIn::Local,
         }
     }
 
@@ -83,6 +88,10 @@ impl RunnerSettings {
                 .unwrap_or(true),
             events_file: Some(crate::events::events_file()),
             webhook_rule_unfiltered: false,
+            console: match genace_console::SignIn::from_env() {
+                genace_console::SignIn::Unconfigured => genace_console::SignIn::Local,
+                issuer => issuer,
+            },
         })
     }
 }
@@ -124,8 +133,9 @@ pub async fn start(
         .await
         .map_err(|e| format!("binding intake to {}: {e}", settings.intake_addr))?;
     let intake = Arc::new(app.intake());
+    let console = Arc::new(genace_console::Console::new(settings.console.clone()));
     tasks.spawn(async move {
-        if let Err(e) = crate::serve::serve(listener, intake).await {
+        if let Err(e) = crate::serve::serve(listener, intake, console).await {
             tracing::error!(error = %e, "intake server stopped");
         }
     });

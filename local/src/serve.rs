@@ -74,14 +74,22 @@ pub fn authorize(parts: &lambda_http::http::request::Parts) -> Result<HashMap<St
     devauth::verify(auth)
 }
 
-pub async fn serve<G: Gateway>(listener: TcpListener, gateway: Arc<G>) -> std::io::Result<()> {
+/// Serves the API through `gateway`, and the operator console (signing in
+/// as `console` says) beside it.
+pub async fn serve<G: Gateway>(
+    listener: TcpListener,
+    gateway: Arc<G>,
+    console: Arc<genace_console::Console>,
+) -> std::io::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let gateway = gateway.clone();
+        let console = console.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let gateway = gateway.clone();
-                async move { Ok::<_, Infallible>(handle(gateway.as_ref(), req).await) }
+                let console = console.clone();
+                async move { Ok::<_, Infallible>(handle(gateway.as_ref(), &console, req).await) }
             });
             if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
                 tracing::debug!(error = %e, "connection closed");
@@ -137,7 +145,11 @@ pub fn query_parameters(uri: &lambda_http::http::Uri) -> HashMap<String, Vec<Str
 }
 
 /// Reads one HTTP request's body and hands the request to the gateway.
-async fn handle<G: Gateway>(gateway: &G, req: hyper::Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle<G: Gateway>(
+    gateway: &G,
+    console: &genace_console::Console,
+    req: hyper::Request<Incoming>,
+) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
     let (parts, body) = req.into_parts();
     let bytes = match Limited::new(body, READ_LIMIT).collect().await {
@@ -156,7 +168,7 @@ async fn handle<G: Gateway>(gateway: &G, req: hyper::Request<Incoming>) -> Respo
     };
     // The console is static and signs in by itself: no bearer token.
     if genace_console::Console::owns(&path) {
-        return crate::console::answer(&parts, &bytes);
+        return crate::console::answer(console, &parts, &bytes);
     }
     gateway.call(parts, bytes.to_vec()).await
 }

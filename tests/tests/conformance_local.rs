@@ -41,6 +41,7 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
         phase_log: false,
         events_file: Some(events.clone()),
         webhook_rule_unfiltered: false,
+        console: genace_console::SignIn::Local,
     };
     let target = format!("http://{}", settings.intake_addr);
     let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();

@@ -11,7 +11,9 @@
 //! `CHROMEDRIVER` and `CHROMIUM` name other binaries; screenshots of the
 //! cases list and of an operation page go to `target/console/`.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fantoccini::elements::Element;
@@ -231,6 +233,146 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
     browser.close().await.unwrap();
     drop(driver);
     running.shutdown().await;
+}
+
+/// Deployed, operators sign in with the issuer the API trusts: the page
+/// sends the browser to the issuer's authorization endpoint with a PKCE
+/// challenge, the issuer sends it back with a code, and the page redeems the
+/// code with its verifier for a token, which it then uses on the API. The
+/// issuer here is a stand-in that checks every step, and mints a token the
+/// local authorizer accepts. The local sign-in is closed meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_signs_in_with_the_issuer_by_code_and_pkce() {
+    let env = LocalAws::fresh().await;
+    let issuer = MockServer::start().await;
+    let addr = runner::RunnerSettings::for_tests().intake_addr;
+    let console = format!("http://{addr}/console");
+    let pkce = Pkce::new(&console);
+    Mock::given(method("GET"))
+        .and(path("/authorize"))
+        .respond_with(pkce.clone())
+        .mount(&issuer)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/token"))
+        .respond_with(pkce.clone())
+        .mount(&issuer)
+        .await;
+    let settings = runner::RunnerSettings {
+        intake_addr: addr,
+        console: genace_console::SignIn::Oidc(genace_console::Oidc {
+            authorize_url: format!("{}/authorize", issuer.uri()),
+            token_url: format!("{}/token", issuer.uri()),
+            client_id: "genace-console".into(),
+            scope: "openid genace:operator".into(),
+        }),
+        ..runner::RunnerSettings::for_tests()
+    };
+    let gconf = GenaceConfig::new("http://127.0.0.1:9", "unused");
+    let running = runner::start(&env.sdk, env.config.clone(), gconf, settings)
+        .await
+        .unwrap();
+    let local = reqwest::Client::new()
+        .post(format!("{console}/local/sign-in"))
+        .json(&json!({"operator": "intruder"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        local.status(),
+        405,
+        "no local sign-in beside an issuer: the console serves GET only"
+    );
+
+    let driver = Driver::start().unwrap();
+    let browser = driver.connect().await.unwrap();
+    browser.goto(&console).await.unwrap();
+    press(&browser.find(Locator::Css("main")).await.unwrap(), "#sign-in").await;
+    // Back from the issuer, signed in: the cases page and who is signed in.
+    browser.wait().for_element(Locator::Id("no-cases")).await.unwrap();
+    assert_eq!(text_of(&browser, "#who").await, "ops-oidc");
+    let url = browser.current_url().await.unwrap();
+    assert!(url.query().is_none(), "the code is gone from the address: {url}");
+    assert_eq!(*pkce.redeemed.lock().unwrap(), 1, "one code, redeemed once");
+    browser.close().await.unwrap();
+    drop(driver);
+    running.shutdown().await;
+}
+
+/// A stand-in OIDC issuer's two endpoints: `/authorize` checks the request
+/// and sends the browser back with a code and the state; `/token` redeems
+/// the code only with the verifier whose SHA-256 is the challenge, for an
+/// operator's token.
+#[derive(Clone)]
+struct Pkce {
+    redirect_uri: String,
+    challenge: Arc<Mutex<Option<String>>>,
+    redeemed: Arc<Mutex<u32>>,
+}
+
+impl Pkce {
+    fn new(redirect_uri: &str) -> Self {
+        Self {
+            redirect_uri: redirect_uri.to_owned(),
+            challenge: Arc::default(),
+            redeemed: Arc::default(),
+        }
+    }
+
+    fn authorize(&self, q: &HashMap<String, String>) -> ResponseTemplate {
+        let expected = [
+            ("response_type", "code"),
+            ("client_id", "genace-console"),
+            ("code_challenge_method", "S256"),
+            ("scope", "openid genace:operator"),
+            ("redirect_uri", self.redirect_uri.as_str()),
+        ];
+        if expected.iter().any(|(k, v)| q.get(*k).map(String::as_str) != Some(*v)) {
+            return ResponseTemplate::new(400).set_body_string(format!("unexpected request {q:?}"));
+        }
+        *self.challenge.lock().unwrap() = q.get("code_challenge").cloned();
+        let state = q.get("state").cloned().unwrap_or_default();
+        ResponseTemplate::new(302).insert_header(
+            "Location",
+            format!("{}?code=code-1&state={state}", self.redirect_uri).as_str(),
+        )
+    }
+
+    fn token(&self, form: &HashMap<String, String>) -> ResponseTemplate {
+        use base64::Engine;
+        use sha2::Digest;
+        let verifier = form.get("code_verifier").cloned().unwrap_or_default();
+        let digest = sha2::Sha256::digest(verifier.as_bytes());
+        let answer = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest);
+        let valid = form.get("grant_type").map(String::as_str) == Some("authorization_code")
+            && form.get("code").map(String::as_str) == Some("code-1")
+            && form.get("redirect_uri") == Some(&self.redirect_uri)
+            && self.challenge.lock().unwrap().as_deref() == Some(answer.as_str());
+        let cors = ("Access-Control-Allow-Origin", "*");
+        if !valid {
+            return ResponseTemplate::new(400)
+                .insert_header(cors.0, cors.1)
+                .set_body_json(json!({"error": "invalid_grant"}));
+        }
+        *self.redeemed.lock().unwrap() += 1;
+        let token = devauth::issue_operator("ops-oidc", "tenant_id", None, 600).unwrap();
+        ResponseTemplate::new(200)
+            .insert_header(cors.0, cors.1)
+            .set_body_json(json!({"access_token": token, "token_type": "Bearer", "expires_in": 600}))
+    }
+}
+
+impl Respond for Pkce {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        if request.url.path() == "/authorize" {
+            self.authorize(&request.url.query_pairs().into_owned().collect())
+        } else {
+            let form = reqwest::Url::parse(&format!("http://form/?{}", String::from_utf8_lossy(&request.body)))
+                .map(|u| u.query_pairs().into_owned().collect())
+                .unwrap_or_default();
+            self.token(&form)
+        }
+    }
 }
 
 /// The public API, as the test's own operator sees it.

@@ -63,13 +63,25 @@ impl Console {
         Self { sign_in, policy }
     }
 
+    /// How operators sign in.
+    pub fn sign_in(&self) -> &SignIn {
+        &self.sign_in
+    }
+
     /// From the function's environment: `CONSOLE_CLIENT_ID`,
     /// `CONSOLE_AUTHORIZE_URL`, `CONSOLE_TOKEN_URL` and `CONSOLE_SCOPE`
     /// (default `openid`). Without a client id or either URL the console
     /// says it is not configured.
     pub fn from_env() -> Self {
+        Self::new(SignIn::from_env())
+    }
+}
+
+impl SignIn {
+    /// [`Console::from_env`]'s reading of the environment.
+    pub fn from_env() -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let sign_in = match (
+        match (
             var("CONSOLE_CLIENT_ID"),
             var("CONSOLE_AUTHORIZE_URL"),
             var("CONSOLE_TOKEN_URL"),
@@ -81,10 +93,11 @@ impl Console {
                 scope: var("CONSOLE_SCOPE").unwrap_or_else(|| "openid".into()),
             }),
             _ => SignIn::Unconfigured,
-        };
-        Self::new(sign_in)
+        }
     }
+}
 
+impl Console {
     /// Whether `path` is the console's to answer.
     pub fn owns(path: &str) -> bool {
         path == PREFIX || path.starts_with("/console/")
