@@ -72,6 +72,12 @@ impl Drop for Driver {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A session never closed (a test that failed) leaves its Chromium
+        // running: every process of this profile goes too.
+        let _ = Command::new("pkill")
+            .arg("-f")
+            .arg(format!("--user-data-dir={}", self.profile.display()))
+            .status();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
