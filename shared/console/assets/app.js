@@ -215,9 +215,8 @@ async function casesPage() {
   if (cursors.length) query.set("cursor", cursors[cursors.length - 1]);
   const counting = new URLSearchParams();
   if (tenant) counting.set("tenant", tenant);
-  // Both asked at once; the page shows as soon as its cases arrive, and
-  // the counts (which read every open case's key) fill in when they do.
-  const countsAnswer = api("GET", `/v1/reconciliation-cases/counts?${counting}`);
+  // The page of cases first; the counts, which read every open case's key,
+  // are asked once it shows and fill in when they arrive.
   const res = await api("GET", `/v1/reconciliation-cases?${query}`);
   if (!res.ok) return show(h("h1", {}, "Open cases"), h("p", { class: "notice error", role: "alert" }, problemText(res.data)));
   const cases = res.data.cases;
@@ -240,6 +239,8 @@ async function casesPage() {
   });
 
   const counts = h("nav", { class: "counts", id: "counts", "aria-label": "Open cases by reason", "aria-busy": "true" }, "Counting…");
+  const countsAnswer = new Promise((resolve) => setTimeout(resolve, 0))
+    .then(() => api("GET", `/v1/reconciliation-cases/counts?${counting}`));
   countsAnswer.then((counted) => {
     counts.removeAttribute("aria-busy");
     if (!counted.ok) return counts.replaceChildren(`Counts unavailable: ${problemText(counted.data)}`);
