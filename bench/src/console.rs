@@ -154,6 +154,13 @@ async fn first_pages(browser: &Client, console: &str, runs: u64) -> Result<(Vec<
         .await
         .map_err(e)?;
     browser.wait().for_element(Locator::Id("cases")).await.map_err(e)?;
+    // The sign-in's own page counts too: the runs start once it has.
+    browser
+        .wait()
+        .at_most(Duration::from_secs(120))
+        .for_element(Locator::Css("#counts:not([aria-busy])"))
+        .await
+        .map_err(e)?;
     let mut shown = Vec::new();
     let mut counted = Vec::new();
     for _ in 0..runs {

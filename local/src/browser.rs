@@ -75,8 +75,9 @@ impl Drop for Driver {
         // A session never closed (a test that failed) leaves its Chromium
         // running: every process of this profile goes too.
         let _ = Command::new("pkill")
-            .arg("-f")
+            .args(["-f", "--"])
             .arg(format!("--user-data-dir={}", self.profile.display()))
+            .stderr(Stdio::null())
             .status();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
