@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::elements::Element;
+use fantoccini::key::Key;
 use fantoccini::{Client, Locator};
 use genace_aws::testkit::LocalAws;
 use genace_http::GenaceConfig;
@@ -116,6 +118,7 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
         .unwrap();
     assert_eq!(unlabelled, json!(0), "every control has a label");
     save_screenshot(&browser, "cases.png").await;
+    keyboard_alone_selects_a_case(&browser).await;
 
     // One case, from its operation's page.
     browser.goto(&format!("{console}#/operations/{a}")).await.unwrap();
@@ -466,6 +469,40 @@ impl Respond for StillRendering {
         let id = request.url.path().rsplit('/').next().unwrap_or_default().to_owned();
         ResponseTemplate::new(200).set_body_json(json!({"id": id, "state": "running", "error": null, "outputs": null}))
     }
+}
+
+/// With the keyboard alone: the page's content has the focus as it shows,
+/// Tab walks on to a case's checkbox, and Space selects it (the bulk form
+/// appears) and clears it again. Keys are pressed as a person would, on
+/// whatever has the focus.
+async fn keyboard_alone_selects_a_case(browser: &Client) {
+    let press_key = |key: Key| async move {
+        let keys = KeyActions::new("keyboard".into())
+            .then(KeyAction::Down { value: key.into() })
+            .then(KeyAction::Up { value: key.into() });
+        browser.perform_actions(keys).await.unwrap();
+    };
+    let focused = |attr: &'static str| async move {
+        let el = browser.active_element().await.unwrap();
+        el.attr(attr).await.unwrap().unwrap_or_default()
+    };
+    // A page puts the focus on its content as it shows.
+    browser.refresh().await.unwrap();
+    browser.wait().for_element(Locator::Id("cases")).await.unwrap();
+    assert_eq!(focused("id").await, "main", "the new content has the focus");
+    let mut reached = false;
+    for _ in 0..20 {
+        press_key(Key::Tab).await;
+        if focused("class").await == "pick" {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "Tab reaches a case's checkbox");
+    press_key(Key::Space).await;
+    browser.wait().for_element(Locator::Id("bulk-form")).await.unwrap();
+    press_key(Key::Space).await;
+    assert!(browser.find(Locator::Id("bulk-form")).await.is_err(), "cleared again");
 }
 
 /// The endpoint's row on acme's tenant page.

@@ -646,6 +646,11 @@ window.addEventListener("error", (e) => status(`Error: ${e.message}`));
 window.addEventListener("unhandledrejection", (e) => status(`Error: ${e.reason?.message || e.reason}`));
 
 async function start() {
+  // The skip link moves focus to the content without touching the route.
+  document.querySelector("a.skip").addEventListener("click", (e) => {
+    e.preventDefault();
+    main.focus();
+  });
   config = await fetch("/console/config.json").then((r) => r.json()).catch(() => config);
   document.getElementById("sign-out").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN);
