@@ -536,15 +536,7 @@ fn list_filter(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Resul
                 Problem::from(InvalidInput::new(name, format!("must be one of {}", names.join(", "))))
             })
     }
-    let time = |name: &str| {
-        q.first(name)
-            .map(|v| {
-                chrono::DateTime::parse_from_rfc3339(v)
-                    .map(|t| t.with_timezone(&chrono::Utc))
-                    .map_err(|_| Problem::from(InvalidInput::new(name, "must be an RFC 3339 time")))
-            })
-            .transpose()
-    };
+    let time = |name: &str| time_param(q, name);
     let key_prefix = q
         .first("key_prefix")
         .map(|p| {
@@ -565,6 +557,20 @@ fn list_filter(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Resul
         created_before: time("created_before")?,
         key_prefix,
     })
+}
+
+/// The query parameter `name` as an RFC 3339 time, if given.
+fn time_param(
+    q: &lambda_http::aws_lambda_events::query_map::QueryMap,
+    name: &str,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, Problem> {
+    q.first(name)
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|_| Problem::from(InvalidInput::new(name, "must be an RFC 3339 time")))
+        })
+        .transpose()
 }
 
 /// GET /v1/operations: a page of the caller's operations, newest first. An
@@ -613,19 +619,9 @@ async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     let tenant = tenant_param(&q)?;
     let reason = q
         .first("reason")
-        .map(|r| {
-            serde_json::from_value::<CaseReason>(Value::String(r.to_owned()))
-                .map_err(|_| Problem::from(InvalidInput::new("reason", "is not a case reason")))
-        })
+        .map(|r| CaseReason::parse(r).ok_or_else(|| Problem::from(InvalidInput::new("reason", "is not a case reason"))))
         .transpose()?;
-    let opened_before = q
-        .first("opened_before")
-        .map(|v| {
-            chrono::DateTime::parse_from_rfc3339(v)
-                .map(|t| t.with_timezone(&chrono::Utc))
-                .map_err(|_| Problem::from(InvalidInput::new("opened_before", "must be an RFC 3339 time")))
-        })
-        .transpose()?;
+    let opened_before = time_param(&q, "opened_before")?;
     let limit = page_limit(&q)?;
     let filter = genace_stages::table::CaseFilter { reason, opened_before };
     let page = intake
