@@ -47,7 +47,8 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
     let records = wait_drained(&stack, &ids, started, render, args).await?;
     let drain = started.elapsed();
     running.shutdown().await;
-    let requests: u64 = stack.meter.requests().values().sum();
+    let by_call = stack.meter.requests();
+    let requests: u64 = by_call.values().sum();
     let posts = sim.counters.posts.load(Ordering::SeqCst);
     let refused = sim.counters.rate_limited.load(Ordering::SeqCst);
     print(
@@ -60,6 +61,7 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
         requests,
         sim.counters.peak_in_flight.load(Ordering::SeqCst),
     );
+    print_calls(&by_call, records.len());
     let cases = records.iter().filter(|(_, r)| r.case.is_some()).count();
     if cases > 0 {
         return Err(format!("{cases} operations opened a case"));
@@ -237,5 +239,17 @@ fn print(
             ms(percentile(&waits, 50.0)),
             ms(percentile(&waits, 95.0))
         );
+    }
+}
+
+/// The AWS requests per operation by service and call, most first.
+fn print_calls(by_call: &std::collections::BTreeMap<(String, String), u64>, n: usize) {
+    let mut calls: Vec<_> = by_call.iter().collect();
+    calls.sort_by(|a, b| b.1.cmp(a.1));
+    println!();
+    println!("| AWS call | per operation |");
+    println!("|---|---|");
+    for ((service, call), count) in calls {
+        println!("| {service} {call} | {:.2} |", *count as f64 / n.max(1) as f64);
     }
 }

@@ -80,7 +80,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::RENDER_FAILED_SPENT,
             "a failed render counts as spent",
-            20,
+            13,
             "spent, but Genace completed jobs worth",
         ),
         (

@@ -69,7 +69,6 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
         },
     );
     let now = Utc::now();
-    let policy = Policy::default();
     let create = |key: &str| {
         let rec = intent_record("tenant-events", key, "p");
         let store = store.clone();
@@ -205,13 +204,11 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
 
     // Waiting for the spend limit.
     let e = create("limited").await;
-    let retry_at = now + policy.spend_recheck;
-    step(&store, e, Event::SpendLimitReached { retry_at }).await;
+    step(&store, e, Event::SpendLimitReached).await;
 
     // Waiting for a slot of the Genace account.
     let g = create("capacity").await;
-    let retry_at = now + policy.capacity_repair;
-    let g = step(&store, g, Event::CapacityReached { retry_at }).await;
+    let g = step(&store, g, Event::CapacityReached).await;
     // ... and taken back while it waits.
     let by = g.tenant_id.as_str().to_owned();
     step(

@@ -827,10 +827,7 @@ async fn a_batch_reports_only_the_messages_that_must_come_back() {
     reason = "a scenario reads top to bottom, one step after another"
 )]
 async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
-    let rig = rig_configured(accepted("job-limit", "queued"), |config| {
-        config.policy.spend_recheck = chrono::Duration::seconds(1)
-    })
-    .await;
+    let rig = rig(accepted("job-limit", "queued")).await;
     let tenant = TenantId::parse("tenant-a").unwrap();
     let store = rig.env.store();
     // Room for one video reservation (10 credits), not two.
@@ -857,7 +854,7 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     let waiting = rig.record(&loser).await;
     assert_eq!(waiting.phase, Phase::Prepared);
     assert!(waiting.spend_hold.is_some());
-    assert!(waiting.due_at_ms.is_some(), "the sweep looks again");
+    assert_eq!(waiting.due_at_ms, None, "no timer: woken when credits may be free");
     // The view intake answers with reports the hold.
     let replay = Intent::parse(
         &json!({"operation_key": waiting.operation_key, "media_type": "video",
@@ -871,8 +868,7 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     assert!(seen.spend_hold.is_some());
     // The 202 said 40 credits: held now exceeds the limit, and stays recorded.
     assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, 40_000);
-    // Still no room: the next look waits again without a POST.
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Still no room: a look (a wake-up, or the sweep's repair) waits again without a POST.
     assert_eq!(
         rig.dispatcher.dispatch(&loser).await.unwrap(),
         Dispatched::WaitingForCredits
@@ -902,7 +898,6 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     .unwrap();
     store.apply(&accepted_rec, &failed).await.unwrap();
     assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, 0);
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(
         rig.dispatcher.dispatch(&loser).await.unwrap(),
         Dispatched::Posted(PostResult::Accepted)

@@ -597,9 +597,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let fresh = store.get(&waiting_id, Utc::now()).await.unwrap().unwrap();
     let waiting = genace_core::machine::transition(
         &fresh,
-        genace_core::machine::Event::SpendLimitReached {
-            retry_at: Utc::now() + chrono::Duration::seconds(30),
-        },
+        genace_core::machine::Event::SpendLimitReached,
         Utc::now(),
         &policy,
     )
@@ -631,15 +629,8 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     };
     let fresh = store.get(&slot_id, Utc::now()).await.unwrap().unwrap();
     let since = Utc::now();
-    let queued = genace_core::machine::transition(
-        &fresh,
-        genace_core::machine::Event::CapacityReached {
-            retry_at: since + policy.capacity_repair,
-        },
-        since,
-        &policy,
-    )
-    .unwrap();
+    let queued =
+        genace_core::machine::transition(&fresh, genace_core::machine::Event::CapacityReached, since, &policy).unwrap();
     store.apply(&fresh, &queued).await.unwrap();
     let slot_view = call(event(
         "GET",
@@ -883,9 +874,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     // yields to it: this one waits first, and is claimed as if woken.
     let before_claim = genace_core::machine::transition(
         &recorded,
-        genace_core::machine::Event::CapacityReached {
-            retry_at: Utc::now() + policy.capacity_repair,
-        },
+        genace_core::machine::Event::CapacityReached,
         Utc::now(),
         &policy,
     )

@@ -842,10 +842,7 @@ async fn the_waiting_order_is_per_tenant_and_oldest_first<S: OperationStore>(sto
         let rec = record_for(tenant, key, "p");
         store.create(&rec, t0).await.unwrap();
         let at = t0 + chrono::Duration::seconds(after);
-        let event = machine::Event::CapacityReached {
-            retry_at: at + chrono::Duration::minutes(5),
-        };
-        let next = machine::transition(&rec, event, at, &Policy::default()).unwrap();
+        let next = machine::transition(&rec, machine::Event::CapacityReached, at, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
         waiting.push(next);
     }
@@ -895,10 +892,7 @@ async fn batch_yields_to_interactive_for_a_bounded_time<S: OperationStore>(store
         rec.priority = priority;
         store.create(&rec, t0).await.unwrap();
         let at = t0 + chrono::Duration::seconds(after);
-        let event = machine::Event::CapacityReached {
-            retry_at: at + chrono::Duration::minutes(5),
-        };
-        let next = machine::transition(&rec, event, at, &Policy::default()).unwrap();
+        let next = machine::transition(&rec, machine::Event::CapacityReached, at, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
         assert_eq!(
             store.get(&rec.operation_id, t0).await.unwrap().unwrap().priority,
@@ -989,24 +983,11 @@ async fn a_claim_that_did_not_wait_yields_to_one_that_waits_for_a_slot<S: Operat
         store.create(r, now).await.unwrap();
     }
     // Waiting for credits only: nobody yields to it.
-    let retry_at = now + chrono::Duration::minutes(5);
-    let short1 = machine::transition(
-        &short,
-        machine::Event::SpendLimitReached { retry_at },
-        now,
-        &Policy::default(),
-    )
-    .unwrap();
+    let short1 = machine::transition(&short, machine::Event::SpendLimitReached, now, &Policy::default()).unwrap();
     store.apply(&short, &short1).await.unwrap();
     let held1 = claimed(&held, "tok");
     store.apply(&held, &held1).await.unwrap();
-    let waits1 = machine::transition(
-        &waits,
-        machine::Event::CapacityReached { retry_at },
-        now,
-        &Policy::default(),
-    )
-    .unwrap();
+    let waits1 = machine::transition(&waits, machine::Event::CapacityReached, now, &Policy::default()).unwrap();
     store.apply(&waits, &waits1).await.unwrap();
     let account = store.account().await.unwrap();
     assert_eq!((account.in_flight, account.waiting, account.queued), (1, 2, 1));

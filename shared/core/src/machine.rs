@@ -74,14 +74,6 @@ pub struct Policy {
     /// Credits a dispatch claim reserves against the tenant's spend limit,
     /// by media type, until Genace's 202 says what it holds.
     pub credit_estimate: CreditEstimate,
-    /// How long an operation waiting for its tenant's spend limit waits
-    /// before the sweep looks at it again: the repair of a lost wake-up (the
-    /// write that may free credits wakes the next waiting operation).
-    pub spend_recheck: Duration,
-    /// How long an operation waiting for a slot of the Genace account waits
-    /// before the sweep looks at it again: the repair of a lost wake-up (the
-    /// write that frees a slot wakes the next waiting operation).
-    pub capacity_repair: Duration,
 }
 
 /// Credits reserved per claim, by media type.
@@ -120,8 +112,6 @@ impl Default for Policy {
             account_hold: Duration::minutes(10),
             rate_limit_max: 10,
             credit_estimate: CreditEstimate::default(),
-            spend_recheck: Duration::seconds(300),
-            capacity_repair: Duration::seconds(300),
         }
     }
 }
@@ -230,13 +220,12 @@ fn release_claim(
     }
     if busy {
         // Waiting for one of our slots to free, like a refused claim: woken
-        // then, or looked at by the sweep after `capacity_repair`. A 429 is
-        // not its fault, so it keeps its place: waiting since it was made
-        // sorts it before every operation made after it.
+        // then, with no timer of its own. A 429 is not its fault, so it
+        // keeps its place: waiting since it was made sorts it before every
+        // operation made after it.
         next.capacity_hold = Some(rec.created_at);
-        let repair = now + policy.capacity_repair;
         next.retry_at_ms = None;
-        next.due_at_ms = Some(repair.timestamp_millis());
+        next.due_at_ms = None;
         next.last_error = Some(RemoteError {
             kind: "rate_limited".into(),
             status: Some(429),
@@ -265,32 +254,35 @@ fn release_claim(
 /// its spend limit, so nothing was POSTed. The operation joins its tenant's
 /// waiting order like a capacity wait, keeping its place if it waited
 /// already, and is woken when credits may be free (a job of ours ends, a
-/// limit is raised); `repair_at` is only when the sweep looks again if that
-/// wake-up was lost.
-fn wait_for_spend_limit(rec: &OperationRecord, repair_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+/// limit is raised, a waiter is admitted). A lost wake-up is repaired by
+/// the sweep's look at the account, not by a timer of the operation's own.
+fn wait_for_spend_limit(rec: &OperationRecord, now: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
     next.spend_hold = Some(rec.waits_in_order().unwrap_or(now));
     // One wait at a time: what holds the operation now is credits.
     next.capacity_hold = None;
-    // Claimable the moment it is woken.
+    // Claimable the moment it is woken, and on no timer: the sweep sees it
+    // only at its dispatch deadline, if it has one.
     next.retry_at_ms = None;
-    next.due_at_ms = Some(repair_at.timestamp_millis());
+    next.due_at_ms = None;
     next
 }
 
 /// `prepared -> prepared`, waiting: every slot of the Genace account's
 /// capacity is taken by jobs of ours, so nothing was POSTed. Not a failure
 /// and never a case: the operation joins its tenant's waiting order and is
-/// woken when a slot frees; `retry_at` is only when the sweep looks again
-/// if that wake-up was lost.
-fn wait_for_capacity(rec: &OperationRecord, repair_at: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
+/// woken when a slot frees. A lost wake-up is repaired by the sweep's look
+/// at the account (free slots while operations wait), so a wait costs the
+/// same however long it lasts.
+fn wait_for_capacity(rec: &OperationRecord, now: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
     next.capacity_hold = Some(rec.waits_in_order().unwrap_or(now));
     // One wait at a time: what holds the operation now is capacity.
     next.spend_hold = None;
-    // Claimable the moment it is woken.
+    // Claimable the moment it is woken, and on no timer: the sweep sees it
+    // only at its dispatch deadline, if it has one.
     next.retry_at_ms = None;
-    next.due_at_ms = Some(repair_at.timestamp_millis());
+    next.due_at_ms = None;
     next
 }
 
@@ -846,11 +838,12 @@ pub mod planted {
 pub enum Event<'a> {
     /// Dispatch claims a prepared operation: the only road to a POST.
     ClaimDispatch { token: &'a str },
-    /// The claim would take the tenant past its spend limit: wait.
-    SpendLimitReached { retry_at: DateTime<Utc> },
+    /// The claim would take the tenant past its spend limit: wait to be
+    /// woken by a write that may free credits.
+    SpendLimitReached,
     /// Every slot of the Genace account is taken by our jobs: wait to be
-    /// woken, or for the sweep at `retry_at` if the wake-up is lost.
-    CapacityReached { retry_at: DateTime<Utc> },
+    /// woken when a slot frees.
+    CapacityReached,
     /// Genace answered 429: it did not process the request. `busy`: other
     /// jobs of ours held slots at Genace meanwhile, so the refusal is the
     /// account being full, which never counts toward a case.
@@ -936,8 +929,8 @@ impl Event<'_> {
     pub fn name(&self) -> &'static str {
         match self {
             Event::ClaimDispatch { .. } => "claim",
-            Event::SpendLimitReached { .. } => "wait for the spend limit",
-            Event::CapacityReached { .. } => "wait for capacity",
+            Event::SpendLimitReached => "wait for the spend limit",
+            Event::CapacityReached => "wait for capacity",
             Event::RateLimited { .. } => "release",
             Event::AccountRefused { .. } => "hold",
             Event::Accepted { .. } => "accept",
@@ -962,10 +955,9 @@ impl Event<'_> {
     /// Where the event applies, as a refusal names it.
     pub fn expected(&self) -> &'static str {
         match self {
-            Event::ClaimDispatch { .. }
-            | Event::SpendLimitReached { .. }
-            | Event::CapacityReached { .. }
-            | Event::Cancel { .. } => "prepared",
+            Event::ClaimDispatch { .. } | Event::SpendLimitReached | Event::CapacityReached | Event::Cancel { .. } => {
+                "prepared"
+            }
             Event::RateLimited { .. }
             | Event::AccountRefused { .. }
             | Event::Rejected { .. }
@@ -1018,8 +1010,8 @@ pub fn transition(
     let next = match (rec.phase, event) {
         // ---- dispatch
         (Prepared, Event::ClaimDispatch { token }) => claim_dispatch(rec, token, now, policy)?,
-        (Prepared, Event::SpendLimitReached { retry_at }) => wait_for_spend_limit(rec, retry_at, now),
-        (Prepared, Event::CapacityReached { retry_at }) => wait_for_capacity(rec, retry_at, now),
+        (Prepared, Event::SpendLimitReached) => wait_for_spend_limit(rec, now),
+        (Prepared, Event::CapacityReached) => wait_for_capacity(rec, now),
         (Submitting, Event::ClaimDispatch { .. }) if rec.claim.as_ref().is_some_and(|c| c.lease_expires_at > now) => {
             let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
             return Err(Refusal::LeaseLive { until });
@@ -1346,9 +1338,12 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
             rec.delivery_state
         ));
     }
-    if !finished && rec.case.is_none() && rec.due_at_ms.is_none() {
+    // Something must find an unfinished operation again: the sweep by its
+    // due time, a person by its case, or a wake-up by its place in its
+    // tenant's waiting order.
+    if !finished && rec.case.is_none() && rec.due_at_ms.is_none() && rec.waits_in_order().is_none() {
         return Err(format!(
-            "an unfinished {} operation with neither a due time nor a case",
+            "an unfinished {} operation with neither a due time, a case nor a place in a waiting order",
             rec.phase.as_str()
         ));
     }

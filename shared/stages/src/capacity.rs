@@ -12,8 +12,9 @@
 //! turns: the next slot goes to the waiting tenant with the fewest jobs in
 //! flight, so a tenant with a small burst is not queued behind a heavy one.
 //! A wake-up lost to a crash is repaired by the sweep, which wakes whenever
-//! slots are free and operations wait, and re-sends every waiting operation
-//! after `CAPACITY_REPAIR_SECONDS`.
+//! slots are free and operations wait. A waiting operation has no timer of
+//! its own (only its dispatch deadline, if it has one), so what a wait
+//! costs does not grow with how long it lasts.
 
 use tracing::{info, warn};
 

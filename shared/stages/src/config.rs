@@ -323,8 +323,6 @@ impl Config {
                     image: number("CREDIT_ESTIMATE_IMAGE", 1)? as f64,
                     video: number("CREDIT_ESTIMATE_VIDEO", 10)? as f64,
                 },
-                spend_recheck: Duration::seconds(number("SPEND_LIMIT_RECHECK_SECONDS", 300)?),
-                capacity_repair: Duration::seconds(number("CAPACITY_REPAIR_SECONDS", 300)?),
             },
             webhook_retry: RetrySchedule {
                 first_seconds: number("WEBHOOK_RETRY_FIRST_SECONDS", 30)? as u32,

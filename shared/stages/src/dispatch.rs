@@ -232,8 +232,9 @@ where
     }
 
     /// Records that the operation waits in its tenant's order (for its
-    /// tenant's spend limit, or a slot of the Genace account), and when the
-    /// sweep looks again should the wake-up be lost.
+    /// tenant's spend limit, or a slot of the Genace account). It sets no
+    /// timer: it is woken by the write that frees what it lacks, and a lost
+    /// wake-up is repaired by the sweep's look at the account.
     async fn wait(
         &self,
         id: &OperationId,
@@ -244,15 +245,9 @@ where
         let Some(rec) = self.store.get(id, now).await? else {
             return Ok(Dispatched::Missing);
         };
-        let (retry_at, event) = match room {
-            Room::Credits => {
-                let retry_at = now + policy.spend_recheck;
-                (retry_at, Event::SpendLimitReached { retry_at })
-            }
-            Room::Capacity => {
-                let retry_at = now + policy.capacity_repair;
-                (retry_at, Event::CapacityReached { retry_at })
-            }
+        let event = match room {
+            Room::Credits => Event::SpendLimitReached,
+            Room::Capacity => Event::CapacityReached,
         };
         match commit(&self.store, rec, write_attempts(), |r| {
             machine::transition(r, event, now, &policy)
@@ -263,7 +258,7 @@ where
                 // Woken by the next write that may free credits; it wakes
                 // nobody itself (a claim short of credits woken again at
                 // once would only fail again).
-                info!(operation_id = %id, %retry_at, "spend limit reached; the operation waits for credits");
+                info!(operation_id = %id, "spend limit reached; the operation waits for credits");
                 self.metrics.count("SpendLimitWait", &[]);
                 Ok(Dispatched::WaitingForCredits)
             }

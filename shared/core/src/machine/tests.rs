@@ -632,9 +632,9 @@ fn resolvable_states() -> Vec<OperationRecord> {
     };
     let later = t0() + Duration::hours(3);
     let held = hold_for_account(&submitting(), "tok", err("http_402"), t0(), &p).unwrap();
-    let held_then_waiting = transition(&held, Event::SpendLimitReached { retry_at: later }, t0(), &p).unwrap();
+    let held_then_waiting = transition(&held, Event::SpendLimitReached, t0(), &p).unwrap();
     let rate_limited = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
-    let capacity_waiting = transition(&prepared(), Event::CapacityReached { retry_at: later }, t0(), &p).unwrap();
+    let capacity_waiting = transition(&prepared(), Event::CapacityReached, t0(), &p).unwrap();
     let busy = Event::RateLimited {
         token: "tok",
         retry_at: later,
@@ -1289,7 +1289,7 @@ fn the_invariants_catch_each_broken_rule() {
     assert!(
         check_invariants(&r)
             .unwrap_err()
-            .contains("neither a due time nor a case")
+            .contains("neither a due time, a case nor a place in a waiting order")
     );
     let rendered = rendered();
     let collecting = claim_delivery(&rendered, "d", t0(), &Policy::default()).unwrap();
@@ -1330,17 +1330,16 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
         ..Policy::default()
     };
     let later = t0() + Duration::seconds(5);
-    let repair = t0() + p.capacity_repair;
-    let waiting = transition(&prepared(), Event::CapacityReached { retry_at: repair }, t0(), &p).unwrap();
+    let waiting = transition(&prepared(), Event::CapacityReached, t0(), &p).unwrap();
     assert_eq!(waiting.phase, Phase::Prepared);
     assert_eq!(waiting.capacity_hold, Some(t0()));
     assert_eq!(
         (waiting.due_at_ms, waiting.retry_at_ms),
-        (Some(repair.timestamp_millis()), None),
-        "the sweep's repair is due; nothing else is scheduled"
+        (None, None),
+        "nothing is scheduled: a wait has no timer, however long it lasts"
     );
     assert!(waiting.case.is_none());
-    let again = transition(&waiting, Event::CapacityReached { retry_at: repair }, later, &p).unwrap();
+    let again = transition(&waiting, Event::CapacityReached, later, &p).unwrap();
     assert_eq!(again.capacity_hold, Some(t0()), "waiting since the first refusal");
     // Woken at any time, the claim goes ahead.
     let claimed = transition(&again, Event::ClaimDispatch { token: "t2" }, later, &p).unwrap();
@@ -1361,12 +1360,12 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
     );
     assert_eq!(
         (full.due_at_ms, full.retry_at_ms),
-        (Some((later + p.capacity_repair).timestamp_millis()), None),
-        "woken by a freed slot, not by Retry-After"
+        (None, None),
+        "woken by a freed slot, not by Retry-After nor a timer"
     );
     let alone = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
     assert_eq!(alone.case.map(|c| c.reason), Some(CaseReason::RateLimited));
-    assert!(transition(&accepted_rec(), Event::CapacityReached { retry_at: later }, t0(), &p).is_err());
+    assert!(transition(&accepted_rec(), Event::CapacityReached, t0(), &p).is_err());
 }
 
 /// A spend-limit wait joins its tenant's waiting order like a capacity
@@ -1377,31 +1376,21 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
 #[test]
 fn spend_limit_waits_join_the_order_and_keep_their_place() {
     let p = Policy::default();
-    let repair = t0() + p.spend_recheck;
-    let waiting = transition(&prepared(), Event::SpendLimitReached { retry_at: repair }, t0(), &p).unwrap();
+    let waiting = transition(&prepared(), Event::SpendLimitReached, t0(), &p).unwrap();
     assert_eq!(waiting.waits_in_order(), Some(t0()));
     assert_eq!(waiting.retry_at_ms, None, "claimable the moment it is woken");
     assert_eq!(
-        waiting.due_at_ms,
-        Some(repair.timestamp_millis()),
-        "the sweep's repair look"
+        waiting.due_at_ms, None,
+        "no timer of its own: woken, or repaired by the sweep's look at the account"
     );
     assert_eq!(crate::ledger::share(&waiting).waiting, 1);
     let later = t0() + Duration::seconds(40);
-    let for_a_slot = transition(
-        &waiting,
-        Event::CapacityReached {
-            retry_at: later + p.capacity_repair,
-        },
-        later,
-        &p,
-    )
-    .unwrap();
+    let for_a_slot = transition(&waiting, Event::CapacityReached, later, &p).unwrap();
     assert_eq!((for_a_slot.capacity_hold, for_a_slot.spend_hold), (Some(t0()), None));
-    let back = transition(&for_a_slot, Event::SpendLimitReached { retry_at: repair }, later, &p).unwrap();
+    let back = transition(&for_a_slot, Event::SpendLimitReached, later, &p).unwrap();
     assert_eq!((back.spend_hold, back.capacity_hold), (Some(t0()), None));
     let mut recorded_before = waiting.clone();
-    recorded_before.retry_at_ms = Some(repair.timestamp_millis());
+    recorded_before.retry_at_ms = Some((later + Duration::seconds(300)).timestamp_millis());
     assert_eq!(recorded_before.waits_in_order(), None);
     assert_eq!(crate::ledger::share(&recorded_before).waiting, 0);
 }
@@ -1468,15 +1457,7 @@ fn past_its_deadline_an_operation_cannot_be_claimed_and_stays_due_by_it() {
     r.dispatch_deadline = Some(deadline);
     let r = r.due_by_its_deadline();
     assert!(r.due_at_ms.unwrap() <= deadline.timestamp_millis());
-    let waiting = transition(
-        &r,
-        Event::CapacityReached {
-            retry_at: t0() + Duration::seconds(300),
-        },
-        t0(),
-        &p,
-    )
-    .unwrap();
+    let waiting = transition(&r, Event::CapacityReached, t0(), &p).unwrap();
     assert_eq!(waiting.due_at_ms, Some(deadline.timestamp_millis()));
     let claim = |at| transition(&waiting, Event::ClaimDispatch { token: "t" }, at, &p);
     assert!(matches!(claim(deadline), Err(Refusal::DeadlinePassed { .. })));
