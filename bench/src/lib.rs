@@ -142,6 +142,9 @@ pub struct CapacityArgs {
     /// dispatch must learn it from the 429s.
     #[arg(long, value_name = "JOBS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub genace_limit: Option<u32>,
+    /// The list prices.
+    #[arg(long, value_name = "FILE", default_value = "docs/prices.json")]
+    pub prices: String,
 }
 
 impl CapacityArgs {

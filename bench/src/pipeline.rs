@@ -9,7 +9,7 @@ use futures::StreamExt;
 use genace_core::domain::OperationId;
 use genace_local::{devauth, serve};
 
-use crate::pricing::{DDB_READS, DDB_WRITES, PerOperation, Prices, S3_READS, S3_WRITES, count_of, load_prices};
+use crate::pricing::{DDB_WRITES, PerOperation, Prices, count_of, load_prices};
 use crate::{PipelineArgs, Stack, TENANT, intent_body, ms, operation_id, post_http, start_standin, summary};
 
 /// AWS requests by (service, operation).
@@ -71,8 +71,8 @@ pub(crate) async fn run(endpoint: &str, args: &PipelineArgs) -> Result<(), Strin
         burst.took.as_secs_f64(),
         args.output_bytes / 1024
     );
-    let mut per = print_requests(n, &burst, &idle);
-    print_invocations(n, &burst.invocations, &prices, &mut per);
+    let per = print_requests(n, &burst, &idle, &prices);
+    print_invocations(n, &burst.invocations);
     print_latency([
         ("in-process handler", "new", inproc_new),
         ("in-process handler", "duplicate", inproc_dup),
@@ -145,7 +145,7 @@ async fn idle(
 }
 
 /// The requests table and totals; returns the per-operation quantities.
-fn print_requests(n: usize, burst: &Burst, idle: &Idle) -> PerOperation {
+fn print_requests(n: usize, burst: &Burst, idle: &Idle, prices: &Prices) -> PerOperation {
     let requests = &burst.requests;
     println!();
     println!("## Requests per operation");
@@ -158,23 +158,8 @@ fn print_requests(n: usize, burst: &Burst, idle: &Idle) -> PerOperation {
     let per = |x: u64| x as f64 / n as f64;
     let sqs_sends = per(count_of(requests, "sqs", &["SendMessage", "SendMessageBatch"]));
     let sqs_deletes = per(count_of(requests, "sqs", &["DeleteMessage", "DeleteMessageBatch"]));
-    let stage_invocations: usize = ["dispatch", "wake", "poll", "deliver", "recovery"]
-        .iter()
-        .map(|s| burst.invocations.get(*s).map_or(0, Vec::len))
-        .sum();
-    // The event source's receives that returned messages: one per invocation
-    // (the local pollers' empty long polls are not per-operation costs).
-    let sqs_receives = stage_invocations as f64 / n as f64;
-    let out = PerOperation {
-        ddb_writes: per(count_of(requests, "dynamodb", &DDB_WRITES)),
-        ddb_reads: per(count_of(requests, "dynamodb", &DDB_READS)),
-        transactions: per(count_of(requests, "dynamodb", &["TransactWriteItems"])),
-        s3_writes: per(count_of(requests, "s3", &S3_WRITES)),
-        s3_reads: per(count_of(requests, "s3", &S3_READS)),
-        sqs: sqs_sends + sqs_deletes + sqs_receives,
-        gb_seconds: 0.0,
-        lambda_requests: 0.0,
-    };
+    let out = PerOperation::measured(requests, &burst.invocations, n, prices);
+    let sqs_receives = out.sqs - sqs_sends - sqs_deletes;
     println!();
     println!(
         "Totals per operation: DynamoDB {:.2} writes, {:.2} reads; S3 {:.2} write-class, \
@@ -198,8 +183,8 @@ fn print_requests(n: usize, burst: &Burst, idle: &Idle) -> PerOperation {
     out
 }
 
-/// The invocations table; adds Lambda requests and compute to `per`.
-fn print_invocations(n: usize, invocations: &BTreeMap<String, Vec<Duration>>, prices: &Prices, per: &mut PerOperation) {
+/// The invocations table.
+fn print_invocations(n: usize, invocations: &BTreeMap<String, Vec<Duration>>) {
     println!();
     println!("## Handler invocations");
     println!();
@@ -210,15 +195,7 @@ fn print_invocations(n: usize, invocations: &BTreeMap<String, Vec<Duration>>, pr
         if durations.is_empty() {
             continue;
         }
-        let billed: f64 = durations
-            .iter()
-            .map(|d| (d.as_secs_f64() * 1000.0).ceil() / 1000.0)
-            .sum();
         let (count, p50, p99) = summary(durations);
-        if stage != "sweep" {
-            per.gb_seconds += billed * prices.memory_mb[stage] / 1024.0 / n as f64;
-            per.lambda_requests += count as f64 / n as f64;
-        }
         println!(
             "| {stage} | {:.2} | {} | {} |",
             count as f64 / n as f64,

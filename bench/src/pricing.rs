@@ -80,6 +80,10 @@ pub(crate) fn count_of(requests: &BTreeMap<(String, String), u64>, service: &str
         .sum()
 }
 
+/// The stages whose invocations are per-operation costs (the sweep runs on
+/// a clock, whatever the volume).
+pub(crate) const STAGES: [&str; 6] = ["intake", "dispatch", "wake", "poll", "deliver", "recovery"];
+
 /// What one operation used, per operation.
 pub(crate) struct PerOperation {
     pub(crate) ddb_writes: f64,
@@ -93,6 +97,48 @@ pub(crate) struct PerOperation {
 }
 
 impl PerOperation {
+    /// What `n` operations used, from the AWS requests and the handler
+    /// invocations counted while they ran. The queues' billable receives
+    /// are those that returned messages, one per stage invocation: the
+    /// local pollers' empty long polls are not per-operation costs (on AWS,
+    /// the event source mappings' pollers are a fixed cost per queue).
+    pub(crate) fn measured(
+        requests: &BTreeMap<(String, String), u64>,
+        invocations: &BTreeMap<String, Vec<std::time::Duration>>,
+        n: usize,
+        prices: &Prices,
+    ) -> Self {
+        let per = |x: u64| x as f64 / n.max(1) as f64;
+        let queued: usize = STAGES[1..]
+            .iter()
+            .map(|s| invocations.get(*s).map_or(0, Vec::len))
+            .sum();
+        let mut gb_seconds = 0.0;
+        let mut lambda_requests = 0.0;
+        for stage in STAGES {
+            let durations = invocations.get(stage).map_or(&[][..], Vec::as_slice);
+            // Lambda bills each invocation by the millisecond, rounded up.
+            let billed: f64 = durations
+                .iter()
+                .map(|d| (d.as_secs_f64() * 1000.0).ceil() / 1000.0)
+                .sum();
+            gb_seconds += billed * prices.memory_mb[stage] / 1024.0 / n.max(1) as f64;
+            lambda_requests += per(durations.len() as u64);
+        }
+        Self {
+            ddb_writes: per(count_of(requests, "dynamodb", &DDB_WRITES)),
+            ddb_reads: per(count_of(requests, "dynamodb", &DDB_READS)),
+            transactions: per(count_of(requests, "dynamodb", &["TransactWriteItems"])),
+            s3_writes: per(count_of(requests, "s3", &S3_WRITES)),
+            s3_reads: per(count_of(requests, "s3", &S3_READS)),
+            sqs: per(count_of(requests, "sqs", &["SendMessage", "SendMessageBatch"]))
+                + per(count_of(requests, "sqs", &["DeleteMessage", "DeleteMessageBatch"]))
+                + per(queued as u64),
+            gb_seconds,
+            lambda_requests,
+        }
+    }
+
     /// The dollars-per-million table at `prices`, for items of `item_bytes`.
     pub(crate) fn print_dollars(&self, prices: &Prices, prices_path: &str, item_bytes: f64) {
         // Capacity: a write costs ceil(item/1 KB) write units on the table. Every

@@ -193,6 +193,9 @@ impl Stack {
             let page = client
                 .scan()
                 .table_name(&self.names.table)
+                // Small pages: each answers well within the client's timeout
+                // on a local endpoint holding thousands of items.
+                .limit(100)
                 .set_exclusive_start_key(start)
                 .send()
                 .await

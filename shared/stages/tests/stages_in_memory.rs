@@ -61,6 +61,21 @@ async fn submit_as(app: &MemoryApp, tenant: &str, key: &str) -> OperationId {
     }
 }
 
+/// Under an account limit of one (kept for the app's life): `running`
+/// claimed and POSTed, `waiting` refused for capacity and in the order.
+async fn one_running_one_waiting(app: &MemoryApp) -> (OperationId, OperationId) {
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let running = submit(app, "running", None).await;
+    let waiting = submit(app, "waiting", None).await;
+    let dispatcher = app.dispatcher();
+    dispatcher.dispatch(&running).await.unwrap();
+    assert_eq!(
+        dispatcher.dispatch(&waiting).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    (running, waiting)
+}
+
 async fn submit(app: &MemoryApp, key: &str, fault: Option<&str>) -> OperationId {
     let mut body = json!({"operation_key": key, "media_type": "video",
         "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
@@ -428,6 +443,61 @@ async fn a_fresh_claim_yields_a_freed_slot_to_the_operations_that_wait_for_one()
     assert_eq!(record(&app, &fresh).await.phase, Phase::Prepared);
 }
 
+/// A wait has no timer of its own: while the account stays full, three
+/// hours of sweeps (one a minute) send the waiting operation nothing and
+/// write nothing to it, so what a wait costs does not grow with its length.
+/// A wake-up that is lost (here: taken off the wake queue unread) is
+/// repaired by the sweep's next look at the account, and the operation is
+/// admitted with one POST.
+#[tokio::test]
+async fn a_wait_costs_nothing_while_it_lasts_and_the_sweep_repairs_a_lost_wake_up() {
+    let app = app();
+    let (running, waiting) = one_running_one_waiting(&app).await;
+    let dispatcher = app.dispatcher();
+    let naming = |app: &MemoryApp| {
+        app.queue
+            .messages()
+            .iter()
+            .filter(|m| m.body.contains(waiting.as_str()))
+            .count()
+    };
+    let before = (record(&app, &waiting).await, naming(&app));
+    assert_eq!(before.0.due_at_ms, None, "no due time: the sweep does not look at it");
+    for _ in 0..180 {
+        app.clock.advance(Duration::minutes(1));
+        app.sweeper().run().await.unwrap();
+    }
+    let after = (record(&app, &waiting).await, naming(&app));
+    assert_eq!(after.0.version, before.0.version, "nothing written while it waited");
+    assert_eq!(after.1, before.1, "nothing sent while it waited");
+    // The running job fails, which frees its slot and wakes the waiter;
+    // that wake-up is lost.
+    assert!(fail_first_job_and_see_who_is_woken(&app, &running).await.is_some());
+    for lost in app.queue.receive(Queue::Wake, 10, Duration::seconds(30)) {
+        assert!(app.queue.delete(lost.id, lost.receipt));
+    }
+    assert_eq!(app.genace.posts().len(), 1);
+    // The sweep finds a free slot while an operation waits, and wakes it.
+    app.clock.advance(Duration::minutes(1));
+    app.sweeper().run().await.unwrap();
+    let repaired = app
+        .queue
+        .messages()
+        .into_iter()
+        .filter(|m| m.queue == Queue::Wake)
+        .map(|m| m.body)
+        .collect::<Vec<_>>();
+    assert!(
+        repaired.len() == 1 && repaired[0].contains(waiting.as_str()),
+        "{repaired:?}"
+    );
+    assert_eq!(
+        dispatcher.dispatch(&waiting).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(app.genace.posts().len(), 2);
+}
+
 /// Tenants take turns: the next free slot goes to the waiting tenant with
 /// the fewest jobs in flight, whoever waited longest overall.
 #[tokio::test]
@@ -757,16 +827,9 @@ async fn a_tenants_own_limit_makes_its_claims_wait_for_its_own_jobs() {
 #[tokio::test]
 async fn a_cancel_before_the_claim_wins_and_no_post_ever_follows() {
     let app = app();
-    let _limited = app.store.clone().with_account_limit(Some(1));
     let tenant = TenantId::parse("tenant-a").unwrap();
-    let running = submit(&app, "running", None).await;
-    let waiting = submit(&app, "waiting", None).await;
+    let (running, waiting) = one_running_one_waiting(&app).await;
     let dispatcher = app.dispatcher();
-    dispatcher.dispatch(&running).await.unwrap();
-    assert_eq!(
-        dispatcher.dispatch(&waiting).await.unwrap(),
-        Dispatched::WaitingForCapacity
-    );
     assert_eq!(app.store.account().await.unwrap().waiting, 1);
 
     let cancelled = app.intake().cancel(&tenant, &waiting).await.unwrap();
