@@ -23,6 +23,7 @@ use genace_stages::recovery::RecoveryOutcome;
 use genace_stages::stage::Stage;
 use genace_stages::stage::StageError;
 use genace_stages::stage::handle_body;
+use genace_stages::stage::handle_received;
 use genace_stages::table::prelude::*;
 use serde_json::json;
 
@@ -496,6 +497,35 @@ async fn a_wait_costs_nothing_while_it_lasts_and_the_sweep_repairs_a_lost_wake_u
         Dispatched::Posted(PostResult::Accepted)
     );
     assert_eq!(app.genace.posts().len(), 2);
+}
+
+/// A second wake-up (or the intake message after a wake-up) that arrives
+/// for an operation accepted meanwhile sends no poll: the dispatcher that
+/// committed the 202 sent one, and another would poll the job twice for
+/// its whole life. A redelivered message, whose dispatcher may have stopped
+/// between the commit and the poll, does send it.
+#[tokio::test]
+async fn a_duplicate_wake_up_starts_no_second_chain_of_polls() {
+    let app = app();
+    let id = submit(&app, "k", None).await;
+    let dispatcher = app.dispatcher();
+    assert_eq!(
+        dispatcher.dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    let polls = |app: &MemoryApp| app.queue.messages().iter().filter(|m| m.queue == Queue::Poll).count();
+    assert_eq!(polls(&app), 1);
+    let body = json!({"operation_id": id}).to_string();
+    let accepted = Dispatched::NotDispatchable(Phase::Accepted);
+    assert_eq!(handle_received(&dispatcher, &body, 1).await.unwrap(), accepted);
+    assert_eq!(polls(&app), 1, "a duplicate starts no second chain");
+    assert_eq!(handle_received(&dispatcher, &body, 2).await.unwrap(), accepted);
+    assert_eq!(
+        polls(&app),
+        2,
+        "a redelivery sends the poll its dispatcher may not have"
+    );
+    assert_eq!(app.genace.posts().len(), 1);
 }
 
 /// Tenants take turns: the next free slot goes to the waiting tenant with
