@@ -54,13 +54,13 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::REPOST_AFTER_LEASE,
             "re-POST after lease expiry",
-            13,
-            "Genace holds or charged",
+            8,
+            "Genace jobs created, 1 allowed",
         ),
         (
             planted::CASE_WITHOUT_PHASE_CHECK,
             "open_case without a phase check",
-            32,
+            168,
             "case on a rendered",
         ),
         // The ledger against Genace's own books, and the slots it holds
@@ -68,7 +68,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::ABANDON_ERASES_CREDITS,
             "an abandon erases what Genace charged",
-            3,
+            12,
             "jobs in flight, the records hold",
         ),
         (
@@ -80,7 +80,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::RENDER_FAILED_SPENT,
             "a failed render counts as spent",
-            13,
+            1,
             "spent, but Genace completed jobs worth",
         ),
         (
@@ -112,7 +112,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::RENDER_FAILED_KEEPS_SLOT,
             "a failed render keeps its slot",
-            13,
+            1,
             "jobs in flight, the records hold",
         ),
         // What a cancel promises: no POST after it wins.
