@@ -433,3 +433,53 @@ async fn a_wrong_method_answers_405_with_allow() {
     assert_eq!(resp.status().as_u16(), 405);
     assert_eq!(resp.headers().get("allow").unwrap(), "GET, POST");
 }
+
+/// A retry that comes after its intent's absolute deadline (its first
+/// answer lost) is a replay of the recorded operation, never a 400 that
+/// would invite a new key and a second paid job. Only a new intent is
+/// judged against the time; a changed one under the key is 409.
+#[tokio::test]
+async fn a_retry_after_its_deadline_is_a_replay_not_a_400() {
+    use genace_stages::memory::ManualClock;
+    let env = LocalAws::fresh().await;
+    let start = chrono::Utc::now();
+    let clock = ManualClock::new(start);
+    let intake = Intake {
+        store: env.store(),
+        queue: env.queue(),
+        objects: env.objects(),
+        config: env.config.clone(),
+        clock: clock.clone(),
+        metrics: genace_stages::metrics::Metrics::off(),
+        vault: std::sync::Arc::new(genace_stages::webhooks::NoVault),
+    };
+    let mut body = spec_body();
+    body["dispatch_deadline"] = json!((start + chrono::Duration::seconds(60)).to_rfc3339());
+    let first = parse(api::handle(&intake, post(&body, "tenant-a")).await);
+    assert_eq!(first.status, 202, "{}", first.body);
+
+    clock.advance(chrono::Duration::minutes(10));
+    let again = parse(api::handle(&intake, post(&body, "tenant-a")).await);
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert!(again.replayed);
+    assert_eq!(again.body["operation_id"], first.body["operation_id"]);
+
+    // The same past deadline under the key with another prompt: the key is
+    // taken (409), whatever the deadline says.
+    let mut changed = body.clone();
+    changed["specification"]["prompt"] = json!("a lighthouse at dawn");
+    let conflict = parse(api::handle(&intake, post(&changed, "tenant-a")).await);
+    assert_eq!(conflict.status, 409, "{}", conflict.body);
+    assert_eq!(conflict.body["operation_id"], first.body["operation_id"]);
+
+    // A new key with that deadline is a new intent: in the past, 400.
+    let mut fresh = body.clone();
+    fresh["operation_key"] = json!("storyboard-7/frame-4/rev-1");
+    let refused = parse(api::handle(&intake, post(&fresh, "tenant-a")).await);
+    assert_eq!(
+        (refused.status, &refused.body["field"]),
+        (400, &json!("dispatch_deadline"))
+    );
+    assert_eq!(env.scan().await.len(), 1, "nothing new was recorded");
+    assert_eq!(env.drain(&env.queues.dispatch).await.len(), 1, "one dispatch message");
+}

@@ -1166,6 +1166,97 @@ async fn a_listing_pages_through_one_tenant_and_its_cursor_serves_no_other() {
     assert!(pages(&intake, "tenant=ta", &scoped).await.0.is_empty());
 }
 
+/// The case list's cursors are bound like the operation list's: a cursor
+/// used with another reason, another age filter or another scope is a 400
+/// naming `cursor` (never a page that skips cases), and so is a forged one
+/// (never a 5xx). Paged under its own filter, every case comes once.
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
+async fn a_case_cursor_serves_only_its_own_scope_and_filter() {
+    use genace_aws::testkit::{claimed, intent_record, uncertain};
+    use genace_stages::table::OperationRecords;
+    let env = LocalAws::fresh().await;
+    let intake: Intake<DynamoStore, SqsQueue, S3Store> =
+        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let mut opened = Vec::new();
+    for (tenant, key) in [("ta", "c1"), ("ta", "c2"), ("tb", "c3"), ("ta", "c4"), ("ta", "c5")] {
+        let rec = intent_record(tenant, key, "p");
+        env.store().create(&rec, Utc::now()).await.unwrap();
+        let taken = claimed(&rec, "tok");
+        env.store().apply(&rec, &taken).await.unwrap();
+        env.store()
+            .apply(&taken, &uncertain(&taken, "tok", "timed out"))
+            .await
+            .unwrap();
+        opened.push(rec.operation_id.to_string());
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let page = |path: String, claims: Value| {
+        let intake = &intake;
+        async move {
+            let resp = Box::pin(api::handle(intake, event("GET", &path, None, claims, &[]))).await;
+            (
+                resp.status().as_u16(),
+                serde_json::from_slice::<Value>(resp.body().as_ref()).unwrap(),
+            )
+        }
+    };
+    let base = "/v1/reconciliation-cases?reason=unknown_submit_outcome&limit=2";
+    let (status, first) = page(format!("{base}&tenant=ta"), operator()).await;
+    assert_eq!(status, 200, "{first}");
+    let cursor = first["next_cursor"].as_str().expect("a next page").to_owned();
+    let mut seen: Vec<String> = Vec::new();
+    let mut next = Some(cursor.clone());
+    seen.extend(
+        first["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["operation_id"].as_str().unwrap().to_owned()),
+    );
+    while let Some(c) = next.take() {
+        let (status, body) = page(format!("{base}&tenant=ta&cursor={c}"), operator()).await;
+        assert_eq!(status, 200, "{body}");
+        seen.extend(
+            body["cases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["operation_id"].as_str().unwrap().to_owned()),
+        );
+        next = body["next_cursor"].as_str().map(str::to_owned);
+    }
+    let ta: Vec<String> = [0, 1, 3, 4].iter().map(|i| opened[*i].clone()).collect();
+    assert_eq!(seen, ta, "every case of ta once, oldest first");
+
+    let scoped_tb = json!({"sub": "ops-b", "scope": "genace:operator", "tenant_id": "tb"});
+    for (path, claims) in [
+        (
+            format!("/v1/reconciliation-cases?limit=2&tenant=ta&cursor={cursor}"),
+            operator(),
+        ),
+        (
+            format!("/v1/reconciliation-cases?reason=account_problem&limit=2&tenant=ta&cursor={cursor}"),
+            operator(),
+        ),
+        (
+            format!("{base}&tenant=ta&opened_before=2100-01-01T00:00:00Z&cursor={cursor}"),
+            operator(),
+        ),
+        (format!("{base}&cursor={cursor}"), operator()),
+        (format!("{base}&tenant=tb&cursor={cursor}"), operator()),
+        (format!("{base}&cursor={cursor}"), scoped_tb),
+        (format!("{base}&cursor=eyJwayI6WyJTIiwieCJdfQ"), operator()),
+        (format!("{base}&tenant=ta&cursor=%25%25"), operator()),
+    ] {
+        let (status, body) = page(path.clone(), claims).await;
+        assert_eq!((status, &body["field"]), (400, &json!("cursor")), "{path}: {body}");
+    }
+}
+
 /// The webhook endpoints' routes through the real handler, on moto's
 /// table and Secrets Manager, every answer checked against the document
 /// and every documented one produced: an application with the scope
@@ -1237,7 +1328,7 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     let id = view["id"].as_str().unwrap().to_owned();
     let secret = view["secret"].as_str().unwrap().to_owned();
     let secret_name = format!("genace/webhooks/wh-acme/{id}");
-    let stored = vault.signing_secrets(&secret_name).await.unwrap().unwrap();
+    let stored = vault.signing_secrets(&secret_name, 0).await.unwrap().unwrap();
     assert_eq!(stored, std::slice::from_ref(&secret));
     // Read back: never the secret.
     let listed = call(event("GET", hooks, None, app.clone(), &[])).await;
@@ -1455,7 +1546,7 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     let deleted = call(event("DELETE", &one, None, app.clone(), &[])).await;
     seen.insert(doc.check(one_doc, "delete", &deleted));
     assert_eq!(call(event("GET", &one, None, app.clone(), &[])).await.status(), 404);
-    assert_eq!(vault.signing_secrets(&secret_name).await.unwrap(), None);
+    assert_eq!(vault.signing_secrets(&secret_name, 0).await.unwrap(), None);
     assert_eq!(call(event("PUT", &one, None, app, &[])).await.status(), 405);
 
     let untested: Vec<_> = doc

@@ -795,6 +795,20 @@ impl CaseIndex {
         }
     }
 
+    /// The start key in a cursor, if it has the shape of one of this
+    /// index's keys (an operation's `pk`, the case partition, a sort key
+    /// and nothing else); a forged or garbled one is [`StoreError::Cursor`],
+    /// never a request DynamoDB refuses.
+    fn start_key(&self, cursor: &str) -> Result<Item, StoreError> {
+        let key = decode_cursor(cursor)?;
+        let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).map(String::as_str);
+        let shaped = key.len() == 3
+            && text("pk").is_some_and(|pk| pk.strip_prefix("OP#").is_some_and(|id| OperationId::parse(id).is_ok()))
+            && text("case_pk") == Some(CASE_PK)
+            && text(self.sort_key()).is_some_and(|sk| !sk.is_empty());
+        if shaped { Ok(key) } else { Err(StoreError::Cursor) }
+    }
+
     /// The key condition for `filter`: the cases opened before its time
     /// are a key range on both indexes.
     fn condition(
@@ -842,7 +856,7 @@ impl DynamoStore {
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<(Vec<Item>, Option<String>), StoreError> {
-        let mut start = cursor.map(decode_cursor).transpose()?;
+        let mut start = cursor.map(|c| index.start_key(c)).transpose()?;
         let mut items: Vec<Item> = Vec::new();
         let filtered =
             filter.reason.is_some() || matches!((index, filter.opened_before), (CaseIndex::Tenant(None), Some(_)));

@@ -1,26 +1,31 @@
 //! Secrets Manager behind the `genace_stages::webhooks::SecretStore` port.
-//! What a read finds is kept for [`CACHE_FOR`], so a warm function reads
-//! each secret about once every five minutes; a rotated secret takes effect
-//! within that time.
 //!
-//! A rotation is a new value put on the secret (`PutSecretValue`, or a
-//! rotation function): Secrets Manager labels it `AWSCURRENT` and the one it
-//! replaced `AWSPREVIOUS`. For the overlap after a rotation
-//! (`WEBHOOK_SECRET_OVERLAP_HOURS`, 24 by default), counted from when the
-//! current value was created, both values sign, so receivers can move to
-//! the new one at their own pace.
+//! An endpoint's secret holds its [`SigningKeys`]: the current value and
+//! each value a rotation replaced, until that value's overlap ends
+//! (`WEBHOOK_SECRET_OVERLAP_HOURS`, 24 by default), so two rotations inside
+//! one overlap drop no value a receiver may still hold. A secret that holds
+//! a plain value (an operator's, for a tenant's single webhook) is rotated
+//! the Secrets Manager way: the value it replaced (`AWSPREVIOUS`) signs for
+//! the overlap after the current one was created.
+//!
+//! What a read finds is kept for [`CACHE_FOR`], keyed by the secret and the
+//! endpoint's secret version, which every rotation moves: a warm function
+//! reads each secret about once every five minutes, and signs with a new
+//! value from the first POST after the rotation that wrote it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_secretsmanager::Client;
+use genace_core::webhook::SigningKeys;
 use genace_stages::webhooks::{SecretStore, SecretVault, VaultFuture};
 
 /// How long a value read is used before it is read again.
 pub const CACHE_FOR: Duration = Duration::from_secs(300);
 
-type Cache = HashMap<String, (Instant, Vec<String>)>;
+/// Per secret: when it was read, under which secret version, and the keys.
+type Cache = HashMap<String, (Instant, u32, SigningKeys)>;
 
 #[derive(Debug, Clone)]
 pub struct SecretsManager {
@@ -77,28 +82,46 @@ impl SecretsManager {
 }
 
 impl SecretStore for SecretsManager {
-    async fn signing_secrets(&self, id: &str) -> Result<Option<Vec<String>>, String> {
-        if let Some((at, values)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(id)
+    async fn signing_secrets(&self, id: &str, version: u32) -> Result<Option<Vec<String>>, String> {
+        let now = chrono::Utc::now();
+        if let Some((at, read_version, keys)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(id)
             && at.elapsed() < CACHE_FOR
+            && *read_version == version
         {
-            return Ok(Some(values.clone()));
+            return Ok(Some(keys.live(now)));
         }
-        let Some((current, created)) = self.value(id, "AWSCURRENT").await? else {
+        let Some(keys) = self.keys(id, now).await? else {
             return Ok(None);
         };
-        let mut values = vec![current];
-        // Without a creation time, sign with the previous value too: a
-        // receiver never fails for a signature too many.
-        let rotated_recently =
-            created.is_none_or(|at| chrono::Utc::now().timestamp() - at < self.overlap.num_seconds());
-        if rotated_recently && let Some((previous, _)) = self.value(id, "AWSPREVIOUS").await? {
-            values.push(previous);
-        }
+        let live = keys.live(now);
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_owned(), (Instant::now(), values.clone()));
-        Ok(Some(values))
+            .insert(id.to_owned(), (Instant::now(), version, keys));
+        Ok(Some(live))
+    }
+}
+
+impl SecretsManager {
+    /// The keys the secret holds now; `None` when there is no secret.
+    async fn keys(&self, id: &str, now: chrono::DateTime<chrono::Utc>) -> Result<Option<SigningKeys>, String> {
+        let Some((current, created)) = self.value(id, "AWSCURRENT").await? else {
+            return Ok(None);
+        };
+        if let Some(keys) = SigningKeys::parse(&current) {
+            return Ok(Some(keys));
+        }
+        let mut keys = SigningKeys::new(&current);
+        // Without a creation time, sign with the previous value too: a
+        // receiver never fails for a signature too many.
+        let rotated_recently = created.is_none_or(|at| now.timestamp() - at < self.overlap.num_seconds());
+        if rotated_recently && let Some((previous, _)) = self.value(id, "AWSPREVIOUS").await? {
+            keys.keys.push(genace_core::webhook::SigningKey {
+                value: previous,
+                until: None,
+            });
+        }
+        Ok(Some(keys))
     }
 }
 
@@ -108,11 +131,15 @@ impl SecretStore for SecretsManager {
 impl SecretVault for SecretsManager {
     fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> VaultFuture<'a> {
         Box::pin(async move {
+            // The keys after this value: the replaced ones keep signing
+            // until their overlaps end.
+            let stored = self.value(name, "AWSCURRENT").await?.map(|(v, _)| v);
+            let keys = SigningKeys::rotate(stored.as_deref(), value, chrono::Utc::now(), self.overlap).to_stored();
             let put = self
                 .client
                 .put_secret_value()
                 .secret_id(name)
-                .secret_string(value)
+                .secret_string(&keys)
                 .send()
                 .await;
             match put {
@@ -125,7 +152,7 @@ impl SecretVault for SecretsManager {
                         .create_secret()
                         .name(name)
                         .description("Signs a tenant's webhook POSTs (Standard Webhooks).")
-                        .secret_string(value)
+                        .secret_string(&keys)
                         .send()
                         .await
                         .map_err(|e| {

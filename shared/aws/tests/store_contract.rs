@@ -181,7 +181,7 @@ async fn the_due_index_is_sparse_sharded_ordered_and_paged<S: OperationStore>(st
 
 async fn case_listing_is_per_tenant_and_paged<S: OperationStore>(store: S) {
     let mut ids = Vec::new();
-    for tenant in ["acme", "acme#x", "acme%23x"] {
+    for tenant in ["acme", "acme.x", "acme%23x"] {
         ids.push((tenant, with_case(&store, tenant, "k").await.operation_id));
     }
     for i in 0..3 {
@@ -237,6 +237,56 @@ async fn case_listing_is_per_tenant_and_paged<S: OperationStore>(store: S) {
             .await,
         Err(StoreError::Cursor)
     ));
+}
+
+/// A cursor that is not a position of the case indexes (garbled, or a
+/// well-formed key of another shape: another partition, another index's
+/// sort key, extra attributes) is refused as a cursor, never sent to the
+/// index as a start key that the store would answer with a failure.
+async fn forged_case_cursors_are_refused<S: OperationStore>(store: S) {
+    use base64::Engine;
+    let acme = TenantId::parse("acme").unwrap();
+    for i in 0..3 {
+        with_case(&store, "acme", &format!("forged-{i}")).await;
+    }
+    let first = store
+        .open_cases(Some(&acme), CaseFilter::default(), 2, None)
+        .await
+        .unwrap();
+    let good = first.next.expect("a second page");
+    let page = store
+        .open_cases(Some(&acme), CaseFilter::default(), 2, Some(&good))
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1);
+    let forge = |v: serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let op = format!("OP#op_{}", "0".repeat(32));
+    let forged = [
+        forge(serde_json::json!({"pk": ["S", "x"]})),
+        forge(serde_json::json!({"pk": ["S", op], "case_pk": ["S", "OTHER"], "case_sk": ["S", "acme#x"]})),
+        forge(serde_json::json!({"pk": ["S", "WEBHOOK#acme"], "case_pk": ["S", "CASE"], "case_sk": ["S", "acme#x"]})),
+        forge(serde_json::json!({"pk": ["S", op], "case_pk": ["S", "CASE"], "case_sk": ["N", "1"]})),
+        forge(serde_json::json!({"pk": ["S", op], "case_pk": ["S", "CASE"], "case_sk": ["S", "a"], "x": ["S", "y"]})),
+        "%%%".to_owned(),
+    ];
+    for cursor in &forged {
+        assert!(
+            matches!(
+                store
+                    .open_cases(Some(&acme), CaseFilter::default(), 2, Some(cursor))
+                    .await,
+                Err(StoreError::Cursor)
+            ),
+            "{cursor}"
+        );
+        assert!(
+            matches!(
+                store.open_cases_by_age(CaseFilter::default(), 2, Some(cursor)).await,
+                Err(StoreError::Cursor)
+            ),
+            "{cursor}"
+        );
+    }
 }
 
 /// A case of another reason: Genace refused our account (402), so the
@@ -1128,6 +1178,7 @@ fn test_endpoint(tenant: &str, id: &str, events: &[&str]) -> genace_core::webhoo
         description: "d".into(),
         events: events.iter().map(|e| (*e).to_owned()).collect(),
         secret_id: format!("genace/webhooks/{tenant}/{id}"),
+        secret_version: 0,
         created_at: Utc::now(),
         updated_at: Utc::now(),
         updated_by: "me".into(),
@@ -1375,6 +1426,7 @@ genace_aws::contract_tests!(
     the_due_index_is_sparse_sharded_ordered_and_paged,
     case_listing_is_per_tenant_and_paged,
     every_tenants_cases_are_listed_oldest_first_and_filtered,
+    forged_case_cursors_are_refused,
     open_cases_are_counted_by_reason_and_a_closed_one_leaves,
     the_job_index_finds_the_holder,
     the_ledger_follows_every_credit_move,

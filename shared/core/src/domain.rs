@@ -66,11 +66,19 @@ pub struct TenantId(String);
 impl TenantId {
     pub const MAX_LEN: usize = 128;
 
+    /// The character a tenant id may not hold: `#` joins the parts of the
+    /// table's composite keys (`WHEVENT#<tenant>#<event id>` and the like).
+    /// Without it, a key that starts with a tenant id names one tenant
+    /// only, and no tenant can reach another's items through an id of its
+    /// own choosing. (`/`, which joins secret names, stays allowed: a
+    /// secret's owner is read from its whole folder.)
+    pub const SEPARATOR: char = '#';
+
     pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
-        if raw.is_empty() || raw.len() > Self::MAX_LEN || !visible_ascii(raw) {
+        if raw.is_empty() || raw.len() > Self::MAX_LEN || !visible_ascii(raw) || raw.contains(Self::SEPARATOR) {
             return Err(InvalidInput::new(
                 "tenant",
-                format!("must be 1-{} visible ASCII characters", Self::MAX_LEN),
+                format!("must be 1-{} visible ASCII characters, without '#'", Self::MAX_LEN),
             ));
         }
         Ok(Self(raw.to_owned()))
@@ -897,6 +905,20 @@ mod tests {
             let err = intent(body.clone()).expect_err(&body.to_string());
             assert_eq!(err.field, field, "{body}");
         }
+    }
+
+    /// The table's composite keys join a tenant id to what follows with
+    /// `#`: a tenant id holding one could name another tenant's items, so
+    /// none is accepted, from a token, a path or a stored record.
+    #[test]
+    fn tenant_ids_hold_no_key_separator() {
+        for bad in ["a#b", "#", "a#", "", "a b", "é"] {
+            assert!(TenantId::parse(bad).is_err(), "{bad:?}");
+        }
+        for good in ["a", "tenant-a", "org:team.1", "user@example.com", "a%23b", "a/b"] {
+            assert_eq!(TenantId::parse(good).unwrap().as_str(), good);
+        }
+        assert!(serde_json::from_value::<TenantId>(json!("a#b")).is_err());
     }
 
     #[test]

@@ -160,11 +160,8 @@ fn claim_dispatch(
             until: DateTime::from_timestamp_millis(until).unwrap_or(now),
         });
     }
-    // A held operation (account problem) is tried again once its hold ends;
-    // one held for repeated rate limits waits for a person.
-    match rec.case.as_ref().map(|c| c.reason) {
-        None | Some(CaseReason::AccountProblem) => {}
-        Some(other) => return Err(Refusal::CaseOpen(other)),
+    if let Some(reason) = held_for_a_person(rec) {
+        return Err(Refusal::CaseOpen(reason));
     }
     let mut next = rec.clone();
     let lease_expires_at = now + policy.dispatch_lease;
@@ -181,6 +178,24 @@ fn claim_dispatch(
     // A dispatch fault directive fires once: the claim consumes it.
     consume_fault(&mut next, Fault::fires_in_dispatch);
     Ok(next)
+}
+
+/// The open case that only a person can close, if the record has one. A
+/// held operation (account problem) is tried again once its hold ends;
+/// one held for repeated rate limits, or any other case, waits for a
+/// person: no claim takes it, and it never joins a waiting order, where
+/// every fresh claim would yield to it.
+fn held_for_a_person(rec: &OperationRecord) -> Option<CaseReason> {
+    rec.case
+        .as_ref()
+        .map(|c| c.reason)
+        .filter(|reason| *reason != CaseReason::AccountProblem)
+}
+
+/// A held operation waits for a person, never in a waiting order: a
+/// refused claim's re-read may find that a 429 opened a case meanwhile.
+fn refuse_wait_when_held(rec: &OperationRecord) -> Result<(), Refusal> {
+    held_for_a_person(rec).map_or(Ok(()), |reason| Err(Refusal::CaseOpen(reason)))
 }
 
 /// Clears the record's fault directive when it belongs to this stage; the
@@ -256,7 +271,8 @@ fn release_claim(
 /// already, and is woken when credits may be free (a job of ours ends, a
 /// limit is raised, a waiter is admitted). A lost wake-up is repaired by
 /// the sweep's look at the account, not by a timer of the operation's own.
-fn wait_for_spend_limit(rec: &OperationRecord, now: DateTime<Utc>) -> OperationRecord {
+fn wait_for_spend_limit(rec: &OperationRecord, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
+    refuse_wait_when_held(rec)?;
     let mut next = rec.clone();
     next.spend_hold = Some(rec.waits_in_order().unwrap_or(now));
     // One wait at a time: what holds the operation now is credits.
@@ -265,7 +281,7 @@ fn wait_for_spend_limit(rec: &OperationRecord, now: DateTime<Utc>) -> OperationR
     // only at its dispatch deadline, if it has one.
     next.retry_at_ms = None;
     next.due_at_ms = None;
-    next
+    Ok(next)
 }
 
 /// `prepared -> prepared`, waiting: every slot of the Genace account's
@@ -274,7 +290,8 @@ fn wait_for_spend_limit(rec: &OperationRecord, now: DateTime<Utc>) -> OperationR
 /// woken when a slot frees. A lost wake-up is repaired by the sweep's look
 /// at the account (free slots while operations wait), so a wait costs the
 /// same however long it lasts.
-fn wait_for_capacity(rec: &OperationRecord, now: DateTime<Utc>) -> OperationRecord {
+fn wait_for_capacity(rec: &OperationRecord, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
+    refuse_wait_when_held(rec)?;
     let mut next = rec.clone();
     next.capacity_hold = Some(rec.waits_in_order().unwrap_or(now));
     // One wait at a time: what holds the operation now is capacity.
@@ -283,7 +300,7 @@ fn wait_for_capacity(rec: &OperationRecord, now: DateTime<Utc>) -> OperationReco
     // only at its dispatch deadline, if it has one.
     next.retry_at_ms = None;
     next.due_at_ms = None;
-    next
+    Ok(next)
 }
 
 /// `submitting -> prepared`, held: Genace refused our account (401, 402,
@@ -1010,8 +1027,8 @@ pub fn transition(
     let next = match (rec.phase, event) {
         // ---- dispatch
         (Prepared, Event::ClaimDispatch { token }) => claim_dispatch(rec, token, now, policy)?,
-        (Prepared, Event::SpendLimitReached) => wait_for_spend_limit(rec, now),
-        (Prepared, Event::CapacityReached) => wait_for_capacity(rec, now),
+        (Prepared, Event::SpendLimitReached) => wait_for_spend_limit(rec, now)?,
+        (Prepared, Event::CapacityReached) => wait_for_capacity(rec, now)?,
         (Submitting, Event::ClaimDispatch { .. }) if rec.claim.as_ref().is_some_and(|c| c.lease_expires_at > now) => {
             let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
             return Err(Refusal::LeaseLive { until });
@@ -1316,15 +1333,7 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
     if rec.ledger_phase.is_some() && rec.phase != Phase::Abandoned {
         return Err(format!("a ledger phase on a {} operation", rec.phase.as_str()));
     }
-    if rec.spend_hold.is_some() && rec.phase != Phase::Prepared {
-        return Err(format!("a spend-limit hold on a {} operation", rec.phase.as_str()));
-    }
-    if rec.capacity_hold.is_some() && rec.phase != Phase::Prepared {
-        return Err(format!("a capacity hold on a {} operation", rec.phase.as_str()));
-    }
-    if rec.capacity_hold.is_some() && rec.spend_hold.is_some() {
-        return Err("waiting for credits and for a slot at once".into());
-    }
+    check_holds(rec)?;
     if rec.phase == Phase::Submitting && rec.claim.is_none() {
         return Err("submitting without a claim".into());
     }
@@ -1346,6 +1355,26 @@ pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
             "an unfinished {} operation with neither a due time, a case nor a place in a waiting order",
             rec.phase.as_str()
         ));
+    }
+    Ok(())
+}
+
+/// The invariants of a wait: only a prepared operation waits, for one
+/// thing at a time, and never while a case only a person can close is open.
+fn check_holds(rec: &OperationRecord) -> Result<(), String> {
+    if rec.spend_hold.is_some() && rec.phase != Phase::Prepared {
+        return Err(format!("a spend-limit hold on a {} operation", rec.phase.as_str()));
+    }
+    if rec.capacity_hold.is_some() && rec.phase != Phase::Prepared {
+        return Err(format!("a capacity hold on a {} operation", rec.phase.as_str()));
+    }
+    if rec.capacity_hold.is_some() && rec.spend_hold.is_some() {
+        return Err("waiting for credits and for a slot at once".into());
+    }
+    if rec.waits_in_order().is_some()
+        && let Some(reason) = held_for_a_person(rec)
+    {
+        return Err(format!("waiting in order with a {} case open", reason.as_str()));
     }
     Ok(())
 }

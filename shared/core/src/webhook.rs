@@ -74,6 +74,10 @@ pub struct WebhookEndpoint {
     #[serde(default)]
     pub events: Vec<String>,
     pub secret_id: String,
+    /// Moves by one with every rotation of the secret, so that what a
+    /// sender keeps of the secret is never used past a rotation.
+    #[serde(default)]
+    pub secret_version: u32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub updated_by: String,
@@ -239,5 +243,124 @@ mod tests {
         c.events = vec!["operation.delivered".into()];
         assert!(c.wants("operation.delivered"));
         assert!(!c.wants("operation.accepted"));
+    }
+}
+
+/// The values that sign an endpoint's webhooks, as the endpoint's secret
+/// holds them: the current value first, then each value a rotation
+/// replaced, with the end of its overlap. Two rotations inside one overlap
+/// keep both replaced values, each until its own overlap ends, so no value
+/// that a receiver may still hold stops signing early.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SigningKeys {
+    pub keys: Vec<SigningKey>,
+}
+
+/// One value of a [`SigningKeys`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SigningKey {
+    pub value: String,
+    /// When this value stops signing; none for the current value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl SigningKeys {
+    /// A new secret's one value.
+    pub fn new(value: &str) -> Self {
+        Self {
+            keys: vec![SigningKey {
+                value: value.to_owned(),
+                until: None,
+            }],
+        }
+    }
+
+    /// The keys in a stored secret string; `None` for a plain value (a
+    /// secret an operator keeps, whose previous value the secret store
+    /// labels itself).
+    pub fn parse(stored: &str) -> Option<Self> {
+        serde_json::from_str::<Self>(stored)
+            .ok()
+            .filter(|k| k.keys.first().is_some_and(|first| first.until.is_none()))
+    }
+
+    /// The keys after putting `value` on the secret at `now`: it signs
+    /// first; the value it replaces signs for `overlap` more; every older
+    /// one until its own overlap ends, and no longer.
+    pub fn rotate(stored: Option<&str>, value: &str, now: DateTime<Utc>, overlap: chrono::Duration) -> Self {
+        let before = match stored {
+            Some(s) => Self::parse(s).unwrap_or_else(|| Self::new(s)),
+            None => Self { keys: Vec::new() },
+        };
+        let mut next = Self::new(value);
+        let ends = now + overlap;
+        next.keys.extend(
+            before
+                .keys
+                .into_iter()
+                .filter(|k| k.value != value)
+                .map(|k| SigningKey {
+                    until: Some(k.until.map_or(ends, |u| u.min(ends))),
+                    value: k.value,
+                })
+                .filter(|k| k.until.is_some_and(|u| u > now)),
+        );
+        next
+    }
+
+    /// The values that sign at `now`, the current one first.
+    pub fn live(&self, now: DateTime<Utc>) -> Vec<String> {
+        self.keys
+            .iter()
+            .filter(|k| k.until.is_none_or(|u| u > now))
+            .map(|k| k.value.clone())
+            .collect()
+    }
+
+    /// The string the secret store keeps.
+    pub fn to_stored(&self) -> String {
+        serde_json::to_string(self).expect("keys always serialize")
+    }
+}
+
+#[cfg(test)]
+mod signing_keys_tests {
+    use super::*;
+
+    fn at(minutes: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap() + chrono::Duration::minutes(minutes)
+    }
+
+    /// Two rotations inside one overlap: all three values sign, each
+    /// replaced one until its own overlap ends; then only the newest.
+    #[test]
+    fn every_value_whose_overlap_has_not_ended_signs() {
+        let overlap = chrono::Duration::minutes(60);
+        let first = SigningKeys::new("v0").to_stored();
+        let once = SigningKeys::rotate(Some(&first), "v1", at(0), overlap).to_stored();
+        let twice = SigningKeys::rotate(Some(&once), "v2", at(30), overlap);
+        assert_eq!(twice.live(at(31)), ["v2", "v1", "v0"]);
+        assert_eq!(twice.live(at(61)), ["v2", "v1"]);
+        assert_eq!(twice.live(at(91)), ["v2"]);
+        // A third rotation later drops what has ended and keeps what has not.
+        let thrice = SigningKeys::rotate(Some(&twice.to_stored()), "v3", at(70), overlap);
+        assert_eq!(thrice.live(at(70)), ["v3", "v2", "v1"]);
+        assert_eq!(thrice.keys.len(), 3, "v0 ended and is gone");
+    }
+
+    /// A plain stored value (a secret written before keys were kept, or an
+    /// operator's) is the replaced value of the first rotation; a plain
+    /// value is never read as keys.
+    #[test]
+    fn a_plain_value_is_rotated_like_a_current_one() {
+        let overlap = chrono::Duration::minutes(60);
+        let keys = SigningKeys::rotate(Some("whsec_old"), "whsec_new", at(0), overlap);
+        assert_eq!(keys.live(at(1)), ["whsec_new", "whsec_old"]);
+        assert_eq!(SigningKeys::parse("whsec_old"), None);
+        assert_eq!(SigningKeys::parse(r#"{"keys": []}"#), None);
+        assert_eq!(SigningKeys::parse(&keys.to_stored()), Some(keys));
+        let fresh = SigningKeys::rotate(None, "whsec_first", at(0), overlap);
+        assert_eq!(fresh.live(at(0)), ["whsec_first"]);
     }
 }

@@ -93,12 +93,26 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
                 next: None,
             });
         };
+        // The store's position, bound to the scope and filter it was made
+        // under: a cursor from another tenant or another filter is a bad
+        // request, never a page that skips cases.
+        let binding = crate::cursor::binding(
+            "cases",
+            &[
+                scope.as_ref().map_or("*", TenantId::as_str),
+                filter.reason.map_or("", |r| r.as_str()),
+                &filter.opened_before.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            ],
+        );
+        let position = cursor.map(|c| crate::cursor::open(c, &binding)).transpose()?;
+        let cursor = position.as_deref();
         // Both indexes filter by themselves: their pages are full.
         let mut page = match &scope {
             Some(one) => self.store.open_cases(Some(one), filter, limit, cursor).await?,
             None => self.store.open_cases_by_age(filter, limit, cursor).await?,
         };
         page.records.retain(|r| op.may_see(&r.tenant_id));
+        page.next = page.next.map(|p| crate::cursor::seal(&p, &binding));
         Ok(page)
     }
 
@@ -108,6 +122,32 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
             Some(rec) if self.op.may_see(&rec.tenant_id) => Ok(rec),
             _ => Err(IntakeError::NotFound),
         }
+    }
+
+    /// Refuses to attach a job id that another operation holds: naming the
+    /// holder when the operator may see it, and nothing about it otherwise.
+    async fn refuse_held_job(&self, id: &OperationId, job_id: &str) -> Result<(), IntakeError> {
+        let op = self.op;
+        let holders = self.store.holders_of_remote_job(job_id).await?;
+        if let Some(other) = holders.into_iter().find(|h| h != id) {
+            let visible = self
+                .store
+                .get(&other, self.clock.now())
+                .await?
+                .filter(|r| op.may_see(&r.tenant_id));
+            // An operator scoped to one tenant learns only that the
+            // job cannot be attached, never that another tenant holds it.
+            return Err(match visible {
+                Some(holder) => IntakeError::JobHeldElsewhere {
+                    job_id: job_id.to_owned(),
+                    holder: Some(holder.operation_id),
+                },
+                None => IntakeError::JobNotAttachable {
+                    job_id: job_id.to_owned(),
+                },
+            });
+        }
+        Ok(())
     }
 
     /// Applies a decision (valid only from the right phase), records it in the
@@ -132,18 +172,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
             return Err(stale(rec.version));
         }
         if let Resolution::AttachRemoteJob { job_id } = resolution {
-            let holders = self.store.holders_of_remote_job(job_id).await?;
-            if let Some(other) = holders.into_iter().find(|h| h != id) {
-                let visible = self
-                    .store
-                    .get(&other, self.clock.now())
-                    .await?
-                    .filter(|r| op.may_see(&r.tenant_id));
-                return Err(IntakeError::JobHeldElsewhere {
-                    job_id: job_id.clone(),
-                    holder: visible.map(|r| r.operation_id),
-                });
-            }
+            self.refuse_held_job(id, job_id).await?;
         }
         let now = self.clock.now();
         let policy = self.config.policy;

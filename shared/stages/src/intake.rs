@@ -15,6 +15,10 @@ use genace_core::record::OperationRecord;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IntakeError {
+    /// The request is invalid (for a time-dependent check: as a new
+    /// intent; a recorded one is replayed instead).
+    #[error(transparent)]
+    Invalid(genace_core::domain::InvalidInput),
     /// The key is taken by an intent with a different specification.
     #[error("operation key {key:?} is already used by operation {existing} with a different specification")]
     KeyReused { key: String, existing: OperationId },
@@ -34,6 +38,10 @@ pub enum IntakeError {
         job_id: String,
         holder: Option<OperationId>,
     },
+    /// The remote job id cannot be attached here: it belongs to an
+    /// operation outside the operator's scope, which is not named.
+    #[error("remote job {job_id} cannot be attached to this operation")]
+    JobNotAttachable { job_id: String },
     /// The operation was claimed for dispatch (or is past it): a Genace job
     /// may exist, and Genace cannot stop one it accepted.
     #[error("the operation is {} and can no longer be cancelled", .phase.as_str())]
@@ -138,6 +146,15 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             now,
             self.config.dispatch_grace,
         );
+        // Time-dependent checks (a deadline already past, or too far
+        // ahead) judge a new intent only: a retry of a recorded one, whose
+        // first answer was lost, is a replay whenever it comes.
+        if let Some(invalid) = intent.deadline.and_then(|d| d.check(now).err()) {
+            return match self.store.get(&record.operation_id, now).await? {
+                Some(existing) => self.answer_existing(tenant, Box::new(existing), &record),
+                None => Err(IntakeError::Invalid(invalid)),
+            };
+        }
         match self.store.create(&record, now).await? {
             // Planted bugs (the simulator's builds only) for a changed specification.
             Created::Existing(existing)
@@ -149,20 +166,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             Created::Existing(existing) if planted::on(planted::REPLAY_CHANGED_SPEC) => {
                 Ok(Submitted::Replayed(existing))
             }
-            Created::Existing(existing) => {
-                if existing.specification_hash == record.specification_hash {
-                    info!(operation_id = %existing.operation_id, tenant = %tenant, phase = existing.phase.as_str(), "intent replayed");
-                    self.metrics.count("IntentDuplicates", &[]);
-                    Ok(Submitted::Replayed(existing))
-                } else {
-                    info!(operation_id = %existing.operation_id, tenant = %tenant, "operation key reused with a different specification");
-                    self.metrics.count("KeyConflicts", &[]);
-                    Err(IntakeError::KeyReused {
-                        key: existing.operation_key.clone(),
-                        existing: existing.operation_id.clone(),
-                    })
-                }
-            }
+            Created::Existing(existing) => self.answer_existing(tenant, existing, &record),
             Created::New => {
                 info!(operation_id = %record.operation_id, tenant = %tenant, phase = "prepared", "intent recorded");
                 self.metrics.count("IntentsCreated", &[]);
@@ -186,6 +190,28 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
                 }
                 Ok(Submitted::New(Box::new(answered)))
             }
+        }
+    }
+
+    /// The answer to an intent whose key is recorded already: a replay of
+    /// the same intent, or a refused reuse of the key.
+    fn answer_existing(
+        &self,
+        tenant: &TenantId,
+        existing: Box<OperationRecord>,
+        sent: &OperationRecord,
+    ) -> Result<Submitted, IntakeError> {
+        if existing.specification_hash == sent.specification_hash {
+            info!(operation_id = %existing.operation_id, tenant = %tenant, phase = existing.phase.as_str(), "intent replayed");
+            self.metrics.count("IntentDuplicates", &[]);
+            Ok(Submitted::Replayed(existing))
+        } else {
+            info!(operation_id = %existing.operation_id, tenant = %tenant, "operation key reused with a different specification");
+            self.metrics.count("KeyConflicts", &[]);
+            Err(IntakeError::KeyReused {
+                key: existing.operation_key.clone(),
+                existing: existing.operation_id.clone(),
+            })
         }
     }
 

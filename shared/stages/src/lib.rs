@@ -24,6 +24,7 @@ pub mod capacity;
 pub mod clock;
 pub mod config;
 pub mod credits;
+pub mod cursor;
 pub mod deliver;
 pub mod dispatch;
 pub mod downloads;

@@ -8,7 +8,6 @@
 //! operation, not one per transition (docs/decisions.md).
 
 use chrono::{DateTime, Utc};
-use sha2::{Digest, Sha256};
 
 use crate::admin::Admin;
 use crate::clock::Clock;
@@ -60,19 +59,17 @@ impl ListFilter {
 
     /// What a cursor is bound to: the listing's scope and this filter.
     fn binding(&self, scope: Option<&TenantId>) -> String {
-        let mut hash = Sha256::new();
-        for part in [
-            scope.map_or("*", TenantId::as_str),
-            self.phase.map_or("", Phase::as_str),
-            self.delivery_state.map_or("", DeliveryState::as_str),
-            &self.created_after.map(|t| t.to_rfc3339()).unwrap_or_default(),
-            &self.created_before.map(|t| t.to_rfc3339()).unwrap_or_default(),
-            self.key_prefix.as_deref().unwrap_or(""),
-        ] {
-            hash.update(part.len().to_le_bytes());
-            hash.update(part.as_bytes());
-        }
-        hash.finalize()[..12].iter().map(|b| format!("{b:02x}")).collect()
+        crate::cursor::binding(
+            "operations",
+            &[
+                scope.map_or("*", TenantId::as_str),
+                self.phase.map_or("", Phase::as_str),
+                self.delivery_state.map_or("", DeliveryState::as_str),
+                &self.created_after.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                &self.created_before.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                self.key_prefix.as_deref().unwrap_or(""),
+            ],
+        )
     }
 }
 
@@ -98,24 +95,17 @@ pub fn list_sort_key(rec: &OperationRecord) -> String {
 
 /// The cursor handed to a client: the position and what it is bound to.
 fn encode_cursor(position: &ListPosition, binding: &str) -> String {
-    use base64::Engine;
-    let json = serde_json::json!({"p": position.0, "b": binding}).to_string();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    crate::cursor::seal(&position.0, binding)
 }
 
 /// The position in a cursor; [`StoreError::Cursor`] for one this API did not
 /// make, or made for another tenant or another filter.
 fn decode_cursor(cursor: &str, binding: &str) -> Result<ListPosition, StoreError> {
-    use base64::Engine;
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .map_err(|_| StoreError::Cursor)?;
-    let value: serde_json::Value = serde_json::from_slice(&raw).map_err(|_| StoreError::Cursor)?;
-    let position = value.get("p").and_then(serde_json::Value::as_str);
-    let bound = value.get("b").and_then(serde_json::Value::as_str);
-    match (position, bound) {
-        (Some(p), Some(b)) if b == binding && is_list_key(p) => Ok(ListPosition(p.to_owned())),
-        _ => Err(StoreError::Cursor),
+    let position = crate::cursor::open(cursor, binding)?;
+    if is_list_key(&position) {
+        Ok(ListPosition(position))
+    } else {
+        Err(StoreError::Cursor)
     }
 }
 

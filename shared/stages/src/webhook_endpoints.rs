@@ -187,6 +187,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
             description: String::new(),
             events: Vec::new(),
             secret_id: endpoint_secret_name(&self.tenant, &id),
+            secret_version: 0,
             created_at: now,
             updated_at: now,
             updated_by: self.actor.clone(),
@@ -266,6 +267,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
         let set = self
             .change(|set| {
                 let endpoint = named(set, id)?;
+                endpoint.secret_version += 1;
                 endpoint.updated_at = now;
                 endpoint.updated_by = self.actor.clone();
                 Ok(())

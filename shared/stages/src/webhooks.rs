@@ -37,10 +37,16 @@ use genace_core::webhook::{
 
 /// Reads secrets.
 pub trait SecretStore: Send + Sync {
-    /// The values to sign with: the secret's current value first, then,
-    /// while a rotation's overlap lasts, the value it replaced. `None` when
-    /// there is no such secret.
-    fn signing_secrets(&self, id: &str) -> impl Future<Output = Result<Option<Vec<String>>, String>> + Send;
+    /// The values to sign with: the secret's current value first, then
+    /// each value a rotation replaced whose overlap has not ended. `None`
+    /// when there is no such secret. `version` is the secret version the
+    /// endpoint's record names (every rotation moves it): what a store
+    /// keeps of an earlier version is never used for a later one.
+    fn signing_secrets(
+        &self,
+        id: &str,
+        version: u32,
+    ) -> impl Future<Output = Result<Option<Vec<String>>, String>> + Send;
 }
 
 /// A secret store's answer on its way. Boxed so that [`SecretVault`] can be
@@ -193,6 +199,15 @@ impl Receiver {
         match self {
             Receiver::Tenant(c) => &c.url,
             Receiver::Endpoint(e) => &e.url,
+        }
+    }
+
+    /// The version of the secret the receiver names: an endpoint's moves
+    /// with each rotation; a tenant's webhook secret is the operator's.
+    fn secret_version(&self) -> u32 {
+        match self {
+            Receiver::Tenant(_) => 0,
+            Receiver::Endpoint(e) => e.secret_version,
         }
     }
 
@@ -361,7 +376,7 @@ where
         }
         let secrets = self
             .secrets
-            .signing_secrets(receiver.secret_id())
+            .signing_secrets(receiver.secret_id(), receiver.secret_version())
             .await
             .map_err(StageError::Remote)?
             .filter(|s| !s.is_empty())

@@ -32,7 +32,7 @@ fn acme() -> TenantId {
 }
 
 async fn secret_of(secrets: &MemorySecrets, name: &str) -> Option<String> {
-    secrets.signing_secrets(name).await.unwrap().map(|v| v[0].clone())
+    secrets.signing_secrets(name, 0).await.unwrap().map(|v| v[0].clone())
 }
 
 #[tokio::test]
@@ -145,6 +145,11 @@ async fn rotation_puts_a_new_secret_and_updates_change_only_what_they_name() {
         Some(rotated.secret.as_str())
     );
     assert_eq!(rotated.endpoint.secret_id, created.endpoint.secret_id);
+    // Every rotation moves the version a sender keys its cache on.
+    assert_eq!(
+        (created.endpoint.secret_version, rotated.endpoint.secret_version),
+        (0, 1)
+    );
     assert!(matches!(
         endpoints.rotate("ep_nope").await,
         Err(IntakeError::NoSuchEndpoint)

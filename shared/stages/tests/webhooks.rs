@@ -304,6 +304,7 @@ async fn add_endpoint(rig: &Rig, id: &str, events: &[&str]) -> genace_core::webh
         description: String::new(),
         events: events.iter().map(|e| e.to_string()).collect(),
         secret_id: genace_core::webhook::endpoint_secret_name(&acme, id),
+        secret_version: 0,
         created_at: Utc::now(),
         updated_at: Utc::now(),
         updated_by: "acme".into(),

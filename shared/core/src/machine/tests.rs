@@ -1129,6 +1129,35 @@ fn rate_limits_keep_their_own_retry_time_and_are_bounded() {
     assert!(claim_dispatch(&released, "m", retry, &p).is_ok());
 }
 
+/// A refused claim re-reads before it records a wait; if a 429 opened a
+/// `rate_limited` case meanwhile, the held record must not join the
+/// waiting order (every fresh claim would yield to it), whatever it lacks.
+#[test]
+fn a_held_operation_never_joins_the_waiting_order() {
+    let p = Policy {
+        rate_limit_max: 1,
+        ..Policy::default()
+    };
+    let held = release_claim(&submitting(), "tok", t0() + Duration::seconds(30), t0(), &p).unwrap();
+    assert_eq!(held.case.as_ref().map(|c| c.reason), Some(CaseReason::RateLimited));
+    for event in [Event::CapacityReached, Event::SpendLimitReached] {
+        assert_eq!(
+            transition(&held, event, t0(), &p),
+            Err(Refusal::CaseOpen(CaseReason::RateLimited))
+        );
+    }
+    // An account hold is the machine's to end: a claim refused once it
+    // ends may wait like any other.
+    let account = hold_for_account(&submitting(), "tok", err("account"), t0(), &p).unwrap();
+    let later = t0() + p.account_hold + Duration::seconds(1);
+    let waiting = transition(&account, Event::CapacityReached, later, &p).unwrap();
+    assert!(waiting.waits_in_order().is_some());
+    // And the invariant catches a held record that waits, however written.
+    let mut broken = held.clone();
+    broken.capacity_hold = Some(t0());
+    assert!(check_invariants(&broken).unwrap_err().contains("case open"));
+}
+
 #[test]
 fn delivery_attempts_count_at_claim_so_silent_stops_are_bounded_too() {
     let p = Policy {

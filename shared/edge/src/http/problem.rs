@@ -98,6 +98,7 @@ impl From<IntakeError> for Problem {
                 )
                 .with("operation_id", id)
             }
+            IntakeError::Invalid(invalid) => Problem::from(invalid),
             IntakeError::NotFound => not_found(),
             IntakeError::StaleVersion { actual, .. } => Problem::new(
                 StatusCode::PRECONDITION_FAILED,
@@ -106,18 +107,7 @@ impl From<IntakeError> for Problem {
                 format!("{e}. Read it again and decide on what it is now."),
             )
             .with("current_version", actual),
-            IntakeError::JobHeldElsewhere { ref holder, .. } => {
-                let p = Problem::new(
-                    StatusCode::CONFLICT,
-                    "remote-job-held",
-                    "The remote job belongs to another operation",
-                    e.to_string(),
-                );
-                match holder {
-                    Some(id) => p.with("operation_id", id.as_str()),
-                    None => p,
-                }
-            }
+            IntakeError::JobHeldElsewhere { .. } | IntakeError::JobNotAttachable { .. } => job_problem(e),
             IntakeError::TooLateToCancel { phase } => too_late_to_cancel(phase),
             IntakeError::CannotErase { phase, delivery_state } => erasure_refused(phase, delivery_state),
             IntakeError::Objects(ref inner) => {
@@ -156,6 +146,31 @@ impl From<IntakeError> for Problem {
                 .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
             }
         }
+    }
+}
+
+/// The refusals of a job id an operator asked to attach.
+fn job_problem(e: IntakeError) -> Problem {
+    match e {
+        IntakeError::JobHeldElsewhere { ref holder, .. } => {
+            let p = Problem::new(
+                StatusCode::CONFLICT,
+                "remote-job-held",
+                "The remote job belongs to another operation",
+                e.to_string(),
+            );
+            match holder {
+                Some(id) => p.with("operation_id", id.as_str()),
+                None => p,
+            }
+        }
+        IntakeError::JobNotAttachable { .. } => Problem::new(
+            StatusCode::CONFLICT,
+            "remote-job-not-attachable",
+            "The remote job cannot be attached to this operation",
+            format!("{e}. An operator of every tenant can see why."),
+        ),
+        other => Problem::from(other),
     }
 }
 

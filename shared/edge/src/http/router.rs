@@ -200,9 +200,6 @@ async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         ),
     };
     let intent = Intent::parse(&value, header_key)?;
-    if let Some(deadline) = intent.deadline {
-        deadline.check(intake.clock.now())?;
-    }
     if intent.fault.is_some() && !intake.config.fault_injection {
         return Err(InvalidInput::new("fault", "fault injection is disabled in this deployment").into());
     }

@@ -7,6 +7,8 @@ use super::*;
 #[derive(Debug, Clone, Default)]
 pub struct MemorySecrets {
     values: Arc<Mutex<BTreeMap<String, String>>>,
+    /// How long a replaced value still signs (none by default).
+    pub overlap: chrono::Duration,
 }
 
 impl MemorySecrets {
@@ -19,22 +21,30 @@ impl MemorySecrets {
 }
 
 impl crate::webhooks::SecretStore for MemorySecrets {
-    /// The value put last; no rotation overlap in memory.
-    async fn signing_secrets(&self, id: &str) -> Result<Option<Vec<String>>, String> {
-        Ok(self
-            .values
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .map(|v| vec![v.clone()]))
+    /// The live values of the keys put last (or a plain value put with
+    /// [`MemorySecrets::put`]); nothing is cached in memory.
+    async fn signing_secrets(&self, id: &str, _version: u32) -> Result<Option<Vec<String>>, String> {
+        let now = Utc::now();
+        Ok(self.values.lock().unwrap_or_else(|p| p.into_inner()).get(id).map(|v| {
+            genace_core::webhook::SigningKeys::parse(v).map_or_else(|| vec![v.clone()], |keys| keys.live(now))
+        }))
     }
 }
 
-/// Written values replace the current one; deleting removes it.
+/// A written value becomes the current one, and the one it replaces
+/// signs for [`MemorySecrets::overlap`], as in Secrets Manager; deleting
+/// removes the secret.
 impl crate::webhooks::SecretVault for MemorySecrets {
     fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> crate::webhooks::VaultFuture<'a> {
         Box::pin(async move {
-            self.put(name, value);
+            let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+            let keys = genace_core::webhook::SigningKeys::rotate(
+                values.get(name).map(String::as_str),
+                value,
+                Utc::now(),
+                self.overlap,
+            );
+            values.insert(name.to_owned(), keys.to_stored());
             Ok(())
         })
     }
