@@ -154,6 +154,8 @@ fn every_function_has_only_the_actions_it_uses() {
                 // The delivery log index.
                 "dynamodb:Query",
                 "secretsmanager:CreateSecret",
+                // A rotation keeps the values it replaces for their overlap.
+                "secretsmanager:GetSecretValue",
                 "secretsmanager:PutSecretValue",
                 "secretsmanager:DeleteSecret",
                 // Replay and recovery: a copy of a kept event on the webhook queue.

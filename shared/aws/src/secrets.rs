@@ -112,14 +112,17 @@ impl SecretsManager {
             return Ok(Some(keys));
         }
         let mut keys = SigningKeys::new(&current);
-        // Without a creation time, sign with the previous value too: a
-        // receiver never fails for a signature too many.
-        let rotated_recently = created.is_none_or(|at| now.timestamp() - at < self.overlap.num_seconds());
-        if rotated_recently && let Some((previous, _)) = self.value(id, "AWSPREVIOUS").await? {
-            keys.keys.push(genace_core::webhook::SigningKey {
-                value: previous,
-                until: None,
-            });
+        // The previous value signs until the overlap after the current one
+        // was created ends. Without a creation time it signs too, until the
+        // next read: a receiver never fails for a signature too many.
+        let until = created
+            .and_then(|at| chrono::DateTime::from_timestamp(at, 0))
+            .map(|at| at + self.overlap);
+        if until.is_none_or(|u| u > now)
+            && let Some((previous, _)) = self.value(id, "AWSPREVIOUS").await?
+        {
+            keys.keys
+                .push(genace_core::webhook::SigningKey { value: previous, until });
         }
         Ok(Some(keys))
     }
@@ -133,8 +136,10 @@ impl SecretVault for SecretsManager {
         Box::pin(async move {
             // The keys after this value: the replaced ones keep signing
             // until their overlaps end.
-            let stored = self.value(name, "AWSCURRENT").await?.map(|(v, _)| v);
-            let keys = SigningKeys::rotate(stored.as_deref(), value, chrono::Utc::now(), self.overlap).to_stored();
+            // A plain value's previous one, still in its overlap, is kept too.
+            let now = chrono::Utc::now();
+            let stored = self.keys(name, now).await?.unwrap_or(SigningKeys { keys: Vec::new() });
+            let keys = stored.rotated(value, now, self.overlap).to_stored();
             let put = self
                 .client
                 .put_secret_value()

@@ -45,8 +45,16 @@ async fn a_secret_is_read_a_missing_one_is_none_and_reads_are_cached() {
         values(&["rotated", "s3cret"])
     );
     // Once the overlap is over, only the new one.
-    let later = SecretsManager::new(client, chrono::Duration::zero());
+    let later = SecretsManager::new(client.clone(), chrono::Duration::zero());
     assert_eq!(later.signing_secrets(&name, 0).await.unwrap(), values(&["rotated"]));
+    // The first rotation through the vault keeps both values still in
+    // their overlap: the current one and the previous one.
+    let vault = SecretsManager::new(client, overlap);
+    vault.store_secret(&name, "whsec_new").await.unwrap();
+    assert_eq!(
+        vault.signing_secrets(&name, 1).await.unwrap(),
+        values(&["whsec_new", "rotated", "s3cret"])
+    );
 }
 
 /// An endpoint's secret rotated by the API (another process's vault): a

@@ -293,11 +293,16 @@ impl SigningKeys {
             Some(s) => Self::parse(s).unwrap_or_else(|| Self::new(s)),
             None => Self { keys: Vec::new() },
         };
+        before.rotated(value, now, overlap)
+    }
+
+    /// These keys after putting `value` on the secret at `now`, as
+    /// [`Self::rotate`] says.
+    pub fn rotated(self, value: &str, now: DateTime<Utc>, overlap: chrono::Duration) -> Self {
         let mut next = Self::new(value);
         let ends = now + overlap;
         next.keys.extend(
-            before
-                .keys
+            self.keys
                 .into_iter()
                 .filter(|k| k.value != value)
                 .map(|k| SigningKey {

@@ -130,13 +130,13 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         let op = self.op;
         let holders = self.store.holders_of_remote_job(job_id).await?;
         if let Some(other) = holders.into_iter().find(|h| h != id) {
-            let visible = self
-                .store
-                .get(&other, self.clock.now())
-                .await?
-                .filter(|r| op.may_see(&r.tenant_id));
-            // An operator scoped to one tenant learns only that the
-            // job cannot be attached, never that another tenant holds it.
+            // An operator scoped to one tenant learns only that the job
+            // cannot be attached, whoever holds it: naming a holder of its
+            // own tenant, and not another's, would tell the two apart.
+            let visible = match op.tenant {
+                Some(_) => None,
+                None => self.store.get(&other, self.clock.now()).await?,
+            };
             return Err(match visible {
                 Some(holder) => IntakeError::JobHeldElsewhere {
                     job_id: job_id.to_owned(),

@@ -1034,3 +1034,63 @@ async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
         "{foreign:?}"
     );
 }
+
+/// Attaching a job id that another operation holds is refused. An
+/// operator of every tenant is told which operation holds it; one scoped
+/// to a tenant only that it cannot be attached, the same whether the
+/// holder is of its own tenant or of another, so the answer never tells
+/// that a job belongs to another tenant.
+#[tokio::test]
+async fn a_held_job_is_refused_without_naming_another_tenant() {
+    use genace_core::machine::Resolution;
+    use genace_stages::admin::Operator;
+    use genace_stages::intake::IntakeError;
+    let app = app();
+    let theirs = submit_as(&app, "ta", "theirs").await;
+    app.dispatcher().dispatch(&theirs).await.unwrap();
+    let own = submit_as(&app, "tb", "own").await;
+    app.dispatcher().dispatch(&own).await.unwrap();
+    app.genace.plan([SubmitPlan::LostAfterCreate]);
+    let lost = submit_as(&app, "tb", "lost").await;
+    app.dispatcher().dispatch(&lost).await.unwrap();
+    let rec = record(&app, &lost).await;
+    assert_eq!(rec.phase, Phase::Uncertain);
+    let job_of = |id: OperationId| {
+        let app = &app;
+        async move { record(app, &id).await.remote_job_id.unwrap() }
+    };
+    let (their_job, own_job) = (job_of(theirs.clone()).await, job_of(own.clone()).await);
+    let attach = |op: Operator, job: String| {
+        let app = &app;
+        let lost = lost.clone();
+        let version = rec.version;
+        async move {
+            app.intake()
+                .admin(&op)
+                .resolve(&lost, &Resolution::AttachRemoteJob { job_id: job }, "found it", version)
+                .await
+        }
+    };
+    let everyone = Operator {
+        actor: "ops-1".into(),
+        tenant: None,
+    };
+    let scoped = Operator {
+        actor: "ops-b".into(),
+        tenant: Some(TenantId::parse("tb").unwrap()),
+    };
+    match attach(everyone, their_job.clone()).await {
+        Err(IntakeError::JobHeldElsewhere { holder, .. }) => assert_eq!(holder, Some(theirs.clone())),
+        other => panic!("expected the holder named, got {other:?}"),
+    }
+    for job in [their_job, own_job] {
+        match attach(scoped.clone(), job.clone()).await {
+            Err(e @ IntakeError::JobNotAttachable { .. }) => {
+                assert!(!e.to_string().contains(theirs.as_str()), "{e}");
+                assert!(!e.to_string().contains(own.as_str()), "{e}");
+            }
+            other => panic!("{job}: expected a refusal that names no holder, got {other:?}"),
+        }
+    }
+    assert_eq!(record(&app, &lost).await, rec, "nothing was changed");
+}

@@ -168,7 +168,7 @@ fn job_problem(e: IntakeError) -> Problem {
             StatusCode::CONFLICT,
             "remote-job-not-attachable",
             "The remote job cannot be attached to this operation",
-            format!("{e}. An operator of every tenant can see why."),
+            format!("{e}: another operation holds it."),
         ),
         other => Problem::from(other),
     }
