@@ -66,4 +66,10 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $
      /^conformance: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4; c += $2 + $4 }
      /^schemathesis: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4; a += $2 + $4 }
      END { printf "tests: %d passed, %d failed (%d of them conformance scenarios against the artifacts, %d schemathesis runs against the OpenAPI document)\n", p, f, c, a }' "$log"
+# A failing test's message is printed after whatever it logged, which can be
+# long; repeat each panic here, so the end of the output says what failed.
+if grep -q "^thread '.*' panicked at" "$log"; then
+  echo "== panics"
+  grep -A4 "^thread '.*' panicked at" "$log" | grep -v '^{"' | head -60
+fi
 exit "$status"

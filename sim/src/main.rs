@@ -5,11 +5,13 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Parser;
 use genace_core::machine::planted;
-use genace_dst::{Options, quiet_panics, run};
+use genace_dst::{Options, Outcome, quiet_panics, run};
 
 /// Runs the real stages on in-memory adapters, one world per seed, and
 /// checks every invariant after every step.
@@ -78,6 +80,43 @@ fn progress(count: u64) -> indicatif::ProgressBar {
     bar
 }
 
+/// Runs seeds `first..first + count` on one thread per core and returns
+/// the outcome of the lowest seed with a violation, if any: the same seed a
+/// run on one thread would stop at. Seeds are handed out in order, and a
+/// worker stops only past the lowest violation found so far, so every lower
+/// seed has been run when the workers end.
+fn first_violation(first: u64, count: u64, opts: &Options, bar: &indicatif::ProgressBar) -> Option<Outcome> {
+    let end = first + count;
+    let next = AtomicU64::new(first);
+    let lowest = AtomicU64::new(u64::MAX);
+    let found: Mutex<Option<Outcome>> = Mutex::new(None);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(count.max(1) as usize);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end || seed > lowest.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let outcome = run(seed, opts);
+                    bar.inc(1);
+                    if outcome.violation.is_some() {
+                        let mut slot = found.lock().unwrap_or_else(|e| e.into_inner());
+                        if slot.as_ref().is_none_or(|o| o.seed > seed) {
+                            lowest.fetch_min(seed, Ordering::Release);
+                            *slot = Some(outcome);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    found.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let defaults = Options::default();
@@ -103,17 +142,16 @@ fn main() -> ExitCode {
     let (first, count) = (cli.first, cli.count.unwrap_or(0));
     let bar = progress(count);
     let started = Instant::now();
-    for seed in first..first + count {
-        let outcome = run(seed, &opts);
-        bar.inc(1);
+    if let Some(outcome) = first_violation(first, count, &opts, &bar) {
+        bar.finish_and_clear();
+        let seed = outcome.seed;
         if let Some(violation) = &outcome.violation {
-            bar.finish_and_clear();
             println!("seed {seed}: {violation}");
-            println!("trace (replay with: scripts/simulate.sh --replay {seed}):");
-            outcome.trace.iter().for_each(|line| println!("  {line}"));
-            println!("seeds run: {}", seed - first + 1);
-            return ExitCode::FAILURE;
         }
+        println!("trace (replay with: scripts/simulate.sh --replay {seed}):");
+        outcome.trace.iter().for_each(|line| println!("  {line}"));
+        println!("seeds run: {}", seed - first + 1);
+        return ExitCode::FAILURE;
     }
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
