@@ -479,10 +479,23 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         "put",
         &call(event("PUT", t1_limit, Some(&oversized_limit), operator(), &[])).await,
     ));
-    let other_tenant_operator = json!({"sub": "ops-3", "scope": "genace:operator", "tenant_id": "t2"});
-    let hidden = call(event("PUT", t1_limit, Some(&fifteen), other_tenant_operator, &[])).await;
-    assert_eq!(hidden.status(), 404);
-    seen.insert(doc.check(limit, "put", &hidden));
+    // A tenant's limits are the platform's: an operator scoped to a tenant,
+    // another or its own, may not set them, and the answer is the same.
+    let five = json!({"spend_limit": 5}).to_string();
+    for scoped_to in ["t2", "t1"] {
+        let scoped = json!({"sub": "ops-3", "scope": "genace:operator", "tenant_id": scoped_to});
+        let refused = call(event("PUT", t1_limit, Some(&five), scoped, &[])).await;
+        assert_eq!(refused.status(), 403, "an operator scoped to {scoped_to}");
+        let problem: Value = serde_json::from_slice(refused.body().as_ref()).unwrap();
+        assert!(
+            problem["type"].as_str().unwrap().ends_with("platform-limit"),
+            "{problem}"
+        );
+        seen.insert(doc.check(limit, "put", &refused));
+    }
+    let own = call(event("GET", mine, None, tenant("t1"), &[])).await;
+    let own_body: Value = serde_json::from_slice(own.body().as_ref()).unwrap();
+    assert_eq!(own_body["spend_limit"], 15.0, "a refused limit changed nothing");
     let listed = call(event("GET", all, None, operator(), &[])).await;
     let listed_body: Value = serde_json::from_slice(listed.body().as_ref()).unwrap();
     assert!(
@@ -799,6 +812,13 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     ] {
         seen.insert(doc.check(slots, "put", &call(event("PUT", t1_slots, body, claims, headers)).await));
     }
+    // Its own tenant's operator may not set it either (the platform's
+    // limit); the capacity report below still shows 2.
+    let one = json!({"max_in_flight": 1}).to_string();
+    let t1_scoped = json!({"sub": "ops-7", "scope": "genace:operator", "tenant_id": "t1"});
+    let refused = call(event("PUT", t1_slots, Some(&one), t1_scoped, &[])).await;
+    assert_eq!(refused.status(), 403);
+    seen.insert(doc.check(slots, "put", &refused));
     let with_limit: Value = serde_json::from_slice(
         call(event("GET", capacity, None, operator(), &[]))
             .await

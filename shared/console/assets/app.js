@@ -508,7 +508,12 @@ function capacityTables(c) {
 }
 
 // A tenant's limit (spend or jobs in flight), edited in place; empty removes it.
+// An operator scoped to one tenant reads the limit only: a tenant's limits
+// are the platform's (the API answers 403 platform-limit).
 function limitForm(tenant, route, member, value, label) {
+  if (claims(sessionStorage.getItem(TOKEN)).tenant_id) {
+    return h("span", { "data-limit": member }, `${value ?? "none"} (set by an operator of every tenant)`);
+  }
   const note = h("span", { "aria-live": "polite" });
   const form = h("form", { class: "action" },
     h("label", {}, `${label} for ${tenant} (empty: none)`,

@@ -208,6 +208,16 @@ pub fn reserves(prev: &OperationRecord, next: &OperationRecord) -> bool {
     prev.phase == Phase::Prepared && next.phase == Phase::Submitting
 }
 
+/// Whether the write of `next` over `prev` frees room a waiting operation
+/// may need: a slot of the account (a job Genace is done with, or never
+/// ran) or credits the tenant held (a 202 holding less than the claim
+/// reserved, a 502 whose job failed). Judged on the record the write
+/// replaced, not on an earlier read of it.
+pub fn frees_room(prev: &OperationRecord, next: &OperationRecord) -> bool {
+    let (before, after) = (share(prev), share(next));
+    after.in_flight < before.in_flight || after.held < before.held
+}
+
 /// The most jobs the Genace account limit may be set to; a limit is at least 1.
 pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;
 

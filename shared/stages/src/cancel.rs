@@ -14,7 +14,7 @@ use crate::intake::{Intake, IntakeError};
 use crate::outputs::ObjectStore;
 use crate::queue::WorkQueue;
 use crate::stage::write_attempts;
-use crate::table::{CommitError, OperationStore, commit};
+use crate::table::{CommitError, OperationStore, commit_with};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Event};
 use genace_core::record::{CancelReason, OperationRecord};
@@ -34,15 +34,20 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         let now = self.clock.now();
         let policy = self.config.policy;
         let id = rec.operation_id.clone();
-        let waited = rec.waits_in_order().is_some();
-        // A record read as cancelled is a repeat: nothing to count or pass on.
-        let repeat = rec.phase == genace_core::record::Phase::Cancelled;
         let event = Event::Cancel {
             by,
             reason: CancelReason::Requested,
         };
-        let next = commit(&self.store, rec, write_attempts(), |r| {
-            machine::transition(r, event, now, &policy)
+        // Judged on the record the cancel was written over, which a lost
+        // race makes a later one than `rec`: whether it waited in order (a
+        // wake-up may have been sent for it), and whether it was already
+        // cancelled (a repeat: nothing to count or pass on).
+        let (next, (waited, repeat)) = commit_with(&self.store, rec, write_attempts(), |r| {
+            let before = (
+                r.waits_in_order().is_some(),
+                r.phase == genace_core::record::Phase::Cancelled,
+            );
+            machine::transition(r, event, now, &policy).map(|next| (next, before))
         })
         .await
         .map_err(|e| match e {

@@ -1,7 +1,7 @@
 //! Settings, read once per cold start from environment variables.
 //!
-//! Every setting has a documented default (see the README's configuration
-//! table). Queue URLs default to the local stack's names when
+//! Every setting has a documented default (see the table in
+//! docs/configuration.md). Queue URLs default to the local stack's names when
 //! `AWS_ENDPOINT_URL` points at a local endpoint.
 
 use chrono::Duration;

@@ -49,7 +49,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         Ok(self.store.ledgers(limit, cursor).await?)
     }
 
-    /// Sets or removes a tenant's spend limit, and wakes the waiting
+    /// Sets or removes a tenant's spend limit (operators of every tenant
+    /// only: [`op_may_set_limits`]), and wakes the waiting
     /// operations a raised limit may make room for.
     pub async fn set_spend_limit(
         &self,
@@ -60,9 +61,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         Q: crate::queue::WorkQueue,
     {
         let op = self.op;
-        if !op.may_see(tenant) {
-            return Err(IntakeError::NotFound);
-        }
+        op_may_set_limits(op)?;
         let ledger = self.store.set_spend_limit(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, spend_limit_millicredits = ?limit, "spend limit set");
         // A raised (or removed) limit may make room for waiting operations.
@@ -70,7 +69,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         Ok(ledger)
     }
 
-    /// Sets or removes a tenant's own limit of jobs in flight. A raised
+    /// Sets or removes a tenant's own limit of jobs in flight (operators of
+    /// every tenant only: [`op_may_set_limits`]). A raised
     /// limit wakes the operations it makes room for; a lowered one admits
     /// nothing new until the tenant's jobs in flight fall under it, and
     /// touches nothing running.
@@ -79,12 +79,22 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         Q: crate::queue::WorkQueue,
     {
         let op = self.op;
-        if !op.may_see(tenant) {
-            return Err(IntakeError::NotFound);
-        }
+        op_may_set_limits(op)?;
         let ledger = self.store.set_max_in_flight(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, max_in_flight = ?limit, "tenant's limit of jobs in flight set");
         crate::capacity::wake_if_room(&self.store, &self.queue).await;
         Ok(ledger)
+    }
+}
+
+/// A tenant's limits are the platform's, not the tenant's: they bound what
+/// the platform spends on the tenant's behalf and the share of the one
+/// Genace account it takes from the others. So an operator scoped to one
+/// tenant, its own included, may read them but not set them; the refusal
+/// does not depend on the tenant named, so it tells nothing of it.
+fn op_may_set_limits(op: &crate::admin::Operator) -> Result<(), IntakeError> {
+    match op.tenant {
+        Some(_) => Err(IntakeError::PlatformLimit),
+        None => Ok(()),
     }
 }

@@ -326,12 +326,11 @@ where
             SubmitOutcome::Rejected { status, detail } => {
                 let error = http_error(status, detail);
                 let event = Event::Rejected { token, error: &error };
-                self.record(&posted, event).await.map_err(commit_failure)?;
                 // Genace ran nothing: the claim's slot goes to the next
                 // waiting operation. (A 429 or an account refusal frees the
                 // slot too, but waking another POST there would only meet
                 // the same answer.)
-                crate::capacity::wake_if_room(&self.store, &self.queue).await;
+                self.record_freeing(&posted, event).await.map_err(commit_failure)?;
                 Ok(PostResult::Rejected)
             }
             SubmitOutcome::AccountProblem { status, detail } => self.account_refused(posted, status, detail).await,
@@ -358,6 +357,24 @@ where
         .await
     }
 
+    /// [`Self::record`] for an outcome that may free room (a 202 holding
+    /// less than was reserved, a 502 naming a failed job, a refused
+    /// request): wakes waiting operations when the record written, judged
+    /// against the one it replaced, freed a slot or credits.
+    async fn record_freeing(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
+        let policy = self.config.policy;
+        let (rec, freed) = commit_with(&self.store, posted.claimed.clone(), write_attempts(), |r| {
+            let next = machine::transition(r, event, posted.received_at, &policy)?;
+            let freed = genace_core::ledger::frees_room(r, &next);
+            Ok((next, freed))
+        })
+        .await?;
+        if freed {
+            crate::capacity::wake_if_room(&self.store, &self.queue).await;
+        }
+        Ok(rec)
+    }
+
     /// A 202: save the job id (or hand it to the recovery queue), then poll.
     async fn accepted(
         &self,
@@ -371,7 +388,7 @@ where
                 "injected: dispatch.persist_fails".into(),
             )))
         } else {
-            self.record(&posted, Event::Accepted { token, job: &job }).await
+            self.record_freeing(&posted, Event::Accepted { token, job: &job }).await
         };
         match written {
             Ok(rec) => {
@@ -413,7 +430,8 @@ where
             job_id: &job_id,
             error: &remote,
         };
-        match self.record(&posted, event).await {
+        // The failed job holds no slot: the record written wakes the next.
+        match self.record_freeing(&posted, event).await {
             Ok(rec) => {
                 case_opened(&self.metrics, &rec);
                 Ok(PostResult::SubmitFailed)

@@ -60,6 +60,10 @@ pub enum IntakeError {
     /// scoped to one tenant.
     #[error("only an operator of every tenant may change the whole account")]
     AccountWide,
+    /// A tenant's spend limit and limit of jobs in flight are the
+    /// platform's: an operator scoped to one tenant reads them only.
+    #[error("only an operator of every tenant may set a tenant's limits")]
+    PlatformLimit,
     /// No webhook endpoint with this id belongs to the tenant.
     #[error("no such webhook endpoint")]
     NoSuchEndpoint,

@@ -7,11 +7,11 @@ use tracing::{error, info};
 use crate::clock::{Clock, SystemClock};
 use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError, write_attempts};
-use crate::table::{CommitError, OperationStore, commit};
+use crate::table::{CommitError, OperationStore, commit_with};
 use genace_core::machine::{self, AcceptedJob, Event, Policy};
 use genace_core::messages::Queue;
 use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
-use genace_core::record::{Phase, RemoteError};
+use genace_core::record::{OperationRecord, Phase, RemoteError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecoveryOutcome {
@@ -50,6 +50,13 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Recovery<S, Q, C> {
             return Ok(RecoveryOutcome::Missing);
         };
         let token = msg.claim_token.as_str();
+        // Each decision also says whether the record it wrote freed room
+        // (judged on the record it replaced), for the wake-up below.
+        let decide = |r: &OperationRecord, event: Event<'_>| {
+            let next = machine::transition(r, event, now, policy)?;
+            let freed = genace_core::ledger::frees_room(r, &next);
+            Ok((next, freed))
+        };
         let result = match &msg.outcome {
             RecoveredOutcome::Accepted {
                 job_id,
@@ -65,8 +72,8 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Recovery<S, Q, C> {
                     created_at: created_at.clone(),
                     held_credits: *held_credits,
                 };
-                commit(store, rec, write_attempts(), |r| {
-                    machine::transition(r, Event::Accepted { token, job: &job }, now, policy)
+                commit_with(store, rec, write_attempts(), |r| {
+                    decide(r, Event::Accepted { token, job: &job })
                 })
                 .await
             }
@@ -76,20 +83,23 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Recovery<S, Q, C> {
                     status: Some(502),
                     detail: error.to_string(),
                 };
-                commit(store, rec, write_attempts(), |r| {
+                commit_with(store, rec, write_attempts(), |r| {
                     let event = Event::SubmitFailed {
                         token,
                         job_id,
                         error: &remote,
                     };
-                    machine::transition(r, event, now, policy)
+                    decide(r, event)
                 })
                 .await
             }
         };
         match result {
-            Ok(rec) => {
+            Ok((rec, freed)) => {
                 info!(operation_id = %rec.operation_id, remote_job_id = ?rec.remote_job_id, phase = rec.phase.as_str(), "recovered outcome applied");
+                if freed {
+                    crate::capacity::wake_if_room(store, queue).await;
+                }
                 if rec.phase == Phase::Accepted && rec.observed_at.is_none() {
                     queue.enqueue(Queue::Poll, &rec.operation_id, 0).await?;
                 }

@@ -1094,3 +1094,127 @@ async fn a_held_job_is_refused_without_naming_another_tenant() {
     }
     assert_eq!(record(&app, &lost).await, rec, "nothing was changed");
 }
+
+/// Genace as a stand-in whose POST, before it answers, lets a rival
+/// dispatch run: the rival finds the claim's slot or credits taken, and
+/// records its wait while the POST is in flight.
+struct RivalDuringPost {
+    genace: genace_stages::memory::MemoryGenace,
+    rival: genace_stages::dispatch::Dispatcher<
+        genace_stages::memory::MemoryStore,
+        genace_stages::memory::MemoryQueue,
+        genace_stages::memory::MemoryGenace,
+        genace_stages::memory::ManualClock,
+    >,
+    rival_id: OperationId,
+    waits: Dispatched,
+}
+
+impl genace_stages::genace::Genace for RivalDuringPost {
+    async fn submit(&self, body: &serde_json::Value) -> genace_core::remote::SubmitOutcome {
+        assert_eq!(self.rival.dispatch(&self.rival_id).await.unwrap(), self.waits);
+        self.genace.submit(body).await
+    }
+
+    async fn status(&self, job_id: &str) -> genace_core::remote::StatusOutcome {
+        self.genace.status(job_id).await
+    }
+}
+
+/// Dispatches `first` through [`RivalDuringPost`], with `second` the rival
+/// that waits (`waits`) while the POST is in flight; returns how many
+/// wake-ups `second` was sent by the time the first outcome was written.
+async fn wake_ups_after_the_first_outcome(
+    app: &MemoryApp,
+    first: &OperationId,
+    second: &OperationId,
+    waits: Dispatched,
+) -> usize {
+    let wakes = |id: &OperationId| {
+        app.queue
+            .messages()
+            .iter()
+            .filter(|m| m.queue == Queue::Wake && m.body.contains(id.as_str()))
+            .count()
+    };
+    let before = wakes(second);
+    let mut dispatcher = genace_stages::dispatch::Dispatcher {
+        store: app.store.clone(),
+        queue: app.queue.clone(),
+        genace: RivalDuringPost {
+            genace: app.genace.clone(),
+            rival: app.dispatcher(),
+            rival_id: second.clone(),
+            waits: waits.clone(),
+        },
+        config: app.config.clone(),
+        clock: app.clock.clone(),
+        metrics: app.metrics.clone(),
+    };
+    dispatcher.config.fault_injection = true;
+    dispatcher.dispatch(first).await.unwrap();
+    assert!(record(app, second).await.waits_in_order().is_some(), "the rival waits");
+    wakes(second) - before
+}
+
+/// A 502 naming a failed job frees the claim's slot at once (the job
+/// holds none): the operation that waited for that slot is woken by the
+/// write of the 502, not left for the sweep.
+#[tokio::test]
+async fn a_502_naming_a_failed_job_wakes_the_operation_waiting_for_its_slot() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let first = submit(&app, "fails", None).await;
+    let second = submit(&app, "waits", None).await;
+    app.genace.plan([SubmitPlan::FailWithJob]);
+    let woken = wake_ups_after_the_first_outcome(&app, &first, &second, Dispatched::WaitingForCapacity).await;
+    assert_eq!(record(&app, &first).await.phase, Phase::SubmitFailed);
+    assert_eq!(woken, 1, "woken by the 502's write");
+    assert_eq!(
+        app.dispatcher().dispatch(&second).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(app.genace.posts().len(), 2);
+}
+
+/// A 202 whose job holds less than the claim reserved gives the
+/// difference back to the tenant at once: an operation waiting for those
+/// credits is woken by the write of the 202.
+#[tokio::test]
+async fn a_202_holding_less_than_reserved_wakes_the_operation_waiting_for_credits() {
+    let app = app();
+    // Room for one video reservation (10 credits) and a half.
+    app.store
+        .set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(15.0)));
+    let first = submit(&app, "cheap", None).await;
+    let second = submit(&app, "waits", None).await;
+    app.genace.plan([SubmitPlan::AcceptReporting {
+        state: "queued".into(),
+        held_credits: "4".into(),
+    }]);
+    let woken = wake_ups_after_the_first_outcome(&app, &first, &second, Dispatched::WaitingForCredits).await;
+    let tenant = TenantId::parse("tenant-a").unwrap();
+    assert_eq!(
+        app.store.ledger(&tenant).await.unwrap().totals.held,
+        genace_core::ledger::millis(4.0),
+        "the 202's own figure is held"
+    );
+    assert_eq!(woken, 1, "woken by the 202's write");
+    assert_eq!(
+        app.dispatcher().dispatch(&second).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+}
+
+/// A 202 that holds what was reserved frees nothing, and wakes nobody.
+#[tokio::test]
+async fn a_202_holding_what_was_reserved_wakes_nobody() {
+    let app = app();
+    app.store
+        .set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(15.0)));
+    let first = submit(&app, "full-price", None).await;
+    let second = submit(&app, "waits", None).await;
+    let woken = wake_ups_after_the_first_outcome(&app, &first, &second, Dispatched::WaitingForCredits).await;
+    assert_eq!(record(&app, &first).await.phase, Phase::Accepted);
+    assert_eq!(woken, 0);
+}

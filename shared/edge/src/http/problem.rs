@@ -130,7 +130,8 @@ impl From<IntakeError> for Problem {
             | IntakeError::NoSuchEvent
             | IntakeError::EndpointLimit { .. }
             | IntakeError::Secrets(_)
-            | IntakeError::AccountWide => scope_problem(e),
+            | IntakeError::AccountWide
+            | IntakeError::PlatformLimit => scope_problem(e),
             IntakeError::Store(StoreError::Cursor) => {
                 Problem::from(InvalidInput::new("cursor", "is not a cursor this API returned"))
             }
@@ -183,6 +184,12 @@ fn scope_problem(e: IntakeError) -> Problem {
             "account-wide",
             "Only an operator of every tenant may change this",
             format!("{e}; this operator is scoped to one tenant."),
+        ),
+        IntakeError::PlatformLimit => Problem::new(
+            StatusCode::FORBIDDEN,
+            "platform-limit",
+            "Only an operator of every tenant may set a tenant's limits",
+            format!("{e}; this operator is scoped to one tenant and may read them only."),
         ),
         IntakeError::NoSuchEndpoint => Problem::new(
             StatusCode::NOT_FOUND,
