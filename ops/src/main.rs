@@ -336,7 +336,7 @@ enum EndpointAction {
     /// The endpoint's delivery log, newest first.
     Attempts {
         endpoint_id: String,
-        /// succeeded or failed.
+        /// succeeded, failed or skipped.
         #[arg(long)]
         status: Option<String>,
         #[command(flatten)]

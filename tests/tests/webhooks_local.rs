@@ -22,26 +22,8 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 )]
 async fn a_tenants_webhook_receives_its_lifecycle_signed() {
     let env = LocalAws::fresh().await;
-    let genace = MockServer::start().await;
+    let genace = genace_rendering("job-hook", "a.mp4", "video/mp4").await;
     let receiver = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/jobs"))
-        .respond_with(ResponseTemplate::new(202).set_body_json(json!({"job_id": "job-hook", "state": "queued"})))
-        .mount(&genace)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/v1/jobs/job-hook"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            "id": "job-hook", "state": "completed", "error": null,
-            "outputs": [{"url": format!("{}/outputs/a.mp4", genace.uri()), "content_type": "video/mp4"}]
-        })))
-        .mount(&genace)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/outputs/a.mp4"))
-        .respond_with(ResponseTemplate::new(200).set_body_bytes(b"frames".to_vec()))
-        .mount(&genace)
-        .await;
     // The first POST fails: its event is deferred, then delivered again.
     let refusing = RefusesFirst::default();
     Mock::given(method("POST"))
@@ -77,18 +59,7 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
         first_seconds: 6,
         max_seconds: 60,
     };
-    config.url_policy.allow_http = true;
-    config.url_policy.allow_private = true;
-    let mut gconf = GenaceConfig::new(genace.uri(), "hook-test-key");
-    gconf.timeout = Duration::from_secs(3);
-    let events = std::env::temp_dir().join(format!("genace-events-{}.jsonl", uuid::Uuid::new_v4().simple()));
-    let settings = runner::RunnerSettings {
-        events_file: Some(events.clone()),
-        ..runner::RunnerSettings::for_tests()
-    };
-    let addr = settings.intake_addr;
-    let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
-    let api = format!("http://{addr}");
+    let (running, api, events) = start_stack(&env, config, &genace).await;
     let http = reqwest::Client::new();
 
     let operator = devauth::issue_operator("ops-alice", "tenant_id", None, 600).unwrap();
@@ -207,6 +178,53 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
     );
 }
 
+/// The local stack against `genace`, with its events pipe writing the bus
+/// to a file of its own, and webhooks allowed to the loopback receiver:
+/// the stack, its API's base URL and the bus file.
+async fn start_stack(
+    env: &LocalAws,
+    mut config: genace_stages::config::Config,
+    genace: &MockServer,
+) -> (runner::Running, String, std::path::PathBuf) {
+    config.url_policy.allow_http = true;
+    config.url_policy.allow_private = true;
+    let mut gconf = GenaceConfig::new(genace.uri(), "hook-test-key");
+    gconf.timeout = Duration::from_secs(3);
+    let events = std::env::temp_dir().join(format!("genace-events-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let settings = runner::RunnerSettings {
+        events_file: Some(events.clone()),
+        ..runner::RunnerSettings::for_tests()
+    };
+    let addr = settings.intake_addr;
+    let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
+    (running, format!("http://{addr}"), events)
+}
+
+/// A Genace stand-in that takes one job, `job`, and renders it at once to
+/// one output, `file`.
+async fn genace_rendering(job: &str, file: &str, content_type: &str) -> MockServer {
+    let genace = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(ResponseTemplate::new(202).set_body_json(json!({"job_id": job, "state": "queued"})))
+        .mount(&genace)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(format!("/v1/jobs/{job}")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": job, "state": "completed", "error": null,
+            "outputs": [{"url": format!("{}/outputs/{file}", genace.uri()), "content_type": content_type}]
+        })))
+        .mount(&genace)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(format!("/outputs/{file}")))
+        .respond_with(ResponseTemplate::new(200).set_body_bytes(b"rendered".to_vec()))
+        .mount(&genace)
+        .await;
+    genace
+}
+
 /// Answers 503 to the first POST and 200 to every other, noting when each
 /// event id was POSTed.
 #[derive(Clone, Default)]
@@ -263,4 +281,146 @@ fn verify_with_standard_webhooks(requests: &[Request], secrets: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("{}", String::from_utf8_lossy(&out.stdout).trim());
+}
+
+/// A tenant disables its endpoint: its operation's events are not sent,
+/// but they are kept and logged as skipped; a replay meanwhile is refused
+/// with 409. Enabled again, `recover?since=` sends what it missed, signed
+/// with the endpoint's secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
+async fn a_disabled_endpoint_enabled_again_recovers_what_it_missed() {
+    let env = LocalAws::fresh().await;
+    let genace = genace_rendering("job-off", "b.png", "image/png").await;
+    let receiver = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&receiver)
+        .await;
+
+    let (running, api, events) = start_stack(&env, env.config.clone(), &genace).await;
+    let http = reqwest::Client::new();
+    // Unique per run: the table may outlive one test run.
+    let tenant = format!("off-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let app = devauth::issue_with_webhooks("tenant_id", &tenant, 600).unwrap();
+    let created: Value = http
+        .post(format!("{api}/v1/webhooks/endpoints"))
+        .bearer_auth(&app)
+        .json(
+            &json!({"url": format!("{}/off", receiver.uri()), "events": ["operation.accepted", "operation.delivered"]}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let endpoint = format!("{api}/v1/webhooks/endpoints/{}", created["id"].as_str().unwrap());
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    let disabled = http
+        .patch(&endpoint)
+        .bearer_auth(&app)
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(disabled.status(), 200);
+    let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+
+    let op: Value = http
+        .post(format!("{api}/v1/operations"))
+        .bearer_auth(&app)
+        .json(&json!({"operation_key": "off-1", "media_type": "image",
+                      "specification": {"model": "genace-image-1", "prompt": "a quay"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let op_id = op["operation_id"].as_str().unwrap().to_owned();
+    // Both events the endpoint takes are logged as skipped.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut skipped: Vec<Value> = Vec::new();
+    while Instant::now() < deadline && skipped.len() < 2 {
+        let log: Value = http
+            .get(format!("{endpoint}/attempts?status=skipped"))
+            .bearer_auth(&app)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        skipped = log["attempts"].as_array().cloned().unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mut types: Vec<&str> = skipped.iter().map(|a| a["event_type"].as_str().unwrap()).collect();
+    types.sort_unstable();
+    assert_eq!(types, ["operation.accepted", "operation.delivered"], "{skipped:?}");
+    assert!(
+        receiver.received_requests().await.unwrap().is_empty(),
+        "nothing sent while disabled"
+    );
+    let event_id = skipped[0]["event_id"].as_str().unwrap().to_owned();
+    let refused = http
+        .post(format!("{endpoint}/replay"))
+        .bearer_auth(&app)
+        .json(&json!({"event_id": event_id}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 409);
+
+    let enabled = http
+        .patch(&endpoint)
+        .bearer_auth(&app)
+        .json(&json!({"enabled": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(enabled.status(), 200);
+    let recovered: Value = http
+        .post(format!("{endpoint}/recover?since={since}"))
+        .bearer_auth(&app)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (recovered["queued"].clone(), recovered["missing"].clone()),
+        (json!(2), json!(0))
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut got = Vec::new();
+    while Instant::now() < deadline && got.len() < 2 {
+        got = receiver.received_requests().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    running.shutdown().await;
+    let _ = std::fs::remove_file(&events);
+    let mut sent: Vec<(String, String)> = got
+        .iter()
+        .map(|r| {
+            let d: Value = serde_json::from_slice(&r.body).unwrap();
+            (
+                d["operation_id"].as_str().unwrap().to_owned(),
+                d["type"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    sent.sort();
+    assert_eq!(
+        sent,
+        [
+            (op_id.clone(), "operation.accepted".to_owned()),
+            (op_id, "operation.delivered".to_owned())
+        ]
+    );
+    verify_with_standard_webhooks(&got, &[secret.as_str()]);
 }

@@ -1484,18 +1484,25 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     // again with its id; an unknown event is 404; without input, 400.
     let store = env.store();
     let acme = genace_core::domain::TenantId::parse("wh-acme").unwrap();
-    let event_id = "op_1:1:2:operation.accepted";
-    let detail = json!({"id": event_id, "type": "operation.accepted", "tenant_id": "wh-acme"});
+    let event_id = "op_1:1:3:operation.delivered";
+    let detail = json!({"id": event_id, "type": "operation.delivered", "tenant_id": "wh-acme"});
     let keep = Utc::now() + chrono::Duration::days(1);
     store
         .keep_event(&acme, event_id, &detail.to_string(), keep)
+        .await
+        .unwrap();
+    // An event of a type the endpoint does not take is not sent to it.
+    let untaken = "op_1:1:2:operation.accepted";
+    let untaken_detail = json!({"id": untaken, "type": "operation.accepted", "tenant_id": "wh-acme"});
+    store
+        .keep_event(&acme, untaken, &untaken_detail.to_string(), keep)
         .await
         .unwrap();
     let failed = genace_core::webhook::DeliveryAttempt {
         tenant_id: "wh-acme".into(),
         endpoint_id: id.clone(),
         event_id: event_id.into(),
-        event_type: "operation.accepted".into(),
+        event_type: "operation.delivered".into(),
         at: Utc::now() - chrono::Duration::minutes(5),
         attempt: 1,
         status: genace_core::webhook::AttemptStatus::Failed,
@@ -1520,6 +1527,21 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     assert_eq!(body_of(&unknown)["title"], json!("No such event"));
     seen.insert(doc.check(replay_doc, "post", &unknown));
     seen.insert(doc.check(replay_doc, "post", &call(replay(&format!("{one}/replay"), "{}")).await));
+    let not_taken = call(replay(
+        &format!("{one}/replay"),
+        &json!({"event_id": untaken}).to_string(),
+    ))
+    .await;
+    assert_eq!(not_taken.status(), 409);
+    assert!(
+        body_of(&not_taken)["detail"]
+            .as_str()
+            .unwrap()
+            .contains("operation.accepted"),
+        "{:?}",
+        body_of(&not_taken)
+    );
+    seen.insert(doc.check(replay_doc, "post", &not_taken));
     let since = (Utc::now() - chrono::Duration::hours(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let recovered = call(replay(&format!("{one}/recover?since={since}"), "")).await;
     assert_eq!(
@@ -1541,6 +1563,26 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         "post",
         &call(replay(&format!("{missing}/replay"), r#"{"event_id": "x"}"#)).await,
     ));
+    // Disabled, the endpoint is sent nothing, copies included: 409 with
+    // the reason, and nothing queued.
+    assert_eq!(call(patch(&one, json!({"enabled": false}))).await.status(), 200);
+    for (doc_path, path, body) in [
+        (
+            replay_doc,
+            format!("{one}/replay"),
+            json!({"event_id": event_id}).to_string(),
+        ),
+        (recover_doc, format!("{one}/recover?since={since}"), String::new()),
+    ] {
+        let refused = call(replay(&path, &body)).await;
+        assert_eq!(refused.status(), 409, "{path}");
+        assert!(
+            body_of(&refused)["type"].as_str().unwrap().ends_with("not-replayable"),
+            "{path}"
+        );
+        seen.insert(doc.check(doc_path, "post", &refused));
+    }
+    assert_eq!(call(patch(&one, json!({"enabled": true}))).await.status(), 200);
     let copies = env.drain(&env.config.queues.webhooks).await;
     let copies: Vec<Value> = copies.iter().map(|c| serde_json::from_str(c).unwrap()).collect();
     assert_eq!(

@@ -589,7 +589,7 @@ async function endpointPage(tenant, id) {
   const note = h("div", { "aria-live": "polite", id: "endpoint-note" });
   const base = `#/tenants/${encodeURIComponent(tenant)}/endpoints/${encodeURIComponent(id)}`;
   const filter = h("nav", { "aria-label": "Filter the log" },
-    ["", "failed", "succeeded"].map((st) => h("a", { href: st ? `${base}?status=${st}` : base, "aria-current": st === statusFilter ? "page" : null }, st || "all")).flatMap((a) => [a, " "]));
+    ["", "failed", "skipped", "succeeded"].map((st) => h("a", { href: st ? `${base}?status=${st}` : base, "aria-current": st === statusFilter ? "page" : null }, st || "all")).flatMap((a) => [a, " "]));
   const rows = res.data.attempts.map((a) => {
     const replay = h("button", { type: "button", "data-replay": a.event_id }, `Replay ${a.event_type}`);
     replay.addEventListener("click", async () => {

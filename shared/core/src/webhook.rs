@@ -94,7 +94,13 @@ pub struct WebhookEndpoint {
 impl WebhookEndpoint {
     /// Whether an event of `kind` is sent to this endpoint now.
     pub fn wants(&self, kind: &str) -> bool {
-        self.disabled_at.is_none() && (self.events.is_empty() || self.events.iter().any(|e| e == kind))
+        self.disabled_at.is_none() && self.filter_takes(kind)
+    }
+
+    /// Whether its event filter takes `kind`, enabled or not: what a
+    /// disabled endpoint missed is what it would have been sent.
+    pub fn filter_takes(&self, kind: &str) -> bool {
+        self.events.is_empty() || self.events.iter().any(|e| e == kind)
     }
 }
 
@@ -130,6 +136,14 @@ impl Receivers {
     pub fn take(&self, kind: &str) -> bool {
         self.webhook.as_ref().is_some_and(|c| c.wants(kind)) || self.endpoints.iter().any(|e| e.wants(kind))
     }
+
+    /// Whether the webhook function must see an event of `kind`: some
+    /// receiver takes it now, or the tenant has an endpoint at all, enabled
+    /// or not, whose delivery log keeps every event for `WEBHOOK_LOG_DAYS`
+    /// (so a disabled endpoint, enabled again, can be sent what it missed).
+    pub fn must_see(&self, kind: &str) -> bool {
+        !self.endpoints.is_empty() || self.take(kind)
+    }
 }
 
 /// The type of the event sent to a tenant's other endpoints when one is
@@ -150,16 +164,26 @@ pub enum AttemptStatus {
     Succeeded,
     /// Anything else: another status, no answer, or a URL the policy refused.
     Failed,
+    /// Not sent: the endpoint, whose filter takes the event, was disabled.
+    /// Its `attempt` is 0. Once the endpoint is enabled again, `recover`
+    /// sends it like a failed one.
+    Skipped,
 }
 
 impl AttemptStatus {
-    pub const ALL: [AttemptStatus; 2] = [AttemptStatus::Succeeded, AttemptStatus::Failed];
+    pub const ALL: [AttemptStatus; 3] = [AttemptStatus::Succeeded, AttemptStatus::Failed, AttemptStatus::Skipped];
 
     pub fn as_str(self) -> &'static str {
         match self {
             AttemptStatus::Succeeded => "succeeded",
             AttemptStatus::Failed => "failed",
+            AttemptStatus::Skipped => "skipped",
         }
+    }
+
+    /// Whether the event got through with this attempt.
+    pub fn delivered(self) -> bool {
+        self == AttemptStatus::Succeeded
     }
 }
 

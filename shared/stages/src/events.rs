@@ -1,7 +1,8 @@
 //! The events pipe's filter for webhooks: the bus carries every lifecycle
-//! event, and its webhook rule queues only the ones marked here, those a
-//! receiver of the tenant takes. A tenant with no receiver costs the webhook
-//! leg (the queue, the function and its reads) nothing.
+//! event, and its webhook rule queues only the ones marked here: those a
+//! receiver of the tenant takes, and every event of a tenant with a webhook
+//! endpoint, enabled or not, whose log keeps them. A tenant with no receiver
+//! costs the webhook leg (the queue, the function and its reads) nothing.
 
 use std::collections::BTreeSet;
 
@@ -12,7 +13,8 @@ use tracing::warn;
 use crate::metrics::Metrics;
 use crate::table::WebhookEndpoints;
 
-/// Marks each event that a receiver of its tenant takes now (one read of
+/// Marks each event that the webhook function must see
+/// ([`genace_core::webhook::Receivers::must_see`]; one read of
 /// the tenants' receivers for the whole batch). When the receivers cannot
 /// be read, every event is marked, as before the filter: the webhook
 /// function reads them again, so nothing is lost, it only costs.
@@ -33,7 +35,7 @@ pub async fn mark_for_webhooks<S: WebhookEndpoints>(store: &S, metrics: &Metrics
                 event.webhooks = TenantId::parse(&event.tenant_id)
                     .ok()
                     .and_then(|t| receivers.get(&t))
-                    .is_some_and(|r| r.take(event.kind.as_str()));
+                    .is_some_and(|r| r.must_see(event.kind.as_str()));
             }
         }
         Err(e) => {
@@ -86,18 +88,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn only_events_a_receiver_of_the_tenant_takes_are_marked() {
+    async fn events_a_receiver_takes_or_an_endpoint_keeps_are_marked() {
         let store = MemoryStore::default();
         let tenant = |t: &str| TenantId::parse(t).expect("a tenant");
-        // acme: an endpoint for deliveries only, and a disabled one for everything.
+        // acme: an endpoint for deliveries only; hooli: one disabled endpoint.
+        // Their logs keep every event, taken now or not.
         let set = EndpointSet {
             version: 1,
-            endpoints: vec![
-                endpoint("ep_1", &["operation.delivered"], false),
-                endpoint("ep_2", &[], true),
-            ],
+            endpoints: vec![endpoint("ep_1", &["operation.delivered"], false)],
         };
         store.save_endpoints(&tenant("acme"), &set).await.expect("saved");
+        let disabled = EndpointSet {
+            version: 1,
+            endpoints: vec![endpoint("ep_2", &[], true)],
+        };
+        store.save_endpoints(&tenant("hooli"), &disabled).await.expect("saved");
         // globex: an operator-set webhook for every type.
         let webhook: WebhookConfig = serde_json::from_value(serde_json::json!({
             "tenant_id": "globex",
@@ -115,15 +120,16 @@ mod tests {
             event("acme", Kind::Accepted),
             event("globex", Kind::Accepted),
             event("initech", Kind::Delivered),
+            event("hooli", Kind::Accepted),
         ];
         let metrics = Metrics::off();
         mark_for_webhooks(&store, &metrics, &mut events).await;
         let marked: Vec<bool> = events.iter().map(|e| e.webhooks).collect();
-        assert_eq!(marked, [true, false, true, false]);
+        assert_eq!(marked, [true, true, true, false, true]);
 
         // What the bus carries: the member only on marked events.
         let bus: Vec<serde_json::Value> = events.iter().map(|e| serde_json::to_value(e).expect("json")).collect();
         assert_eq!(bus[0]["webhooks"], true);
-        assert!(bus[1].get("webhooks").is_none());
+        assert!(bus[3].get("webhooks").is_none());
     }
 }

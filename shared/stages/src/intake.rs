@@ -71,6 +71,10 @@ pub enum IntakeError {
     /// events, or kept no longer).
     #[error("no such event is kept for the tenant")]
     NoSuchEvent,
+    /// The endpoint cannot take this event now: it is disabled, or it does
+    /// not take events of this type. Nothing was queued.
+    #[error("the event cannot be sent to this endpoint: {0}")]
+    NotReplayable(String),
     /// The tenant has as many webhook endpoints as it may.
     #[error("the tenant already has {limit} webhook endpoints, the most it may have")]
     EndpointLimit { limit: usize },

@@ -298,24 +298,41 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
     /// (`webhook-id`), so a receiver that has it already can drop it. The
     /// copy goes through the webhook queue like any other: signed with the
     /// endpoint's secret, retried, and logged.
+    /// A disabled endpoint, or one that does not take the event's type,
+    /// is refused with [`IntakeError::NotReplayable`]: the copy would be
+    /// dropped unsent.
     pub async fn replay(&self, id: &str, event_id: &str) -> Result<(), IntakeError> {
-        self.get(id).await?;
+        let endpoint = self.get(id).await?;
         let detail = self
             .store
             .kept_event(&self.tenant, event_id, self.clock.now())
             .await?
             .ok_or(IntakeError::NoSuchEvent)?;
+        refuse_unsendable(&endpoint)?;
+        let kind = serde_json::from_str::<Value>(&detail)
+            .ok()
+            .and_then(|d| d["type"].as_str().map(str::to_owned));
+        if let Some(kind) = kind
+            && !endpoint.wants(&kind)
+        {
+            return Err(IntakeError::NotReplayable(format!(
+                "the endpoint does not take events of type {kind}"
+            )));
+        }
         self.send_copy(id, &detail).await?;
         info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, event_id, "webhook event replayed");
         Ok(())
     }
 
     /// Sends the endpoint again every event whose attempts since `since`
-    /// all failed (an event that got through on a retry is not failed), in
-    /// the order they were first tried. Reads at most [`RECOVER_SCAN`] log
+    /// all failed or were skipped while it was disabled (an event that got
+    /// through on a retry is not failed), in
+    /// the order they were first tried, leaving out the types it takes no
+    /// longer. Reads at most [`RECOVER_SCAN`] log
     /// entries.
     pub async fn recover(&self, id: &str, since: chrono::DateTime<chrono::Utc>) -> Result<Recovered, IntakeError> {
-        self.get(id).await?;
+        let endpoint = self.get(id).await?;
+        refuse_unsendable(&endpoint)?;
         let now = self.clock.now();
         let (mut failed, mut delivered) = (Vec::<String>::new(), std::collections::BTreeSet::new());
         let (mut after, mut read) = (None::<String>, 0);
@@ -329,12 +346,14 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
                 if a.at < since || read > RECOVER_SCAN {
                     break 'pages;
                 }
-                match a.status {
-                    AttemptStatus::Succeeded => {
-                        delivered.insert(a.event_id);
-                    }
-                    AttemptStatus::Failed if !failed.contains(&a.event_id) => failed.push(a.event_id),
-                    AttemptStatus::Failed => {}
+                if !endpoint.filter_takes(&a.event_type) {
+                    // Of a type it takes no longer: a copy would be dropped.
+                    continue;
+                }
+                if a.status.delivered() {
+                    delivered.insert(a.event_id);
+                } else if !failed.contains(&a.event_id) {
+                    failed.push(a.event_id);
                 }
             }
             match next {
@@ -392,5 +411,15 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
             // Left behind, it signs nothing: no endpoint names it.
             warn!(tenant = %self.tenant, secret = name, error = %e, "a webhook secret could not be deleted");
         }
+    }
+}
+
+/// A disabled endpoint is sent nothing, copies included: enable it first.
+fn refuse_unsendable(endpoint: &WebhookEndpoint) -> Result<(), IntakeError> {
+    match endpoint.disabled_at {
+        Some(_) => Err(IntakeError::NotReplayable(
+            "the endpoint is disabled; enable it first".into(),
+        )),
+        None => Ok(()),
     }
 }

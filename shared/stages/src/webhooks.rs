@@ -283,6 +283,7 @@ where
         let configured = config.is_some() || !endpoints.is_empty();
         if !endpoints.is_empty() && message.get("to").is_none() {
             self.keep(&tenant_id, id, detail).await;
+            self.log_skipped(&endpoints, kind, detail).await;
         }
         let mut receivers: Vec<Receiver> = config
             .filter(|c| c.wants(kind))
@@ -591,22 +592,72 @@ impl<S: WebhookEndpoints, K, W, D, C> WebhookDeliverer<S, K, W, D, C> {
             }
             Err(PostError::Failed(_)) => (AttemptStatus::Failed, None, Some("connection")),
         };
-        let text = |name: &str| detail[name].as_str().unwrap_or_default().to_owned();
-        let entry = DeliveryAttempt {
-            tenant_id: text("tenant_id"),
-            endpoint_id: endpoint.id.clone(),
-            event_id: text("id"),
-            event_type: text("type"),
-            at,
-            attempt: receives.max(1),
-            status,
-            http_status,
-            error: error.map(str::to_owned),
-            latency_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
-        };
-        if let Err(e) = self.store.record_attempt(&entry, at + self.log_for).await {
+        let mut entry = attempt_entry(endpoint, detail, at, receives.max(1), status, http_status, error);
+        entry.latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+        self.write_attempt(&entry, endpoint, at).await;
+    }
+
+    async fn write_attempt(
+        &self,
+        entry: &DeliveryAttempt,
+        endpoint: &WebhookEndpoint,
+        at: chrono::DateTime<chrono::Utc>,
+    ) {
+        if let Err(e) = self.store.record_attempt(entry, at + self.log_for).await {
             warn!(event_id = %entry.event_id, endpoint = %endpoint.id, error = %e, "delivery attempt not logged");
             self.metrics.count("WebhookLogFailed", &[]);
+        }
+    }
+}
+
+/// The log entry of one attempt (or skip) of `detail` to `endpoint`.
+fn attempt_entry(
+    endpoint: &WebhookEndpoint,
+    detail: &Value,
+    at: chrono::DateTime<chrono::Utc>,
+    attempt: u32,
+    status: AttemptStatus,
+    http_status: Option<u16>,
+    error: Option<&str>,
+) -> DeliveryAttempt {
+    let text = |name: &str| detail[name].as_str().unwrap_or_default().to_owned();
+    DeliveryAttempt {
+        tenant_id: text("tenant_id"),
+        endpoint_id: endpoint.id.clone(),
+        event_id: text("id"),
+        event_type: text("type"),
+        at,
+        attempt,
+        status,
+        http_status,
+        error: error.map(str::to_owned),
+        latency_ms: 0,
+    }
+}
+
+impl<S: WebhookEndpoints, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+    /// Logs the event as skipped for each disabled endpoint whose filter
+    /// takes it (an `endpoint.disabled` is news only for the enabled ones),
+    /// so that the endpoint, enabled again, is sent it by `recover`.
+    async fn log_skipped(&self, endpoints: &[WebhookEndpoint], kind: &str, detail: &Value) {
+        if kind == ENDPOINT_DISABLED {
+            return;
+        }
+        let at = self.clock.now();
+        for endpoint in endpoints
+            .iter()
+            .filter(|e| e.disabled_at.is_some() && e.filter_takes(kind))
+        {
+            let entry = attempt_entry(
+                endpoint,
+                detail,
+                at,
+                0,
+                AttemptStatus::Skipped,
+                None,
+                Some("endpoint_disabled"),
+            );
+            self.write_attempt(&entry, endpoint, at).await;
         }
     }
 }

@@ -383,3 +383,74 @@ async fn replay_and_recovery_queue_copies_of_kept_events_with_their_ids() {
         Err(IntakeError::NoSuchEvent)
     ));
 }
+
+/// While an endpoint is disabled, nothing is sent to it, copies included:
+/// replay and recovery answer why, and queue nothing. Enabled again, its
+/// recovery sends what it missed (logged as skipped) with what failed. A
+/// replay of a type the endpoint does not take is refused too.
+#[tokio::test]
+async fn a_disabled_endpoint_is_sent_nothing_and_enabled_recovers_what_it_missed() {
+    let (app, _) = app(5);
+    let intake = app.intake();
+    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let id = endpoints
+        .create(change(
+            json!({"url": "https://hooks.acme.example/a", "events": ["operation.accepted"]}),
+        ))
+        .await
+        .unwrap()
+        .endpoint
+        .id;
+    let t0 = app.clock.now();
+    let keep = t0 + Duration::days(30);
+    let kept = |n: u32, kind: &str| {
+        (
+            format!("op:1:{n}:{kind}"),
+            json!({"id": format!("op:1:{n}:{kind}"), "type": kind}),
+        )
+    };
+    for (n, kind) in [
+        (0, "operation.accepted"),
+        (1, "operation.accepted"),
+        (2, "operation.delivered"),
+    ] {
+        let (event_id, detail) = kept(n, kind);
+        app.store
+            .keep_event(&acme(), &event_id, &detail.to_string(), keep)
+            .await
+            .unwrap();
+    }
+    // 0 failed before the endpoint was disabled; 1 was skipped while it was.
+    for (n, at, status) in [(0, 1, AttemptStatus::Failed), (1, 2, AttemptStatus::Skipped)] {
+        let mut a = attempt(n, status, t0 + Duration::seconds(at));
+        a.endpoint_id = id.clone();
+        app.store.record_attempt(&a, keep).await.unwrap();
+    }
+    let enabled = |on: bool| EndpointChange::parse(&json!({"enabled": on}), &UrlPolicy::default(), false).unwrap();
+    endpoints.update(&id, enabled(false)).await.unwrap();
+    let refused = |r: Result<_, IntakeError>| match r {
+        Err(IntakeError::NotReplayable(why)) => why,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert!(refused(endpoints.replay(&id, "op:1:0:operation.accepted").await.map(|()| 0)).contains("disabled"));
+    assert!(refused(endpoints.recover(&id, t0).await.map(|r| r.queued)).contains("disabled"));
+    assert!(app.queue.webhook_copies().is_empty(), "nothing queued while disabled");
+
+    endpoints.update(&id, enabled(true)).await.unwrap();
+    // Of a type it does not take: refused with the type, even enabled.
+    let why = refused(endpoints.replay(&id, "op:1:2:operation.delivered").await.map(|()| 0));
+    assert!(why.contains("operation.delivered"), "{why}");
+    assert!(app.queue.webhook_copies().is_empty());
+    let done = endpoints.recover(&id, t0).await.unwrap();
+    assert_eq!((done.queued, done.missing), (2, 0));
+    let sent: Vec<serde_json::Value> = app
+        .queue
+        .webhook_copies()
+        .iter()
+        .map(|c| serde_json::from_str::<serde_json::Value>(c).unwrap()["detail"]["id"].clone())
+        .collect();
+    assert_eq!(
+        sent,
+        [json!("op:1:0:operation.accepted"), json!("op:1:1:operation.accepted")]
+    );
+}

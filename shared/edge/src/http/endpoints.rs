@@ -197,7 +197,7 @@ fn log_query(
             AttemptStatus::ALL
                 .into_iter()
                 .find(|a| a.as_str() == s)
-                .ok_or_else(|| Problem::from(InvalidInput::new("status", "must be succeeded or failed")))
+                .ok_or_else(|| Problem::from(InvalidInput::new("status", "must be succeeded, failed or skipped")))
         })
         .transpose()?;
     let limit = usize::try_from(page_limit(q)?).unwrap_or(25);

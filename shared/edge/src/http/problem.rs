@@ -128,6 +128,7 @@ impl From<IntakeError> for Problem {
             ),
             IntakeError::NoSuchEndpoint
             | IntakeError::NoSuchEvent
+            | IntakeError::NotReplayable(_)
             | IntakeError::EndpointLimit { .. }
             | IntakeError::Secrets(_)
             | IntakeError::AccountWide
@@ -203,6 +204,12 @@ fn scope_problem(e: IntakeError) -> Problem {
             "No such event",
             "No event with this id is kept for the tenant: it is not one of its events, or it is older \
              than the delivery log keeps.",
+        ),
+        IntakeError::NotReplayable(_) => Problem::new(
+            StatusCode::CONFLICT,
+            "not-replayable",
+            "The endpoint cannot take this event now",
+            format!("{e}. Nothing was queued."),
         ),
         IntakeError::EndpointLimit { limit } => Problem::new(
             StatusCode::CONFLICT,
