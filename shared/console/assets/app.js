@@ -599,10 +599,10 @@ async function endpointPage(tenant, id) {
     });
     return h("tr", { "data-event": a.event_id, "data-status": a.status },
       h("td", {}, a.at), h("td", {}, a.event_type), h("td", {}, h("code", {}, a.event_id)), h("td", {}, a.attempt),
-      h("td", {}, a.status), h("td", {}, a.http_status ?? a.error ?? ""), h("td", {}, `${a.latency_ms} ms`), h("td", {}, replay));
+      h("td", {}, a.status), h("td", {}, a.http_status ?? a.error ?? ""), h("td", {}, a.status === "skipped" ? "not sent" : `${a.latency_ms} ms`), h("td", {}, replay));
   });
   const recover = h("form", { class: "action", id: "recover" },
-    h("label", {}, "Send again every event that failed since (hours ago)", h("input", { name: "hours", type: "number", min: 1, required: true, value: 24 })),
+    h("label", {}, "Send again every event that failed or was skipped since (hours ago)", h("input", { name: "hours", type: "number", min: 1, required: true, value: 24 })),
     h("button", { type: "submit" }, "Recover"));
   recover.addEventListener("submit", async (e) => {
     e.preventDefault();

@@ -196,14 +196,16 @@ pub struct DeliveryAttempt {
     pub event_id: String,
     pub event_type: String,
     pub at: DateTime<Utc>,
-    /// 1 for the first POST of this event to this endpoint.
+    /// 1 for the first POST of this event to this endpoint; 0 for an event
+    /// skipped while the endpoint was disabled.
     pub attempt: u32,
     pub status: AttemptStatus,
     /// The receiver's status code, when it answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
     /// Why it failed without a status: `timeout`, `connection`,
-    /// `refused_by_policy`; or `http_status` when the status was not 2xx.
+    /// `refused_by_policy`; `http_status` when the status was not 2xx;
+    /// `endpoint_disabled` for a skipped event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub latency_ms: u64,

@@ -373,7 +373,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
             }
         }
         info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, queued = done.queued,
-              missing = done.missing, "failed webhook events recovered");
+              missing = done.missing, "failed and skipped webhook events recovered");
         Ok(done)
     }
 

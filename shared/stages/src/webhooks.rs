@@ -283,8 +283,9 @@ where
         let configured = config.is_some() || !endpoints.is_empty();
         if !endpoints.is_empty() && message.get("to").is_none() {
             self.keep(&tenant_id, id, detail).await;
-            self.log_skipped(&endpoints, kind, detail).await;
         }
+        let to = message.get("to").and_then(Value::as_str);
+        self.log_skipped(&endpoints, to, &tenant_id, kind, detail).await?;
         let mut receivers: Vec<Receiver> = config
             .filter(|c| c.wants(kind))
             .map(Receiver::Tenant)
@@ -635,19 +636,34 @@ fn attempt_entry(
     }
 }
 
-impl<S: WebhookEndpoints, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+impl<S: OperationRecords + WebhookEndpoints, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
     /// Logs the event as skipped for each disabled endpoint whose filter
-    /// takes it (an `endpoint.disabled` is news only for the enabled ones),
-    /// so that the endpoint, enabled again, is sent it by `recover`.
-    async fn log_skipped(&self, endpoints: &[WebhookEndpoint], kind: &str, detail: &Value) {
-        if kind == ENDPOINT_DISABLED {
-            return;
-        }
-        let at = self.clock.now();
-        for endpoint in endpoints
+    /// takes it (for a copy, the one endpoint it is for), so that the
+    /// endpoint, enabled again, is sent it by `recover`. Only an event the
+    /// table committed is logged, so recovery never queues one that would
+    /// be refused. The entry's time is the event's, so a message received
+    /// again writes the same entry over itself. An `endpoint.disabled` is
+    /// news only for the enabled endpoints.
+    async fn log_skipped(
+        &self,
+        endpoints: &[WebhookEndpoint],
+        to: Option<&str>,
+        tenant: &TenantId,
+        kind: &str,
+        detail: &Value,
+    ) -> Result<(), StageError> {
+        let missed: Vec<&WebhookEndpoint> = endpoints
             .iter()
-            .filter(|e| e.disabled_at.is_some() && e.filter_takes(kind))
-        {
+            .filter(|e| e.disabled_at.is_some() && e.filter_takes(kind) && to.is_none_or(|to| e.id == to))
+            .collect();
+        if kind == ENDPOINT_DISABLED || missed.is_empty() || self.committed(detail, tenant).await?.is_err() {
+            return Ok(());
+        }
+        let at = detail["time"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map_or_else(|| self.clock.now(), |t| t.with_timezone(&chrono::Utc));
+        for endpoint in missed {
             let entry = attempt_entry(
                 endpoint,
                 detail,
@@ -659,6 +675,7 @@ impl<S: WebhookEndpoints, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
             );
             self.write_attempt(&entry, endpoint, at).await;
         }
+        Ok(())
     }
 }
 

@@ -420,10 +420,18 @@ async fn a_disabled_endpoint_is_sent_nothing_and_enabled_recovers_what_it_missed
             .await
             .unwrap();
     }
-    // 0 failed before the endpoint was disabled; 1 was skipped while it was.
-    for (n, at, status) in [(0, 1, AttemptStatus::Failed), (1, 2, AttemptStatus::Skipped)] {
+    // 0 failed before the endpoint was disabled; 1 was skipped while it
+    // was; 2 failed when the endpoint still took its type.
+    for (n, at, status) in [
+        (0, 1, AttemptStatus::Failed),
+        (1, 2, AttemptStatus::Skipped),
+        (2, 3, AttemptStatus::Failed),
+    ] {
         let mut a = attempt(n, status, t0 + Duration::seconds(at));
         a.endpoint_id = id.clone();
+        if n == 2 {
+            (a.event_id, a.event_type) = (kept(2, "operation.delivered").0, "operation.delivered".into());
+        }
         app.store.record_attempt(&a, keep).await.unwrap();
     }
     let enabled = |on: bool| EndpointChange::parse(&json!({"enabled": on}), &UrlPolicy::default(), false).unwrap();
@@ -441,6 +449,7 @@ async fn a_disabled_endpoint_is_sent_nothing_and_enabled_recovers_what_it_missed
     let why = refused(endpoints.replay(&id, "op:1:2:operation.delivered").await.map(|()| 0));
     assert!(why.contains("operation.delivered"), "{why}");
     assert!(app.queue.webhook_copies().is_empty());
+    // The type it takes no longer is left out.
     let done = endpoints.recover(&id, t0).await.unwrap();
     assert_eq!((done.queued, done.missing), (2, 0));
     let sent: Vec<serde_json::Value> = app

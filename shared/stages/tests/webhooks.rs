@@ -456,11 +456,34 @@ async fn only_enabled_endpoints_that_take_the_type_receive_it() {
             Some("endpoint_disabled")
         )]
     );
+    // Received again, the event writes the same entry over itself.
+    handle_body(&rig.stage, &body).await.unwrap();
+    assert_eq!(log_of(&rig, "ep_held").await, skipped, "one entry, at the event's time");
+    // A copy queued for it before it was disabled is not sent, but logged.
+    let earlier: Value = serde_json::from_str(&event_at(&rig, "acme", "operation.accepted", 1)).unwrap();
+    let queued = json!({"to": "ep_held", "detail": earlier["detail"]}).to_string();
+    assert_eq!(handle_body(&rig.stage, &queued).await.unwrap(), Webhooked::NoWebhook);
+    let types: Vec<String> = log_of(&rig, "ep_held")
+        .await
+        .into_iter()
+        .map(|a| a.event_type)
+        .collect();
+    assert_eq!(types.len(), 2, "{types:?}");
+    assert!(types.contains(&"operation.accepted".to_owned()), "{types:?}");
+    // An event the table never committed is not logged: recovery would
+    // queue a copy that is refused.
+    let uncommitted = event_at(&rig, "acme", "operation.rendered", 99);
+    handle_body(&rig.stage, &uncommitted)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(log_of(&rig, "ep_held").await.len(), 2);
     // A copy for an endpoint that is gone.
     let detail: Value = serde_json::from_str::<Value>(&body).unwrap()["detail"].clone();
     let stale = json!({"to": "ep_gone", "detail": detail}).to_string();
     assert_eq!(handle_body(&rig.stage, &stale).await.unwrap(), Webhooked::NoWebhook);
-    assert_eq!(rig.receiver.received().len(), 1);
+    // ep_all was sent the event twice (it came twice), nothing else.
+    let urls: Vec<String> = rig.receiver.received().into_iter().map(|p| p.url).collect();
+    assert_eq!(urls, ["https://hooks.acme.example/ep_all"; 2]);
 }
 
 /// An event of a tenant with endpoints is kept; a replayed copy of it is
