@@ -8,7 +8,7 @@
 #   scripts/simulate.sh 500 --first 20000     # other seeds
 #   scripts/simulate.sh --replay 862          # the trace of one seed
 #   scripts/simulate.sh 10000 --bug repost    # with a planted bug (names: simulate --bug help)
-#   scripts/simulate.sh 2000 --spend-limit 15 # tenant-a may hold 15 credits at once
+#   scripts/simulate.sh 2000 --spend-limit 10.5 # tenant-a may hold 10.5 credits at once
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Built with the `sim` profile (optimized, quick to build): a seed runs

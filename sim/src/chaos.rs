@@ -348,9 +348,13 @@ impl Genace for Chaotic<MemoryGenace> {
         };
         let plan = match self.chaos.below(100) {
             0..=34 => SubmitPlan::Accept { state: "queued".into() },
-            // Genace's own figure, and figures nobody can mean: the ledger
-            // must believe the first and not the others.
-            35..=39 => reporting("10"),
+            // Genace's own figure (what it charges for the job's media
+            // type), and figures nobody can mean: the ledger must believe
+            // the first and not the others.
+            35..=39 => match body.get("media_type").and_then(|m| m.as_str()) {
+                Some("image") => reporting("1"),
+                _ => reporting("10"),
+            },
             40..=42 => reporting("-50"),
             43 => reporting("1e400"),
             44 => reporting("250000"),
@@ -383,9 +387,8 @@ impl Genace for Chaotic<MemoryGenace> {
                 body: "forbidden".into(),
             },
         };
-        self.inner.plan([plan]);
         slow(&self.chaos).await;
-        port(&self.chaos, self.inner.submit(body)).await
+        port(&self.chaos, async { self.inner.submit_by(Some(plan), body) }).await
     }
 
     async fn status(&self, job_id: &str) -> StatusOutcome {

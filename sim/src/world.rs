@@ -110,6 +110,9 @@ pub(crate) struct World {
     /// Per operation: its state as last logged.
     shown: BTreeMap<String, String>,
     confirmations: BTreeMap<String, usize>,
+    /// Operations a tenant asked to erase: their objects may be gone
+    /// before the record says so (the objects are deleted first).
+    erasing: std::collections::BTreeSet<String>,
     /// What intake answered clients, in the order the answers were given;
     /// drained and checked after every step.
     answers: Arc<Mutex<Vec<Answer>>>,
@@ -155,6 +158,9 @@ pub(crate) fn state_line(rec: &OperationRecord) -> String {
     }
     if let Some(p) = rec.ledger_phase {
         state.push_str(&format!(" counts_as={}", p.as_str()));
+    }
+    if let Some(r) = rec.reserved_credits {
+        state.push_str(&format!(" {}={r}", rec.media_type.as_str()));
     }
     state
 }
@@ -230,6 +236,7 @@ impl World {
             intents_left: opts.intents,
             seen: BTreeMap::new(),
             shown: BTreeMap::new(),
+            erasing: std::collections::BTreeSet::new(),
             confirmations: BTreeMap::new(),
             answers: Arc::new(Mutex::new(Vec::new())),
             answered_ids: BTreeMap::new(),
@@ -267,8 +274,14 @@ impl World {
         let tenant = *self.rng.pick(&TENANTS);
         let key = *self.rng.pick(&KEYS);
         let prompt = *self.rng.pick(&PROMPTS);
-        let mut body = serde_json::json!({"operation_key": key, "media_type": "video",
-            "specification": {"model": "genace-video-2", "prompt": prompt}});
+        // Videos and images under the same keys: reservations of 10 and 1
+        // credits meet under a spend limit, and a key sent again with the
+        // other media type is a changed intent (409).
+        let (media, model) = *self
+            .rng
+            .pick(&[("video", "genace-video-2"), ("image", "genace-image-1")]);
+        let mut body = serde_json::json!({"operation_key": key, "media_type": media,
+            "specification": {"model": model, "prompt": prompt}});
         // A quarter carry a dispatch deadline, which is part of the intent.
         if self.rng.chance(250) {
             body["dispatch_within_seconds"] = serde_json::json!(*self.rng.pick(&[60, 600]));
@@ -280,7 +293,7 @@ impl World {
         let answers = self.answers.clone();
         let sent = intent.canonical.hash().as_str().to_owned();
         self.spawn(
-            format!("intake {tenant}/{key} {prompt:?}"),
+            format!("intake {tenant}/{key} {media} {prompt:?}"),
             10,
             None,
             Box::pin(async move {
@@ -496,6 +509,31 @@ impl World {
         );
     }
 
+    /// A tenant erases one of its operations' outputs, whatever its phase:
+    /// refused until delivery has ended, and then every delivered object
+    /// is gone ([`World::check_record`]).
+    pub(crate) fn erase(&mut self) {
+        let records = self.store.records();
+        if records.is_empty() {
+            return;
+        }
+        let rec = self.rng.pick(&records).clone();
+        self.erasing.insert(rec.operation_id.as_str().to_owned());
+        let intake = self.app.intake();
+        self.spawn(
+            format!("erase {} ({})", short(rec.operation_id.as_str()), rec.phase.as_str()),
+            10,
+            None,
+            Box::pin(async move {
+                match intake.erase_outputs(&rec.tenant_id, &rec.operation_id).await {
+                    Ok(r) => Ok(format!("erased {} objects", r.delivered_objects.len())),
+                    Err(e @ genace_stages::intake::IntakeError::CannotErase { .. }) => Ok(e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }),
+        );
+    }
+
     /// An operator resolves one open case, truthfully: the jobs Genace holds
     /// decide between attach and confirm_not_created.
     pub(crate) fn operator(&mut self) {
@@ -605,7 +643,8 @@ impl World {
             82..=84 => self.sweep(),
             85..=91 => self.genace_progress(),
             92..=95 => self.duplicate(),
-            96 => self.cancel(),
+            96 if self.rng.chance(500) => self.cancel(),
+            96 => self.erase(),
             97..=99 => self.operator(),
             _ => {
                 let seconds = 1 + self.rng.below(10) as i64;

@@ -271,10 +271,17 @@ fn release_claim(
 /// already, and is woken when credits may be free (a job of ours ends, a
 /// limit is raised, a waiter is admitted). A lost wake-up is repaired by
 /// the sweep's look at the account, not by a timer of the operation's own.
-fn wait_for_spend_limit(rec: &OperationRecord, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
+/// Both waits record what the claim will reserve (`reserved_credits`), so
+/// that a wake-up can pass over a waiter short of credits for one that fits.
+fn wait_for_spend_limit(
+    rec: &OperationRecord,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
     refuse_wait_when_held(rec)?;
     let mut next = rec.clone();
     next.spend_hold = Some(rec.waits_in_order().unwrap_or(now));
+    next.reserved_credits = Some(policy.credit_estimate.for_media(rec.media_type));
     // One wait at a time: what holds the operation now is credits.
     next.capacity_hold = None;
     // Claimable the moment it is woken, and on no timer: the sweep sees it
@@ -290,10 +297,11 @@ fn wait_for_spend_limit(rec: &OperationRecord, now: DateTime<Utc>) -> Result<Ope
 /// woken when a slot frees. A lost wake-up is repaired by the sweep's look
 /// at the account (free slots while operations wait), so a wait costs the
 /// same however long it lasts.
-fn wait_for_capacity(rec: &OperationRecord, now: DateTime<Utc>) -> Result<OperationRecord, Refusal> {
+fn wait_for_capacity(rec: &OperationRecord, now: DateTime<Utc>, policy: &Policy) -> Result<OperationRecord, Refusal> {
     refuse_wait_when_held(rec)?;
     let mut next = rec.clone();
     next.capacity_hold = Some(rec.waits_in_order().unwrap_or(now));
+    next.reserved_credits = Some(policy.credit_estimate.for_media(rec.media_type));
     // One wait at a time: what holds the operation now is capacity.
     next.spend_hold = None;
     // Claimable the moment it is woken, and on no timer: the sweep sees it
@@ -1027,8 +1035,8 @@ pub fn transition(
     let next = match (rec.phase, event) {
         // ---- dispatch
         (Prepared, Event::ClaimDispatch { token }) => claim_dispatch(rec, token, now, policy)?,
-        (Prepared, Event::SpendLimitReached) => wait_for_spend_limit(rec, now)?,
-        (Prepared, Event::CapacityReached) => wait_for_capacity(rec, now)?,
+        (Prepared, Event::SpendLimitReached) => wait_for_spend_limit(rec, now, policy)?,
+        (Prepared, Event::CapacityReached) => wait_for_capacity(rec, now, policy)?,
         (Submitting, Event::ClaimDispatch { .. }) if rec.claim.as_ref().is_some_and(|c| c.lease_expires_at > now) => {
             let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
             return Err(Refusal::LeaseLive { until });

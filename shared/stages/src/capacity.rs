@@ -140,8 +140,16 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
             // Each tenant's order is read once per call, so no operation is
             // woken twice by one call (the index may lag the count).
             let tenant = TenantId::parse(&turn.ledger.tenant_id).map_err(|e| e.to_string())?;
-            let want = i32::try_from(room.min(MAX_WAKE)).unwrap_or(1);
-            turn.heads = store.waiting(&tenant, want).await.map_err(|e| e.to_string())?;
+            let want = room.min(MAX_WAKE);
+            turn.heads = match turn.ledger.headroom() {
+                None => {
+                    let read = i32::try_from(want).unwrap_or(1);
+                    store.waiting(&tenant, read).await.map_err(|e| e.to_string())?
+                }
+                Some(credits) => fitting(store, &tenant, credits, want)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            };
             turn.heads.reverse();
             turn.fetched = true;
         }
@@ -155,6 +163,42 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
         info!(woken, room, "woke operations waiting for a slot");
     }
     Ok(woken)
+}
+
+/// Of a tenant's waiting order under a spend limit, the first `want`
+/// operations, in order, whose reservations fit together in `headroom`.
+/// One that does not fit is passed over and keeps its place: it is the
+/// first looked at by the next wake-up, which the write that frees its
+/// credits sends. Reads at most [`MAX_WAKE`] of the order and one record
+/// per operation read. A record written before waits recorded their
+/// reservation counts as fitting (its claim decides, as it always did).
+async fn fitting<S: OperationStore>(
+    store: &S,
+    tenant: &TenantId,
+    mut headroom: ledger::Millicredits,
+    want: usize,
+) -> Result<Vec<genace_core::domain::OperationId>, StoreError> {
+    let read = i32::try_from(MAX_WAKE).unwrap_or(i32::MAX);
+    let mut fit = Vec::new();
+    for id in store.waiting(tenant, read).await? {
+        if fit.len() >= want || headroom <= 0 {
+            break;
+        }
+        // Expiry does not matter here: a woken record that expired is
+        // dropped by its dispatch.
+        let Some(rec) = store.get(&id, chrono::DateTime::<chrono::Utc>::MIN_UTC).await? else {
+            continue;
+        };
+        let need = rec
+            .reserved_credits
+            .filter(|r| r.is_finite() && *r >= 0.0)
+            .map_or(0, ledger::millis);
+        if need <= headroom {
+            headroom -= need;
+            fit.push(id);
+        }
+    }
+    Ok(fit)
 }
 
 /// The tenant whose turn it is: of those with an operation left to wake,

@@ -48,8 +48,19 @@ async fn fail_first_job_and_see_who_is_woken(app: &MemoryApp, id: &OperationId) 
 
 /// Submits a new video intent as `tenant`.
 async fn submit_as(app: &MemoryApp, tenant: &str, key: &str) -> OperationId {
-    let body = json!({"operation_key": key, "media_type": "video",
-        "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
+    submit_media(app, tenant, key, "video").await
+}
+
+/// Submits a new intent of `media` as `tenant`: a video reserves 10
+/// credits, an image 1.
+async fn submit_media(app: &MemoryApp, tenant: &str, key: &str, media: &str) -> OperationId {
+    let model = if media == "video" {
+        "genace-video-2"
+    } else {
+        "genace-image-1"
+    };
+    let body = json!({"operation_key": key, "media_type": media,
+        "specification": {"model": model, "prompt": "a lighthouse"}});
     let intent = Intent::parse(&body, None).unwrap();
     match app
         .intake()
@@ -98,13 +109,25 @@ async fn submit(app: &MemoryApp, key: &str, fault: Option<&str>) -> OperationId 
 /// Polls the operation of Genace's first job once, then again after the
 /// job completed: it is rendered (and its slot and credits freed).
 async fn render_first_job(app: &MemoryApp, id: &OperationId) {
+    render_job(app, id, "job-0001").await;
+}
+
+/// [`render_first_job`] for the operation of Genace's job `job`.
+async fn render_job(app: &MemoryApp, id: &OperationId, job: &str) {
     app.poller().poll(id).await.unwrap();
-    app.genace.set_job(
-        "job-0001",
-        "completed",
-        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
-    );
+    app.genace
+        .set_job(job, "completed", Some(json!([{"url": "https://cdn.example/out.mp4"}])));
     assert_eq!(app.poller().poll(id).await.unwrap(), Polled::Rendered);
+}
+
+/// The operations the wake queue was sent, in order.
+fn woken(app: &MemoryApp) -> Vec<String> {
+    app.queue
+        .messages()
+        .into_iter()
+        .filter(|m| m.queue == Queue::Wake)
+        .map(|m| m.body)
+        .collect()
 }
 
 async fn record(app: &MemoryApp, id: &OperationId) -> OperationRecord {
@@ -1217,4 +1240,112 @@ async fn a_202_holding_what_was_reserved_wakes_nobody() {
     let woken = wake_ups_after_the_first_outcome(&app, &first, &second, Dispatched::WaitingForCredits).await;
     assert_eq!(record(&app, &first).await.phase, Phase::Accepted);
     assert_eq!(woken, 0);
+}
+
+/// Under a spend limit, a freed slot goes past the tenant's head that its
+/// credits cannot cover to a smaller operation behind it that fits (an
+/// image behind a video), and the head keeps its place: once its credits
+/// free, it is woken first and admitted.
+#[tokio::test]
+async fn a_freed_slot_passes_over_a_head_short_of_credits_to_one_that_fits() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(2));
+    app.store
+        .set_spend_limit_now("mixed", Some(genace_core::ledger::millis(12.0)));
+    let dispatcher = app.dispatcher();
+    let running = submit_media(&app, "mixed", "v1", "video").await;
+    let other = submit_media(&app, "other", "o1", "image").await;
+    for id in [&running, &other] {
+        assert_eq!(
+            dispatcher.dispatch(id).await.unwrap(),
+            Dispatched::Posted(PostResult::Accepted)
+        );
+    }
+    // A video short of credits, then an image that fits but finds the
+    // account full, wait in the tenant's order.
+    app.clock.advance(Duration::seconds(1));
+    let head = submit_media(&app, "mixed", "v2", "video").await;
+    assert_eq!(dispatcher.dispatch(&head).await.unwrap(), Dispatched::WaitingForCredits);
+    app.clock.advance(Duration::seconds(1));
+    let small = submit_media(&app, "mixed", "i1", "image").await;
+    assert_eq!(
+        dispatcher.dispatch(&small).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    let tenant = TenantId::parse("mixed").unwrap();
+    assert_eq!(
+        app.store.waiting(&tenant, 10).await.unwrap(),
+        [head.clone(), small.clone()]
+    );
+
+    // The other tenant's job ends. The head needs 10 credits of the 2 left;
+    // the image needs 1: it is woken, not the head, and admitted.
+    render_job(&app, &other, "job-0002").await;
+    let sent = woken(&app);
+    assert!(sent.last().is_some_and(|w| w.contains(small.as_str())), "{sent:?}");
+    assert!(!sent.iter().any(|w| w.contains(head.as_str())), "{sent:?}");
+    assert_eq!(
+        dispatcher.dispatch(&small).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(
+        app.store.waiting(&tenant, 10).await.unwrap(),
+        std::slice::from_ref(&head),
+        "kept its place"
+    );
+
+    // The running video ends: its slot and its 10 credits free, and the
+    // head is woken and admitted.
+    render_first_job(&app, &running).await;
+    assert!(woken(&app).last().is_some_and(|w| w.contains(head.as_str())));
+    assert_eq!(
+        dispatcher.dispatch(&head).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(app.genace.posts().len(), 4, "one POST each, none refused");
+}
+
+/// A tenant whose every waiting operation is short of credits does not
+/// take a freed slot from another tenant that can use it, even when the
+/// tenants' turns would put it first.
+#[tokio::test]
+async fn a_freed_slot_passes_over_a_tenant_short_of_credits_to_the_next() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(3));
+    app.store
+        .set_spend_limit_now("mixed", Some(genace_core::ledger::millis(12.0)));
+    let dispatcher = app.dispatcher();
+    let running = [
+        submit_media(&app, "mixed", "v1", "video").await,
+        submit_media(&app, "third", "t1", "image").await,
+        submit_media(&app, "other", "o1", "image").await,
+    ];
+    for id in &running {
+        assert_eq!(
+            dispatcher.dispatch(id).await.unwrap(),
+            Dispatched::Posted(PostResult::Accepted)
+        );
+    }
+    // mixed: one in flight, one image waiting for a slot; third: one in
+    // flight, two waiting. By turns mixed goes first.
+    let short = submit_media(&app, "mixed", "i1", "image").await;
+    let fits = [
+        submit_media(&app, "third", "t2", "image").await,
+        submit_media(&app, "third", "t3", "image").await,
+    ];
+    for id in [&short, &fits[0], &fits[1]] {
+        app.clock.advance(Duration::seconds(1));
+        assert_eq!(dispatcher.dispatch(id).await.unwrap(), Dispatched::WaitingForCapacity);
+    }
+    // An operator lowers mixed's limit: 0.5 credits left, short of its image.
+    app.store
+        .set_spend_limit_now("mixed", Some(genace_core::ledger::millis(10.5)));
+    render_job(&app, &running[2], "job-0003").await;
+    let sent = woken(&app);
+    assert!(sent.last().is_some_and(|w| w.contains(fits[0].as_str())), "{sent:?}");
+    assert!(!sent.iter().any(|w| w.contains(short.as_str())), "{sent:?}");
+    assert_eq!(
+        dispatcher.dispatch(&fits[0]).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
 }

@@ -70,7 +70,15 @@ impl World {
             self.log(format!("  {} {state}", short(&id)));
             self.shown.insert(id.clone(), state);
         }
-        if rec.delivery_state == DeliveryState::Delivered {
+        if rec.outputs_erased.is_some() {
+            if let Some(object) = rec
+                .delivered_objects
+                .iter()
+                .find(|o| self.objects.get(&o.key).is_some())
+            {
+                return Err(format!("{}: erased, but {} is still stored", short(&id), object.key));
+            }
+        } else if rec.delivery_state == DeliveryState::Delivered && !self.erasing.contains(&id) {
             for object in &rec.delivered_objects {
                 match self.objects.get(&object.key) {
                     Some(stored) if hex_sha256(&stored.data) == object.sha256 => {}

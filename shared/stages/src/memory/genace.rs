@@ -32,7 +32,8 @@ pub struct GenaceJob {
     pub state: String,
     pub outputs: Option<serde_json::Value>,
     /// What Genace holds for the job while it runs and charges once it
-    /// completes: [`JOB_PRICE`], whatever the 202 reported.
+    /// completes: [`JOB_PRICE`] for a video, [`IMAGE_PRICE`] for an image,
+    /// whatever the 202 reported.
     pub credits: f64,
 }
 
@@ -40,6 +41,10 @@ pub struct GenaceJob {
 /// video, so a ledger that counts a job at its reservation agrees with
 /// Genace's books.
 pub const JOB_PRICE: f64 = 10.0;
+
+/// The credits [`MemoryGenace`] charges per image job: the default estimate
+/// for an image.
+pub const IMAGE_PRICE: f64 = 1.0;
 
 /// Genace, in memory: answers POSTs from a plan (accepting by default),
 /// keeps the jobs it created, and answers status reads from them. Answers
@@ -129,15 +134,21 @@ impl MemoryGenace {
                 client_reference: body.get("client_reference").and_then(|v| v.as_str()).map(str::to_owned),
                 state: job_state.to_owned(),
                 outputs: None,
-                credits: JOB_PRICE,
+                credits: match body.get("media_type").and_then(|m| m.as_str()) {
+                    Some("image") => IMAGE_PRICE,
+                    _ => JOB_PRICE,
+                },
             },
         );
         id
     }
 }
 
-impl crate::genace::Genace for MemoryGenace {
-    async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
+impl MemoryGenace {
+    /// Answers a POST of `body` by `plan`, or by the next planned answer
+    /// when `None` (accepting when none is planned). A plan given here is
+    /// never queued, so an answer chosen for one POST cannot reach another.
+    pub fn submit_by(&self, plan: Option<SubmitPlan>, body: &serde_json::Value) -> SubmitOutcome {
         let mut state = self.lock();
         state.posts.push(body.clone());
         if state.concurrency.is_some_and(|max| Self::running_in(&state) >= max) {
@@ -145,10 +156,10 @@ impl crate::genace::Genace for MemoryGenace {
             let text = r#"{"error":{"code":"rate_limited","message":"too many jobs in flight"}}"#;
             return classify_submit(429, Some("5"), text, DateTime::UNIX_EPOCH);
         }
-        let plan = state
-            .plans
-            .pop_front()
+        let plan = plan
+            .or_else(|| state.plans.pop_front())
             .unwrap_or(SubmitPlan::Accept { state: "queued".into() });
+
         let (status, text) = match plan {
             SubmitPlan::Accept { state: job_state } => {
                 let id = Self::create(&mut state, body, &job_state);
@@ -189,6 +200,12 @@ impl crate::genace::Genace for MemoryGenace {
         };
         // No Retry-After is sent, so the time it would count from does not matter.
         classify_submit(status, None, &text, DateTime::UNIX_EPOCH)
+    }
+}
+
+impl crate::genace::Genace for MemoryGenace {
+    async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
+        self.submit_by(None, body)
     }
 
     async fn status(&self, job_id: &str) -> StatusOutcome {
