@@ -821,11 +821,12 @@ fn an_alarm_watches_the_oldest_capacity_wait() {
     );
 }
 
-/// Outputs expire only when the operator asks: the parameter defaults to 0,
-/// and the bucket's rule for `outputs/` exists only under its condition,
-/// beside the multipart cleanup; the functions read the same days for views.
+/// Outputs never outlive their records: the bucket's rule for `outputs/`
+/// always exists, beside the multipart cleanup, and deletes them after
+/// `OutputExpiryDays`, or `RetentionDays` when that is 0 (the default); the
+/// functions read the same days for views and records' TTLs.
 #[test]
-fn an_output_expiry_is_off_by_default_and_a_conditional_lifecycle_rule() {
+fn outputs_expire_by_the_parameter_or_with_their_records() {
     let t = template();
     let param = &t["Parameters"]["OutputExpiryDays"];
     assert_eq!(
@@ -835,21 +836,27 @@ fn an_output_expiry_is_off_by_default_and_a_conditional_lifecycle_rule() {
     let rules = t["Resources"]["OutputBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
         .as_sequence()
         .unwrap();
-    let conditional = rules
+    let expire = rules
         .iter()
-        .find_map(|r| match r {
-            Value::Tagged(tag) if tag.tag == "If" => tag.value.as_sequence(),
-            _ => None,
-        })
-        .expect("a conditional rule");
-    assert_eq!(conditional[0], "HasOutputExpiry");
-    assert_eq!(conditional[1]["Prefix"], "outputs/");
-    assert_eq!(strings(&conditional[1]["ExpirationInDays"]), ["OutputExpiryDays"]);
-    assert!(rules.iter().any(|r| r["Id"] == "abort-incomplete-multipart-uploads"));
+        .find(|r| r["Id"] == "expire-outputs")
+        .expect("an unconditional rule for outputs");
     assert_eq!(
-        strings(&t["Globals"]["Function"]["Environment"]["Variables"]["OUTPUT_EXPIRY_DAYS"]),
-        ["OutputExpiryDays"]
+        (&expire["Prefix"], &expire["Status"]),
+        (&Value::from("outputs/"), &Value::from("Enabled"))
     );
+    let days = match &expire["ExpirationInDays"] {
+        Value::Tagged(tag) if tag.tag == "If" => tag.value.as_sequence().expect("If's arguments").clone(),
+        other => panic!("ExpirationInDays is not an !If: {other:?}"),
+    };
+    assert_eq!(days[0], "HasOutputExpiry");
+    assert_eq!(
+        (strings(&days[1]), strings(&days[2])),
+        (vec!["OutputExpiryDays".to_owned()], vec!["RetentionDays".to_owned()])
+    );
+    assert!(rules.iter().any(|r| r["Id"] == "abort-incomplete-multipart-uploads"));
+    let vars = &t["Globals"]["Function"]["Environment"]["Variables"];
+    assert_eq!(strings(&vars["OUTPUT_EXPIRY_DAYS"]), ["OutputExpiryDays"]);
+    assert_eq!(strings(&vars["RETENTION_DAYS"]), ["RetentionDays"]);
 }
 
 /// The console's routes are GET only, served by the console function with

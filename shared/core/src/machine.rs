@@ -61,8 +61,12 @@ pub struct Policy {
     pub dispatch_lease: Duration,
     /// After acceptance, when the sweep should check that observation happened.
     pub observe_grace: Duration,
-    /// How long a finished operation is kept before its TTL removes it.
+    /// How long a finished operation is kept before its TTL removes it, at
+    /// least: never less than the outputs it stored ([`Self::output_days`]).
     pub retention: Duration,
+    /// Days after which the bucket's rule deletes an output it stored:
+    /// `OUTPUT_EXPIRY_DAYS`, or `RETENTION_DAYS` when that is 0.
+    pub output_days: u32,
     /// How long a delivery claim lasts (the deliver function's timeout and some).
     pub delivery_lease: Duration,
     /// Delivery attempts before `delivery_failed` and a case.
@@ -107,6 +111,7 @@ impl Default for Policy {
             dispatch_lease: Duration::seconds(120),
             observe_grace: Duration::seconds(300),
             retention: Duration::days(30),
+            output_days: 30,
             delivery_lease: Duration::minutes(16),
             delivery_max_attempts: 8,
             account_hold: Duration::minutes(10),
@@ -127,10 +132,15 @@ fn hold_with_case(next: &mut OperationRecord, reason: CaseReason, evidence: Stri
     });
 }
 
+/// Takes the finished operation off every schedule and sets its TTL: the
+/// retention, and never before the bucket's rule has deleted the outputs
+/// it stored (all of them stored by now), so that an output never outlives
+/// the record that lets it be found and erased.
 fn finish(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
     next.due_at_ms = None;
     next.claim = None;
-    next.expires_at_s = Some((now + policy.retention).timestamp());
+    let outputs_gone = crate::record::bucket_rule_deletes(now, policy.output_days).unwrap_or(now);
+    next.expires_at_s = Some((now + policy.retention).max(outputs_gone).timestamp());
 }
 
 fn require_claimant(rec: &OperationRecord, token: &str) -> Result<(), Refusal> {

@@ -483,13 +483,7 @@ impl OperationRecord {
         if self.outputs_erased.is_some() {
             return None;
         }
-        let due = self.delivered_at? + chrono::Duration::days(i64::from(days));
-        let midnight = due.date_naive().and_hms_opt(0, 0, 0)?.and_utc();
-        Some(if midnight == due {
-            due
-        } else {
-            midnight + chrono::Duration::days(1)
-        })
+        bucket_rule_deletes(self.delivered_at?, days)
     }
 
     /// Whether dispatch may no longer claim the operation at `now`.
@@ -607,6 +601,19 @@ impl WaitReason {
 }
 
 /// A fresh `prepared` record, for unit tests.
+/// When a bucket rule deleting objects `days` after they were stored
+/// removes one stored at `stored`: S3 adds the days and rounds up to the
+/// next midnight UTC.
+pub fn bucket_rule_deletes(stored: DateTime<Utc>, days: u32) -> Option<DateTime<Utc>> {
+    let due = stored + chrono::Duration::days(i64::from(days));
+    let midnight = due.date_naive().and_hms_opt(0, 0, 0)?.and_utc();
+    Some(if midnight == due {
+        due
+    } else {
+        midnight + chrono::Duration::days(1)
+    })
+}
+
 #[cfg(test)]
 pub fn sample_prepared(now: DateTime<Utc>) -> OperationRecord {
     let intent = Intent::parse(

@@ -143,9 +143,6 @@ pub struct Config {
     pub max_output_bytes: u64,
     /// Lifetime of the presigned GET URLs in operation views.
     pub presign_expiry: std::time::Duration,
-    /// `OUTPUT_EXPIRY_DAYS`: days after which the bucket's lifecycle rule
-    /// deletes delivered outputs; none (or 0): kept until erased.
-    pub output_expiry_days: Option<u32>,
     /// Which output URLs deliver may fetch.
     pub url_policy: UrlPolicy,
     /// `WEBHOOK_ALLOWED_PORTS`: the ports a tenant's webhook URL may name;
@@ -271,8 +268,9 @@ fn in_flight_limit(vars: Vars<'_>) -> Result<Option<u32>, ConfigError> {
         })
 }
 
-/// `OUTPUT_EXPIRY_DAYS`: unset, empty or 0 (the template's default) for no
-/// expiry, else a positive number of days.
+/// `OUTPUT_EXPIRY_DAYS`: unset, empty or 0 (the template's default) for
+/// "as long as the record" (none here: `RETENTION_DAYS` stands in), else a
+/// positive number of days.
 fn output_expiry_days(vars: Vars<'_>) -> Result<Option<u32>, ConfigError> {
     match var(vars, "OUTPUT_EXPIRY_DAYS").as_deref().map(str::trim) {
         None | Some("" | "0") => Ok(None),
@@ -315,6 +313,8 @@ impl Config {
                 dispatch_lease: Duration::seconds(number("DISPATCH_LEASE_SECONDS", 120)?),
                 observe_grace: Duration::seconds(number("OBSERVE_GRACE_SECONDS", 300)?),
                 retention: Duration::days(number("RETENTION_DAYS", 30)?),
+                output_days: output_expiry_days(vars)?
+                    .unwrap_or(u32::try_from(number("RETENTION_DAYS", 30)?).unwrap_or(30)),
                 delivery_lease: Duration::seconds(number("DELIVERY_LEASE_SECONDS", 960)?),
                 delivery_max_attempts: number("DELIVERY_MAX_ATTEMPTS", 8)? as u32,
                 account_hold: Duration::seconds(number("ACCOUNT_HOLD_SECONDS", 600)?),
@@ -341,7 +341,6 @@ impl Config {
             delivery_attempt_deadline: std::time::Duration::from_secs(number("DELIVERY_ATTEMPT_SECONDS", 780)? as u64),
             max_output_bytes: number("MAX_OUTPUT_BYTES", 4 * 1024 * 1024 * 1024)? as u64,
             presign_expiry: std::time::Duration::from_secs(number("PRESIGN_EXPIRY_SECONDS", 3600)? as u64),
-            output_expiry_days: output_expiry_days(vars)?,
             url_policy: UrlPolicy {
                 allow_http: flag("DELIVERY_ALLOW_HTTP")?,
                 allow_private: flag("DELIVERY_ALLOW_PRIVATE")?,
@@ -386,7 +385,6 @@ impl Config {
             delivery_attempt_deadline: std::time::Duration::from_secs(780),
             max_output_bytes: 4 * 1024 * 1024 * 1024,
             presign_expiry: std::time::Duration::from_secs(3600),
-            output_expiry_days: None,
             url_policy: UrlPolicy::default(),
             webhook_allowed_ports: Vec::new(),
             max_in_flight: None,
@@ -503,18 +501,18 @@ mod from_vars_tests {
         assert!(config(&pairs).unwrap_err().0.contains("FAULT_INJECTION"));
     }
 
-    /// The template's default, 0, means no expiry: a deployment with the
-    /// default must start.
+    /// The template's default, 0, keeps outputs as long as their records
+    /// (`RETENTION_DAYS`): a deployment with the default must start.
     #[test]
-    fn an_output_expiry_of_0_is_off_and_a_negative_one_is_refused() {
+    fn an_output_expiry_of_0_is_the_retention_and_a_negative_one_is_refused() {
         let with = |days: &str| {
             let mut pairs = QUEUES.to_vec();
-            pairs.push(("OUTPUT_EXPIRY_DAYS", days));
+            pairs.extend([("OUTPUT_EXPIRY_DAYS", days), ("RETENTION_DAYS", "14")]);
             config(&pairs)
         };
-        assert_eq!(config(&QUEUES).unwrap().output_expiry_days, None);
-        assert_eq!(with("0").unwrap().output_expiry_days, None);
-        assert_eq!(with("30").unwrap().output_expiry_days, Some(30));
+        assert_eq!(config(&QUEUES).unwrap().policy.output_days, 30);
+        assert_eq!(with("0").unwrap().policy.output_days, 14);
+        assert_eq!(with("90").unwrap().policy.output_days, 90);
         assert!(with("-1").unwrap_err().0.contains("OUTPUT_EXPIRY_DAYS"));
     }
 }

@@ -1532,6 +1532,39 @@ fn outputs_expire_at_midnight_after_the_days_and_not_once_erased() {
     assert_eq!(erased.outputs_expire_at(7), None);
 }
 
+/// A finished record outlives the outputs it stored: its TTL is the
+/// retention, or the bucket rule's deletion of what was stored by the time
+/// it finished when that is later (output days past the retention, or the
+/// rounding to midnight).
+#[test]
+fn a_finished_record_is_kept_until_its_outputs_are_gone() {
+    let afternoon = t0() + Duration::hours(15);
+    for (retention_days, output_days, kept_until) in [
+        // The default: outputs as long as the record; S3's midnight is later.
+        (30, 30, t0() + Duration::days(31)),
+        (30, 7, afternoon + Duration::days(30)),
+        (30, 90, t0() + Duration::days(91)),
+    ] {
+        let p = Policy {
+            retention: Duration::days(retention_days),
+            output_days,
+            ..Policy::default()
+        };
+        let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+        let done = delivered(&claimed, "d1", vec![object()], afternoon, &p).unwrap();
+        check_invariants(&done).unwrap();
+        assert_eq!(
+            done.expires_at_s,
+            Some(kept_until.timestamp()),
+            "retention {retention_days} days, outputs {output_days}"
+        );
+        assert!(
+            done.outputs_expire_at(output_days)
+                .is_some_and(|gone| gone.timestamp() <= kept_until.timestamp())
+        );
+    }
+}
+
 /// The console offers exactly the decisions a resolution request would be
 /// allowed to make, from every state; and every case's runbook recommends
 /// only decisions its record takes (a render_stalled case may also close by

@@ -238,11 +238,7 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         // The decisions this version takes, from the lifecycle's own table.
         body["resolutions"] = serde_json::json!(genace_core::machine::resolutions_allowed(&rec, intake.clock.now()));
     }
-    if let Some(at) = intake
-        .config
-        .output_expiry_days
-        .and_then(|days| rec.outputs_expire_at(days))
-    {
+    if let Some(at) = rec.outputs_expire_at(intake.config.policy.output_days) {
         body["outputs_expire_at"] = serde_json::json!(at);
     }
     if let Some(position) = genace_stages::capacity::queue_position(&intake.store, &rec).await {
