@@ -309,6 +309,9 @@ impl genace_stages::outputs::ObjectStore for DiscardStore {
     async fn delete(&self, _: &str) -> Result<(), genace_stages::outputs::StorageError> {
         Ok(())
     }
+    async fn list(&self, _: &str, _: usize) -> Result<Vec<String>, genace_stages::outputs::StorageError> {
+        Ok(Vec::new())
+    }
     async fn head(
         &self,
         key: &str,

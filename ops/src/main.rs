@@ -189,8 +189,9 @@ enum Op {
         /// The operation, `op_…`.
         operation_id: String,
     },
-    /// Delete a delivered operation's stored outputs; the audit names you.
-    /// Refused (409) until delivery has finished.
+    /// Delete every object stored for the operation (delivered, or left by
+    /// a delivery that failed, was refused or abandoned); the audit names
+    /// you. Refused (409) while a delivery may still run.
     Erase {
         /// The operation, `op_…`.
         operation_id: String,
@@ -545,7 +546,11 @@ fn print_timeline(op: &Value) {
         ));
     }
     if !op["outputs_erased_at"].is_null() {
-        events.push((s(&op["outputs_erased_at"]), "outputs erased from the bucket".into()));
+        let deleted = op["erased_objects"].as_array().map_or(0, Vec::len);
+        events.push((
+            s(&op["outputs_erased_at"]),
+            format!("outputs erased from the bucket ({deleted} objects deleted)"),
+        ));
     }
     if let Some(c) = op["cancellation"].as_object() {
         events.push((

@@ -337,6 +337,9 @@ impl<T: ObjectStore> ObjectStore for Chaotic<T> {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         port(&self.chaos, self.inner.delete(key)).await
     }
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StorageError> {
+        port(&self.chaos, self.inner.list(prefix, limit)).await
+    }
 }
 
 /// Genace answers each POST with an outcome class drawn from the seed.

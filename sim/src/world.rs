@@ -510,8 +510,8 @@ impl World {
     }
 
     /// A tenant erases one of its operations' outputs, whatever its phase:
-    /// refused until delivery has ended, and then every delivered object
-    /// is gone ([`World::check_record`]).
+    /// refused while a delivery may run, and then no object of it remains,
+    /// delivered or left by a failed attempt ([`World::check_record`]).
     pub(crate) fn erase(&mut self) {
         let records = self.store.records();
         if records.is_empty() {

@@ -945,6 +945,12 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     .unwrap();
     assert!(erased["outputs_erased_at"].is_string(), "{erased}");
     assert_eq!(erased["delivered_objects"][0]["url"], Value::Null, "{erased}");
+    // The keys deleted, the delivered one among them.
+    assert_eq!(
+        erased["erased_objects"],
+        json!([erased["delivered_objects"][0]["key"]]),
+        "{erased}"
+    );
     assert_eq!(
         erased["audit"].as_array().unwrap().last().unwrap()["action"],
         "erase_outputs"

@@ -132,6 +132,29 @@ impl ObjectStore for S3Store {
             .map_err(err)
     }
 
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StorageError> {
+        let mut keys = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .max_keys(i32::try_from(limit.saturating_sub(keys.len()).min(1000)).unwrap_or(1000))
+                .set_continuation_token(token)
+                .send()
+                .await
+                .map_err(err)?;
+            keys.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+            token = page.next_continuation_token().map(str::to_owned);
+            if token.is_none() || keys.len() >= limit {
+                keys.truncate(limit);
+                return Ok(keys);
+            }
+        }
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectHead>, StorageError> {
         match self
             .client

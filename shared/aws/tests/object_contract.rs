@@ -87,6 +87,31 @@ async fn a_deleted_object_is_gone_and_a_second_delete_succeeds<O: ObjectStore>(o
     );
 }
 
+/// Listing a prefix gives its keys in order, none of a longer sibling
+/// prefix, at most the limit, across pages.
+async fn a_prefix_lists_its_keys_in_order_and_no_others<O: ObjectStore>(objects: O) {
+    // Unique per run: the bucket may outlive one test run.
+    let run = format!("outputs/list-{}", uuid::Uuid::new_v4().simple());
+    let put = |key: String| {
+        let objects = &objects;
+        async move {
+            objects
+                .put(&key, "image/png", b"x".to_vec(), &b64_sha256(b"x"))
+                .await
+                .unwrap();
+        }
+    };
+    for n in [2, 0, 1] {
+        put(format!("{run}/op/output-{n}.png")).await;
+    }
+    put(format!("{run}/op2/output-0.png")).await;
+    let listed = objects.list(&format!("{run}/op/"), 10).await.unwrap();
+    let want: Vec<String> = (0..3).map(|n| format!("{run}/op/output-{n}.png")).collect();
+    assert_eq!(listed, want);
+    assert_eq!(objects.list(&format!("{run}/op/"), 2).await.unwrap(), want[..2]);
+    assert!(objects.list(&format!("{run}/none/"), 10).await.unwrap().is_empty());
+}
+
 genace_aws::contract_tests!(
     memory => genace_stages::memory::MemoryObjects::default(),
     s3 => |env| env.objects();
@@ -94,6 +119,7 @@ genace_aws::contract_tests!(
     a_multipart_upload_is_one_object_with_the_composite_checksum,
     an_aborted_upload_leaves_nothing,
     a_deleted_object_is_gone_and_a_second_delete_succeeds,
+    a_prefix_lists_its_keys_in_order_and_no_others,
 );
 
 #[tokio::test]

@@ -390,7 +390,32 @@ async function operationPage(id) {
     nodes.push(h("h2", {}, "Outputs"), h("ul", {}, op.delivered_objects.map((o) =>
       h("li", {}, o.url ? h("a", { href: o.url, rel: "noopener noreferrer" }, o.key) : o.key, ` (${o.content_type}, ${o.bytes} bytes, sha256 ${o.sha256})`))));
   }
+  nodes.push(erasure(op));
   show(...nodes);
+}
+
+// Erasure: what was deleted, or the button while no delivery can run (the
+// API decides; a refusal shows its reason).
+function erasure(op) {
+  if (op.outputs_erased_at) {
+    const keys = op.erased_objects || [];
+    return h("section", { id: "erasure", "aria-label": "Erasure" }, h("h2", {}, "Erasure"),
+      h("p", {}, `Erased ${op.outputs_erased_at}: ${keys.length} objects deleted.`),
+      keys.length ? h("ul", {}, keys.map((k) => h("li", {}, h("code", {}, k)))) : "");
+  }
+  const over = (op.phase === "rendered" && ["delivered", "delivery_failed"].includes(op.delivery_state))
+    || ["abandoned", "cancelled", "rejected", "render_failed", "submit_failed"].includes(op.phase);
+  if (!over) return "";
+  const note = h("div", { "aria-live": "polite" });
+  const button = h("button", { type: "button", id: "erase" }, "Erase every stored output");
+  button.addEventListener("click", async () => {
+    if (!window.confirm(`Delete every object stored for ${op.operation_id}? This cannot be undone.`)) return;
+    const r = await api("DELETE", `/v1/operations/${encodeURIComponent(op.operation_id)}/outputs`);
+    if (r.ok) return operationPage(op.operation_id);
+    note.replaceChildren(h("p", { class: "notice error", role: "alert" }, `Refused (${r.status}): ${problemText(r.data)}`));
+  });
+  return h("section", { id: "erasure", "aria-label": "Erasure" }, h("h2", {}, "Erasure"),
+    h("p", {}, "Deletes the delivered outputs and anything earlier delivery attempts left; no delivery runs after it."), button, note);
 }
 
 function timeline(op) {

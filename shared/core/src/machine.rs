@@ -948,7 +948,8 @@ pub enum Event<'a> {
     /// the claim in one conditional write.
     Cancel { by: &'a str, reason: CancelReason },
     /// The delivered objects were deleted from the bucket at `by`'s request.
-    OutputsErased { by: &'a str },
+    /// The tenant's or an operator's erasure; `objects`: the keys deleted.
+    OutputsErased { by: &'a str, objects: &'a [String] },
 }
 
 /// Who decided what, and why.
@@ -1006,7 +1007,7 @@ impl Event<'_> {
             | Event::DeliveryFailed { .. }
             | Event::DeliveryRefused { .. }
             | Event::Delivered { .. } => "rendered",
-            Event::OutputsErased { .. } => "rendered and delivered",
+            Event::OutputsErased { .. } => "finished, or rendered with its delivery over",
             Event::Resolved(d) => match d.resolution {
                 Resolution::AttachRemoteJob { .. } => "uncertain, or accepted with its remote job missing",
                 Resolution::ConfirmNotCreated => "uncertain",
@@ -1114,7 +1115,9 @@ pub fn transition(
         ) if planted::on(planted::CASE_WITHOUT_PHASE_CHECK) => open_case(rec, reason, evidence, keep_due, now),
         (_, Event::Reschedule { due }) => reschedule(rec, due),
         // ---- delivery
-        (Rendered, Event::ClaimDelivery { token }) => claim_delivery(rec, token, now, policy)?,
+        (Rendered, Event::ClaimDelivery { token }) if rec.outputs_erased.is_none() => {
+            claim_delivery(rec, token, now, policy)?
+        }
         (Rendered, Event::DeliveryLapsed) => give_up_delivery(rec, now)?,
         (Rendered, Event::DeliveryFailed { token, error, retry_at }) => {
             delivery_attempt_failed(rec, token, error, retry_at, now, policy)?
@@ -1147,8 +1150,11 @@ pub fn transition(
         {
             resolve(rec, d.resolution, d.actor, d.reason, now, policy)
         }
+        // Not once erased: a delivery then would store what the tenant erased.
         (Rendered, Event::Resolved(d))
-            if *d.resolution == RedriveDelivery && rec.delivery_state == DeliveryState::DeliveryFailed =>
+            if *d.resolution == RedriveDelivery
+                && rec.delivery_state == DeliveryState::DeliveryFailed
+                && rec.outputs_erased.is_none() =>
         {
             resolve(rec, d.resolution, d.actor, d.reason, now, policy)
         }
@@ -1166,10 +1172,19 @@ pub fn transition(
             cancel(rec, by, reason, now, policy)
         }
         (Cancelled, Event::Cancel { .. }) => rec.clone(),
-        // ---- erasure: of delivered outputs only; a repeat changes nothing
-        (Rendered, Event::OutputsErased { .. }) if rec.outputs_erased.is_some() => rec.clone(),
-        (Rendered, Event::OutputsErased { by }) if rec.delivery_state == DeliveryState::Delivered => {
-            outputs_erased(rec, by, now)
+        // ---- erasure: once no delivery can run, whatever was stored; a
+        // repeat changes nothing, and no delivery is claimed after it
+        (_, Event::OutputsErased { .. }) if rec.outputs_erased.is_some() => rec.clone(),
+        (Rendered, Event::OutputsErased { by, objects })
+            if matches!(
+                rec.delivery_state,
+                DeliveryState::Delivered | DeliveryState::DeliveryFailed
+            ) && rec.delivery_claim.is_none() =>
+        {
+            outputs_erased(rec, by, objects, now)
+        }
+        (Abandoned | Cancelled | Rejected | RenderFailed | SubmitFailed, Event::OutputsErased { by, objects }) => {
+            outputs_erased(rec, by, objects, now)
         }
         // ---- an abandoned operation whose credits still follow a job
         (Abandoned, Event::Accepted { token, job }) if rec.ledger_phase == Some(Uncertain) => {
@@ -1553,11 +1568,12 @@ fn resolve(
 
 /// The delivered objects are gone from the bucket: the record keeps their
 /// keys and digests as evidence, and the audit names who asked.
-fn outputs_erased(rec: &OperationRecord, by: &str, now: DateTime<Utc>) -> OperationRecord {
+fn outputs_erased(rec: &OperationRecord, by: &str, objects: &[String], now: DateTime<Utc>) -> OperationRecord {
     let mut next = rec.clone();
     next.outputs_erased = Some(Erasure {
         at: now,
         by: by.to_owned(),
+        objects: objects.to_vec(),
     });
     next.audit.push(AuditEntry {
         actor: by.to_owned(),

@@ -551,6 +551,10 @@ pub struct Erasure {
     pub at: DateTime<Utc>,
     /// The tenant that asked, or the operator's `sub`.
     pub by: String,
+    /// The keys deleted: every object stored under the operation's prefix,
+    /// by any delivery attempt (none recorded before this field existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<String>,
 }
 
 /// An operation taken back before any job was created for it.

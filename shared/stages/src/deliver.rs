@@ -122,8 +122,14 @@ fn extension(content_type: &str, url: &str) -> String {
 
 /// `<prefix>/<tenant>/<operation_id>/output-<index>.<ext>`
 pub fn object_key(prefix: &str, rec: &OperationRecord, index: usize, ext: &str) -> String {
+    format!("{}output-{index}.{ext}", operation_prefix(prefix, rec))
+}
+
+/// `<prefix>/<tenant>/<operation_id>/`: where every object of the
+/// operation is stored, whichever attempt stored it.
+pub fn operation_prefix(prefix: &str, rec: &OperationRecord) -> String {
     format!(
-        "{}/{}/{}/output-{index}.{ext}",
+        "{}/{}/{}/",
         prefix.trim_end_matches('/'),
         rec.tenant_id,
         rec.operation_id

@@ -1,11 +1,14 @@
-//! Erasing an operation's delivered outputs at its tenant's request.
+//! Erasing an operation's stored outputs at its tenant's request.
 //!
-//! The objects are deleted first, then the record says so: a failure
-//! between the two leaves links that no longer resolve, and the request
-//! repeated (deletes are idempotent) completes it. The opposite order could
-//! claim an erasure that did not happen. Only a delivered operation's
-//! outputs are erased: while delivery runs, or may run again after a
-//! failure, new objects could appear behind the erasure.
+//! Every object under the operation's prefix is deleted, whichever delivery
+//! attempt stored it (a delivered operation's, and the partial outputs of a
+//! delivery that failed, was refused or was abandoned), then the record
+//! says so, with the keys deleted. A failure between the two leaves links
+//! that no longer resolve, and the request repeated (deletes are
+//! idempotent) completes it. The opposite order could claim an erasure that
+//! did not happen. Only once no delivery can run: while one runs, or may
+//! run again on its own, new objects could appear behind the erasure; and
+//! after it, no delivery is claimed or redriven.
 
 use tracing::info;
 
@@ -33,24 +36,20 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     async fn erase(&self, rec: OperationRecord, by: &str) -> Result<OperationRecord, IntakeError> {
         let now = self.clock.now();
         let policy = self.config.policy;
-        let event = Event::OutputsErased { by };
         let refused = |r: &OperationRecord| IntakeError::CannotErase {
             phase: r.phase,
             delivery_state: r.delivery_state,
         };
         // Refused before anything is deleted.
-        if machine::transition(&rec, event, now, &policy).is_err() {
+        let asked = Event::OutputsErased { by, objects: &[] };
+        if machine::transition(&rec, asked, now, &policy).is_err() {
             return Err(refused(&rec));
         }
         if rec.outputs_erased.is_some() {
             return Ok(rec);
         }
-        for object in &rec.delivered_objects {
-            self.objects
-                .delete(&object.key)
-                .await
-                .map_err(|e| IntakeError::Objects(e.to_string()))?;
-        }
+        let deleted = self.delete_stored(&rec).await?;
+        let event = Event::OutputsErased { by, objects: &deleted };
         let next = commit(&self.store, rec, write_attempts(), |r| {
             machine::transition(r, event, now, &policy)
         })
@@ -59,11 +58,44 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
             CommitError::Refused { current, .. } => refused(&current),
             CommitError::Store(s) => IntakeError::Store(s),
         })?;
-        info!(operation_id = %next.operation_id, tenant = %next.tenant_id, %by, objects = next.delivered_objects.len(), "outputs erased");
+        info!(operation_id = %next.operation_id, tenant = %next.tenant_id, %by, objects = deleted.len(), "outputs erased");
         self.metrics.count("OutputsErased", &[]);
         Ok(next)
     }
+
+    /// Deletes every object under the operation's prefix and every key its
+    /// record names (stored under an older prefix setting, say): the keys
+    /// deleted, in order. Lists a page at a time until a page is short.
+    async fn delete_stored(&self, rec: &OperationRecord) -> Result<Vec<String>, IntakeError> {
+        let failed = |e: crate::outputs::StorageError| IntakeError::Objects(e.to_string());
+        let prefix = crate::deliver::operation_prefix(&self.config.output_prefix, rec);
+        let mut deleted: std::collections::BTreeSet<String> =
+            rec.delivered_objects.iter().map(|o| o.key.clone()).collect();
+        for key in &deleted {
+            self.objects.delete(key).await.map_err(failed)?;
+        }
+        for _ in 0..ERASE_PAGES {
+            let page = self.objects.list(&prefix, ERASE_PAGE).await.map_err(failed)?;
+            for key in &page {
+                self.objects.delete(key).await.map_err(failed)?;
+            }
+            let short = page.len() < ERASE_PAGE;
+            deleted.extend(page);
+            if short {
+                return Ok(deleted.into_iter().collect());
+            }
+        }
+        Err(IntakeError::Objects(format!(
+            "more than {} objects under {prefix}; erase again to go on",
+            ERASE_PAGES * ERASE_PAGE
+        )))
+    }
 }
+
+/// Keys listed per page of an erasure, and pages at most per request: an
+/// operation stores one object per output, so a few in practice.
+const ERASE_PAGE: usize = 1000;
+const ERASE_PAGES: usize = 10;
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
     /// An operator erases the outputs of an operation in their scope.

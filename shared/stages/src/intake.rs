@@ -46,9 +46,9 @@ pub enum IntakeError {
     /// may exist, and Genace cannot stop one it accepted.
     #[error("the operation is {} and can no longer be cancelled", .phase.as_str())]
     TooLateToCancel { phase: genace_core::record::Phase },
-    /// Only a delivered operation's outputs are erased: delivery has not
-    /// finished (or failed, and may run again), or there is nothing stored.
-    #[error("the operation is {} with delivery {}; only delivered outputs can be erased", .phase.as_str(), .delivery_state.as_str())]
+    /// A delivery runs or may still run on its own: outputs could be
+    /// stored after the erasure.
+    #[error("the operation is {} with delivery {}; a delivery may still store outputs", .phase.as_str(), .delivery_state.as_str())]
     CannotErase {
         phase: genace_core::record::Phase,
         delivery_state: genace_core::record::DeliveryState,

@@ -59,6 +59,8 @@ pub trait ObjectStore: Send + Sync {
     /// Deletes the object; one that is not there is not an error, so a
     /// repeated erasure succeeds.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StorageError>> + Send;
+    /// The keys stored under `prefix`, in key order, at most `limit`.
+    fn list(&self, prefix: &str, limit: usize) -> impl Future<Output = Result<Vec<String>, StorageError>> + Send;
 }
 
 /// `attachment; filename="<last key segment>"`, with only safe characters.

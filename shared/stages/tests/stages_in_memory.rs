@@ -1058,6 +1058,49 @@ async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
     );
 }
 
+/// A delivery refused part way (its second output is too large) leaves
+/// the first output stored and listed on no record. Its erasure deletes
+/// everything under the operation's prefix, says which keys, and no
+/// delivery runs after it.
+#[tokio::test]
+async fn an_erasure_after_a_refused_delivery_deletes_what_earlier_outputs_left() {
+    let mut app = app();
+    app.config.max_output_bytes = 2048;
+    let tenant = TenantId::parse("tenant-a").unwrap();
+    let id = submit(&app, "partial", None).await;
+    app.dispatcher().dispatch(&id).await.unwrap();
+    app.downloads
+        .serve("https://cdn.example/small.mp4", Some("video/mp4"), vec![7; 1024]);
+    app.downloads
+        .serve("https://cdn.example/large.mp4", Some("video/mp4"), vec![8; 4096]);
+    app.genace.set_job(
+        "job-0001",
+        "completed",
+        Some(json!([{"url": "https://cdn.example/small.mp4"}, {"url": "https://cdn.example/large.mp4"}])),
+    );
+    assert_eq!(app.poller().poll(&id).await.unwrap(), Polled::Rendered);
+    app.deliverer().deliver(&id).await.unwrap();
+    let refused = record(&app, &id).await;
+    assert_eq!(
+        refused.delivery_state,
+        genace_core::record::DeliveryState::DeliveryFailed
+    );
+    assert!(refused.delivered_objects.is_empty());
+    let left: Vec<String> = app.objects.keys();
+    assert_eq!(left.len(), 1, "the first output was stored: {left:?}");
+    assert!(left[0].contains(id.as_str()));
+
+    let erased = app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    assert!(app.objects.keys().is_empty(), "nothing is left");
+    assert_eq!(erased.outputs_erased.unwrap().objects, left, "the keys deleted");
+    // No delivery after it, even redriven by the queue.
+    assert!(matches!(
+        app.deliverer().deliver(&id).await.unwrap(),
+        genace_stages::deliver::DeliverResult::NotDeliverable(..)
+    ));
+    assert!(app.objects.keys().is_empty());
+}
+
 /// Attaching a job id that another operation holds is refused. An
 /// operator of every tenant is told which operation holds it; one scoped
 /// to a tenant only that it cannot be attached, the same whether the

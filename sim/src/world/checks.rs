@@ -71,12 +71,10 @@ impl World {
             self.shown.insert(id.clone(), state);
         }
         if rec.outputs_erased.is_some() {
-            if let Some(object) = rec
-                .delivered_objects
-                .iter()
-                .find(|o| self.objects.get(&o.key).is_some())
-            {
-                return Err(format!("{}: erased, but {} is still stored", short(&id), object.key));
+            // Nothing under its prefix, whichever attempt stored it.
+            let prefix = genace_stages::deliver::operation_prefix(&self.app.config.output_prefix, rec);
+            if let Some(key) = self.objects.keys().into_iter().find(|k| k.starts_with(&prefix)) {
+                return Err(format!("{}: erased, but {key} is still stored", short(&id)));
             }
         } else if rec.delivery_state == DeliveryState::Delivered && !self.erasing.contains(&id) {
             for object in &rec.delivered_objects {

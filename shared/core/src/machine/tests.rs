@@ -1498,7 +1498,18 @@ fn past_its_deadline_an_operation_cannot_be_claimed_and_stays_due_by_it() {
 #[test]
 fn only_delivered_outputs_are_erased_and_a_repeat_changes_nothing() {
     let p = Policy::default();
-    let erase = |r: &OperationRecord| transition(r, Event::OutputsErased { by: "tenant-a" }, t0(), &p);
+    let keys = ["outputs/tenant-a/op/output-0.mp4".to_owned()];
+    let erase = |r: &OperationRecord| {
+        transition(
+            r,
+            Event::OutputsErased {
+                by: "tenant-a",
+                objects: &keys,
+            },
+            t0(),
+            &p,
+        )
+    };
     let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
     for early in [prepared(), rendered(), claimed.clone()] {
         assert!(
@@ -1516,6 +1527,44 @@ fn only_delivered_outputs_are_erased_and_a_repeat_changes_nothing() {
     assert_eq!(erase(&erased).unwrap(), erased);
 }
 
+/// Once delivery is over without a delivery (given up, refused as too
+/// large, abandoned), whatever earlier attempts stored can be erased, and
+/// from then on no delivery is claimed or redriven: nothing is stored
+/// after the erasure.
+#[test]
+fn outputs_of_a_delivery_that_ended_without_one_are_erased_and_never_delivered_after() {
+    let p = Policy {
+        delivery_max_attempts: 1,
+        ..Policy::default()
+    };
+    let keys = ["outputs/tenant-a/op/output-0.mp4".to_owned()];
+    let erase = |r: &OperationRecord| {
+        transition(
+            r,
+            Event::OutputsErased {
+                by: "tenant-a",
+                objects: &keys,
+            },
+            t0(),
+            &p,
+        )
+    };
+    let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
+    let gave_up = delivery_attempt_failed(&claimed, "d", "cdn down", t0(), t0(), &p).unwrap();
+    let too_large = delivery_refused(&claimed, "d", CaseReason::OutputTooLarge, "5 GiB", t0()).unwrap();
+    let abandoned = resolve(&gave_up, &Resolution::Abandon, "ops", "gone", t0(), &p).unwrap();
+    for ended in [gave_up, too_large, abandoned] {
+        let erased = erase(&ended).unwrap_or_else(|e| panic!("{:?}: {e}", ended.delivery_state));
+        check_invariants(&erased).unwrap();
+        assert_eq!(
+            erased.outputs_erased.as_ref().map(|e| e.objects.as_slice()),
+            Some(&keys[..])
+        );
+        assert!(resolve(&erased, &Resolution::RedriveDelivery, "ops", "cdn back", t0(), &p).is_err());
+        assert!(claim_delivery(&erased, "d2", t0(), &p).is_err());
+    }
+}
+
 /// An output expiry is S3's: the days added to the delivery, rounded up to
 /// the next midnight UTC; none before delivery or after an erasure.
 #[test]
@@ -1528,7 +1577,7 @@ fn outputs_expire_at_midnight_after_the_days_and_not_once_erased() {
     assert_eq!(done.outputs_expire_at(7), Some(t0() + Duration::days(8)));
     let at_midnight = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
     assert_eq!(at_midnight.outputs_expire_at(7), Some(t0() + Duration::days(7)));
-    let erased = transition(&done, Event::OutputsErased { by: "t" }, t0(), &p).unwrap();
+    let erased = transition(&done, Event::OutputsErased { by: "t", objects: &[] }, t0(), &p).unwrap();
     assert_eq!(erased.outputs_expire_at(7), None);
 }
 

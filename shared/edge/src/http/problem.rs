@@ -252,10 +252,10 @@ fn erasure_refused(phase: Phase, delivery_state: DeliveryState) -> Problem {
     Problem::new(
         StatusCode::CONFLICT,
         "erasure-refused",
-        "Only delivered outputs can be erased",
+        "A delivery may still store outputs",
         format!(
-            "It is {} with delivery {}: erase once delivery has finished, so that no object is stored \
-             after the erasure.",
+            "It is {} with delivery {}: erase once delivery is over (delivered, given up, refused or \
+             abandoned), so that no object is stored after the erasure.",
             phase.as_str(),
             delivery_state.as_str()
         ),

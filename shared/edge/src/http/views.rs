@@ -104,6 +104,7 @@ fn marks(rec: &OperationRecord, obj: &mut serde_json::Map<String, Value>) {
     }
     if let Some(erased) = &rec.outputs_erased {
         obj.insert("outputs_erased_at".into(), json!(erased.at));
+        obj.insert("erased_objects".into(), json!(erased.objects));
     }
     if let Some(deadline) = rec.dispatch_deadline {
         obj.insert("dispatch_deadline".into(), json!(deadline));

@@ -163,6 +163,17 @@ impl crate::outputs::ObjectStore for MemoryObjects {
         Ok(())
     }
 
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<String>, crate::outputs::StorageError> {
+        let state = self.lock();
+        Ok(state
+            .objects
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
     async fn head(&self, key: &str) -> Result<Option<crate::outputs::ObjectHead>, crate::outputs::StorageError> {
         Ok(self.lock().objects.get(key).map(|o| crate::outputs::ObjectHead {
             bytes: o.data.len() as u64,
