@@ -1493,23 +1493,26 @@ fn past_its_deadline_an_operation_cannot_be_claimed_and_stays_due_by_it() {
     assert_eq!(claim(deadline - Duration::seconds(1)).unwrap().phase, Phase::Submitting);
 }
 
+/// `tenant-a` erases `r`'s outputs, deleting `keys`.
+fn erase_outputs(r: &OperationRecord, keys: &[String], p: &Policy) -> Next {
+    transition(
+        r,
+        Event::OutputsErased {
+            by: "tenant-a",
+            objects: keys,
+        },
+        t0(),
+        p,
+    )
+}
+
 /// Only delivered outputs are erased; the erasure keeps the objects'
 /// evidence and the record's invariants, and a repeat changes nothing.
 #[test]
 fn only_delivered_outputs_are_erased_and_a_repeat_changes_nothing() {
     let p = Policy::default();
     let keys = ["outputs/tenant-a/op/output-0.mp4".to_owned()];
-    let erase = |r: &OperationRecord| {
-        transition(
-            r,
-            Event::OutputsErased {
-                by: "tenant-a",
-                objects: &keys,
-            },
-            t0(),
-            &p,
-        )
-    };
+    let erase = |r: &OperationRecord| erase_outputs(r, &keys, &p);
     let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
     for early in [prepared(), rendered(), claimed.clone()] {
         assert!(
@@ -1538,17 +1541,7 @@ fn outputs_of_a_delivery_that_ended_without_one_are_erased_and_never_delivered_a
         ..Policy::default()
     };
     let keys = ["outputs/tenant-a/op/output-0.mp4".to_owned()];
-    let erase = |r: &OperationRecord| {
-        transition(
-            r,
-            Event::OutputsErased {
-                by: "tenant-a",
-                objects: &keys,
-            },
-            t0(),
-            &p,
-        )
-    };
+    let erase = |r: &OperationRecord| erase_outputs(r, &keys, &p);
     let claimed = claim_delivery(&rendered(), "d", t0(), &p).unwrap();
     let gave_up = delivery_attempt_failed(&claimed, "d", "cdn down", t0(), t0(), &p).unwrap();
     let too_large = delivery_refused(&claimed, "d", CaseReason::OutputTooLarge, "5 GiB", t0()).unwrap();
