@@ -518,6 +518,9 @@ impl World {
             return;
         }
         let rec = self.rng.pick(&records).clone();
+        // The erasure reads the record again when it runs, and may find it
+        // erasable then: from here on, its objects may go before the record
+        // says so.
         self.erasing.insert(rec.operation_id.as_str().to_owned());
         let intake = self.app.intake();
         self.spawn(
@@ -526,7 +529,10 @@ impl World {
             None,
             Box::pin(async move {
                 match intake.erase_outputs(&rec.tenant_id, &rec.operation_id).await {
-                    Ok(r) => Ok(format!("erased {} objects", r.delivered_objects.len())),
+                    Ok(r) => Ok(format!(
+                        "erased {} objects",
+                        r.outputs_erased.map_or(0, |e| e.objects.len())
+                    )),
                     Err(e @ genace_stages::intake::IntakeError::CannotErase { .. }) => Ok(e.to_string()),
                     Err(e) => Err(e.to_string()),
                 }

@@ -133,15 +133,24 @@ fn hold_with_case(next: &mut OperationRecord, reason: CaseReason, evidence: Stri
 }
 
 /// Takes the finished operation off every schedule and sets its TTL: the
-/// retention, and never before the bucket's rule has deleted the outputs
-/// it stored (all of them stored by now), so that an output never outlives
-/// the record that lets it be found and erased.
+/// retention, and for one whose delivery stored anything never before the
+/// bucket's rule has deleted it (all of it stored by now; S3 removes what
+/// is due within [`OUTPUTS_REMOVED_WITHIN`]), so that an output never
+/// outlives the record that lets it be found and erased.
 fn finish(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Policy) {
     next.due_at_ms = None;
     next.claim = None;
-    let outputs_gone = crate::record::bucket_rule_deletes(now, policy.output_days).unwrap_or(now);
-    next.expires_at_s = Some((now + policy.retention).max(outputs_gone).timestamp());
+    let kept = now + policy.retention;
+    let outputs_gone = match next.delivery_attempts {
+        0 => None,
+        _ => crate::record::bucket_rule_deletes(now, policy.output_days).map(|due| due + OUTPUTS_REMOVED_WITHIN),
+    };
+    next.expires_at_s = Some(outputs_gone.map_or(kept, |gone| kept.max(gone)).timestamp());
 }
+
+/// How long after an object is due S3's lifecycle rule may take to remove
+/// it: the rule runs asynchronously, typically within a day.
+pub const OUTPUTS_REMOVED_WITHIN: Duration = Duration::days(2);
 
 fn require_claimant(rec: &OperationRecord, token: &str) -> Result<(), Refusal> {
     match &rec.claim {

@@ -232,6 +232,23 @@ pub struct Runbook {
     pub advice: &'static str,
 }
 
+impl OperationRecord {
+    /// The runbook of the record's open case, if any: its reason's, but
+    /// once the outputs were erased a delivery case can only be abandoned
+    /// (no delivery runs after an erasure).
+    pub fn runbook(&self) -> Option<Runbook> {
+        let case = self.case.as_ref()?;
+        let book = case.reason.runbook();
+        Some(match self.outputs_erased {
+            Some(_) if book.actions.contains(&"redrive_delivery") => Runbook {
+                actions: &["abandon"],
+                advice: "The outputs were erased, so no delivery runs again: abandon to close the case.",
+            },
+            _ => book,
+        })
+    }
+}
+
 /// An open question a person must answer. While a case is open nothing
 /// automatic creates remote work for the operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -189,6 +189,10 @@ async fn fitting<S: OperationStore>(
         let Some(rec) = store.get(&id, chrono::DateTime::<chrono::Utc>::MIN_UTC).await? else {
             continue;
         };
+        // The index may lag: one claimed meanwhile holds its credits already.
+        if crate::table::wait_sort_key(&rec).is_none() {
+            continue;
+        }
         let need = rec
             .reserved_credits
             .filter(|r| r.is_finite() && *r >= 0.0)

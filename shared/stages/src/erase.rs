@@ -50,7 +50,13 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         }
         let deleted = self.delete_stored(&rec).await?;
         let event = Event::OutputsErased { by, objects: &deleted };
+        let read = (rec.delivery_attempts, rec.delivered_at, rec.delivery_state);
         let next = commit(&self.store, rec, write_attempts(), |r| {
+            // A delivery redriven and run since the listing may have stored
+            // what it did not see: refuse, and a repeat lists again.
+            if (r.delivery_attempts, r.delivered_at, r.delivery_state) != read {
+                return Err(genace_core::machine::Refusal::StaleVersion { actual: r.version });
+            }
             machine::transition(r, event, now, &policy)
         })
         .await

@@ -1555,6 +1555,11 @@ fn outputs_of_a_delivery_that_ended_without_one_are_erased_and_never_delivered_a
         );
         assert!(resolve(&erased, &Resolution::RedriveDelivery, "ops", "cdn back", t0(), &p).is_err());
         assert!(claim_delivery(&erased, "d2", t0(), &p).is_err());
+        // Its delivery case, if open, is now only to be abandoned.
+        if let Some(book) = erased.runbook() {
+            assert_eq!(book.actions, ["abandon"]);
+            assert!(resolutions_allowed(&erased, t0()).iter().all(|r| *r != "redrive_delivery"));
+        }
     }
 }
 
@@ -1576,16 +1581,18 @@ fn outputs_expire_at_midnight_after_the_days_and_not_once_erased() {
 
 /// A finished record outlives the outputs it stored: its TTL is the
 /// retention, or the bucket rule's deletion of what was stored by the time
-/// it finished when that is later (output days past the retention, or the
-/// rounding to midnight).
+/// it finished, and the time S3 may take to remove it, when that is later
+/// (output days past the retention, or the rounding to midnight). One that
+/// stored nothing keeps the retention.
 #[test]
 fn a_finished_record_is_kept_until_its_outputs_are_gone() {
     let afternoon = t0() + Duration::hours(15);
+    let lag = OUTPUTS_REMOVED_WITHIN;
     for (retention_days, output_days, kept_until) in [
         // The default: outputs as long as the record; S3's midnight is later.
-        (30, 30, t0() + Duration::days(31)),
+        (30, 30, t0() + Duration::days(31) + lag),
         (30, 7, afternoon + Duration::days(30)),
-        (30, 90, t0() + Duration::days(91)),
+        (30, 90, t0() + Duration::days(91) + lag),
     ] {
         let p = Policy {
             retention: Duration::days(retention_days),
@@ -1604,6 +1611,18 @@ fn a_finished_record_is_kept_until_its_outputs_are_gone() {
             done.outputs_expire_at(output_days)
                 .is_some_and(|gone| gone.timestamp() <= kept_until.timestamp())
         );
+        let cancelled = transition(
+            &prepared(),
+            Event::Cancel {
+                by: "tenant-a",
+                reason: CancelReason::Requested,
+            },
+            afternoon,
+            &p,
+        )
+        .unwrap();
+        let retention = afternoon + Duration::days(retention_days);
+        assert_eq!(cancelled.expires_at_s, Some(retention.timestamp()), "nothing stored");
     }
 }
 

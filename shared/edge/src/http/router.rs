@@ -262,8 +262,8 @@ enum Change {
     /// `POST /v1/operations/{id}/cancel`: taken back before its dispatch
     /// claim; 409 once a job may exist.
     Cancel,
-    /// `DELETE /v1/operations/{id}/outputs`: its delivered objects deleted;
-    /// 409 until delivery has finished.
+    /// `DELETE /v1/operations/{id}/outputs`: every object stored for it
+    /// deleted; 409 while a delivery may still run.
     EraseOutputs,
 }
 

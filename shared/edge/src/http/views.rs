@@ -54,7 +54,7 @@ pub fn view(rec: &OperationRecord) -> Value {
     let obj = v.as_object_mut().expect("view is an object");
     if let Some(case) = &rec.case {
         let mut shown = json!(case);
-        shown["runbook"] = json!(case.reason.runbook());
+        shown["runbook"] = json!(rec.runbook());
         obj.insert("reconciliation_case".into(), shown);
     }
     if let Some(err) = &rec.last_error {
@@ -202,7 +202,7 @@ pub fn case_view(rec: &OperationRecord) -> Value {
         "reason": rec.case.as_ref().map(|c| c.reason),
         "opened_at": rec.case.as_ref().map(|c| c.opened_at),
         "evidence": rec.case.as_ref().map(|c| c.evidence.clone()),
-        "runbook": rec.case.as_ref().map(|c| c.reason.runbook()),
+        "runbook": rec.runbook(),
         "version": rec.version,
     })
 }
