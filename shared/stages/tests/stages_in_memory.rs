@@ -1392,3 +1392,45 @@ async fn a_freed_slot_passes_over_a_tenant_short_of_credits_to_the_next() {
         Dispatched::Posted(PostResult::Accepted)
     );
 }
+
+/// A cancel that loses its first write to a rival that put the operation
+/// in the waiting order judges on the record it finally wrote over: the
+/// operation waited (a wake-up may have been sent for it), so the cancel
+/// passes the wake-up on to the next in line.
+#[tokio::test]
+async fn a_cancel_that_lost_a_race_to_a_wait_passes_the_wake_up_on() {
+    use genace_core::machine::{self, Event};
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let running = submit(&app, "running", None).await;
+    let next_in_line = submit(&app, "next", None).await;
+    let target = submit(&app, "target", None).await;
+    let dispatcher = app.dispatcher();
+    dispatcher.dispatch(&running).await.unwrap();
+    app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        dispatcher.dispatch(&next_in_line).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    // A second slot opens and nobody is told (a lost wake-up).
+    let _raised = app.store.clone().with_account_limit(Some(2));
+    let wakes = || woken(&app).iter().filter(|w| w.contains(next_in_line.as_str())).count();
+    let before = wakes();
+    // The rival: `target` joins the waiting order between the cancel's
+    // read and its write.
+    let (policy, now, rival) = (app.config.policy, app.clock.now(), target.clone());
+    app.store.before_next_apply(move |store| {
+        let rec = store
+            .records()
+            .into_iter()
+            .find(|r| r.operation_id == rival)
+            .expect("the target");
+        let waiting = machine::transition(&rec, Event::CapacityReached, now, &policy).expect("a wait");
+        store.apply_now(&rec, &waiting).expect("the rival's write");
+    });
+    let tenant = TenantId::parse("tenant-a").unwrap();
+    let cancelled = app.intake().cancel(&tenant, &target).await.unwrap();
+    assert_eq!(cancelled.phase, Phase::Cancelled);
+    assert!(cancelled.version > 2, "written over the rival's record");
+    assert_eq!(wakes(), before + 1, "the cancel passed the wake-up on");
+}

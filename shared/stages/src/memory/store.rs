@@ -7,6 +7,20 @@ use super::*;
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
     table: Arc<Mutex<Tables>>,
+    before_apply: Rival,
+}
+
+/// A write to make just before the next [`OperationRecords::apply`]: a
+/// rival's write landing between a reader's read and its own write.
+#[derive(Clone, Default)]
+struct Rival(Arc<Mutex<Option<RivalWrite>>>);
+
+type RivalWrite = Box<dyn FnOnce(&MemoryStore) + Send>;
+
+impl std::fmt::Debug for Rival {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rival")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -36,6 +50,12 @@ impl std::ops::DerefMut for Tables {
 }
 
 impl MemoryStore {
+    /// Runs `rival` once, just before the next write of a record, for
+    /// tests of races: it may write with [`Self::apply_now`].
+    pub fn before_next_apply(&self, rival: impl FnOnce(&MemoryStore) + Send + 'static) {
+        *self.before_apply.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(rival));
+    }
+
     /// Every stored record (expired ones included), by key.
     pub fn records(&self) -> Vec<OperationRecord> {
         self.lock().values().cloned().collect()
@@ -139,63 +159,11 @@ impl OperationRecords for MemoryStore {
     }
 
     async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
-        if prev == next {
-            return Ok(Applied::Unchanged);
+        let rival = self.before_apply.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(rival) = rival {
+            rival(self);
         }
-        let mut table = self.lock();
-        let tables = &mut *table;
-        match tables.records.get_mut(&prev.pk) {
-            Some(current) if current.version == prev.version => {
-                debug_assert!(
-                    genace_core::events::derive(Some(prev), next, &genace_core::events::Context::default()).len()
-                        <= genace_core::events::MAX_EVENTS_PER_CHANGE,
-                    "one change announces more than {} events",
-                    genace_core::events::MAX_EVENTS_PER_CHANGE
-                );
-                let delta = ledger::delta(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
-                if !delta.is_zero() {
-                    let tenant = prev.tenant_id.as_str();
-                    let entry = tables.ledgers.entry(tenant.to_owned()).or_insert_with(|| TenantLedger {
-                        tenant_id: tenant.to_owned(),
-                        ..TenantLedger::default()
-                    });
-                    let claim = ledger::reserves(prev, next);
-                    if claim && entry.headroom().is_some_and(|room| room < delta.held) {
-                        return Err(StoreError::SpendLimit);
-                    }
-                    if claim && delta.in_flight > 0 && !entry.has_a_slot() {
-                        return Err(StoreError::TenantFull);
-                    }
-                    let yields = delta.queued >= 0 && tables.account.yields();
-                    if claim && delta.in_flight > 0 && (!tables.account.has_room() || yields) {
-                        return Err(StoreError::AccountFull);
-                    }
-                    let totals = entry
-                        .totals
-                        .plus(&delta)
-                        .map_err(|e| StoreError::Decode(e.to_string()))?;
-                    let overflow = || StoreError::Decode("account counts overflowed".into());
-                    let in_flight = tables
-                        .account
-                        .in_flight
-                        .checked_add(delta.in_flight)
-                        .ok_or_else(overflow)?;
-                    let waiting = tables.account.waiting.checked_add(delta.waiting).ok_or_else(overflow)?;
-                    let queued = tables.account.queued.checked_add(delta.queued).ok_or_else(overflow)?;
-                    if ledger::ends_a_job(prev, next) {
-                        tables.account.jobs_ended += 1;
-                    }
-                    entry.totals = totals;
-                    tables.account.in_flight = in_flight;
-                    tables.account.waiting = waiting;
-                    tables.account.queued = queued;
-                }
-                *current = next.clone();
-                Ok(Applied::Written)
-            }
-            Some(current) => Err(StoreError::Conflict(Some(Box::new(current.clone())))),
-            None => Err(StoreError::Conflict(None)),
-        }
+        self.apply_now(prev, next)
     }
 
     async fn due_page(
@@ -551,5 +519,69 @@ impl WebhookSettings for MemoryStore {
             None => table.webhooks.remove(tenant.as_str()),
         };
         Ok(())
+    }
+}
+
+impl MemoryStore {
+    /// [`OperationRecords::apply`] now, without waiting for a rival.
+    pub fn apply_now(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
+        if prev == next {
+            return Ok(Applied::Unchanged);
+        }
+        let mut table = self.lock();
+
+        let tables = &mut *table;
+        match tables.records.get_mut(&prev.pk) {
+            Some(current) if current.version == prev.version => {
+                debug_assert!(
+                    genace_core::events::derive(Some(prev), next, &genace_core::events::Context::default()).len()
+                        <= genace_core::events::MAX_EVENTS_PER_CHANGE,
+                    "one change announces more than {} events",
+                    genace_core::events::MAX_EVENTS_PER_CHANGE
+                );
+                let delta = ledger::delta(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
+                if !delta.is_zero() {
+                    let tenant = prev.tenant_id.as_str();
+                    let entry = tables.ledgers.entry(tenant.to_owned()).or_insert_with(|| TenantLedger {
+                        tenant_id: tenant.to_owned(),
+                        ..TenantLedger::default()
+                    });
+                    let claim = ledger::reserves(prev, next);
+                    if claim && entry.headroom().is_some_and(|room| room < delta.held) {
+                        return Err(StoreError::SpendLimit);
+                    }
+                    if claim && delta.in_flight > 0 && !entry.has_a_slot() {
+                        return Err(StoreError::TenantFull);
+                    }
+                    let yields = delta.queued >= 0 && tables.account.yields();
+                    if claim && delta.in_flight > 0 && (!tables.account.has_room() || yields) {
+                        return Err(StoreError::AccountFull);
+                    }
+                    let totals = entry
+                        .totals
+                        .plus(&delta)
+                        .map_err(|e| StoreError::Decode(e.to_string()))?;
+                    let overflow = || StoreError::Decode("account counts overflowed".into());
+                    let in_flight = tables
+                        .account
+                        .in_flight
+                        .checked_add(delta.in_flight)
+                        .ok_or_else(overflow)?;
+                    let waiting = tables.account.waiting.checked_add(delta.waiting).ok_or_else(overflow)?;
+                    let queued = tables.account.queued.checked_add(delta.queued).ok_or_else(overflow)?;
+                    if ledger::ends_a_job(prev, next) {
+                        tables.account.jobs_ended += 1;
+                    }
+                    entry.totals = totals;
+                    tables.account.in_flight = in_flight;
+                    tables.account.waiting = waiting;
+                    tables.account.queued = queued;
+                }
+                *current = next.clone();
+                Ok(Applied::Written)
+            }
+            Some(current) => Err(StoreError::Conflict(Some(Box::new(current.clone())))),
+            None => Err(StoreError::Conflict(None)),
+        }
     }
 }
