@@ -1558,7 +1558,11 @@ fn outputs_of_a_delivery_that_ended_without_one_are_erased_and_never_delivered_a
         // Its delivery case, if open, is now only to be abandoned.
         if let Some(book) = erased.runbook() {
             assert_eq!(book.actions, ["abandon"]);
-            assert!(resolutions_allowed(&erased, t0()).iter().all(|r| *r != "redrive_delivery"));
+            assert!(
+                resolutions_allowed(&erased, t0())
+                    .iter()
+                    .all(|r| *r != "redrive_delivery")
+            );
         }
     }
 }
