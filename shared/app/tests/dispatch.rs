@@ -648,20 +648,33 @@ async fn the_job_id_is_logged_when_received_before_any_commit() {
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
     // Tests on other threads may have cached the log callsites' interest
-    // while no subscriber of this thread existed: ask again.
-    tracing::callsite::rebuild_interest_cache();
-    // The handler stops right after the response: nothing was committed.
-    assert!(matches!(
-        rig.dispatcher.dispatch(&id).await,
-        Err(StageError::Crashed("dispatch.after_response"))
-    ));
-    assert_eq!(rig.record(&id).await.remote_job_id, None);
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let line = log
-        .lines()
-        .find(|l| l.contains("Genace job id received"))
-        .unwrap_or_else(|| panic!("no receipt line in {log}"));
-    let v: Value = serde_json::from_str(line).unwrap();
+    // while no subscriber of this thread existed: ask again. A callsite
+    // that another thread hits for the first time while the cache is
+    // rebuilt can still cache an interest without this thread's
+    // subscriber (tracing registers callsites lazily), so an attempt that
+    // logged nothing is made once more, with every callsite registered.
+    let mut attempt = 0;
+    let (id, line) = loop {
+        attempt += 1;
+        let id = match attempt {
+            1 => id.clone(),
+            _ => rig.intent("k2", Some("dispatch.after_response")).await,
+        };
+        tracing::callsite::rebuild_interest_cache();
+        // The handler stops right after the response: nothing was committed.
+        assert!(matches!(
+            rig.dispatcher.dispatch(&id).await,
+            Err(StageError::Crashed("dispatch.after_response"))
+        ));
+        assert_eq!(rig.record(&id).await.remote_job_id, None);
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        match log.lines().find(|l| l.contains("Genace job id received")) {
+            Some(line) => break (id, line.to_owned()),
+            None if attempt < 2 => continue,
+            None => panic!("no receipt line in {log}"),
+        }
+    };
+    let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["fields"]["remote_job_id"], "job-logged");
     assert_eq!(v["fields"]["operation_id"], id.as_str());
 }
