@@ -306,8 +306,11 @@ impl genace_stages::outputs::ObjectStore for DiscardStore {
     async fn abort(&self, _: &str, _: &str) -> Result<(), genace_stages::outputs::StorageError> {
         Ok(())
     }
-    async fn delete(&self, _: &str) -> Result<(), genace_stages::outputs::StorageError> {
+    async fn delete_all(&self, _: &[String]) -> Result<(), genace_stages::outputs::StorageError> {
         Ok(())
+    }
+    async fn abort_uploads(&self, _: &str, _: usize) -> Result<usize, genace_stages::outputs::StorageError> {
+        Ok(0)
     }
     async fn list(&self, _: &str, _: usize) -> Result<Vec<String>, genace_stages::outputs::StorageError> {
         Ok(Vec::new())

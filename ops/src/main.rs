@@ -519,6 +519,14 @@ fn print_operations(page: &Value) {
     print_next(page);
 }
 
+/// How many objects the erasure deleted: the count, or for a view from
+/// before counts the keys listed.
+fn erased_count(op: &Value) -> u64 {
+    op["erased_object_count"]
+        .as_u64()
+        .unwrap_or_else(|| op["erased_objects"].as_array().map_or(0, |a| a.len() as u64))
+}
+
 fn print_timeline(op: &Value) {
     println!("operation   {}", s(&op["operation_id"]));
     println!("key         {}", s(&op["operation_key"]));
@@ -546,7 +554,7 @@ fn print_timeline(op: &Value) {
         ));
     }
     if !op["outputs_erased_at"].is_null() {
-        let deleted = op["erased_objects"].as_array().map_or(0, Vec::len);
+        let deleted = erased_count(op);
         events.push((
             s(&op["outputs_erased_at"]),
             format!("outputs erased from the bucket ({deleted} objects deleted)"),

@@ -334,8 +334,11 @@ impl<T: ObjectStore> ObjectStore for Chaotic<T> {
     async fn presign_get(&self, key: &str, expiry: std::time::Duration) -> Result<String, StorageError> {
         port(&self.chaos, self.inner.presign_get(key, expiry)).await
     }
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        port(&self.chaos, self.inner.delete(key)).await
+    async fn delete_all(&self, keys: &[String]) -> Result<(), StorageError> {
+        port(&self.chaos, self.inner.delete_all(keys)).await
+    }
+    async fn abort_uploads(&self, prefix: &str, limit: usize) -> Result<usize, StorageError> {
+        port(&self.chaos, self.inner.abort_uploads(prefix, limit)).await
     }
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StorageError> {
         port(&self.chaos, self.inner.list(prefix, limit)).await

@@ -25,7 +25,7 @@ use genace_http::GenaceConfig;
 use genace_local::browser::Driver;
 use genace_local::{devauth, runner};
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path, path_regex};
+use wiremock::matchers::{body_partial_json, method, path, path_regex};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -36,6 +36,14 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
     let env = LocalAws::fresh().await;
     let genace = MockServer::start().await;
+    // The operation to erase gets a job of its own, which fails.
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .and(body_partial_json(json!({"prompt": "acme-erase"})))
+        .respond_with(ResponseTemplate::new(202).set_body_json(json!({"job_id": "job-erase", "state": "queued"})))
+        .with_priority(1)
+        .mount(&genace)
+        .await;
     // Six POSTs whose outcome is unknown, then an ordinary 202.
     Mock::given(method("POST"))
         .and(path("/v1/jobs"))
@@ -178,6 +186,8 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
         "job-b",
         "the stale decision changed nothing"
     );
+    let erasable = api.create("acme", "acme-erase").await;
+    erase_from_the_operation_page(&browser, &console, &api, &erasable).await;
 
     // Three cases, one decision, each item with its own job id and version.
     browser.goto(&format!("{console}#/cases")).await.unwrap();
@@ -461,12 +471,17 @@ impl Api {
     }
 }
 
-/// Genace's view of any job: still rendering, under the id asked for.
+/// Genace's view of any job: still rendering, under the id asked for;
+/// `job-erase` failed.
 struct StillRendering;
 
 impl Respond for StillRendering {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let id = request.url.path().rsplit('/').next().unwrap_or_default().to_owned();
+        if id == "job-erase" {
+            return ResponseTemplate::new(200).set_body_json(json!({"id": id, "state": "failed",
+                "error": {"code": "generation_failed", "message": "could not render"}, "outputs": null}));
+        }
         ResponseTemplate::new(200).set_body_json(json!({"id": id, "state": "running", "error": null, "outputs": null}))
     }
 }
@@ -550,6 +565,31 @@ async fn endpoint_log_and_replay(browser: &Client, console: &str, endpoint: &str
         assert!(Instant::now() < deadline, "the endpoint was not disabled");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// `id`'s job failed, so no delivery can run: its page offers the erasure;
+/// the operator confirms it and the page shows it done, as the API does.
+async fn erase_from_the_operation_page(browser: &Client, console: &str, api: &Api, id: &str) {
+    api.wait_for(id, |v| v["phase"] == "render_failed").await;
+    browser.goto(&format!("{console}#/operations/{id}")).await.unwrap();
+    let button = browser.wait().for_element(Locator::Id("erase")).await.unwrap();
+    button.click().await.unwrap();
+    browser.accept_alert().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let said = browser.find(Locator::Css("#erasure p")).await.ok();
+        if let Some(p) = said
+            && p.text().await.unwrap().starts_with("Erased ")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the erasure is not shown");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let view = api.get(id).await;
+    assert!(view["outputs_erased_at"].is_string(), "{view}");
+    assert_eq!(view["erased_object_count"], 0, "{view}");
+    assert_eq!(view["audit"].as_array().unwrap().last().unwrap()["actor"], "ops-alice");
 }
 
 async fn sign_in(browser: &Client, operator: &str, tenant: Option<&str>) {

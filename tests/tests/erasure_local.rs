@@ -101,6 +101,7 @@ async fn an_erasure_deletes_what_a_refused_delivery_left() {
     assert_eq!(erased.status(), 200);
     let erased: Value = erased.json().await.unwrap();
     assert_eq!(erased["erased_objects"], json!(left), "{erased}");
+    assert_eq!(erased["erased_object_count"], left.len(), "{erased}");
     assert!(objects.list(&prefix, 10).await.unwrap().is_empty(), "nothing is left");
     // The sweep and the queues run on: nothing is stored after it.
     tokio::time::sleep(Duration::from_secs(4)).await;

@@ -91,8 +91,10 @@ fn every_function_has_only_the_actions_it_uses() {
                 "dynamodb:GetItem",
                 "dynamodb:UpdateItem",
                 "s3:DeleteObject",
+                "s3:AbortMultipartUpload",
                 // Under outputs/ only: what earlier delivery attempts left.
                 "s3:ListBucket",
+                "s3:ListBucketMultipartUploads",
             ][..],
         ),
         (

@@ -951,6 +951,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         json!([erased["delivered_objects"][0]["key"]]),
         "{erased}"
     );
+    assert_eq!(erased["erased_object_count"], 1, "{erased}");
     assert_eq!(
         erased["audit"].as_array().unwrap().last().unwrap()["action"],
         "erase_outputs"

@@ -6,8 +6,12 @@ use std::time::Duration;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart};
-use genace_stages::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError, attachment_disposition, b64_sha256};
+use aws_sdk_s3::types::{
+    ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier,
+};
+use genace_stages::outputs::{
+    MAX_DELETE_KEYS, ObjectHead, ObjectStore, PartReceipt, StorageError, attachment_disposition, b64_sha256,
+};
 
 fn err(e: impl std::error::Error) -> StorageError {
     StorageError(aws_sdk_s3::error::DisplayErrorContext(e).to_string())
@@ -120,16 +124,79 @@ impl ObjectStore for S3Store {
             .map_err(err)
     }
 
-    async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        // S3 answers 204 for a key that is not there.
-        self.client
-            .delete_object()
+    async fn delete_all(&self, keys: &[String]) -> Result<(), StorageError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        if keys.len() > MAX_DELETE_KEYS {
+            return Err(StorageError(format!(
+                "{} keys in one delete, more than {MAX_DELETE_KEYS}",
+                keys.len()
+            )));
+        }
+        let objects = keys
+            .iter()
+            .map(|k| ObjectIdentifier::builder().key(k).build().map_err(err))
+            .collect::<Result<Vec<_>, _>>()?;
+        let delete = Delete::builder()
+            .set_objects(Some(objects))
+            .quiet(true)
+            .build()
+            .map_err(err)?;
+        // A key that is not there counts as deleted; quiet mode lists only
+        // the keys S3 failed on, each of which fails the call.
+        let out = self
+            .client
+            .delete_objects()
             .bucket(&self.bucket)
-            .key(key)
+            .delete(delete)
             .send()
             .await
-            .map(|_| ())
-            .map_err(err)
+            .map_err(err)?;
+        match out.errors().first() {
+            None => Ok(()),
+            Some(e) => Err(StorageError(format!(
+                "{} of {} keys not deleted, first {}: {} {}",
+                out.errors().len(),
+                keys.len(),
+                e.key().unwrap_or("?"),
+                e.code().unwrap_or("?"),
+                e.message().unwrap_or("")
+            ))),
+        }
+    }
+
+    async fn abort_uploads(&self, prefix: &str, limit: usize) -> Result<usize, StorageError> {
+        let page = self
+            .client
+            .list_multipart_uploads()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .max_uploads(i32::try_from(limit.min(1000)).unwrap_or(1000))
+            .send()
+            .await
+            .map_err(err)?;
+        let mut aborted = 0;
+        for upload in page.uploads().iter().take(limit) {
+            let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) else {
+                continue;
+            };
+            match self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(id)
+                .send()
+                .await
+            {
+                Ok(_) => aborted += 1,
+                // Completed or aborted meanwhile: nothing left of it.
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_upload()) => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Ok(aborted)
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StorageError> {

@@ -2,6 +2,7 @@
 //! in-memory bucket and the S3 store on the local endpoint (moto over HTTP,
 //! through the real SDK).
 
+use genace_stages::outputs::MAX_DELETE_KEYS;
 use genace_stages::outputs::ObjectStore;
 use genace_stages::outputs::b64_sha256;
 use genace_stages::outputs::composite_sha256;
@@ -78,9 +79,13 @@ async fn a_deleted_object_is_gone_and_a_second_delete_succeeds<O: ObjectStore>(o
         .put("outputs/f/1.mp4", "video/mp4", b"keep".to_vec(), &b64_sha256(b"keep"))
         .await
         .unwrap();
-    objects.delete(key).await.unwrap();
+    objects.delete_all(&[key.to_owned()]).await.unwrap();
     assert_eq!(objects.head(key).await.unwrap(), None);
-    objects.delete(key).await.unwrap();
+    objects
+        .delete_all(&[key.to_owned(), "outputs/f/never.mp4".to_owned()])
+        .await
+        .unwrap();
+    objects.delete_all(&[]).await.unwrap();
     assert!(
         objects.head("outputs/f/1.mp4").await.unwrap().is_some(),
         "only that key"
@@ -112,6 +117,63 @@ async fn a_prefix_lists_its_keys_in_order_and_no_others<O: ObjectStore>(objects:
     assert!(objects.list(&format!("{run}/none/"), 10).await.unwrap().is_empty());
 }
 
+/// One request deletes several keys at once and no others; more keys than
+/// one request may carry are refused with nothing deleted.
+async fn many_keys_go_in_one_delete_up_to_its_limit<O: ObjectStore>(objects: O) {
+    let run = format!("outputs/many-{}", uuid::Uuid::new_v4().simple());
+    let keys: Vec<String> = (0..4).map(|n| format!("{run}/op/output-{n}.png")).collect();
+    for key in &keys {
+        objects
+            .put(key, "image/png", b"x".to_vec(), &b64_sha256(b"x"))
+            .await
+            .unwrap();
+    }
+    let too_many: Vec<String> = (0..=MAX_DELETE_KEYS)
+        .map(|n| format!("{run}/op/output-{n}.png"))
+        .collect();
+    assert!(objects.delete_all(&too_many).await.is_err());
+    assert_eq!(
+        objects.list(&format!("{run}/"), 10).await.unwrap(),
+        keys,
+        "nothing deleted"
+    );
+    objects.delete_all(&keys[..3]).await.unwrap();
+    assert_eq!(objects.list(&format!("{run}/"), 10).await.unwrap(), keys[3..]);
+}
+
+/// Uploads left incomplete under a prefix are aborted, and only those.
+async fn incomplete_uploads_under_a_prefix_are_aborted<O: ObjectStore>(objects: O) {
+    let run = format!("outputs/uploads-{}", uuid::Uuid::new_v4().simple());
+    for key in [
+        format!("{run}/op/output-0.mp4"),
+        format!("{run}/op/output-1.mp4"),
+        format!("{run}/op2/output-0.mp4"),
+    ] {
+        let id = objects.begin(&key, "video/mp4").await.unwrap();
+        objects.put_part(&key, &id, 1, vec![1u8; 64]).await.unwrap();
+    }
+    assert_eq!(
+        objects.abort_uploads(&format!("{run}/op/"), 1).await.unwrap(),
+        1,
+        "at most the limit"
+    );
+    assert_eq!(objects.abort_uploads(&format!("{run}/op/"), 10).await.unwrap(), 1);
+    assert_eq!(
+        objects.abort_uploads(&format!("{run}/op/"), 10).await.unwrap(),
+        0,
+        "none left"
+    );
+    assert_eq!(
+        objects.abort_uploads(&format!("{run}/op2/"), 10).await.unwrap(),
+        1,
+        "the sibling's kept"
+    );
+    assert!(
+        objects.list(&format!("{run}/"), 10).await.unwrap().is_empty(),
+        "no object appeared"
+    );
+}
+
 genace_aws::contract_tests!(
     memory => genace_stages::memory::MemoryObjects::default(),
     s3 => |env| env.objects();
@@ -120,6 +182,8 @@ genace_aws::contract_tests!(
     an_aborted_upload_leaves_nothing,
     a_deleted_object_is_gone_and_a_second_delete_succeeds,
     a_prefix_lists_its_keys_in_order_and_no_others,
+    many_keys_go_in_one_delete_up_to_its_limit,
+    incomplete_uploads_under_a_prefix_are_aborted,
 );
 
 #[tokio::test]

@@ -400,7 +400,8 @@ function erasure(op) {
   if (op.outputs_erased_at) {
     const keys = op.erased_objects || [];
     return h("section", { id: "erasure", "aria-label": "Erasure" }, h("h2", {}, "Erasure"),
-      h("p", {}, `Erased ${op.outputs_erased_at}: ${keys.length} objects deleted.`),
+      h("p", {}, `Erased ${op.outputs_erased_at}: ${op.erased_object_count ?? keys.length} objects deleted.`
+        + (keys.length < (op.erased_object_count ?? 0) ? ` The first ${keys.length} are listed.` : "")),
       keys.length ? h("ul", {}, keys.map((k) => h("li", {}, h("code", {}, k)))) : "");
   }
   const over = (op.phase === "rendered" && ["delivered", "delivery_failed"].includes(op.delivery_state))

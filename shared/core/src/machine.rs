@@ -16,7 +16,7 @@ use crate::domain::Fault;
 
 use crate::record::{
     AuditEntry, CancelReason, Cancellation, CaseReason, Claim, DeliveredObject, DeliveryState, Erasure,
-    OperationRecord, Phase, ReconciliationCase, RemoteError, Settlement,
+    MAX_ERASED_KEYS, OperationRecord, Phase, ReconciliationCase, RemoteError, Settlement,
 };
 pub use crate::remote::AcceptedJob;
 use crate::remote::{JobSnapshot, RenderStatus};
@@ -1582,7 +1582,8 @@ fn outputs_erased(rec: &OperationRecord, by: &str, objects: &[String], now: Date
     next.outputs_erased = Some(Erasure {
         at: now,
         by: by.to_owned(),
-        objects: objects.to_vec(),
+        objects: objects.iter().take(MAX_ERASED_KEYS).cloned().collect(),
+        more_objects: u32::try_from(objects.len().saturating_sub(MAX_ERASED_KEYS)).unwrap_or(u32::MAX),
     });
     next.audit.push(AuditEntry {
         actor: by.to_owned(),

@@ -568,11 +568,20 @@ pub struct Erasure {
     pub at: DateTime<Utc>,
     /// The tenant that asked, or the operator's `sub`.
     pub by: String,
-    /// The keys deleted: every object stored under the operation's prefix,
-    /// by any delivery attempt (none recorded before this field existed).
+    /// The keys deleted, in key order: every object stored under the
+    /// operation's prefix, by any delivery attempt, up to
+    /// [`MAX_ERASED_KEYS`] (none recorded before this field existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objects: Vec<String>,
+    /// How many more keys were deleted than `objects` lists, so that an
+    /// erasure of many objects keeps the record far inside DynamoDB's
+    /// 400 KB item limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_objects: u32,
 }
+
+/// Erased keys a record lists at most: about 10 KB of keys.
+pub const MAX_ERASED_KEYS: usize = 100;
 
 /// An operation taken back before any job was created for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use tracing::info;
 use crate::admin::Admin;
 use crate::clock::Clock;
 use crate::intake::{Intake, IntakeError};
-use crate::outputs::ObjectStore;
+use crate::outputs::{MAX_DELETE_KEYS, ObjectStore};
 use crate::queue::WorkQueue;
 use crate::stage::write_attempts;
 use crate::table::{CommitError, OperationStore, commit};
@@ -77,15 +77,29 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         let prefix = crate::deliver::operation_prefix(&self.config.output_prefix, rec);
         let mut deleted: std::collections::BTreeSet<String> =
             rec.delivered_objects.iter().map(|o| o.key.clone()).collect();
-        for key in &deleted {
-            self.objects.delete(key).await.map_err(failed)?;
+        let named: Vec<String> = deleted.iter().cloned().collect();
+        for keys in named.chunks(MAX_DELETE_KEYS) {
+            self.objects.delete_all(keys).await.map_err(failed)?;
         }
+        // Parts of an upload a killed delivery left incomplete are stored
+        // data too; the bucket's abort rule would take up to a day.
         for _ in 0..ERASE_PAGES {
-            let page = self.objects.list(&prefix, ERASE_PAGE).await.map_err(failed)?;
-            for key in &page {
-                self.objects.delete(key).await.map_err(failed)?;
+            if self
+                .objects
+                .abort_uploads(&prefix, MAX_DELETE_KEYS)
+                .await
+                .map_err(failed)?
+                < MAX_DELETE_KEYS
+            {
+                break;
             }
-            let short = page.len() < ERASE_PAGE;
+        }
+        // Each page is deleted before the next listing, which therefore
+        // starts again from the prefix.
+        for _ in 0..ERASE_PAGES {
+            let page = self.objects.list(&prefix, MAX_DELETE_KEYS).await.map_err(failed)?;
+            self.objects.delete_all(&page).await.map_err(failed)?;
+            let short = page.len() < MAX_DELETE_KEYS;
             deleted.extend(page);
             if short {
                 return Ok(deleted.into_iter().collect());
@@ -93,14 +107,14 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         }
         Err(IntakeError::Objects(format!(
             "more than {} objects under {prefix}; erase again to go on",
-            ERASE_PAGES * ERASE_PAGE
+            ERASE_PAGES * MAX_DELETE_KEYS
         )))
     }
 }
 
-/// Keys listed per page of an erasure, and pages at most per request: an
-/// operation stores one object per output, so a few in practice.
-const ERASE_PAGE: usize = 1000;
+/// Pages of keys (each one listing and one DeleteObjects) at most per
+/// request: an operation stores one object per output, so a few keys in
+/// practice.
 const ERASE_PAGES: usize = 10;
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {

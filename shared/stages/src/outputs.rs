@@ -56,12 +56,19 @@ pub trait ObjectStore: Send + Sync {
     fn abort(&self, key: &str, upload_id: &str) -> impl Future<Output = Result<(), StorageError>> + Send;
     fn head(&self, key: &str) -> impl Future<Output = Result<Option<ObjectHead>, StorageError>> + Send;
     fn presign_get(&self, key: &str, expiry: Duration) -> impl Future<Output = Result<String, StorageError>> + Send;
-    /// Deletes the object; one that is not there is not an error, so a
-    /// repeated erasure succeeds.
-    fn delete(&self, key: &str) -> impl Future<Output = Result<(), StorageError>> + Send;
+    /// Deletes the objects, at most [`MAX_DELETE_KEYS`] in one request; a
+    /// key that is not there is not an error, so a repeated erasure
+    /// succeeds. Any key the store failed to delete fails the whole call.
+    fn delete_all(&self, keys: &[String]) -> impl Future<Output = Result<(), StorageError>> + Send;
+    /// Aborts the multipart uploads left incomplete under `prefix`, at most
+    /// `limit` of them: the parts they hold are deleted. How many it aborted.
+    fn abort_uploads(&self, prefix: &str, limit: usize) -> impl Future<Output = Result<usize, StorageError>> + Send;
     /// The keys stored under `prefix`, in key order, at most `limit`.
     fn list(&self, prefix: &str, limit: usize) -> impl Future<Output = Result<Vec<String>, StorageError>> + Send;
 }
+
+/// Keys per [`ObjectStore::delete_all`] call: S3's DeleteObjects limit.
+pub const MAX_DELETE_KEYS: usize = 1000;
 
 /// `attachment; filename="<last key segment>"`, with only safe characters.
 pub fn attachment_disposition(key: &str) -> String {

@@ -1090,8 +1090,26 @@ async fn an_erasure_after_a_refused_delivery_deletes_what_earlier_outputs_left()
     assert_eq!(left.len(), 1, "the first output was stored: {left:?}");
     assert!(left[0].contains(id.as_str()));
 
+    // A delivery killed part way through a multipart upload left its parts.
+    use genace_stages::outputs::ObjectStore;
+    let prefix = genace_stages::deliver::operation_prefix(&app.config.output_prefix, &refused);
+    let upload = app
+        .objects
+        .begin(&format!("{prefix}output-9.mp4"), "video/mp4")
+        .await
+        .unwrap();
+    app.objects
+        .put_part(&format!("{prefix}output-9.mp4"), &upload, 1, vec![9; 64])
+        .await
+        .unwrap();
+
     let erased = app.intake().erase_outputs(&tenant, &id).await.unwrap();
     assert!(app.objects.keys().is_empty(), "nothing is left");
+    assert_eq!(
+        app.objects.abort_uploads(&prefix, 10).await.unwrap(),
+        0,
+        "no parts are left"
+    );
     assert_eq!(erased.outputs_erased.unwrap().objects, left, "the keys deleted");
     // No delivery after it, even redriven by the queue.
     assert!(matches!(

@@ -1530,6 +1530,22 @@ fn only_delivered_outputs_are_erased_and_a_repeat_changes_nothing() {
     assert_eq!(erase(&erased).unwrap(), erased);
 }
 
+/// An erasure of many objects lists the first keys and counts the rest, so
+/// the record stays small whatever was stored.
+#[test]
+fn an_erasure_of_many_objects_lists_the_first_keys_and_counts_the_rest() {
+    let p = Policy::default();
+    let claimed = claim_delivery(&rendered(), "d1", t0(), &p).unwrap();
+    let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
+    for (stored, more) in [(MAX_ERASED_KEYS, 0), (MAX_ERASED_KEYS + 1, 1), (5_000, 4_900)] {
+        let keys: Vec<String> = (0..stored).map(|n| format!("outputs/t/op/{n:05}")).collect();
+        let erased = erase_outputs(&done, &keys, &p).unwrap();
+        let record = erased.outputs_erased.unwrap();
+        assert_eq!(record.objects, keys[..MAX_ERASED_KEYS]);
+        assert_eq!(record.more_objects, more);
+    }
+}
+
 /// Once delivery is over without a delivery (given up, refused as too
 /// large, abandoned), whatever earlier attempts stored can be erased, and
 /// from then on no delivery is claimed or redriven: nothing is stored

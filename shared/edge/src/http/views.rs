@@ -105,6 +105,8 @@ fn marks(rec: &OperationRecord, obj: &mut serde_json::Map<String, Value>) {
     if let Some(erased) = &rec.outputs_erased {
         obj.insert("outputs_erased_at".into(), json!(erased.at));
         obj.insert("erased_objects".into(), json!(erased.objects));
+        let count = erased.objects.len() as u64 + u64::from(erased.more_objects);
+        obj.insert("erased_object_count".into(), json!(count));
     }
     if let Some(deadline) = rec.dispatch_deadline {
         obj.insert("dispatch_deadline".into(), json!(deadline));

@@ -158,9 +158,34 @@ impl crate::outputs::ObjectStore for MemoryObjects {
         Ok(())
     }
 
-    async fn delete(&self, key: &str) -> Result<(), crate::outputs::StorageError> {
-        self.lock().objects.remove(key);
+    async fn delete_all(&self, keys: &[String]) -> Result<(), crate::outputs::StorageError> {
+        if keys.len() > crate::outputs::MAX_DELETE_KEYS {
+            return Err(crate::outputs::StorageError(format!(
+                "{} keys in one delete, more than {}",
+                keys.len(),
+                crate::outputs::MAX_DELETE_KEYS
+            )));
+        }
+        let mut state = self.lock();
+        for key in keys {
+            state.objects.remove(key);
+        }
         Ok(())
+    }
+
+    async fn abort_uploads(&self, prefix: &str, limit: usize) -> Result<usize, crate::outputs::StorageError> {
+        let mut state = self.lock();
+        let left: Vec<String> = state
+            .uploads
+            .iter()
+            .filter(|(_, u)| u.key.starts_with(prefix))
+            .take(limit)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &left {
+            state.uploads.remove(id);
+        }
+        Ok(left.len())
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<String>, crate::outputs::StorageError> {
