@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path, path_regex};
 use wiremock::{Mock, Request, Respond, ResponseTemplate};
 
+use crate::context::{Context, Outcome};
 use crate::genace::PromptMarker;
-use crate::scenarios::{Context, Outcome};
 
 /// Jobs the stand-in renders at once.
 const ACCOUNT_JOBS: usize = 2;

@@ -7,12 +7,15 @@
 
 pub mod api;
 pub mod capacity;
+pub mod catalog;
+pub mod context;
 pub mod genace;
 pub mod scenarios;
 
 use std::time::{Duration, Instant};
 
-pub use scenarios::{Context, SCENARIOS};
+pub use catalog::SCENARIOS;
+pub use context::Context;
 
 #[derive(Debug, Clone)]
 pub struct ScenarioResult {
@@ -40,7 +43,7 @@ pub async fn run_scenarios_reporting(
         .collect();
     let run = |name: &'static str| async move {
         let start = Instant::now();
-        let outcome = scenarios::run(name, ctx).await;
+        let outcome = catalog::run(name, ctx).await;
         let result = ScenarioResult {
             name: name.to_owned(),
             outcome,

@@ -5,29 +5,26 @@
 
 use genace_console::{Console, SignIn};
 use genace_edge::http::Problem;
-use http_body_util::Full;
-use hyper::body::Bytes;
 use lambda_http::Body;
 use lambda_http::http::{Method, Response, StatusCode, header, request::Parts};
 use serde_json::{Value, json};
 
 use crate::devauth;
-use crate::serve::to_hyper;
 
 /// How long a console sign-in lasts.
 const SESSION_SECONDS: i64 = 8 * 3600;
 
 /// The console's answer to a request under `/console`. The local sign-in
 /// answers only where the console signs in locally.
-pub fn answer(console: &Console, parts: &Parts, body: &[u8]) -> Response<Full<Bytes>> {
+pub fn answer(console: &Console, parts: &Parts, body: &[u8]) -> Response<Body> {
     let path = parts.uri.path();
     if path == "/console/local/sign-in" && *console.sign_in() == SignIn::Local {
-        return to_hyper(match parts.method {
+        return match parts.method {
             Method::POST => sign_in(body).unwrap_or_else(|p| p.into_response(path)),
             _ => Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Use POST", "").into_response(path),
-        });
+        };
     }
-    to_hyper(console.answer(&parts.method, path))
+    console.answer(&parts.method, path)
 }
 
 fn sign_in(body: &[u8]) -> Result<Response<Body>, Problem> {

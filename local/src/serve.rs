@@ -168,7 +168,7 @@ async fn handle<G: Gateway>(
     };
     // The console is static and signs in by itself: no bearer token.
     if genace_console::Console::owns(&path) {
-        return crate::console::answer(console, &parts, &bytes);
+        return to_hyper(crate::console::answer(console, &parts, &bytes));
     }
     gateway.call(parts, bytes.to_vec()).await
 }

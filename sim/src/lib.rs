@@ -74,7 +74,7 @@ fn start() -> DateTime<Utc> {
 
 /// One run of `seed`.
 pub fn run(seed: u64, opts: &Options) -> Outcome {
-    machine::planted::set(opts.bugs);
+    genace_core::planted::set(opts.bugs);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

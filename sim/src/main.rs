@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Parser;
-use genace_core::machine::planted;
+use genace_core::planted;
 use genace_dst::{Options, Outcome, quiet_panics, run};
 
 /// Runs the real stages on in-memory adapters, one world per seed, and

@@ -53,7 +53,7 @@ pub struct Options {
     pub intents: usize,
     /// Crashes per thousand port calls.
     pub crash_per_mille: u64,
-    /// Planted bugs (`machine::planted`), 0 for none.
+    /// Planted bugs (`genace_core::planted`), 0 for none.
     pub bugs: u32,
     /// A spend limit on `tenant-a`, in credits: dispatch must wait for room,
     /// and the limit must never be passed.

@@ -2,7 +2,7 @@
 //! crashes, redeliveries, races and every Genace answer, and no promise
 //! broken. `scripts/simulate.sh N` runs more seeds.
 
-use genace_core::machine::planted;
+use genace_core::planted;
 use genace_dst::{Options, Outcome, run};
 
 /// Whether the trace shows an operation held by `hold` (a state line's

@@ -1611,6 +1611,38 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     ));
     seen.insert(doc.check(one_doc, "delete", &call(event("DELETE", &one, None, other, &[])).await));
 
+    // Every body is read by the one reader: not JSON is 415, too large 413,
+    // unparsable 400 malformed-json, on each route that takes one.
+    let text = [("content-type", "text/plain")];
+    let replay_path = format!("{one}/replay");
+    for (route, method, path, good) in [
+        (hooks, "post", hooks.to_owned(), create("https://hooks.acme.example/d")),
+        (one_doc, "patch", one.clone(), json!({"enabled": true}).to_string()),
+        (
+            replay_doc,
+            "post",
+            replay_path.clone(),
+            json!({"event_id": event_id}).to_string(),
+        ),
+    ] {
+        let verb = method.to_ascii_uppercase();
+        let not_json = call(event(&verb, &path, Some(&good), app.clone(), &text)).await;
+        assert_eq!(not_json.status(), 415, "{method} {path}");
+        seen.insert(doc.check(route, method, &not_json));
+        let unparsable = call(event(&verb, &path, Some("{\"url\":"), app.clone(), &[])).await;
+        assert_eq!(
+            body_of(&unparsable)["type"]
+                .as_str()
+                .map(|t| t.ends_with("malformed-json")),
+            Some(true)
+        );
+        seen.insert(doc.check(route, method, &unparsable));
+    }
+    let huge_replay = json!({"event_id": "e".repeat(9000)}).to_string();
+    let too_large = call(event("POST", &replay_path, Some(&huge_replay), app.clone(), &[])).await;
+    assert_eq!(too_large.status(), 413);
+    seen.insert(doc.check(replay_doc, "post", &too_large));
+
     // Delete: gone, with its secret.
     let deleted = call(event("DELETE", &one, None, app.clone(), &[])).await;
     seen.insert(doc.check(one_doc, "delete", &deleted));

@@ -35,8 +35,6 @@ use genace_stages::table::{
 mod endpoints;
 mod listing;
 
-pub use endpoints::LOG_INDEX;
-
 type Item = HashMap<String, AttributeValue>;
 
 #[derive(Debug, Clone)]
@@ -612,7 +610,7 @@ impl OperationRecords for DynamoStore {
             .client
             .query()
             .table_name(&self.table)
-            .index_name(crate::provision::DUE_INDEX)
+            .index_name(crate::schema::DUE_INDEX)
             .key_condition_expression("due_pk = :shard AND due_at <= :before")
             .expression_attribute_values(":shard", AttributeValue::S(format!("DUE#{shard}")))
             .expression_attribute_values(":before", AttributeValue::N(before_ms.to_string()))
@@ -643,7 +641,7 @@ impl OperationRecords for DynamoStore {
             .client
             .query()
             .table_name(&self.table)
-            .index_name(crate::provision::JOB_INDEX)
+            .index_name(crate::schema::JOB_INDEX)
             .key_condition_expression("remote_job_id = :job")
             .expression_attribute_values(":job", AttributeValue::S(job_id.to_owned()))
             .limit(10)
@@ -658,7 +656,7 @@ impl OperationRecords for DynamoStore {
             .client
             .query()
             .table_name(&self.table)
-            .index_name(crate::provision::WAIT_INDEX)
+            .index_name(crate::schema::WAIT_INDEX)
             .key_condition_expression("wait_pk = :pk")
             .expression_attribute_values(":pk", AttributeValue::S(wait_partition(tenant.as_str())))
             .limit(limit.max(1))
@@ -736,11 +734,11 @@ impl OperationRecords for DynamoStore {
             query = match tenant {
                 // The tenant's part of the case index.
                 Some(t) => query
-                    .index_name(crate::provision::CASE_INDEX)
+                    .index_name(crate::schema::CASE_INDEX)
                     .key_condition_expression("case_pk = :pk AND begins_with(case_sk, :tenant)")
                     .expression_attribute_values(":tenant", AttributeValue::S(case_tenant_prefix(t.as_str()))),
                 None => query
-                    .index_name(crate::provision::CASE_AGE_INDEX)
+                    .index_name(crate::schema::CASE_AGE_INDEX)
                     .key_condition_expression("case_pk = :pk"),
             };
             let out = query.send().await.map_err(service_error)?;
@@ -783,8 +781,8 @@ enum CaseIndex {
 impl CaseIndex {
     fn name(&self) -> &'static str {
         match self {
-            CaseIndex::Tenant(_) => crate::provision::CASE_INDEX,
-            CaseIndex::Age => crate::provision::CASE_AGE_INDEX,
+            CaseIndex::Tenant(_) => crate::schema::CASE_INDEX,
+            CaseIndex::Age => crate::schema::CASE_AGE_INDEX,
         }
     }
 
@@ -986,7 +984,7 @@ impl TenantLedgers for DynamoStore {
             .client
             .query()
             .table_name(&self.table)
-            .index_name(crate::provision::DUE_INDEX)
+            .index_name(crate::schema::DUE_INDEX)
             .key_condition_expression("due_pk = :ledger")
             .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
             .limit(limit.max(1))

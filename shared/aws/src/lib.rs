@@ -7,6 +7,7 @@
 //! - [`secrets`]: Secrets Manager (`SecretStore`), for webhook secrets.
 //! - [`clients`]: SDK configuration, timeouts and retries.
 //! - [`stream`]: the table's change stream, decoded into lifecycle events.
+//! - [`schema`]: the table's index names, named once.
 //! - [`provision`]: creating the table, queues and bucket (local runs, tests).
 //! - `testkit` (feature): a fresh set of resources on the local endpoint.
 //!
@@ -17,6 +18,7 @@ pub mod clients;
 pub mod dynamodb;
 pub mod provision;
 pub mod s3;
+pub mod schema;
 pub mod secrets;
 pub mod sqs;
 pub mod stream;

@@ -11,21 +11,10 @@ use aws_sdk_sqs::types::QueueAttributeName;
 
 use genace_stages::config::{QueueUrls, ResourceNames};
 
-/// Name of the sparse due-time index the sweep reads.
-pub const DUE_INDEX: &str = "due-index";
-/// Name of the sparse index of open reconciliation cases.
-pub const CASE_INDEX: &str = "case-index";
-/// Name of the sparse index of every open case in the order it opened,
-/// with its reason: the console's list and the counts by reason.
-pub const CASE_AGE_INDEX: &str = "case-age-index";
-/// Name of the sparse index from a saved remote job id to its operation.
-pub const JOB_INDEX: &str = "job-index";
-/// Name of the sparse index of each tenant's operations waiting for a slot.
-pub const WAIT_INDEX: &str = "wait-index";
-/// Name of the index of each tenant's operations, newest first.
-pub const LIST_INDEX: &str = "list-index";
-/// Name of the index of every tenant's operations, in shards, newest first.
-pub const LIST_ALL_INDEX: &str = "list-all-index";
+use crate::schema::{
+    CASE_AGE_INDEX, CASE_INDEX, DUE_INDEX, JOB_INDEX, LIST_ALL_INDEX, LIST_INDEX, LOG_INDEX, WAIT_INDEX,
+};
+
 /// Receives before a message moves to its dead-letter queue.
 pub const MAX_RECEIVE_COUNT: u32 = 5;
 /// Receives before a recovery message moves to its DLQ: with the 60 s
@@ -140,7 +129,7 @@ fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
             include(&["operation_key"]),
         ),
         // Webhook delivery logs: small items, read whole.
-        index(crate::dynamodb::LOG_INDEX, "log_pk", Some("log_sk"), all()),
+        index(LOG_INDEX, "log_pk", Some("log_sk"), all()),
     ]
     .into_iter()
     .map(|i| i.map_err(|e| fail(table, e)))

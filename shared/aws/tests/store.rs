@@ -5,7 +5,7 @@
 use chrono::Utc;
 use genace_aws::clients as aws;
 use genace_aws::provision;
-use genace_aws::provision::DUE_INDEX;
+use genace_aws::schema::DUE_INDEX;
 use genace_aws::testkit::{LocalAws, claimed};
 use genace_core::record::OperationRecord;
 use genace_stages::table::Applied;

@@ -128,7 +128,7 @@ impl Shares {
 /// The credits an operation commits: what Genace said it holds, when that
 /// is credible, or else what the claim reserved.
 pub fn committed(rec: &OperationRecord) -> Millicredits {
-    let believed = match crate::machine::planted::on(crate::machine::planted::TRUST_NEGATIVE_CREDITS) {
+    let believed = match crate::planted::on(crate::planted::TRUST_NEGATIVE_CREDITS) {
         true => rec
             .held_credits
             .filter(|h| *h < 0.0)
@@ -166,7 +166,7 @@ pub fn counted_phase(rec: &OperationRecord) -> Phase {
 ///   refund, one while a job may run keeps the hold until Genace says the
 ///   job is over or an operator confirms it never ran.
 pub fn share(rec: &OperationRecord) -> Shares {
-    use crate::machine::planted;
+    use crate::planted;
     let amount = committed(rec);
     let mut s = Shares::default();
     let phase = match counted_phase(rec) {

@@ -11,6 +11,8 @@
 //! - [`events`]: the lifecycle events a committed change announces.
 //! - [`messages`]: what the stages send each other.
 //! - [`webhook`]: a tenant's webhook settings and its secret folder.
+//! - [`planted`]: known bugs the simulator can plant again (feature
+//!   `planted-bugs`; off in every other build).
 //!
 //! This crate does no I/O. It must not import AWS, HTTP or Lambda crates, nor
 //! any other crate of this workspace: every other crate depends on it.
@@ -20,6 +22,7 @@ pub mod events;
 pub mod ledger;
 pub mod machine;
 pub mod messages;
+pub mod planted;
 pub mod record;
 pub mod remote;
 pub mod webhook;

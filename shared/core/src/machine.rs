@@ -13,6 +13,7 @@
 use chrono::{DateTime, Duration, Utc};
 
 use crate::domain::Fault;
+use crate::planted;
 
 use crate::record::{
     AuditEntry, CancelReason, Cancellation, CaseReason, Claim, DeliveredObject, DeliveryState, Erasure,
@@ -796,82 +797,6 @@ impl Resolution {
             Resolution::MarkSettled => "mark_settled",
             Resolution::RedriveDelivery => "redrive_delivery",
             Resolution::Abandon => "abandon",
-        }
-    }
-}
-
-/// Known bugs that can be planted again, to prove the simulator finds
-/// them. Only a build with the feature `planted-bugs` can turn one on (the
-/// simulator's); every other build reads them as off.
-pub mod planted {
-    /// A dispatch claim whose lease lapsed is claimed again and POSTs again,
-    /// instead of becoming `uncertain` with a case.
-    pub const REPOST_AFTER_LEASE: u32 = 1;
-    /// A case is opened whatever the phase (a racing poll on a rendered or
-    /// delivered record).
-    pub const CASE_WITHOUT_PHASE_CHECK: u32 = 2;
-    /// An abandoned operation counts as nothing, whatever its job cost (the
-    /// ledger before it followed the job).
-    pub const ABANDON_ERASES_CREDITS: u32 = 4;
-    /// A negative `held_credits` in a 202 is believed.
-    pub const TRUST_NEGATIVE_CREDITS: u32 = 8;
-    /// A failed render counts as spent.
-    pub const RENDER_FAILED_SPENT: u32 = 16;
-    /// An accepted job holds nothing: the hold ends at the 202.
-    pub const ACCEPTED_HOLDS_NOTHING: u32 = 32;
-    /// Intake answers a changed specification as a replay of the stored one.
-    pub const REPLAY_CHANGED_SPEC: u32 = 64;
-    /// Intake answers a changed specification as a new operation, without
-    /// storing it.
-    pub const CHANGED_SPEC_ANSWERED_NEW: u32 = 128;
-    /// Intake answers a new intent with an id minted for the request, not
-    /// the stored record's.
-    pub const OPERATION_ID_PER_SUBMIT: u32 = 256;
-    /// A failed render keeps its slot of Genace's capacity.
-    pub const RENDER_FAILED_KEEPS_SLOT: u32 = 512;
-    /// A cancel wins after the dispatch claim, while its POST may be under way.
-    pub const CANCEL_AFTER_CLAIM: u32 = 1024;
-    /// Dispatch deadlines are not enforced.
-    pub const DEADLINE_IGNORED: u32 = 2048;
-
-    /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-    pub const ALL: [(&str, u32); 12] = [
-        ("repost", REPOST_AFTER_LEASE),
-        ("case", CASE_WITHOUT_PHASE_CHECK),
-        ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
-        ("trust-negative-credits", TRUST_NEGATIVE_CREDITS),
-        ("render-failed-spent", RENDER_FAILED_SPENT),
-        ("accepted-holds-nothing", ACCEPTED_HOLDS_NOTHING),
-        ("replay-changed-spec", REPLAY_CHANGED_SPEC),
-        ("changed-spec-answered-new", CHANGED_SPEC_ANSWERED_NEW),
-        ("operation-id-per-submit", OPERATION_ID_PER_SUBMIT),
-        ("render-failed-keeps-slot", RENDER_FAILED_KEEPS_SLOT),
-        ("cancel-after-claim", CANCEL_AFTER_CLAIM),
-        ("deadline-ignored", DEADLINE_IGNORED),
-    ];
-
-    // Per thread: a simulation runs its world on one thread (a current-thread
-    // runtime), so tests that plant different bugs can run side by side.
-    #[cfg(feature = "planted-bugs")]
-    thread_local! {
-        static ON: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    }
-
-    /// Turns on exactly the bugs in `bugs` (0: none), on this thread.
-    #[cfg(feature = "planted-bugs")]
-    pub fn set(bugs: u32) {
-        ON.with(|on| on.set(bugs));
-    }
-
-    /// Whether `bug` is planted on this thread.
-    pub fn on(_bug: u32) -> bool {
-        #[cfg(feature = "planted-bugs")]
-        {
-            ON.with(|on| on.get() & _bug != 0)
-        }
-        #[cfg(not(feature = "planted-bugs"))]
-        {
-            false
         }
     }
 }

@@ -505,7 +505,7 @@ impl OperationRecord {
 
     /// Whether dispatch may no longer claim the operation at `now`.
     pub fn deadline_passed(&self, now: DateTime<Utc>) -> bool {
-        use crate::machine::planted;
+        use crate::planted;
         self.dispatch_deadline.is_some_and(|d| d <= now) && !planted::on(planted::DEADLINE_IGNORED)
     }
 

@@ -204,7 +204,7 @@ where
     ) -> Result<(OperationRecord, Decided), Refusal> {
         let policy = self.config.policy;
         match r.phase {
-            Phase::Submitting if !machine::planted::on(machine::planted::REPOST_AFTER_LEASE) => {
+            Phase::Submitting if !genace_core::planted::on(genace_core::planted::REPOST_AFTER_LEASE) => {
                 let evidence = "a dispatcher's claim expired before its outcome was recorded; it may have POSTed";
                 machine::transition(r, Event::LeaseExpired { evidence }, now, &policy)
                     .map(|next| (next, Decided::Interrupted))

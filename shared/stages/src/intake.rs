@@ -146,7 +146,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         intent: &Intent,
         now: DateTime<Utc>,
     ) -> Result<Submitted, IntakeError> {
-        use genace_core::machine::planted;
+        use genace_core::planted;
         let record = OperationRecord::new_intent(
             tenant,
             intent,

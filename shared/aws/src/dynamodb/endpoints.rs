@@ -25,9 +25,6 @@ use genace_stages::table::{StoreError, WebhookEndpoints, log_page};
 
 use super::{DynamoStore, Item, WEBHOOK_PREFIX, service_error};
 
-/// Name of the index of each endpoint's delivery log.
-pub const LOG_INDEX: &str = "log-index";
-
 fn endpoints_key(tenant: &TenantId) -> Item {
     Item::from([("pk".to_owned(), AttributeValue::S(format!("ENDPOINTS#{tenant}")))])
 }
@@ -196,7 +193,7 @@ impl WebhookEndpoints for DynamoStore {
             .client
             .query()
             .table_name(&self.table)
-            .index_name(LOG_INDEX)
+            .index_name(crate::schema::LOG_INDEX)
             .expression_attribute_values(":part", AttributeValue::S(log_partition(tenant.as_str(), endpoint_id)))
             .scan_index_forward(false)
             // One more than asked, to know whether more follow.

@@ -51,9 +51,9 @@ impl DynamoStore {
         now: DateTime<Utc>,
     ) -> Result<ListPage, StoreError> {
         let partitions: Vec<(&str, &str, String)> = match tenant {
-            Some(t) => vec![(crate::provision::LIST_INDEX, "list_pk", tenant_partition(t))],
+            Some(t) => vec![(crate::schema::LIST_INDEX, "list_pk", tenant_partition(t))],
             None => (0..ACROSS_SHARDS)
-                .map(|s| (crate::provision::LIST_ALL_INDEX, "list_all_pk", format!("ALL#{s}")))
+                .map(|s| (crate::schema::LIST_ALL_INDEX, "list_all_pk", format!("ALL#{s}")))
                 .collect(),
         };
         let limit = usize::try_from(limit.clamp(1, 100)).unwrap_or(1);

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::auth::Principal;
 use super::problem::{Problem, method_not_allowed};
-use super::router::{page_limit, tenant_param};
+use super::request::{MAX_SMALL_BODY_BYTES, json_body, page_limit, tenant_param};
 
 /// Which endpoint resource a path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,9 +64,6 @@ impl EndpointRoute {
         }
     }
 }
-
-/// Largest body of an endpoint's create or update.
-const MAX_BODY: usize = 8 * 1024;
 
 /// The tenant whose endpoints the caller manages, and who it is.
 fn caller<S, Q, O, C>(intake: &Intake<S, Q, O, C>, req: &Request) -> Result<(TenantId, String), Problem> {
@@ -151,16 +148,7 @@ fn answer(status: StatusCode, body: &Value) -> Response<Body> {
 }
 
 fn body(req: &Request) -> Result<Value, Problem> {
-    if req.body().as_ref().len() > MAX_BODY {
-        return Err(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            "The request body is too large",
-            format!("A webhook endpoint may be at most {MAX_BODY} bytes."),
-        ));
-    }
-    serde_json::from_slice(req.body().as_ref())
-        .map_err(|e| InvalidInput::new("body", format!("is not JSON: {e}")).into())
+    json_body(req, "webhook endpoint", MAX_SMALL_BODY_BYTES)
 }
 
 /// A log cursor: the last entry's sort key, bound to its endpoint.

@@ -1,6 +1,7 @@
 //! The HTTP API of intake and of the operators.
 //!
 //! - [`router`]: routes, request bodies and responses; [`handle`] is the entry.
+//! - [`request`]: the one JSON body reader, page limits, query parameters.
 //! - [`endpoints`]: the webhook endpoints' routes.
 //! - [`auth`]: [`Principal`], the one reader of the authorizer's claims.
 //! - [`views`]: the JSON of an operation and of a case.
@@ -9,6 +10,7 @@
 pub mod auth;
 pub mod endpoints;
 pub mod problem;
+pub mod request;
 pub mod router;
 pub mod views;
 

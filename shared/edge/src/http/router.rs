@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::auth::Principal;
 use super::problem::{Problem, method_not_allowed, not_found};
+use super::request::{MAX_SMALL_BODY_BYTES, json_body, page_limit, tenant_param};
 use super::views::{
     capacity_view, case_view, credits_view, etag, expected_spend_hold, queue_view, view, view_with_links, webhook_view,
 };
@@ -26,34 +27,6 @@ fn json_response(status: StatusCode) -> lambda_http::http::response::Builder {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")
-}
-
-/// The request body as JSON: 415 unless it says JSON, 400 unless it is.
-fn json_body(req: &Request) -> Result<Value, Problem> {
-    if !is_json(req) {
-        return Err(Problem::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported-media-type",
-            "The request body must be JSON",
-            "Send Content-Type: application/json.",
-        ));
-    }
-    serde_json::from_slice(req.body().as_ref()).map_err(|e| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "malformed-json",
-            "The body is not valid JSON",
-            e.to_string(),
-        )
-    })
-}
-
-fn is_json(req: &Request) -> bool {
-    req.headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
-        .is_some_and(|m| m == "application/json" || (m.starts_with("application/") && m.ends_with("+json")))
 }
 
 enum Route {
@@ -182,16 +155,7 @@ async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
 ) -> Result<Response<Body>, Problem> {
     let principal = Principal::read(&req, &intake.config)?;
     let tenant = principal.tenant(&intake.config)?;
-    let body: &[u8] = req.body().as_ref();
-    if body.len() > intake.config.max_body_bytes {
-        return Err(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            "The request body is too large",
-            format!("The body may be at most {} bytes.", intake.config.max_body_bytes),
-        ));
-    }
-    let value = json_body(&req)?;
+    let value = json_body(&req, "intent", intake.config.max_body_bytes)?;
     let header_key = match req.headers().get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -333,42 +297,6 @@ fn only_members(body: &Value, allowed: &[&str]) -> Result<(), Problem> {
 /// Longest reason an operator may give for a resolution, in characters.
 const MAX_REASON_CHARS: usize = 512;
 
-/// Largest body of an operator's request (a resolution, a limit, a webhook).
-const MAX_RESOLUTION_BODY: usize = 8 * 1024;
-
-/// 413 for an operator's request body over [`MAX_RESOLUTION_BODY`].
-fn small_body(req: &Request, what: &str) -> Result<(), Problem> {
-    if req.body().as_ref().len() > MAX_RESOLUTION_BODY {
-        return Err(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            "The request body is too large",
-            format!("A {what} may be at most {MAX_RESOLUTION_BODY} bytes."),
-        ));
-    }
-    Ok(())
-}
-
-pub(super) fn page_limit(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result<i32, Problem> {
-    match q.first("limit") {
-        None => Ok(25),
-        Some(l) => l
-            .parse::<i32>()
-            .ok()
-            .filter(|n| (1..=100).contains(n))
-            .ok_or_else(|| Problem::from(InvalidInput::new("limit", "must be 1-100"))),
-    }
-}
-
-/// The optional `tenant` query parameter of an operator's request.
-pub(super) fn tenant_param(
-    q: &lambda_http::aws_lambda_events::query_map::QueryMap,
-) -> Result<Option<TenantId>, Problem> {
-    q.first("tenant")
-        .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
-        .transpose()
-}
-
 fn ok_json(body: Value) -> Response<Body> {
     json_response(StatusCode::OK)
         .body(Body::Text(body.to_string()))
@@ -416,9 +344,8 @@ async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clo
     raw_tenant: &str,
 ) -> Result<Response<Body>, Problem> {
     let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
-    small_body(&req, "spend limit")?;
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
-    let body = json_body(&req)?;
+    let body = json_body(&req, "spend limit", MAX_SMALL_BODY_BYTES)?;
     only_members(&body, &["spend_limit"])?;
     let limit = match body.get("spend_limit") {
         Some(Value::Null) => None,
@@ -435,8 +362,7 @@ async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clo
 /// The body of a PUT of a limit of jobs in flight: `{"max_in_flight": N}`
 /// with N a whole number from 1 to 10000, or null for none.
 fn in_flight_limit(req: &Request) -> Result<Option<u32>, Problem> {
-    small_body(req, "limit")?;
-    let body = json_body(req)?;
+    let body = json_body(req, "limit", MAX_SMALL_BODY_BYTES)?;
     only_members(&body, &["max_in_flight"])?;
     let bound = genace_core::ledger::MAX_IN_FLIGHT_LIMIT;
     match body.get("max_in_flight") {
@@ -471,7 +397,6 @@ async fn set_max_in_flight<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: C
     raw_tenant: &str,
 ) -> Result<Response<Body>, Problem> {
     let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
-    small_body(&req, "limit")?;
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
     let limit = in_flight_limit(&req)?;
     let ledger = intake.admin(&op).set_max_in_flight(&tenant, limit).await?;
@@ -493,8 +418,7 @@ async fn webhook<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
     let config = match *req.method() {
         Method::PUT => {
-            small_body(&req, "webhook")?;
-            let body = json_body(&req)?;
+            let body = json_body(&req, "webhook", MAX_SMALL_BODY_BYTES)?;
             only_members(&body, &["url", "secret_id", "events"])?;
             let request = WebhookRequest::parse(&body, &intake.config.webhook_url_policy(), &tenant)?;
             Some(intake.admin(&op).set_webhook(&tenant, request).await?)
@@ -648,8 +572,7 @@ async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
     let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
-    small_body(&req, "resolution")?;
-    let body = json_body(&req)?;
+    let body = json_body(&req, "resolution", MAX_SMALL_BODY_BYTES)?;
     only_members(&body, &["action", "reason", "job_id"])?;
     let text = |name: &str| {
         body.get(name)

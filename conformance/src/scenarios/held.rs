@@ -1,0 +1,80 @@
+//! The hold scenarios: an operation held for a person, cancelled or timed out there.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use wiremock::ResponseTemplate;
+
+use super::Scenario;
+use crate::context::{Outcome, check};
+
+impl Scenario<'_> {
+    /// Genace refuses the account (401): the operation is held for a person,
+    /// with no job. Creates it and waits until the hold shows.
+    async fn create_held(&self, body: &Value) -> Result<String, String> {
+        self.on_post(
+            ResponseTemplate::new(401)
+                .set_body_json(json!({"error": {"code": "unauthorized", "message": "invalid API key"}})),
+        )
+        .await;
+        let r = self.ctx.api.create(body).await?;
+        check(
+            r.status == StatusCode::ACCEPTED,
+            format!("create answered {} {}", r.status, r.body),
+        )?;
+        let id = r.body["operation_id"].as_str().unwrap_or_default().to_owned();
+        self.ctx
+            .api
+            .wait_for(&id, self.ctx.patience, "held for the account", |v| {
+                v["reconciliation_case"]["reason"] == "account_problem"
+            })
+            .await?;
+        Ok(id)
+    }
+
+    /// A cancel while the operation is held wins: it ends `cancelled`, a
+    /// repeat answers the same, and Genace sees no POST after it.
+    pub(crate) async fn cancel_while_held(&self) -> Outcome {
+        let id = self.create_held(&self.body(None)).await?;
+        let posts = self.posts().await;
+        for attempt in ["cancel", "repeated cancel"] {
+            let r = self.ctx.api.cancel(&id).await?;
+            check(
+                r.status == StatusCode::OK && r.body["phase"] == "cancelled",
+                format!("{attempt} answered {} {}", r.status, r.body),
+            )?;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let view = self.ctx.api.get(&id).await?.body;
+        check(
+            view["phase"] == "cancelled" && view["reconciliation_case"].is_null(),
+            format!(
+                "after the cancel: phase {} case {}",
+                view["phase"], view["reconciliation_case"]
+            ),
+        )?;
+        self.expect_posts(posts).await
+    }
+
+    /// A dispatch deadline that passes while the operation is held cancels
+    /// it with reason `deadline`, and Genace sees no POST after the hold's.
+    pub(crate) async fn deadline_while_held(&self) -> Outcome {
+        let mut body = self.body(None);
+        body["dispatch_within_seconds"] = json!(10);
+        let id = self.create_held(&body).await?;
+        let posts = self.posts().await;
+        let view = self
+            .ctx
+            .api
+            .wait_for(&id, self.ctx.patience, "cancelled at its deadline", |v| {
+                v["phase"] == "cancelled"
+            })
+            .await?;
+        check(
+            view["cancellation"]["reason"] == "deadline",
+            format!("cancelled for {}", view["cancellation"]),
+        )?;
+        self.expect_posts(posts).await
+    }
+}
