@@ -28,7 +28,7 @@ pub fn json_body(req: &Request, what: &str, max_bytes: usize) -> Result<Value, P
             StatusCode::PAYLOAD_TOO_LARGE,
             "body-too-large",
             "The request body is too large",
-            format!("A {what} may be at most {max_bytes} bytes."),
+            format!("The {what} may be at most {max_bytes} bytes."),
         ));
     }
     if !is_json(req) {
