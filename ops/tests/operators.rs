@@ -12,7 +12,7 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 struct Stack {
-    _env: LocalAws,
+    env: LocalAws,
     genace: MockServer,
     api: String,
     running: Option<runner::Running>,
@@ -35,7 +35,7 @@ impl Stack {
         let addr = settings.intake_addr;
         let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
         Stack {
-            _env: env,
+            env,
             genace,
             api: format!("http://{addr}"),
             running: Some(running),
@@ -210,6 +210,7 @@ async fn a_lost_202_is_listed_and_attached_then_delivered_with_one_post() {
         "{text}"
     );
     assert!(text.contains("delivered outputs/tenant-a/"), "{text}");
+    the_outputs_are_erased_and_counted(&stack, &ops, &id).await;
     let listed = stack.cli(&ops, &["cases", "list", "--json"]);
     let page: Value = serde_json::from_str(&stdout(&listed)).unwrap();
     assert!(
@@ -804,6 +805,29 @@ fn help_on_every_command_and_usage_errors_exit_two() {
 
 /// The one open case is counted, left out of a list of older cases, and
 /// shown with the runbook's advice and the decisions its version takes.
+/// `op erase` deletes the delivered object from the bucket, answers the
+/// view with the count, and the timeline prints it; a repeat answers the same.
+async fn the_outputs_are_erased_and_counted(stack: &Stack, ops: &str, id: &str) {
+    use genace_stages::outputs::ObjectStore;
+    let bucket = stack.env.objects();
+    let prefix = format!("outputs/tenant-a/{id}/");
+    let stored = bucket.list(&prefix, 100).await.unwrap();
+    assert_eq!(stored.len(), 1, "one output delivered: {stored:?}");
+    let erased = stack.cli(ops, &["op", "erase", id, "--json"]);
+    assert_eq!(erased.status.code(), Some(0), "{erased:?}");
+    let view: Value = serde_json::from_slice(&erased.stdout).unwrap();
+    assert_eq!(view["erased_object_count"], json!(1), "{view}");
+    assert_eq!(view["erased_objects"], json!(stored), "{view}");
+    assert_eq!(bucket.list(&prefix, 100).await.unwrap(), Vec::<String>::new());
+    let again = stack.cli(ops, &["op", "erase", id]);
+    assert_eq!(again.status.code(), Some(0), "{again:?}");
+    let text = stdout(&again);
+    assert!(
+        text.contains("outputs erased from the bucket (1 objects deleted)"),
+        "{text}"
+    );
+}
+
 fn the_case_is_counted_and_advised(stack: &Stack, ops: &str, id: &str) {
     let counted = stdout(&stack.cli(ops, &["cases", "counts"]));
     assert!(
