@@ -31,8 +31,11 @@ fn acme() -> TenantId {
     TenantId::parse("acme").unwrap()
 }
 
+/// The current value stored, read through a cold copy (a copy caches
+/// what it read, as a warm sender does).
 async fn secret_of(secrets: &MemorySecrets, name: &str) -> Option<String> {
-    secrets.signing_secrets(name, 0).await.unwrap().map(|v| v[0].clone())
+    let cold = secrets.clone();
+    cold.signing_secrets(name, 0).await.unwrap().map(|v| v[0].clone())
 }
 
 #[tokio::test]

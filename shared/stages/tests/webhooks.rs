@@ -611,3 +611,61 @@ async fn an_endpoint_failing_for_its_hours_is_disabled_and_the_others_are_told()
     assert_eq!(handle_body(&rig.stage, &queued).await.unwrap(), Webhooked::NoWebhook);
     assert_eq!(rig.receiver.received().len(), posts);
 }
+
+/// The webhook-signature header of a post.
+fn signature_of(post: &genace_stages::memory::ReceivedPost) -> String {
+    let header = post.headers.iter().find(|(k, _)| k == "webhook-signature");
+    header.map(|(_, v)| v.clone()).unwrap_or_default()
+}
+
+/// A sender whose cache holds an endpoint's secret signs with the new one
+/// from the first POST after `POST .../rotate`, beside the old one for the
+/// overlap: the rotation moves the endpoint's secret version, and the
+/// sender reads under it. The API writes through a vault of its own, as it
+/// does in another function, so nothing in the sender is told.
+#[tokio::test]
+async fn the_first_post_after_a_rotation_is_signed_with_the_new_secret() {
+    let mut rig = rig(&[]).await;
+    rig.stage.secrets.overlap = chrono::Duration::hours(24);
+    let acme = TenantId::parse("acme").unwrap();
+    rig.stage.store.set_webhook(&acme, None).await.unwrap();
+    let endpoint = add_endpoint(&rig, "ep_rotated", &[]).await;
+    let old = format!("whsec_{}", endpoint.id);
+    let first = event_at(&rig, "acme", "operation.accepted", 1);
+    assert_eq!(
+        handle_body(&rig.stage, &first).await.unwrap(),
+        Webhooked::Delivered(200)
+    );
+
+    let mut api = genace_stages::memory::memory_app(rig.stage.clock.now());
+    api.store = rig.stage.store.clone();
+    api.vault = std::sync::Arc::new(rig.stage.secrets.clone());
+    let intake = api.intake();
+    let rotated = intake
+        .endpoints(acme, "dev@acme".into())
+        .rotate(&endpoint.id)
+        .await
+        .unwrap();
+    let next = event_at(&rig, "acme", "operation.delivered", 2);
+    assert_eq!(handle_body(&rig.stage, &next).await.unwrap(), Webhooked::Delivered(200));
+
+    let posts = rig.receiver.received();
+    assert_eq!(posts.len(), 2);
+    let t = rig.stage.clock.now().timestamp();
+    let id = |p: &genace_stages::memory::ReceivedPost| {
+        serde_json::from_str::<Value>(&p.body).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let signed_by = |p, keys: &[&String]| {
+        let keys: Vec<String> = keys.iter().map(|k| (*k).clone()).collect();
+        signature(&keys, &id(p), t, &p.body)
+    };
+    assert_eq!(signature_of(&posts[0]), signed_by(&posts[0], &[&old]));
+    assert_eq!(
+        signature_of(&posts[1]),
+        signed_by(&posts[1], &[&rotated.secret, &old]),
+        "the new secret signs first, the replaced one beside it"
+    );
+}

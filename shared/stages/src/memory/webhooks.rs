@@ -3,31 +3,66 @@
 #[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
 use super::*;
 
-/// Secrets, in memory. Clones share them.
-#[derive(Debug, Clone, Default)]
+/// Secrets, in memory. Clones share the values; each clone keeps its own
+/// read cache, as each warm function does with Secrets Manager.
+#[derive(Debug, Default)]
 pub struct MemorySecrets {
     values: Arc<Mutex<BTreeMap<String, String>>>,
+    /// What this copy read, per secret: the endpoint's secret version it
+    /// was asked under and the stored value. A read under the same version
+    /// answers from here, however the value changed since; a read under
+    /// another version reads again.
+    read: Mutex<BTreeMap<String, (u32, String)>>,
     /// How long a replaced value still signs (none by default).
     pub overlap: chrono::Duration,
 }
 
+impl Clone for MemorySecrets {
+    /// The same values, and a cold cache.
+    fn clone(&self) -> Self {
+        Self {
+            values: Arc::clone(&self.values),
+            read: Mutex::default(),
+            overlap: self.overlap,
+        }
+    }
+}
+
 impl MemorySecrets {
+    /// Writes a plain value; this copy reads it at once.
     pub fn put(&self, id: &str, value: &str) {
         self.values
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.to_owned(), value.to_owned());
+        self.forget(id);
+    }
+
+    fn forget(&self, id: &str) {
+        self.read.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
     }
 }
 
 impl crate::webhooks::SecretStore for MemorySecrets {
-    /// The live values of the keys put last (or a plain value put with
-    /// [`MemorySecrets::put`]); nothing is cached in memory.
-    async fn signing_secrets(&self, id: &str, _version: u32) -> Result<Option<Vec<String>>, String> {
-        let now = Utc::now();
-        Ok(self.values.lock().unwrap_or_else(|p| p.into_inner()).get(id).map(|v| {
-            genace_core::webhook::SigningKeys::parse(v).map_or_else(|| vec![v.clone()], |keys| keys.live(now))
-        }))
+    /// The live values of the keys stored (or a plain value put with
+    /// [`MemorySecrets::put`]), from this copy's cache while `version` is
+    /// the one it read under.
+    async fn signing_secrets(&self, id: &str, version: u32) -> Result<Option<Vec<String>>, String> {
+        let live = |v: &String| {
+            genace_core::webhook::SigningKeys::parse(v).map_or_else(|| vec![v.clone()], |keys| keys.live(Utc::now()))
+        };
+        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, value)) = read.get(id)
+            && *at == version
+        {
+            return Ok(Some(live(value)));
+        }
+        let Some(value) = self.values.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned() else {
+            return Ok(None);
+        };
+        let keys = live(&value);
+        read.insert(id.to_owned(), (version, value));
+        Ok(Some(keys))
     }
 }
 
@@ -45,6 +80,9 @@ impl crate::webhooks::SecretVault for MemorySecrets {
                 self.overlap,
             );
             values.insert(name.to_owned(), keys.to_stored());
+            drop(values);
+            // This copy reads what it wrote at once, not after its cache.
+            self.forget(name);
             Ok(())
         })
     }
@@ -52,6 +90,7 @@ impl crate::webhooks::SecretVault for MemorySecrets {
     fn delete_secret<'a>(&'a self, name: &'a str) -> crate::webhooks::VaultFuture<'a> {
         Box::pin(async move {
             self.values.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+            self.forget(name);
             Ok(())
         })
     }
