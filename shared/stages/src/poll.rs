@@ -9,7 +9,7 @@ use crate::genace::Genace;
 use crate::metrics::Metrics;
 use crate::queue::WorkQueue;
 use crate::stage::{Stage, StageError, case_opened, write_attempts};
-use crate::table::{CommitError, OperationStore, commit};
+use crate::table::{CommitError, OperationStore, commit, commit_with};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
@@ -229,15 +229,19 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Result<OperationRecord, Phase>, StageError> {
         let policy = self.config.policy;
-        let prev = rec.clone();
-        match commit(&self.store, rec, write_attempts(), |r| {
-            machine::transition(r, event, now, &policy)
+        // Judged on the record written over, which a lost race makes a
+        // later one than `rec`.
+        match commit_with(&self.store, rec, write_attempts(), |r| {
+            machine::transition(r, event, now, &policy).map(|w| {
+                let frees = crate::capacity::frees_a_slot(r, &w);
+                (w, frees)
+            })
         })
         .await
         {
-            Ok(w) => {
+            Ok((w, frees)) => {
                 // A job Genace is done with frees its slot: wake the next waiting operation.
-                if crate::capacity::frees_a_slot(&prev, &w) {
+                if frees {
                     crate::capacity::wake_if_room(&self.store, &self.queue).await;
                 }
                 Ok(Ok(w))

@@ -1452,3 +1452,63 @@ async fn a_cancel_that_lost_a_race_to_a_wait_passes_the_wake_up_on() {
     assert!(cancelled.version > 2, "written over the rival's record");
     assert_eq!(wakes(), before + 1, "the cancel passed the wake-up on");
 }
+
+/// An abandon while the job may run keeps the slot: nobody is woken, and a
+/// decision replayed on the version it was made on changes nothing. Once
+/// the job is found and Genace reports it over, the slot frees and the
+/// operation waiting for it is woken and admitted.
+#[tokio::test]
+async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
+    use genace_core::machine::Resolution;
+    use genace_stages::admin::Operator;
+    use genace_stages::intake::IntakeError;
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    app.genace.plan([SubmitPlan::LostAfterCreate]);
+    let lost = submit(&app, "lost", None).await;
+    let dispatcher = app.dispatcher();
+    dispatcher.dispatch(&lost).await.unwrap();
+    app.clock.advance(Duration::seconds(1));
+    let next = submit(&app, "next", None).await;
+    assert_eq!(
+        dispatcher.dispatch(&next).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    let wakes = || woken(&app).iter().filter(|w| w.contains(next.as_str())).count();
+    let before = wakes();
+    let op = Operator {
+        actor: "ops-1".into(),
+        tenant: None,
+    };
+    let admin = app.intake();
+    let admin = admin.admin(&op);
+    let decided = record(&app, &lost).await.version;
+    let abandoned = admin
+        .resolve(&lost, &Resolution::Abandon, "the user left", decided)
+        .await
+        .unwrap();
+    assert_eq!(abandoned.phase, Phase::Abandoned);
+    assert_eq!(wakes(), before, "the job may run: its slot stays taken");
+    let replayed = admin.resolve(&lost, &Resolution::Abandon, "again", decided).await;
+    assert!(
+        matches!(replayed, Err(IntakeError::StaleVersion { .. })),
+        "{replayed:?}"
+    );
+    assert_eq!(wakes(), before);
+
+    let attach = Resolution::AttachRemoteJob {
+        job_id: "job-0001".into(),
+    };
+    admin
+        .resolve(&lost, &attach, "found it", abandoned.version)
+        .await
+        .unwrap();
+    assert_eq!(wakes(), before, "an attached job still runs");
+    render_job(&app, &lost, "job-0001").await;
+    assert_eq!(record(&app, &lost).await.phase, Phase::Abandoned);
+    assert_eq!(wakes(), before + 1, "the job's end woke the next in line");
+    assert_eq!(
+        dispatcher.dispatch(&next).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+}
