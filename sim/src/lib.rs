@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use genace_core::domain::{Intent, OperationId, TenantId};
-use genace_core::ledger::{Millicredits, TenantLedger};
+use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::machine::{self, Resolution};
 use genace_core::messages::{Queue, RecoveryMessage};
 use genace_core::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlement};

@@ -240,3 +240,33 @@ fn a_genace_limit_below_ours_is_learned_without_cases() {
     println!("{refused} of 300 seeds met a 429 from a full Genace account");
     assert!(refused >= 10, "only {refused} of 300 seeds met Genace's limit");
 }
+
+/// A spend limit and a small account together: videos (10 credits) and
+/// images (1) of tenant-a wait for credits and for slots at once. A freed
+/// slot passes over a head short of credits to an operation that fits, so
+/// no slot stays free while something that fits waits with nothing on its
+/// way to wake it (checked in the quiet phase, before each sweep). The
+/// wake-up that stopped at such a head, planted again, is found.
+#[test]
+fn a_freed_slot_passes_over_a_head_short_of_credits() {
+    genace_dst::quiet_panics();
+    let both = Options {
+        spend_limit: Some(10.5),
+        max_in_flight: Some(3),
+        ..Options::default()
+    };
+    for seed in 0..300 {
+        let outcome = run(seed, &both);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+    }
+    let planted = Options {
+        bugs: planted::WAKE_STOPS_AT_SHORT_HEAD,
+        ..both.clone()
+    };
+    let found = (0..10_000).find(|seed| run(*seed, &planted).violation.is_some());
+    assert_eq!(found, Some(889), "the first seed that finds it");
+    let violation = run(889, &planted).violation.unwrap_or_default();
+    assert!(violation.contains("waits with nothing to wake it"), "{violation}");
+    let fixed = run(889, &both);
+    assert!(fixed.violation.is_none(), "{}", report(&fixed));
+}

@@ -32,8 +32,12 @@ pub const CANCEL_AFTER_CLAIM: u32 = 1024;
 /// Dispatch deadlines are not enforced.
 pub const DEADLINE_IGNORED: u32 = 2048;
 
+/// A wake-up stops at a tenant's head that is short of credits, instead
+/// of passing over it to a smaller operation behind it that fits.
+pub const WAKE_STOPS_AT_SHORT_HEAD: u32 = 4096;
+
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 12] = [
+pub const ALL: [(&str, u32); 13] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -46,6 +50,7 @@ pub const ALL: [(&str, u32); 12] = [
     ("render-failed-keeps-slot", RENDER_FAILED_KEEPS_SLOT),
     ("cancel-after-claim", CANCEL_AFTER_CLAIM),
     ("deadline-ignored", DEADLINE_IGNORED),
+    ("wake-stops-at-short-head", WAKE_STOPS_AT_SHORT_HEAD),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

@@ -200,6 +200,8 @@ async fn fitting<S: OperationStore>(
         if need <= headroom {
             headroom -= need;
             fit.push(id);
+        } else if genace_core::planted::on(genace_core::planted::WAKE_STOPS_AT_SHORT_HEAD) {
+            break;
         }
     }
     Ok(fit)

@@ -359,7 +359,7 @@ where
 
     /// [`Self::record`] for an outcome that may free room (a 202 holding
     /// less than was reserved, a 502 naming a failed job, a refused
-    /// request): wakes waiting operations when the record written, judged
+    /// request, a refused account): wakes waiting operations when the record written, judged
     /// against the one it replaced, freed a slot or credits.
     async fn record_freeing(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
         let policy = self.config.policy;
@@ -459,7 +459,10 @@ where
             token: posted.token,
             error: &error,
         };
-        let rec = self.record(&posted, event).await.map_err(commit_failure)?;
+        // The held operation gives its slot back: the record written wakes
+        // the next, which Genace may accept (a refusal can be this
+        // request's alone) or hold in turn.
+        let rec = self.record_freeing(&posted, event).await.map_err(commit_failure)?;
         error!(operation_id = %id, status, "Genace refused the account; the operation is held, not rejected");
         self.metrics.count("AccountProblem", &[("Status", &status.to_string())]);
         case_opened(&self.metrics, &rec);

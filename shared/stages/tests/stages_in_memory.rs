@@ -1512,3 +1512,48 @@ async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
         Dispatched::Posted(PostResult::Accepted)
     );
 }
+
+/// Genace refuses the account for one claim (a 403): the operation is held
+/// with its case and gives its slot back, and the operation that began to
+/// wait for that slot while the POST was under way is woken at once, not
+/// at the next sweep.
+#[tokio::test]
+async fn a_refused_account_gives_its_slot_to_the_next_in_line() {
+    use genace_core::machine::{self, Event};
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    app.genace.plan([SubmitPlan::Answer {
+        status: 403,
+        body: json!({"error": {"code": "forbidden", "message": "key not allowed"}}).to_string(),
+    }]);
+    let refused = submit(&app, "refused", None).await;
+    let next = submit(&app, "next", None).await;
+    // After the claim is written, before the refusal is: `next` waits.
+    let (policy, now, rival) = (app.config.policy, app.clock.now(), next.clone());
+    app.store.before_next_apply(move |store| {
+        store.before_next_apply(move |store| {
+            let rec = store
+                .records()
+                .into_iter()
+                .find(|r| r.operation_id == rival)
+                .expect("the rival");
+            let waiting = machine::transition(&rec, Event::CapacityReached, now, &policy).expect("a wait");
+            store.apply_now(&rec, &waiting).expect("the rival's write");
+        });
+    });
+    let before = woken(&app).len();
+    assert_eq!(
+        app.dispatcher().dispatch(&refused).await.unwrap(),
+        Dispatched::Posted(PostResult::AccountHeld)
+    );
+    let held = record(&app, &refused).await;
+    assert_eq!(held.case.map(|c| c.reason), Some(CaseReason::AccountProblem));
+    assert!(record(&app, &next).await.waits_in_order().is_some());
+    let sent = woken(&app);
+    assert_eq!(sent.len(), before + 1, "{sent:?}");
+    assert!(sent.last().is_some_and(|w| w.contains(next.as_str())), "{sent:?}");
+    assert_eq!(
+        app.dispatcher().dispatch(&next).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+}

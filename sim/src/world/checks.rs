@@ -314,10 +314,72 @@ impl World {
 
     /// What holds at rest: every job Genace created is on its operation's
     /// record, on the recovery channel, or in an open case.
+    /// Quiet, with every handler run to its end: no slot of a limited
+    /// account is left free while an operation waits that its tenant has
+    /// room for (a slot under its own limit, credits for its reservation)
+    /// and no wake-up or dispatch message is on its way to it, beyond the
+    /// slots the messages on their way may take. The sweep
+    /// would repair such a slot; this is checked before it runs.
+    pub(crate) fn check_no_idle_slot(&self) -> Result<(), String> {
+        let account = self.store.account_now();
+        if account.limit().is_none() || !account.has_room() {
+            return Ok(());
+        }
+        let pending: Vec<String> = self
+            .queue
+            .messages()
+            .into_iter()
+            .filter(|m| matches!(m.queue, Queue::Wake | Queue::Dispatch))
+            .map(|m| m.body)
+            .collect();
+        let ledgers = self.store.ledgers_now();
+        // Operations a claim may still be made for: those waiting, those
+        // never claimed or given back, and those held until a time.
+        let claimable: Vec<OperationRecord> = self
+            .store
+            .records()
+            .into_iter()
+            .filter(|r| r.phase == Phase::Prepared)
+            .collect();
+        let on_the_way = |r: &OperationRecord| pending.iter().any(|b| b.contains(r.operation_id.as_str()));
+        // Each claim on its way may take a free slot.
+        let coming = claimable.iter().filter(|r| on_the_way(r)).count() as u64;
+        if account.free_slots().is_some_and(|free| free <= coming) {
+            return Ok(());
+        }
+        let need = |r: &OperationRecord| r.reserved_credits.map_or(0, ledger::millis);
+        for rec in claimable
+            .iter()
+            .filter(|r| r.waits_in_order().is_some() && !on_the_way(r))
+        {
+            let tenant = rec.tenant_id.as_str();
+            // What the operations on their way take of the tenant's room.
+            let (slots, credits) = claimable
+                .iter()
+                .filter(|r| r.tenant_id.as_str() == tenant && on_the_way(r))
+                .fold((0, 0), |(n, c), r| (n + 1, c + need(r)));
+            if room_for(ledgers.get(tenant), rec, slots, credits) {
+                return Err(format!(
+                    "{}: waits with nothing to wake it while a slot is free ({} in flight) and its tenant has room for it",
+                    short(rec.operation_id.as_str()),
+                    account.in_flight
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_rest(&self) -> Result<(), String> {
         let account = self.store.account_now();
+        let ledgers = self.store.ledgers_now();
+        // One its tenant has no credits for waits for those, whatever the
+        // reason its last claim recorded.
         if account.has_room()
-            && let Some(waiting) = self.store.records().iter().find(|r| r.capacity_hold.is_some())
+            && let Some(waiting) = self
+                .store
+                .records()
+                .iter()
+                .find(|r| r.capacity_hold.is_some() && room_for(ledgers.get(r.tenant_id.as_str()), r, 0, 0))
         {
             return Err(format!(
                 "{}: waits for a slot at rest while the account has one free ({} in flight)",
@@ -350,4 +412,16 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// Whether `tenant` has room for `rec` beside `slots` more jobs and
+/// `credits` more millicredits: a slot under its own limit, and credits
+/// for the reservation under its spend limit.
+fn room_for(tenant: Option<&TenantLedger>, rec: &OperationRecord, slots: i64, credits: ledger::Millicredits) -> bool {
+    let need = rec.reserved_credits.map_or(0, ledger::millis);
+    tenant.is_none_or(|l| {
+        l.max_in_flight
+            .is_none_or(|max| l.totals.in_flight + slots < i64::from(max))
+            && l.headroom().is_none_or(|room| need <= room - credits)
+    })
 }
