@@ -14,7 +14,7 @@ use futures::StreamExt;
 use genace_core::domain::{Intent, OperationId, TenantId};
 use genace_core::record::{DeliveryState, OperationRecord};
 use genace_local::devauth;
-use genace_stages::table::prelude::*;
+use genace_stages::ports::table::prelude::*;
 
 use crate::{CapacityArgs, Stack, intent_body, ms, percentile, start_standin_with};
 

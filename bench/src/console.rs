@@ -20,7 +20,7 @@ use genace_core::machine::{Event, Policy, transition};
 use genace_core::record::OperationRecord;
 use genace_local::browser::Driver;
 use genace_local::devauth;
-use genace_stages::table::OperationRecords;
+use genace_stages::ports::table::OperationRecords;
 
 use crate::{ConsoleArgs, Stack, ms, percentile, start_standin};
 

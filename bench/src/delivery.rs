@@ -12,8 +12,8 @@ use genace_core::domain::TenantId;
 use genace_core::machine;
 use genace_core::record::OperationRecord;
 use genace_stages::config::Config;
-use genace_stages::deliver::DeliverResult;
-use genace_stages::table::prelude::*;
+use genace_stages::pipeline::deliver::DeliverResult;
+use genace_stages::ports::table::prelude::*;
 use serde_json::{Value, json};
 
 use crate::*;
@@ -263,21 +263,21 @@ pub(crate) struct DiscardStore {
     sizes: std::sync::Arc<std::sync::Mutex<HashMap<String, u64>>>,
 }
 
-impl genace_stages::outputs::ObjectStore for DiscardStore {
+impl genace_stages::ports::outputs::ObjectStore for DiscardStore {
     async fn put(
         &self,
         key: &str,
         _: &str,
         data: Vec<u8>,
         _: &str,
-    ) -> Result<(), genace_stages::outputs::StorageError> {
+    ) -> Result<(), genace_stages::ports::outputs::StorageError> {
         self.sizes
             .lock()
             .expect("sizes")
             .insert(key.to_owned(), data.len() as u64);
         Ok(())
     }
-    async fn begin(&self, key: &str, _: &str) -> Result<String, genace_stages::outputs::StorageError> {
+    async fn begin(&self, key: &str, _: &str) -> Result<String, genace_stages::ports::outputs::StorageError> {
         self.sizes.lock().expect("sizes").insert(key.to_owned(), 0);
         Ok("discard".into())
     }
@@ -287,9 +287,9 @@ impl genace_stages::outputs::ObjectStore for DiscardStore {
         _: &str,
         number: i32,
         data: Vec<u8>,
-    ) -> Result<genace_stages::outputs::PartReceipt, genace_stages::outputs::StorageError> {
+    ) -> Result<genace_stages::ports::outputs::PartReceipt, genace_stages::ports::outputs::StorageError> {
         *self.sizes.lock().expect("sizes").entry(key.to_owned()).or_default() += data.len() as u64;
-        Ok(genace_stages::outputs::PartReceipt {
+        Ok(genace_stages::ports::outputs::PartReceipt {
             number,
             etag: String::new(),
             sha256: String::new(),
@@ -299,38 +299,38 @@ impl genace_stages::outputs::ObjectStore for DiscardStore {
         &self,
         _: &str,
         _: &str,
-        _: &[genace_stages::outputs::PartReceipt],
-    ) -> Result<(), genace_stages::outputs::StorageError> {
+        _: &[genace_stages::ports::outputs::PartReceipt],
+    ) -> Result<(), genace_stages::ports::outputs::StorageError> {
         Ok(())
     }
-    async fn abort(&self, _: &str, _: &str) -> Result<(), genace_stages::outputs::StorageError> {
+    async fn abort(&self, _: &str, _: &str) -> Result<(), genace_stages::ports::outputs::StorageError> {
         Ok(())
     }
-    async fn delete_all(&self, _: &[String]) -> Result<(), genace_stages::outputs::StorageError> {
+    async fn delete_all(&self, _: &[String]) -> Result<(), genace_stages::ports::outputs::StorageError> {
         Ok(())
     }
-    async fn abort_uploads(&self, _: &str, _: usize) -> Result<usize, genace_stages::outputs::StorageError> {
+    async fn abort_uploads(&self, _: &str, _: usize) -> Result<usize, genace_stages::ports::outputs::StorageError> {
         Ok(0)
     }
-    async fn list(&self, _: &str, _: usize) -> Result<Vec<String>, genace_stages::outputs::StorageError> {
+    async fn list(&self, _: &str, _: usize) -> Result<Vec<String>, genace_stages::ports::outputs::StorageError> {
         Ok(Vec::new())
     }
     async fn head(
         &self,
         key: &str,
-    ) -> Result<Option<genace_stages::outputs::ObjectHead>, genace_stages::outputs::StorageError> {
+    ) -> Result<Option<genace_stages::ports::outputs::ObjectHead>, genace_stages::ports::outputs::StorageError> {
         Ok(self
             .sizes
             .lock()
             .expect("sizes")
             .get(key)
-            .map(|b| genace_stages::outputs::ObjectHead {
+            .map(|b| genace_stages::ports::outputs::ObjectHead {
                 bytes: *b,
                 content_type: None,
                 checksum_sha256: None,
             }))
     }
-    async fn presign_get(&self, key: &str, _: Duration) -> Result<String, genace_stages::outputs::StorageError> {
+    async fn presign_get(&self, key: &str, _: Duration) -> Result<String, genace_stages::ports::outputs::StorageError> {
         Ok(key.to_owned())
     }
 }

@@ -15,7 +15,7 @@ use genace_core::record::DeliveryState;
 use genace_http::GenaceConfig;
 use genace_stages::config::Config;
 use genace_stages::config::ResourceNames;
-use genace_stages::table::prelude::*;
+use genace_stages::ports::table::prelude::*;
 use serde_json::json;
 
 use genace_local::{meter, runner, standin};

@@ -16,8 +16,8 @@ use genace_edge::sqs::process_batch_with;
 use genace_http::GenaceClient;
 use genace_http::GenaceConfig;
 use genace_stages::config::Config;
-use genace_stages::queue::{Redelivery, VisibilityTimeout};
-use genace_stages::stage::Stage;
+use genace_stages::pipeline::stage::Stage;
+use genace_stages::ports::queue::{Redelivery, VisibilityTimeout};
 use tokio::task::JoinSet;
 
 /// Lambda event-source settings of the local consumers.

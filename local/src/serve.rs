@@ -14,7 +14,7 @@ use genace_aws::S3Store;
 use genace_aws::SqsQueue;
 use genace_edge::http as api;
 use genace_edge::http::Problem;
-use genace_stages::intake::Intake;
+use genace_stages::api::intake::Intake;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;

@@ -808,7 +808,7 @@ fn help_on_every_command_and_usage_errors_exit_two() {
 /// `op erase` deletes the delivered object from the bucket, answers the
 /// view with the count, and the timeline prints it; a repeat answers the same.
 async fn the_outputs_are_erased_and_counted(stack: &Stack, ops: &str, id: &str) {
-    use genace_stages::outputs::ObjectStore;
+    use genace_stages::ports::outputs::ObjectStore;
     let bucket = stack.env.objects();
     let prefix = format!("outputs/tenant-a/{id}/");
     let stored = bucket.list(&prefix, 100).await.unwrap();

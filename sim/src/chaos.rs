@@ -158,18 +158,18 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
     async fn list(
         &self,
         tenant: Option<&TenantId>,
-        filter: &genace_stages::listing::ListFilter,
+        filter: &genace_stages::ports::list::ListFilter,
         limit: i32,
-        after: Option<&genace_stages::listing::ListPosition>,
+        after: Option<&genace_stages::ports::list::ListPosition>,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<genace_stages::listing::ListPage, StoreError> {
+    ) -> Result<genace_stages::ports::list::ListPage, StoreError> {
         port(&self.chaos, self.inner.list(tenant, filter, limit, after, now)).await
     }
 
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,
-        filter: genace_stages::table::CaseFilter,
+        filter: genace_stages::ports::table::CaseFilter,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<CasePage, StoreError> {
@@ -178,14 +178,17 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
 
     async fn open_cases_by_age(
         &self,
-        filter: genace_stages::table::CaseFilter,
+        filter: genace_stages::ports::table::CaseFilter,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<CasePage, StoreError> {
         port(&self.chaos, self.inner.open_cases_by_age(filter, limit, cursor)).await
     }
 
-    async fn case_counts(&self, tenant: Option<&TenantId>) -> Result<Vec<genace_stages::table::CaseCount>, StoreError> {
+    async fn case_counts(
+        &self,
+        tenant: Option<&TenantId>,
+    ) -> Result<Vec<genace_stages::ports::table::CaseCount>, StoreError> {
         port(&self.chaos, self.inner.case_counts(tenant)).await
     }
 }

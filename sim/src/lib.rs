@@ -38,17 +38,17 @@ use genace_core::messages::{Queue, RecoveryMessage};
 use genace_core::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlement};
 use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status};
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, WebhookConfig};
-use genace_stages::admin::Operator;
+use genace_stages::api::admin::Operator;
 use genace_stages::app::App;
-use genace_stages::downloads::{Download, DownloadError, Downloads};
-use genace_stages::genace::Genace;
 use genace_stages::memory::{
     ManualClock, MemoryBody, MemoryDownloads, MemoryGenace, MemoryObjects, MemoryQueue, MemoryStore, SubmitPlan,
 };
-use genace_stages::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
-use genace_stages::queue::{QueueError, RecoveryChannel, WorkQueue};
-use genace_stages::stage::{Stage, handle_body};
-use genace_stages::table::{
+use genace_stages::pipeline::stage::{Stage, handle_body};
+use genace_stages::ports::downloads::{Download, DownloadError, Downloads};
+use genace_stages::ports::genace::Genace;
+use genace_stages::ports::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
+use genace_stages::ports::queue::{QueueError, RecoveryChannel, WorkQueue};
+use genace_stages::ports::table::{
     Applied, CasePage, Created, DueCursor, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
     WebhookEndpoints, WebhookSettings,
 };

@@ -1,6 +1,6 @@
 //! The world of one run: the app on chaotic adapters, the running
 //! handlers, the scheduler's steps and the quiet phase. Its promises are
-//! checked in [`checks`].
+//! checked in [`checks`]; [`trace`] writes what a run did.
 
 #[allow(
     unused_imports,
@@ -9,6 +9,9 @@
 use crate::*;
 
 mod checks;
+mod trace;
+
+pub(crate) use trace::{short, state_line};
 
 // ------------------------------------------------------------ the world
 
@@ -140,35 +143,6 @@ pub(crate) enum Reply {
     Failed,
 }
 
-/// A record's state as the trace shows it.
-pub(crate) fn state_line(rec: &OperationRecord) -> String {
-    let mut state = format!(
-        "v{} {} {:?} job={} case={}",
-        rec.version,
-        rec.phase.as_str(),
-        rec.delivery_state,
-        rec.remote_job_id.as_deref().unwrap_or("-"),
-        rec.case.as_ref().map_or("-", |c| c.reason.as_str()),
-    );
-    if rec.spend_hold.is_some() {
-        state.push_str(" hold=spend_limit");
-    }
-    if rec.capacity_hold.is_some() {
-        state.push_str(" hold=capacity");
-    }
-    if let Some(p) = rec.ledger_phase {
-        state.push_str(&format!(" counts_as={}", p.as_str()));
-    }
-    if let Some(r) = rec.reserved_credits {
-        state.push_str(&format!(" {}={r}", rec.media_type.as_str()));
-    }
-    state
-}
-
-pub(crate) fn short(id: &str) -> &str {
-    &id[..id.len().min(11)]
-}
-
 pub(crate) const TENANTS: [&str; 2] = ["tenant-a", "tenant-b"];
 pub(crate) const KEYS: [&str; 3] = ["k1", "k2", "k3"];
 pub(crate) const PROMPTS: [&str; 2] = ["a lighthouse", "a harbour"];
@@ -216,8 +190,8 @@ impl World {
             },
             clock: clock.clone(),
             config,
-            metrics: genace_stages::metrics::Metrics::off(),
-            vault: std::sync::Arc::new(genace_stages::webhooks::NoVault),
+            metrics: genace_stages::ports::metrics::Metrics::off(),
+            vault: std::sync::Arc::new(genace_stages::ports::webhooks::NoVault),
         };
         Self {
             seed,
@@ -244,7 +218,7 @@ impl World {
     }
 
     pub(crate) fn now(&self) -> DateTime<Utc> {
-        use genace_stages::clock::Clock;
+        use genace_stages::ports::clock::Clock;
         self.clock.now()
     }
 
@@ -297,7 +271,7 @@ impl World {
             10,
             None,
             Box::pin(async move {
-                use genace_stages::intake::{IntakeError, Submitted};
+                use genace_stages::api::intake::{IntakeError, Submitted};
                 let result = intake.submit(&tenant_id, &intent, now).await;
                 let reply = match &result {
                     Ok(Submitted::New(r)) | Ok(Submitted::Replayed(r)) => Reply::Operation {
@@ -502,7 +476,7 @@ impl World {
             Box::pin(async move {
                 match intake.cancel(&rec.tenant_id, &rec.operation_id).await {
                     Ok(r) => Ok(r.phase.as_str().to_owned()),
-                    Err(e @ genace_stages::intake::IntakeError::TooLateToCancel { .. }) => Ok(e.to_string()),
+                    Err(e @ genace_stages::api::intake::IntakeError::TooLateToCancel { .. }) => Ok(e.to_string()),
                     Err(e) => Err(e.to_string()),
                 }
             }),
@@ -533,7 +507,7 @@ impl World {
                         "erased {} objects",
                         r.outputs_erased.map_or(0, |e| e.objects.len())
                     )),
-                    Err(e @ genace_stages::intake::IntakeError::CannotErase { .. }) => Ok(e.to_string()),
+                    Err(e @ genace_stages::api::intake::IntakeError::CannotErase { .. }) => Ok(e.to_string()),
                     Err(e) => Err(e.to_string()),
                 }
             }),

@@ -12,7 +12,7 @@ use genace_core::events::Kind;
 use genace_core::machine::{self, AcceptedJob, Decision, Event, Policy, Resolution};
 use genace_core::record::{DeliveredObject, OperationRecord, OutputRef, RemoteError};
 use genace_core::remote::{JobSnapshot, RenderStatus};
-use genace_stages::table::prelude::*;
+use genace_stages::ports::table::prelude::*;
 use serde_json::Value;
 
 async fn step<S: OperationStore>(store: &S, rec: OperationRecord, event: Event<'_>) -> OperationRecord {

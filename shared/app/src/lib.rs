@@ -18,10 +18,10 @@ use aws_config::SdkConfig;
 use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue, SqsRedelivery, SqsWebhookQueue};
 use genace_http::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
-use genace_stages::clock::SystemClock;
 use genace_stages::config::Config;
-use genace_stages::metrics::{EmfLines, Metrics};
-use genace_stages::webhooks::WebhookDeliverer;
+use genace_stages::pipeline::webhook_send::WebhookDeliverer;
+use genace_stages::ports::clock::SystemClock;
+use genace_stages::ports::metrics::{EmfLines, Metrics};
 use serde_json::Value;
 
 /// The deployed adapters: DynamoDB, SQS, S3, the Genace HTTP client, the
@@ -223,13 +223,13 @@ impl Enrichment {
     }
 }
 
-impl<S: genace_stages::table::WebhookEndpoints> Enrichment<S> {
+impl<S: genace_stages::ports::table::WebhookEndpoints> Enrichment<S> {
     pub async fn enrich(
         &self,
         batch: &[Value],
     ) -> Result<Vec<genace_core::events::LifecycleEvent>, genace_aws::stream::StreamError> {
         let mut events = lifecycle_events(batch, &self.ctx)?;
-        genace_stages::events::mark_for_webhooks(&self.store, &self.metrics, &mut events).await;
+        genace_stages::pipeline::events::mark_for_webhooks(&self.store, &self.metrics, &mut events).await;
         Ok(events)
     }
 }

@@ -18,15 +18,15 @@ use genace_core::record::Settlement;
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet};
 use genace_http::GenaceClient;
 use genace_http::GenaceConfig;
-use genace_stages::clock::SystemClock;
-use genace_stages::dispatch::Dispatched;
-use genace_stages::dispatch::Dispatcher;
-use genace_stages::dispatch::PostResult;
-use genace_stages::intake::Intake;
-use genace_stages::intake::Submitted;
-use genace_stages::stage::StageError;
-use genace_stages::table::StoreError;
-use genace_stages::table::prelude::*;
+use genace_stages::api::intake::Intake;
+use genace_stages::api::intake::Submitted;
+use genace_stages::pipeline::dispatch::Dispatched;
+use genace_stages::pipeline::dispatch::Dispatcher;
+use genace_stages::pipeline::dispatch::PostResult;
+use genace_stages::pipeline::stage::StageError;
+use genace_stages::ports::clock::SystemClock;
+use genace_stages::ports::table::StoreError;
+use genace_stages::ports::table::prelude::*;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -226,7 +226,7 @@ async fn a_502_with_a_job_id_is_submit_failed_with_the_id_saved() {
     let totals = rig.intake.credits(&tenant).await.unwrap().totals;
     assert_eq!((totals.held, totals.pending_refund, totals.settled), (0, 10_000, 0));
     // ...until an operator marks it settled.
-    let op = genace_stages::admin::Operator {
+    let op = genace_stages::api::admin::Operator {
         actor: "ops".into(),
         tenant: None,
     };
@@ -388,7 +388,7 @@ impl OperationRecords for EchoingStore {
         &self,
         rec: &OperationRecord,
         now: chrono::DateTime<Utc>,
-    ) -> Result<genace_stages::table::Created, genace_stages::table::StoreError> {
+    ) -> Result<genace_stages::ports::table::Created, genace_stages::ports::table::StoreError> {
         self.0.create(rec, now).await
     }
 
@@ -396,7 +396,7 @@ impl OperationRecords for EchoingStore {
         &self,
         id: &OperationId,
         now: chrono::DateTime<Utc>,
-    ) -> Result<Option<OperationRecord>, genace_stages::table::StoreError> {
+    ) -> Result<Option<OperationRecord>, genace_stages::ports::table::StoreError> {
         self.0.get(id, now).await
     }
 
@@ -404,11 +404,13 @@ impl OperationRecords for EchoingStore {
         &self,
         prev: &OperationRecord,
         next: &OperationRecord,
-    ) -> Result<genace_stages::table::Applied, genace_stages::table::StoreError> {
+    ) -> Result<genace_stages::ports::table::Applied, genace_stages::ports::table::StoreError> {
         match self.0.apply(prev, next).await? {
-            genace_stages::table::Applied::Written => {
+            genace_stages::ports::table::Applied::Written => {
                 let stored = self.0.get(&next.operation_id, Utc::now()).await?.unwrap();
-                Err(genace_stages::table::StoreError::Conflict(Some(Box::new(stored))))
+                Err(genace_stages::ports::table::StoreError::Conflict(Some(Box::new(
+                    stored,
+                ))))
             }
             unchanged => Ok(unchanged),
         }
@@ -419,12 +421,15 @@ impl OperationRecords for EchoingStore {
         shard: u32,
         before_ms: i64,
         limit: i32,
-        cursor: Option<genace_stages::table::DueCursor>,
-    ) -> Result<genace_stages::table::DuePage, genace_stages::table::StoreError> {
+        cursor: Option<genace_stages::ports::table::DueCursor>,
+    ) -> Result<genace_stages::ports::table::DuePage, genace_stages::ports::table::StoreError> {
         self.0.due_page(shard, before_ms, limit, cursor).await
     }
 
-    async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, genace_stages::table::StoreError> {
+    async fn holders_of_remote_job(
+        &self,
+        job_id: &str,
+    ) -> Result<Vec<OperationId>, genace_stages::ports::table::StoreError> {
         self.0.holders_of_remote_job(job_id).await
     }
 
@@ -432,57 +437,57 @@ impl OperationRecords for EchoingStore {
         &self,
         tenant: &TenantId,
         limit: i32,
-    ) -> Result<Vec<OperationId>, genace_stages::table::StoreError> {
+    ) -> Result<Vec<OperationId>, genace_stages::ports::table::StoreError> {
         self.0.waiting(tenant, limit).await
     }
 
     async fn list(
         &self,
         tenant: Option<&TenantId>,
-        filter: &genace_stages::listing::ListFilter,
+        filter: &genace_stages::ports::list::ListFilter,
         limit: i32,
-        after: Option<&genace_stages::listing::ListPosition>,
+        after: Option<&genace_stages::ports::list::ListPosition>,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<genace_stages::listing::ListPage, genace_stages::table::StoreError> {
+    ) -> Result<genace_stages::ports::list::ListPage, genace_stages::ports::table::StoreError> {
         self.0.list(tenant, filter, limit, after, now).await
     }
 
     async fn open_cases(
         &self,
         tenant: Option<&TenantId>,
-        filter: genace_stages::table::CaseFilter,
+        filter: genace_stages::ports::table::CaseFilter,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<genace_stages::table::CasePage, genace_stages::table::StoreError> {
+    ) -> Result<genace_stages::ports::table::CasePage, genace_stages::ports::table::StoreError> {
         self.0.open_cases(tenant, filter, limit, cursor).await
     }
 
     async fn open_cases_by_age(
         &self,
-        filter: genace_stages::table::CaseFilter,
+        filter: genace_stages::ports::table::CaseFilter,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<genace_stages::table::CasePage, genace_stages::table::StoreError> {
+    ) -> Result<genace_stages::ports::table::CasePage, genace_stages::ports::table::StoreError> {
         self.0.open_cases_by_age(filter, limit, cursor).await
     }
 
     async fn case_counts(
         &self,
         tenant: Option<&TenantId>,
-    ) -> Result<Vec<genace_stages::table::CaseCount>, genace_stages::table::StoreError> {
+    ) -> Result<Vec<genace_stages::ports::table::CaseCount>, genace_stages::ports::table::StoreError> {
         self.0.case_counts(tenant).await
     }
 }
 
 impl TenantLedgers for EchoingStore {
-    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, genace_stages::table::StoreError> {
+    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, genace_stages::ports::table::StoreError> {
         self.0.account().await
     }
 
     async fn ledger(
         &self,
         tenant: &TenantId,
-    ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
+    ) -> Result<genace_core::ledger::TenantLedger, genace_stages::ports::table::StoreError> {
         self.0.ledger(tenant).await
     }
 
@@ -490,14 +495,14 @@ impl TenantLedgers for EchoingStore {
         &self,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<genace_stages::table::LedgerPage, genace_stages::table::StoreError> {
+    ) -> Result<genace_stages::ports::table::LedgerPage, genace_stages::ports::table::StoreError> {
         self.0.ledgers(limit, cursor).await
     }
 
     async fn set_account_limit(
         &self,
         limit: Option<u32>,
-    ) -> Result<genace_core::ledger::AccountCapacity, genace_stages::table::StoreError> {
+    ) -> Result<genace_core::ledger::AccountCapacity, genace_stages::ports::table::StoreError> {
         self.0.set_account_limit(limit).await
     }
 
@@ -505,7 +510,7 @@ impl TenantLedgers for EchoingStore {
         &self,
         seen: Option<u32>,
         learned: Option<u32>,
-    ) -> Result<bool, genace_stages::table::StoreError> {
+    ) -> Result<bool, genace_stages::ports::table::StoreError> {
         self.0.learn_account_limit(seen, learned).await
     }
 
@@ -513,7 +518,7 @@ impl TenantLedgers for EchoingStore {
         &self,
         tenant: &TenantId,
         limit: Option<i64>,
-    ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
+    ) -> Result<genace_core::ledger::TenantLedger, genace_stages::ports::table::StoreError> {
         self.0.set_spend_limit(tenant, limit).await
     }
 
@@ -521,7 +526,7 @@ impl TenantLedgers for EchoingStore {
         &self,
         tenant: &TenantId,
         limit: Option<u32>,
-    ) -> Result<genace_core::ledger::TenantLedger, genace_stages::table::StoreError> {
+    ) -> Result<genace_core::ledger::TenantLedger, genace_stages::ports::table::StoreError> {
         self.0.set_max_in_flight(tenant, limit).await
     }
 }
@@ -530,7 +535,7 @@ impl WebhookSettings for EchoingStore {
     async fn webhook(
         &self,
         tenant: &TenantId,
-    ) -> Result<Option<genace_core::webhook::WebhookConfig>, genace_stages::table::StoreError> {
+    ) -> Result<Option<genace_core::webhook::WebhookConfig>, genace_stages::ports::table::StoreError> {
         self.0.webhook(tenant).await
     }
 
@@ -538,7 +543,7 @@ impl WebhookSettings for EchoingStore {
         &self,
         tenant: &TenantId,
         config: Option<&genace_core::webhook::WebhookConfig>,
-    ) -> Result<(), genace_stages::table::StoreError> {
+    ) -> Result<(), genace_stages::ports::table::StoreError> {
         self.0.set_webhook(tenant, config).await
     }
 }
@@ -606,7 +611,7 @@ async fn a_retried_write_that_already_landed_is_recognised_as_our_own() {
         genace: rig.dispatcher.genace.clone(),
         config: rig.dispatcher.config.clone(),
         clock: SystemClock,
-        metrics: genace_stages::metrics::Metrics::off(),
+        metrics: genace_stages::ports::metrics::Metrics::off(),
     };
     assert_eq!(
         echoing.dispatch(&id).await.unwrap(),

@@ -6,8 +6,8 @@ use genace_aws::S3Store;
 use genace_aws::SqsQueue;
 use genace_aws::testkit::LocalAws;
 use genace_edge::http as api;
+use genace_stages::api::intake::Intake;
 use genace_stages::config::QueueUrls;
-use genace_stages::intake::Intake;
 use lambda_http::{Body, Response};
 use serde_json::{Value, json};
 
@@ -450,8 +450,8 @@ async fn a_retry_after_its_deadline_is_a_replay_not_a_400() {
         objects: env.objects(),
         config: env.config.clone(),
         clock: clock.clone(),
-        metrics: genace_stages::metrics::Metrics::off(),
-        vault: std::sync::Arc::new(genace_stages::webhooks::NoVault),
+        metrics: genace_stages::ports::metrics::Metrics::off(),
+        vault: std::sync::Arc::new(genace_stages::ports::webhooks::NoVault),
     };
     let mut body = spec_body();
     body["dispatch_deadline"] = json!((start + chrono::Duration::seconds(60)).to_rfc3339());

@@ -19,16 +19,16 @@ use genace_core::record::Phase;
 use genace_http::GenaceClient;
 use genace_http::GenaceConfig;
 use genace_http::HttpDownloads;
-use genace_stages::deliver::DeliverResult;
-use genace_stages::deliver::Deliverer;
-use genace_stages::dispatch::Dispatched;
-use genace_stages::dispatch::PostResult;
-use genace_stages::intake::Intake;
-use genace_stages::intake::Submitted;
-use genace_stages::poll::Polled;
-use genace_stages::poll::Poller;
-use genace_stages::stage::StageError;
-use genace_stages::table::prelude::*;
+use genace_stages::api::intake::Intake;
+use genace_stages::api::intake::Submitted;
+use genace_stages::pipeline::deliver::DeliverResult;
+use genace_stages::pipeline::deliver::Deliverer;
+use genace_stages::pipeline::dispatch::Dispatched;
+use genace_stages::pipeline::dispatch::PostResult;
+use genace_stages::pipeline::poll::Polled;
+use genace_stages::pipeline::poll::Poller;
+use genace_stages::pipeline::stage::StageError;
+use genace_stages::ports::table::prelude::*;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use wiremock::matchers::{method, path};
@@ -595,7 +595,7 @@ async fn run_deliver_queue(rig: &Rig, id: &OperationId, rounds: usize) -> Vec<De
             .unwrap();
         for m in out.messages.unwrap_or_default() {
             results.push(
-                genace_stages::stage::handle_body(&rig.deliverer(), m.body.as_deref().unwrap())
+                genace_stages::pipeline::stage::handle_body(&rig.deliverer(), m.body.as_deref().unwrap())
                     .await
                     .unwrap(),
             );

@@ -14,8 +14,8 @@ use genace_core::record::DeliveryState;
 use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
 use genace_edge::http as api;
-use genace_stages::intake::Intake;
-use genace_stages::table::prelude::*;
+use genace_stages::api::intake::Intake;
+use genace_stages::ports::table::prelude::*;
 use lambda_http::{Body, Response};
 use serde_json::{Value, json};
 
@@ -1204,7 +1204,7 @@ async fn a_listing_pages_through_one_tenant_and_its_cursor_serves_no_other() {
 )]
 async fn a_case_cursor_serves_only_its_own_scope_and_filter() {
     use genace_aws::testkit::{claimed, intent_record, uncertain};
-    use genace_stages::table::OperationRecords;
+    use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
     let intake: Intake<DynamoStore, SqsQueue, S3Store> =
         Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
@@ -1296,7 +1296,7 @@ async fn a_case_cursor_serves_only_its_own_scope_and_filter() {
     reason = "a scenario reads top to bottom, one step after another"
 )]
 async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_once() {
-    use genace_stages::webhooks::SecretStore;
+    use genace_stages::ports::webhooks::SecretStore;
     let env = LocalAws::fresh().await;
     let mut config = env.config.clone();
     config.webhook_max_endpoints = 2;

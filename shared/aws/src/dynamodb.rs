@@ -25,8 +25,8 @@ use genace_core::domain::{OperationId, TenantId};
 use genace_core::ledger::{self, AccountCapacity, Millicredits, Shares, TenantLedger};
 use genace_core::record::{CaseReason, OperationRecord};
 use genace_core::webhook::WebhookConfig;
-use genace_stages::metrics::Metrics;
-use genace_stages::table::{
+use genace_stages::ports::metrics::Metrics;
+use genace_stages::ports::table::{
     Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords,
     StoreError, TenantLedgers, WebhookSettings, case_age_key, case_age_key_opened, case_sort_key, case_tenant_prefix,
     count_cases, wait_partition, wait_sort_key,
@@ -669,11 +669,11 @@ impl OperationRecords for DynamoStore {
     async fn list(
         &self,
         tenant: Option<&TenantId>,
-        filter: &genace_stages::listing::ListFilter,
+        filter: &genace_stages::ports::list::ListFilter,
         limit: i32,
-        after: Option<&genace_stages::listing::ListPosition>,
+        after: Option<&genace_stages::ports::list::ListPosition>,
         now: DateTime<Utc>,
-    ) -> Result<genace_stages::listing::ListPage, StoreError> {
+    ) -> Result<genace_stages::ports::list::ListPage, StoreError> {
         self.list_page(tenant, filter, limit, after, now).await
     }
 

@@ -9,7 +9,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
     ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier,
 };
-use genace_stages::outputs::{
+use genace_stages::ports::outputs::{
     MAX_DELETE_KEYS, ObjectHead, ObjectStore, PartReceipt, StorageError, attachment_disposition, b64_sha256,
 };
 

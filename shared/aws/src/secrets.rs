@@ -1,4 +1,4 @@
-//! Secrets Manager behind the `genace_stages::webhooks::SecretStore` port.
+//! Secrets Manager behind the `genace_stages::ports::webhooks::SecretStore` port.
 //!
 //! An endpoint's secret holds its [`SigningKeys`]: the current value and
 //! each value a rotation replaced, until that value's overlap ends
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_secretsmanager::Client;
 use genace_core::webhook::SigningKeys;
-use genace_stages::webhooks::{SecretStore, SecretVault, VaultFuture};
+use genace_stages::ports::webhooks::{SecretStore, SecretVault, VaultFuture};
 
 /// How long a value read is used before it is read again.
 pub const CACHE_FOR: Duration = Duration::from_secs(300);

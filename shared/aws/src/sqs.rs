@@ -5,7 +5,7 @@ use aws_sdk_sqs::Client;
 use genace_core::domain::OperationId;
 use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 use genace_stages::config::QueueUrls;
-use genace_stages::queue::{
+use genace_stages::ports::queue::{
     MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, QueueError, RecoveryChannel, Redelivery, WorkQueue,
 };
 
@@ -111,7 +111,7 @@ impl Redelivery for SqsRedelivery {
 }
 
 /// The webhook queue as the webhook stage writes to it
-/// (`genace_stages::webhooks::WebhookQueue`): copies of an event, one per
+/// (`genace_stages::ports::webhooks::WebhookQueue`): copies of an event, one per
 /// receiver, on the queue itself; events that can never be delivered as
 /// configured, on its dead-letter queue directly. A dead letter's reason
 /// rides as a message attribute; the body is the message, as the queue's
@@ -134,7 +134,7 @@ impl SqsWebhookQueue {
     }
 }
 
-impl genace_stages::webhooks::WebhookQueue for SqsWebhookQueue {
+impl genace_stages::ports::webhooks::WebhookQueue for SqsWebhookQueue {
     async fn dead_letter(&self, body: String, reason: String) -> Result<(), String> {
         let reason: String = reason.chars().take(1024).collect();
         let attribute = aws_sdk_sqs::types::MessageAttributeValue::builder()

@@ -2,10 +2,10 @@
 //! in-memory bucket and the S3 store on the local endpoint (moto over HTTP,
 //! through the real SDK).
 
-use genace_stages::outputs::MAX_DELETE_KEYS;
-use genace_stages::outputs::ObjectStore;
-use genace_stages::outputs::b64_sha256;
-use genace_stages::outputs::composite_sha256;
+use genace_stages::ports::outputs::MAX_DELETE_KEYS;
+use genace_stages::ports::outputs::ObjectStore;
+use genace_stages::ports::outputs::b64_sha256;
+use genace_stages::ports::outputs::composite_sha256;
 
 /// What deliver relies on: a checksum the store returns never contradicts
 /// ours. S3 returns the whole-object SHA-256 of a put and `<b64>-<parts>`

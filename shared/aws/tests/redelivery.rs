@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use genace_aws::testkit::LocalAws;
 use genace_aws::{SqsRedelivery, clients};
-use genace_stages::queue::Redelivery;
+use genace_stages::ports::queue::Redelivery;
 
 async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, visibility: i32) -> Option<(String, String)> {
     let out = sqs

@@ -4,7 +4,7 @@
 use genace_aws::SecretsManager;
 use genace_aws::clients;
 use genace_aws::testkit::LocalAws;
-use genace_stages::webhooks::{SecretStore, SecretVault};
+use genace_stages::ports::webhooks::{SecretStore, SecretVault};
 
 fn values(v: &[&str]) -> Option<Vec<String>> {
     Some(v.iter().map(|s| (*s).to_owned()).collect())

@@ -8,10 +8,10 @@ use genace_aws::provision;
 use genace_aws::schema::DUE_INDEX;
 use genace_aws::testkit::{LocalAws, claimed};
 use genace_core::record::OperationRecord;
-use genace_stages::table::Applied;
-use genace_stages::table::Created;
-use genace_stages::table::StoreError;
-use genace_stages::table::prelude::*;
+use genace_stages::ports::table::Applied;
+use genace_stages::ports::table::Created;
+use genace_stages::ports::table::StoreError;
+use genace_stages::ports::table::prelude::*;
 
 fn record(key: &str, prompt: &str) -> OperationRecord {
     genace_aws::testkit::intent_record("tenant-a", key, prompt)

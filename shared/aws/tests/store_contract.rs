@@ -14,12 +14,12 @@ use genace_core::machine::Policy;
 use genace_core::record::DUE_SHARDS;
 use genace_core::record::Phase;
 use genace_core::record::{CaseReason, OperationRecord};
-use genace_stages::listing::ListFilter;
-use genace_stages::table::Applied;
-use genace_stages::table::CaseFilter;
-use genace_stages::table::Created;
-use genace_stages::table::OperationStore;
-use genace_stages::table::StoreError;
+use genace_stages::ports::list::ListFilter;
+use genace_stages::ports::table::Applied;
+use genace_stages::ports::table::CaseFilter;
+use genace_stages::ports::table::Created;
+use genace_stages::ports::table::OperationStore;
+use genace_stages::ports::table::StoreError;
 
 use genace_aws::testkit::{claimed, intent_record as record_for, uncertain};
 
@@ -662,7 +662,7 @@ async fn a_claim_past_the_spend_limit_writes_nothing<S: OperationStore>(store: S
 async fn race_claims<S: OperationStore + Clone + 'static>(
     store: &S,
     intents: &[(&str, &str)],
-) -> Vec<Result<genace_stages::table::Applied, StoreError>> {
+) -> Vec<Result<genace_stages::ports::table::Applied, StoreError>> {
     let mut tasks = Vec::new();
     for (tenant, key) in intents {
         let rec = record_for(tenant, key, "p");

@@ -6,8 +6,8 @@
 //! [`Stage::retry_after`]) gets it through a [`Redelivery`].
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use genace_stages::queue::{Redelivery, VisibilityTimeout, visibility_left};
-use genace_stages::stage::{Stage, StageError, handle_received};
+use genace_stages::pipeline::stage::{Stage, StageError, handle_received};
+use genace_stages::ports::queue::{Redelivery, VisibilityTimeout, visibility_left};
 use tracing::{error, warn};
 
 /// Runs the stage on every message of a batch, one after another, and
@@ -165,7 +165,7 @@ mod tests {
         }
 
         fn retry_after(&self, _error: &StageError, _receives: u32) -> Option<u32> {
-            Some(genace_stages::queue::MAX_VISIBILITY_SECONDS)
+            Some(genace_stages::ports::queue::MAX_VISIBILITY_SECONDS)
         }
     }
 
@@ -176,7 +176,8 @@ mod tests {
         let recorded = Recorded::default();
         process_batch_with(event, &Greedy, &recorded).await;
         let asked = recorded.0.lock().unwrap()[0].1;
-        let most = genace_stages::queue::MAX_VISIBILITY_SECONDS - genace_stages::queue::RECEIPT_MARGIN_SECONDS;
+        let most =
+            genace_stages::ports::queue::MAX_VISIBILITY_SECONDS - genace_stages::ports::queue::RECEIPT_MARGIN_SECONDS;
         assert!(asked <= most && asked >= most - 5, "asked {asked} s");
     }
 }

@@ -145,7 +145,7 @@ async fn bounded_text(mut response: reqwest::Response) -> Result<String, BodyErr
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
-impl genace_stages::genace::Genace for GenaceClient {
+impl genace_stages::ports::genace::Genace for GenaceClient {
     async fn submit(&self, body: &Value) -> SubmitOutcome {
         let sent = self
             .http

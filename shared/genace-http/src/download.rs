@@ -1,14 +1,14 @@
 //! Output downloads over HTTP, behind the output URL guard: the scheme, the
 //! host allow-list, the port and every address (literal, resolved, or a
 //! redirect's) must pass before a byte is fetched. Implements the
-//! `genace_stages::downloads` port.
+//! `genace_stages::ports::downloads` port.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use genace_stages::config::UrlPolicy;
-use genace_stages::downloads::{Download, DownloadBody, DownloadError, Downloads};
+use genace_stages::ports::downloads::{Download, DownloadBody, DownloadError, Downloads};
 use reqwest::Url;
 
 use genace_stages::urlguard::ip_allowed;

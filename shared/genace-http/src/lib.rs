@@ -1,9 +1,9 @@
 //! Genace over HTTP, and output downloads over HTTP.
 //!
-//! - [`client`]: the Genace client behind the `genace_stages::genace::Genace`
+//! - [`client`]: the Genace client behind the `genace_stages::ports::genace::Genace`
 //!   port: never retried, never redirected, bounded bodies, a redacted key.
 //! - [`download`]: the output URL guard and the download client behind the
-//!   `genace_stages::downloads::Downloads` port.
+//!   `genace_stages::ports::downloads::Downloads` port.
 //! - [`webhook`]: tenants' webhook POSTs, through the same URL guard.
 //!
 //! Depends on `genace-core` and `genace-stages` (for the ports); must not

@@ -1,4 +1,4 @@
-//! Webhook POSTs over HTTP, behind the `genace_stages::webhooks::WebhookSender`
+//! Webhook POSTs over HTTP, behind the `genace_stages::ports::webhooks::WebhookSender`
 //! port. Tenants name the URLs, so every POST passes the same URL guard as
 //! output downloads: https only, public addresses only (literal and after
 //! DNS), the configured ports. Redirects are not followed, and a POST gets
@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use genace_stages::config::UrlPolicy;
-use genace_stages::webhooks::{PostError, WebhookSender};
+use genace_stages::ports::webhooks::{PostError, WebhookSender};
 use reqwest::Url;
 
 use crate::download::{check_url, guarded_client, transport};

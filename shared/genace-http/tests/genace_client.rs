@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use genace_core::remote::SubmitOutcome;
 use genace_http::{GenaceClient, GenaceConfig};
-use genace_stages::genace::Genace;
+use genace_stages::ports::genace::Genace;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 use wiremock::matchers::{header, method, path};

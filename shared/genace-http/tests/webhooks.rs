@@ -2,7 +2,7 @@
 
 use genace_http::HttpWebhooks;
 use genace_stages::config::UrlPolicy;
-use genace_stages::webhooks::{PostError, WebhookSender};
+use genace_stages::ports::webhooks::{PostError, WebhookSender};
 use wiremock::matchers::{body_string, header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

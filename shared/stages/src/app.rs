@@ -3,15 +3,15 @@
 //! adapters once; tests and the simulator fill one with in-memory adapters
 //! and a manual clock.
 
-use crate::clock::{Clock, SystemClock};
+use crate::api::intake::Intake;
 use crate::config::Config;
-use crate::deliver::Deliverer;
-use crate::dispatch::Dispatcher;
-use crate::intake::Intake;
-use crate::metrics::Metrics;
-use crate::poll::Poller;
-use crate::recovery::Recovery;
-use crate::sweep::Sweeper;
+use crate::pipeline::deliver::Deliverer;
+use crate::pipeline::dispatch::Dispatcher;
+use crate::pipeline::poll::Poller;
+use crate::pipeline::recovery::Recovery;
+use crate::pipeline::sweep::Sweeper;
+use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::metrics::Metrics;
 
 /// Every port a stage may use, and the configuration.
 #[derive(Debug, Clone)]
@@ -27,7 +27,7 @@ pub struct App<S, Q, O, G, D, C = SystemClock> {
     /// Where stages count what happened (off unless the root installs a sink).
     pub metrics: Metrics,
     /// Where webhook endpoints' secrets are written (intake only).
-    pub vault: std::sync::Arc<dyn crate::webhooks::SecretVault>,
+    pub vault: std::sync::Arc<dyn crate::ports::webhooks::SecretVault>,
 }
 
 /// The place of a port that a function never uses (no Genace client in

@@ -172,7 +172,7 @@ impl Config {
 }
 
 /// SQS's longest message delay, as the settings' integer type.
-const MAX_DELAY: i64 = crate::queue::MAX_DELAY_SECONDS as i64;
+const MAX_DELAY: i64 = crate::ports::queue::MAX_DELAY_SECONDS as i64;
 
 fn ports(vars: Vars<'_>, name: &str) -> Result<Vec<u16>, ConfigError> {
     match var(vars, name) {
@@ -377,7 +377,7 @@ impl Config {
             webhook_log_days: Duration::days(30),
             webhook_disable_after: Duration::hours(72),
             fault_injection: false,
-            poll_max_delay_seconds: crate::queue::MAX_DELAY_SECONDS,
+            poll_max_delay_seconds: crate::ports::queue::MAX_DELAY_SECONDS,
             stall_after: Duration::seconds(6 * 3600),
             output_prefix: "outputs".into(),
             part_size: 8 * 1024 * 1024,
@@ -415,7 +415,7 @@ impl RetrySchedule {
     /// The wait after the `receives`-th delivery failed (counting from 1).
     pub fn after(&self, receives: u32) -> u32 {
         let doubled = u64::from(self.first_seconds) << receives.saturating_sub(1).min(32);
-        let most = crate::queue::visibility_left(self.max_seconds, std::time::Duration::ZERO);
+        let most = crate::ports::queue::visibility_left(self.max_seconds, std::time::Duration::ZERO);
         doubled.min(u64::from(most)) as u32
     }
 
@@ -447,7 +447,7 @@ mod retry_tests {
         };
         assert_eq!(
             capped.after(10),
-            crate::queue::MAX_VISIBILITY_SECONDS - crate::queue::RECEIPT_MARGIN_SECONDS,
+            crate::ports::queue::MAX_VISIBILITY_SECONDS - crate::ports::queue::RECEIPT_MARGIN_SECONDS,
             "SQS refuses the whole 12 h once a message is received"
         );
         assert_eq!(r.span(3), 30 + 60 + 120);

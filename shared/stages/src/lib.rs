@@ -1,49 +1,35 @@
-//! The stages of Genace operations and the ports they use.
+//! The stages of Genace operations and the ports they use, in three rooms
+//! by role, each importing only from the rooms below it:
 //!
-//! - Stages: [`intake`] (and [`admin`], the operators' resolutions),
-//!   [`dispatch`], [`poll`], [`deliver`], [`recovery`] and [`sweep`]; the
-//!   queue-driven ones share the [`stage::Stage`] shape.
-//! - Ports: [`table`] (the operation table), [`queue`] (work queues and the
-//!   recovery channel), [`outputs`] (the output bucket), [`genace`],
-//!   [`downloads`] and [`clock`].
-//! - [`app::App`]: every port in one place, and each stage made from it.
-//! - [`config`], [`metrics`]: settings (given as values), the metrics port.
-//! - [`urlguard`]: which URLs a policy allows, checked before any request
-//!   (pure; the `url` parser is its one outside dependency).
-//! - `memory` (feature `testkit`): in-memory adapters and a manual clock.
+//! - [`ports`]: what the stages need from the world: the operation table
+//!   (records, ledgers, webhook settings, list and case filters, the
+//!   commit loop), the work queues, the output bucket, Genace, downloads,
+//!   webhook secrets and sending, the clock, metrics and list cursors.
+//!   Imports nothing of this crate above it.
+//! - [`pipeline`]: the queue-driven stages (dispatch, poll, deliver,
+//!   recovery, the sweep, webhook sending), their shared shape and the
+//!   wake-up of waiting operations. Imports the ports only.
+//! - [`api`]: what tenants and operators ask of the service: intake,
+//!   cancel, erasure, listing, credits, webhook endpoints and settings,
+//!   cases and the capacity report. Imports the ports, and from the
+//!   pipeline only the wake-up.
+//!
+//! Beside them: [`app::App`] (every port in one place, and each stage made
+//! from it), [`config`] (settings, given as values), [`urlguard`] (which
+//! URLs a policy allows; pure) and `memory` (feature `testkit`: in-memory
+//! adapters of every port and a manual clock). `tests/tests/layout.rs`
+//! keeps the rule.
 //!
 //! Depends on `genace-core` only among this workspace's crates. It must not
 //! import AWS, HTTP or Lambda crates: adapters implement its ports from
 //! above (`genace-aws`, `genace-http`), and the edge drives it
 //! (`genace-edge`).
 
-pub mod admin;
+pub mod api;
 pub mod app;
-pub mod cancel;
-pub mod capacity;
-pub mod clock;
 pub mod config;
-pub mod credits;
-pub mod cursor;
-pub mod deliver;
-pub mod dispatch;
-pub mod downloads;
-pub mod erase;
-pub mod events;
-pub mod genace;
-pub mod intake;
-pub mod listing;
 #[cfg(feature = "testkit")]
 pub mod memory;
-pub mod metrics;
-pub mod outputs;
-pub mod poll;
-pub mod queue;
-pub mod recovery;
-pub mod stage;
-pub mod sweep;
-pub mod table;
+pub mod pipeline;
+pub mod ports;
 pub mod urlguard;
-pub mod webhook_admin;
-pub mod webhook_endpoints;
-pub mod webhooks;

@@ -11,20 +11,20 @@ use genace_core::messages::Queue;
 use genace_core::record::CaseReason;
 use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
-use genace_stages::clock::Clock;
-use genace_stages::dispatch::Dispatched;
-use genace_stages::dispatch::PostResult;
-use genace_stages::intake::Submitted;
+use genace_stages::api::intake::Submitted;
 use genace_stages::memory::MemoryApp;
 use genace_stages::memory::SubmitPlan;
 use genace_stages::memory::memory_app;
-use genace_stages::poll::Polled;
-use genace_stages::recovery::RecoveryOutcome;
-use genace_stages::stage::Stage;
-use genace_stages::stage::StageError;
-use genace_stages::stage::handle_body;
-use genace_stages::stage::handle_received;
-use genace_stages::table::prelude::*;
+use genace_stages::pipeline::dispatch::Dispatched;
+use genace_stages::pipeline::dispatch::PostResult;
+use genace_stages::pipeline::poll::Polled;
+use genace_stages::pipeline::recovery::RecoveryOutcome;
+use genace_stages::pipeline::stage::Stage;
+use genace_stages::pipeline::stage::StageError;
+use genace_stages::pipeline::stage::handle_body;
+use genace_stages::pipeline::stage::handle_received;
+use genace_stages::ports::clock::Clock;
+use genace_stages::ports::table::prelude::*;
 use serde_json::json;
 
 fn app() -> MemoryApp {
@@ -312,7 +312,7 @@ async fn the_memory_queue_hides_received_messages_and_redelivers_undeleted_ones(
     assert!(app.queue.delete(again[0].id, again[0].receipt));
     assert!(app.queue.messages().is_empty());
     // A delayed message stays hidden until its delay has passed.
-    use genace_stages::queue::WorkQueue;
+    use genace_stages::ports::queue::WorkQueue;
     app.queue.enqueue(Queue::Poll, &id, 60).await.unwrap();
     assert!(app.queue.receive(Queue::Poll, 10, Duration::seconds(30)).is_empty());
     app.clock.advance(Duration::seconds(60));
@@ -575,7 +575,9 @@ async fn a_freed_slot_goes_to_the_waiting_tenant_with_the_fewest_jobs_in_flight(
         Dispatched::WaitingForCapacity
     );
     // heavy's h3 waited longer, but light has nothing in flight: light goes first.
-    let woken = genace_stages::capacity::wake(&app.store, &app.queue).await.unwrap();
+    let woken = genace_stages::pipeline::wake::wake(&app.store, &app.queue)
+        .await
+        .unwrap();
     assert_eq!(woken, 0, "no slot is free yet");
     let last = fail_first_job_and_see_who_is_woken(&app, &heavy[0])
         .await
@@ -717,8 +719,8 @@ async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again()
 #[tokio::test]
 async fn waits_are_measured_for_the_dashboards_and_the_oldest_wait_alarm() {
     let mut app = app();
-    let recorder = genace_stages::metrics::Recorder::new(app.clock.clone());
-    app.metrics = genace_stages::metrics::Metrics::to(recorder.clone());
+    let recorder = genace_stages::ports::metrics::Recorder::new(app.clock.clone());
+    app.metrics = genace_stages::ports::metrics::Metrics::to(recorder.clone());
     let _limited = app.store.clone().with_account_limit(Some(1));
     let first = submit(&app, "first", None).await;
     let second = submit(&app, "second", None).await;
@@ -812,7 +814,12 @@ async fn spend_limit_waits_are_woken_in_order_when_credits_free() {
     // A raised limit makes room: one wake-up, then the admitted claim wakes the next.
     app.store
         .set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(30.0)));
-    assert_eq!(genace_stages::capacity::wake(&app.store, &app.queue).await.unwrap(), 1);
+    assert_eq!(
+        genace_stages::pipeline::wake::wake(&app.store, &app.queue)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(messages(&ids[2]), before[1] + 1);
     assert_eq!(
         dispatcher.dispatch(&ids[2]).await.unwrap(),
@@ -924,7 +931,7 @@ async fn a_cancel_after_the_claim_is_too_late_and_names_the_phase() {
     assert!(
         matches!(
             refused,
-            genace_stages::intake::IntakeError::TooLateToCancel { phase: Phase::Accepted }
+            genace_stages::api::intake::IntakeError::TooLateToCancel { phase: Phase::Accepted }
         ),
         "{refused:?}"
     );
@@ -935,7 +942,7 @@ async fn a_cancel_after_the_claim_is_too_late_and_names_the_phase() {
         .await
         .unwrap_err();
     assert!(
-        matches!(foreign, genace_stages::intake::IntakeError::NotFound),
+        matches!(foreign, genace_stages::api::intake::IntakeError::NotFound),
         "{foreign:?}"
     );
 }
@@ -956,7 +963,7 @@ async fn cancelling_a_held_operation_closes_its_case_in_the_audit() {
     }
     let held = record(&app, &id).await;
     assert_eq!(held.case.as_ref().map(|c| c.reason), Some(CaseReason::RateLimited));
-    let op = genace_stages::admin::Operator {
+    let op = genace_stages::api::admin::Operator {
         actor: "ops-1".into(),
         tenant: None,
     };
@@ -1018,7 +1025,7 @@ async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
     app.dispatcher().dispatch(&id).await.unwrap();
     let too_early = app.intake().erase_outputs(&tenant, &id).await.unwrap_err();
     assert!(
-        matches!(too_early, genace_stages::intake::IntakeError::CannotErase { .. }),
+        matches!(too_early, genace_stages::api::intake::IntakeError::CannotErase { .. }),
         "{too_early:?}"
     );
     app.downloads
@@ -1053,7 +1060,7 @@ async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
         .await
         .unwrap_err();
     assert!(
-        matches!(foreign, genace_stages::intake::IntakeError::NotFound),
+        matches!(foreign, genace_stages::api::intake::IntakeError::NotFound),
         "{foreign:?}"
     );
 }
@@ -1091,8 +1098,8 @@ async fn an_erasure_after_a_refused_delivery_deletes_what_earlier_outputs_left()
     assert!(left[0].contains(id.as_str()));
 
     // A delivery killed part way through a multipart upload left its parts.
-    use genace_stages::outputs::ObjectStore;
-    let prefix = genace_stages::deliver::operation_prefix(&app.config.output_prefix, &refused);
+    use genace_stages::ports::outputs::ObjectStore;
+    let prefix = genace_stages::ports::outputs::operation_prefix(&app.config.output_prefix, &refused);
     let upload = app
         .objects
         .begin(&format!("{prefix}output-9.mp4"), "video/mp4")
@@ -1114,7 +1121,7 @@ async fn an_erasure_after_a_refused_delivery_deletes_what_earlier_outputs_left()
     // No delivery after it, even redriven by the queue.
     assert!(matches!(
         app.deliverer().deliver(&id).await.unwrap(),
-        genace_stages::deliver::DeliverResult::NotDeliverable(..)
+        genace_stages::pipeline::deliver::DeliverResult::NotDeliverable(..)
     ));
     assert!(app.objects.keys().is_empty());
 }
@@ -1127,8 +1134,8 @@ async fn an_erasure_after_a_refused_delivery_deletes_what_earlier_outputs_left()
 #[tokio::test]
 async fn a_held_job_is_refused_without_naming_another_tenant() {
     use genace_core::machine::Resolution;
-    use genace_stages::admin::Operator;
-    use genace_stages::intake::IntakeError;
+    use genace_stages::api::admin::Operator;
+    use genace_stages::api::intake::IntakeError;
     let app = app();
     let theirs = submit_as(&app, "ta", "theirs").await;
     app.dispatcher().dispatch(&theirs).await.unwrap();
@@ -1184,7 +1191,7 @@ async fn a_held_job_is_refused_without_naming_another_tenant() {
 /// records its wait while the POST is in flight.
 struct RivalDuringPost {
     genace: genace_stages::memory::MemoryGenace,
-    rival: genace_stages::dispatch::Dispatcher<
+    rival: genace_stages::pipeline::dispatch::Dispatcher<
         genace_stages::memory::MemoryStore,
         genace_stages::memory::MemoryQueue,
         genace_stages::memory::MemoryGenace,
@@ -1194,7 +1201,7 @@ struct RivalDuringPost {
     waits: Dispatched,
 }
 
-impl genace_stages::genace::Genace for RivalDuringPost {
+impl genace_stages::ports::genace::Genace for RivalDuringPost {
     async fn submit(&self, body: &serde_json::Value) -> genace_core::remote::SubmitOutcome {
         assert_eq!(self.rival.dispatch(&self.rival_id).await.unwrap(), self.waits);
         self.genace.submit(body).await
@@ -1222,7 +1229,7 @@ async fn wake_ups_after_the_first_outcome(
             .count()
     };
     let before = wakes(second);
-    let mut dispatcher = genace_stages::dispatch::Dispatcher {
+    let mut dispatcher = genace_stages::pipeline::dispatch::Dispatcher {
         store: app.store.clone(),
         queue: app.queue.clone(),
         genace: RivalDuringPost {
@@ -1460,8 +1467,8 @@ async fn a_cancel_that_lost_a_race_to_a_wait_passes_the_wake_up_on() {
 #[tokio::test]
 async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
     use genace_core::machine::Resolution;
-    use genace_stages::admin::Operator;
-    use genace_stages::intake::IntakeError;
+    use genace_stages::api::admin::Operator;
+    use genace_stages::api::intake::IntakeError;
     let app = app();
     let _limited = app.store.clone().with_account_limit(Some(1));
     app.genace.plan([SubmitPlan::LostAfterCreate]);

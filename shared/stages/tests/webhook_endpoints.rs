@@ -6,13 +6,13 @@
 use chrono::{Duration, TimeZone, Utc};
 use genace_core::domain::TenantId;
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt};
-use genace_stages::clock::Clock;
+use genace_stages::api::intake::IntakeError;
+use genace_stages::api::webhook_endpoints::EndpointChange;
 use genace_stages::config::UrlPolicy;
-use genace_stages::intake::IntakeError;
 use genace_stages::memory::{MemoryApp, MemorySecrets, memory_app};
-use genace_stages::table::prelude::*;
-use genace_stages::webhook_endpoints::EndpointChange;
-use genace_stages::webhooks::SecretStore;
+use genace_stages::ports::clock::Clock;
+use genace_stages::ports::table::prelude::*;
+use genace_stages::ports::webhooks::SecretStore;
 use serde_json::json;
 
 fn app(max: usize) -> (MemoryApp, MemorySecrets) {

@@ -8,9 +8,10 @@ use genace_core::domain::TenantId;
 use genace_core::webhook::{AttemptStatus, WebhookConfig};
 use genace_stages::config::RetrySchedule;
 use genace_stages::memory::{ManualClock, MemoryReceiver, MemorySecrets, MemoryStore, MemoryWebhookQueue};
-use genace_stages::stage::{Stage, StageError, handle_body};
-use genace_stages::table::prelude::*;
-use genace_stages::webhooks::{WebhookDeliverer, Webhooked, signature};
+use genace_stages::pipeline::signature::signature;
+use genace_stages::pipeline::stage::{Stage, StageError, handle_body};
+use genace_stages::pipeline::webhook_send::{WebhookDeliverer, Webhooked};
+use genace_stages::ports::table::prelude::*;
 use serde_json::{Value, json};
 
 /// A bus event for the rig's operation (a committed change at version 2),
@@ -36,7 +37,7 @@ struct Rig {
     stage: WebhookDeliverer<MemoryStore, MemorySecrets, MemoryReceiver, MemoryWebhookQueue, ManualClock>,
     receiver: MemoryReceiver,
     queue: MemoryWebhookQueue,
-    metrics: genace_stages::metrics::Recorder<ManualClock>,
+    metrics: genace_stages::ports::metrics::Recorder<ManualClock>,
     /// acme's operation, claimed: version 2.
     operation: genace_core::record::OperationRecord,
 }
@@ -79,7 +80,7 @@ async fn rig(events: &[&str]) -> Rig {
     let receiver = MemoryReceiver::default();
     let queue = MemoryWebhookQueue::default();
     let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
-    let metrics = genace_stages::metrics::Recorder::new(clock.clone());
+    let metrics = genace_stages::ports::metrics::Recorder::new(clock.clone());
     Rig {
         stage: WebhookDeliverer {
             store,
@@ -90,7 +91,7 @@ async fn rig(events: &[&str]) -> Rig {
             retry: RetrySchedule::default(),
             log_for: chrono::Duration::days(30),
             disable_after: chrono::Duration::hours(72),
-            metrics: genace_stages::metrics::Metrics::to(metrics.clone()),
+            metrics: genace_stages::ports::metrics::Metrics::to(metrics.clone()),
         },
         receiver,
         queue,
@@ -330,8 +331,8 @@ async fn log_of(rig: &Rig, endpoint: &str) -> Vec<genace_core::webhook::Delivery
         .0
 }
 
-use genace_stages::clock::Clock;
-use genace_stages::stage::handle_received;
+use genace_stages::pipeline::stage::handle_received;
+use genace_stages::ports::clock::Clock;
 
 /// Two receivers: one copy each, and a receiver that fails is retried on
 /// its own, while the other's delivery stands. Every attempt is logged

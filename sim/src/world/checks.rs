@@ -72,7 +72,7 @@ impl World {
         }
         if rec.outputs_erased.is_some() {
             // Nothing under its prefix, whichever attempt stored it.
-            let prefix = genace_stages::deliver::operation_prefix(&self.app.config.output_prefix, rec);
+            let prefix = genace_stages::ports::outputs::operation_prefix(&self.app.config.output_prefix, rec);
             if let Some(key) = self.objects.keys().into_iter().find(|k| k.starts_with(&prefix)) {
                 return Err(format!("{}: erased, but {key} is still stored", short(&id)));
             }

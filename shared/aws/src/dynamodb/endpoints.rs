@@ -21,7 +21,7 @@ use genace_core::domain::TenantId;
 use std::collections::HashMap;
 
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, Receivers};
-use genace_stages::table::{StoreError, WebhookEndpoints, log_page};
+use genace_stages::ports::table::{StoreError, WebhookEndpoints, log_page};
 
 use super::{DynamoStore, Item, WEBHOOK_PREFIX, service_error};
 

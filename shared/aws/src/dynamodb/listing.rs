@@ -13,8 +13,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::record::OperationRecord;
-use genace_stages::listing::{ListFilter, ListPage, ListPosition, list_sort_key};
-use genace_stages::table::StoreError;
+use genace_stages::ports::list::{ListFilter, ListPage, ListPosition, list_sort_key};
+use genace_stages::ports::table::StoreError;
 
 use super::{DynamoStore, Item, from_item, service_error};
 

@@ -6,11 +6,11 @@
 use base64::Engine;
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, ENDPOINTS_SCOPE, WebhookEndpoint};
-use genace_stages::clock::Clock;
-use genace_stages::intake::{Intake, IntakeError};
-use genace_stages::queue::WorkQueue;
-use genace_stages::table::OperationStore;
-use genace_stages::webhook_endpoints::{EndpointChange, Endpoints, WithSecret};
+use genace_stages::api::intake::{Intake, IntakeError};
+use genace_stages::api::webhook_endpoints::{EndpointChange, Endpoints, WithSecret};
+use genace_stages::ports::clock::Clock;
+use genace_stages::ports::queue::WorkQueue;
+use genace_stages::ports::table::OperationStore;
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};

@@ -3,8 +3,8 @@
 
 use genace_core::domain::InvalidInput;
 use genace_core::record::{DeliveryState, Phase};
-use genace_stages::intake::IntakeError;
-use genace_stages::table::StoreError;
+use genace_stages::api::intake::IntakeError;
+use genace_stages::ports::table::StoreError;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Response};
 use serde_json::{Map, Value};

@@ -5,13 +5,13 @@
 use genace_core::domain::{Intent, InvalidInput, OperationId, RemoteJobId, TenantId};
 use genace_core::machine::Resolution;
 use genace_core::record::{CaseReason, DeliveryState, Phase};
-use genace_stages::clock::Clock;
-use genace_stages::intake::{Intake, Submitted};
-use genace_stages::listing::ListFilter;
-use genace_stages::outputs::ObjectStore;
-use genace_stages::queue::WorkQueue;
-use genace_stages::table::OperationStore;
-use genace_stages::webhook_admin::WebhookRequest;
+use genace_stages::api::intake::{Intake, Submitted};
+use genace_stages::api::webhook_admin::WebhookRequest;
+use genace_stages::ports::clock::Clock;
+use genace_stages::ports::list::ListFilter;
+use genace_stages::ports::outputs::ObjectStore;
+use genace_stages::ports::queue::WorkQueue;
+use genace_stages::ports::table::OperationStore;
 use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
@@ -205,7 +205,7 @@ async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     if let Some(at) = rec.outputs_expire_at(intake.config.policy.output_days) {
         body["outputs_expire_at"] = serde_json::json!(at);
     }
-    if let Some(position) = genace_stages::capacity::queue_position(&intake.store, &rec).await {
+    if let Some(position) = genace_stages::pipeline::wake::queue_position(&intake.store, &rec).await {
         body["queue"] = queue_view(&rec, Some(position)).unwrap_or_default();
     }
     Ok(operation_response(&rec, &body))
@@ -540,7 +540,7 @@ async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
         .transpose()?;
     let opened_before = time_param(&q, "opened_before")?;
     let limit = page_limit(&q)?;
-    let filter = genace_stages::table::CaseFilter { reason, opened_before };
+    let filter = genace_stages::ports::table::CaseFilter { reason, opened_before };
     let page = intake
         .admin(&op)
         .cases(tenant, filter, limit, q.first("cursor"))

@@ -165,7 +165,7 @@ pub fn credits_view(ledger: &TenantLedger) -> Value {
 }
 
 /// The Genace account's capacity, as an operator sees it.
-pub fn capacity_view(report: &genace_stages::capacity::CapacityReport) -> Value {
+pub fn capacity_view(report: &genace_stages::api::capacity::CapacityReport) -> Value {
     let tenants: Vec<Value> = report
         .tenants
         .iter()

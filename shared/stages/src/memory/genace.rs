@@ -203,7 +203,7 @@ impl MemoryGenace {
     }
 }
 
-impl crate::genace::Genace for MemoryGenace {
+impl crate::ports::genace::Genace for MemoryGenace {
     async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
         self.submit_by(None, body)
     }

@@ -22,8 +22,8 @@ use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 use genace_core::record::OperationRecord;
 use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_submit};
 
-use crate::queue::QueueError;
-use crate::table::{
+use crate::ports::queue::QueueError;
+use crate::ports::table::{
     Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords,
     StoreError, TenantLedgers, WebhookSettings, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
 };
@@ -62,7 +62,7 @@ pub fn memory_app(start: DateTime<Utc>) -> MemoryApp {
         downloads: MemoryDownloads::default(),
         clock,
         config: crate::config::Config::for_resources(&names, queues),
-        metrics: crate::metrics::Metrics::off(),
+        metrics: crate::ports::metrics::Metrics::off(),
         vault: std::sync::Arc::new(MemorySecrets::default()),
     }
 }

@@ -42,7 +42,7 @@ pub struct Received {
     pub receives: u32,
 }
 
-impl<C: crate::clock::Clock> MemoryQueue<C> {
+impl<C: crate::ports::clock::Clock> MemoryQueue<C> {
     pub fn new(clock: C) -> Self {
         Self {
             clock,
@@ -56,8 +56,8 @@ impl<C: crate::clock::Clock> MemoryQueue<C> {
 
     /// Adds a message, visible after `delay_seconds` (at most 900, as SQS).
     pub fn send(&self, queue: Queue, body: String, delay_seconds: u32) -> u64 {
-        let visible_at =
-            self.clock.now() + chrono::Duration::seconds(delay_seconds.min(crate::queue::MAX_DELAY_SECONDS) as i64);
+        let visible_at = self.clock.now()
+            + chrono::Duration::seconds(delay_seconds.min(crate::ports::queue::MAX_DELAY_SECONDS) as i64);
         let mut state = self.lock();
         state.next += 1;
         let id = state.next;
@@ -125,10 +125,10 @@ impl<C: crate::clock::Clock> MemoryQueue<C> {
     }
 }
 
-impl<C: crate::clock::Clock> crate::queue::WorkQueue for MemoryQueue<C> {
-    /// Refuses a delay SQS would refuse (over [`crate::queue::MAX_DELAY_SECONDS`]).
+impl<C: crate::ports::clock::Clock> crate::ports::queue::WorkQueue for MemoryQueue<C> {
+    /// Refuses a delay SQS would refuse (over [`crate::ports::queue::MAX_DELAY_SECONDS`]).
     async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
-        if delay_seconds > crate::queue::MAX_DELAY_SECONDS {
+        if delay_seconds > crate::ports::queue::MAX_DELAY_SECONDS {
             return Err(QueueError {
                 queue,
                 detail: format!("DelaySeconds {delay_seconds} is over SQS's 900"),
@@ -149,7 +149,7 @@ impl<C: crate::clock::Clock> crate::queue::WorkQueue for MemoryQueue<C> {
     }
 }
 
-impl<C: crate::clock::Clock> crate::queue::RecoveryChannel for MemoryQueue<C> {
+impl<C: crate::ports::clock::Clock> crate::ports::queue::RecoveryChannel for MemoryQueue<C> {
     async fn send_recovery(&self, message: &RecoveryMessage) -> Result<(), QueueError> {
         let body = serde_json::to_string(message).expect("a recovery message serializes");
         self.send(Queue::Recovery, body, 0);

@@ -223,7 +223,7 @@ impl OperationRecords for MemoryStore {
             .lock()
             .values()
             .filter(|r| r.tenant_id == *tenant)
-            .filter_map(|r| crate::table::wait_sort_key(r).map(|k| (k, r.operation_id.clone())))
+            .filter_map(|r| crate::ports::table::wait_sort_key(r).map(|k| (k, r.operation_id.clone())))
             .collect();
         waiting.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(waiting
@@ -236,12 +236,12 @@ impl OperationRecords for MemoryStore {
     async fn list(
         &self,
         tenant: Option<&TenantId>,
-        filter: &crate::listing::ListFilter,
+        filter: &crate::ports::list::ListFilter,
         limit: i32,
-        after: Option<&crate::listing::ListPosition>,
+        after: Option<&crate::ports::list::ListPosition>,
         now: DateTime<Utc>,
-    ) -> Result<crate::listing::ListPage, StoreError> {
-        use crate::listing::{ListPage, ListPosition, list_sort_key};
+    ) -> Result<crate::ports::list::ListPage, StoreError> {
+        use crate::ports::list::{ListPage, ListPosition, list_sort_key};
         let table = self.lock();
         let mut entries: Vec<(String, &OperationRecord)> = table
             .values()
@@ -396,7 +396,7 @@ impl TenantLedgers for MemoryStore {
     }
 }
 
-impl crate::table::WebhookEndpoints for MemoryStore {
+impl crate::ports::table::WebhookEndpoints for MemoryStore {
     async fn endpoints(&self, tenant: &TenantId) -> Result<genace_core::webhook::EndpointSet, StoreError> {
         Ok(self.lock().endpoints.get(tenant.as_str()).cloned().unwrap_or_default())
     }
@@ -499,7 +499,7 @@ impl crate::table::WebhookEndpoints for MemoryStore {
             .take(limit + 1)
             .map(|(key, (until, a))| (key.clone(), *until > now, a.clone()))
             .collect();
-        Ok(crate::table::log_page(read, limit, status))
+        Ok(crate::ports::table::log_page(read, limit, status))
     }
 }
 

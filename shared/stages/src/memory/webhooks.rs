@@ -43,7 +43,7 @@ impl MemorySecrets {
     }
 }
 
-impl crate::webhooks::SecretStore for MemorySecrets {
+impl crate::ports::webhooks::SecretStore for MemorySecrets {
     /// The live values of the keys stored (or a plain value put with
     /// [`MemorySecrets::put`]), from this copy's cache while `version` is
     /// the one it read under.
@@ -69,8 +69,8 @@ impl crate::webhooks::SecretStore for MemorySecrets {
 /// A written value becomes the current one, and the one it replaces
 /// signs for [`MemorySecrets::overlap`], as in Secrets Manager; deleting
 /// removes the secret.
-impl crate::webhooks::SecretVault for MemorySecrets {
-    fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> crate::webhooks::VaultFuture<'a> {
+impl crate::ports::webhooks::SecretVault for MemorySecrets {
+    fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> crate::ports::webhooks::VaultFuture<'a> {
         Box::pin(async move {
             let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
             let keys = genace_core::webhook::SigningKeys::rotate(
@@ -87,7 +87,7 @@ impl crate::webhooks::SecretVault for MemorySecrets {
         })
     }
 
-    fn delete_secret<'a>(&'a self, name: &'a str) -> crate::webhooks::VaultFuture<'a> {
+    fn delete_secret<'a>(&'a self, name: &'a str) -> crate::ports::webhooks::VaultFuture<'a> {
         Box::pin(async move {
             self.values.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
             self.forget(name);
@@ -124,15 +124,15 @@ impl MemoryReceiver {
 
 /// The receiver applies the production webhook URL policy (https, public
 /// addresses, port 443), as the HTTP adapter does before connecting.
-impl crate::webhooks::WebhookSender for MemoryReceiver {
+impl crate::ports::webhooks::WebhookSender for MemoryReceiver {
     async fn post(
         &self,
         url: &str,
         headers: Vec<(String, String)>,
         body: String,
-    ) -> Result<u16, crate::webhooks::PostError> {
+    ) -> Result<u16, crate::ports::webhooks::PostError> {
         crate::urlguard::check_url_text(url, &crate::config::UrlPolicy::default())
-            .map_err(crate::webhooks::PostError::Refused)?;
+            .map_err(crate::ports::webhooks::PostError::Refused)?;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.1.push(ReceivedPost {
             url: url.to_owned(),
@@ -163,7 +163,7 @@ impl MemoryWebhookQueue {
     }
 }
 
-impl crate::webhooks::WebhookQueue for MemoryWebhookQueue {
+impl crate::ports::webhooks::WebhookQueue for MemoryWebhookQueue {
     async fn dead_letter(&self, body: String, reason: String) -> Result<(), String> {
         self.letters
             .lock()

@@ -4,10 +4,11 @@
 
 use tracing::{error, info};
 
-use crate::clock::{Clock, SystemClock};
-use crate::queue::WorkQueue;
-use crate::stage::{Stage, StageError, write_attempts};
-use crate::table::{CommitError, OperationStore, commit_with};
+use crate::pipeline::stage::{Stage, StageError};
+use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::write_attempts;
+use crate::ports::table::{CommitError, OperationStore, commit_with};
 use genace_core::machine::{self, AcceptedJob, Event, Policy};
 use genace_core::messages::Queue;
 use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
@@ -98,7 +99,7 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Recovery<S, Q, C> {
             Ok((rec, freed)) => {
                 info!(operation_id = %rec.operation_id, remote_job_id = ?rec.remote_job_id, phase = rec.phase.as_str(), "recovered outcome applied");
                 if freed {
-                    crate::capacity::wake_if_room(store, queue).await;
+                    crate::pipeline::wake::wake_if_room(store, queue).await;
                 }
                 if rec.phase == Phase::Accepted && rec.observed_at.is_none() {
                     queue.enqueue(Queue::Poll, &rec.operation_id, 0).await?;

@@ -3,7 +3,7 @@
 //!
 //! An operation whose claim found the account full, or its tenant's credits
 //! spoken for, waits in its tenant's order (oldest first;
-//! [`crate::table::OperationRecords::waiting`]) and polls nothing. A claim
+//! [`crate::ports::table::OperationRecords::waiting`]) and polls nothing. A claim
 //! that was woken and admitted wakes the next, so free credits fill one
 //! claim after another until one does not fit. The write that frees a slot wakes the next waiting
 //! operations, as many as there are free slots: each wake-up is one
@@ -18,8 +18,8 @@
 
 use tracing::{info, warn};
 
-use crate::queue::WorkQueue;
-use crate::table::{OperationStore, StoreError};
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::{OperationStore, StoreError};
 use genace_core::domain::TenantId;
 use genace_core::ledger::{self, TenantLedger};
 use genace_core::messages::Queue;
@@ -62,7 +62,7 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
 pub async fn sweep<S: OperationStore, Q: WorkQueue>(
     store: &S,
     queue: &Q,
-    metrics: &crate::metrics::Metrics,
+    metrics: &crate::ports::metrics::Metrics,
     now: chrono::DateTime<chrono::Utc>,
 ) {
     let mut account = match store.account().await {
@@ -190,7 +190,7 @@ async fn fitting<S: OperationStore>(
             continue;
         };
         // The index may lag: one claimed meanwhile holds its credits already.
-        if crate::table::wait_sort_key(&rec).is_none() {
+        if crate::ports::table::wait_sort_key(&rec).is_none() {
             continue;
         }
         let need = rec
@@ -265,7 +265,7 @@ async fn probe<S: OperationStore>(store: &S, account: &mut genace_core::ledger::
 pub async fn learn_from_429<S: OperationStore>(
     store: &S,
     account: &genace_core::ledger::AccountCapacity,
-    metrics: &crate::metrics::Metrics,
+    metrics: &crate::ports::metrics::Metrics,
 ) {
     let Some(lowered) = account.lowered_after_429() else {
         return;
@@ -291,7 +291,7 @@ pub const POSITION_COUNTED: i32 = 1_000;
 /// unreadable (logged): a view is never refused for it. One keys-only read
 /// of the waiting index.
 pub async fn queue_position<S: OperationStore>(store: &S, rec: &OperationRecord) -> Option<u32> {
-    crate::table::wait_sort_key(rec)?;
+    crate::ports::table::wait_sort_key(rec)?;
     match store.waiting(&rec.tenant_id, POSITION_COUNTED).await {
         Ok(order) => order
             .iter()
@@ -333,7 +333,7 @@ async fn oldest_wait_of<S: OperationStore>(
 }
 
 /// Since when the head of a tenant's waiting order waits.
-async fn oldest_wait<S: OperationStore>(
+pub async fn oldest_wait<S: OperationStore>(
     store: &S,
     tenant: &str,
     now: chrono::DateTime<chrono::Utc>,
@@ -376,114 +376,5 @@ async fn waiting_tenants<S: OperationStore>(store: &S) -> Result<Vec<Turn>, Stor
             Some(next) => cursor = Some(next),
             None => return Ok(turns),
         }
-    }
-}
-
-/// One tenant's share of the account, as operators see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantCapacity {
-    pub tenant_id: String,
-    /// The tenant's own limit of jobs in flight, if it has one.
-    pub max_in_flight: Option<u32>,
-    pub in_flight: i64,
-    pub waiting: i64,
-    /// Since when its oldest waiting operation waits.
-    pub oldest_wait_since: Option<chrono::DateTime<chrono::Utc>>,
-}
-
-/// The account's capacity: the limit, what is in flight and waiting, and
-/// every tenant with a job in flight or an operation waiting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CapacityReport {
-    /// The most jobs admitted at once: the operator's limit, else the
-    /// deployment's; none: no limit.
-    pub max_in_flight: Option<u32>,
-    /// `GENACE_MAX_IN_FLIGHT`, the deployment's limit.
-    pub configured_max_in_flight: Option<u32>,
-    /// Whether an operator's limit replaces the deployment's.
-    pub set_at_run_time: bool,
-    /// The limit claims are admitted under now: `max_in_flight`, or lower
-    /// when Genace's 429s taught a lower one.
-    pub effective_max_in_flight: Option<u32>,
-    /// The account's counts over every tenant; none for an operator scoped
-    /// to one tenant, who sees that tenant only.
-    pub in_flight: Option<i64>,
-    pub waiting: Option<i64>,
-    pub tenants: Vec<TenantCapacity>,
-}
-
-/// Ledger pages a report reads at most (100 tenants each).
-const REPORT_PAGES: usize = 20;
-
-impl<S: OperationStore, Q, O, C: crate::clock::Clock> crate::admin::Admin<'_, S, Q, O, C> {
-    /// The account's capacity as this operator may see it.
-    pub async fn capacity(&self) -> Result<CapacityReport, crate::intake::IntakeError> {
-        let account = self.store.account().await?;
-        let (ledgers, whole) = match &self.op.tenant {
-            Some(own) => (vec![self.store.ledger(own).await?], false),
-            None => (self.every_ledger().await?, true),
-        };
-        let mut tenants = Vec::new();
-        let shown = |l: &TenantLedger| l.totals.in_flight != 0 || l.totals.waiting != 0 || l.max_in_flight.is_some();
-        for l in ledgers.into_iter().filter(shown) {
-            let oldest_wait_since = if l.totals.waiting > 0 {
-                self.oldest_wait(&l.tenant_id).await?
-            } else {
-                None
-            };
-            tenants.push(TenantCapacity {
-                max_in_flight: l.max_in_flight,
-                tenant_id: l.tenant_id,
-                in_flight: l.totals.in_flight,
-                waiting: l.totals.waiting,
-                oldest_wait_since,
-            });
-        }
-        Ok(CapacityReport {
-            max_in_flight: account.max_in_flight(),
-            configured_max_in_flight: account.configured,
-            set_at_run_time: account.set_limit.is_some(),
-            effective_max_in_flight: account.limit(),
-            in_flight: whole.then_some(account.in_flight),
-            waiting: whole.then_some(account.waiting),
-            tenants,
-        })
-    }
-
-    /// Sets (or, with `None`, removes) the operator's limit of the whole
-    /// account's jobs in flight, which replaces `GENACE_MAX_IN_FLIGHT`
-    /// while set and forgets any limit learned from 429s. A raised limit
-    /// wakes the operations it makes room for; a lowered one admits nothing
-    /// new until the jobs in flight fall under it, and touches nothing
-    /// running. Only an operator not scoped to one tenant may.
-    pub async fn set_account_limit(&self, limit: Option<u32>) -> Result<CapacityReport, crate::intake::IntakeError>
-    where
-        Q: WorkQueue,
-    {
-        if self.op.tenant.is_some() {
-            return Err(crate::intake::IntakeError::AccountWide);
-        }
-        self.store.set_account_limit(limit).await?;
-        info!(actor = %self.op.actor, max_in_flight = ?limit, "account's limit of jobs in flight set");
-        wake_if_room(&self.store, &self.queue).await;
-        self.capacity().await
-    }
-
-    async fn every_ledger(&self) -> Result<Vec<TenantLedger>, StoreError> {
-        let mut all = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..REPORT_PAGES {
-            let page = self.store.ledgers(100, cursor.as_deref()).await?;
-            all.extend(page.ledgers);
-            match page.next {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
-        Ok(all)
-    }
-
-    async fn oldest_wait(&self, tenant: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-        oldest_wait(&self.store, tenant, self.clock.now()).await
     }
 }

@@ -6,14 +6,15 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::downloads::{DownloadBody, DownloadError, Downloads};
-use crate::metrics::Metrics;
-use crate::outputs::{ObjectStore, PartReceipt, composite_sha256};
-use crate::queue::WorkQueue;
-use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
-use crate::table::{CommitError, OperationStore, commit, commit_with};
+use crate::pipeline::stage::{Stage, StageError, case_opened, commit_failure};
+use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::downloads::{DownloadBody, DownloadError, Downloads};
+use crate::ports::metrics::Metrics;
+use crate::ports::outputs::{ObjectStore, PartReceipt, composite_sha256, object_key};
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::write_attempts;
+use crate::ports::table::{CommitError, OperationStore, commit, commit_with};
 use genace_core::domain::{OperationId, hex};
 use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
@@ -92,7 +93,7 @@ pub struct TransferError {
 fn delivery_backoff_seconds(base: u32, attempts: u32) -> u32 {
     base.max(1)
         .saturating_mul(1 << attempts.saturating_sub(1).min(10))
-        .min(crate::queue::MAX_DELAY_SECONDS)
+        .min(crate::ports::queue::MAX_DELAY_SECONDS)
 }
 
 /// File extension for a content type, else the URL's own, else `bin`.
@@ -118,22 +119,6 @@ fn extension(content_type: &str, url: &str) -> String {
                 .then(|| ext.to_ascii_lowercase())
         })
         .unwrap_or_else(|| "bin".into())
-}
-
-/// `<prefix>/<tenant>/<operation_id>/output-<index>.<ext>`
-pub fn object_key(prefix: &str, rec: &OperationRecord, index: usize, ext: &str) -> String {
-    format!("{}output-{index}.{ext}", operation_prefix(prefix, rec))
-}
-
-/// `<prefix>/<tenant>/<operation_id>/`: where every object of the
-/// operation is stored, whichever attempt stored it.
-pub fn operation_prefix(prefix: &str, rec: &OperationRecord) -> String {
-    format!(
-        "{}/{}/{}/",
-        prefix.trim_end_matches('/'),
-        rec.tenant_id,
-        rec.operation_id
-    )
 }
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> Stage for Deliverer<S, Q, O, D, C> {
@@ -338,7 +323,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         output: &OutputRef,
         errors: &Errors,
         deadline: tokio::time::Instant,
-    ) -> Result<crate::downloads::Download<D::Body>, TransferError> {
+    ) -> Result<crate::ports::downloads::Download<D::Body>, TransferError> {
         let opened = tokio::time::timeout_at(deadline, self.downloads.open(&output.url)).await;
         let download = match opened {
             Err(_) => {

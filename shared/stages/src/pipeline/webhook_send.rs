@@ -17,138 +17,21 @@
 //! overlap the secret store gives the old key too, so receivers that still
 //! hold it keep verifying.
 
-use std::future::Future;
-
-use hmac::{Hmac, Mac};
 use serde_json::Value;
-use sha2::Sha256;
 use tracing::{info, warn};
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::RetrySchedule;
-use crate::metrics::Metrics;
-use crate::stage::{Stage, StageError};
-use crate::table::{OperationRecords, WebhookEndpoints, WebhookSettings};
+use crate::pipeline::signature::signature;
+use crate::pipeline::stage::{Stage, StageError};
+use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::metrics::Metrics;
+use crate::ports::table::{OperationRecords, WebhookEndpoints, WebhookSettings};
+use crate::ports::webhooks::{PostError, SecretStore, WebhookQueue, WebhookSender};
 use genace_core::domain::TenantId;
 use genace_core::webhook::{
     AttemptStatus, DeliveryAttempt, ENDPOINT_DISABLED, WebhookConfig, WebhookEndpoint, secret_belongs_to,
     tenant_secret_prefix,
 };
-
-/// Reads secrets.
-pub trait SecretStore: Send + Sync {
-    /// The values to sign with: the secret's current value first, then
-    /// each value a rotation replaced whose overlap has not ended. `None`
-    /// when there is no such secret. `version` is the secret version the
-    /// endpoint's record names (every rotation moves it): what a store
-    /// keeps of an earlier version is never used for a later one.
-    fn signing_secrets(
-        &self,
-        id: &str,
-        version: u32,
-    ) -> impl Future<Output = Result<Option<Vec<String>>, String>> + Send;
-}
-
-/// A secret store's answer on its way. Boxed so that [`SecretVault`] can be
-/// held as a trait object by the stages that carry it beside their other ports.
-pub type VaultFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
-
-/// Writes secrets: the service generates each endpoint's secret and keeps
-/// it here, never in the table.
-pub trait SecretVault: Send + Sync + std::fmt::Debug {
-    /// Creates the secret with `value`; when it exists, puts `value` on it
-    /// as its current value (a rotation: the old value becomes the previous).
-    fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> VaultFuture<'a>;
-    /// Deletes the secret; one that does not exist is no error.
-    fn delete_secret<'a>(&'a self, name: &'a str) -> VaultFuture<'a>;
-}
-
-/// The secret store of a process that writes no secrets: every write
-/// fails, saying so.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoVault;
-
-impl SecretVault for NoVault {
-    fn store_secret<'a>(&'a self, _name: &'a str, _value: &'a str) -> VaultFuture<'a> {
-        Box::pin(async { Err("this process has no secret store".to_owned()) })
-    }
-
-    fn delete_secret<'a>(&'a self, _name: &'a str) -> VaultFuture<'a> {
-        Box::pin(async { Err("this process has no secret store".to_owned()) })
-    }
-}
-
-/// A new Standard Webhooks secret: `whsec_` and the base64 of 32 random
-/// bytes from the operating system.
-pub fn new_secret() -> Result<String, String> {
-    use base64::Engine;
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for a secret: {e}"))?;
-    Ok(format!(
-        "whsec_{}",
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    ))
-}
-
-/// Why a webhook POST got no status.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PostError {
-    /// The URL guard refused the URL or every address it resolves to: no
-    /// retry can change that.
-    #[error("refused by the webhook URL policy: {0}")]
-    Refused(String),
-    /// No answer (connection, timeout): worth another try.
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// POSTs one webhook body. The adapter applies the URL guard.
-pub trait WebhookSender: Send + Sync {
-    /// The receiver's status code, or why there was none.
-    fn post(
-        &self,
-        url: &str,
-        headers: Vec<(String, String)>,
-        body: String,
-    ) -> impl Future<Output = Result<u16, PostError>> + Send;
-}
-
-/// The webhook queue, as the stage writes to it.
-pub trait WebhookQueue: Send + Sync {
-    /// Where an event goes that can never be delivered: the dead-letter
-    /// queue, at once rather than after a day of retries.
-    fn dead_letter(&self, body: String, reason: String) -> impl Future<Output = Result<(), String>> + Send;
-    /// Queues one copy of an event per receiver, each retried on its own.
-    fn fan_out(&self, bodies: Vec<String>) -> impl Future<Output = Result<(), String>> + Send;
-}
-
-/// The HMAC key of a secret: for a Standard Webhooks secret (`whsec_` and
-/// base64) the decoded bytes after the prefix; for any other value, its
-/// bytes as they are.
-pub fn signing_key(secret: &str) -> Vec<u8> {
-    use base64::Engine;
-    secret
-        .strip_prefix("whsec_")
-        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
-        .unwrap_or_else(|| secret.as_bytes().to_vec())
-}
-
-/// The `webhook-signature` header: `v1,<base64 HMAC-SHA256(key,
-/// "<id>.<timestamp>.<body>")>` for each secret, separated by spaces.
-pub fn signature(secrets: &[String], id: &str, timestamp: i64, body: &str) -> String {
-    use base64::Engine;
-    secrets
-        .iter()
-        .map(|secret| {
-            let mut mac = Hmac::<Sha256>::new_from_slice(&signing_key(secret)).expect("HMAC takes keys of any length");
-            mac.update(format!("{id}.{timestamp}.").as_bytes());
-            mac.update(body.as_bytes());
-            let digest = mac.finalize().into_bytes();
-            format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(digest))
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
 
 /// What became of one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -512,7 +395,7 @@ impl<S: WebhookEndpoints, K, W, D: WebhookQueue, C: Clock> WebhookDeliverer<S, K
             match self.store.save_endpoints(tenant, &set).await {
                 Ok(()) if disabling => return self.announce_disabled(tenant, &endpoint, &set.endpoints).await,
                 Ok(()) => return Ok(()),
-                Err(crate::table::StoreError::Conflict(_)) => continue,
+                Err(crate::ports::table::StoreError::Conflict(_)) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -698,47 +581,5 @@ impl<S, K, W, D: WebhookQueue, C> WebhookDeliverer<S, K, W, D, C> {
         warn!(tenant, event_id, cause, reason = %why, "webhook event can never be delivered; dead-lettered");
         self.metrics.count("WebhookRefused", &[("Cause", cause)]);
         Ok(Webhooked::DeadLettered(why))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_hmac_is_the_standard_one() {
-        // RFC 4231, test case 2.
-        let mut mac = Hmac::<Sha256>::new_from_slice(b"Jefe").unwrap();
-        mac.update(b"what do ya want for nothing?");
-        let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-    }
-
-    /// The specification's own example: a `whsec_` secret, a message id, a
-    /// time and a body, and the signature every library computes for them.
-    #[test]
-    fn signs_as_the_standard_webhooks_example() {
-        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned();
-        let signed = signature(
-            std::slice::from_ref(&secret),
-            "msg_p5jXN8AQM9LWM0D4loKWxJek",
-            1_614_265_330,
-            r#"{"test": 2432232314}"#,
-        );
-        assert_eq!(signed, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
-    }
-
-    /// During a rotation both keys sign, the current one first.
-    #[test]
-    fn every_live_secret_signs() {
-        let (new, old) = ("whsec_bmV3LXNlY3JldC0wMTIzNDU2Nzg5".to_owned(), "old-raw".to_owned());
-        let both = signature(&[new.clone(), old.clone()], "evt", 7, "{}");
-        let parts: Vec<&str> = both.split(' ').collect();
-        assert_eq!(
-            parts,
-            [signature(&[new], "evt", 7, "{}"), signature(&[old], "evt", 7, "{}")]
-        );
-        assert_eq!(signing_key("old-raw"), b"old-raw");
-        assert_eq!(signing_key("whsec_bmV3"), b"new");
     }
 }

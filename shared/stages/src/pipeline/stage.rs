@@ -6,9 +6,9 @@ use std::future::Future;
 
 use tracing::warn;
 
-use crate::metrics::Metrics;
-use crate::queue::QueueError;
-use crate::table::{CommitError, StoreError};
+use crate::ports::metrics::Metrics;
+use crate::ports::queue::QueueError;
+use crate::ports::table::{CommitError, StoreError};
 use genace_core::record::OperationRecord;
 
 /// Any of these leaves the message on the queue for redelivery.
@@ -30,11 +30,6 @@ pub enum StageError {
     /// message is delivered again.
     #[error("remote failure: {0}")]
     Remote(String),
-}
-
-/// How many times a state write is tried before giving up.
-pub fn write_attempts() -> u32 {
-    4
 }
 
 /// A queue-driven stage: dispatch, poll, deliver and recovery.
@@ -60,7 +55,7 @@ pub trait Stage: Send + Sync {
     /// How long a message that failed with `error`, on its `receives`-th
     /// delivery, stays hidden before the next one. `None` (the default)
     /// leaves it to the queue's visibility timeout; the queue runner applies
-    /// `Some` through a [`Redelivery`](crate::queue::Redelivery).
+    /// `Some` through a [`Redelivery`](crate::ports::queue::Redelivery).
     fn retry_after(&self, _error: &StageError, _receives: u32) -> Option<u32> {
         None
     }

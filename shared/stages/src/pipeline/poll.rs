@@ -3,13 +3,14 @@
 use chrono::{DateTime, Duration, Utc};
 use tracing::{info, warn};
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::genace::Genace;
-use crate::metrics::Metrics;
-use crate::queue::WorkQueue;
-use crate::stage::{Stage, StageError, case_opened, write_attempts};
-use crate::table::{CommitError, OperationStore, commit, commit_with};
+use crate::pipeline::stage::{Stage, StageError, case_opened};
+use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::genace::Genace;
+use crate::ports::metrics::Metrics;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::write_attempts;
+use crate::ports::table::{CommitError, OperationStore, commit, commit_with};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
@@ -233,7 +234,7 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
         // later one than `rec`.
         match commit_with(&self.store, rec, write_attempts(), |r| {
             machine::transition(r, event, now, &policy).map(|w| {
-                let frees = crate::capacity::frees_a_slot(r, &w);
+                let frees = crate::pipeline::wake::frees_a_slot(r, &w);
                 (w, frees)
             })
         })
@@ -242,7 +243,7 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
             Ok((w, frees)) => {
                 // A job Genace is done with frees its slot: wake the next waiting operation.
                 if frees {
-                    crate::capacity::wake_if_room(&self.store, &self.queue).await;
+                    crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
                 }
                 Ok(Ok(w))
             }

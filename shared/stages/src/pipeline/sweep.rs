@@ -5,12 +5,12 @@
 use chrono::Duration;
 use tracing::{info, warn};
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::queue::WorkQueue;
-use crate::stage::{StageError, case_opened};
-use crate::table::{DueItem, OperationStore, StoreError};
+use crate::pipeline::stage::{StageError, case_opened};
+use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::metrics::Metrics;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::{DueItem, OperationStore, StoreError};
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
 use genace_core::record::{DUE_SHARDS, DeliveryState, Phase};
@@ -86,7 +86,7 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
         }
         // The learned limit is raised or probed, a lost wake-up is
         // repaired, and the gauges are emitted: one read of the account.
-        crate::capacity::sweep(&self.store, &self.queue, &self.metrics, now).await;
+        crate::pipeline::wake::sweep(&self.store, &self.queue, &self.metrics, now).await;
         info!(?report, "sweep finished");
         Ok(report)
     }

@@ -8,13 +8,13 @@
 
 use tracing::info;
 
-use crate::admin::Admin;
-use crate::clock::Clock;
-use crate::intake::{Intake, IntakeError};
-use crate::outputs::ObjectStore;
-use crate::queue::WorkQueue;
-use crate::stage::write_attempts;
-use crate::table::{CommitError, OperationStore, commit_with};
+use crate::api::admin::Admin;
+use crate::api::intake::{Intake, IntakeError};
+use crate::ports::clock::Clock;
+use crate::ports::outputs::ObjectStore;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::write_attempts;
+use crate::ports::table::{CommitError, OperationStore, commit_with};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Event};
 use genace_core::record::{CancelReason, OperationRecord};
@@ -60,7 +60,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
                 .count("Cancelled", &[("Reason", CancelReason::Requested.as_str())]);
             if waited {
                 // A wake-up may have been sent for it: pass it on.
-                crate::capacity::wake_if_room(&self.store, &self.queue).await;
+                crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
             }
         }
         Ok(next)

@@ -3,12 +3,12 @@
 
 use tracing::{info, warn};
 
-use crate::clock::Clock;
-use crate::intake::{Intake, IntakeError};
-use crate::outputs::ObjectStore;
-use crate::queue::WorkQueue;
-use crate::stage::write_attempts;
-use crate::table::{CaseCount, CaseFilter, CasePage, CommitError, OperationStore, commit};
+use crate::api::intake::{Intake, IntakeError};
+use crate::ports::clock::Clock;
+use crate::ports::outputs::ObjectStore;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::write_attempts;
+use crate::ports::table::{CaseCount, CaseFilter, CasePage, CommitError, OperationStore, commit};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Decision, Event, Resolution};
 use genace_core::messages::Queue;
@@ -96,7 +96,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         // The store's position, bound to the scope and filter it was made
         // under: a cursor from another tenant or another filter is a bad
         // request, never a page that skips cases.
-        let binding = crate::cursor::binding(
+        let binding = crate::ports::cursor::binding(
             "cases",
             &[
                 scope.as_ref().map_or("*", TenantId::as_str),
@@ -104,7 +104,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
                 &filter.opened_before.map(|t| t.to_rfc3339()).unwrap_or_default(),
             ],
         );
-        let position = cursor.map(|c| crate::cursor::open(c, &binding)).transpose()?;
+        let position = cursor.map(|c| crate::ports::cursor::open(c, &binding)).transpose()?;
         let cursor = position.as_deref();
         // Both indexes filter by themselves: their pages are full.
         let mut page = match &scope {
@@ -112,7 +112,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
             None => self.store.open_cases_by_age(filter, limit, cursor).await?,
         };
         page.records.retain(|r| op.may_see(&r.tenant_id));
-        page.next = page.next.map(|p| crate::cursor::seal(&p, &binding));
+        page.next = page.next.map(|p| crate::ports::cursor::seal(&p, &binding));
         Ok(page)
     }
 
@@ -219,8 +219,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         }
         // A decision that ends a job's slot (confirm_not_created, an attach
         // elsewhere) wakes the next operation waiting for one.
-        if crate::capacity::frees_a_slot(&before, &next) {
-            crate::capacity::wake_if_room(&self.store, &self.queue).await;
+        if crate::pipeline::wake::frees_a_slot(&before, &next) {
+            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
         }
         Ok(next)
     }

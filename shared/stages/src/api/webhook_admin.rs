@@ -7,13 +7,13 @@
 use serde_json::Value;
 use tracing::info;
 
-use crate::admin::Admin;
-use crate::clock::Clock;
+use crate::api::admin::Admin;
+use crate::api::intake::IntakeError;
 use crate::config::UrlPolicy;
-use crate::intake::IntakeError;
-use crate::outputs::ObjectStore;
-use crate::queue::WorkQueue;
-use crate::table::OperationStore;
+use crate::ports::clock::Clock;
+use crate::ports::outputs::ObjectStore;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::OperationStore;
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::events::Kind;
 use genace_core::webhook::{WebhookConfig, secret_belongs_to, tenant_secret_prefix};

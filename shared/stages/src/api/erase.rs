@@ -12,13 +12,13 @@
 
 use tracing::info;
 
-use crate::admin::Admin;
-use crate::clock::Clock;
-use crate::intake::{Intake, IntakeError};
-use crate::outputs::{MAX_DELETE_KEYS, ObjectStore};
-use crate::queue::WorkQueue;
-use crate::stage::write_attempts;
-use crate::table::{CommitError, OperationStore, commit};
+use crate::api::admin::Admin;
+use crate::api::intake::{Intake, IntakeError};
+use crate::ports::clock::Clock;
+use crate::ports::outputs::{MAX_DELETE_KEYS, ObjectStore};
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::write_attempts;
+use crate::ports::table::{CommitError, OperationStore, commit};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Event};
 use genace_core::record::OperationRecord;
@@ -73,8 +73,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     /// record names (stored under an older prefix setting, say): the keys
     /// deleted, in order. Lists a page at a time until a page is short.
     async fn delete_stored(&self, rec: &OperationRecord) -> Result<Vec<String>, IntakeError> {
-        let failed = |e: crate::outputs::StorageError| IntakeError::Objects(e.to_string());
-        let prefix = crate::deliver::operation_prefix(&self.config.output_prefix, rec);
+        let failed = |e: crate::ports::outputs::StorageError| IntakeError::Objects(e.to_string());
+        let prefix = crate::ports::outputs::operation_prefix(&self.config.output_prefix, rec);
         let mut deleted: std::collections::BTreeSet<String> =
             rec.delivered_objects.iter().map(|o| o.key.clone()).collect();
         let named: Vec<String> = deleted.iter().cloned().collect();

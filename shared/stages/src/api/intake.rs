@@ -3,12 +3,12 @@
 use chrono::{DateTime, Utc};
 use tracing::{error, info};
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::outputs::ObjectStore;
-use crate::queue::WorkQueue;
-use crate::table::{Created, OperationStore, StoreError};
+use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::metrics::Metrics;
+use crate::ports::outputs::ObjectStore;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::{Created, OperationStore, StoreError};
 use genace_core::domain::{Intent, OperationId, TenantId};
 use genace_core::messages::Queue;
 use genace_core::record::OperationRecord;
@@ -103,7 +103,7 @@ pub struct Intake<S, Q, O, C = SystemClock> {
     /// Where the stage counts what happened.
     pub metrics: Metrics,
     /// Where webhook endpoints' secrets are written.
-    pub vault: std::sync::Arc<dyn crate::webhooks::SecretVault>,
+    pub vault: std::sync::Arc<dyn crate::ports::webhooks::SecretVault>,
 }
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
@@ -116,23 +116,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
             config,
             clock: SystemClock,
             metrics: Metrics::off(),
-            vault: std::sync::Arc::new(crate::webhooks::NoVault),
-        }
-    }
-}
-
-impl<S: OperationStore, Q, O, C: Clock> Intake<S, Q, O, C> {
-    /// `tenant`'s webhook endpoints, managed by `actor`. Who may manage
-    /// them is decided by the caller (the edge reads the credentials).
-    pub fn endpoints(&self, tenant: TenantId, actor: String) -> crate::webhook_endpoints::Endpoints<'_, S, Q, C> {
-        crate::webhook_endpoints::Endpoints {
-            store: &self.store,
-            queue: &self.queue,
-            vault: self.vault.as_ref(),
-            clock: &self.clock,
-            config: &self.config,
-            tenant,
-            actor,
+            vault: std::sync::Arc::new(crate::ports::webhooks::NoVault),
         }
     }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
+use genace_core::record::OperationRecord;
+
 #[derive(Debug, thiserror::Error)]
 #[error("object storage: {0}")]
 pub struct StorageError(pub String);
@@ -100,5 +102,21 @@ pub fn composite_sha256(parts: &[PartReceipt]) -> String {
         "{}-{}",
         base64::engine::general_purpose::STANDARD.encode(h.finalize()),
         parts.len()
+    )
+}
+
+/// `<prefix>/<tenant>/<operation_id>/output-<index>.<ext>`
+pub fn object_key(prefix: &str, rec: &OperationRecord, index: usize, ext: &str) -> String {
+    format!("{}output-{index}.{ext}", operation_prefix(prefix, rec))
+}
+
+/// `<prefix>/<tenant>/<operation_id>/`: where every object of the
+/// operation is stored, whichever attempt stored it.
+pub fn operation_prefix(prefix: &str, rec: &OperationRecord) -> String {
+    format!(
+        "{}/{}/{}/",
+        prefix.trim_end_matches('/'),
+        rec.tenant_id,
+        rec.operation_id
     )
 }

@@ -107,18 +107,18 @@ pub trait OperationRecords: Send + Sync {
         limit: i32,
     ) -> impl Future<Output = Result<Vec<OperationId>, StoreError>> + Send;
 
-    /// One page of operations, newest first (by [`crate::listing::list_sort_key`]):
+    /// One page of operations, newest first (by [`crate::ports::list::list_sort_key`]):
     /// of `tenant`, or of every tenant, that `filter` selects and that sort
     /// before `after`. Expired records are absent. Read from the list
     /// indexes, never a scan of the table.
     fn list(
         &self,
         tenant: Option<&TenantId>,
-        filter: &crate::listing::ListFilter,
+        filter: &crate::ports::list::ListFilter,
         limit: i32,
-        after: Option<&crate::listing::ListPosition>,
+        after: Option<&crate::ports::list::ListPosition>,
         now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<crate::listing::ListPage, StoreError>> + Send;
+    ) -> impl Future<Output = Result<crate::ports::list::ListPage, StoreError>> + Send;
 
     /// One page of the sparse open-case index, optionally for one tenant:
     /// a tenant's cases oldest first. A page holds `limit` cases that pass
@@ -536,4 +536,9 @@ where
         }
     }
     Err(CommitError::Store(last.unwrap_or(StoreError::Conflict(None))))
+}
+
+/// How many times a state write is tried before giving up.
+pub fn write_attempts() -> u32 {
+    4
 }

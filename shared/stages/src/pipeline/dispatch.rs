@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::genace::Genace;
-use crate::metrics::Metrics;
-use crate::queue::{RecoveryChannel, WorkQueue};
-use crate::stage::{Stage, StageError, case_opened, commit_failure, write_attempts};
-use crate::table::{CommitError, OperationStore, StoreError, commit, commit_with};
+use crate::pipeline::stage::{Stage, StageError, case_opened, commit_failure};
+use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::genace::Genace;
+use crate::ports::metrics::Metrics;
+use crate::ports::queue::{RecoveryChannel, WorkQueue};
+use crate::ports::table::write_attempts;
+use crate::ports::table::{CommitError, OperationStore, StoreError, commit, commit_with};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
@@ -154,7 +155,7 @@ where
                 self.admitted(waited_since, now);
                 if waited_since.is_some() {
                     // Woken and admitted: there may be room for the next.
-                    crate::capacity::wake_if_room(&self.store, &self.queue).await;
+                    crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
                 }
                 self.submit(claimed, &token, fault).await.map(Dispatched::Posted)
             }
@@ -233,7 +234,7 @@ where
         self.metrics
             .count("Cancelled", &[("Reason", CancelReason::Deadline.as_str())]);
         if waited {
-            crate::capacity::wake_if_room(&self.store, &self.queue).await;
+            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
         }
         Dispatched::Expired
     }
@@ -283,7 +284,7 @@ where
                 self.metrics.count("CapacityWait", &[]);
                 // A slot freed between the refusal and this write woke
                 // nobody: look once more, now that the wait is on record.
-                crate::capacity::wake_if_room(&self.store, &self.queue).await;
+                crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
                 Ok(Dispatched::WaitingForCapacity)
             }
             // Claimed or moved on meanwhile: nothing to hold.
@@ -370,7 +371,7 @@ where
         })
         .await?;
         if freed {
-            crate::capacity::wake_if_room(&self.store, &self.queue).await;
+            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
         }
         Ok(rec)
     }
@@ -468,7 +469,7 @@ where
         case_opened(&self.metrics, &rec);
         // One second past the hold, within SQS's longest delay (a hold of
         // 900 s or more once asked for 901, which SQS refuses).
-        let max_delay = i64::from(crate::queue::MAX_DELAY_SECONDS);
+        let max_delay = i64::from(crate::ports::queue::MAX_DELAY_SECONDS);
         let wait = (self.config.policy.account_hold.num_seconds() + 1).clamp(1, max_delay) as u32;
         self.queue.enqueue(Queue::Dispatch, &id, wait).await?;
         Ok(PostResult::AccountHeld)
@@ -478,9 +479,10 @@ where
     /// too many in a row).
     async fn rate_limited(&self, posted: Posted<'_>, retry_after: Option<Duration>) -> Result<PostResult, StageError> {
         let id = posted.claimed.operation_id.clone();
-        let wait = retry_after
-            .unwrap_or(DEFAULT_RETRY)
-            .clamp(MIN_RETRY, Duration::from_secs(crate::queue::MAX_DELAY_SECONDS.into()));
+        let wait = retry_after.unwrap_or(DEFAULT_RETRY).clamp(
+            MIN_RETRY,
+            Duration::from_secs(crate::ports::queue::MAX_DELAY_SECONDS.into()),
+        );
         let retry_at = posted.received_at + chrono::Duration::from_std(wait).expect("bounded");
         // Other jobs of ours holding slots (the account counts this claim's
         // own): the account is full, which is not a failure. Unknown counts
@@ -488,7 +490,7 @@ where
         let busy = match self.store.account().await {
             Ok(account) if account.in_flight > 1 => {
                 // Refused while we believed there was room: learn a lower limit.
-                crate::capacity::learn_from_429(&self.store, &account, &self.metrics).await;
+                crate::pipeline::wake::learn_from_429(&self.store, &account, &self.metrics).await;
                 true
             }
             Ok(_) => false,
@@ -511,7 +513,7 @@ where
             self.metrics.count("CapacityWait", &[]);
         } else {
             // One second late rather than early: an early copy is dropped.
-            let delay = (wait.as_secs() as u32 + 1).min(crate::queue::MAX_DELAY_SECONDS);
+            let delay = (wait.as_secs() as u32 + 1).min(crate::ports::queue::MAX_DELAY_SECONDS);
             self.queue.enqueue(Queue::Dispatch, &id, delay).await?;
         }
         Ok(PostResult::RateLimited)

@@ -10,8 +10,8 @@ use genace_core::domain::TenantId;
 use genace_core::events::LifecycleEvent;
 use tracing::warn;
 
-use crate::metrics::Metrics;
-use crate::table::WebhookEndpoints;
+use crate::ports::metrics::Metrics;
+use crate::ports::table::WebhookEndpoints;
 
 /// Marks each event that the webhook function must see
 /// ([`genace_core::webhook::Receivers::must_see`]; one read of
@@ -52,7 +52,7 @@ pub async fn mark_for_webhooks<S: WebhookEndpoints>(store: &S, metrics: &Metrics
 mod tests {
     use super::*;
     use crate::memory::MemoryStore;
-    use crate::table::{WebhookEndpoints, WebhookSettings};
+    use crate::ports::table::{WebhookEndpoints, WebhookSettings};
     use genace_core::events::Kind;
     use genace_core::webhook::{EndpointSet, WebhookConfig, WebhookEndpoint};
 

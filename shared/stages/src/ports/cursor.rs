@@ -11,7 +11,7 @@
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use crate::table::StoreError;
+use crate::ports::table::StoreError;
 
 /// What a cursor is bound to: the digest of the list's name and of each
 /// part of its scope and filter, in order (length-prefixed, so parts

@@ -9,99 +9,40 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::admin::Admin;
-use crate::clock::Clock;
-use crate::intake::{Intake, IntakeError};
-use crate::outputs::ObjectStore;
-use crate::queue::WorkQueue;
-use crate::table::{OperationStore, StoreError};
+use crate::api::admin::Admin;
+use crate::api::intake::{Intake, IntakeError};
+use crate::ports::clock::Clock;
+use crate::ports::list::{ListFilter, ListPosition};
+use crate::ports::outputs::ObjectStore;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::{OperationStore, StoreError};
 use genace_core::domain::TenantId;
 use genace_core::record::{DeliveryState, OperationRecord, Phase};
 
-/// What a listing selects. Every field is optional; all given must hold.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListFilter {
-    pub phase: Option<Phase>,
-    pub delivery_state: Option<DeliveryState>,
-    /// Created strictly after this time.
-    pub created_after: Option<DateTime<Utc>>,
-    /// Created strictly before this time.
-    pub created_before: Option<DateTime<Utc>>,
-    /// The operation key starts with this text.
-    pub key_prefix: Option<String>,
-}
-
-impl ListFilter {
-    /// Whether `rec` is selected.
-    pub fn matches(&self, rec: &OperationRecord) -> bool {
-        self.phase.is_none_or(|p| rec.phase == p)
-            && self.delivery_state.is_none_or(|d| rec.delivery_state == d)
-            && self.created_after.is_none_or(|t| rec.created_at > t)
-            && self.created_before.is_none_or(|t| rec.created_at < t)
-            && self
-                .key_prefix
-                .as_deref()
-                .is_none_or(|p| rec.operation_key.starts_with(p))
-    }
-
-    /// The lowest and highest list keys the creation bounds allow, both
-    /// inclusive and a little wide (whole milliseconds); [`Self::matches`]
-    /// is exact.
-    pub fn key_range(&self) -> (String, String) {
-        let low = self
-            .created_after
-            .map_or_else(|| "0".to_owned(), |t| format!("{:013}", t.timestamp_millis().max(0)));
-        let high = self
-            .created_before
-            .map_or_else(|| "~".to_owned(), |t| format!("{:013}#~", t.timestamp_millis().max(0)));
-        (low, high)
-    }
-
-    /// What a cursor is bound to: the listing's scope and this filter.
-    fn binding(&self, scope: Option<&TenantId>) -> String {
-        crate::cursor::binding(
-            "operations",
-            &[
-                scope.map_or("*", TenantId::as_str),
-                self.phase.map_or("", Phase::as_str),
-                self.delivery_state.map_or("", DeliveryState::as_str),
-                &self.created_after.map(|t| t.to_rfc3339()).unwrap_or_default(),
-                &self.created_before.map(|t| t.to_rfc3339()).unwrap_or_default(),
-                self.key_prefix.as_deref().unwrap_or(""),
-            ],
-        )
-    }
-}
-
-/// Where a listing goes on: the operations that sort strictly before this
-/// list key come next.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ListPosition(pub String);
-
-/// One page as the store returns it: at most the limit asked, newest first.
-/// A page may hold fewer, even none, while `next` is set (filters are
-/// applied after the index is read); the listing ends when `next` is None.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ListPage {
-    pub records: Vec<OperationRecord>,
-    pub next: Option<ListPosition>,
-}
-
-/// `<created_at in epoch ms, 13 digits>#<operation id>`: the list orders'
-/// sort key. Fixed width, so text order is time order until the year 2286.
-pub fn list_sort_key(rec: &OperationRecord) -> String {
-    format!("{:013}#{}", rec.created_at.timestamp_millis().max(0), rec.operation_id)
+/// What a cursor is bound to: the listing's scope and its filter.
+fn binding(filter: &ListFilter, scope: Option<&TenantId>) -> String {
+    crate::ports::cursor::binding(
+        "operations",
+        &[
+            scope.map_or("*", TenantId::as_str),
+            filter.phase.map_or("", Phase::as_str),
+            filter.delivery_state.map_or("", DeliveryState::as_str),
+            &filter.created_after.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            &filter.created_before.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            filter.key_prefix.as_deref().unwrap_or(""),
+        ],
+    )
 }
 
 /// The cursor handed to a client: the position and what it is bound to.
 fn encode_cursor(position: &ListPosition, binding: &str) -> String {
-    crate::cursor::seal(&position.0, binding)
+    crate::ports::cursor::seal(&position.0, binding)
 }
 
 /// The position in a cursor; [`StoreError::Cursor`] for one this API did not
 /// make, or made for another tenant or another filter.
 fn decode_cursor(cursor: &str, binding: &str) -> Result<ListPosition, StoreError> {
-    let position = crate::cursor::open(cursor, binding)?;
+    let position = crate::ports::cursor::open(cursor, binding)?;
     if is_list_key(&position) {
         Ok(ListPosition(position))
     } else {
@@ -130,7 +71,7 @@ async fn list_in<S: OperationStore>(
     cursor: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Listed, IntakeError> {
-    let binding = filter.binding(scope);
+    let binding = binding(filter, scope);
     let after = cursor.map(|c| decode_cursor(c, &binding)).transpose()?;
     let page = store.list(scope, filter, limit, after.as_ref(), now).await?;
     Ok(Listed {
@@ -183,17 +124,20 @@ mod tests {
         let other = TenantId::parse("other").unwrap();
         let filter = ListFilter::default();
         let position = ListPosition(format!("{:013}#op_{}", 1_700_000_000_000_i64, "0".repeat(32)));
-        let cursor = encode_cursor(&position, &filter.binding(Some(&acme)));
-        assert_eq!(decode_cursor(&cursor, &filter.binding(Some(&acme))).unwrap(), position);
-        assert!(decode_cursor(&cursor, &filter.binding(Some(&other))).is_err());
-        assert!(decode_cursor(&cursor, &filter.binding(None)).is_err());
+        let cursor = encode_cursor(&position, &binding(&filter, Some(&acme)));
+        assert_eq!(
+            decode_cursor(&cursor, &binding(&filter, Some(&acme))).unwrap(),
+            position
+        );
+        assert!(decode_cursor(&cursor, &binding(&filter, Some(&other))).is_err());
+        assert!(decode_cursor(&cursor, &binding(&filter, None)).is_err());
         let phased = ListFilter {
             phase: Some(Phase::Prepared),
             ..ListFilter::default()
         };
-        assert!(decode_cursor(&cursor, &phased.binding(Some(&acme))).is_err());
+        assert!(decode_cursor(&cursor, &binding(&phased, Some(&acme))).is_err());
         for junk in ["", "not a cursor", "e30", "eyJwIjoxfQ"] {
-            assert!(decode_cursor(junk, &filter.binding(Some(&acme))).is_err(), "{junk}");
+            assert!(decode_cursor(junk, &binding(&filter, Some(&acme))).is_err(), "{junk}");
         }
     }
 

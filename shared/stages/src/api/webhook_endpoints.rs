@@ -15,13 +15,13 @@
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::clock::Clock;
+use crate::api::intake::{Intake, IntakeError};
+use crate::api::webhook_admin::{parse_events, parse_url};
 use crate::config::{Config, UrlPolicy};
-use crate::intake::IntakeError;
-use crate::queue::WorkQueue;
-use crate::table::{StoreError, WebhookEndpoints};
-use crate::webhook_admin::{parse_events, parse_url};
-use crate::webhooks::{SecretVault, new_secret};
+use crate::ports::clock::Clock;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::{OperationStore, StoreError, WebhookEndpoints};
+use crate::ports::webhooks::{SecretVault, new_secret};
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, WebhookEndpoint, endpoint_secret_name};
 
@@ -421,5 +421,21 @@ fn refuse_unsendable(endpoint: &WebhookEndpoint) -> Result<(), IntakeError> {
             "the endpoint is disabled; enable it first".into(),
         )),
         None => Ok(()),
+    }
+}
+
+impl<S: OperationStore, Q, O, C: Clock> Intake<S, Q, O, C> {
+    /// `tenant`'s webhook endpoints, managed by `actor`. Who may manage
+    /// them is decided by the caller (the edge reads the credentials).
+    pub fn endpoints(&self, tenant: TenantId, actor: String) -> Endpoints<'_, S, Q, C> {
+        Endpoints {
+            store: &self.store,
+            queue: &self.queue,
+            vault: self.vault.as_ref(),
+            clock: &self.clock,
+            config: &self.config,
+            tenant,
+            actor,
+        }
     }
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
 
-use crate::clock::Clock;
+use crate::ports::clock::Clock;
 
 /// One data point: a named value with a CloudWatch unit and dimensions.
 #[derive(Debug, Clone, Copy)]

@@ -1,15 +1,15 @@
 //! The credits ledger as tenants and operators read it, and the spend limit
 //! operators set. The counters themselves move only with record writes
-//! (see [`crate::table::OperationStore::apply`]).
+//! (see [`crate::ports::table::OperationStore::apply`]).
 
 use tracing::{info, warn};
 
-use crate::admin::Admin;
-use crate::clock::Clock;
-use crate::intake::{Intake, IntakeError};
-use crate::outputs::ObjectStore;
-use crate::queue::WorkQueue;
-use crate::table::{LedgerPage, OperationStore};
+use crate::api::admin::Admin;
+use crate::api::intake::{Intake, IntakeError};
+use crate::ports::clock::Clock;
+use crate::ports::outputs::ObjectStore;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::{LedgerPage, OperationStore};
 use genace_core::domain::TenantId;
 use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
@@ -58,14 +58,14 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         limit: Option<Millicredits>,
     ) -> Result<TenantLedger, IntakeError>
     where
-        Q: crate::queue::WorkQueue,
+        Q: crate::ports::queue::WorkQueue,
     {
         let op = self.op;
         op_may_set_limits(op)?;
         let ledger = self.store.set_spend_limit(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, spend_limit_millicredits = ?limit, "spend limit set");
         // A raised (or removed) limit may make room for waiting operations.
-        crate::capacity::wake_if_room(&self.store, &self.queue).await;
+        crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
         Ok(ledger)
     }
 
@@ -76,13 +76,13 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     /// touches nothing running.
     pub async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, IntakeError>
     where
-        Q: crate::queue::WorkQueue,
+        Q: crate::ports::queue::WorkQueue,
     {
         let op = self.op;
         op_may_set_limits(op)?;
         let ledger = self.store.set_max_in_flight(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, max_in_flight = ?limit, "tenant's limit of jobs in flight set");
-        crate::capacity::wake_if_room(&self.store, &self.queue).await;
+        crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
         Ok(ledger)
     }
 }
@@ -92,7 +92,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
 /// Genace account it takes from the others. So an operator scoped to one
 /// tenant, its own included, may read them but not set them; the refusal
 /// does not depend on the tenant named, so it tells nothing of it.
-fn op_may_set_limits(op: &crate::admin::Operator) -> Result<(), IntakeError> {
+fn op_may_set_limits(op: &crate::api::admin::Operator) -> Result<(), IntakeError> {
     match op.tenant {
         Some(_) => Err(IntakeError::PlatformLimit),
         None => Ok(()),

@@ -1,0 +1,21 @@
+//! What tenants and operators ask of the service, answered from the
+//! table. Imports the ports and, from the pipeline, only the wake-up that
+//! a freed slot sends.
+//!
+//! - [`intake`]: recording an intent once, and reading it back;
+//!   [`IntakeError`](intake::IntakeError) is what any of these refuses.
+//! - Tenant features: [`cancel`], [`erase`], [`listing`], [`credits`],
+//!   [`webhook_endpoints`].
+//! - Operator features: [`admin`] (cases and their resolutions),
+//!   [`capacity`] (the account's report and limits), [`webhook_admin`]
+//!   (a tenant's single webhook).
+
+pub mod admin;
+pub mod cancel;
+pub mod capacity;
+pub mod credits;
+pub mod erase;
+pub mod intake;
+pub mod listing;
+pub mod webhook_admin;
+pub mod webhook_endpoints;

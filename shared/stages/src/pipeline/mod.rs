@@ -1,0 +1,23 @@
+//! The queue-driven stages: each takes one message, moves one operation
+//! through the state machine with a conditional write, and hands it on.
+//! Imports the ports only.
+//!
+//! - [`stage`]: the shape they share (a message in, an outcome out, and
+//!   what a failure means for the message).
+//! - [`dispatch`], [`poll`], [`deliver`], [`recovery`]: the lifecycle of
+//!   one operation; [`sweep`]: the periodic repair of what a crash left.
+//! - [`wake`]: waking operations that wait for a slot or for credits.
+//! - [`webhook_send`]: signed webhook POSTs, their retries and log, each
+//!   signed by [`signature`];
+//!   [`events`]: which lifecycle changes become webhook events.
+
+pub mod deliver;
+pub mod dispatch;
+pub mod events;
+pub mod poll;
+pub mod recovery;
+pub mod signature;
+pub mod stage;
+pub mod sweep;
+pub mod wake;
+pub mod webhook_send;
