@@ -925,9 +925,8 @@ impl Event<'_> {
     /// Where the event applies, as a refusal names it.
     pub fn expected(&self) -> &'static str {
         match self {
-            Event::ClaimDispatch { .. } | Event::SpendLimitReached | Event::CapacityReached | Event::Cancel { .. } => {
-                "prepared"
-            }
+            Event::ClaimDispatch { .. } | Event::SpendLimitReached | Event::CapacityReached => "prepared",
+            Event::Cancel { .. } => "prepared, or cancelled already",
             Event::RateLimited { .. }
             | Event::AccountRefused { .. }
             | Event::Rejected { .. }

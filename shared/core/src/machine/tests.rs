@@ -1683,3 +1683,151 @@ fn the_allowed_decisions_are_the_ones_the_table_takes_and_the_runbook_names_only
         "nothing to decide without a case"
     );
 }
+
+/// Every event, once, with arguments a record of any phase could take.
+fn every_event<'a>(
+    job: &'a AcceptedJob,
+    error: &'a RemoteError,
+    snapshot: &'a JobSnapshot,
+    resolutions: &'a [Resolution],
+) -> Vec<Event<'a>> {
+    let now = t0();
+    let mut events = vec![
+        Event::ClaimDispatch { token: "tok" },
+        Event::SpendLimitReached,
+        Event::CapacityReached,
+        Event::RateLimited {
+            token: "tok",
+            retry_at: now,
+            busy: false,
+        },
+        Event::AccountRefused { token: "tok", error },
+        Event::Accepted { token: "tok", job },
+        Event::SubmitFailed {
+            token: "tok",
+            job_id: "J1",
+            error,
+        },
+        Event::Rejected { token: "tok", error },
+        Event::OutcomeUnknown {
+            token: "tok",
+            evidence: "e",
+        },
+        Event::LeaseExpired { evidence: "e" },
+        Event::Observed {
+            snapshot,
+            next_check: now,
+            stalled: None,
+        },
+        Event::CaseNeeded {
+            reason: CaseReason::RemoteJobMissing,
+            evidence: "e",
+            keep_due: false,
+        },
+        Event::Reschedule { due: now },
+        Event::ClaimDelivery { token: "tok" },
+        Event::DeliveryLapsed,
+        Event::DeliveryFailed {
+            token: "tok",
+            error: "e",
+            retry_at: now,
+        },
+        Event::DeliveryRefused {
+            token: "tok",
+            reason: CaseReason::OutputsMissing,
+            evidence: "e",
+        },
+        Event::Delivered {
+            token: "tok",
+            objects: &[],
+        },
+        Event::Cancel {
+            by: "t",
+            reason: crate::record::CancelReason::Requested,
+        },
+        Event::OutputsErased { by: "t", objects: &[] },
+    ];
+    events.extend(resolutions.iter().map(|resolution| {
+        Event::Resolved(Decision {
+            resolution,
+            actor: "ops",
+            reason: "r",
+        })
+    }));
+    events
+}
+
+/// The phases a refusal's `expected` text names: each phase by its name,
+/// "finished" for the phases nothing moves on from, and every phase for a
+/// text that names none ("any phase", "an open reconciliation case").
+fn named_phases(expected: &str) -> Vec<Phase> {
+    let named: Vec<Phase> = Phase::ALL
+        .into_iter()
+        .filter(|p| {
+            expected
+                .split(|c: char| !c.is_ascii_alphabetic() && c != '_')
+                .any(|w| w == p.as_str())
+        })
+        .collect();
+    let finished = [
+        Phase::Rendered,
+        Phase::RenderFailed,
+        Phase::SubmitFailed,
+        Phase::Rejected,
+        Phase::Abandoned,
+        Phase::Cancelled,
+    ];
+    match () {
+        _ if expected.contains("finished") => named.into_iter().chain(finished).collect(),
+        _ if named.is_empty() => Phase::ALL.to_vec(),
+        _ => named,
+    }
+}
+
+/// `Event::expected` is the table's own word: for every (phase, event)
+/// pair, a phase the table does not refuse as the wrong phase is one the
+/// event's `expected` text names. (Guards may still refuse inside a named
+/// phase; a record of one phase alone may even break an invariant there,
+/// which counts as the table taking the pair.)
+#[test]
+fn the_expected_phases_agree_with_the_table_for_every_pair() {
+    let (job, error, snapshot) = (job("J1"), err("x"), snap("completed", RenderStatus::Succeeded));
+    let resolutions = [
+        Resolution::AttachRemoteJob { job_id: "J2".into() },
+        Resolution::ConfirmNotCreated,
+        Resolution::ReleaseHold,
+        Resolution::MarkSettled,
+        Resolution::RedriveDelivery,
+        Resolution::Abandon,
+    ];
+    let mut disagree = Vec::new();
+    let mut taken = 0;
+    // A sample record broken by an arm panics; said nothing of, as taken.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    for event in every_event(&job, &error, &snapshot, &resolutions) {
+        let named = named_phases(event.expected());
+        for phase in Phase::ALL {
+            let rec = with_phase(phase);
+            let outcome = std::panic::catch_unwind(|| transition(&rec, event, t0(), &Policy::default()));
+            let wrong_phase = matches!(outcome, Ok(Err(Refusal::WrongPhase { .. })));
+            if !wrong_phase {
+                taken += 1;
+                if !named.contains(&phase) {
+                    disagree.push(format!(
+                        "{} in {}: taken, but expected says {:?}",
+                        event.name(),
+                        phase.as_str(),
+                        event.expected()
+                    ));
+                }
+            }
+        }
+    }
+    std::panic::set_hook(hook);
+    assert!(disagree.is_empty(), "{}", disagree.join("\n"));
+    assert!(
+        taken > 20,
+        "the table takes {taken} pairs: the sample records reach too few arms"
+    );
+}
