@@ -1564,3 +1564,20 @@ async fn a_refused_account_gives_its_slot_to_the_next_in_line() {
         Dispatched::Posted(PostResult::Accepted)
     );
 }
+
+/// The commit loop refuses to write a decision that moves the version by
+/// anything but one: such a decision is a bug in the rules, never written.
+#[tokio::test]
+#[should_panic(expected = "would write version")]
+async fn a_decision_that_skips_a_version_is_never_written() {
+    use genace_stages::ports::table::commit;
+    let app = app();
+    let id = submit(&app, "skips", None).await;
+    let rec = record(&app, &id).await;
+    let _ = commit(&app.store, rec, 1, |r| {
+        let mut next = r.clone();
+        next.version += 2;
+        Ok(next)
+    })
+    .await;
+}

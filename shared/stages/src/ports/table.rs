@@ -511,6 +511,15 @@ where
                 });
             }
         };
+        // Each write moves the version by exactly one; a decision that
+        // changes nothing returns the record as it was.
+        assert!(
+            next == rec || next.version == rec.version + 1,
+            "{}: a decision on version {} would write version {}",
+            rec.operation_id,
+            rec.version,
+            next.version
+        );
         match store.apply(&rec, &next).await {
             Ok(_) => return Ok((next, said)),
             // Our own write landed, and a retry of it (by the SDK) reported the
