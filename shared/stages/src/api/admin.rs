@@ -33,7 +33,8 @@ impl Operator {
 /// here, so none can be reached without the [`Operator`] whose scope it
 /// checks and whose name the audit keeps. Made by [`Intake::admin`].
 pub struct Admin<'a, S, Q, O, C> {
-    intake: &'a Intake<S, Q, O, C>,
+    /// The intake whose ports and settings the operator's actions use.
+    pub(crate) intake: &'a Intake<S, Q, O, C>,
     pub(crate) op: &'a Operator,
 }
 
@@ -41,15 +42,6 @@ impl<S, Q, O, C> Intake<S, Q, O, C> {
     /// The operator actions, for `op`.
     pub fn admin<'a>(&'a self, op: &'a Operator) -> Admin<'a, S, Q, O, C> {
         Admin { intake: self, op }
-    }
-}
-
-/// An operator's view reads through to the intake's ports and settings.
-impl<S, Q, O, C> std::ops::Deref for Admin<'_, S, Q, O, C> {
-    type Target = Intake<S, Q, O, C>;
-
-    fn deref(&self) -> &Self::Target {
-        self.intake
     }
 }
 
@@ -71,7 +63,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     /// each, over the operator's scope (one tenant, or every tenant).
     pub async fn case_counts(&self, tenant: Option<TenantId>) -> Result<Vec<CaseCount>, IntakeError> {
         match self.scope(tenant) {
-            Some(scope) => Ok(self.store.case_counts(scope.as_ref()).await?),
+            Some(scope) => Ok(self.intake.store.case_counts(scope.as_ref()).await?),
             None => Ok(Vec::new()),
         }
     }
@@ -108,8 +100,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         let cursor = position.as_deref();
         // Both indexes filter by themselves: their pages are full.
         let mut page = match &scope {
-            Some(one) => self.store.open_cases(Some(one), filter, limit, cursor).await?,
-            None => self.store.open_cases_by_age(filter, limit, cursor).await?,
+            Some(one) => self.intake.store.open_cases(Some(one), filter, limit, cursor).await?,
+            None => self.intake.store.open_cases_by_age(filter, limit, cursor).await?,
         };
         page.records.retain(|r| op.may_see(&r.tenant_id));
         page.next = page.next.map(|p| crate::ports::cursor::seal(&p, &binding));
@@ -118,7 +110,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
 
     /// Any live operation in the operator's scope.
     pub async fn get(&self, id: &OperationId) -> Result<OperationRecord, IntakeError> {
-        match self.store.get(id, self.clock.now()).await? {
+        match self.intake.store.get(id, self.intake.clock.now()).await? {
             Some(rec) if self.op.may_see(&rec.tenant_id) => Ok(rec),
             _ => Err(IntakeError::NotFound),
         }
@@ -128,14 +120,14 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     /// holder when the operator may see it, and nothing about it otherwise.
     async fn refuse_held_job(&self, id: &OperationId, job_id: &str) -> Result<(), IntakeError> {
         let op = self.op;
-        let holders = self.store.holders_of_remote_job(job_id).await?;
+        let holders = self.intake.store.holders_of_remote_job(job_id).await?;
         if let Some(other) = holders.into_iter().find(|h| h != id) {
             // An operator scoped to one tenant learns only that the job
             // cannot be attached, whoever holds it: naming a holder of its
             // own tenant, and not another's, would tell the two apart.
             let visible = match op.tenant {
                 Some(_) => None,
-                None => self.store.get(&other, self.clock.now()).await?,
+                None => self.intake.store.get(&other, self.intake.clock.now()).await?,
             };
             return Err(match visible {
                 Some(holder) => IntakeError::JobHeldElsewhere {
@@ -174,10 +166,10 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         if let Resolution::AttachRemoteJob { job_id } = resolution {
             self.refuse_held_job(id, job_id).await?;
         }
-        let now = self.clock.now();
-        let policy = self.config.policy;
+        let now = self.intake.clock.now();
+        let policy = self.intake.config.policy;
         let before = rec.clone();
-        let next = commit(&self.store, rec, write_attempts(), |r| {
+        let next = commit(&self.intake.store, rec, write_attempts(), |r| {
             if r.version != expected_version {
                 return Err(machine::Refusal::StaleVersion { actual: r.version });
             }
@@ -202,7 +194,9 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
             CommitError::Store(s) => IntakeError::Store(s),
         })?;
         info!(operation_id = %id, tenant = %next.tenant_id, phase = next.phase.as_str(), actor = %op.actor, action = resolution.name(), %reason, "case resolved");
-        self.metrics.count("Resolutions", &[("Action", resolution.name())]);
+        self.intake
+            .metrics
+            .count("Resolutions", &[("Action", resolution.name())]);
         let stage = match resolution {
             // An abandoned operation's job is only observed, for its credits.
             _ if next.phase == Phase::Abandoned => next.due_at_ms.map(|_| Queue::Poll),
@@ -212,7 +206,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
             Resolution::MarkSettled | Resolution::Abandon => None,
         };
         if let Some(stage) = stage
-            && let Err(e) = self.queue.enqueue(stage, id, 0).await
+            && let Err(e) = self.intake.queue.enqueue(stage, id, 0).await
         {
             // The record is due now; the sweep re-enqueues it.
             warn!(operation_id = %id, error = %e, "enqueue after resolution failed; the sweep will pick it up");
@@ -220,7 +214,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         // A decision that ends a job's slot (confirm_not_created, an attach
         // elsewhere) wakes the next operation waiting for one.
         if crate::pipeline::wake::frees_a_slot(&before, &next) {
-            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+            crate::pipeline::wake::wake_if_room(&self.intake.store, &self.intake.queue).await;
         }
         Ok(next)
     }

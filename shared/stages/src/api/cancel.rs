@@ -72,6 +72,6 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     /// them.
     pub async fn cancel(&self, id: &OperationId) -> Result<OperationRecord, IntakeError> {
         let rec = self.get(id).await?;
-        self.take_back(rec, &self.op.actor).await
+        self.intake.take_back(rec, &self.op.actor).await
     }
 }

@@ -51,9 +51,9 @@ const REPORT_PAGES: usize = 20;
 impl<S: OperationStore, Q, O, C: Clock> Admin<'_, S, Q, O, C> {
     /// The account's capacity as this operator may see it.
     pub async fn capacity(&self) -> Result<CapacityReport, IntakeError> {
-        let account = self.store.account().await?;
+        let account = self.intake.store.account().await?;
         let (ledgers, whole) = match &self.op.tenant {
-            Some(own) => (vec![self.store.ledger(own).await?], false),
+            Some(own) => (vec![self.intake.store.ledger(own).await?], false),
             None => (self.every_ledger().await?, true),
         };
         let mut tenants = Vec::new();
@@ -96,9 +96,9 @@ impl<S: OperationStore, Q, O, C: Clock> Admin<'_, S, Q, O, C> {
         if self.op.tenant.is_some() {
             return Err(IntakeError::AccountWide);
         }
-        self.store.set_account_limit(limit).await?;
+        self.intake.store.set_account_limit(limit).await?;
         info!(actor = %self.op.actor, max_in_flight = ?limit, "account's limit of jobs in flight set");
-        wake_if_room(&self.store, &self.queue).await;
+        wake_if_room(&self.intake.store, &self.intake.queue).await;
         self.capacity().await
     }
 
@@ -106,7 +106,7 @@ impl<S: OperationStore, Q, O, C: Clock> Admin<'_, S, Q, O, C> {
         let mut all = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..REPORT_PAGES {
-            let page = self.store.ledgers(100, cursor.as_deref()).await?;
+            let page = self.intake.store.ledgers(100, cursor.as_deref()).await?;
             all.extend(page.ledgers);
             match page.next {
                 Some(next) => cursor = Some(next),
@@ -117,6 +117,6 @@ impl<S: OperationStore, Q, O, C: Clock> Admin<'_, S, Q, O, C> {
     }
 
     async fn oldest_wait(&self, tenant: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-        oldest_wait(&self.store, tenant, self.clock.now()).await
+        oldest_wait(&self.intake.store, tenant, self.intake.clock.now()).await
     }
 }

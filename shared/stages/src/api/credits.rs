@@ -42,11 +42,11 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     pub async fn all_credits(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, IntakeError> {
         if let Some(own) = &self.op.tenant {
             return Ok(LedgerPage {
-                ledgers: vec![self.store.ledger(own).await?],
+                ledgers: vec![self.intake.store.ledger(own).await?],
                 next: None,
             });
         }
-        Ok(self.store.ledgers(limit, cursor).await?)
+        Ok(self.intake.store.ledgers(limit, cursor).await?)
     }
 
     /// Sets or removes a tenant's spend limit (operators of every tenant
@@ -62,10 +62,10 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     {
         let op = self.op;
         op_may_set_limits(op)?;
-        let ledger = self.store.set_spend_limit(tenant, limit).await?;
+        let ledger = self.intake.store.set_spend_limit(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, spend_limit_millicredits = ?limit, "spend limit set");
         // A raised (or removed) limit may make room for waiting operations.
-        crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+        crate::pipeline::wake::wake_if_room(&self.intake.store, &self.intake.queue).await;
         Ok(ledger)
     }
 
@@ -80,9 +80,9 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     {
         let op = self.op;
         op_may_set_limits(op)?;
-        let ledger = self.store.set_max_in_flight(tenant, limit).await?;
+        let ledger = self.intake.store.set_max_in_flight(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, max_in_flight = ?limit, "tenant's limit of jobs in flight set");
-        crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+        crate::pipeline::wake::wake_if_room(&self.intake.store, &self.intake.queue).await;
         Ok(ledger)
     }
 }

@@ -121,6 +121,6 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     /// An operator erases the outputs of an operation in their scope.
     pub async fn erase_outputs(&self, id: &OperationId) -> Result<OperationRecord, IntakeError> {
         let rec = self.get(id).await?;
-        self.erase(rec, &self.op.actor).await
+        self.intake.erase(rec, &self.op.actor).await
     }
 }

@@ -110,7 +110,15 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
                 next_cursor: None,
             });
         };
-        list_in(&self.store, scope.as_ref(), filter, limit, cursor, self.clock.now()).await
+        list_in(
+            &self.intake.store,
+            scope.as_ref(),
+            filter,
+            limit,
+            cursor,
+            self.intake.clock.now(),
+        )
+        .await
     }
 }
 

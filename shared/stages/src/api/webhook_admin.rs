@@ -166,7 +166,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         if !self.op.may_see(tenant) {
             return Err(IntakeError::NotFound);
         }
-        Ok(self.store.webhook(tenant).await?)
+        Ok(self.intake.store.webhook(tenant).await?)
     }
 
     /// Sets a tenant's webhook; from now on its events are POSTed there.
@@ -180,10 +180,10 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
             url: request.url,
             events: request.events,
             secret_id: request.secret_id,
-            updated_at: self.clock.now(),
+            updated_at: self.intake.clock.now(),
             updated_by: op.actor.clone(),
         };
-        self.store.set_webhook(tenant, Some(&config)).await?;
+        self.intake.store.set_webhook(tenant, Some(&config)).await?;
         info!(actor = %op.actor, tenant = %tenant, "webhook set");
         Ok(config)
     }
@@ -194,7 +194,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         if !op.may_see(tenant) {
             return Err(IntakeError::NotFound);
         }
-        self.store.set_webhook(tenant, None).await?;
+        self.intake.store.set_webhook(tenant, None).await?;
         info!(actor = %op.actor, tenant = %tenant, "webhook removed");
         Ok(())
     }
