@@ -1581,3 +1581,53 @@ async fn a_decision_that_skips_a_version_is_never_written() {
     })
     .await;
 }
+
+/// Operators page through every tenant's credits with sealed cursors:
+/// each ledger once, and a cursor of another list or a garbled one is
+/// refused as a bad cursor, never handed to the store.
+#[tokio::test]
+async fn every_tenants_credits_page_with_a_sealed_cursor() {
+    use genace_stages::api::admin::Operator;
+    use genace_stages::api::intake::IntakeError;
+    let app = app();
+    for tenant in ["ta", "tb", "tc"] {
+        submit_as(&app, tenant, "k").await;
+        app.store
+            .set_spend_limit_now(tenant, Some(genace_core::ledger::millis(50.0)));
+    }
+    let op = Operator {
+        actor: "ops-1".into(),
+        tenant: None,
+    };
+    let intake = app.intake();
+    let admin = intake.admin(&op);
+    let (mut seen, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let page = admin.all_credits(2, cursor.as_deref()).await.unwrap();
+        seen.extend(page.ledgers.into_iter().map(|l| l.tenant_id));
+        pages += 1;
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+        assert!(pages < 10, "the pages never end");
+    }
+    seen.sort();
+    assert_eq!(seen, ["ta", "tb", "tc"]);
+    assert!(pages >= 2, "a limit of 2 pages three ledgers");
+    let first = admin.all_credits(2, None).await.unwrap().next.unwrap();
+    submit_as(&app, "ta", "k2").await;
+    let ta = TenantId::parse("ta").unwrap();
+    let listing = intake.list(&ta, &Default::default(), 1, None).await.unwrap();
+    let other_list = listing.next_cursor.expect("two operations, one a page");
+    for bad in [other_list, "garbled".into(), first[1..].to_owned()] {
+        let refused = admin.all_credits(2, Some(&bad)).await;
+        assert!(
+            matches!(
+                refused,
+                Err(IntakeError::Store(genace_stages::ports::table::StoreError::Cursor))
+            ),
+            "{bad}: {refused:?}"
+        );
+    }
+}

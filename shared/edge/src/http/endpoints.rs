@@ -3,12 +3,12 @@
 //! scope; an operator manages any tenant's in its scope, naming it with
 //! `?tenant=` (an operator limited to one tenant needs not).
 
-use base64::Engine;
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, ENDPOINTS_SCOPE, WebhookEndpoint};
 use genace_stages::api::intake::{Intake, IntakeError};
 use genace_stages::api::webhook_endpoints::{EndpointChange, Endpoints, WithSecret};
 use genace_stages::ports::clock::Clock;
+use genace_stages::ports::cursor;
 use genace_stages::ports::queue::WorkQueue;
 use genace_stages::ports::table::OperationStore;
 use lambda_http::http::{Method, StatusCode};
@@ -151,26 +151,19 @@ fn body(req: &Request) -> Result<Value, Problem> {
     json_body(req, "webhook endpoint", MAX_SMALL_BODY_BYTES)
 }
 
-/// A log cursor: the last entry's sort key, bound to its endpoint.
+/// A log cursor: the last entry's sort key, sealed to its endpoint like
+/// every list's cursor.
 fn cursor_for(endpoint: &str, key: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!({"e": endpoint, "k": key}).to_string())
+    cursor::seal(key, &cursor::binding("webhook attempts", &[endpoint]))
 }
 
-fn cursor_key(endpoint: &str, cursor: &str) -> Result<String, Problem> {
-    let bad = || {
+fn cursor_key(endpoint: &str, sealed: &str) -> Result<String, Problem> {
+    cursor::open(sealed, &cursor::binding("webhook attempts", &[endpoint])).map_err(|_| {
         Problem::from(InvalidInput::new(
             "cursor",
             "is not a cursor this API returned for this endpoint",
         ))
-    };
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .map_err(|_| bad())?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    match (v["e"].as_str(), v["k"].as_str()) {
-        (Some(e), Some(k)) if e == endpoint => Ok(k.to_owned()),
-        _ => Err(bad()),
-    }
+    })
 }
 
 /// A log page's `status`, `limit` and `cursor`.

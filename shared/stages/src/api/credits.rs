@@ -46,7 +46,12 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
                 next: None,
             });
         }
-        Ok(self.intake.store.ledgers(limit, cursor).await?)
+        // The store's position, sealed like every list's cursor.
+        let binding = crate::ports::cursor::binding("credits", &[]);
+        let position = cursor.map(|c| crate::ports::cursor::open(c, &binding)).transpose()?;
+        let mut page = self.intake.store.ledgers(limit, position.as_deref()).await?;
+        page.next = page.next.map(|p| crate::ports::cursor::seal(&p, &binding));
+        Ok(page)
     }
 
     /// Sets or removes a tenant's spend limit (operators of every tenant
