@@ -34,6 +34,9 @@ use genace_stages::ports::table::{
 
 mod endpoints;
 mod listing;
+mod position;
+
+use position::{decode_cursor, encode_cursor};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -723,7 +726,7 @@ impl OperationRecords for DynamoStore {
     async fn case_counts(&self, tenant: Option<&TenantId>) -> Result<Vec<CaseCount>, StoreError> {
         let mut seen = Vec::new();
         let mut start: Option<Item> = None;
-        loop {
+        for page in 1..=CASE_COUNT_PAGES {
             let mut query = self
                 .client
                 .query()
@@ -756,6 +759,13 @@ impl OperationRecords for DynamoStore {
                 }
             }
             match out.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(_) if page == CASE_COUNT_PAGES => {
+                    tracing::warn!(
+                        pages = page,
+                        counted = seen.len(),
+                        "case counts stop at their page limit"
+                    );
+                }
                 Some(k) => start = Some(k),
                 None => break,
             }
@@ -763,6 +773,11 @@ impl OperationRecords for DynamoStore {
         Ok(count_cases(seen))
     }
 }
+
+/// Index pages the case counts read at most: each page holds thousands of
+/// the two small attributes read, so the limit is far past any backlog a
+/// person can work through, and a runaway one costs a bounded read.
+const CASE_COUNT_PAGES: usize = 200;
 
 /// Index pages read for one page of cases that pass a filter, at most: a
 /// full page costs a bounded read even when the cases that pass are few and
@@ -1135,38 +1150,6 @@ fn phase_metrics(metrics: &Metrics, prev: &OperationRecord, next: &OperationReco
     if prev.held_credits_refused.is_none() && next.held_credits_refused.is_some() {
         metrics.count("HeldCreditsRefused", &[]);
     }
-}
-
-/// A key of the table or an index as an opaque page cursor: its string and
-/// number attributes, as JSON, base64url.
-fn encode_cursor(key: &Item) -> Option<String> {
-    use base64::Engine;
-    let plain: HashMap<&String, (&str, &String)> = key
-        .iter()
-        .filter_map(|(k, v)| match v {
-            AttributeValue::S(s) => Some((k, ("S", s))),
-            AttributeValue::N(n) => Some((k, ("N", n))),
-            _ => None,
-        })
-        .collect();
-    let json = serde_json::to_vec(&plain).ok()?;
-    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json))
-}
-
-fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
-    use base64::Engine;
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .map_err(|_| StoreError::Cursor)?;
-    let plain: HashMap<String, (String, String)> = serde_json::from_slice(&raw).map_err(|_| StoreError::Cursor)?;
-    plain
-        .into_iter()
-        .map(|(k, (kind, v))| match kind.as_str() {
-            "S" => Ok((k, AttributeValue::S(v))),
-            "N" => Ok((k, AttributeValue::N(v))),
-            _ => Err(StoreError::Cursor),
-        })
-        .collect()
 }
 
 #[cfg(test)]

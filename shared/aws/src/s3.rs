@@ -202,7 +202,9 @@ impl ObjectStore for S3Store {
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StorageError> {
         let mut keys = Vec::new();
         let mut token: Option<String> = None;
-        loop {
+        // Pages of up to 1,000 keys, and one more for a short one; S3 may
+        // answer an empty page with a token, which counts too.
+        for _ in 0..=limit / 1000 + 1 {
             let page = self
                 .client
                 .list_objects_v2()
@@ -216,10 +218,11 @@ impl ObjectStore for S3Store {
             keys.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
             token = page.next_continuation_token().map(str::to_owned);
             if token.is_none() || keys.len() >= limit {
-                keys.truncate(limit);
-                return Ok(keys);
+                break;
             }
         }
+        keys.truncate(limit);
+        Ok(keys)
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectHead>, StorageError> {
