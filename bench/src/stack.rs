@@ -12,7 +12,7 @@ use genace_core::domain::Intent;
 use genace_core::domain::OperationId;
 use genace_core::domain::TenantId;
 use genace_core::record::DeliveryState;
-use genace_http::GenaceConfig;
+use genace_outbound::GenaceConfig;
 use genace_stages::config::Config;
 use genace_stages::config::ResourceNames;
 use genace_stages::ports::table::prelude::*;

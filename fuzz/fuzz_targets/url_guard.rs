@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use libfuzzer_sys::fuzz_target;
 use reqwest::Url;
 use genace_stages::config::UrlPolicy;
-use genace_http::download::check_url;
-use genace_http::download::is_public;
+use genace_outbound::download::check_url;
+use genace_outbound::download::is_public;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() >= 16 {

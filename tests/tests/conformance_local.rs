@@ -9,8 +9,8 @@ use conformance::api::Api;
 use conformance::genace::GenaceDouble;
 use conformance::{Context, run_scenarios, summary};
 use genace_aws::testkit::LocalAws;
-use genace_http::GenaceConfig;
 use genace_local::{devauth, runner};
+use genace_outbound::GenaceConfig;
 
 fn free_addr() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use genace_aws::testkit::LocalAws;
-use genace_http::GenaceConfig;
 use genace_local::{devauth, runner};
+use genace_outbound::GenaceConfig;
 use genace_stages::ports::outputs::ObjectStore;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};

@@ -754,7 +754,7 @@ fn webhooks_take_the_marked_events_from_the_bus_and_read_only_their_secrets() {
         .as_u64()
         .unwrap();
     assert!(
-        batch * genace_http::webhook::POST_TIMEOUT.as_secs() < timeout(&t, function),
+        batch * genace_outbound::webhook::POST_TIMEOUT.as_secs() < timeout(&t, function),
         "{batch} POSTs do not fit the webhook function's timeout"
     );
     // The function reads webhook secrets only, never the Genace key.

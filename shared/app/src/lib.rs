@@ -16,7 +16,7 @@
 
 use aws_config::SdkConfig;
 use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue, SqsRedelivery, SqsWebhookQueue};
-use genace_http::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
+use genace_outbound::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
 use genace_stages::config::Config;
 use genace_stages::pipeline::webhook_send::WebhookDeliverer;

@@ -22,7 +22,7 @@
 //!
 //! Depends on `genace-core` only among this workspace's crates. It must not
 //! import AWS, HTTP or Lambda crates: adapters implement its ports from
-//! above (`genace-aws`, `genace-http`), and the edge drives it
+//! above (`genace-aws`, `genace-outbound`), and the edge drives it
 //! (`genace-edge`).
 
 pub mod api;

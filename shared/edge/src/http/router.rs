@@ -43,7 +43,7 @@ enum Route {
     SpendLimit(String),
     MaxInFlight(String),
     Webhook(String),
-    Endpoints(super::endpoints::EndpointRoute),
+    Endpoints(super::webhook_endpoints::EndpointRoute),
 }
 
 /// The route of a request, and the operation id in its path. API Gateway
@@ -60,7 +60,7 @@ fn route(req: &Request) -> Option<Route> {
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
-    if let Some(endpoints) = super::endpoints::EndpointRoute::of(req, &segments) {
+    if let Some(endpoints) = super::webhook_endpoints::EndpointRoute::of(req, &segments) {
         return Some(Route::Endpoints(endpoints));
     }
     match segments.as_slice() {
@@ -139,7 +139,7 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
             webhook(intake, req, &tenant).await
         }
         (Some(Route::Webhook(_)), _) => Err(method_not_allowed("GET, PUT, DELETE")),
-        (Some(Route::Endpoints(route)), _) => super::endpoints::handle(intake, req, route).await,
+        (Some(Route::Endpoints(route)), _) => super::webhook_endpoints::handle(intake, req, route).await,
         (None, _) => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "no-route",

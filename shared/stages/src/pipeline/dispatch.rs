@@ -117,7 +117,7 @@ where
         self.dispatch(&message.operation_id).await
     }
 
-    async fn handle_delivery(&self, message: WorkMessage, receives: u32) -> Result<Dispatched, StageError> {
+    async fn handle_receipt(&self, message: WorkMessage, receives: u32) -> Result<Dispatched, StageError> {
         self.dispatch_delivered(&message.operation_id, receives > 1).await
     }
 }

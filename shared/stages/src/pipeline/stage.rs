@@ -41,10 +41,10 @@ pub trait Stage: Send + Sync {
 
     fn handle(&self, message: Self::Message) -> impl Future<Output = Result<Self::Outcome, StageError>> + Send;
 
-    /// [`handle`](Self::handle), told how many times the queue has now
-    /// delivered the message (1 the first time): for a stage that records
-    /// its attempts.
-    fn handle_delivery(
+    /// [`handle`](Self::handle) for one receipt of the message from its
+    /// queue, told how many times it has now been received (1 the first
+    /// time): for a stage that records its attempts.
+    fn handle_receipt(
         &self,
         message: Self::Message,
         _receives: u32,
@@ -53,7 +53,7 @@ pub trait Stage: Send + Sync {
     }
 
     /// How long a message that failed with `error`, on its `receives`-th
-    /// delivery, stays hidden before the next one. `None` (the default)
+    /// receipt, stays hidden before the next one. `None` (the default)
     /// leaves it to the queue's visibility timeout; the queue runner applies
     /// `Some` through a [`Redelivery`](crate::ports::queue::Redelivery).
     fn retry_after(&self, _error: &StageError, _receives: u32) -> Option<u32> {
@@ -66,13 +66,13 @@ pub async fn handle_body<S: Stage>(stage: &S, body: &str) -> Result<S::Outcome, 
     handle_received(stage, body, 1).await
 }
 
-/// [`handle_body`] for the `receives`-th delivery of the message.
+/// [`handle_body`] for the `receives`-th receipt of the message.
 pub async fn handle_received<S: Stage>(stage: &S, body: &str, receives: u32) -> Result<S::Outcome, StageError> {
     let message = serde_json::from_str(body).map_err(|e| StageError::Malformed(e.to_string()))?;
     // Boxed: stage futures are deep, and inlining them into a caller's
     // future (the Lambda runtime's) exceeds the compiler's layout limits.
     let handled: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> =
-        Box::pin(stage.handle_delivery(message, receives));
+        Box::pin(stage.handle_receipt(message, receives));
     handled.await
 }
 

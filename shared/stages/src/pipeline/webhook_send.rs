@@ -141,10 +141,10 @@ where
     type Outcome = Webhooked;
 
     async fn handle(&self, message: Value) -> Result<Webhooked, StageError> {
-        self.handle_delivery(message, 1).await
+        self.handle_receipt(message, 1).await
     }
 
-    async fn handle_delivery(&self, mut message: Value, receives: u32) -> Result<Webhooked, StageError> {
+    async fn handle_receipt(&self, mut message: Value, receives: u32) -> Result<Webhooked, StageError> {
         // The pipe's mark for the bus's rule is not part of the event.
         if let Some(d) = message.get_mut("detail").and_then(Value::as_object_mut) {
             d.remove(genace_core::events::WEBHOOKS_MEMBER);

@@ -1,5 +1,5 @@
 //! The downloads port: how deliver reads a rendered output. The deployed
-//! adapter (`genace_http::download`) puts every URL, redirect and resolved
+//! adapter (`genace_outbound::download`) puts every URL, redirect and resolved
 //! address through the output URL guard.
 
 use std::future::Future;

@@ -1,4 +1,5 @@
-//! Genace over HTTP, and output downloads over HTTP.
+//! Every call this service makes out over HTTP (the inbound API is
+//! `genace-edge`'s): Genace itself, output downloads and webhook POSTs.
 //!
 //! - [`client`]: the Genace client behind the `genace_stages::ports::genace::Genace`
 //!   port: never retried, never redirected, bounded bodies, a redacted key.

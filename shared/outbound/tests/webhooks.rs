@@ -1,6 +1,6 @@
 //! Webhook POSTs over HTTP against wiremock, and the URL guard in front.
 
-use genace_http::HttpWebhooks;
+use genace_outbound::HttpWebhooks;
 use genace_stages::config::UrlPolicy;
 use genace_stages::ports::webhooks::{PostError, WebhookSender};
 use wiremock::matchers::{body_string, header, method, path};

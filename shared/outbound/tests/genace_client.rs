@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use genace_core::remote::SubmitOutcome;
-use genace_http::{GenaceClient, GenaceConfig};
+use genace_outbound::{GenaceClient, GenaceConfig};
 use genace_stages::ports::genace::Genace;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
