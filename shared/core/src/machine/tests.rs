@@ -1,11 +1,14 @@
 //! The table test of the lifecycle: every transition by name, every
 //! refusal, the invariants, and what each resolution keeps of the money.
-//! Kept apart from the rules it checks so `machine.rs` reads whole.
+//! Kept apart from the rules it checks so each file of the table reads whole.
 
 use super::*;
+use crate::domain::Fault;
+use crate::record::{CancelReason, Claim, MAX_ERASED_KEYS, ReconciliationCase, RemoteError};
 use crate::record::{DeliveredObject, OutputRef};
 pub use crate::remote::AcceptedJob;
 use crate::remote::{JobSnapshot, RenderStatus};
+use chrono::Duration;
 use serde_json::json;
 
 // The tests speak of each transition by name; every one goes through

@@ -1,0 +1,191 @@
+//! Everything that can happen to an operation, as a stage or a person
+//! reports it, and the decisions an operator can take.
+
+use chrono::{DateTime, Utc};
+
+use crate::record::{CancelReason, CaseReason, DeliveredObject, RemoteError};
+use crate::remote::{AcceptedJob, JobSnapshot};
+
+/// An operator's decision on an operation that waits for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// A job was found at Genace: record it and resume observation.
+    AttachRemoteJob { job_id: String },
+    /// Nothing was created at Genace: authorize one new dispatch. The only
+    /// road back to `prepared`.
+    ConfirmNotCreated,
+    /// The account problem or rate limit that held a prepared operation is
+    /// fixed: dispatch it now, under the same operation key.
+    ReleaseHold,
+    /// The failed job's refund is settled.
+    MarkSettled,
+    /// Try delivery again from the first output.
+    RedriveDelivery,
+    /// Close the operation without further work.
+    Abandon,
+}
+
+impl Resolution {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resolution::AttachRemoteJob { .. } => "attach_remote_job",
+            Resolution::ConfirmNotCreated => "confirm_not_created",
+            Resolution::ReleaseHold => "release_hold",
+            Resolution::MarkSettled => "mark_settled",
+            Resolution::RedriveDelivery => "redrive_delivery",
+            Resolution::Abandon => "abandon",
+        }
+    }
+}
+
+/// Everything that can happen to an operation, as a stage or an operator
+/// reports it.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// Dispatch claims a prepared operation: the only road to a POST.
+    ClaimDispatch { token: &'a str },
+    /// The claim would take the tenant past its spend limit: wait to be
+    /// woken by a write that may free credits.
+    SpendLimitReached,
+    /// Every slot of the Genace account is taken by our jobs: wait to be
+    /// woken when a slot frees.
+    CapacityReached,
+    /// Genace answered 429: it did not process the request. `busy`: other
+    /// jobs of ours held slots at Genace meanwhile, so the refusal is the
+    /// account being full, which never counts toward a case.
+    RateLimited {
+        token: &'a str,
+        retry_at: DateTime<Utc>,
+        busy: bool,
+    },
+    /// Genace refused our account (401, 402, 403, a wrong path).
+    AccountRefused { token: &'a str, error: &'a RemoteError },
+    /// A 202 with a job id.
+    Accepted { token: &'a str, job: &'a AcceptedJob },
+    /// A 502 naming the failed job.
+    SubmitFailed {
+        token: &'a str,
+        job_id: &'a str,
+        error: &'a RemoteError,
+    },
+    /// 400, 409 or 422: the request itself is wrong.
+    Rejected { token: &'a str, error: &'a RemoteError },
+    /// Nobody knows whether Genace created a job.
+    OutcomeUnknown { token: &'a str, evidence: &'a str },
+    /// A dispatcher's claim lapsed before it recorded an outcome.
+    LeaseExpired { evidence: &'a str },
+    /// A status snapshot of the saved job. `stalled` carries the evidence
+    /// when the job is silent past the deadline: the stall case rides on
+    /// the same write.
+    Observed {
+        snapshot: &'a JobSnapshot,
+        next_check: DateTime<Utc>,
+        stalled: Option<&'a str>,
+    },
+    /// The remote job needs a person (missing, answered for another id, or
+    /// silent past the deadline with no snapshot). `keep_due` keeps polling.
+    CaseNeeded {
+        reason: CaseReason,
+        evidence: &'a str,
+        keep_due: bool,
+    },
+    /// The sweep moves its next look.
+    Reschedule { due: DateTime<Utc> },
+    /// Deliver claims a rendered operation's outputs.
+    ClaimDelivery { token: &'a str },
+    /// Every delivery attempt was used and the last stopped without reporting.
+    DeliveryLapsed,
+    /// One delivery attempt failed; the next comes at `retry_at`.
+    DeliveryFailed {
+        token: &'a str,
+        error: &'a str,
+        retry_at: DateTime<Utc>,
+    },
+    /// An output can never be fetched.
+    DeliveryRefused {
+        token: &'a str,
+        reason: CaseReason,
+        evidence: &'a str,
+    },
+    /// Every output is stored and verified.
+    Delivered {
+        token: &'a str,
+        objects: &'a [DeliveredObject],
+    },
+    /// An operator's audited decision.
+    Resolved(Decision<'a>),
+    /// The operation is taken back before its dispatch claim: by `by` (its
+    /// tenant or an operator) or by its deadline. It wins or loses against
+    /// the claim in one conditional write.
+    Cancel { by: &'a str, reason: CancelReason },
+    /// The delivered objects were deleted from the bucket at `by`'s request.
+    /// The tenant's or an operator's erasure; `objects`: the keys deleted.
+    OutputsErased { by: &'a str, objects: &'a [String] },
+}
+
+/// Who decided what, and why.
+#[derive(Debug, Clone, Copy)]
+pub struct Decision<'a> {
+    pub resolution: &'a Resolution,
+    pub actor: &'a str,
+    pub reason: &'a str,
+}
+
+impl Event<'_> {
+    /// What the event asks for, as a refusal names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::ClaimDispatch { .. } => "claim",
+            Event::SpendLimitReached => "wait for the spend limit",
+            Event::CapacityReached => "wait for capacity",
+            Event::RateLimited { .. } => "release",
+            Event::AccountRefused { .. } => "hold",
+            Event::Accepted { .. } => "accept",
+            Event::SubmitFailed { .. } => "record a submission failure",
+            Event::Rejected { .. } => "reject",
+            Event::OutcomeUnknown { .. } => "mark uncertain",
+            Event::LeaseExpired { .. } => "interrupt",
+            Event::Observed { .. } => "observe",
+            Event::CaseNeeded { .. } => "open a case",
+            Event::Reschedule { .. } => "reschedule",
+            Event::ClaimDelivery { .. } => "deliver",
+            Event::DeliveryLapsed => "give up delivery",
+            Event::DeliveryFailed { .. } => "record a failed delivery",
+            Event::DeliveryRefused { .. } => "record a refused delivery",
+            Event::Delivered { .. } => "record delivery",
+            Event::Resolved(d) => d.resolution.name(),
+            Event::Cancel { .. } => "cancel",
+            Event::OutputsErased { .. } => "erase outputs",
+        }
+    }
+
+    /// Where the event applies, as a refusal names it.
+    pub fn expected(&self) -> &'static str {
+        match self {
+            Event::ClaimDispatch { .. } | Event::SpendLimitReached | Event::CapacityReached => "prepared",
+            Event::Cancel { .. } => "prepared, or cancelled already",
+            Event::RateLimited { .. }
+            | Event::AccountRefused { .. }
+            | Event::Rejected { .. }
+            | Event::OutcomeUnknown { .. }
+            | Event::LeaseExpired { .. } => "submitting",
+            Event::Accepted { .. } | Event::SubmitFailed { .. } => "submitting or uncertain",
+            Event::Observed { .. } | Event::CaseNeeded { .. } => "accepted",
+            Event::Reschedule { .. } => "any phase",
+            Event::ClaimDelivery { .. }
+            | Event::DeliveryLapsed
+            | Event::DeliveryFailed { .. }
+            | Event::DeliveryRefused { .. }
+            | Event::Delivered { .. } => "rendered",
+            Event::OutputsErased { .. } => "finished, or rendered with its delivery over",
+            Event::Resolved(d) => match d.resolution {
+                Resolution::AttachRemoteJob { .. } => "uncertain, or accepted with its remote job missing",
+                Resolution::ConfirmNotCreated => "uncertain",
+                Resolution::ReleaseHold => "prepared and held (account_problem or rate_limited)",
+                Resolution::MarkSettled => "submit_failed with settlement pending",
+                Resolution::RedriveDelivery => "rendered with delivery_failed",
+                Resolution::Abandon => "an open reconciliation case",
+            },
+        }
+    }
+}
