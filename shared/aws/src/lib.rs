@@ -7,7 +7,7 @@
 //! - [`secrets`]: Secrets Manager (`SecretStore`), for webhook secrets.
 //! - [`clients`]: SDK configuration, timeouts and retries.
 //! - [`stream`]: the table's change stream, decoded into lifecycle events.
-//! - [`schema`]: the table's index names, named once.
+//! - [`schema`]: the table's keys, indexes and key prefixes, named once.
 //! - [`provision`]: creating the table, queues and bucket (local runs, tests).
 //! - `testkit` (feature): a fresh set of resources on the local endpoint.
 //!

@@ -11,9 +11,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 
 use genace_stages::config::{QueueUrls, ResourceNames};
 
-use crate::schema::{
-    CASE_AGE_INDEX, CASE_INDEX, DUE_INDEX, JOB_INDEX, LIST_ALL_INDEX, LIST_INDEX, LOG_INDEX, WAIT_INDEX,
-};
+use crate::schema;
 
 /// Receives before a message moves to its dead-letter queue.
 pub const MAX_RECEIVE_COUNT: u32 = 5;
@@ -82,58 +80,34 @@ fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
         .expect("attribute fields are set")
 }
 
-/// The table's five sparse indexes, two list indexes and the webhook log index, as the template defines them
-/// (`tests/tests/resources.rs` holds the two to each other).
+/// The table's secondary indexes, built from [`schema::INDEXES`]
+/// (`tests/tests/resources.rs` holds them to the template's).
 fn indexes(table: &str) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError> {
-    let projected = |kind: ProjectionType, attributes: &[&str]| {
-        attributes
-            .iter()
-            .fold(Projection::builder().projection_type(kind), |p, a| {
-                p.non_key_attributes(*a)
-            })
-            .build()
-    };
-    let index = |name: &str, hash: &str, range: Option<&str>, projection: Projection| {
-        let keys = GlobalSecondaryIndex::builder()
-            .index_name(name)
-            .key_schema(key(hash, KeyType::Hash));
-        range
-            .map_or(keys.clone(), |r| keys.key_schema(key(r, KeyType::Range)))
-            .projection(projection)
-            .build()
-    };
-    let include = |attributes: &[&str]| projected(ProjectionType::Include, attributes);
-    let all = || projected(ProjectionType::All, &[]);
-    let keys_only = || projected(ProjectionType::KeysOnly, &[]);
-    [
-        index(
-            DUE_INDEX,
-            "due_pk",
-            Some("due_at"),
-            include(&["operation_id", "phase", "delivery_state"]),
-        ),
-        index(CASE_INDEX, "case_pk", Some("case_sk"), all()),
-        index(
-            CASE_AGE_INDEX,
-            "case_pk",
-            Some("case_age_sk"),
-            include(&["case_reason"]),
-        ),
-        index(JOB_INDEX, "remote_job_id", None, keys_only()),
-        index(WAIT_INDEX, "wait_pk", Some("wait_sk"), keys_only()),
-        index(LIST_INDEX, "list_pk", Some("list_sk"), include(&["operation_key"])),
-        index(
-            LIST_ALL_INDEX,
-            "list_all_pk",
-            Some("list_sk"),
-            include(&["operation_key"]),
-        ),
-        // Webhook delivery logs: small items, read whole.
-        index(LOG_INDEX, "log_pk", Some("log_sk"), all()),
-    ]
-    .into_iter()
-    .map(|i| i.map_err(|e| fail(table, e)))
-    .collect()
+    schema::INDEXES
+        .iter()
+        .map(|index| {
+            let (kind, non_key): (ProjectionType, &[&str]) = match index.projection {
+                schema::Projection::KeysOnly => (ProjectionType::KeysOnly, &[]),
+                schema::Projection::All => (ProjectionType::All, &[]),
+                schema::Projection::Include(attributes) => (ProjectionType::Include, attributes),
+            };
+            let projection = non_key
+                .iter()
+                .fold(Projection::builder().projection_type(kind), |p, a| {
+                    p.non_key_attributes(*a)
+                })
+                .build();
+            let keys = GlobalSecondaryIndex::builder()
+                .index_name(index.name)
+                .key_schema(key(index.hash, KeyType::Hash));
+            index
+                .range
+                .map_or(keys.clone(), |r| keys.key_schema(key(r, KeyType::Range)))
+                .projection(projection)
+                .build()
+                .map_err(|e| fail(table, e))
+        })
+        .collect()
 }
 
 pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ProvisionError> {
@@ -141,21 +115,16 @@ pub async fn ensure_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .create_table()
         .table_name(table)
         .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(key("pk", KeyType::Hash))
-        .attribute_definitions(attr("pk", ScalarAttributeType::S))
-        .attribute_definitions(attr("due_pk", ScalarAttributeType::S))
-        .attribute_definitions(attr("due_at", ScalarAttributeType::N))
-        .attribute_definitions(attr("case_pk", ScalarAttributeType::S))
-        .attribute_definitions(attr("case_sk", ScalarAttributeType::S))
-        .attribute_definitions(attr("case_age_sk", ScalarAttributeType::S))
-        .attribute_definitions(attr("remote_job_id", ScalarAttributeType::S))
-        .attribute_definitions(attr("wait_pk", ScalarAttributeType::S))
-        .attribute_definitions(attr("wait_sk", ScalarAttributeType::S))
-        .attribute_definitions(attr("list_pk", ScalarAttributeType::S))
-        .attribute_definitions(attr("list_all_pk", ScalarAttributeType::S))
-        .attribute_definitions(attr("list_sk", ScalarAttributeType::S))
-        .attribute_definitions(attr("log_pk", ScalarAttributeType::S))
-        .attribute_definitions(attr("log_sk", ScalarAttributeType::S))
+        .key_schema(key(schema::TABLE_KEY, KeyType::Hash))
+        .set_attribute_definitions(Some(
+            schema::KEY_ATTRIBUTES
+                .iter()
+                .map(|(name, kind)| match kind {
+                    schema::KeyType::String => attr(name, ScalarAttributeType::S),
+                    schema::KeyType::Number => attr(name, ScalarAttributeType::N),
+                })
+                .collect(),
+        ))
         .set_global_secondary_indexes(Some(indexes(table)?))
         // The template's stream: the source of the lifecycle events.
         .stream_specification(

@@ -38,7 +38,7 @@ fn is_operation(item: &serde_dynamo::Item) -> bool {
 }
 
 fn decode(index: usize, mut item: serde_dynamo::Item) -> Result<OperationRecord, StreamError> {
-    for computed in crate::dynamodb::COMPUTED_ATTRIBUTES {
+    for computed in crate::schema::COMPUTED_ATTRIBUTES {
         item.remove(computed);
     }
     serde_dynamo::from_item(item).map_err(|e| StreamError::Image {

@@ -23,7 +23,9 @@ use std::collections::HashMap;
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, Receivers};
 use genace_stages::ports::table::{StoreError, WebhookEndpoints, log_page};
 
-use super::{DynamoStore, Item, WEBHOOK_PREFIX, service_error};
+use super::DynamoStore;
+use super::item::{Item, service_error};
+use crate::schema::WEBHOOK_PREFIX;
 
 fn endpoints_key(tenant: &TenantId) -> Item {
     Item::from([("pk".to_owned(), AttributeValue::S(format!("ENDPOINTS#{tenant}")))])

@@ -1,6 +1,6 @@
 //! Listing operations from the two list indexes: a tenant's own order
 //! (`list_pk` = `LIST#<tenant>`) and the order across tenants, spread over
-//! [`ACROSS_SHARDS`] partitions (`list_all_pk` = `ALL#<shard>`) so that no
+//! [`LIST_ACROSS_SHARDS`] partitions (`list_all_pk` = `ALL#<shard>`) so that no
 //! one partition takes every create. Both sort by `list_sk`
 //! ([`list_sort_key`]), and both project the operation key, so a key prefix
 //! is filtered in the index. Phase and delivery state change with every
@@ -13,26 +13,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::record::OperationRecord;
-use genace_stages::ports::list::{ListFilter, ListPage, ListPosition, list_sort_key};
+use genace_stages::ports::list::{ListFilter, ListPage, ListPosition};
 use genace_stages::ports::table::StoreError;
 
-use super::{DynamoStore, Item, from_item, service_error};
-
-/// Partitions of the order across tenants.
-pub const ACROSS_SHARDS: u32 = 8;
-
-/// The computed attributes that put a record in both list orders.
-pub(super) fn list_attributes(rec: &OperationRecord) -> [(&'static str, String); 3] {
-    [
-        ("list_pk", tenant_partition(&rec.tenant_id)),
-        ("list_all_pk", format!("ALL#{}", rec.operation_id.shard(ACROSS_SHARDS))),
-        ("list_sk", list_sort_key(rec)),
-    ]
-}
-
-fn tenant_partition(tenant: &TenantId) -> String {
-    format!("LIST#{tenant}")
-}
+use super::DynamoStore;
+use super::item::{Item, from_item, service_error};
+use crate::schema::{LIST_ACROSS_SHARDS, list_all_partition, list_partition};
 
 /// What one partition gave: list keys (newest first) and, when it has more,
 /// the last key it read.
@@ -51,9 +37,9 @@ impl DynamoStore {
         now: DateTime<Utc>,
     ) -> Result<ListPage, StoreError> {
         let partitions: Vec<(&str, &str, String)> = match tenant {
-            Some(t) => vec![(crate::schema::LIST_INDEX, "list_pk", tenant_partition(t))],
-            None => (0..ACROSS_SHARDS)
-                .map(|s| (crate::schema::LIST_ALL_INDEX, "list_all_pk", format!("ALL#{s}")))
+            Some(t) => vec![(crate::schema::LIST_INDEX, "list_pk", list_partition(t.as_str()))],
+            None => (0..LIST_ACROSS_SHARDS)
+                .map(|s| (crate::schema::LIST_ALL_INDEX, "list_all_pk", list_all_partition(s)))
                 .collect(),
         };
         let limit = usize::try_from(limit.clamp(1, 100)).unwrap_or(1);
