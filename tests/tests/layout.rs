@@ -15,11 +15,10 @@ const MAX_FILE_LINES: usize = 600;
 /// the length it has now. A listed file may shrink, not grow; once it is
 /// under the limit the test fails until its line is removed, so the list
 /// only gets shorter.
-const LONG_FILES: [(&str, usize); 5] = [
+const LONG_FILES: [(&str, usize); 4] = [
     ("local/src/artifacts.rs", 692),
     ("shared/core/src/domain.rs", 718),
     ("shared/core/src/record.rs", 646),
-    ("shared/edge/src/http/router.rs", 621),
     ("sim/src/world.rs", 710),
 ];
 

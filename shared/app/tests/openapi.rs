@@ -1076,6 +1076,25 @@ fn the_webhook_event_filter_names_every_event_type_once() {
     assert_eq!(events["uniqueItems"], true);
 }
 
+/// The router's one route table and the document name the same routes:
+/// every row is a documented operation, and every documented operation a
+/// row.
+#[test]
+fn the_route_table_is_the_documents_list_of_operations() {
+    let doc = Doc::load();
+    let documented: BTreeSet<(String, String)> = doc
+        .promised()
+        .into_iter()
+        .map(|(path, method, _)| (path, method.to_ascii_uppercase()))
+        .collect();
+    let table: BTreeSet<(String, String)> = api::routes::ROUTES
+        .iter()
+        .map(|r| (r.path.to_owned(), r.method.as_str().to_owned()))
+        .collect();
+    assert_eq!(table.len(), api::routes::ROUTES.len(), "a row is listed twice");
+    assert_eq!(table, documented);
+}
+
 /// Every page of a listing through the API, with the cursor each returns.
 async fn pages(intake: &Intake<DynamoStore, SqsQueue, S3Store>, query: &str, claims: &Value) -> (Vec<String>, usize) {
     let mut found = Vec::new();

@@ -1,18 +1,20 @@
 //! The HTTP API of intake and of the operators.
 //!
-//! - [`router`]: routes, request bodies and responses; [`handle`] is the entry.
-//! - [`request`]: the one JSON body reader, page limits, query parameters.
-//! - [`webhook_endpoints`]: the webhook endpoints' routes.
+//! - [`routes`]: the one route table (method, path, who may call, handler).
+//! - [`router`]: [`handle`], the entry: finds the route and calls its handler.
+//! - [`handlers`]: one file per resource.
+//! - [`request`]: the one JSON body reader, page limits, `If-Match`, query parameters.
 //! - [`auth`]: [`Principal`], the one reader of the authorizer's claims.
 //! - [`views`]: the JSON of an operation and of a case.
 //! - [`problem`]: every error as an RFC 9457 problem document.
 
 pub mod auth;
+pub mod handlers;
 pub mod problem;
 pub mod request;
 pub mod router;
+pub mod routes;
 pub mod views;
-pub mod webhook_endpoints;
 
 pub use auth::Principal;
 pub use problem::{PROBLEM_JSON, Problem};

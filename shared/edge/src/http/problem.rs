@@ -266,14 +266,14 @@ fn erasure_refused(phase: Phase, delivery_state: DeliveryState) -> Problem {
 
 /// 405, naming the methods the resource supports (RFC 9110 §15.5.6), in
 /// the body and in `Allow`.
-pub fn method_not_allowed(allow: &'static str) -> Problem {
+pub fn method_not_allowed(allow: String) -> Problem {
     Problem::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method-not-allowed",
         "Method not allowed",
         format!("Use {allow}."),
     )
-    .with("allow", allow)
+    .with("allow", allow.clone())
     .with_header(header::ALLOW, allow)
 }
 

@@ -1,11 +1,12 @@
 //! Reading a request: the one JSON body reader (413 over its limit, 415
-//! unless it says JSON, 400 unless it parses), the page limit, and the
-//! operator's `tenant` parameter. Every route reads through these, so every
+//! unless it says JSON, 400 unless it parses) and its members, the page
+//! limit, the operator's `tenant` parameter, `If-Match` and time parameters. Every route reads through these, so every
 //! route answers the same way.
 
 use genace_core::domain::{InvalidInput, TenantId};
 use lambda_http::Request;
 use lambda_http::aws_lambda_events::query_map::QueryMap;
+use lambda_http::http::header::IF_MATCH;
 use lambda_http::http::{StatusCode, header};
 use serde_json::Value;
 
@@ -73,5 +74,66 @@ pub fn page_limit(q: &QueryMap) -> Result<i32, Problem> {
 pub fn tenant_param(q: &QueryMap) -> Result<Option<TenantId>, Problem> {
     q.first("tenant")
         .map(|t| TenantId::parse(t).map_err(|_| Problem::from(InvalidInput::new("tenant", "is not a tenant id"))))
+        .transpose()
+}
+
+/// The version named by `If-Match`: 428 when absent; 400 unless it is one
+/// entity tag of this API's form (`"<version>"`, optionally weak), as the
+/// OpenAPI document's pattern says (`*`, a list, an empty value included);
+/// the resolution then answers 412 if that version is not the current one.
+pub fn if_match_version(req: &Request) -> Result<u64, Problem> {
+    let raw = req
+        .headers()
+        .get(IF_MATCH)
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::PRECONDITION_REQUIRED,
+                "if-match-required",
+                "Send If-Match with the operation's version",
+                "Read the operation first and send its ETag in If-Match, so the decision applies to what was seen.",
+            )
+        })?
+        .to_str()
+        .unwrap_or("")
+        .trim();
+    let digits = raw
+        .strip_prefix("W/")
+        .unwrap_or(raw)
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .filter(|d| (1..=18).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()));
+    digits.and_then(|d| d.parse::<u64>().ok()).ok_or_else(|| {
+        InvalidInput::new(
+            "If-Match",
+            "must be the one ETag of the operation as read, for example \"7\"",
+        )
+        .into()
+    })
+}
+
+/// 400 unless the body is an object whose members are all in `allowed`:
+/// unknown members are refused, as the OpenAPI document says
+/// (`additionalProperties: false`), so a misspelt field is never ignored.
+pub fn only_members(body: &Value, allowed: &[&str]) -> Result<(), Problem> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| Problem::from(InvalidInput::new("body", "must be a JSON object")))?;
+    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(unknown) => Err(InvalidInput::new(unknown.clone(), "is not a known member").into()),
+        None => Ok(()),
+    }
+}
+
+/// The query parameter `name` as an RFC 3339 time, if given.
+pub fn time_param(
+    q: &lambda_http::aws_lambda_events::query_map::QueryMap,
+    name: &str,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, Problem> {
+    q.first(name)
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|_| Problem::from(InvalidInput::new(name, "must be an RFC 3339 time")))
+        })
         .transpose()
 }

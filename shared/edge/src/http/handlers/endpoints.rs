@@ -11,59 +11,14 @@ use genace_stages::ports::clock::Clock;
 use genace_stages::ports::cursor;
 use genace_stages::ports::queue::WorkQueue;
 use genace_stages::ports::table::OperationStore;
-use lambda_http::http::{Method, StatusCode};
+use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
 
-use super::auth::Principal;
-use super::problem::{Problem, method_not_allowed};
-use super::request::{MAX_SMALL_BODY_BYTES, json_body, page_limit, tenant_param};
-
-/// Which endpoint resource a path names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EndpointRoute {
-    /// `/v1/webhooks/endpoints`
-    All,
-    /// `/v1/webhooks/endpoints/{endpoint_id}`
-    One(String),
-    /// `/v1/webhooks/endpoints/{endpoint_id}/rotate`
-    Rotate(String),
-    /// `/v1/webhooks/endpoints/{endpoint_id}/attempts`
-    Attempts(String),
-    /// `/v1/webhooks/endpoints/{endpoint_id}/replay`
-    Replay(String),
-    /// `/v1/webhooks/endpoints/{endpoint_id}/recover`
-    Recover(String),
-}
-
-impl EndpointRoute {
-    /// The route of `segments` (the path split at `/`), if it is one.
-    pub fn of(req: &Request, segments: &[&str]) -> Option<Self> {
-        let named = req
-            .path_parameters_ref()
-            .and_then(|p| p.first("endpoint_id"))
-            .map(str::to_owned);
-        let id = |raw: &str| named.clone().unwrap_or_else(|| raw.to_owned());
-        match segments {
-            [.., "v1", "webhooks", "endpoints"] => Some(Self::All),
-            [.., "v1", "webhooks", "endpoints", e] => Some(Self::One(id(e))),
-            [.., "v1", "webhooks", "endpoints", e, "rotate"] => Some(Self::Rotate(id(e))),
-            [.., "v1", "webhooks", "endpoints", e, "attempts"] => Some(Self::Attempts(id(e))),
-            [.., "v1", "webhooks", "endpoints", e, "replay"] => Some(Self::Replay(id(e))),
-            [.., "v1", "webhooks", "endpoints", e, "recover"] => Some(Self::Recover(id(e))),
-            _ => None,
-        }
-    }
-
-    fn allowed(&self) -> &'static str {
-        match self {
-            Self::All => "GET, POST",
-            Self::One(_) => "GET, PATCH, DELETE",
-            Self::Rotate(_) | Self::Replay(_) | Self::Recover(_) => "POST",
-            Self::Attempts(_) => "GET",
-        }
-    }
-}
+use crate::http::auth::Principal;
+use crate::http::problem::Problem;
+use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, page_limit, tenant_param};
+use crate::http::routes::EndpointHandler;
 
 /// The tenant whose endpoints the caller manages, and who it is.
 fn caller<S, Q, O, C>(intake: &Intake<S, Q, O, C>, req: &Request) -> Result<(TenantId, String), Problem> {
@@ -221,63 +176,57 @@ async fn recover<S: OperationStore, Q: WorkQueue, C: Clock>(
     ))
 }
 
-/// Answers one request on a webhook endpoint route.
+/// Answers one request on a webhook endpoint route: `id` is the path's
+/// endpoint, "" for the collection.
 pub async fn handle<S: OperationStore, Q: WorkQueue, O, C: Clock>(
     intake: &Intake<S, Q, O, C>,
     req: Request,
-    route: EndpointRoute,
+    handler: EndpointHandler,
+    id: &str,
 ) -> Result<Response<Body>, Problem> {
-    let allow = route.allowed();
-    // Before the caller: a method the route lacks is 405 for anyone.
-    if !allow.split(", ").any(|m| m == req.method().as_str()) {
-        return Err(method_not_allowed(allow));
-    }
     let (tenant, actor) = caller(intake, &req)?;
     let endpoints = intake.endpoints(tenant, actor);
     let policy = intake.config.webhook_url_policy();
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
-    match (route, req.method().clone()) {
-        (EndpointRoute::All, Method::GET) => {
+    match handler {
+        EndpointHandler::List => {
             let all: Vec<Value> = endpoints.list().await?.iter().map(endpoint_view).collect();
             Ok(answer(StatusCode::OK, &json!({"endpoints": all})))
         }
-        (EndpointRoute::All, Method::POST) => {
+        EndpointHandler::Create => {
             let change = EndpointChange::parse(&body(&req)?, &policy, true)?;
             Ok(answer(
                 StatusCode::CREATED,
                 &with_secret(&endpoints.create(change).await?),
             ))
         }
-        (EndpointRoute::One(id), Method::GET) => Ok(answer(StatusCode::OK, &endpoint_view(&endpoints.get(&id).await?))),
-        (EndpointRoute::One(id), Method::PATCH) => {
+        EndpointHandler::Read => Ok(answer(StatusCode::OK, &endpoint_view(&endpoints.get(id).await?))),
+        EndpointHandler::Update => {
             let change = EndpointChange::parse(&body(&req)?, &policy, false)?;
             Ok(answer(
                 StatusCode::OK,
-                &endpoint_view(&endpoints.update(&id, change).await?),
+                &endpoint_view(&endpoints.update(id, change).await?),
             ))
         }
-        (EndpointRoute::One(id), Method::DELETE) => {
-            endpoints.delete(&id).await?;
+        EndpointHandler::Delete => {
+            endpoints.delete(id).await?;
             Ok(Response::builder()
                 .status(StatusCode::NO_CONTENT)
                 .body(Body::Empty)
                 .expect("valid response"))
         }
-        (EndpointRoute::Rotate(id), Method::POST) => {
-            Ok(answer(StatusCode::OK, &with_secret(&endpoints.rotate(&id).await?)))
-        }
-        (EndpointRoute::Attempts(id), Method::GET) => {
-            let (status, limit, after) = log_query(&q, &id)?;
-            let page = endpoints.attempts(&id, status, limit, after.as_deref()).await?;
+        EndpointHandler::Rotate => Ok(answer(StatusCode::OK, &with_secret(&endpoints.rotate(id).await?))),
+        EndpointHandler::Attempts => {
+            let (status, limit, after) = log_query(&q, id)?;
+            let page = endpoints.attempts(id, status, limit, after.as_deref()).await?;
             let attempts: Vec<Value> = page.attempts.iter().map(attempt_view).collect();
-            let next = page.next.map(|k| cursor_for(&id, &k));
+            let next = page.next.map(|k| cursor_for(id, &k));
             Ok(answer(
                 StatusCode::OK,
                 &json!({"attempts": attempts, "next_cursor": next}),
             ))
         }
-        (EndpointRoute::Replay(id), Method::POST) => replay(&endpoints, &id, &body(&req)?).await,
-        (EndpointRoute::Recover(id), Method::POST) => recover(&endpoints, &id, &q).await,
-        _ => Err(method_not_allowed(allow)),
+        EndpointHandler::Replay => replay(&endpoints, id, &body(&req)?).await,
+        EndpointHandler::Recover => recover(&endpoints, id, &q).await,
     }
 }

@@ -1,0 +1,114 @@
+//! `/v1/reconciliation-cases` and an operation's resolution: operators only.
+
+use genace_core::domain::{InvalidInput, OperationId, RemoteJobId};
+use genace_core::machine::Resolution;
+use genace_core::record::CaseReason;
+use genace_stages::api::admin::Operator;
+use genace_stages::api::intake::Intake;
+use genace_stages::ports::clock::Clock;
+use genace_stages::ports::outputs::ObjectStore;
+use genace_stages::ports::queue::WorkQueue;
+use genace_stages::ports::table::OperationStore;
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde_json::{Value, json};
+
+use super::ok_json;
+use super::operations::operation_response;
+use crate::http::problem::{Problem, not_found};
+use crate::http::request::{
+    MAX_SMALL_BODY_BYTES, if_match_version, json_body, only_members, page_limit, tenant_param, time_param,
+};
+use crate::http::views::{case_view, view_with_links};
+
+pub(crate) async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    op: &Operator,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
+    let tenant = tenant_param(&q)?;
+    let reason = q
+        .first("reason")
+        .map(|r| CaseReason::parse(r).ok_or_else(|| Problem::from(InvalidInput::new("reason", "is not a case reason"))))
+        .transpose()?;
+    let opened_before = time_param(&q, "opened_before")?;
+    let limit = page_limit(&q)?;
+    let filter = genace_stages::ports::table::CaseFilter { reason, opened_before };
+    let page = intake.admin(op).cases(tenant, filter, limit, q.first("cursor")).await?;
+    let cases: Vec<Value> = page.records.iter().map(case_view).collect();
+    Ok(ok_json(json!({"cases": cases, "next_cursor": page.next})))
+}
+
+/// GET /v1/reconciliation-cases/counts: open cases per reason, with the
+/// oldest of each, over the operator's scope (or `tenant`).
+pub(crate) async fn case_counts<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    op: &Operator,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
+    let counts = intake.admin(op).case_counts(tenant_param(&q)?).await?;
+    let open: u64 = counts.iter().map(|c| c.open).sum();
+    let reasons: Vec<Value> = counts
+        .iter()
+        .map(|c| json!({"reason": c.reason, "open": c.open, "oldest_opened_at": c.oldest}))
+        .collect();
+    Ok(ok_json(json!({"open": open, "reasons": reasons})))
+}
+
+/// Longest reason an operator may give for a resolution, in characters.
+pub(crate) const MAX_REASON_CHARS: usize = 512;
+
+pub(crate) async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    op: &Operator,
+    req: Request,
+    raw_id: &str,
+) -> Result<Response<Body>, Problem> {
+    let body = json_body(&req, "resolution", MAX_SMALL_BODY_BYTES)?;
+    only_members(&body, &["action", "reason", "job_id"])?;
+    let text = |name: &str| {
+        body.get(name)
+            .and_then(Value::as_str)
+            .filter(|s| !genace_core::domain::is_blank(s))
+            .map(str::trim)
+    };
+    let reason = text("reason").ok_or_else(|| Problem::from(InvalidInput::new("reason", "is required")))?;
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return Err(InvalidInput::new("reason", format!("must be at most {MAX_REASON_CHARS} characters")).into());
+    }
+    // A job id, whatever the action, is a job id: a number or a blank one
+    // is refused, never ignored.
+    if let Some(job) = body.get("job_id") {
+        let raw = job
+            .as_str()
+            .ok_or_else(|| Problem::from(InvalidInput::new("job_id", "must be a string")))?;
+        RemoteJobId::parse(raw)?;
+    }
+    let resolution = match text("action") {
+        Some("attach_remote_job") => {
+            let raw = text("job_id")
+                .ok_or_else(|| Problem::from(InvalidInput::new("job_id", "is required to attach a job")))?;
+            Resolution::AttachRemoteJob {
+                job_id: RemoteJobId::parse(raw)?.into_string(),
+            }
+        }
+        Some("confirm_not_created") => Resolution::ConfirmNotCreated,
+        Some("release_hold") => Resolution::ReleaseHold,
+        Some("mark_settled") => Resolution::MarkSettled,
+        Some("redrive_delivery") => Resolution::RedriveDelivery,
+        Some("abandon") => Resolution::Abandon,
+        _ => {
+            return Err(InvalidInput::new(
+                "action",
+                "must be attach_remote_job, confirm_not_created, release_hold, mark_settled, redrive_delivery or abandon",
+            )
+            .into());
+        }
+    };
+    let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
+    let version = if_match_version(&req)?;
+    let rec = intake.admin(op).resolve(&id, &resolution, reason, version).await?;
+    let body = view_with_links(&rec, &intake.links(&rec).await);
+    Ok(operation_response(&rec, &body))
+}

@@ -1,0 +1,61 @@
+//! Credits: a tenant's own, every tenant's, and a tenant's spend limit.
+
+use genace_core::domain::{InvalidInput, TenantId};
+use genace_stages::api::admin::Operator;
+use genace_stages::api::intake::Intake;
+use genace_stages::ports::clock::Clock;
+use genace_stages::ports::outputs::ObjectStore;
+use genace_stages::ports::queue::WorkQueue;
+use genace_stages::ports::table::OperationStore;
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde_json::{Value, json};
+
+use super::ok_json;
+use crate::http::auth::Principal;
+use crate::http::problem::{Problem, not_found};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members, page_limit};
+use crate::http::views::credits_view;
+
+pub(crate) async fn my_credits<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let principal = Principal::read(req, &intake.config)?;
+    let ledger = intake.credits(principal.tenant(&intake.config)?).await?;
+    Ok(ok_json(credits_view(&ledger)))
+}
+
+pub(crate) async fn all_credits<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    op: &Operator,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
+    let page = intake.admin(op).all_credits(page_limit(&q)?, q.first("cursor")).await?;
+    let tenants: Vec<Value> = page.ledgers.iter().map(credits_view).collect();
+    Ok(ok_json(json!({"tenants": tenants, "next_cursor": page.next})))
+}
+
+/// Largest spend limit accepted, in credits.
+pub(crate) const MAX_SPEND_LIMIT: f64 = 1e12;
+
+pub(crate) async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    op: &Operator,
+    req: Request,
+    raw_tenant: &str,
+) -> Result<Response<Body>, Problem> {
+    let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
+    let body = json_body(&req, "spend limit", MAX_SMALL_BODY_BYTES)?;
+    only_members(&body, &["spend_limit"])?;
+    let limit = match body.get("spend_limit") {
+        Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(v) if (0.0..=MAX_SPEND_LIMIT).contains(&v) => Some(genace_core::ledger::millis(v)),
+            _ => return Err(InvalidInput::new("spend_limit", "must be between 0 and 1e12 credits").into()),
+        },
+        _ => return Err(InvalidInput::new("spend_limit", "is required: a number of credits, or null for none").into()),
+    };
+    let ledger = intake.admin(op).set_spend_limit(&tenant, limit).await?;
+    Ok(ok_json(credits_view(&ledger)))
+}

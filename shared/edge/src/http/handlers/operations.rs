@@ -1,0 +1,199 @@
+//! `/v1/operations`: create and list, read one, cancel it, erase its
+//! outputs. The owning tenant, or an operator in scope.
+
+use genace_core::domain::{Intent, InvalidInput, OperationId};
+use genace_core::record::{DeliveryState, Phase};
+use genace_stages::api::intake::{Intake, Submitted};
+use genace_stages::ports::clock::Clock;
+use genace_stages::ports::list::ListFilter;
+use genace_stages::ports::outputs::ObjectStore;
+use genace_stages::ports::queue::WorkQueue;
+use genace_stages::ports::table::OperationStore;
+use lambda_http::http::{HeaderValue, StatusCode, header};
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde_json::{Value, json};
+
+use super::{json_response, ok_json};
+use crate::http::auth::Principal;
+use crate::http::problem::{Problem, not_found};
+use crate::http::request::{json_body, page_limit, tenant_param, time_param};
+use crate::http::views::{etag, expected_spend_hold, queue_view, view, view_with_links};
+
+pub(crate) async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: Request,
+) -> Result<Response<Body>, Problem> {
+    let principal = Principal::read(&req, &intake.config)?;
+    let tenant = principal.tenant(&intake.config)?;
+    let value = json_body(&req, "intent", intake.config.max_body_bytes)?;
+    let header_key = match req.headers().get("idempotency-key") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| Problem::from(InvalidInput::new("Idempotency-Key", "must be visible ASCII")))?,
+        ),
+    };
+    let intent = Intent::parse(&value, header_key)?;
+    if intent.fault.is_some() && !intake.config.fault_injection {
+        return Err(InvalidInput::new("fault", "fault injection is disabled in this deployment").into());
+    }
+    let outcome = intake.submit(tenant, &intent, intake.clock.now()).await?;
+    let (status, rec, replayed) = match &outcome {
+        Submitted::New(rec) => (StatusCode::ACCEPTED, rec, false),
+        Submitted::Replayed(rec) => (StatusCode::OK, rec, true),
+    };
+    let mut body = view(rec);
+    if !replayed && intake.expects_spend_hold(rec).await {
+        body["hold"] = expected_spend_hold();
+    }
+    let mut builder = json_response(status).header(
+        header::LOCATION,
+        HeaderValue::from_str(&format!("/v1/operations/{}", rec.operation_id)).expect("ids are ASCII"),
+    );
+    if replayed {
+        builder = builder.header("Idempotent-Replayed", "true");
+    }
+    Ok(builder.body(Body::Text(body.to_string())).expect("valid response"))
+}
+
+pub(crate) async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+    raw_id: &str,
+) -> Result<Response<Body>, Problem> {
+    let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
+    let (rec, operator) = match Principal::read(req, &intake.config)? {
+        Principal::Operator(op) => (intake.admin(&op).get(&id).await?, true),
+        Principal::Tenant(tenant) => (intake.get(&tenant, &id, intake.clock.now()).await?, false),
+    };
+    let mut body = view_with_links(&rec, &intake.links(&rec).await);
+    if operator {
+        body["tenant_id"] = serde_json::json!(rec.tenant_id);
+        // The decisions this version takes, from the lifecycle's own table.
+        body["resolutions"] = serde_json::json!(genace_core::machine::resolutions_allowed(&rec, intake.clock.now()));
+    }
+    if let Some(at) = rec.outputs_expire_at(intake.config.policy.output_days) {
+        body["outputs_expire_at"] = serde_json::json!(at);
+    }
+    if let Some(position) = genace_stages::pipeline::wake::queue_position(&intake.store, &rec).await {
+        body["queue"] = queue_view(&rec, Some(position)).unwrap_or_default();
+    }
+    Ok(operation_response(&rec, &body))
+}
+
+/// 200 with an operation's view, its version as the ETag.
+pub(crate) fn operation_response(rec: &genace_core::record::OperationRecord, body: &Value) -> Response<Body> {
+    json_response(StatusCode::OK)
+        .header(header::ETAG, etag(rec))
+        .body(Body::Text(body.to_string()))
+        .expect("valid response")
+}
+
+/// A change the owning tenant, or an operator in scope, asks of one
+/// operation.
+#[derive(Clone, Copy)]
+pub(crate) enum Change {
+    /// `POST /v1/operations/{id}/cancel`: taken back before its dispatch
+    /// claim; 409 once a job may exist.
+    Cancel,
+    /// `DELETE /v1/operations/{id}/outputs`: every object stored for it
+    /// deleted; 409 while a delivery may still run.
+    EraseOutputs,
+}
+
+pub(crate) async fn change<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+    raw_id: &str,
+    change: Change,
+) -> Result<Response<Body>, Problem> {
+    let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
+    let rec = match (Principal::read(req, &intake.config)?, change) {
+        (Principal::Operator(op), Change::Cancel) => intake.admin(&op).cancel(&id).await?,
+        (Principal::Operator(op), Change::EraseOutputs) => intake.admin(&op).erase_outputs(&id).await?,
+        (Principal::Tenant(tenant), Change::Cancel) => intake.cancel(&tenant, &id).await?,
+        (Principal::Tenant(tenant), Change::EraseOutputs) => intake.erase_outputs(&tenant, &id).await?,
+    };
+    Ok(operation_response(&rec, &view_with_links(&rec, &[])))
+}
+
+/// The filter of a listing, from its query: each value parsed, or 400
+/// naming the parameter.
+pub(crate) fn list_filter(q: &lambda_http::aws_lambda_events::query_map::QueryMap) -> Result<ListFilter, Problem> {
+    fn one_of<T: Copy>(
+        q: &lambda_http::aws_lambda_events::query_map::QueryMap,
+        name: &str,
+        all: &[T],
+        as_str: fn(T) -> &'static str,
+    ) -> Result<Option<T>, Problem> {
+        let Some(given) = q.first(name) else {
+            return Ok(None);
+        };
+        all.iter()
+            .copied()
+            .find(|v| as_str(*v) == given)
+            .map(Some)
+            .ok_or_else(|| {
+                let names: Vec<&str> = all.iter().map(|v| as_str(*v)).collect();
+                Problem::from(InvalidInput::new(name, format!("must be one of {}", names.join(", "))))
+            })
+    }
+    let time = |name: &str| time_param(q, name);
+    let key_prefix = q
+        .first("key_prefix")
+        .map(|p| {
+            genace_core::domain::OperationKey::parse(p)
+                .map(|k| k.as_str().to_owned())
+                .map_err(|_| {
+                    Problem::from(InvalidInput::new(
+                        "key_prefix",
+                        "must be 1-255 visible ASCII characters",
+                    ))
+                })
+        })
+        .transpose()?;
+    Ok(ListFilter {
+        phase: one_of(q, "phase", &Phase::ALL, Phase::as_str)?,
+        delivery_state: one_of(q, "delivery_state", &DeliveryState::ALL, DeliveryState::as_str)?,
+        created_after: time("created_after")?,
+        created_before: time("created_before")?,
+        key_prefix,
+    })
+}
+
+/// GET /v1/operations: a page of the caller's operations, newest first. An
+/// operator lists one tenant's (`tenant`) or every tenant's in its scope.
+pub(crate) async fn list<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    req: &Request,
+) -> Result<Response<Body>, Problem> {
+    let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
+    let filter = list_filter(&q)?;
+    let limit = page_limit(&q)?;
+    let cursor = q.first("cursor");
+    let tenant = tenant_param(&q)?;
+    let (page, operator) = match Principal::read(req, &intake.config)? {
+        Principal::Operator(op) => (intake.admin(&op).list(tenant, &filter, limit, cursor).await?, true),
+        Principal::Tenant(own) => {
+            if tenant.is_some_and(|t| t != own) {
+                return Err(InvalidInput::new("tenant", "an application lists only its own operations").into());
+            }
+            (intake.list(&own, &filter, limit, cursor).await?, false)
+        }
+    };
+    // An operator's list spans tenants: each view names its own.
+    let operations: Vec<Value> = page
+        .records
+        .iter()
+        .map(|rec| {
+            let mut v = view(rec);
+            if operator {
+                v["tenant_id"] = json!(rec.tenant_id);
+            }
+            v
+        })
+        .collect();
+    Ok(ok_json(
+        json!({"operations": operations, "next_cursor": page.next_cursor}),
+    ))
+}

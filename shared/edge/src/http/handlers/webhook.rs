@@ -1,0 +1,41 @@
+//! `/v1/tenants/{tenant_id}/webhook`: a tenant's single webhook, operators only.
+
+use genace_core::domain::TenantId;
+use genace_stages::api::admin::Operator;
+use genace_stages::api::intake::Intake;
+use genace_stages::api::webhook_admin::WebhookRequest;
+use genace_stages::ports::clock::Clock;
+use genace_stages::ports::outputs::ObjectStore;
+use genace_stages::ports::queue::WorkQueue;
+use genace_stages::ports::table::OperationStore;
+use lambda_http::http::Method;
+use lambda_http::{Body, Request, Response};
+
+use super::ok_json;
+use crate::http::problem::{Problem, not_found};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members};
+use crate::http::views::webhook_view;
+
+/// GET, PUT or DELETE a tenant's webhook (operators only).
+pub(crate) async fn webhook<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
+    intake: &Intake<S, Q, O, C>,
+    op: &Operator,
+    req: Request,
+    raw_tenant: &str,
+) -> Result<Response<Body>, Problem> {
+    let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
+    let config = match *req.method() {
+        Method::PUT => {
+            let body = json_body(&req, "webhook", MAX_SMALL_BODY_BYTES)?;
+            only_members(&body, &["url", "secret_id", "events"])?;
+            let request = WebhookRequest::parse(&body, &intake.config.webhook_url_policy(), &tenant)?;
+            Some(intake.admin(op).set_webhook(&tenant, request).await?)
+        }
+        Method::DELETE => {
+            intake.admin(op).remove_webhook(&tenant).await?;
+            None
+        }
+        _ => intake.admin(op).webhook(&tenant).await?,
+    };
+    Ok(ok_json(webhook_view(tenant.as_str(), config.as_ref())))
+}
