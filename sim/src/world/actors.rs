@@ -1,0 +1,205 @@
+//! The actors of a run: applications sending intents and duplicates,
+//! tenants cancelling and erasing, an operator deciding cases.
+
+#[allow(
+    unused_imports,
+    reason = "the crate root's imports, shared by every file of the simulator"
+)]
+use super::*;
+
+impl World {
+    pub(crate) fn intake(&mut self) {
+        self.intents_left -= 1;
+        let tenant = *self.rng.pick(&TENANTS);
+        let key = *self.rng.pick(&KEYS);
+        let prompt = *self.rng.pick(&PROMPTS);
+        // Videos and images under the same keys: reservations of 10 and 1
+        // credits meet under a spend limit, and a key sent again with the
+        // other media type is a changed intent (409).
+        let (media, model) = *self
+            .rng
+            .pick(&[("video", "genace-video-2"), ("image", "genace-image-1")]);
+        let mut body = serde_json::json!({"operation_key": key, "media_type": media,
+            "specification": {"model": model, "prompt": prompt}});
+        // A quarter carry a dispatch deadline, which is part of the intent.
+        if self.rng.chance(250) {
+            body["dispatch_within_seconds"] = serde_json::json!(*self.rng.pick(&[60, 600]));
+        }
+        let intent = Intent::parse(&body, None).expect("a valid intent");
+        let tenant_id = TenantId::parse(tenant).expect("a valid tenant");
+        let intake = self.app.intake();
+        let now = self.now();
+        let answers = self.answers.clone();
+        let sent = intent.canonical.hash().as_str().to_owned();
+        self.spawn(
+            format!("intake {tenant}/{key} {media} {prompt:?}"),
+            10,
+            None,
+            Box::pin(async move {
+                use genace_stages::api::intake::{IntakeError, Submitted};
+                let result = intake.submit(&tenant_id, &intent, now).await;
+                let reply = match &result {
+                    Ok(Submitted::New(r)) | Ok(Submitted::Replayed(r)) => Reply::Operation {
+                        id: r.operation_id.as_str().to_owned(),
+                        carried: r.specification_hash.clone(),
+                        replay: matches!(result, Ok(Submitted::Replayed(_))),
+                    },
+                    Err(IntakeError::KeyReused { .. }) => Reply::KeyReused,
+                    Err(_) => Reply::Failed,
+                };
+                answers.lock().unwrap_or_else(|p| p.into_inner()).push(Answer {
+                    tenant: tenant.to_owned(),
+                    key: key.to_owned(),
+                    sent,
+                    reply,
+                });
+                result
+                    .map(|s| match s {
+                        Submitted::New(r) => format!("new {}", short(r.operation_id.as_str())),
+                        Submitted::Replayed(r) => format!("replayed {}", short(r.operation_id.as_str())),
+                    })
+                    .map_err(|e| e.to_string())
+            }),
+        );
+    }
+
+    pub(crate) fn duplicate(&mut self) {
+        let messages = self.queue.messages();
+        if messages.is_empty() {
+            return;
+        }
+        let m = self.rng.pick(&messages).clone();
+        self.queue.send(m.queue, m.body.clone(), self.rng.below(30) as u32);
+        self.log(format!("duplicate a {:?} message", m.queue));
+    }
+
+    /// A tenant takes back one of its operations, whatever its phase: the
+    /// cancel wins only before the dispatch claim, and then no POST may
+    /// ever follow ([`World::check_job_counts`]).
+    pub(crate) fn cancel(&mut self) {
+        let records = self.store.records();
+        if records.is_empty() {
+            return;
+        }
+        let rec = self.rng.pick(&records).clone();
+        let intake = self.app.intake();
+        self.spawn(
+            format!("cancel {} ({})", short(rec.operation_id.as_str()), rec.phase.as_str()),
+            10,
+            None,
+            Box::pin(async move {
+                match intake.cancel(&rec.tenant_id, &rec.operation_id).await {
+                    Ok(r) => Ok(r.phase.as_str().to_owned()),
+                    Err(e @ genace_stages::api::intake::IntakeError::TooLateToCancel { .. }) => Ok(e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }),
+        );
+    }
+
+    /// A tenant erases one of its operations' outputs, whatever its phase:
+    /// refused while a delivery may run, and then no object of it remains,
+    /// delivered or left by a failed attempt ([`World::check_record`]).
+    pub(crate) fn erase(&mut self) {
+        let records = self.store.records();
+        if records.is_empty() {
+            return;
+        }
+        let rec = self.rng.pick(&records).clone();
+        // The erasure reads the record again when it runs, and may find it
+        // erasable then: from here on, its objects may go before the record
+        // says so.
+        self.erasing.insert(rec.operation_id.as_str().to_owned());
+        let intake = self.app.intake();
+        self.spawn(
+            format!("erase {} ({})", short(rec.operation_id.as_str()), rec.phase.as_str()),
+            10,
+            None,
+            Box::pin(async move {
+                match intake.erase_outputs(&rec.tenant_id, &rec.operation_id).await {
+                    Ok(r) => Ok(format!(
+                        "erased {} objects",
+                        r.outputs_erased.map_or(0, |e| e.objects.len())
+                    )),
+                    Err(e @ genace_stages::api::intake::IntakeError::CannotErase { .. }) => Ok(e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }),
+        );
+    }
+
+    /// An operator resolves one open case, truthfully: the jobs Genace holds
+    /// decide between attach and confirm_not_created.
+    pub(crate) fn operator(&mut self) {
+        let cases: Vec<OperationRecord> = self.store.records().into_iter().filter(|r| r.case.is_some()).collect();
+        if cases.is_empty() {
+            return;
+        }
+        let rec = self.rng.pick(&cases).clone();
+        let id = rec.operation_id.as_str().to_owned();
+        let jobs: Vec<String> = self
+            .genace
+            .jobs()
+            .into_iter()
+            .filter(|j| j.client_reference.as_deref() == Some(id.as_str()))
+            .map(|j| j.id)
+            .collect();
+        let reason = rec.case.as_ref().map(|c| c.reason);
+        // Now and then an operator gives up instead: every abandon path must
+        // keep what Genace holds or charged.
+        let gives_up = self.rng.chance(200);
+        let resolution = match (rec.phase, reason) {
+            (Phase::Uncertain | Phase::Prepared | Phase::SubmitFailed, _) if gives_up => Resolution::Abandon,
+            (Phase::Uncertain, _) => match jobs.first() {
+                Some(job) => Resolution::AttachRemoteJob { job_id: job.clone() },
+                None => Resolution::ConfirmNotCreated,
+            },
+            (Phase::Accepted, Some(CaseReason::RemoteJobMissing)) => {
+                match jobs.iter().find(|j| Some(j.as_str()) != rec.remote_job_id.as_deref()) {
+                    Some(job) => Resolution::AttachRemoteJob { job_id: job.clone() },
+                    None => Resolution::Abandon,
+                }
+            }
+            (Phase::Accepted, _) => return,
+            // An abandoned operation whose job is unobserved: re-attach the
+            // job Genace holds, or confirm there is none.
+            (Phase::Abandoned, Some(CaseReason::SettlementPending)) => Resolution::MarkSettled,
+            (Phase::Abandoned, _) => match jobs.iter().find(|j| j.as_str() != "job-foreign") {
+                Some(job) => Resolution::AttachRemoteJob { job_id: job.clone() },
+                None => Resolution::ConfirmNotCreated,
+            },
+            (Phase::SubmitFailed, _) if rec.settlement == Some(Settlement::Pending) => Resolution::MarkSettled,
+            (Phase::Prepared, _) => Resolution::ReleaseHold,
+            (Phase::Rendered, _) if rec.delivery_state == DeliveryState::DeliveryFailed && self.rng.chance(500) => {
+                Resolution::RedriveDelivery
+            }
+            _ => Resolution::Abandon,
+        };
+        // Only a confirmation on an uncertain operation allows a new POST.
+        if resolution == Resolution::ConfirmNotCreated && rec.phase == Phase::Uncertain {
+            *self.confirmations.entry(id.clone()).or_default() += 1;
+        }
+        let intake = self.app.intake();
+        let op = Operator {
+            actor: "sim-operator".into(),
+            tenant: None,
+        };
+        let name = resolution.name();
+        self.spawn(
+            format!("operator {name} {}", short(&id)),
+            10,
+            None,
+            Box::pin(async move {
+                let id = OperationId::parse(&id).map_err(|e| e.to_string())?;
+                intake
+                    .admin(&op)
+                    .resolve(&id, &resolution, "simulated operator", rec.version)
+                    .await
+                    .map(|r| r.phase.as_str().to_owned())
+                    .map_err(|e| e.to_string())
+            }),
+        );
+    }
+
+    // ---- the run
+}
