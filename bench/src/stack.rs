@@ -111,7 +111,7 @@ impl Stack {
                     .map_err(|e| e.to_string())?
                 {
                     Some(r) if r.delivery_state == DeliveryState::Delivered => delivered += 1,
-                    Some(r) if r.expires_at_s.is_some() || r.case.is_some() => {
+                    Some(r) if r.expires_at_seconds.is_some() || r.case.is_some() => {
                         eprintln!(
                             "bench: {id} ended {} / {:?} (case {:?})",
                             r.phase.as_str(),

@@ -253,7 +253,7 @@ async fn a_4xx_is_rejected() {
     let err = rec.last_error.unwrap();
     assert_eq!(err.status, Some(400));
     assert!(err.detail.contains("unknown model"));
-    assert!(rec.expires_at_s.is_some(), "a finished operation gets its TTL");
+    assert!(rec.expires_at_seconds.is_some(), "a finished operation gets its TTL");
 }
 
 #[tokio::test]
@@ -339,7 +339,7 @@ async fn an_account_refusal_holds_the_operation_and_a_later_try_succeeds_under_t
     let rec = rig.record(&id).await;
     assert_eq!(rec.phase, Phase::Prepared, "held, not rejected");
     assert_eq!(rec.case.as_ref().unwrap().reason, CaseReason::AccountProblem);
-    assert!(rec.expires_at_s.is_none());
+    assert!(rec.expires_at_seconds.is_none());
     assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Deferred);
     assert_eq!(rig.posts().await, 1, "nothing is POSTed while held");
     tokio::time::sleep(Duration::from_millis(2100)).await;

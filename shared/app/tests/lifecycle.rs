@@ -240,7 +240,7 @@ async fn a_job_is_observed_by_its_saved_id_then_delivered_and_verified() {
     );
     let rec = rig.record(&id).await;
     assert_eq!(rec.delivery_state, DeliveryState::Delivered);
-    assert!(rec.expires_at_s.is_some(), "finished operations get their TTL");
+    assert!(rec.expires_at_seconds.is_some(), "finished operations get their TTL");
     let obj = &rec.delivered_objects[0];
     assert_eq!(obj.key, format!("outputs/tenant-a/{id}/output-0.mp4"));
     assert_eq!(obj.bytes, video.len() as u64);

@@ -227,7 +227,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     delivered.phase = Phase::Rendered;
     delivered.delivery_state = DeliveryState::Delivered;
     // A delivered operation is finished: its retention clock runs.
-    delivered.expires_at_s = Some(Utc::now().timestamp() + 3600);
+    delivered.expires_at_seconds = Some(Utc::now().timestamp() + 3600);
     delivered.due_at_ms = None;
     delivered.remote_job_id = Some("job-1".into());
     delivered.delivered_objects = vec![DeliveredObject {

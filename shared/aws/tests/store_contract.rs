@@ -63,7 +63,7 @@ async fn a_retried_create_that_landed_is_new<S: OperationStore>(store: S) {
 
 async fn expired_records_are_absent_and_replaceable<S: OperationStore>(store: S) {
     let mut rec = record("k2", "p");
-    rec.expires_at_s = Some(Utc::now().timestamp() - 10);
+    rec.expires_at_seconds = Some(Utc::now().timestamp() - 10);
     store.create(&rec, Utc::now()).await.unwrap();
     assert_eq!(store.get(&rec.operation_id, Utc::now()).await.unwrap(), None);
     let fresh = record("k2", "other");
@@ -1127,7 +1127,7 @@ async fn listings_are_newest_first_filtered_and_paged<S: OperationStore>(store: 
         *r = next;
     }
     let mut gone = record_for("acme", "list-a-expired", "p");
-    gone.expires_at_s = Some(Utc::now().timestamp() - 5);
+    gone.expires_at_seconds = Some(Utc::now().timestamp() - 5);
     store.create(&gone, Utc::now()).await.unwrap();
 
     let newest_first = |mut rs: Vec<OperationRecord>| {

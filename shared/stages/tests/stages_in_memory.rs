@@ -897,7 +897,7 @@ async fn a_cancel_before_the_claim_wins_and_no_post_ever_follows() {
     let how = cancelled.cancellation.clone().unwrap();
     assert_eq!((how.by.as_str(), how.reason.as_str()), ("tenant-a", "requested"));
     assert_eq!(app.store.account().await.unwrap().waiting, 0, "it left the order");
-    assert!(cancelled.expires_at_s.is_some() && cancelled.due_at_ms.is_none());
+    assert!(cancelled.expires_at_seconds.is_some() && cancelled.due_at_ms.is_none());
 
     // The slot frees, and a stale message comes: neither POSTs for it.
     assert_eq!(
@@ -931,7 +931,7 @@ async fn a_cancel_after_the_claim_is_too_late_and_names_the_phase() {
     assert!(
         matches!(
             refused,
-            genace_stages::api::intake::IntakeError::TooLateToCancel { phase: Phase::Accepted }
+            genace_stages::api::errors::OperationError::TooLateToCancel { phase: Phase::Accepted }
         ),
         "{refused:?}"
     );
@@ -942,7 +942,7 @@ async fn a_cancel_after_the_claim_is_too_late_and_names_the_phase() {
         .await
         .unwrap_err();
     assert!(
-        matches!(foreign, genace_stages::api::intake::IntakeError::NotFound),
+        matches!(foreign, genace_stages::api::errors::OperationError::NotFound),
         "{foreign:?}"
     );
 }
@@ -1025,7 +1025,10 @@ async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
     app.dispatcher().dispatch(&id).await.unwrap();
     let too_early = app.intake().erase_outputs(&tenant, &id).await.unwrap_err();
     assert!(
-        matches!(too_early, genace_stages::api::intake::IntakeError::CannotErase { .. }),
+        matches!(
+            too_early,
+            genace_stages::api::errors::OperationError::CannotErase { .. }
+        ),
         "{too_early:?}"
     );
     app.downloads
@@ -1060,7 +1063,7 @@ async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
         .await
         .unwrap_err();
     assert!(
-        matches!(foreign, genace_stages::api::intake::IntakeError::NotFound),
+        matches!(foreign, genace_stages::api::errors::OperationError::NotFound),
         "{foreign:?}"
     );
 }
@@ -1135,7 +1138,7 @@ async fn an_erasure_after_a_refused_delivery_deletes_what_earlier_outputs_left()
 async fn a_held_job_is_refused_without_naming_another_tenant() {
     use genace_core::machine::Resolution;
     use genace_stages::api::admin::Operator;
-    use genace_stages::api::intake::IntakeError;
+    use genace_stages::api::errors::OperationError;
     let app = app();
     let theirs = submit_as(&app, "ta", "theirs").await;
     app.dispatcher().dispatch(&theirs).await.unwrap();
@@ -1171,12 +1174,12 @@ async fn a_held_job_is_refused_without_naming_another_tenant() {
         tenant: Some(TenantId::parse("tb").unwrap()),
     };
     match attach(everyone, their_job.clone()).await {
-        Err(IntakeError::JobHeldElsewhere { holder, .. }) => assert_eq!(holder, Some(theirs.clone())),
+        Err(OperationError::JobHeldElsewhere { holder, .. }) => assert_eq!(holder, Some(theirs.clone())),
         other => panic!("expected the holder named, got {other:?}"),
     }
     for job in [their_job, own_job] {
         match attach(scoped.clone(), job.clone()).await {
-            Err(e @ IntakeError::JobNotAttachable { .. }) => {
+            Err(e @ OperationError::JobNotAttachable { .. }) => {
                 assert!(!e.to_string().contains(theirs.as_str()), "{e}");
                 assert!(!e.to_string().contains(own.as_str()), "{e}");
             }
@@ -1468,7 +1471,7 @@ async fn a_cancel_that_lost_a_race_to_a_wait_passes_the_wake_up_on() {
 async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
     use genace_core::machine::Resolution;
     use genace_stages::api::admin::Operator;
-    use genace_stages::api::intake::IntakeError;
+    use genace_stages::api::errors::OperationError;
     let app = app();
     let _limited = app.store.clone().with_account_limit(Some(1));
     app.genace.plan([SubmitPlan::LostAfterCreate]);
@@ -1498,7 +1501,7 @@ async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
     assert_eq!(wakes(), before, "the job may run: its slot stays taken");
     let replayed = admin.resolve(&lost, &Resolution::Abandon, "again", decided).await;
     assert!(
-        matches!(replayed, Err(IntakeError::StaleVersion { .. })),
+        matches!(replayed, Err(OperationError::StaleVersion { .. })),
         "{replayed:?}"
     );
     assert_eq!(wakes(), before);
@@ -1588,7 +1591,7 @@ async fn a_decision_that_skips_a_version_is_never_written() {
 #[tokio::test]
 async fn every_tenants_credits_page_with_a_sealed_cursor() {
     use genace_stages::api::admin::Operator;
-    use genace_stages::api::intake::IntakeError;
+    use genace_stages::api::errors::ListError;
     let app = app();
     for tenant in ["ta", "tb", "tc"] {
         submit_as(&app, tenant, "k").await;
@@ -1625,7 +1628,7 @@ async fn every_tenants_credits_page_with_a_sealed_cursor() {
         assert!(
             matches!(
                 refused,
-                Err(IntakeError::Store(genace_stages::ports::table::StoreError::Cursor))
+                Err(ListError::Store(genace_stages::ports::table::StoreError::Cursor))
             ),
             "{bad}: {refused:?}"
         );

@@ -6,7 +6,7 @@
 use chrono::{Duration, TimeZone, Utc};
 use genace_core::domain::TenantId;
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt};
-use genace_stages::api::intake::IntakeError;
+use genace_stages::api::errors::EndpointError;
 use genace_stages::api::webhook_endpoints::EndpointChange;
 use genace_stages::config::UrlPolicy;
 use genace_stages::memory::{MemoryApp, MemorySecrets, memory_app};
@@ -78,7 +78,7 @@ async fn a_created_endpoint_has_a_generated_secret_in_its_tenants_folder_shown_o
     // Another tenant sees none of them.
     let globex = intake.endpoints(TenantId::parse("globex").unwrap(), "dev@globex".into());
     assert!(globex.list().await.unwrap().is_empty());
-    assert!(matches!(globex.get(&e.id).await, Err(IntakeError::NoSuchEndpoint)));
+    assert!(matches!(globex.get(&e.id).await, Err(EndpointError::NoSuchEndpoint)));
 }
 
 #[tokio::test]
@@ -96,7 +96,7 @@ async fn past_the_limit_a_create_is_refused_and_stores_no_secret() {
         .create(change(json!({"url": "https://hooks.acme.example/3"})))
         .await;
     assert!(
-        matches!(refused, Err(IntakeError::EndpointLimit { limit: 2 })),
+        matches!(refused, Err(EndpointError::EndpointLimit { limit: 2 })),
         "{refused:?}"
     );
     assert_eq!(endpoints.list().await.unwrap().len(), 2);
@@ -117,11 +117,11 @@ async fn past_the_limit_a_create_is_refused_and_stores_no_secret() {
     assert_eq!(secret_of(&secrets, &gone.secret_id).await, None);
     assert!(matches!(
         endpoints.get(&gone.id).await,
-        Err(IntakeError::NoSuchEndpoint)
+        Err(EndpointError::NoSuchEndpoint)
     ));
     assert!(matches!(
         endpoints.delete(&gone.id).await,
-        Err(IntakeError::NoSuchEndpoint)
+        Err(EndpointError::NoSuchEndpoint)
     ));
     endpoints
         .create(change(json!({"url": "https://hooks.acme.example/4"})))
@@ -155,7 +155,7 @@ async fn rotation_puts_a_new_secret_and_updates_change_only_what_they_name() {
     );
     assert!(matches!(
         endpoints.rotate("ep_nope").await,
-        Err(IntakeError::NoSuchEndpoint)
+        Err(EndpointError::NoSuchEndpoint)
     ));
 
     let policy = UrlPolicy::default();
@@ -279,7 +279,7 @@ async fn the_delivery_log_pages_newest_first_filters_by_status_and_forgets_after
     assert!(failed.attempts.iter().all(|a| a.status == AttemptStatus::Failed));
     assert!(matches!(
         endpoints.attempts("ep_nope", None, 3, None).await,
-        Err(IntakeError::NoSuchEndpoint)
+        Err(EndpointError::NoSuchEndpoint)
     ));
     app.clock.advance(Duration::days(31));
     assert!(
@@ -361,11 +361,11 @@ async fn replay_and_recovery_queue_copies_of_kept_events_with_their_ids() {
     assert_eq!(replayed, json!({"to": id, "detail": detail(0)}));
     assert!(matches!(
         endpoints.replay(&id, "op:1:4:operation.accepted").await,
-        Err(IntakeError::NoSuchEvent)
+        Err(EndpointError::NoSuchEvent)
     ));
     assert!(matches!(
         endpoints.replay("ep_nope", "op:1:0:operation.accepted").await,
-        Err(IntakeError::NoSuchEndpoint)
+        Err(EndpointError::NoSuchEndpoint)
     ));
     // Another tenant's endpoint cannot replay acme's event.
     let globex = intake.endpoints(TenantId::parse("globex").unwrap(), "dev@globex".into());
@@ -377,13 +377,13 @@ async fn replay_and_recovery_queue_copies_of_kept_events_with_their_ids() {
         .id;
     assert!(matches!(
         globex.replay(&theirs, "op:1:0:operation.accepted").await,
-        Err(IntakeError::NoSuchEvent)
+        Err(EndpointError::NoSuchEvent)
     ));
     // Past its days, an event is kept no longer.
     app.clock.advance(Duration::days(31));
     assert!(matches!(
         endpoints.replay(&id, "op:1:0:operation.accepted").await,
-        Err(IntakeError::NoSuchEvent)
+        Err(EndpointError::NoSuchEvent)
     ));
 }
 
@@ -439,8 +439,8 @@ async fn a_disabled_endpoint_is_sent_nothing_and_enabled_recovers_what_it_missed
     }
     let enabled = |on: bool| EndpointChange::parse(&json!({"enabled": on}), &UrlPolicy::default(), false).unwrap();
     endpoints.update(&id, enabled(false)).await.unwrap();
-    let refused = |r: Result<_, IntakeError>| match r {
-        Err(IntakeError::NotReplayable(why)) => why,
+    let refused = |r: Result<_, EndpointError>| match r {
+        Err(EndpointError::NotReplayable(why)) => why,
         other => panic!("not refused: {other:?}"),
     };
     assert!(refused(endpoints.replay(&id, "op:1:0:operation.accepted").await.map(|()| 0)).contains("disabled"));

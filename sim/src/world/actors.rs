@@ -36,7 +36,8 @@ impl World {
             10,
             None,
             Box::pin(async move {
-                use genace_stages::api::intake::{IntakeError, Submitted};
+                use genace_stages::api::errors::SubmitError;
+                use genace_stages::api::intake::Submitted;
                 let result = intake.submit(&tenant_id, &intent, now).await;
                 let reply = match &result {
                     Ok(Submitted::New(r)) | Ok(Submitted::Replayed(r)) => Reply::Operation {
@@ -44,7 +45,7 @@ impl World {
                         carried: r.specification_hash.clone(),
                         replay: matches!(result, Ok(Submitted::Replayed(_))),
                     },
-                    Err(IntakeError::KeyReused { .. }) => Reply::KeyReused,
+                    Err(SubmitError::KeyReused { .. }) => Reply::KeyReused,
                     Err(_) => Reply::Failed,
                 };
                 answers.lock().unwrap_or_else(|p| p.into_inner()).push(Answer {
@@ -90,7 +91,7 @@ impl World {
             Box::pin(async move {
                 match intake.cancel(&rec.tenant_id, &rec.operation_id).await {
                     Ok(r) => Ok(r.phase.as_str().to_owned()),
-                    Err(e @ genace_stages::api::intake::IntakeError::TooLateToCancel { .. }) => Ok(e.to_string()),
+                    Err(e @ genace_stages::api::errors::OperationError::TooLateToCancel { .. }) => Ok(e.to_string()),
                     Err(e) => Err(e.to_string()),
                 }
             }),
@@ -121,7 +122,7 @@ impl World {
                         "erased {} objects",
                         r.outputs_erased.map_or(0, |e| e.objects.len())
                     )),
-                    Err(e @ genace_stages::api::intake::IntakeError::CannotErase { .. }) => Ok(e.to_string()),
+                    Err(e @ genace_stages::api::errors::OperationError::CannotErase { .. }) => Ok(e.to_string()),
                     Err(e) => Err(e.to_string()),
                 }
             }),

@@ -35,10 +35,10 @@ pub fn is_finished(rec: &OperationRecord) -> bool {
 pub fn check_invariants(rec: &OperationRecord) -> Result<(), String> {
     use CaseReason::*;
     let finished = is_finished(rec);
-    if finished != rec.expires_at_s.is_some() {
+    if finished != rec.expires_at_seconds.is_some() {
         return Err(format!(
             "expires_at is {:?} on a {} operation",
-            rec.expires_at_s,
+            rec.expires_at_seconds,
             if finished { "finished" } else { "unfinished" }
         ));
     }

@@ -33,7 +33,7 @@ pub(super) fn finish(next: &mut OperationRecord, now: DateTime<Utc>, policy: &Po
         0 => None,
         _ => crate::record::bucket_rule_deletes(now, policy.output_days).map(|due| due + OUTPUTS_REMOVED_WITHIN),
     };
-    next.expires_at_s = Some(outputs_gone.map_or(kept, |gone| kept.max(gone)).timestamp());
+    next.expires_at_seconds = Some(outputs_gone.map_or(kept, |gone| kept.max(gone)).timestamp());
 }
 
 /// How long after an object is due S3's lifecycle rule may take to remove

@@ -195,7 +195,7 @@ fn a_new_intent_is_prepared_and_due_for_dispatch() {
     assert_eq!(r.version, 1);
     assert_eq!(r.due_at_ms, Some((t0() + Duration::seconds(60)).timestamp_millis()));
     assert!(r.due_pk.starts_with("DUE#"));
-    assert_eq!(r.expires_at_s, None);
+    assert_eq!(r.expires_at_seconds, None);
 }
 
 #[test]
@@ -312,7 +312,7 @@ fn reject_finishes_the_operation() {
     assert_eq!(r.phase, Phase::Rejected);
     assert_eq!(r.claim, None);
     assert_eq!(r.due_at_ms, None);
-    assert_eq!(r.expires_at_s, Some((t0() + Duration::days(30)).timestamp()));
+    assert_eq!(r.expires_at_seconds, Some((t0() + Duration::days(30)).timestamp()));
     assert!(reject(&with_phase(Phase::Accepted), "tok", err("e"), t0(), &p).is_err());
 }
 
@@ -433,7 +433,7 @@ fn observe_completes_once_and_never_overwrites_a_terminal_state() {
     let failed = observe(&accepted_rec(), &snap("failed", RenderStatus::Failed), t0(), t0(), &p).unwrap();
     assert_eq!(failed.phase, Phase::RenderFailed);
     assert!(failed.last_error.as_ref().unwrap().detail.contains("nsfw"));
-    assert!(failed.expires_at_s.is_some());
+    assert!(failed.expires_at_seconds.is_some());
     assert_eq!(failed.due_at_ms, None);
     assert!(observe(&failed, &snap("completed", RenderStatus::Succeeded), t0(), t0(), &p).is_err());
     assert!(observe(&prepared(), &snap("queued", RenderStatus::Running), t0(), t0(), &p).is_err());
@@ -503,7 +503,7 @@ fn delivery_is_claimed_once_and_finishes_delivered() {
     let done = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
     assert_eq!(done.delivery_state, DeliveryState::Delivered);
     assert_eq!(done.delivered_objects, vec![object()]);
-    assert!(done.expires_at_s.is_some());
+    assert!(done.expires_at_seconds.is_some());
     assert!(matches!(
         claim_delivery(&done, "d3", t0(), &p),
         Err(Refusal::DeliveryFinished { .. })
@@ -590,7 +590,7 @@ fn operators_resolve_only_from_the_right_phase_and_are_audited() {
     let failed = submit_failed(&submitting(), "tok", "J5", err("http_502"), t0()).unwrap();
     let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "refunded", t0(), &p).unwrap();
     assert_eq!(settled.settlement, Some(Settlement::Settled));
-    assert!(settled.expires_at_s.is_some());
+    assert!(settled.expires_at_seconds.is_some());
     assert!(resolve(&settled, &Resolution::MarkSettled, "ops", "again", t0(), &p).is_err());
 
     let p2 = Policy {
@@ -618,11 +618,11 @@ fn operators_resolve_only_from_the_right_phase_and_are_audited() {
     assert_eq!(abandoned.phase, Phase::Abandoned);
     assert_eq!(abandoned.ledger_phase, Some(Phase::Uncertain));
     assert!(
-        abandoned.expires_at_s.is_none() && abandoned.case.is_some(),
+        abandoned.expires_at_seconds.is_none() && abandoned.case.is_some(),
         "a job may exist: the case stays until an operator says"
     );
     let closed = resolve(&abandoned, &Resolution::ConfirmNotCreated, "ops", "none", t0(), &p).unwrap();
-    assert!(closed.expires_at_s.is_some() && closed.case.is_none());
+    assert!(closed.expires_at_seconds.is_some() && closed.case.is_none());
 }
 
 /// Records in every state a resolution can meet, reached through the
@@ -769,7 +769,7 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
         (Phase::Abandoned, Some(Phase::Rendered))
     );
     assert_eq!(share(&done).spent, 12_500, "Genace charged it: spent");
-    assert!(done.expires_at_s.is_some() && done.delivery_state == DeliveryState::NotCollected);
+    assert!(done.expires_at_seconds.is_some() && done.delivery_state == DeliveryState::NotCollected);
     let failed = observed(&running, &snap("failed", RenderStatus::Failed)).unwrap();
     assert!(share(&failed).is_zero(), "a failed render is released");
     assert!(observed(&done, &snap("completed", RenderStatus::Succeeded)).is_err());
@@ -780,7 +780,7 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
     assert_eq!((share(&abandoned).held, abandoned.due_at_ms), (12_500, None));
     assert!(observed(&abandoned, &snap("running", RenderStatus::Running)).is_err());
     let confirmed = resolve(&abandoned, &Resolution::ConfirmNotCreated, "ops", "r", t0(), &p).unwrap();
-    assert!(share(&confirmed).is_zero() && confirmed.expires_at_s.is_some());
+    assert!(share(&confirmed).is_zero() && confirmed.expires_at_seconds.is_some());
 }
 
 #[test]
@@ -816,7 +816,7 @@ fn an_abandoned_uncertain_operation_still_takes_its_job_id_or_a_confirmation() {
     assert_eq!(share(&failed).pending_refund, 10_000);
     let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "r", t0(), &p).unwrap();
     assert_eq!(
-        (share(&settled).settled, settled.expires_at_s.is_some()),
+        (share(&settled).settled, settled.expires_at_seconds.is_some()),
         (10_000, true)
     );
 }
@@ -1295,7 +1295,7 @@ fn the_invariants_catch_each_broken_rule() {
     let ok = prepared();
     assert_eq!(check_invariants(&ok), Ok(()));
     let mut r = ok.clone();
-    r.expires_at_s = Some(1);
+    r.expires_at_seconds = Some(1);
     assert!(check_invariants(&r).unwrap_err().contains("expires_at"));
     let mut r = ok.clone();
     r.phase = Phase::Uncertain;
@@ -1328,7 +1328,7 @@ fn the_invariants_catch_each_broken_rule() {
     let done = delivered(&collecting, "d", vec![object()], t0(), &Policy::default()).unwrap();
     assert_eq!(check_invariants(&done), Ok(()));
     let mut r = done.clone();
-    r.expires_at_s = None;
+    r.expires_at_seconds = None;
     assert!(check_invariants(&r).is_err());
 }
 /// Found by the simulator (seed 862): an operator abandoned an operation
@@ -1626,7 +1626,7 @@ fn a_finished_record_is_kept_until_its_outputs_are_gone() {
         let done = delivered(&claimed, "d1", vec![object()], afternoon, &p).unwrap();
         check_invariants(&done).unwrap();
         assert_eq!(
-            done.expires_at_s,
+            done.expires_at_seconds,
             Some(kept_until.timestamp()),
             "retention {retention_days} days, outputs {output_days}"
         );
@@ -1645,7 +1645,11 @@ fn a_finished_record_is_kept_until_its_outputs_are_gone() {
         )
         .unwrap();
         let retention = afternoon + Duration::days(retention_days);
-        assert_eq!(cancelled.expires_at_s, Some(retention.timestamp()), "nothing stored");
+        assert_eq!(
+            cancelled.expires_at_seconds,
+            Some(retention.timestamp()),
+            "nothing stored"
+        );
     }
 }
 

@@ -131,7 +131,7 @@ pub struct OperationRecord {
     /// TTL (epoch seconds), set only once the operation is finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "expires_at")]
-    pub expires_at_s: Option<i64>,
+    pub expires_at_seconds: Option<i64>,
 }
 
 impl OperationRecord {
@@ -193,7 +193,7 @@ impl OperationRecord {
             audit: Vec::new(),
             dispatch_deadline: intent.deadline.map(|d| d.resolve(now)),
             due_at_ms: Some((now + dispatch_grace).timestamp_millis()),
-            expires_at_s: None,
+            expires_at_seconds: None,
         }
         .due_by_its_deadline()
     }
@@ -256,7 +256,7 @@ impl OperationRecord {
     /// True when the TTL has passed. DynamoDB may still return such an item
     /// for days, so every read treats it as absent.
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
-        self.expires_at_s.is_some_and(|t| t <= now.timestamp())
+        self.expires_at_seconds.is_some_and(|t| t <= now.timestamp())
     }
 
     /// The specification as a JSON object, for views.

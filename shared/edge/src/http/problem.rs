@@ -3,7 +3,7 @@
 
 use genace_core::domain::InvalidInput;
 use genace_core::record::{DeliveryState, Phase};
-use genace_stages::api::intake::IntakeError;
+use genace_stages::api::errors::{EndpointError, ListError, OperationError, SettingsError, SubmitError};
 use genace_stages::ports::table::StoreError;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Response};
@@ -85,10 +85,10 @@ impl From<InvalidInput> for Problem {
     }
 }
 
-impl From<IntakeError> for Problem {
-    fn from(e: IntakeError) -> Self {
+impl From<SubmitError> for Problem {
+    fn from(e: SubmitError) -> Self {
         match e {
-            IntakeError::KeyReused { ref existing, .. } => {
+            SubmitError::KeyReused { ref existing, .. } => {
                 let id = existing.as_str().to_owned();
                 Problem::new(
                     StatusCode::CONFLICT,
@@ -98,19 +98,44 @@ impl From<IntakeError> for Problem {
                 )
                 .with("operation_id", id)
             }
-            IntakeError::Invalid(invalid) => Problem::from(invalid),
-            IntakeError::NotFound => not_found(),
-            IntakeError::StaleVersion { actual, .. } => Problem::new(
+            SubmitError::Invalid(invalid) => Problem::from(invalid),
+            SubmitError::Store(inner) => store_problem(inner),
+        }
+    }
+}
+
+impl From<OperationError> for Problem {
+    fn from(e: OperationError) -> Self {
+        match e {
+            OperationError::NotFound => not_found(),
+            OperationError::StaleVersion { actual, .. } => Problem::new(
                 StatusCode::PRECONDITION_FAILED,
                 "stale-version",
                 "The operation changed since it was read",
                 format!("{e}. Read it again and decide on what it is now."),
             )
             .with("current_version", actual),
-            IntakeError::JobHeldElsewhere { .. } | IntakeError::JobNotAttachable { .. } => job_problem(e),
-            IntakeError::TooLateToCancel { phase } => too_late_to_cancel(phase),
-            IntakeError::CannotErase { phase, delivery_state } => erasure_refused(phase, delivery_state),
-            IntakeError::Objects(ref inner) => {
+            OperationError::JobHeldElsewhere { ref holder, .. } => {
+                let p = Problem::new(
+                    StatusCode::CONFLICT,
+                    "remote-job-held",
+                    "The remote job belongs to another operation",
+                    e.to_string(),
+                );
+                match holder {
+                    Some(id) => p.with("operation_id", id.as_str()),
+                    None => p,
+                }
+            }
+            OperationError::JobNotAttachable { .. } => Problem::new(
+                StatusCode::CONFLICT,
+                "remote-job-not-attachable",
+                "The remote job cannot be attached to this operation",
+                format!("{e}: another operation holds it."),
+            ),
+            OperationError::TooLateToCancel { phase } => too_late_to_cancel(phase),
+            OperationError::CannotErase { phase, delivery_state } => erasure_refused(phase, delivery_state),
+            OperationError::Objects(ref inner) => {
                 error!(error = %inner, "object store failure");
                 Problem::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -120,115 +145,109 @@ impl From<IntakeError> for Problem {
                 )
                 .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
             }
-            IntakeError::Refused(refusal) => Problem::new(
+            OperationError::Refused(refusal) => Problem::new(
                 StatusCode::CONFLICT,
                 "wrong-phase",
                 "The operation is not in a phase that allows this",
                 refusal.to_string(),
             ),
-            IntakeError::NoSuchEndpoint
-            | IntakeError::NoSuchEvent
-            | IntakeError::NotReplayable(_)
-            | IntakeError::EndpointLimit { .. }
-            | IntakeError::Secrets(_)
-            | IntakeError::AccountWide
-            | IntakeError::PlatformLimit => scope_problem(e),
-            IntakeError::Store(StoreError::Cursor) => {
-                Problem::from(InvalidInput::new("cursor", "is not a cursor this API returned"))
-            }
-            IntakeError::Store(inner) => {
-                error!(error = %inner, "store failure");
+            OperationError::Store(inner) => store_problem(inner),
+        }
+    }
+}
+
+impl From<ListError> for Problem {
+    fn from(e: ListError) -> Self {
+        match e {
+            ListError::Invalid(invalid) => Problem::from(invalid),
+            ListError::Store(inner) => store_problem(inner),
+        }
+    }
+}
+
+impl From<SettingsError> for Problem {
+    fn from(e: SettingsError) -> Self {
+        match e {
+            SettingsError::NotFound => not_found(),
+            SettingsError::AccountWide => Problem::new(
+                StatusCode::FORBIDDEN,
+                "account-wide",
+                "Only an operator of every tenant may change this",
+                format!("{e}; this operator is scoped to one tenant."),
+            ),
+            SettingsError::PlatformLimit => Problem::new(
+                StatusCode::FORBIDDEN,
+                "platform-limit",
+                "Only an operator of every tenant may set a tenant's limits",
+                format!("{e}; this operator is scoped to one tenant and may read them only."),
+            ),
+            SettingsError::Invalid(invalid) => Problem::from(invalid),
+            SettingsError::Store(inner) => store_problem(inner),
+        }
+    }
+}
+
+impl From<EndpointError> for Problem {
+    fn from(e: EndpointError) -> Self {
+        match e {
+            EndpointError::Invalid(invalid) => Problem::from(invalid),
+            EndpointError::NoSuchEndpoint => Problem::new(
+                StatusCode::NOT_FOUND,
+                "not-found",
+                "No such webhook endpoint",
+                "No webhook endpoint with this id belongs to the tenant.",
+            ),
+            EndpointError::NoSuchEvent => Problem::new(
+                StatusCode::NOT_FOUND,
+                "not-found",
+                "No such event",
+                "No event with this id is kept for the tenant: it is not one of its events, or it is older \
+                 than the delivery log keeps.",
+            ),
+            EndpointError::NotReplayable(_) => Problem::new(
+                StatusCode::CONFLICT,
+                "not-replayable",
+                "The endpoint cannot take this event now",
+                format!("{e}. Nothing was queued."),
+            ),
+            EndpointError::EndpointLimit { limit } => Problem::new(
+                StatusCode::CONFLICT,
+                "endpoint-limit",
+                "The tenant has as many webhook endpoints as it may",
+                format!("{e}. Delete one, or change one of them, instead."),
+            )
+            .with("limit", limit),
+            EndpointError::Secrets(ref inner) => {
+                error!(error = %inner, "secret store failure");
                 Problem::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "store-unavailable",
-                    "The operation store is unavailable",
-                    "Try again after the Retry-After seconds, with the same operation key: \
-                     nothing was lost, and a retry never creates a second operation.",
+                    "secrets-unavailable",
+                    "The secret store is unavailable",
+                    "Nothing was changed; send the same request again after the Retry-After seconds.",
                 )
                 .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
             }
+            EndpointError::Store(inner) => store_problem(inner),
         }
     }
 }
 
-/// The refusals of a job id an operator asked to attach.
-fn job_problem(e: IntakeError) -> Problem {
+/// The table failed, or a cursor was not one it gave: what every family
+/// answers for its `Store` case.
+fn store_problem(e: StoreError) -> Problem {
     match e {
-        IntakeError::JobHeldElsewhere { ref holder, .. } => {
-            let p = Problem::new(
-                StatusCode::CONFLICT,
-                "remote-job-held",
-                "The remote job belongs to another operation",
-                e.to_string(),
-            );
-            match holder {
-                Some(id) => p.with("operation_id", id.as_str()),
-                None => p,
-            }
-        }
-        IntakeError::JobNotAttachable { .. } => Problem::new(
-            StatusCode::CONFLICT,
-            "remote-job-not-attachable",
-            "The remote job cannot be attached to this operation",
-            format!("{e}: another operation holds it."),
-        ),
-        other => Problem::from(other),
-    }
-}
-
-/// The errors of the routes beside the operations': webhook endpoints,
-/// and account-wide changes.
-fn scope_problem(e: IntakeError) -> Problem {
-    match e {
-        IntakeError::AccountWide => Problem::new(
-            StatusCode::FORBIDDEN,
-            "account-wide",
-            "Only an operator of every tenant may change this",
-            format!("{e}; this operator is scoped to one tenant."),
-        ),
-        IntakeError::PlatformLimit => Problem::new(
-            StatusCode::FORBIDDEN,
-            "platform-limit",
-            "Only an operator of every tenant may set a tenant's limits",
-            format!("{e}; this operator is scoped to one tenant and may read them only."),
-        ),
-        IntakeError::NoSuchEndpoint => Problem::new(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            "No such webhook endpoint",
-            "No webhook endpoint with this id belongs to the tenant.",
-        ),
-        IntakeError::NoSuchEvent => Problem::new(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            "No such event",
-            "No event with this id is kept for the tenant: it is not one of its events, or it is older \
-             than the delivery log keeps.",
-        ),
-        IntakeError::NotReplayable(_) => Problem::new(
-            StatusCode::CONFLICT,
-            "not-replayable",
-            "The endpoint cannot take this event now",
-            format!("{e}. Nothing was queued."),
-        ),
-        IntakeError::EndpointLimit { limit } => Problem::new(
-            StatusCode::CONFLICT,
-            "endpoint-limit",
-            "The tenant has as many webhook endpoints as it may",
-            format!("{e}. Delete one, or change one of them, instead."),
-        )
-        .with("limit", limit),
-        IntakeError::Secrets(ref inner) => {
-            error!(error = %inner, "secret store failure");
+        StoreError::Cursor => Problem::from(InvalidInput::new("cursor", "is not a cursor this API returned")),
+        inner => {
+            error!(error = %inner, "store failure");
             Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "secrets-unavailable",
-                "The secret store is unavailable",
-                "Nothing was changed; send the same request again after the Retry-After seconds.",
+                "store-unavailable",
+                "The operation store is unavailable",
+                "Try again after the Retry-After seconds, with the same operation key: \
+                 nothing was lost, and a retry never creates a second operation.",
             )
             .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
         }
-        other => Problem::from(other),
     }
 }
 

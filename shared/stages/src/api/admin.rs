@@ -3,7 +3,8 @@
 
 use tracing::{info, warn};
 
-use crate::api::intake::{Intake, IntakeError};
+use crate::api::errors::{ListError, OperationError};
+use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::outputs::ObjectStore;
 use crate::ports::queue::WorkQueue;
@@ -61,7 +62,7 @@ impl<S, Q, O, C> Admin<'_, S, Q, O, C> {
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
     /// How many cases are open per reason, and since when the oldest of
     /// each, over the operator's scope (one tenant, or every tenant).
-    pub async fn case_counts(&self, tenant: Option<TenantId>) -> Result<Vec<CaseCount>, IntakeError> {
+    pub async fn case_counts(&self, tenant: Option<TenantId>) -> Result<Vec<CaseCount>, ListError> {
         match self.scope(tenant) {
             Some(scope) => Ok(self.intake.store.case_counts(scope.as_ref()).await?),
             None => Ok(Vec::new()),
@@ -77,7 +78,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         filter: CaseFilter,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<CasePage, IntakeError> {
+    ) -> Result<CasePage, ListError> {
         let op = self.op;
         let Some(scope) = self.scope(tenant) else {
             return Ok(CasePage {
@@ -109,16 +110,16 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     }
 
     /// Any live operation in the operator's scope.
-    pub async fn get(&self, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+    pub async fn get(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
         match self.intake.store.get(id, self.intake.clock.now()).await? {
             Some(rec) if self.op.may_see(&rec.tenant_id) => Ok(rec),
-            _ => Err(IntakeError::NotFound),
+            _ => Err(OperationError::NotFound),
         }
     }
 
     /// Refuses to attach a job id that another operation holds: naming the
     /// holder when the operator may see it, and nothing about it otherwise.
-    async fn refuse_held_job(&self, id: &OperationId, job_id: &str) -> Result<(), IntakeError> {
+    async fn refuse_held_job(&self, id: &OperationId, job_id: &str) -> Result<(), OperationError> {
         let op = self.op;
         let holders = self.intake.store.holders_of_remote_job(job_id).await?;
         if let Some(other) = holders.into_iter().find(|h| h != id) {
@@ -130,11 +131,11 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
                 None => self.intake.store.get(&other, self.intake.clock.now()).await?,
             };
             return Err(match visible {
-                Some(holder) => IntakeError::JobHeldElsewhere {
+                Some(holder) => OperationError::JobHeldElsewhere {
                     job_id: job_id.to_owned(),
                     holder: Some(holder.operation_id),
                 },
-                None => IntakeError::JobNotAttachable {
+                None => OperationError::JobNotAttachable {
                     job_id: job_id.to_owned(),
                 },
             });
@@ -153,10 +154,10 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         resolution: &Resolution,
         reason: &str,
         expected_version: u64,
-    ) -> Result<OperationRecord, IntakeError> {
+    ) -> Result<OperationRecord, OperationError> {
         let op = self.op;
         let rec = self.get(id).await?;
-        let stale = |actual: u64| IntakeError::StaleVersion {
+        let stale = |actual: u64| OperationError::StaleVersion {
             expected: expected_version,
             actual,
         };
@@ -190,8 +191,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
                 refusal: machine::Refusal::StaleVersion { actual },
                 ..
             } => stale(actual),
-            CommitError::Refused { refusal, .. } => IntakeError::Refused(refusal),
-            CommitError::Store(s) => IntakeError::Store(s),
+            CommitError::Refused { refusal, .. } => OperationError::Refused(refusal),
+            CommitError::Store(s) => OperationError::Store(s),
         })?;
         info!(operation_id = %id, tenant = %next.tenant_id, phase = next.phase.as_str(), actor = %op.actor, action = resolution.name(), %reason, "case resolved");
         self.intake

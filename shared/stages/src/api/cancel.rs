@@ -9,7 +9,8 @@
 use tracing::info;
 
 use crate::api::admin::Admin;
-use crate::api::intake::{Intake, IntakeError};
+use crate::api::errors::OperationError;
+use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::outputs::ObjectStore;
 use crate::ports::queue::WorkQueue;
@@ -21,16 +22,16 @@ use genace_core::record::{CancelReason, OperationRecord};
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
     /// The owning tenant takes its operation back. Another tenant's or an
-    /// unknown id is [`IntakeError::NotFound`].
-    pub async fn cancel(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+    /// unknown id is [`OperationError::NotFound`].
+    pub async fn cancel(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(tenant, id, self.clock.now()).await?;
         self.take_back(rec, tenant.as_str()).await
     }
 
     /// Cancels `rec` for `by`: the cancelled record (a repeat changes
-    /// nothing and answers the same), or [`IntakeError::TooLateToCancel`]
+    /// nothing and answers the same), or [`OperationError::TooLateToCancel`]
     /// once the dispatch claim was made.
-    async fn take_back(&self, rec: OperationRecord, by: &str) -> Result<OperationRecord, IntakeError> {
+    async fn take_back(&self, rec: OperationRecord, by: &str) -> Result<OperationRecord, OperationError> {
         let now = self.clock.now();
         let policy = self.config.policy;
         let id = rec.operation_id.clone();
@@ -51,8 +52,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         })
         .await
         .map_err(|e| match e {
-            CommitError::Refused { current, .. } => IntakeError::TooLateToCancel { phase: current.phase },
-            CommitError::Store(s) => IntakeError::Store(s),
+            CommitError::Refused { current, .. } => OperationError::TooLateToCancel { phase: current.phase },
+            CommitError::Store(s) => OperationError::Store(s),
         })?;
         if !repeat {
             info!(operation_id = %id, tenant = %next.tenant_id, %by, "operation cancelled before its dispatch claim");
@@ -70,7 +71,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
     /// An operator takes back an operation in their scope; the record names
     /// them.
-    pub async fn cancel(&self, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+    pub async fn cancel(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(id).await?;
         self.intake.take_back(rec, &self.op.actor).await
     }

@@ -5,7 +5,7 @@
 use tracing::info;
 
 use crate::api::admin::Admin;
-use crate::api::intake::IntakeError;
+use crate::api::errors::SettingsError;
 use crate::pipeline::wake::{oldest_wait, wake_if_room};
 use crate::ports::clock::Clock;
 use crate::ports::queue::WorkQueue;
@@ -50,7 +50,7 @@ const REPORT_PAGES: usize = 20;
 
 impl<S: OperationStore, Q, O, C: Clock> Admin<'_, S, Q, O, C> {
     /// The account's capacity as this operator may see it.
-    pub async fn capacity(&self) -> Result<CapacityReport, IntakeError> {
+    pub async fn capacity(&self) -> Result<CapacityReport, SettingsError> {
         let account = self.intake.store.account().await?;
         let (ledgers, whole) = match &self.op.tenant {
             Some(own) => (vec![self.intake.store.ledger(own).await?], false),
@@ -89,12 +89,12 @@ impl<S: OperationStore, Q, O, C: Clock> Admin<'_, S, Q, O, C> {
     /// wakes the operations it makes room for; a lowered one admits nothing
     /// new until the jobs in flight fall under it, and touches nothing
     /// running. Only an operator not scoped to one tenant may.
-    pub async fn set_account_limit(&self, limit: Option<u32>) -> Result<CapacityReport, IntakeError>
+    pub async fn set_account_limit(&self, limit: Option<u32>) -> Result<CapacityReport, SettingsError>
     where
         Q: WorkQueue,
     {
         if self.op.tenant.is_some() {
-            return Err(IntakeError::AccountWide);
+            return Err(SettingsError::AccountWide);
         }
         self.intake.store.set_account_limit(limit).await?;
         info!(actor = %self.op.actor, max_in_flight = ?limit, "account's limit of jobs in flight set");

@@ -5,7 +5,8 @@
 use tracing::{info, warn};
 
 use crate::api::admin::Admin;
-use crate::api::intake::{Intake, IntakeError};
+use crate::api::errors::{ListError, SettingsError};
+use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::outputs::ObjectStore;
 use crate::ports::queue::WorkQueue;
@@ -16,7 +17,7 @@ use genace_core::record::OperationRecord;
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
     /// A tenant's totals and limit.
-    pub async fn credits(&self, tenant: &TenantId) -> Result<TenantLedger, IntakeError> {
+    pub async fn credits(&self, tenant: &TenantId) -> Result<TenantLedger, SettingsError> {
         Ok(self.store.ledger(tenant).await?)
     }
 
@@ -39,7 +40,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
     /// Every tenant's ledger, a page at a time; an operator limited to one
     /// tenant sees that tenant's only.
-    pub async fn all_credits(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, IntakeError> {
+    pub async fn all_credits(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, ListError> {
         if let Some(own) = &self.op.tenant {
             return Ok(LedgerPage {
                 ledgers: vec![self.intake.store.ledger(own).await?],
@@ -61,7 +62,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         &self,
         tenant: &TenantId,
         limit: Option<Millicredits>,
-    ) -> Result<TenantLedger, IntakeError>
+    ) -> Result<TenantLedger, SettingsError>
     where
         Q: crate::ports::queue::WorkQueue,
     {
@@ -79,7 +80,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     /// limit wakes the operations it makes room for; a lowered one admits
     /// nothing new until the tenant's jobs in flight fall under it, and
     /// touches nothing running.
-    pub async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, IntakeError>
+    pub async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, SettingsError>
     where
         Q: crate::ports::queue::WorkQueue,
     {
@@ -97,9 +98,9 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
 /// Genace account it takes from the others. So an operator scoped to one
 /// tenant, its own included, may read them but not set them; the refusal
 /// does not depend on the tenant named, so it tells nothing of it.
-fn op_may_set_limits(op: &crate::api::admin::Operator) -> Result<(), IntakeError> {
+fn op_may_set_limits(op: &crate::api::admin::Operator) -> Result<(), SettingsError> {
     match op.tenant {
-        Some(_) => Err(IntakeError::PlatformLimit),
+        Some(_) => Err(SettingsError::PlatformLimit),
         None => Ok(()),
     }
 }

@@ -13,7 +13,8 @@
 use tracing::info;
 
 use crate::api::admin::Admin;
-use crate::api::intake::{Intake, IntakeError};
+use crate::api::errors::OperationError;
+use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::outputs::{MAX_DELETE_KEYS, ObjectStore};
 use crate::ports::queue::WorkQueue;
@@ -25,18 +26,18 @@ use genace_core::record::OperationRecord;
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
     /// The owning tenant erases its operation's outputs. Another tenant's
-    /// or an unknown id is [`IntakeError::NotFound`].
-    pub async fn erase_outputs(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+    /// or an unknown id is [`OperationError::NotFound`].
+    pub async fn erase_outputs(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(tenant, id, self.clock.now()).await?;
         self.erase(rec, tenant.as_str()).await
     }
 
     /// Deletes `rec`'s delivered objects, then records who erased them. A
     /// repeat answers the record as it is.
-    async fn erase(&self, rec: OperationRecord, by: &str) -> Result<OperationRecord, IntakeError> {
+    async fn erase(&self, rec: OperationRecord, by: &str) -> Result<OperationRecord, OperationError> {
         let now = self.clock.now();
         let policy = self.config.policy;
-        let refused = |r: &OperationRecord| IntakeError::CannotErase {
+        let refused = |r: &OperationRecord| OperationError::CannotErase {
             phase: r.phase,
             delivery_state: r.delivery_state,
         };
@@ -62,7 +63,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         .await
         .map_err(|e| match e {
             CommitError::Refused { current, .. } => refused(&current),
-            CommitError::Store(s) => IntakeError::Store(s),
+            CommitError::Store(s) => OperationError::Store(s),
         })?;
         info!(operation_id = %next.operation_id, tenant = %next.tenant_id, %by, objects = deleted.len(), "outputs erased");
         self.metrics.count("OutputsErased", &[]);
@@ -72,8 +73,8 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     /// Deletes every object under the operation's prefix and every key its
     /// record names (stored under an older prefix setting, say): the keys
     /// deleted, in order. Lists a page at a time until a page is short.
-    async fn delete_stored(&self, rec: &OperationRecord) -> Result<Vec<String>, IntakeError> {
-        let failed = |e: crate::ports::outputs::StorageError| IntakeError::Objects(e.to_string());
+    async fn delete_stored(&self, rec: &OperationRecord) -> Result<Vec<String>, OperationError> {
+        let failed = |e: crate::ports::outputs::StorageError| OperationError::Objects(e.to_string());
         let prefix = crate::ports::outputs::operation_prefix(&self.config.output_prefix, rec);
         let mut deleted: std::collections::BTreeSet<String> =
             rec.delivered_objects.iter().map(|o| o.key.clone()).collect();
@@ -105,7 +106,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
                 return Ok(deleted.into_iter().collect());
             }
         }
-        Err(IntakeError::Objects(format!(
+        Err(OperationError::Objects(format!(
             "more than {} objects under {prefix}; erase again to go on",
             ERASE_PAGES * MAX_DELETE_KEYS
         )))
@@ -119,7 +120,7 @@ const ERASE_PAGES: usize = 10;
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
     /// An operator erases the outputs of an operation in their scope.
-    pub async fn erase_outputs(&self, id: &OperationId) -> Result<OperationRecord, IntakeError> {
+    pub async fn erase_outputs(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(id).await?;
         self.intake.erase(rec, &self.op.actor).await
     }

@@ -3,87 +3,16 @@
 use chrono::{DateTime, Utc};
 use tracing::{error, info};
 
+use crate::api::errors::{OperationError, SubmitError};
 use crate::config::Config;
 use crate::ports::clock::{Clock, SystemClock};
 use crate::ports::metrics::Metrics;
 use crate::ports::outputs::ObjectStore;
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::{Created, OperationStore, StoreError};
+use crate::ports::table::{Created, OperationStore};
 use genace_core::domain::{Intent, OperationId, TenantId};
 use genace_core::messages::Queue;
 use genace_core::record::OperationRecord;
-
-#[derive(Debug, thiserror::Error)]
-pub enum IntakeError {
-    /// The request is invalid (for a time-dependent check: as a new
-    /// intent; a recorded one is replayed instead).
-    #[error(transparent)]
-    Invalid(genace_core::domain::InvalidInput),
-    /// The key is taken by an intent with a different specification.
-    #[error("operation key {key:?} is already used by operation {existing} with a different specification")]
-    KeyReused { key: String, existing: OperationId },
-    /// No live operation with this id belongs to the caller.
-    #[error("no such operation")]
-    NotFound,
-    /// The lifecycle rules refuse the requested change in the current phase.
-    #[error("{0}")]
-    Refused(genace_core::machine::Refusal),
-    /// The decision was made on another version of the operation than the
-    /// stored one (a stale or replayed request): nothing was changed.
-    #[error("the operation is at version {actual}, the request was made on version {expected}")]
-    StaleVersion { expected: u64, actual: u64 },
-    /// The remote job id is already the remote job of another operation.
-    #[error("remote job {job_id} already belongs to another operation")]
-    JobHeldElsewhere {
-        job_id: String,
-        holder: Option<OperationId>,
-    },
-    /// The remote job id cannot be attached here: it belongs to an
-    /// operation outside the operator's scope, which is not named.
-    #[error("remote job {job_id} cannot be attached to this operation")]
-    JobNotAttachable { job_id: String },
-    /// The operation was claimed for dispatch (or is past it): a Genace job
-    /// may exist, and Genace cannot stop one it accepted.
-    #[error("the operation is {} and can no longer be cancelled", .phase.as_str())]
-    TooLateToCancel { phase: genace_core::record::Phase },
-    /// A delivery runs or may still run on its own: outputs could be
-    /// stored after the erasure.
-    #[error("the operation is {} with delivery {}; a delivery may still store outputs", .phase.as_str(), .delivery_state.as_str())]
-    CannotErase {
-        phase: genace_core::record::Phase,
-        delivery_state: genace_core::record::DeliveryState,
-    },
-    /// The object store failed; nothing was recorded, and a repeat completes it.
-    #[error("the object store failed: {0}")]
-    Objects(String),
-    /// The change concerns the whole Genace account, and the operator is
-    /// scoped to one tenant.
-    #[error("only an operator of every tenant may change the whole account")]
-    AccountWide,
-    /// A tenant's spend limit and limit of jobs in flight are the
-    /// platform's: an operator scoped to one tenant reads them only.
-    #[error("only an operator of every tenant may set a tenant's limits")]
-    PlatformLimit,
-    /// No webhook endpoint with this id belongs to the tenant.
-    #[error("no such webhook endpoint")]
-    NoSuchEndpoint,
-    /// No kept event with this id belongs to the tenant (never one of its
-    /// events, or kept no longer).
-    #[error("no such event is kept for the tenant")]
-    NoSuchEvent,
-    /// The endpoint cannot take this event now: it is disabled, or it does
-    /// not take events of this type. Nothing was queued.
-    #[error("the event cannot be sent to this endpoint: {0}")]
-    NotReplayable(String),
-    /// The tenant has as many webhook endpoints as it may.
-    #[error("the tenant already has {limit} webhook endpoints, the most it may have")]
-    EndpointLimit { limit: usize },
-    /// Secrets Manager failed; the endpoint was not changed.
-    #[error("the secret store failed: {0}")]
-    Secrets(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Submitted {
@@ -129,7 +58,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         tenant: &TenantId,
         intent: &Intent,
         now: DateTime<Utc>,
-    ) -> Result<Submitted, IntakeError> {
+    ) -> Result<Submitted, SubmitError> {
         use genace_core::planted;
         let record = OperationRecord::new_intent(
             tenant,
@@ -144,7 +73,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         if let Some(invalid) = intent.deadline.and_then(|d| d.check(now).err()) {
             return match self.store.get(&record.operation_id, now).await? {
                 Some(existing) => self.answer_existing(tenant, Box::new(existing), &record),
-                None => Err(IntakeError::Invalid(invalid)),
+                None => Err(SubmitError::Invalid(invalid)),
             };
         }
         match self.store.create(&record, now).await? {
@@ -192,7 +121,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         tenant: &TenantId,
         existing: Box<OperationRecord>,
         sent: &OperationRecord,
-    ) -> Result<Submitted, IntakeError> {
+    ) -> Result<Submitted, SubmitError> {
         if existing.specification_hash == sent.specification_hash {
             info!(operation_id = %existing.operation_id, tenant = %tenant, phase = existing.phase.as_str(), "intent replayed");
             self.metrics.count("IntentDuplicates", &[]);
@@ -200,7 +129,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         } else {
             info!(operation_id = %existing.operation_id, tenant = %tenant, "operation key reused with a different specification");
             self.metrics.count("KeyConflicts", &[]);
-            Err(IntakeError::KeyReused {
+            Err(SubmitError::KeyReused {
                 key: existing.operation_key.clone(),
                 existing: existing.operation_id.clone(),
             })
@@ -213,10 +142,10 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         tenant: &TenantId,
         id: &OperationId,
         now: DateTime<Utc>,
-    ) -> Result<OperationRecord, IntakeError> {
+    ) -> Result<OperationRecord, OperationError> {
         match self.store.get(id, now).await? {
             Some(rec) if rec.tenant_id == *tenant => Ok(rec),
-            _ => Err(IntakeError::NotFound),
+            _ => Err(OperationError::NotFound),
         }
     }
 }

@@ -10,7 +10,8 @@
 use chrono::{DateTime, Utc};
 
 use crate::api::admin::Admin;
-use crate::api::intake::{Intake, IntakeError};
+use crate::api::errors::ListError;
+use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::list::{ListFilter, ListPosition};
 use crate::ports::outputs::ObjectStore;
@@ -70,7 +71,7 @@ async fn list_in<S: OperationStore>(
     limit: i32,
     cursor: Option<&str>,
     now: DateTime<Utc>,
-) -> Result<Listed, IntakeError> {
+) -> Result<Listed, ListError> {
     let binding = binding(filter, scope);
     let after = cursor.map(|c| decode_cursor(c, &binding)).transpose()?;
     let page = store.list(scope, filter, limit, after.as_ref(), now).await?;
@@ -88,7 +89,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
         filter: &ListFilter,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Listed, IntakeError> {
+    ) -> Result<Listed, ListError> {
         list_in(&self.store, Some(tenant), filter, limit, cursor, self.clock.now()).await
     }
 }
@@ -103,7 +104,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         filter: &ListFilter,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Listed, IntakeError> {
+    ) -> Result<Listed, ListError> {
         let Some(scope) = self.scope(tenant) else {
             return Ok(Listed {
                 records: Vec::new(),

@@ -2,8 +2,9 @@
 //! table. Imports the ports and, from the pipeline, only the wake-up that
 //! a freed slot sends.
 //!
-//! - [`intake`]: recording an intent once, and reading it back;
-//!   [`IntakeError`](intake::IntakeError) is what any of these refuses.
+//! - [`intake`]: recording an intent once, and reading it back.
+//! - [`errors`]: one error per family of these operations (submitting,
+//!   one operation, lists, settings, webhook endpoints).
 //! - Tenant features: [`cancel`], [`erase`], [`listing`], [`credits`],
 //!   [`webhook_endpoints`].
 //! - Operator features: [`admin`] (cases and their resolutions),
@@ -15,6 +16,7 @@ pub mod cancel;
 pub mod capacity;
 pub mod credits;
 pub mod erase;
+pub mod errors;
 pub mod intake;
 pub mod listing;
 pub mod webhook_admin;

@@ -8,7 +8,7 @@ use serde_json::Value;
 use tracing::info;
 
 use crate::api::admin::Admin;
-use crate::api::intake::IntakeError;
+use crate::api::errors::SettingsError;
 use crate::config::UrlPolicy;
 use crate::ports::clock::Clock;
 use crate::ports::outputs::ObjectStore;
@@ -162,18 +162,22 @@ pub fn parse_events(body: &Value) -> Result<Option<Vec<String>>, InvalidInput> {
 
 impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
     /// A tenant's webhook, for an operator who may see the tenant.
-    pub async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, IntakeError> {
+    pub async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, SettingsError> {
         if !self.op.may_see(tenant) {
-            return Err(IntakeError::NotFound);
+            return Err(SettingsError::NotFound);
         }
         Ok(self.intake.store.webhook(tenant).await?)
     }
 
     /// Sets a tenant's webhook; from now on its events are POSTed there.
-    pub async fn set_webhook(&self, tenant: &TenantId, request: WebhookRequest) -> Result<WebhookConfig, IntakeError> {
+    pub async fn set_webhook(
+        &self,
+        tenant: &TenantId,
+        request: WebhookRequest,
+    ) -> Result<WebhookConfig, SettingsError> {
         let op = self.op;
         if !op.may_see(tenant) {
-            return Err(IntakeError::NotFound);
+            return Err(SettingsError::NotFound);
         }
         let config = WebhookConfig {
             tenant_id: tenant.as_str().to_owned(),
@@ -189,10 +193,10 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     }
 
     /// Removes a tenant's webhook; events already queued are dropped.
-    pub async fn remove_webhook(&self, tenant: &TenantId) -> Result<(), IntakeError> {
+    pub async fn remove_webhook(&self, tenant: &TenantId) -> Result<(), SettingsError> {
         let op = self.op;
         if !op.may_see(tenant) {
-            return Err(IntakeError::NotFound);
+            return Err(SettingsError::NotFound);
         }
         self.intake.store.set_webhook(tenant, None).await?;
         info!(actor = %op.actor, tenant = %tenant, "webhook removed");

@@ -15,7 +15,8 @@
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::api::intake::{Intake, IntakeError};
+use crate::api::errors::EndpointError;
+use crate::api::intake::Intake;
 use crate::api::webhook_admin::{parse_events, parse_url};
 use crate::config::{Config, UrlPolicy};
 use crate::ports::clock::Clock;
@@ -147,11 +148,11 @@ pub struct Recovered {
 pub const RECOVER_SCAN: usize = 5_000;
 
 /// The endpoint `id` of a set being edited.
-fn named<'s>(set: &'s mut EndpointSet, id: &str) -> Result<&'s mut WebhookEndpoint, IntakeError> {
+fn named<'s>(set: &'s mut EndpointSet, id: &str) -> Result<&'s mut WebhookEndpoint, EndpointError> {
     set.endpoints
         .iter_mut()
         .find(|e| e.id == id)
-        .ok_or(IntakeError::NoSuchEndpoint)
+        .ok_or(EndpointError::NoSuchEndpoint)
 }
 
 /// One tenant's endpoints, as a caller allowed to manage them sees them.
@@ -166,19 +167,19 @@ pub struct Endpoints<'a, S, Q, C> {
 }
 
 impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
-    pub async fn list(&self) -> Result<Vec<WebhookEndpoint>, IntakeError> {
+    pub async fn list(&self) -> Result<Vec<WebhookEndpoint>, EndpointError> {
         Ok(self.store.endpoints(&self.tenant).await?.endpoints)
     }
 
-    pub async fn get(&self, id: &str) -> Result<WebhookEndpoint, IntakeError> {
+    pub async fn get(&self, id: &str) -> Result<WebhookEndpoint, EndpointError> {
         let set = self.store.endpoints(&self.tenant).await?;
-        set.get(id).cloned().ok_or(IntakeError::NoSuchEndpoint)
+        set.get(id).cloned().ok_or(EndpointError::NoSuchEndpoint)
     }
 
     /// Creates an endpoint with a new secret. The secret is stored first,
     /// so a saved endpoint never names a secret that does not exist; a
     /// create refused for the limit stores nothing.
-    pub async fn create(&self, change: EndpointChange) -> Result<WithSecret, IntakeError> {
+    pub async fn create(&self, change: EndpointChange) -> Result<WithSecret, EndpointError> {
         let id = format!("ep_{}", uuid::Uuid::new_v4().simple());
         let now = self.clock.now();
         let mut endpoint = WebhookEndpoint {
@@ -198,17 +199,17 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
         change.apply(&mut endpoint, now, &self.actor);
         let limit = self.config.webhook_max_endpoints;
         if self.store.endpoints(&self.tenant).await?.endpoints.len() >= limit {
-            return Err(IntakeError::EndpointLimit { limit });
+            return Err(EndpointError::EndpointLimit { limit });
         }
-        let secret = new_secret().map_err(IntakeError::Secrets)?;
+        let secret = new_secret().map_err(EndpointError::Secrets)?;
         self.vault
             .store_secret(&endpoint.secret_id, &secret)
             .await
-            .map_err(IntakeError::Secrets)?;
+            .map_err(EndpointError::Secrets)?;
         let saved = self
             .change(|set| {
                 if set.endpoints.len() >= limit {
-                    return Err(IntakeError::EndpointLimit { limit });
+                    return Err(EndpointError::EndpointLimit { limit });
                 }
                 set.endpoints.push(endpoint.clone());
                 Ok(())
@@ -223,7 +224,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
         Ok(WithSecret { endpoint, secret })
     }
 
-    pub async fn update(&self, id: &str, change: EndpointChange) -> Result<WebhookEndpoint, IntakeError> {
+    pub async fn update(&self, id: &str, change: EndpointChange) -> Result<WebhookEndpoint, EndpointError> {
         let now = self.clock.now();
         let set = self
             .change(|set| {
@@ -232,19 +233,19 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
             })
             .await?;
         info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, "webhook endpoint updated");
-        set.get(id).cloned().ok_or(IntakeError::NoSuchEndpoint)
+        set.get(id).cloned().ok_or(EndpointError::NoSuchEndpoint)
     }
 
     /// Deletes the endpoint, then its secret. Events already queued for it
     /// are dropped when they find it gone.
-    pub async fn delete(&self, id: &str) -> Result<(), IntakeError> {
+    pub async fn delete(&self, id: &str) -> Result<(), EndpointError> {
         let mut secret_id = String::new();
         self.change(|set| {
             let at = set
                 .endpoints
                 .iter()
                 .position(|e| e.id == id)
-                .ok_or(IntakeError::NoSuchEndpoint)?;
+                .ok_or(EndpointError::NoSuchEndpoint)?;
             secret_id = set.endpoints.remove(at).secret_id;
             Ok(())
         })
@@ -256,13 +257,13 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
 
     /// Puts a new secret on the endpoint. The replaced one keeps signing
     /// beside it for `WEBHOOK_SECRET_OVERLAP_HOURS`.
-    pub async fn rotate(&self, id: &str) -> Result<WithSecret, IntakeError> {
+    pub async fn rotate(&self, id: &str) -> Result<WithSecret, EndpointError> {
         let endpoint = self.get(id).await?;
-        let secret = new_secret().map_err(IntakeError::Secrets)?;
+        let secret = new_secret().map_err(EndpointError::Secrets)?;
         self.vault
             .store_secret(&endpoint.secret_id, &secret)
             .await
-            .map_err(IntakeError::Secrets)?;
+            .map_err(EndpointError::Secrets)?;
         let now = self.clock.now();
         let set = self
             .change(|set| {
@@ -274,7 +275,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
             })
             .await?;
         info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, "webhook secret rotated");
-        let endpoint = set.get(id).cloned().ok_or(IntakeError::NoSuchEndpoint)?;
+        let endpoint = set.get(id).cloned().ok_or(EndpointError::NoSuchEndpoint)?;
         Ok(WithSecret { endpoint, secret })
     }
 
@@ -285,7 +286,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
         status: Option<AttemptStatus>,
         limit: usize,
         after: Option<&str>,
-    ) -> Result<AttemptPage, IntakeError> {
+    ) -> Result<AttemptPage, EndpointError> {
         self.get(id).await?;
         let (attempts, next) = self
             .store
@@ -299,15 +300,15 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
     /// copy goes through the webhook queue like any other: signed with the
     /// endpoint's secret, retried, and logged.
     /// A disabled endpoint, or one that does not take the event's type,
-    /// is refused with [`IntakeError::NotReplayable`]: the copy would be
+    /// is refused with [`EndpointError::NotReplayable`]: the copy would be
     /// dropped unsent.
-    pub async fn replay(&self, id: &str, event_id: &str) -> Result<(), IntakeError> {
+    pub async fn replay(&self, id: &str, event_id: &str) -> Result<(), EndpointError> {
         let endpoint = self.get(id).await?;
         let detail = self
             .store
             .kept_event(&self.tenant, event_id, self.clock.now())
             .await?
-            .ok_or(IntakeError::NoSuchEvent)?;
+            .ok_or(EndpointError::NoSuchEvent)?;
         refuse_unsendable(&endpoint)?;
         let kind = serde_json::from_str::<Value>(&detail)
             .ok()
@@ -315,7 +316,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
         if let Some(kind) = kind
             && !endpoint.wants(&kind)
         {
-            return Err(IntakeError::NotReplayable(format!(
+            return Err(EndpointError::NotReplayable(format!(
                 "the endpoint does not take events of type {kind}"
             )));
         }
@@ -330,7 +331,7 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
     /// the order they were first tried, leaving out the types it takes no
     /// longer. Reads at most [`RECOVER_SCAN`] log
     /// entries.
-    pub async fn recover(&self, id: &str, since: chrono::DateTime<chrono::Utc>) -> Result<Recovered, IntakeError> {
+    pub async fn recover(&self, id: &str, since: chrono::DateTime<chrono::Utc>) -> Result<Recovered, EndpointError> {
         let endpoint = self.get(id).await?;
         refuse_unsendable(&endpoint)?;
         let now = self.clock.now();
@@ -377,22 +378,22 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
         Ok(done)
     }
 
-    async fn send_copy(&self, id: &str, detail: &str) -> Result<(), IntakeError> {
+    async fn send_copy(&self, id: &str, detail: &str) -> Result<(), EndpointError> {
         let detail: Value =
             serde_json::from_str(detail).map_err(|e| StoreError::Decode(format!("a kept event: {e}")))?;
         let copy = serde_json::json!({"to": id, "detail": detail}).to_string();
         self.queue
             .send_webhook_copy(copy)
             .await
-            .map_err(|e| IntakeError::Store(StoreError::Service(format!("the webhook queue: {e}"))))
+            .map_err(|e| EndpointError::Store(StoreError::Service(format!("the webhook queue: {e}"))))
     }
 
     /// Applies `edit` to the stored set and writes it on the version read,
     /// again on a lost race; the set as written.
     async fn change(
         &self,
-        mut edit: impl FnMut(&mut EndpointSet) -> Result<(), IntakeError>,
-    ) -> Result<EndpointSet, IntakeError> {
+        mut edit: impl FnMut(&mut EndpointSet) -> Result<(), EndpointError>,
+    ) -> Result<EndpointSet, EndpointError> {
         for _ in 0..TRIES {
             let mut set = self.store.endpoints(&self.tenant).await?;
             edit(&mut set)?;
@@ -415,9 +416,9 @@ impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
 }
 
 /// A disabled endpoint is sent nothing, copies included: enable it first.
-fn refuse_unsendable(endpoint: &WebhookEndpoint) -> Result<(), IntakeError> {
+fn refuse_unsendable(endpoint: &WebhookEndpoint) -> Result<(), EndpointError> {
     match endpoint.disabled_at {
-        Some(_) => Err(IntakeError::NotReplayable(
+        Some(_) => Err(EndpointError::NotReplayable(
             "the endpoint is disabled; enable it first".into(),
         )),
         None => Ok(()),

@@ -5,7 +5,8 @@
 
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, ENDPOINTS_SCOPE, WebhookEndpoint};
-use genace_stages::api::intake::{Intake, IntakeError};
+use genace_stages::api::errors::EndpointError;
+use genace_stages::api::intake::Intake;
 use genace_stages::api::webhook_endpoints::{EndpointChange, Endpoints, WithSecret};
 use genace_stages::ports::clock::Clock;
 use genace_stages::ports::cursor;
@@ -48,7 +49,7 @@ fn caller<S, Q, O, C>(intake: &Intake<S, Q, O, C>, req: &Request) -> Result<(Ten
                 ))
             })?;
             if !op.may_see(&tenant) {
-                return Err(IntakeError::NoSuchEndpoint.into());
+                return Err(EndpointError::NoSuchEndpoint.into());
             }
             Ok((tenant, op.actor.clone()))
         }
