@@ -224,7 +224,14 @@ async fn a_502_with_a_job_id_is_submit_failed_with_the_id_saved() {
     // The failed job's reservation waits for its refund in the ledger...
     let tenant = TenantId::parse("tenant-a").unwrap();
     let totals = rig.intake.credits(&tenant).await.unwrap().totals;
-    assert_eq!((totals.held, totals.pending_refund, totals.settled), (0, 10_000, 0));
+    assert_eq!(
+        (totals.held, totals.pending_refund, totals.settled),
+        (
+            genace_core::ledger::Millicredits::ZERO,
+            genace_core::ledger::Millicredits::new(10_000),
+            genace_core::ledger::Millicredits::ZERO
+        )
+    );
     // ...until an operator marks it settled.
     let op = genace_stages::api::admin::Operator {
         actor: "ops".into(),
@@ -237,7 +244,13 @@ async fn a_502_with_a_job_id_is_submit_failed_with_the_id_saved() {
         .await
         .unwrap();
     let totals = rig.intake.credits(&tenant).await.unwrap().totals;
-    assert_eq!((totals.pending_refund, totals.settled), (0, 10_000));
+    assert_eq!(
+        (totals.pending_refund, totals.settled),
+        (
+            genace_core::ledger::Millicredits::ZERO,
+            genace_core::ledger::Millicredits::new(10_000)
+        )
+    );
 }
 
 #[tokio::test]
@@ -517,7 +530,7 @@ impl TenantLedgers for EchoingStore {
     async fn set_spend_limit(
         &self,
         tenant: &TenantId,
-        limit: Option<i64>,
+        limit: Option<genace_core::ledger::Millicredits>,
     ) -> Result<genace_core::ledger::TenantLedger, genace_stages::ports::table::StoreError> {
         self.0.set_spend_limit(tenant, limit).await
     }
@@ -852,7 +865,10 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     let tenant = TenantId::parse("tenant-a").unwrap();
     let store = rig.env.store();
     // Room for one video reservation (10 credits), not two.
-    store.set_spend_limit(&tenant, Some(15_000)).await.unwrap();
+    store
+        .set_spend_limit(&tenant, Some(genace_core::ledger::Millicredits::new(15_000)))
+        .await
+        .unwrap();
     let a = rig.intent("a", None).await;
     let b = rig.intent("b", None).await;
     let (ra, rb) = tokio::join!(rig.dispatcher.dispatch(&a), rig.dispatcher.dispatch(&b));
@@ -888,7 +904,10 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     };
     assert!(seen.spend_hold.is_some());
     // The 202 said 40 credits: held now exceeds the limit, and stays recorded.
-    assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, 40_000);
+    assert_eq!(
+        store.ledger(&tenant).await.unwrap().totals.held,
+        genace_core::ledger::Millicredits::new(40_000)
+    );
     // Still no room: a look (a wake-up, or the sweep's repair) waits again without a POST.
     assert_eq!(
         rig.dispatcher.dispatch(&loser).await.unwrap(),
@@ -918,7 +937,10 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     )
     .unwrap();
     store.apply(&accepted_rec, &failed).await.unwrap();
-    assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, 0);
+    assert_eq!(
+        store.ledger(&tenant).await.unwrap().totals.held,
+        genace_core::ledger::Millicredits::ZERO
+    );
     assert_eq!(
         rig.dispatcher.dispatch(&loser).await.unwrap(),
         Dispatched::Posted(PostResult::Accepted)

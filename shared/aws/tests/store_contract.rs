@@ -490,7 +490,7 @@ fn millis_held<S: OperationStore>(store: &S, tenant: &str) -> impl std::future::
 }
 
 /// The default estimate a video claim reserves, in millicredits.
-fn video_reservation() -> i64 {
+fn video_reservation() -> genace_core::ledger::Millicredits {
     ledger::millis(Policy::default().credit_estimate.video)
 }
 
@@ -514,12 +514,21 @@ async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
     // The 202's amount replaces the reservation.
     let a2 = accepted_with(&a1, "job-ledger-a", Some(12.5));
     store.apply(&a1, &a2).await.unwrap();
-    assert_eq!(millis_held(&store, tenant).await.held, 12_500);
+    assert_eq!(
+        millis_held(&store, tenant).await.held,
+        genace_core::ledger::Millicredits::new(12_500)
+    );
     let a3 = rendered(&a2, "job-ledger-a");
     assert_eq!(a3.phase, Phase::Rendered);
     store.apply(&a2, &a3).await.unwrap();
     let totals = millis_held(&store, tenant).await;
-    assert_eq!((totals.held, totals.spent), (0, 12_500));
+    assert_eq!(
+        (totals.held, totals.spent),
+        (
+            genace_core::ledger::Millicredits::ZERO,
+            genace_core::ledger::Millicredits::new(12_500)
+        )
+    );
 
     // A 502 naming a job: its refund is pending until an operator settles it.
     let b = record_for(tenant, "b", "p");
@@ -541,7 +550,11 @@ async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
     let totals = millis_held(&store, tenant).await;
     assert_eq!(
         (totals.held, totals.pending_refund, totals.settled),
-        (0, video_reservation(), 0)
+        (
+            genace_core::ledger::Millicredits::ZERO,
+            video_reservation(),
+            genace_core::ledger::Millicredits::ZERO
+        )
     );
     let settle = machine::Event::Resolved(machine::Decision {
         resolution: &machine::Resolution::MarkSettled,
@@ -551,7 +564,10 @@ async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
     let b3 = machine::transition(&b2, settle, now, &policy).unwrap();
     store.apply(&b2, &b3).await.unwrap();
     let totals = millis_held(&store, tenant).await;
-    assert_eq!((totals.pending_refund, totals.settled), (0, video_reservation()));
+    assert_eq!(
+        (totals.pending_refund, totals.settled),
+        (genace_core::ledger::Millicredits::ZERO, video_reservation())
+    );
     // The counters are the sum of the records' shares, and other tenants
     // are untouched.
     let sum = [&a3, &b3]
@@ -595,7 +611,10 @@ async fn an_abandon_keeps_what_genace_charged<S: OperationStore>(store: S) {
         Some(genace_core::record::CaseReason::OutputsMissing)
     );
     store.apply(&a2, &a3).await.unwrap();
-    assert_eq!(millis_held(&store, tenant).await.spent, 12_500);
+    assert_eq!(
+        millis_held(&store, tenant).await.spent,
+        genace_core::ledger::Millicredits::new(12_500)
+    );
     let abandon = machine::Event::Resolved(machine::Decision {
         resolution: &machine::Resolution::Abandon,
         actor: "ops",
@@ -605,7 +624,14 @@ async fn an_abandon_keeps_what_genace_charged<S: OperationStore>(store: S) {
     assert_eq!(a4.phase, Phase::Abandoned);
     store.apply(&a3, &a4).await.unwrap();
     let totals = millis_held(&store, tenant).await;
-    assert_eq!((totals.held, totals.spent), (0, 12_500), "Genace charged it");
+    assert_eq!(
+        (totals.held, totals.spent),
+        (
+            genace_core::ledger::Millicredits::ZERO,
+            genace_core::ledger::Millicredits::new(12_500)
+        ),
+        "Genace charged it"
+    );
 
     // A negative held_credits is an accepted job, counted at the reservation.
     let b = record_for(tenant, "b", "p");
@@ -626,7 +652,7 @@ async fn an_abandon_keeps_what_genace_charged<S: OperationStore>(store: S) {
 async fn a_claim_past_the_spend_limit_writes_nothing<S: OperationStore>(store: S) {
     let now = Utc::now();
     let tenant = TenantId::parse("tenant-limited").unwrap();
-    let room_for_one = video_reservation() + video_reservation() / 2;
+    let room_for_one = video_reservation() + genace_core::ledger::Millicredits::new(video_reservation().get() / 2);
     let set = store.set_spend_limit(&tenant, Some(room_for_one)).await.unwrap();
     assert_eq!(set.spend_limit, Some(room_for_one));
     let a = record_for("tenant-limited", "a", "p");
@@ -642,13 +668,19 @@ async fn a_claim_past_the_spend_limit_writes_nothing<S: OperationStore>(store: S
     // Facts are recorded whatever the limit: a 202 holding more than the room.
     let a2 = accepted_with(&a1, "job-limited-a", Some(100.0));
     store.apply(&a1, &a2).await.unwrap();
-    assert_eq!(store.ledger(&tenant).await.unwrap().totals.held, 100_000);
+    assert_eq!(
+        store.ledger(&tenant).await.unwrap().totals.held,
+        genace_core::ledger::Millicredits::new(100_000)
+    );
     // Credits freed (here: the limit raised) let the waiting claim through.
-    store.set_spend_limit(&tenant, Some(200_000)).await.unwrap();
+    store
+        .set_spend_limit(&tenant, Some(genace_core::ledger::Millicredits::new(200_000)))
+        .await
+        .unwrap();
     store.apply(&b, &b1).await.unwrap();
     assert_eq!(
         store.ledger(&tenant).await.unwrap().totals.held,
-        100_000 + video_reservation()
+        genace_core::ledger::Millicredits::new(100_000) + video_reservation()
     );
     // No limit, no check.
     store.set_spend_limit(&tenant, None).await.unwrap();
@@ -683,7 +715,10 @@ async fn race_claims<S: OperationStore + Clone + 'static>(
 async fn two_claims_race_for_room_for_one<S: OperationStore + Clone + 'static>(store: S) {
     let tenant = TenantId::parse("tenant-race").unwrap();
     store
-        .set_spend_limit(&tenant, Some(video_reservation() + video_reservation() / 2))
+        .set_spend_limit(
+            &tenant,
+            Some(video_reservation() + genace_core::ledger::Millicredits::new(video_reservation().get() / 2)),
+        )
         .await
         .unwrap();
     let outcomes = race_claims(&store, &[("tenant-race", "a"), ("tenant-race", "b")]).await;

@@ -9,12 +9,107 @@
 //! Amounts are kept in millicredits (integers), so sums are exact in every
 //! store.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::record::{OperationRecord, Phase, Settlement};
 
-/// Credits as integer thousandths.
-pub type Millicredits = i64;
+/// Credits as integer thousandths: an amount, never a count. Arithmetic is
+/// checked; a view shows it as credits ([`Millicredits::credits`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Millicredits(i64);
+
+impl Millicredits {
+    pub const ZERO: Millicredits = Millicredits(0);
+
+    /// `n` thousandths of a credit.
+    pub const fn new(n: i64) -> Self {
+        Self(n)
+    }
+
+    /// The amount in thousandths, as stored.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+
+    /// The amount as credits, for views.
+    pub fn credits(self) -> f64 {
+        self.0 as f64 / 1000.0
+    }
+
+    pub fn checked_add(self, other: Self) -> Option<Self> {
+        self.0.checked_add(other.0).map(Self)
+    }
+
+    pub fn checked_sub(self, other: Self) -> Option<Self> {
+        self.0.checked_sub(other.0).map(Self)
+    }
+
+    /// `self - other`, at least zero.
+    pub fn saturating_sub(self, other: Self) -> Self {
+        Self(self.0.saturating_sub(other.0))
+    }
+
+    pub fn is_negative(self) -> bool {
+        self.0 < 0
+    }
+}
+
+impl std::fmt::Display for Millicredits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::ops::Add for Millicredits {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        Self(self.0 + other.0)
+    }
+}
+
+impl std::ops::Sub for Millicredits {
+    type Output = Self;
+
+    fn sub(self, other: Self) -> Self {
+        Self(self.0 - other.0)
+    }
+}
+
+impl std::ops::Neg for Millicredits {
+    type Output = Self;
+
+    fn neg(self) -> Self {
+        Self(-self.0)
+    }
+}
+
+impl std::ops::AddAssign for Millicredits {
+    fn add_assign(&mut self, other: Self) {
+        self.0 += other.0;
+    }
+}
+
+impl std::ops::SubAssign for Millicredits {
+    fn sub_assign(&mut self, other: Self) {
+        self.0 -= other.0;
+    }
+}
+
+impl std::iter::Sum for Millicredits {
+    fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+        Self(iter.map(|m| m.0).sum())
+    }
+}
+
+impl std::str::FromStr for Millicredits {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(Self)
+    }
+}
 
 /// The most credits one job may hold, as far as the ledger believes Genace.
 /// A 202 reporting more (or a negative, or a non-finite amount) is still an
@@ -26,7 +121,7 @@ pub const MAX_HELD_CREDITS: f64 = 100_000.0;
 /// The largest amount, in millicredits, any single figure of the ledger
 /// takes (a spend limit, one record's share): a trillion credits. Sums of
 /// such figures are checked, never wrapped.
-pub const MAX_MILLIS: Millicredits = 1_000_000_000_000_000;
+pub const MAX_MILLIS: Millicredits = Millicredits(1_000_000_000_000_000);
 
 /// Converts a credit amount to millicredits, rounding to the nearest and
 /// clamping into `-MAX_MILLIS..=MAX_MILLIS`; a non-finite amount is 0.
@@ -35,15 +130,16 @@ pub const MAX_MILLIS: Millicredits = 1_000_000_000_000_000;
 pub fn millis(credits: f64) -> Millicredits {
     if credits.is_finite() {
         let m = (credits * 1000.0).round();
-        m.clamp(-(MAX_MILLIS as f64), MAX_MILLIS as f64) as Millicredits
+        let bound = MAX_MILLIS.0 as f64;
+        Millicredits(m.clamp(-bound, bound) as i64)
     } else {
-        0
+        Millicredits::ZERO
     }
 }
 
 /// Millicredits as credits, for views.
 pub fn credits(millis: Millicredits) -> f64 {
-    millis as f64 / 1000.0
+    millis.credits()
 }
 
 /// A `held_credits` Genace reported, if the ledger may believe it: finite,
@@ -92,11 +188,12 @@ impl Shares {
     }
 
     fn zip(&self, other: &Shares, f: fn(i64, i64) -> Option<i64>) -> Result<Shares, Overflow> {
+        let m = |a: Millicredits, b: Millicredits| f(a.0, b.0).map(Millicredits).ok_or(Overflow);
         Ok(Shares {
-            held: f(self.held, other.held).ok_or(Overflow)?,
-            spent: f(self.spent, other.spent).ok_or(Overflow)?,
-            pending_refund: f(self.pending_refund, other.pending_refund).ok_or(Overflow)?,
-            settled: f(self.settled, other.settled).ok_or(Overflow)?,
+            held: m(self.held, other.held)?,
+            spent: m(self.spent, other.spent)?,
+            pending_refund: m(self.pending_refund, other.pending_refund)?,
+            settled: m(self.settled, other.settled)?,
             in_flight: f(self.in_flight, other.in_flight).ok_or(Overflow)?,
             waiting: f(self.waiting, other.waiting).ok_or(Overflow)?,
             queued: f(self.queued, other.queued).ok_or(Overflow)?,
@@ -115,10 +212,10 @@ impl Shares {
 
     /// Whether any counter is below zero: never true of a tenant's totals.
     pub fn any_negative(&self) -> bool {
-        self.held < 0
-            || self.spent < 0
-            || self.pending_refund < 0
-            || self.settled < 0
+        self.held.is_negative()
+            || self.spent.is_negative()
+            || self.pending_refund.is_negative()
+            || self.settled.is_negative()
             || self.in_flight < 0
             || self.waiting < 0
             || self.queued < 0
@@ -138,7 +235,7 @@ pub fn committed(rec: &OperationRecord) -> Millicredits {
     believed
         .or(rec.reserved_credits.filter(|r| r.is_finite() && *r >= 0.0))
         .map(millis)
-        .unwrap_or(0)
+        .unwrap_or_default()
 }
 
 /// The phase whose credits the record counts: its own, or for an abandoned
@@ -389,18 +486,21 @@ mod tests {
 
     #[test]
     fn amounts_are_exact_thousandths() {
-        assert_eq!(millis(12.5), 12_500);
+        assert_eq!(millis(12.5), Millicredits::new(12_500));
         assert_eq!(millis(0.1) + millis(0.2), millis(0.3));
-        assert_eq!(millis(f64::NAN), 0);
+        assert_eq!(millis(f64::NAN), Millicredits::ZERO);
         assert_eq!(millis(1e300), MAX_MILLIS, "clamped, never saturated");
         assert_eq!(millis(-1e300), -MAX_MILLIS);
-        assert_eq!(credits(1_250), 1.25);
+        assert_eq!(credits(Millicredits::new(1_250)), 1.25);
     }
 
     #[test]
     fn each_phase_has_its_share() {
         assert!(share(&at(Phase::Prepared, Some(10.0), None)).is_zero());
-        assert_eq!(share(&at(Phase::Submitting, Some(10.0), None)).held, 10_000);
+        assert_eq!(
+            share(&at(Phase::Submitting, Some(10.0), None)).held,
+            Millicredits::new(10_000)
+        );
         for phase in [Phase::Submitting, Phase::Uncertain, Phase::Accepted] {
             assert_eq!(
                 share(&at(phase, Some(10.0), None)).in_flight,
@@ -421,21 +521,30 @@ mod tests {
                 "{phase:?} holds no slot"
             );
         }
-        assert_eq!(share(&at(Phase::Uncertain, Some(10.0), None)).held, 10_000);
+        assert_eq!(
+            share(&at(Phase::Uncertain, Some(10.0), None)).held,
+            Millicredits::new(10_000)
+        );
         // The 202's amount replaces the reservation.
-        assert_eq!(share(&at(Phase::Accepted, Some(10.0), Some(12.5))).held, 12_500);
-        assert_eq!(share(&at(Phase::Rendered, Some(10.0), Some(12.5))).spent, 12_500);
+        assert_eq!(
+            share(&at(Phase::Accepted, Some(10.0), Some(12.5))).held,
+            Millicredits::new(12_500)
+        );
+        assert_eq!(
+            share(&at(Phase::Rendered, Some(10.0), Some(12.5))).spent,
+            Millicredits::new(12_500)
+        );
         assert!(share(&at(Phase::RenderFailed, Some(10.0), Some(12.5))).is_zero());
         assert!(share(&at(Phase::Rejected, Some(10.0), None)).is_zero());
         assert!(share(&at(Phase::Abandoned, Some(10.0), None)).is_zero());
         let mut failed = at(Phase::SubmitFailed, Some(10.0), None);
         failed.settlement = Some(Settlement::Pending);
-        assert_eq!(share(&failed).pending_refund, 10_000);
+        assert_eq!(share(&failed).pending_refund, Millicredits::new(10_000));
         failed.settlement = Some(Settlement::Settled);
         assert_eq!(
             share(&failed),
             Shares {
-                settled: 10_000,
+                settled: Millicredits::new(10_000),
                 ..Shares::default()
             }
         );
@@ -446,7 +555,15 @@ mod tests {
         let accepted = at(Phase::Accepted, Some(10.0), Some(12.5));
         let rendered = at(Phase::Rendered, Some(10.0), Some(12.5));
         let d = delta(&accepted, &rendered).unwrap();
-        assert_eq!((d.held, d.spent, d.pending_refund, d.settled), (-12_500, 12_500, 0, 0));
+        assert_eq!(
+            (d.held, d.spent, d.pending_refund, d.settled),
+            (
+                Millicredits::new(-12_500),
+                Millicredits::new(12_500),
+                Millicredits::ZERO,
+                Millicredits::ZERO
+            )
+        );
         assert_eq!(d.in_flight, -1, "rendering frees the slot");
         assert!(delta(&rendered, &rendered).unwrap().is_zero());
         assert_eq!(share(&accepted).plus(&d), Ok(share(&rendered)));
@@ -466,9 +583,9 @@ mod tests {
     fn headroom_is_the_limit_less_what_is_held() {
         let mut l = TenantLedger::default();
         assert_eq!(l.headroom(), None);
-        l.spend_limit = Some(30_000);
-        l.totals.held = 12_500;
-        assert_eq!(l.headroom(), Some(17_500));
+        l.spend_limit = Some(Millicredits::new(30_000));
+        l.totals.held = Millicredits::new(12_500);
+        assert_eq!(l.headroom(), Some(Millicredits::new(17_500)));
     }
 
     #[test]
@@ -484,7 +601,11 @@ mod tests {
         ] {
             assert_eq!(credible_held(bad), None, "{bad}");
             let r = at(Phase::Accepted, Some(10.0), Some(bad));
-            assert_eq!(share(&r).held, 10_000, "{bad}: the reservation stands in");
+            assert_eq!(
+                share(&r).held,
+                Millicredits::new(10_000),
+                "{bad}: the reservation stands in"
+            );
         }
         assert_eq!(credible_held(0.0), Some(0.0));
         assert_eq!(credible_held(MAX_HELD_CREDITS), Some(MAX_HELD_CREDITS));
@@ -493,32 +614,35 @@ mod tests {
     #[test]
     fn sums_are_checked_not_wrapped() {
         let big = Shares {
-            held: i64::MAX,
+            held: Millicredits::new(i64::MAX),
             ..Shares::default()
         };
         let one = Shares {
-            held: 1,
+            held: Millicredits::new(1),
             ..Shares::default()
         };
         assert_eq!(big.plus(&one), Err(Overflow));
-        assert_eq!(Shares::default().minus(&big).map(|s| s.held), Ok(-i64::MAX));
+        assert_eq!(
+            Shares::default().minus(&big).map(|s| s.held),
+            Ok(Millicredits::new(-i64::MAX))
+        );
         let low = Shares {
-            spent: i64::MIN,
+            spent: Millicredits::new(i64::MIN),
             ..Shares::default()
         };
         assert_eq!(
             low.minus(&Shares {
-                spent: 1,
+                spent: Millicredits::new(1),
                 ..Shares::default()
             }),
             Err(Overflow)
         );
         let l = TenantLedger {
-            spend_limit: Some(i64::MIN),
+            spend_limit: Some(Millicredits::new(i64::MIN)),
             totals: big,
             ..TenantLedger::default()
         };
-        assert_eq!(l.headroom(), Some(i64::MIN));
+        assert_eq!(l.headroom(), Some(Millicredits::new(i64::MIN)));
     }
 
     /// An abandon stops our work, not Genace's: what the job cost stays.
@@ -527,16 +651,16 @@ mod tests {
         let mut r = at(Phase::Abandoned, Some(10.0), Some(12.5));
         assert!(share(&r).is_zero(), "abandoned before ledger_phase existed: nothing");
         r.ledger_phase = Some(Phase::Rendered);
-        assert_eq!(share(&r).spent, 12_500);
+        assert_eq!(share(&r).spent, Millicredits::new(12_500));
         r.ledger_phase = Some(Phase::Accepted);
-        assert_eq!(share(&r).held, 12_500);
+        assert_eq!(share(&r).held, Millicredits::new(12_500));
         r.ledger_phase = Some(Phase::Uncertain);
-        assert_eq!(share(&r).held, 12_500);
+        assert_eq!(share(&r).held, Millicredits::new(12_500));
         r.ledger_phase = Some(Phase::SubmitFailed);
         r.settlement = Some(Settlement::Pending);
-        assert_eq!(share(&r).pending_refund, 12_500);
+        assert_eq!(share(&r).pending_refund, Millicredits::new(12_500));
         r.settlement = Some(Settlement::Settled);
-        assert_eq!(share(&r).settled, 12_500);
+        assert_eq!(share(&r).settled, Millicredits::new(12_500));
         for nothing in [Phase::Prepared, Phase::RenderFailed, Phase::Rejected] {
             r.ledger_phase = Some(nothing);
             assert!(share(&r).is_zero());

@@ -347,7 +347,7 @@ impl World {
         if account.free_slots().is_some_and(|free| free <= coming) {
             return Ok(());
         }
-        let need = |r: &OperationRecord| r.reserved_credits.map_or(0, ledger::millis);
+        let need = |r: &OperationRecord| r.reserved_credits.map_or(Millicredits::ZERO, ledger::millis);
         for rec in claimable
             .iter()
             .filter(|r| r.waits_in_order().is_some() && !on_the_way(r))
@@ -357,7 +357,7 @@ impl World {
             let (slots, credits) = claimable
                 .iter()
                 .filter(|r| r.tenant_id.as_str() == tenant && on_the_way(r))
-                .fold((0, 0), |(n, c), r| (n + 1, c + need(r)));
+                .fold((0, Millicredits::ZERO), |(n, c), r| (n + 1, c + need(r)));
             if room_for(ledgers.get(tenant), rec, slots, credits) {
                 return Err(format!(
                     "{}: waits with nothing to wake it while a slot is free ({} in flight) and its tenant has room for it",
@@ -375,11 +375,15 @@ impl World {
         // One its tenant has no credits for waits for those, whatever the
         // reason its last claim recorded.
         if account.has_room()
-            && let Some(waiting) = self
-                .store
-                .records()
-                .iter()
-                .find(|r| r.capacity_hold.is_some() && room_for(ledgers.get(r.tenant_id.as_str()), r, 0, 0))
+            && let Some(waiting) = self.store.records().iter().find(|r| {
+                r.capacity_hold.is_some()
+                    && room_for(
+                        ledgers.get(r.tenant_id.as_str()),
+                        r,
+                        0,
+                        genace_core::ledger::Millicredits::ZERO,
+                    )
+            })
         {
             return Err(format!(
                 "{}: waits for a slot at rest while the account has one free ({} in flight)",
@@ -418,7 +422,7 @@ impl World {
 /// `credits` more millicredits: a slot under its own limit, and credits
 /// for the reservation under its spend limit.
 fn room_for(tenant: Option<&TenantLedger>, rec: &OperationRecord, slots: i64, credits: ledger::Millicredits) -> bool {
-    let need = rec.reserved_credits.map_or(0, ledger::millis);
+    let need = rec.reserved_credits.map_or(Millicredits::ZERO, ledger::millis);
     tenant.is_none_or(|l| {
         l.max_in_flight
             .is_none_or(|max| l.totals.in_flight + slots < i64::from(max))

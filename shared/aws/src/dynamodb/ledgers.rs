@@ -96,8 +96,8 @@ impl DynamoStore {
                 ..AccountCapacity::default()
             });
         };
-        let count = |name| number(item, name).map(Option::unwrap_or_default);
-        let limit = |name| number(item, name).map(|v| v.and_then(|m| u32::try_from(m).ok()));
+        let count = |name| number::<i64>(item, name).map(Option::unwrap_or_default);
+        let limit = |name| number::<i64>(item, name).map(|v| v.and_then(|m| u32::try_from(m).ok()));
         Ok(AccountCapacity {
             in_flight: count("in_flight")?,
             waiting: count("waiting")?,
@@ -156,7 +156,8 @@ impl DynamoStore {
     /// The tenant's counters move by `delta`; a claim (`reserves`) only
     /// while the spend limit leaves room for its reservation.
     fn ledger_update(&self, prev: &OperationRecord, delta: Shares, reserves: bool) -> Result<Update, StoreError> {
-        let n = |v: Millicredits| AttributeValue::N(v.to_string());
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        let mc = |v: Millicredits| n(v.get());
         let mut counters = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::ledger_key(prev.tenant_id.as_str())))
@@ -164,14 +165,14 @@ impl DynamoStore {
                 "ADD held_mc :held, spent_mc :spent, pending_refund_mc :pending, settled_mc :settled, \
                  in_flight :in_flight, waiting :waiting, queued :queued, headroom_mc :room SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero",
             )
-            .expression_attribute_values(":held", n(delta.held))
-            .expression_attribute_values(":spent", n(delta.spent))
-            .expression_attribute_values(":pending", n(delta.pending_refund))
-            .expression_attribute_values(":settled", n(delta.settled))
+            .expression_attribute_values(":held", mc(delta.held))
+            .expression_attribute_values(":spent", mc(delta.spent))
+            .expression_attribute_values(":pending", mc(delta.pending_refund))
+            .expression_attribute_values(":settled", mc(delta.settled))
             .expression_attribute_values(":in_flight", n(delta.in_flight))
             .expression_attribute_values(":waiting", n(delta.waiting))
             .expression_attribute_values(":queued", n(delta.queued))
-            .expression_attribute_values(":room", n(-delta.held))
+            .expression_attribute_values(":room", mc(-delta.held))
             .expression_attribute_values(":tenant", AttributeValue::S(prev.tenant_id.as_str().to_owned()))
             .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
             .expression_attribute_values(":zero", n(0));
@@ -184,7 +185,7 @@ impl DynamoStore {
                      (attribute_not_exists(max_in_flight) OR attribute_not_exists(in_flight) \
                       OR in_flight < max_in_flight)",
                 )
-                .expression_attribute_values(":need", n(delta.held))
+                .expression_attribute_values(":need", mc(delta.held))
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         }
         counters.build().map_err(|e| StoreError::Service(e.to_string()))
@@ -220,11 +221,13 @@ fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, r
     }
 }
 
-fn number(item: &Item, name: &str) -> Result<Option<Millicredits>, StoreError> {
+/// The number attribute `name`, if the item has it, as a `T`: an amount
+/// of millicredits or a count.
+fn number<T: std::str::FromStr>(item: &Item, name: &str) -> Result<Option<T>, StoreError> {
     match item.get(name) {
         None => Ok(None),
         Some(AttributeValue::N(v)) => v
-            .parse::<Millicredits>()
+            .parse::<T>()
             .map(Some)
             .map_err(|_| StoreError::Decode(format!("{name} is not an integer: {v}"))),
         Some(other) => Err(StoreError::Decode(format!("{name} is not a number: {other:?}"))),
@@ -232,20 +235,21 @@ fn number(item: &Item, name: &str) -> Result<Option<Millicredits>, StoreError> {
 }
 
 fn ledger_from_item(tenant: &str, item: &Item) -> Result<TenantLedger, StoreError> {
-    let get = |name| number(item, name).map(Option::unwrap_or_default);
+    let credits = |name| number::<Millicredits>(item, name).map(Option::unwrap_or_default);
+    let count = |name| number::<i64>(item, name).map(Option::unwrap_or_default);
     Ok(TenantLedger {
         tenant_id: tenant.to_owned(),
         totals: Shares {
-            held: get("held_mc")?,
-            spent: get("spent_mc")?,
-            pending_refund: get("pending_refund_mc")?,
-            settled: get("settled_mc")?,
-            in_flight: get("in_flight")?,
-            waiting: get("waiting")?,
-            queued: get("queued")?,
+            held: credits("held_mc")?,
+            spent: credits("spent_mc")?,
+            pending_refund: credits("pending_refund_mc")?,
+            settled: credits("settled_mc")?,
+            in_flight: count("in_flight")?,
+            waiting: count("waiting")?,
+            queued: count("queued")?,
         },
         spend_limit: number(item, "spend_limit_mc")?,
-        max_in_flight: number(item, "max_in_flight")?.and_then(|m| u32::try_from(m).ok()),
+        max_in_flight: number::<i64>(item, "max_in_flight")?.and_then(|m| u32::try_from(m).ok()),
     })
 }
 

@@ -738,7 +738,7 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
     let p = Policy::default();
     let stalled = open_case(&accepted_rec(), CaseReason::RenderStalled, "slow", true, t0()).unwrap();
     let abandoned = resolve(&stalled, &Resolution::Abandon, "ops", "user left", t0(), &p).unwrap();
-    assert_eq!(share(&abandoned).held, 12_500);
+    assert_eq!(share(&abandoned).held, crate::ledger::Millicredits::new(12_500));
     assert!(
         abandoned.due_at_ms.is_some() && abandoned.case.is_none(),
         "polling goes on"
@@ -768,7 +768,11 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
         (done.phase, done.ledger_phase),
         (Phase::Abandoned, Some(Phase::Rendered))
     );
-    assert_eq!(share(&done).spent, 12_500, "Genace charged it: spent");
+    assert_eq!(
+        share(&done).spent,
+        crate::ledger::Millicredits::new(12_500),
+        "Genace charged it: spent"
+    );
     assert!(done.expires_at_seconds.is_some() && done.delivery_state == DeliveryState::NotCollected);
     let failed = observed(&running, &snap("failed", RenderStatus::Failed)).unwrap();
     assert!(share(&failed).is_zero(), "a failed render is released");
@@ -777,7 +781,10 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
     // Genace does not know the job: a person confirms it never ran.
     let missing = open_case(&accepted_rec(), CaseReason::RemoteJobMissing, "404", false, t0()).unwrap();
     let abandoned = resolve(&missing, &Resolution::Abandon, "ops", "r", t0(), &p).unwrap();
-    assert_eq!((share(&abandoned).held, abandoned.due_at_ms), (12_500, None));
+    assert_eq!(
+        (share(&abandoned).held, abandoned.due_at_ms),
+        (crate::ledger::Millicredits::new(12_500), None)
+    );
     assert!(observed(&abandoned, &snap("running", RenderStatus::Running)).is_err());
     let confirmed = resolve(&abandoned, &Resolution::ConfirmNotCreated, "ops", "r", t0(), &p).unwrap();
     assert!(share(&confirmed).is_zero() && confirmed.expires_at_seconds.is_some());
@@ -789,7 +796,11 @@ fn an_abandoned_uncertain_operation_still_takes_its_job_id_or_a_confirmation() {
     let p = Policy::default();
     let uncertain = mark_uncertain(&submitting(), "tok", "timeout", t0()).unwrap();
     let abandoned = resolve(&uncertain, &Resolution::Abandon, "ops", "r", t0(), &p).unwrap();
-    assert_eq!(share(&abandoned).held, 10_000, "the reservation stays held");
+    assert_eq!(
+        share(&abandoned).held,
+        crate::ledger::Millicredits::new(10_000),
+        "the reservation stays held"
+    );
     // A late recovery message: the job id is saved, never lost.
     let recovered = accept(&abandoned, "tok", &job("J5"), t0(), &p).unwrap();
     assert_eq!(
@@ -800,7 +811,7 @@ fn an_abandoned_uncertain_operation_still_takes_its_job_id_or_a_confirmation() {
         ),
         (Phase::Abandoned, Some(Phase::Accepted), Some("J5"))
     );
-    assert_eq!(share(&recovered).held, 12_500);
+    assert_eq!(share(&recovered).held, crate::ledger::Millicredits::new(12_500));
     assert!(recovered.case.is_none() && recovered.due_at_ms.is_some());
     let attached = resolve(
         &abandoned,
@@ -813,11 +824,11 @@ fn an_abandoned_uncertain_operation_still_takes_its_job_id_or_a_confirmation() {
     .unwrap();
     assert_eq!(attached.ledger_phase, Some(Phase::Accepted));
     let failed = submit_failed(&abandoned, "tok", "J7", err("x"), t0()).unwrap();
-    assert_eq!(share(&failed).pending_refund, 10_000);
+    assert_eq!(share(&failed).pending_refund, crate::ledger::Millicredits::new(10_000));
     let settled = resolve(&failed, &Resolution::MarkSettled, "ops", "r", t0(), &p).unwrap();
     assert_eq!(
         (share(&settled).settled, settled.expires_at_seconds.is_some()),
-        (10_000, true)
+        (crate::ledger::Millicredits::new(10_000), true)
     );
 }
 
@@ -835,7 +846,7 @@ fn held_credits_genace_cannot_mean_are_replaced_by_the_reservation_with_evidence
         );
         assert_eq!(r.held_credits, None);
         assert!(r.held_credits_refused.as_deref().unwrap().contains("outside"));
-        assert_eq!(crate::ledger::share(&r).held, 10_000);
+        assert_eq!(crate::ledger::share(&r).held, crate::ledger::Millicredits::new(10_000));
     }
     let r = accept(&submitting(), "tok", &job("J1"), t0(), &p).unwrap();
     assert_eq!((r.held_credits, r.held_credits_refused), (Some(12.5), None));

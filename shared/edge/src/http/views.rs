@@ -160,7 +160,7 @@ pub fn credits_view(ledger: &TenantLedger) -> Value {
         "pending_refund": credits(ledger.totals.pending_refund),
         "settled": credits(ledger.totals.settled),
         "spend_limit": ledger.spend_limit.map(credits),
-        "available": ledger.headroom().map(|h| credits(h.max(0))),
+        "available": ledger.headroom().map(|h| credits(h.max(genace_core::ledger::Millicredits::ZERO))),
     })
 }
 

@@ -181,7 +181,7 @@ async fn fitting<S: OperationStore>(
     let read = i32::try_from(MAX_WAKE).unwrap_or(i32::MAX);
     let mut fit = Vec::new();
     for id in store.waiting(tenant, read).await? {
-        if fit.len() >= want || headroom <= 0 {
+        if fit.len() >= want || headroom <= genace_core::ledger::Millicredits::ZERO {
             break;
         }
         // Expiry does not matter here: a woken record that expired is
@@ -196,7 +196,7 @@ async fn fitting<S: OperationStore>(
         let need = rec
             .reserved_credits
             .filter(|r| r.is_finite() && *r >= 0.0)
-            .map_or(0, ledger::millis);
+            .map_or(ledger::Millicredits::ZERO, ledger::millis);
         if need <= headroom {
             headroom -= need;
             fit.push(id);
@@ -226,7 +226,11 @@ fn next_turn(turns: &mut [Turn]) -> Option<&mut Turn> {
         // A tenant at its spend limit waits for its credits to free. One
         // with some room may still be short for its head: that claim
         // waits again, and wakes nobody.
-        .filter(|t| t.ledger.headroom().is_none_or(|room| room > 0))
+        .filter(|t| {
+            t.ledger
+                .headroom()
+                .is_none_or(|room| room > genace_core::ledger::Millicredits::ZERO)
+        })
         // Tenants with operations waiting for a slot first: a slot is what
         // they lack, and claims that did not wait yield to them. Those
         // waiting only for credits are woken by the writes that free them.
