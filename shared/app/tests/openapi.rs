@@ -1677,3 +1677,65 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         .collect();
     assert!(untested.is_empty(), "documented but never produced: {untested:?}");
 }
+
+/// Attaching a job id another operation holds is 409 through the API: a
+/// global operator is told which operation holds it (`remote-job-held`);
+/// an operator scoped to one tenant, when the holder is another tenant's,
+/// is refused without its name (`remote-job-not-attachable`), as the
+/// document says.
+#[tokio::test]
+async fn attaching_a_held_job_is_refused_and_names_the_holder_only_in_scope() {
+    use genace_aws::testkit::{claimed, intent_record, uncertain};
+    use genace_stages::ports::table::OperationRecords;
+    let env = LocalAws::fresh().await;
+    let intake: Intake<DynamoStore, SqsQueue, S3Store> =
+        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let mut ops = Vec::new();
+    for tenant in ["ta", "tb"] {
+        let rec = intent_record(tenant, "held", "p");
+        env.store().create(&rec, Utc::now()).await.unwrap();
+        let taken = claimed(&rec, "tok");
+        env.store().apply(&rec, &taken).await.unwrap();
+        let open = uncertain(&taken, "tok", "timed out");
+        env.store().apply(&taken, &open).await.unwrap();
+        ops.push((rec.operation_id.to_string(), format!("\"{}\"", open.version)));
+    }
+    let attach = json!({"action": "attach_remote_job", "job_id": "job-shared", "reason": "found it"}).to_string();
+    let resolve = |id: &str, version: &str, claims: Value| {
+        let req = event(
+            "POST",
+            &format!("/v1/operations/{id}/resolution"),
+            Some(&attach),
+            claims,
+            &[("if-match", version)],
+        );
+        let intake = &intake;
+        async move {
+            let resp = Box::pin(api::handle(intake, req)).await;
+            let body: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
+            (resp.status().as_u16(), body)
+        }
+    };
+    let (ta, ta_version) = (&ops[0].0, &ops[0].1);
+    let (tb, tb_version) = (&ops[1].0, &ops[1].1);
+    let (status, body) = resolve(tb, tb_version, operator()).await;
+    assert_eq!(status, 200, "{body}");
+
+    let scoped_ta = json!({"sub": "ops-a", "scope": "genace:operator", "tenant_id": "ta"});
+    let (status, body) = resolve(ta, ta_version, scoped_ta).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["type"].as_str().unwrap().ends_with("remote-job-not-attachable"),
+        "{body}"
+    );
+    assert!(
+        body.get("operation_id").is_none(),
+        "another tenant's operation is not named: {body}"
+    );
+    assert!(!body.to_string().contains(tb.as_str()), "{body}");
+
+    let (status, body) = resolve(ta, ta_version, operator()).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["type"].as_str().unwrap().ends_with("remote-job-held"), "{body}");
+    assert_eq!(body["operation_id"], tb.as_str());
+}
