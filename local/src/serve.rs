@@ -3,6 +3,7 @@
 //! intake handler in this process, or the intake artifacts under the
 //! emulator (`crate::artifacts`).
 
+use genace_stages::ports::Parts;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -33,7 +34,7 @@ use crate::devauth;
 /// Bodies are read up to this size; the handler enforces the real limit.
 const READ_LIMIT: usize = 1024 * 1024;
 
-pub type LocalIntake = Intake<DynamoStore, SqsQueue, S3Store>;
+pub type LocalIntake = Intake<Parts<DynamoStore, SqsQueue, S3Store>>;
 
 /// A gateway's answer to one request, on its way.
 pub type Answer<'a> = Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send + 'a>>;

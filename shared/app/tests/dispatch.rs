@@ -1,5 +1,6 @@
 //! Dispatch against moto (DynamoDB, SQS) with wiremock as Genace.
 
+use genace_stages::ports::Parts;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -34,8 +35,8 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 struct Rig {
     env: LocalAws,
     genace: MockServer,
-    dispatcher: Dispatcher<DynamoStore, SqsQueue, GenaceClient>,
-    intake: Intake<DynamoStore, SqsQueue, S3Store>,
+    dispatcher: Dispatcher<Parts<DynamoStore, SqsQueue, S3Store, GenaceClient>>,
+    intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>>,
 }
 
 fn accepted(job_id: &str, state: &str) -> ResponseTemplate {
@@ -618,7 +619,7 @@ impl WebhookEndpoints for EchoingStore {
 async fn a_retried_write_that_already_landed_is_recognised_as_our_own() {
     let rig = rig(accepted("job-own", "queued")).await;
     let id = rig.intent("k", None).await;
-    let echoing = Dispatcher {
+    let echoing = Dispatcher::<Parts<_, _, S3Store, _>> {
         store: EchoingStore(rig.env.store()),
         queue: rig.env.queue(),
         genace: rig.dispatcher.genace.clone(),

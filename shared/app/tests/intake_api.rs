@@ -8,6 +8,7 @@ use genace_aws::testkit::LocalAws;
 use genace_edge::http as api;
 use genace_stages::api::intake::Intake;
 use genace_stages::config::QueueUrls;
+use genace_stages::ports::Parts;
 use lambda_http::{Body, Response};
 use serde_json::{Value, json};
 
@@ -84,7 +85,7 @@ fn parse(resp: Response<Body>) -> Parsed {
     }
 }
 
-fn intake(env: &LocalAws) -> Intake<DynamoStore, SqsQueue, S3Store> {
+fn intake(env: &LocalAws) -> Intake<Parts<DynamoStore, SqsQueue, S3Store>> {
     Intake::new(env.store(), env.queue(), env.objects(), env.config.clone())
 }
 
@@ -444,7 +445,9 @@ async fn a_retry_after_its_deadline_is_a_replay_not_a_400() {
     let env = LocalAws::fresh().await;
     let start = chrono::Utc::now();
     let clock = ManualClock::new(start);
-    let intake = Intake {
+    let intake = Intake::<
+        genace_stages::ports::Parts<_, _, _, genace_stages::ports::Unused, genace_stages::ports::Unused, ManualClock>,
+    > {
         store: env.store(),
         queue: env.queue(),
         objects: env.objects(),

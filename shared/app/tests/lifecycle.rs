@@ -1,6 +1,8 @@
 //! Poll, deliver and sweep against moto (DynamoDB, SQS, S3) with wiremock as
 //! Genace and as the CDN that serves outputs.
 
+use genace_stages::ports::Parts;
+use genace_stages::ports::Unused;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -79,15 +81,15 @@ impl Rig {
             .with_downloads(genace_app::downloads(&self.config).unwrap())
     }
 
-    fn poller(&self) -> Poller<DynamoStore, SqsQueue, GenaceClient> {
+    fn poller(&self) -> Poller<Parts<DynamoStore, SqsQueue, S3Store, GenaceClient>> {
         self.app().poller()
     }
 
-    fn deliverer(&self) -> Deliverer<DynamoStore, SqsQueue, S3Store, HttpDownloads> {
+    fn deliverer(&self) -> Deliverer<Parts<DynamoStore, SqsQueue, S3Store, Unused, HttpDownloads>> {
         self.app().deliverer()
     }
 
-    fn intake(&self) -> Intake<DynamoStore, SqsQueue, S3Store> {
+    fn intake(&self) -> Intake<Parts<DynamoStore, SqsQueue, S3Store>> {
         self.app().intake()
     }
 

@@ -2,6 +2,7 @@
 //! status is produced here by `api::handle` from real API Gateway events, and
 //! every body must match its documented schema. The document cannot drift.
 
+use genace_stages::ports::Parts;
 use std::collections::BTreeSet;
 
 use chrono::Utc;
@@ -160,7 +161,7 @@ fn intent(key: &str, prompt: &str) -> String {
 )]
 async fn every_documented_response_matches_what_the_handler_sends() {
     let env = LocalAws::fresh().await;
-    let intake: Intake<DynamoStore, SqsQueue, S3Store> =
+    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
         Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let doc = Doc::load();
     let mut seen = BTreeSet::new();
@@ -1096,7 +1097,11 @@ fn the_route_table_is_the_documents_list_of_operations() {
 }
 
 /// Every page of a listing through the API, with the cursor each returns.
-async fn pages(intake: &Intake<DynamoStore, SqsQueue, S3Store>, query: &str, claims: &Value) -> (Vec<String>, usize) {
+async fn pages(
+    intake: &Intake<Parts<DynamoStore, SqsQueue, S3Store>>,
+    query: &str,
+    claims: &Value,
+) -> (Vec<String>, usize) {
     let mut found = Vec::new();
     let mut cursor: Option<String> = None;
     for pages in 1..=50 {
@@ -1119,7 +1124,7 @@ async fn pages(intake: &Intake<DynamoStore, SqsQueue, S3Store>, query: &str, cla
 }
 
 /// The field a 400 names.
-async fn refused_field(intake: &Intake<DynamoStore, SqsQueue, S3Store>, path: &str, claims: Value) -> String {
+async fn refused_field(intake: &Intake<Parts<DynamoStore, SqsQueue, S3Store>>, path: &str, claims: Value) -> String {
     let resp = Box::pin(api::handle(intake, event("GET", path, None, claims, &[]))).await;
     let body: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
     assert_eq!(resp.status(), 400, "{path}: {body}");
@@ -1127,7 +1132,7 @@ async fn refused_field(intake: &Intake<DynamoStore, SqsQueue, S3Store>, path: &s
 }
 
 /// 25 operations of tenant `ta` (their ids, oldest first) and 3 of `tb`.
-async fn create_listed(intake: &Intake<DynamoStore, SqsQueue, S3Store>) -> Vec<String> {
+async fn create_listed(intake: &Intake<Parts<DynamoStore, SqsQueue, S3Store>>) -> Vec<String> {
     let mut mine = Vec::new();
     for i in 0..25 {
         let made = Box::pin(api::handle(
@@ -1159,7 +1164,7 @@ async fn create_listed(intake: &Intake<DynamoStore, SqsQueue, S3Store>) -> Vec<S
 #[tokio::test]
 async fn a_listing_pages_through_one_tenant_and_its_cursor_serves_no_other() {
     let env = LocalAws::fresh().await;
-    let intake: Intake<DynamoStore, SqsQueue, S3Store> =
+    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
         Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let mut mine = create_listed(&intake).await;
     mine.reverse();
@@ -1225,7 +1230,7 @@ async fn a_case_cursor_serves_only_its_own_scope_and_filter() {
     use genace_aws::testkit::{claimed, intent_record, uncertain};
     use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
-    let intake: Intake<DynamoStore, SqsQueue, S3Store> =
+    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
         Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let mut opened = Vec::new();
     for (tenant, key) in [("ta", "c1"), ("ta", "c2"), ("tb", "c3"), ("ta", "c4"), ("ta", "c5")] {
@@ -1319,7 +1324,7 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     let env = LocalAws::fresh().await;
     let mut config = env.config.clone();
     config.webhook_max_endpoints = 2;
-    let mut intake: Intake<DynamoStore, SqsQueue, S3Store> =
+    let mut intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
         Intake::new(env.store(), env.queue(), env.objects(), config);
     let vault = genace_aws::SecretsManager::new(genace_aws::clients::secrets(&env.sdk), chrono::Duration::hours(24));
     intake.vault = std::sync::Arc::new(vault.clone());
@@ -1688,7 +1693,7 @@ async fn attaching_a_held_job_is_refused_and_names_the_holder_only_in_scope() {
     use genace_aws::testkit::{claimed, intent_record, uncertain};
     use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
-    let intake: Intake<DynamoStore, SqsQueue, S3Store> =
+    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
         Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let mut ops = Vec::new();
     for tenant in ["ta", "tb"] {

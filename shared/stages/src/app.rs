@@ -1,7 +1,8 @@
 //! Every port in one place, and each stage made from it. The composition
 //! root (`genace_app::AwsApp::from_env`) fills an [`App`] with the deployed
 //! adapters once; tests and the simulator fill one with in-memory adapters
-//! and a manual clock.
+//! and a manual clock. Each stage it makes is typed with the
+//! [`Parts`](crate::ports::Parts) of the adapters that stage uses.
 
 use crate::api::intake::Intake;
 use crate::config::Config;
@@ -10,8 +11,13 @@ use crate::pipeline::dispatch::Dispatcher;
 use crate::pipeline::poll::Poller;
 use crate::pipeline::recovery::Recovery;
 use crate::pipeline::sweep::Sweeper;
+use crate::ports::Parts;
+pub use crate::ports::Unused;
 use crate::ports::clock::{Clock, SystemClock};
 use crate::ports::metrics::Metrics;
+use crate::ports::outputs::ObjectStore;
+use crate::ports::queue::WorkQueue;
+use crate::ports::table::OperationStore;
 
 /// Every port a stage may use, and the configuration.
 #[derive(Debug, Clone)]
@@ -30,14 +36,16 @@ pub struct App<S, Q, O, G, D, C = SystemClock> {
     pub vault: std::sync::Arc<dyn crate::ports::webhooks::SecretVault>,
 }
 
-/// The place of a port that a function never uses (no Genace client in
-/// intake, deliver, recovery or the sweep; no download client outside
-/// deliver): nothing is built, and no key is read.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Unused;
-
-impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, Q, O, G, D, C> {
-    pub fn intake(&self) -> Intake<S, Q, O, C> {
+impl<S, Q, O, G, D, C> App<S, Q, O, G, D, C>
+where
+    S: OperationStore + Clone + 'static,
+    Q: WorkQueue + Clone + 'static,
+    O: ObjectStore + Clone + 'static,
+    G: Clone + Send + Sync + 'static,
+    D: Clone + Send + Sync + 'static,
+    C: Clock + Clone + 'static,
+{
+    pub fn intake(&self) -> Intake<Parts<S, Q, O, Unused, Unused, C>> {
         Intake {
             store: self.store.clone(),
             queue: self.queue.clone(),
@@ -49,7 +57,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
         }
     }
 
-    pub fn dispatcher(&self) -> Dispatcher<S, Q, G, C> {
+    pub fn dispatcher(&self) -> Dispatcher<Parts<S, Q, O, G, Unused, C>> {
         Dispatcher {
             store: self.store.clone(),
             queue: self.queue.clone(),
@@ -60,7 +68,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
         }
     }
 
-    pub fn poller(&self) -> Poller<S, Q, G, C> {
+    pub fn poller(&self) -> Poller<Parts<S, Q, O, G, Unused, C>> {
         Poller {
             store: self.store.clone(),
             queue: self.queue.clone(),
@@ -71,7 +79,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
         }
     }
 
-    pub fn deliverer(&self) -> Deliverer<S, Q, O, D, C> {
+    pub fn deliverer(&self) -> Deliverer<Parts<S, Q, O, Unused, D, C>> {
         Deliverer {
             store: self.store.clone(),
             queue: self.queue.clone(),
@@ -83,7 +91,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
         }
     }
 
-    pub fn recovery(&self) -> Recovery<S, Q, C> {
+    pub fn recovery(&self) -> Recovery<Parts<S, Q, O, Unused, Unused, C>> {
         Recovery {
             store: self.store.clone(),
             queue: self.queue.clone(),
@@ -92,7 +100,7 @@ impl<S: Clone, Q: Clone, O: Clone, G: Clone, D: Clone, C: Clock + Clone> App<S, 
         }
     }
 
-    pub fn sweeper(&self) -> Sweeper<S, Q, C> {
+    pub fn sweeper(&self) -> Sweeper<Parts<S, Q, O, Unused, Unused, C>> {
         Sweeper {
             metrics: self.metrics.clone(),
             ..Sweeper::new(

@@ -1195,10 +1195,14 @@ async fn a_held_job_is_refused_without_naming_another_tenant() {
 struct RivalDuringPost {
     genace: genace_stages::memory::MemoryGenace,
     rival: genace_stages::pipeline::dispatch::Dispatcher<
-        genace_stages::memory::MemoryStore,
-        genace_stages::memory::MemoryQueue,
-        genace_stages::memory::MemoryGenace,
-        genace_stages::memory::ManualClock,
+        genace_stages::ports::Parts<
+            genace_stages::memory::MemoryStore,
+            genace_stages::memory::MemoryQueue,
+            genace_stages::memory::MemoryObjects,
+            genace_stages::memory::MemoryGenace,
+            genace_stages::ports::Unused,
+            genace_stages::memory::ManualClock,
+        >,
     >,
     rival_id: OperationId,
     waits: Dispatched,
@@ -1232,7 +1236,9 @@ async fn wake_ups_after_the_first_outcome(
             .count()
     };
     let before = wakes(second);
-    let mut dispatcher = genace_stages::pipeline::dispatch::Dispatcher {
+    let mut dispatcher = genace_stages::pipeline::dispatch::Dispatcher::<
+        genace_stages::ports::Parts<_, _, genace_stages::memory::MemoryObjects, _, genace_stages::ports::Unused, _>,
+    > {
         store: app.store.clone(),
         queue: app.queue.clone(),
         genace: RivalDuringPost {

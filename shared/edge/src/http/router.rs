@@ -6,10 +6,7 @@
 //! local server).
 
 use genace_stages::api::intake::Intake;
-use genace_stages::ports::clock::Clock;
-use genace_stages::ports::outputs::ObjectStore;
-use genace_stages::ports::queue::WorkQueue;
-use genace_stages::ports::table::OperationStore;
+use genace_stages::ports::Ports;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, RequestExt, Response};
 
@@ -20,10 +17,7 @@ use super::problem::{Problem, method_not_allowed};
 use super::routes::{CallerHandler, Handler, Miss, OperatorHandler, find};
 
 /// Handles one intake request. Never fails: every outcome is a response.
-pub async fn handle<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
-    req: Request,
-) -> Response<Body> {
+pub async fn handle<P: Ports>(intake: &Intake<P>, req: Request) -> Response<Body> {
     let instance = req.uri().path().to_owned();
     match route_request(intake, req).await {
         Ok(resp) => resp,
@@ -31,10 +25,7 @@ pub async fn handle<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
     }
 }
 
-async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
-    req: Request,
-) -> Result<Response<Body>, Problem> {
+async fn route_request<P: Ports>(intake: &Intake<P>, req: Request) -> Result<Response<Body>, Problem> {
     let found = find(req.method(), req.uri().path()).map_err(|miss| match miss {
         Miss::Method(allow) => method_not_allowed(allow),
         Miss::NoRoute => Problem::new(
@@ -68,8 +59,8 @@ async fn route_request<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock
 }
 
 /// A route of the owning tenant or an operator in scope: the handler reads which.
-async fn caller_route<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+async fn caller_route<P: Ports>(
+    intake: &Intake<P>,
     req: Request,
     handler: CallerHandler,
     id: &str,
@@ -85,8 +76,8 @@ async fn caller_route<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>
 }
 
 /// An operator's route, with the operator already read.
-async fn operator_route<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+async fn operator_route<P: Ports>(
+    intake: &Intake<P>,
     req: Request,
     op: &genace_stages::api::admin::Operator,
     handler: OperatorHandler,

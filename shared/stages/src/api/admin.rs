@@ -1,15 +1,16 @@
 //! What operators may do: list open reconciliation cases, read any operation
 //! in their scope, and resolve a case with an explicit, audited decision.
 
+use crate::ports::Ports;
+use crate::ports::table::prelude::*;
 use tracing::{info, warn};
 
 use crate::api::errors::{ListError, OperationError};
 use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
-use crate::ports::outputs::ObjectStore;
 use crate::ports::queue::WorkQueue;
 use crate::ports::table::write_attempts;
-use crate::ports::table::{CaseCount, CaseFilter, CasePage, CommitError, OperationStore, commit};
+use crate::ports::table::{CaseCount, CaseFilter, CasePage, CommitError, commit};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Decision, Event, Resolution};
 use genace_core::messages::Queue;
@@ -33,20 +34,20 @@ impl Operator {
 /// The intake as one operator sees it: every operator action is a method
 /// here, so none can be reached without the [`Operator`] whose scope it
 /// checks and whose name the audit keeps. Made by [`Intake::admin`].
-pub struct Admin<'a, S, Q, O, C> {
+pub struct Admin<'a, P: Ports> {
     /// The intake whose ports and settings the operator's actions use.
-    pub(crate) intake: &'a Intake<S, Q, O, C>,
+    pub(crate) intake: &'a Intake<P>,
     pub(crate) op: &'a Operator,
 }
 
-impl<S, Q, O, C> Intake<S, Q, O, C> {
+impl<P: Ports> Intake<P> {
     /// The operator actions, for `op`.
-    pub fn admin<'a>(&'a self, op: &'a Operator) -> Admin<'a, S, Q, O, C> {
+    pub fn admin<'a>(&'a self, op: &'a Operator) -> Admin<'a, P> {
         Admin { intake: self, op }
     }
 }
 
-impl<S, Q, O, C> Admin<'_, S, Q, O, C> {
+impl<P: Ports> Admin<'_, P> {
     /// Which tenant a listing covers when the operator asks for `asked`
     /// (None: every tenant): an operator limited to a tenant covers only
     /// that one. None when the operator asked for a tenant it may not see.
@@ -59,7 +60,7 @@ impl<S, Q, O, C> Admin<'_, S, Q, O, C> {
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
+impl<P: Ports> Admin<'_, P> {
     /// How many cases are open per reason, and since when the oldest of
     /// each, over the operator's scope (one tenant, or every tenant).
     pub async fn case_counts(&self, tenant: Option<TenantId>) -> Result<Vec<CaseCount>, ListError> {

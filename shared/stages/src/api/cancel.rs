@@ -6,21 +6,20 @@
 //! record (both need `prepared`; whichever commits first, the other finds
 //! the phase moved on). A lost race answers with the phase it lost to.
 
+use crate::ports::Ports;
 use tracing::info;
 
 use crate::api::admin::Admin;
 use crate::api::errors::OperationError;
 use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
-use crate::ports::outputs::ObjectStore;
-use crate::ports::queue::WorkQueue;
 use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, OperationStore, commit_with};
+use crate::ports::table::{CommitError, commit_with};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Event};
 use genace_core::record::{CancelReason, OperationRecord};
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+impl<P: Ports> Intake<P> {
     /// The owning tenant takes its operation back. Another tenant's or an
     /// unknown id is [`OperationError::NotFound`].
     pub async fn cancel(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, OperationError> {
@@ -68,7 +67,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
+impl<P: Ports> Admin<'_, P> {
     /// An operator takes back an operation in their scope; the record names
     /// them.
     pub async fn cancel(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {

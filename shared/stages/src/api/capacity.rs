@@ -2,14 +2,15 @@
 //! is in flight and waiting, each tenant's share, and the operator's
 //! limit of the whole account's jobs in flight.
 
+use crate::ports::Ports;
+use crate::ports::table::prelude::*;
 use tracing::info;
 
 use crate::api::admin::Admin;
 use crate::api::errors::SettingsError;
 use crate::pipeline::wake::{oldest_wait, wake_if_room};
 use crate::ports::clock::Clock;
-use crate::ports::queue::WorkQueue;
-use crate::ports::table::{OperationStore, StoreError};
+use crate::ports::table::StoreError;
 use genace_core::ledger::TenantLedger;
 
 /// One tenant's share of the account, as operators see it.
@@ -48,7 +49,7 @@ pub struct CapacityReport {
 /// Ledger pages a report reads at most (100 tenants each).
 const REPORT_PAGES: usize = 20;
 
-impl<S: OperationStore, Q, O, C: Clock> Admin<'_, S, Q, O, C> {
+impl<P: Ports> Admin<'_, P> {
     /// The account's capacity as this operator may see it.
     pub async fn capacity(&self) -> Result<CapacityReport, SettingsError> {
         let account = self.intake.store.account().await?;
@@ -89,10 +90,7 @@ impl<S: OperationStore, Q, O, C: Clock> Admin<'_, S, Q, O, C> {
     /// wakes the operations it makes room for; a lowered one admits nothing
     /// new until the jobs in flight fall under it, and touches nothing
     /// running. Only an operator not scoped to one tenant may.
-    pub async fn set_account_limit(&self, limit: Option<u32>) -> Result<CapacityReport, SettingsError>
-    where
-        Q: WorkQueue,
-    {
+    pub async fn set_account_limit(&self, limit: Option<u32>) -> Result<CapacityReport, SettingsError> {
         if self.op.tenant.is_some() {
             return Err(SettingsError::AccountWide);
         }

@@ -2,20 +2,19 @@
 //! operators set. The counters themselves move only with record writes
 //! (see [`crate::ports::table::OperationStore::apply`]).
 
+use crate::ports::Ports;
+use crate::ports::table::prelude::*;
 use tracing::{info, warn};
 
 use crate::api::admin::Admin;
 use crate::api::errors::{ListError, SettingsError};
 use crate::api::intake::Intake;
-use crate::ports::clock::Clock;
-use crate::ports::outputs::ObjectStore;
-use crate::ports::queue::WorkQueue;
-use crate::ports::table::{LedgerPage, OperationStore};
+use crate::ports::table::LedgerPage;
 use genace_core::domain::TenantId;
 use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+impl<P: Ports> Intake<P> {
     /// A tenant's totals and limit.
     pub async fn credits(&self, tenant: &TenantId) -> Result<TenantLedger, SettingsError> {
         Ok(self.store.ledger(tenant).await?)
@@ -37,7 +36,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
+impl<P: Ports> Admin<'_, P> {
     /// Every tenant's ledger, a page at a time; an operator limited to one
     /// tenant sees that tenant's only.
     pub async fn all_credits(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, ListError> {
@@ -62,10 +61,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
         &self,
         tenant: &TenantId,
         limit: Option<Millicredits>,
-    ) -> Result<TenantLedger, SettingsError>
-    where
-        Q: crate::ports::queue::WorkQueue,
-    {
+    ) -> Result<TenantLedger, SettingsError> {
         let op = self.op;
         op_may_set_limits(op)?;
         let ledger = self.intake.store.set_spend_limit(tenant, limit).await?;
@@ -80,10 +76,11 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, 
     /// limit wakes the operations it makes room for; a lowered one admits
     /// nothing new until the tenant's jobs in flight fall under it, and
     /// touches nothing running.
-    pub async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, SettingsError>
-    where
-        Q: crate::ports::queue::WorkQueue,
-    {
+    pub async fn set_max_in_flight(
+        &self,
+        tenant: &TenantId,
+        limit: Option<u32>,
+    ) -> Result<TenantLedger, SettingsError> {
         let op = self.op;
         op_may_set_limits(op)?;
         let ledger = self.intake.store.set_max_in_flight(tenant, limit).await?;

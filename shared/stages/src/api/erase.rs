@@ -10,6 +10,7 @@
 //! run again on its own, new objects could appear behind the erasure; and
 //! after it, no delivery is claimed or redriven.
 
+use crate::ports::Ports;
 use tracing::info;
 
 use crate::api::admin::Admin;
@@ -17,14 +18,13 @@ use crate::api::errors::OperationError;
 use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::outputs::{MAX_DELETE_KEYS, ObjectStore};
-use crate::ports::queue::WorkQueue;
 use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, OperationStore, commit};
+use crate::ports::table::{CommitError, commit};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Event};
 use genace_core::record::OperationRecord;
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+impl<P: Ports> Intake<P> {
     /// The owning tenant erases its operation's outputs. Another tenant's
     /// or an unknown id is [`OperationError::NotFound`].
     pub async fn erase_outputs(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, OperationError> {
@@ -118,7 +118,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
 /// practice.
 const ERASE_PAGES: usize = 10;
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
+impl<P: Ports> Admin<'_, P> {
     /// An operator erases the outputs of an operation in their scope.
     pub async fn erase_outputs(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(id).await?;

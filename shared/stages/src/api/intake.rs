@@ -1,15 +1,17 @@
 //! Recording intents and reading operations, independent of HTTP.
 
+use crate::ports::table::prelude::*;
+use crate::ports::{Parts, Ports};
 use chrono::{DateTime, Utc};
 use tracing::{error, info};
 
 use crate::api::errors::{OperationError, SubmitError};
 use crate::config::Config;
-use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::clock::SystemClock;
 use crate::ports::metrics::Metrics;
 use crate::ports::outputs::ObjectStore;
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::{Created, OperationStore};
+use crate::ports::table::Created;
 use genace_core::domain::{Intent, OperationId, TenantId};
 use genace_core::messages::Queue;
 use genace_core::record::OperationRecord;
@@ -22,20 +24,23 @@ pub enum Submitted {
     Replayed(Box<OperationRecord>),
 }
 
-pub struct Intake<S, Q, O, C = SystemClock> {
-    pub store: S,
-    pub queue: Q,
+pub struct Intake<P: Ports> {
+    pub store: P::Store,
+    pub queue: P::Queue,
     /// Signs read links to delivered objects.
-    pub objects: O,
+    pub objects: P::Objects,
     pub config: Config,
-    pub clock: C,
+    pub clock: P::Clock,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
     /// Where webhook endpoints' secrets are written.
     pub vault: std::sync::Arc<dyn crate::ports::webhooks::SecretVault>,
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
+impl<S, Q, O> Intake<Parts<S, Q, O>>
+where
+    Parts<S, Q, O>: Ports<Store = S, Queue = Q, Objects = O, Clock = SystemClock>,
+{
     /// An intake on the system clock.
     pub fn new(store: S, queue: Q, objects: O, config: Config) -> Self {
         Self {
@@ -50,7 +55,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore> Intake<S, Q, O> {
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+impl<P: Ports> Intake<P> {
     /// One conditional put decides: a new record, a replay of the same intent,
     /// or a refused reuse of the key. A duplicate costs exactly that request.
     pub async fn submit(
@@ -150,7 +155,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     }
 }
 
-impl<S, Q, O: ObjectStore, C> Intake<S, Q, O, C> {
+impl<P: Ports> Intake<P> {
     /// Presigned GET links to the delivered objects, in output order. A link
     /// that cannot be signed is left out (and logged); the object list says what exists.
     pub async fn links(&self, rec: &OperationRecord) -> Vec<Option<String>> {

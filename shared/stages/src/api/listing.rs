@@ -7,6 +7,7 @@
 //! changes after the create, so the orders cost one index write per
 //! operation, not one per transition (docs/decisions.md).
 
+use crate::ports::Ports;
 use chrono::{DateTime, Utc};
 
 use crate::api::admin::Admin;
@@ -14,8 +15,6 @@ use crate::api::errors::ListError;
 use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::list::{ListFilter, ListPosition};
-use crate::ports::outputs::ObjectStore;
-use crate::ports::queue::WorkQueue;
 use crate::ports::table::{OperationStore, StoreError};
 use genace_core::domain::TenantId;
 use genace_core::record::{DeliveryState, OperationRecord, Phase};
@@ -81,7 +80,7 @@ async fn list_in<S: OperationStore>(
     })
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, C> {
+impl<P: Ports> Intake<P> {
     /// One page of `tenant`'s operations, newest first.
     pub async fn list(
         &self,
@@ -94,7 +93,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Intake<S, Q, O, 
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
+impl<P: Ports> Admin<'_, P> {
     /// One page of operations, newest first: of `tenant` if given, else of
     /// every tenant. An operator limited to a tenant lists only that
     /// tenant's, whatever it asks for.

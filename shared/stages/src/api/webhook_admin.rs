@@ -4,6 +4,8 @@
 //! could never be delivered or would sign with another tenant's secret is
 //! refused when it is saved. Delivery is the `webhooks` stage.
 
+use crate::ports::Ports;
+use crate::ports::table::prelude::*;
 use serde_json::Value;
 use tracing::info;
 
@@ -11,9 +13,6 @@ use crate::api::admin::Admin;
 use crate::api::errors::SettingsError;
 use crate::config::UrlPolicy;
 use crate::ports::clock::Clock;
-use crate::ports::outputs::ObjectStore;
-use crate::ports::queue::WorkQueue;
-use crate::ports::table::OperationStore;
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::events::Kind;
 use genace_core::webhook::{WebhookConfig, secret_belongs_to, tenant_secret_prefix};
@@ -160,7 +159,7 @@ pub fn parse_events(body: &Value) -> Result<Option<Vec<String>>, InvalidInput> {
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock> Admin<'_, S, Q, O, C> {
+impl<P: Ports> Admin<'_, P> {
     /// A tenant's webhook, for an operator who may see the tenant.
     pub async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, SettingsError> {
         if !self.op.may_see(tenant) {

@@ -12,6 +12,7 @@
 //! it and writes on the condition that nobody wrote in between, so two
 //! creates at once cannot pass the limit together.
 
+use crate::ports::Ports;
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -21,7 +22,7 @@ use crate::api::webhook_admin::{parse_events, parse_url};
 use crate::config::{Config, UrlPolicy};
 use crate::ports::clock::Clock;
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::{OperationStore, StoreError, WebhookEndpoints};
+use crate::ports::table::{StoreError, WebhookEndpoints};
 use crate::ports::webhooks::{SecretVault, new_secret};
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, WebhookEndpoint, endpoint_secret_name};
@@ -156,17 +157,17 @@ fn named<'s>(set: &'s mut EndpointSet, id: &str) -> Result<&'s mut WebhookEndpoi
 }
 
 /// One tenant's endpoints, as a caller allowed to manage them sees them.
-pub struct Endpoints<'a, S, Q, C> {
-    pub(crate) store: &'a S,
-    pub(crate) queue: &'a Q,
+pub struct Endpoints<'a, P: Ports> {
+    pub(crate) store: &'a P::Store,
+    pub(crate) queue: &'a P::Queue,
     pub(crate) vault: &'a dyn SecretVault,
-    pub(crate) clock: &'a C,
+    pub(crate) clock: &'a P::Clock,
     pub(crate) config: &'a Config,
     pub(crate) tenant: TenantId,
     pub(crate) actor: String,
 }
 
-impl<S: WebhookEndpoints, Q: WorkQueue, C: Clock> Endpoints<'_, S, Q, C> {
+impl<P: Ports> Endpoints<'_, P> {
     pub async fn list(&self) -> Result<Vec<WebhookEndpoint>, EndpointError> {
         Ok(self.store.endpoints(&self.tenant).await?.endpoints)
     }
@@ -425,10 +426,10 @@ fn refuse_unsendable(endpoint: &WebhookEndpoint) -> Result<(), EndpointError> {
     }
 }
 
-impl<S: OperationStore, Q, O, C: Clock> Intake<S, Q, O, C> {
+impl<P: Ports> Intake<P> {
     /// `tenant`'s webhook endpoints, managed by `actor`. Who may manage
     /// them is decided by the caller (the edge reads the credentials).
-    pub fn endpoints(&self, tenant: TenantId, actor: String) -> Endpoints<'_, S, Q, C> {
+    pub fn endpoints(&self, tenant: TenantId, actor: String) -> Endpoints<'_, P> {
         Endpoints {
             store: &self.store,
             queue: &self.queue,

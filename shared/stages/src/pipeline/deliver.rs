@@ -2,19 +2,21 @@
 //! `delivered`. A failed upload retries delivery of the same outputs; it
 //! never renders or POSTs again.
 
+use crate::ports::Ports;
+use crate::ports::table::prelude::*;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::pipeline::stage::{Stage, StageError, case_opened, commit_failure};
-use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::clock::Clock;
 use crate::ports::downloads::{DownloadBody, DownloadError, Downloads};
 use crate::ports::metrics::Metrics;
 use crate::ports::outputs::{ObjectStore, PartReceipt, composite_sha256, object_key};
 use crate::ports::queue::WorkQueue;
 use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, OperationStore, commit, commit_with};
+use crate::ports::table::{CommitError, commit, commit_with};
 use genace_core::domain::{OperationId, hex};
 use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
@@ -65,14 +67,14 @@ pub enum DeliverResult {
     },
 }
 
-pub struct Deliverer<S, Q, O, D, C = SystemClock> {
-    pub store: S,
-    pub queue: Q,
-    pub objects: O,
+pub struct Deliverer<P: Ports> {
+    pub store: P::Store,
+    pub queue: P::Queue,
+    pub objects: P::Objects,
     /// Where outputs are fetched, behind the output URL guard.
-    pub downloads: D,
+    pub downloads: P::Downloads,
     pub config: Config,
-    pub clock: C,
+    pub clock: P::Clock,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
 }
@@ -121,7 +123,10 @@ fn extension(content_type: &str, url: &str) -> String {
         .unwrap_or_else(|| "bin".into())
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> Stage for Deliverer<S, Q, O, D, C> {
+impl<P: Ports> Stage for Deliverer<P>
+where
+    P::Downloads: Downloads,
+{
     type Message = WorkMessage;
     type Outcome = DeliverResult;
 
@@ -130,7 +135,10 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> St
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> Deliverer<S, Q, O, D, C> {
+impl<P: Ports> Deliverer<P>
+where
+    P::Downloads: Downloads,
+{
     pub async fn deliver(&self, id: &OperationId) -> Result<DeliverResult, StageError> {
         let now = self.clock.now();
         let Some(rec) = self.store.get(id, now).await? else {
@@ -323,7 +331,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         output: &OutputRef,
         errors: &Errors,
         deadline: tokio::time::Instant,
-    ) -> Result<crate::ports::downloads::Download<D::Body>, TransferError> {
+    ) -> Result<crate::ports::downloads::Download<<P::Downloads as Downloads>::Body>, TransferError> {
         let opened = tokio::time::timeout_at(deadline, self.downloads.open(&output.url)).await;
         let download = match opened {
             Err(_) => {
@@ -351,7 +359,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         &self,
         key: &str,
         content_type: &str,
-        mut reading: Reading<'_, D::Body>,
+        mut reading: Reading<'_, <P::Downloads as Downloads>::Body>,
         inject_failure: bool,
         errors: &Errors,
     ) -> Result<Stored, TransferError> {
@@ -430,7 +438,7 @@ impl<S: OperationStore, Q: WorkQueue, O: ObjectStore, D: Downloads, C: Clock> De
         &self,
         key: &str,
         upload_id: &str,
-        mut reading: Reading<'_, D::Body>,
+        mut reading: Reading<'_, <P::Downloads as Downloads>::Body>,
         mut buffer: Vec<u8>,
         mut finished: bool,
         inject_failure: bool,

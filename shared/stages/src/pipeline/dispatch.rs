@@ -1,18 +1,20 @@
 //! Dispatch: one claimant, one POST, and the accepted job id saved before
 //! anything announces it.
 
+use crate::ports::Ports;
+use crate::ports::table::prelude::*;
 use std::time::Duration;
 
 use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::pipeline::stage::{Stage, StageError, case_opened, commit_failure};
-use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::clock::Clock;
 use crate::ports::genace::Genace;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::{RecoveryChannel, WorkQueue};
 use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, OperationStore, StoreError, commit, commit_with};
+use crate::ports::table::{CommitError, StoreError, commit, commit_with};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
@@ -80,12 +82,12 @@ pub enum PostResult {
     Uncertain,
 }
 
-pub struct Dispatcher<S, Q, G, C = SystemClock> {
-    pub store: S,
-    pub queue: Q,
-    pub genace: G,
+pub struct Dispatcher<P: Ports> {
+    pub store: P::Store,
+    pub queue: P::Queue,
+    pub genace: P::Genace,
     pub config: Config,
-    pub clock: C,
+    pub clock: P::Clock,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
 }
@@ -103,12 +105,10 @@ const DEFAULT_RETRY: Duration = Duration::from_secs(30);
 /// Delay before the first poll of an accepted job.
 const FIRST_POLL_DELAY_SECONDS: u32 = 5;
 
-impl<S, Q, G, C> Stage for Dispatcher<S, Q, G, C>
+impl<P: Ports> Stage for Dispatcher<P>
 where
-    S: OperationStore,
-    Q: WorkQueue + RecoveryChannel,
-    G: Genace,
-    C: Clock,
+    P::Queue: RecoveryChannel,
+    P::Genace: Genace,
 {
     type Message = WorkMessage;
     type Outcome = Dispatched;
@@ -122,12 +122,10 @@ where
     }
 }
 
-impl<S, Q, G, C> Dispatcher<S, Q, G, C>
+impl<P: Ports> Dispatcher<P>
 where
-    S: OperationStore,
-    Q: WorkQueue + RecoveryChannel,
-    G: Genace,
-    C: Clock,
+    P::Queue: RecoveryChannel,
+    P::Genace: Genace,
 {
     /// Dispatches `id` for a message that may be a redelivery.
     pub async fn dispatch(&self, id: &OperationId) -> Result<Dispatched, StageError> {

@@ -1,16 +1,18 @@
 //! Poll: observe an accepted job, by its saved remote id, until a terminal state.
 
+use crate::ports::Ports;
+use crate::ports::table::prelude::*;
 use chrono::{DateTime, Duration, Utc};
 use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::pipeline::stage::{Stage, StageError, case_opened};
-use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::clock::Clock;
 use crate::ports::genace::Genace;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::WorkQueue;
 use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, OperationStore, commit, commit_with};
+use crate::ports::table::{CommitError, commit, commit_with};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
@@ -38,12 +40,12 @@ pub enum Polled {
     },
 }
 
-pub struct Poller<S, Q, G, C = SystemClock> {
-    pub store: S,
-    pub queue: Q,
-    pub genace: G,
+pub struct Poller<P: Ports> {
+    pub store: P::Store,
+    pub queue: P::Queue,
+    pub genace: P::Genace,
     pub config: Config,
-    pub clock: C,
+    pub clock: P::Clock,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
 }
@@ -58,7 +60,10 @@ pub fn next_poll_delay(accepted_at: Option<DateTime<Utc>>, now: DateTime<Utc>, m
     ((age / 10) as u32).clamp(MIN_POLL_DELAY_SECONDS, max.max(MIN_POLL_DELAY_SECONDS))
 }
 
-impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Stage for Poller<S, Q, G, C> {
+impl<P: Ports> Stage for Poller<P>
+where
+    P::Genace: Genace,
+{
     type Message = WorkMessage;
     type Outcome = Polled;
 
@@ -67,7 +72,10 @@ impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Stage for Poller<S, Q
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, G: Genace, C: Clock> Poller<S, Q, G, C> {
+impl<P: Ports> Poller<P>
+where
+    P::Genace: Genace,
+{
     pub async fn poll(&self, id: &OperationId) -> Result<Polled, StageError> {
         let now = self.clock.now();
         let Some(rec) = self.store.get(id, now).await? else {

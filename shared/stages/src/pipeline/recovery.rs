@@ -2,13 +2,15 @@
 //! not write to the record. The consumer applies them later, only to the
 //! claim they were received under, and never creates anything remote.
 
+use crate::ports::Ports;
+use crate::ports::table::prelude::*;
 use tracing::{error, info};
 
 use crate::pipeline::stage::{Stage, StageError};
-use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::clock::Clock;
 use crate::ports::queue::WorkQueue;
 use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, OperationStore, commit_with};
+use crate::ports::table::{CommitError, commit_with};
 use genace_core::machine::{self, AcceptedJob, Event, Policy};
 use genace_core::messages::Queue;
 use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
@@ -23,14 +25,14 @@ pub enum RecoveryOutcome {
 }
 
 /// The recovery stage: applies saved outcomes to their records.
-pub struct Recovery<S, Q, C = SystemClock> {
-    pub store: S,
-    pub queue: Q,
+pub struct Recovery<P: Ports> {
+    pub store: P::Store,
+    pub queue: P::Queue,
     pub policy: Policy,
-    pub clock: C,
+    pub clock: P::Clock,
 }
 
-impl<S: OperationStore, Q: WorkQueue, C: Clock> Stage for Recovery<S, Q, C> {
+impl<P: Ports> Stage for Recovery<P> {
     type Message = RecoveryMessage;
     type Outcome = RecoveryOutcome;
 
@@ -39,7 +41,7 @@ impl<S: OperationStore, Q: WorkQueue, C: Clock> Stage for Recovery<S, Q, C> {
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, C: Clock> Recovery<S, Q, C> {
+impl<P: Ports> Recovery<P> {
     /// Applies one recovery message. A refusal (another claim, another job,
     /// an operator's decision) is an error: the message stays and ends in the
     /// recovery DLQ, where an alarm brings a person to it.

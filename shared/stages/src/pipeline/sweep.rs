@@ -2,15 +2,17 @@
 //! the sweep reads the sparse due-time index and re-enqueues work whose
 //! message was lost or whose handler stopped after a commit.
 
+use crate::ports::Ports;
+use crate::ports::table::prelude::*;
 use chrono::Duration;
 use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::pipeline::stage::{StageError, case_opened};
-use crate::ports::clock::{Clock, SystemClock};
+use crate::ports::clock::Clock;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::{DueItem, OperationStore, StoreError};
+use crate::ports::table::{DueItem, StoreError};
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
 use genace_core::record::{DUE_SHARDS, DeliveryState, Phase};
@@ -28,11 +30,11 @@ pub struct SweepReport {
     pub truncated: bool,
 }
 
-pub struct Sweeper<S, Q, C = SystemClock> {
-    pub store: S,
-    pub queue: Q,
+pub struct Sweeper<P: Ports> {
+    pub store: P::Store,
+    pub queue: P::Queue,
     pub config: Config,
-    pub clock: C,
+    pub clock: P::Clock,
     /// Items read per page, and pages per shard per run.
     pub page_size: i32,
     pub max_pages: usize,
@@ -44,8 +46,8 @@ pub struct Sweeper<S, Q, C = SystemClock> {
 /// slow consumer does not receive a copy every minute.
 const RECHECK_SECONDS: i64 = 300;
 
-impl<S, Q, C> Sweeper<S, Q, C> {
-    pub fn new(store: S, queue: Q, config: Config, clock: C) -> Self {
+impl<P: Ports> Sweeper<P> {
+    pub fn new(store: P::Store, queue: P::Queue, config: Config, clock: P::Clock) -> Self {
         Self {
             store,
             queue,
@@ -58,7 +60,7 @@ impl<S, Q, C> Sweeper<S, Q, C> {
     }
 }
 
-impl<S: OperationStore, Q: WorkQueue, C: Clock> Sweeper<S, Q, C> {
+impl<P: Ports> Sweeper<P> {
     pub async fn run(&self) -> Result<SweepReport, StageError> {
         let now = self.clock.now();
         let mut report = SweepReport::default();

@@ -10,6 +10,8 @@
 //! - [`genace`] and [`downloads`]: Genace's API and its output files.
 //! - [`webhooks`]: webhook secrets, the sender and the copy queue.
 //! - [`clock`], [`metrics`], [`cursor`] (sealed list cursors).
+//! - [`Ports`]: the bundle every stage is generic over, and [`Parts`], its
+//!   one implementation.
 
 pub mod clock;
 pub mod cursor;
@@ -21,3 +23,57 @@ pub mod outputs;
 pub mod queue;
 pub mod table;
 pub mod webhooks;
+
+use std::marker::PhantomData;
+
+use clock::{Clock, SystemClock};
+use outputs::ObjectStore;
+use queue::WorkQueue;
+use table::OperationStore;
+
+/// The adapters a stage is built on, named once: every stage and API type
+/// is generic over one `P: Ports` rather than over each adapter. Genace and
+/// the downloads are unbounded here and bounded where they are called
+/// (dispatch and poll; deliver), so a function that never calls them names
+/// [`Unused`] and builds no client for them.
+pub trait Ports: Send + Sync + 'static {
+    type Store: OperationStore;
+    type Queue: WorkQueue;
+    type Objects: ObjectStore;
+    type Genace: Send + Sync;
+    type Downloads: Send + Sync;
+    type Clock: Clock;
+}
+
+/// The one implementation of [`Ports`]: a list of adapter types, nothing
+/// held. `Parts<DynamoStore, SqsQueue, S3Store, GenaceClient, HttpDownloads>`
+/// is the deployed set; tests and the simulator name in-memory and chaotic
+/// ones.
+#[allow(
+    clippy::type_complexity,
+    reason = "a marker that names six types and holds none: `fn() -> T` keeps it Send and Sync"
+)]
+pub struct Parts<S, Q, O, G = Unused, D = Unused, C = SystemClock>(PhantomData<fn() -> (S, Q, O, G, D, C)>);
+
+impl<S, Q, O, G, D, C> Ports for Parts<S, Q, O, G, D, C>
+where
+    S: OperationStore + 'static,
+    Q: WorkQueue + 'static,
+    O: ObjectStore + 'static,
+    G: Send + Sync + 'static,
+    D: Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    type Store = S;
+    type Queue = Q;
+    type Objects = O;
+    type Genace = G;
+    type Downloads = D;
+    type Clock = C;
+}
+
+/// The place of a port that a function never uses (no Genace client in
+/// intake, deliver, recovery or the sweep; no download client outside
+/// deliver): nothing is built, and no key is read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unused;

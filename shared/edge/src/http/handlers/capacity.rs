@@ -3,10 +3,7 @@
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_stages::api::admin::Operator;
 use genace_stages::api::intake::Intake;
-use genace_stages::ports::clock::Clock;
-use genace_stages::ports::outputs::ObjectStore;
-use genace_stages::ports::queue::WorkQueue;
-use genace_stages::ports::table::OperationStore;
+use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
 
@@ -15,8 +12,8 @@ use crate::http::problem::{Problem, not_found};
 use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members};
 use crate::http::views::capacity_view;
 
-pub(crate) async fn capacity<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn capacity<P: Ports>(
+    intake: &Intake<P>,
     op: &Operator,
     _req: &Request,
 ) -> Result<Response<Body>, Problem> {
@@ -46,8 +43,8 @@ pub(crate) fn in_flight_limit(req: &Request) -> Result<Option<u32>, Problem> {
 
 /// PUT /v1/capacity: the operator's limit of the whole account's jobs in
 /// flight (null: the deployment's again).
-pub(crate) async fn set_account_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn set_account_limit<P: Ports>(
+    intake: &Intake<P>,
     op: &Operator,
     req: Request,
 ) -> Result<Response<Body>, Problem> {
@@ -56,8 +53,8 @@ pub(crate) async fn set_account_limit<S: OperationStore, Q: WorkQueue, O: Object
     Ok(ok_json(capacity_view(&report)))
 }
 
-pub(crate) async fn set_max_in_flight<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn set_max_in_flight<P: Ports>(
+    intake: &Intake<P>,
     op: &Operator,
     req: Request,
     raw_tenant: &str,

@@ -5,10 +5,7 @@ use genace_core::machine::Resolution;
 use genace_core::record::CaseReason;
 use genace_stages::api::admin::Operator;
 use genace_stages::api::intake::Intake;
-use genace_stages::ports::clock::Clock;
-use genace_stages::ports::outputs::ObjectStore;
-use genace_stages::ports::queue::WorkQueue;
-use genace_stages::ports::table::OperationStore;
+use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
 
@@ -20,8 +17,8 @@ use crate::http::request::{
 };
 use crate::http::views::{case_view, view_with_links};
 
-pub(crate) async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn list_cases<P: Ports>(
+    intake: &Intake<P>,
     op: &Operator,
     req: &Request,
 ) -> Result<Response<Body>, Problem> {
@@ -41,8 +38,8 @@ pub(crate) async fn list_cases<S: OperationStore, Q: WorkQueue, O: ObjectStore, 
 
 /// GET /v1/reconciliation-cases/counts: open cases per reason, with the
 /// oldest of each, over the operator's scope (or `tenant`).
-pub(crate) async fn case_counts<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn case_counts<P: Ports>(
+    intake: &Intake<P>,
     op: &Operator,
     req: &Request,
 ) -> Result<Response<Body>, Problem> {
@@ -59,8 +56,8 @@ pub(crate) async fn case_counts<S: OperationStore, Q: WorkQueue, O: ObjectStore,
 /// Longest reason an operator may give for a resolution, in characters.
 pub(crate) const MAX_REASON_CHARS: usize = 512;
 
-pub(crate) async fn resolve<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn resolve<P: Ports>(
+    intake: &Intake<P>,
     op: &Operator,
     req: Request,
     raw_id: &str,

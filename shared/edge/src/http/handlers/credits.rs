@@ -3,10 +3,7 @@
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_stages::api::admin::Operator;
 use genace_stages::api::intake::Intake;
-use genace_stages::ports::clock::Clock;
-use genace_stages::ports::outputs::ObjectStore;
-use genace_stages::ports::queue::WorkQueue;
-use genace_stages::ports::table::OperationStore;
+use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
 
@@ -16,17 +13,14 @@ use crate::http::problem::{Problem, not_found};
 use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members, page_limit};
 use crate::http::views::credits_view;
 
-pub(crate) async fn my_credits<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
-    req: &Request,
-) -> Result<Response<Body>, Problem> {
+pub(crate) async fn my_credits<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<Response<Body>, Problem> {
     let principal = Principal::read(req, &intake.config)?;
     let ledger = intake.credits(principal.tenant(&intake.config)?).await?;
     Ok(ok_json(credits_view(&ledger)))
 }
 
-pub(crate) async fn all_credits<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn all_credits<P: Ports>(
+    intake: &Intake<P>,
     op: &Operator,
     req: &Request,
 ) -> Result<Response<Body>, Problem> {
@@ -39,8 +33,8 @@ pub(crate) async fn all_credits<S: OperationStore, Q: WorkQueue, O: ObjectStore,
 /// Largest spend limit accepted, in credits.
 pub(crate) const MAX_SPEND_LIMIT: f64 = 1e12;
 
-pub(crate) async fn set_spend_limit<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn set_spend_limit<P: Ports>(
+    intake: &Intake<P>,
     op: &Operator,
     req: Request,
     raw_tenant: &str,

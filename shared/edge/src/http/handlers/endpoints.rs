@@ -8,10 +8,8 @@ use genace_core::webhook::{AttemptStatus, DeliveryAttempt, ENDPOINTS_SCOPE, Webh
 use genace_stages::api::errors::EndpointError;
 use genace_stages::api::intake::Intake;
 use genace_stages::api::webhook_endpoints::{EndpointChange, Endpoints, WithSecret};
-use genace_stages::ports::clock::Clock;
+use genace_stages::ports::Ports;
 use genace_stages::ports::cursor;
-use genace_stages::ports::queue::WorkQueue;
-use genace_stages::ports::table::OperationStore;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
@@ -22,7 +20,7 @@ use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, page_limit, tenant_p
 use crate::http::routes::EndpointHandler;
 
 /// The tenant whose endpoints the caller manages, and who it is.
-fn caller<S, Q, O, C>(intake: &Intake<S, Q, O, C>, req: &Request) -> Result<(TenantId, String), Problem> {
+fn caller<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<(TenantId, String), Problem> {
     let asked = tenant_param(&req.query_string_parameters_ref().cloned().unwrap_or_default())?;
     match Principal::read(req, &intake.config)? {
         Principal::Tenant(own) => {
@@ -143,11 +141,7 @@ fn log_query(
 }
 
 /// `POST …/replay {"event_id"}`: 202 once the copy is queued.
-async fn replay<S: OperationStore, Q: WorkQueue, C: Clock>(
-    endpoints: &Endpoints<'_, S, Q, C>,
-    id: &str,
-    body: &Value,
-) -> Result<Response<Body>, Problem> {
+async fn replay<P: Ports>(endpoints: &Endpoints<'_, P>, id: &str, body: &Value) -> Result<Response<Body>, Problem> {
     let event_id = body["event_id"]
         .as_str()
         .filter(|e| !e.is_empty() && e.len() <= 512)
@@ -160,8 +154,8 @@ async fn replay<S: OperationStore, Q: WorkQueue, C: Clock>(
 }
 
 /// `POST …/recover?since=`: 202 with what was queued and what is kept no longer.
-async fn recover<S: OperationStore, Q: WorkQueue, C: Clock>(
-    endpoints: &Endpoints<'_, S, Q, C>,
+async fn recover<P: Ports>(
+    endpoints: &Endpoints<'_, P>,
     id: &str,
     q: &lambda_http::aws_lambda_events::query_map::QueryMap,
 ) -> Result<Response<Body>, Problem> {
@@ -179,8 +173,8 @@ async fn recover<S: OperationStore, Q: WorkQueue, C: Clock>(
 
 /// Answers one request on a webhook endpoint route: `id` is the path's
 /// endpoint, "" for the collection.
-pub async fn handle<S: OperationStore, Q: WorkQueue, O, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub async fn handle<P: Ports>(
+    intake: &Intake<P>,
     req: Request,
     handler: EndpointHandler,
     id: &str,

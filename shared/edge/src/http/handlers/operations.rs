@@ -4,11 +4,9 @@
 use genace_core::domain::{Intent, InvalidInput, OperationId};
 use genace_core::record::{DeliveryState, Phase};
 use genace_stages::api::intake::{Intake, Submitted};
+use genace_stages::ports::Ports;
 use genace_stages::ports::clock::Clock;
 use genace_stages::ports::list::ListFilter;
-use genace_stages::ports::outputs::ObjectStore;
-use genace_stages::ports::queue::WorkQueue;
-use genace_stages::ports::table::OperationStore;
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
@@ -19,10 +17,7 @@ use crate::http::problem::{Problem, not_found};
 use crate::http::request::{json_body, page_limit, tenant_param, time_param};
 use crate::http::views::{etag, expected_spend_hold, queue_view, view, view_with_links};
 
-pub(crate) async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
-    req: Request,
-) -> Result<Response<Body>, Problem> {
+pub(crate) async fn create<P: Ports>(intake: &Intake<P>, req: Request) -> Result<Response<Body>, Problem> {
     let principal = Principal::read(&req, &intake.config)?;
     let tenant = principal.tenant(&intake.config)?;
     let value = json_body(&req, "intent", intake.config.max_body_bytes)?;
@@ -56,11 +51,7 @@ pub(crate) async fn create<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: C
     Ok(builder.body(Body::Text(body.to_string())).expect("valid response"))
 }
 
-pub(crate) async fn read<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
-    req: &Request,
-    raw_id: &str,
-) -> Result<Response<Body>, Problem> {
+pub(crate) async fn read<P: Ports>(intake: &Intake<P>, req: &Request, raw_id: &str) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let (rec, operator) = match Principal::read(req, &intake.config)? {
         Principal::Operator(op) => (intake.admin(&op).get(&id).await?, true),
@@ -101,8 +92,8 @@ pub(crate) enum Change {
     EraseOutputs,
 }
 
-pub(crate) async fn change<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn change<P: Ports>(
+    intake: &Intake<P>,
     req: &Request,
     raw_id: &str,
     change: Change,
@@ -163,10 +154,7 @@ pub(crate) fn list_filter(q: &lambda_http::aws_lambda_events::query_map::QueryMa
 
 /// GET /v1/operations: a page of the caller's operations, newest first. An
 /// operator lists one tenant's (`tenant`) or every tenant's in its scope.
-pub(crate) async fn list<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
-    req: &Request,
-) -> Result<Response<Body>, Problem> {
+pub(crate) async fn list<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<Response<Body>, Problem> {
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
     let filter = list_filter(&q)?;
     let limit = page_limit(&q)?;

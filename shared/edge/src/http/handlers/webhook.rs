@@ -4,10 +4,7 @@ use genace_core::domain::TenantId;
 use genace_stages::api::admin::Operator;
 use genace_stages::api::intake::Intake;
 use genace_stages::api::webhook_admin::WebhookRequest;
-use genace_stages::ports::clock::Clock;
-use genace_stages::ports::outputs::ObjectStore;
-use genace_stages::ports::queue::WorkQueue;
-use genace_stages::ports::table::OperationStore;
+use genace_stages::ports::Ports;
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
 
@@ -17,8 +14,8 @@ use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members};
 use crate::http::views::webhook_view;
 
 /// GET, PUT or DELETE a tenant's webhook (operators only).
-pub(crate) async fn webhook<S: OperationStore, Q: WorkQueue, O: ObjectStore, C: Clock>(
-    intake: &Intake<S, Q, O, C>,
+pub(crate) async fn webhook<P: Ports>(
+    intake: &Intake<P>,
     op: &Operator,
     req: Request,
     raw_tenant: &str,
