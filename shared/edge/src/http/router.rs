@@ -12,7 +12,7 @@ use lambda_http::{Body, Request, RequestExt, Response};
 
 use super::auth::Principal;
 use super::handlers::operations::Change;
-use super::handlers::{capacity, cases, credits, endpoints, operations, webhook};
+use super::handlers::{capacity, cases, credits, operations, webhook, webhook_endpoints};
 use super::problem::{Problem, method_not_allowed};
 use super::routes::{CallerHandler, Handler, Miss, OperatorHandler, find};
 
@@ -53,7 +53,7 @@ async fn route_request<P: Ports>(intake: &Intake<P>, req: Request) -> Result<Res
         }
         Handler::Endpoints(handler) => {
             let id = param("endpoint_id");
-            endpoints::handle(intake, req, handler, &id).await
+            webhook_endpoints::handle(intake, req, handler, &id).await
         }
     }
 }

@@ -5,9 +5,9 @@
 pub mod capacity;
 pub mod cases;
 pub mod credits;
-pub mod endpoints;
 pub mod operations;
 pub mod webhook;
+pub mod webhook_endpoints;
 
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Response};
