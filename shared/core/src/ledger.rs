@@ -37,14 +37,6 @@ impl Millicredits {
         self.0 as f64 / 1000.0
     }
 
-    pub fn checked_add(self, other: Self) -> Option<Self> {
-        self.0.checked_add(other.0).map(Self)
-    }
-
-    pub fn checked_sub(self, other: Self) -> Option<Self> {
-        self.0.checked_sub(other.0).map(Self)
-    }
-
     /// `self - other`, at least zero.
     pub fn saturating_sub(self, other: Self) -> Self {
         Self(self.0.saturating_sub(other.0))
@@ -135,11 +127,6 @@ pub fn millis(credits: f64) -> Millicredits {
     } else {
         Millicredits::ZERO
     }
-}
-
-/// Millicredits as credits, for views.
-pub fn credits(millis: Millicredits) -> f64 {
-    millis.credits()
 }
 
 /// A `held_credits` Genace reported, if the ledger may believe it: finite,
@@ -491,7 +478,7 @@ mod tests {
         assert_eq!(millis(f64::NAN), Millicredits::ZERO);
         assert_eq!(millis(1e300), MAX_MILLIS, "clamped, never saturated");
         assert_eq!(millis(-1e300), -MAX_MILLIS);
-        assert_eq!(credits(Millicredits::new(1_250)), 1.25);
+        assert_eq!(Millicredits::new(1_250).credits(), 1.25);
     }
 
     #[test]

@@ -152,15 +152,14 @@ pub fn webhook_view(tenant: &str, config: Option<&genace_core::webhook::WebhookC
 
 /// A tenant's credits, in credits (not thousandths).
 pub fn credits_view(ledger: &TenantLedger) -> Value {
-    use genace_core::ledger::credits;
     json!({
         "tenant_id": ledger.tenant_id,
-        "held": credits(ledger.totals.held),
-        "spent": credits(ledger.totals.spent),
-        "pending_refund": credits(ledger.totals.pending_refund),
-        "settled": credits(ledger.totals.settled),
-        "spend_limit": ledger.spend_limit.map(credits),
-        "available": ledger.headroom().map(|h| credits(h.max(genace_core::ledger::Millicredits::ZERO))),
+        "held": ledger.totals.held.credits(),
+        "spent": ledger.totals.spent.credits(),
+        "pending_refund": ledger.totals.pending_refund.credits(),
+        "settled": ledger.totals.settled.credits(),
+        "spend_limit": ledger.spend_limit.map(genace_core::ledger::Millicredits::credits),
+        "available": ledger.headroom().map(|h| h.max(genace_core::ledger::Millicredits::ZERO).credits()),
     })
 }
 

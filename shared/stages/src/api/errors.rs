@@ -19,12 +19,6 @@ pub enum SubmitError {
     Store(#[from] StoreError),
 }
 
-impl From<InvalidInput> for SubmitError {
-    fn from(e: InvalidInput) -> Self {
-        Self::Invalid(e)
-    }
-}
-
 /// Why a read or a change of one operation, by its tenant or an operator, was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum OperationError {
@@ -77,12 +71,6 @@ pub enum ListError {
     Store(#[from] StoreError),
 }
 
-impl From<InvalidInput> for ListError {
-    fn from(e: InvalidInput) -> Self {
-        Self::Invalid(e)
-    }
-}
-
 /// Why a tenant's or the account's settings (credits, limits, capacity, the single webhook) were not read or changed.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
@@ -103,12 +91,6 @@ pub enum SettingsError {
     Invalid(InvalidInput),
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-impl From<InvalidInput> for SettingsError {
-    fn from(e: InvalidInput) -> Self {
-        Self::Invalid(e)
-    }
 }
 
 /// Why a webhook endpoint request was refused.
@@ -137,10 +119,4 @@ pub enum EndpointError {
     Secrets(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-impl From<InvalidInput> for EndpointError {
-    fn from(e: InvalidInput) -> Self {
-        Self::Invalid(e)
-    }
 }
