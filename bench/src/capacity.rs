@@ -16,7 +16,9 @@ use genace_core::record::{DeliveryState, OperationRecord};
 use genace_local::devauth;
 use genace_stages::ports::table::prelude::*;
 
-use crate::{CapacityArgs, Stack, intent_body, ms, percentile, start_standin_with};
+use crate::cli::CapacityArgs;
+use crate::report::{ms, percentile};
+use crate::stack::{Stack, intent_body, start_standin_with};
 
 const TENANTS: [&str; 3] = ["bench-heavy", "bench-mid", "bench-light"];
 

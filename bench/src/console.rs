@@ -22,7 +22,9 @@ use genace_local::browser::Driver;
 use genace_local::devauth;
 use genace_stages::ports::table::OperationRecords;
 
-use crate::{ConsoleArgs, Stack, ms, percentile, start_standin};
+use crate::cli::ConsoleArgs;
+use crate::report::{ms, percentile};
+use crate::stack::{Stack, start_standin};
 
 /// The console's page size.
 const PAGE: usize = 25;

@@ -16,7 +16,8 @@ use genace_stages::pipeline::deliver::DeliverResult;
 use genace_stages::ports::table::prelude::*;
 use serde_json::{Value, json};
 
-use crate::*;
+use crate::cli::DeliveryArgs;
+use crate::stack::{Stack, TENANT, intent_body};
 
 /// Serves `GET /blob` as `bytes` generated on the fly, in 64 KiB chunks.
 pub(crate) async fn blob_server(bytes: u64) -> Result<String, String> {

@@ -17,8 +17,9 @@ use genace_core::domain::OperationId;
 use genace_local::devauth;
 use serde_json::Value;
 
+use crate::cli::EventsArgs;
 use crate::pricing::{DDB_READS, Prices, count_of, load_prices};
-use crate::{EventsArgs, Stack, TENANT, operation_id, post_http, start_standin};
+use crate::stack::{Stack, TENANT, operation_id, post_http, start_standin};
 
 /// What one run counted, per operation.
 struct Run {

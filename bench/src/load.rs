@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use genace_core::domain::OperationId;
 use genace_local::devauth;
 
-use crate::{LoadArgs, Stack, TENANT, ms, operation_id, post_http, progress, start_standin, summary};
+use crate::cli::LoadArgs;
+use crate::report::{ms, progress, summary};
+use crate::stack::{Stack, TENANT, operation_id, post_http, start_standin};
 
 /// The keys to offer, in order, and the distinct ones among them: every
 /// k-th intent repeats an earlier key, `duplicate_percent` of them.

@@ -9,8 +9,10 @@ use futures::StreamExt;
 use genace_core::domain::OperationId;
 use genace_local::{devauth, serve};
 
+use crate::cli::PipelineArgs;
 use crate::pricing::{DDB_WRITES, PerOperation, Prices, count_of, load_prices};
-use crate::{PipelineArgs, Stack, TENANT, intent_body, ms, operation_id, post_http, start_standin, summary};
+use crate::report::{ms, summary};
+use crate::stack::{Stack, TENANT, intent_body, operation_id, post_http, start_standin};
 
 /// AWS requests by (service, operation).
 type Requests = BTreeMap<(String, String), u64>;

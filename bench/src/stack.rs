@@ -20,7 +20,8 @@ use serde_json::json;
 
 use genace_local::{meter, runner, standin};
 
-use crate::*;
+/// The tenant the single-tenant workloads run as.
+pub(crate) const TENANT: &str = "bench-tenant";
 
 /// A stack on fresh local resources, with the meter on for its clients.
 pub(crate) struct Stack {

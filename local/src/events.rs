@@ -47,7 +47,7 @@ pub fn passes_filter(record: &Value) -> bool {
     record["eventName"] == "MODIFY"
         && record["dynamodb"]["Keys"]["pk"]["S"]
             .as_str()
-            .is_some_and(|pk| pk.starts_with("OP#"))
+            .is_some_and(|pk| pk.starts_with(genace_core::keys::OPERATION_PREFIX))
 }
 
 /// The bus's webhook rule (the template's `WebhookRule` pattern): lifecycle

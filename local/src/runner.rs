@@ -17,7 +17,7 @@ use genace_outbound::GenaceClient;
 use genace_outbound::GenaceConfig;
 use genace_stages::config::Config;
 use genace_stages::pipeline::stage::Stage;
-use genace_stages::ports::queue::{Redelivery, VisibilityTimeout};
+use genace_stages::ports::queue::{ReceiptDeferral, VisibilityTimeout};
 use tokio::task::JoinSet;
 
 /// Lambda event-source settings of the local consumers.
@@ -158,7 +158,7 @@ pub async fn start(
         &mut tasks,
         &config.queues.webhooks,
         genace_app::webhooks(sdk, &config, metrics.clone())?,
-        genace_app::webhook_redelivery(sdk, &config)?,
+        genace_app::webhook_deferral(sdk, &config)?,
     );
     if let Some(file) = settings.events_file.clone() {
         let rule = Some(config.queues.webhooks.clone());
@@ -231,7 +231,7 @@ impl Consumer {
 
     /// [`Self::spawn`], with failed messages deferred through `redelivery`
     /// (what `genace_edge::sqs::serve_sqs_with` does in the Lambda).
-    fn spawn_deferring<S: Stage + 'static, R: Redelivery + 'static>(
+    fn spawn_deferring<S: Stage + 'static, R: ReceiptDeferral + 'static>(
         &self,
         tasks: &mut JoinSet<()>,
         url: &str,
@@ -372,7 +372,7 @@ impl Consumer {
                 .send()
                 .await
         {
-            tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "delete failed; messages will be redelivered");
+            tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "delete failed; messages will be received again");
         }
     }
 }

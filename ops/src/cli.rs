@@ -299,7 +299,7 @@ pub(crate) enum EndpointAction {
     Delete { endpoint_id: String },
     /// A new secret for an endpoint, printed once.
     Rotate { endpoint_id: String },
-    /// The endpoint's delivery log, newest first.
+    /// The endpoint's attempt log, newest first.
     Attempts {
         endpoint_id: String,
         /// succeeded, failed or skipped.

@@ -5,7 +5,29 @@
     unused_imports,
     reason = "the crate root's imports, shared by every file of the simulator"
 )]
-use crate::*;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use crate::rng::Rng;
+use chrono::{DateTime, Utc};
+use genace_core::domain::{OperationId, TenantId};
+use genace_core::ledger::{Millicredits, TenantLedger};
+use genace_core::messages::{Queue, RecoveryMessage};
+use genace_core::record::OperationRecord;
+use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status};
+use genace_core::webhook::{AttemptStatus, EndpointSet, WebhookAttempt, WebhookConfig};
+use genace_stages::memory::{MemoryBody, MemoryDownloads, MemoryGenace, SubmitPlan};
+use genace_stages::ports::downloads::{Download, DownloadError, Downloads};
+use genace_stages::ports::genace::Genace;
+use genace_stages::ports::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
+use genace_stages::ports::queue::{QueueError, RecoveryChannel, WorkQueue};
+use genace_stages::ports::table::{
+    Applied, CasePage, Created, DueCursor, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
+    WebhookEndpoints, WebhookSettings,
+};
 
 // ------------------------------------------------------------ crashes
 
@@ -253,7 +275,7 @@ impl<T: WebhookEndpoints> WebhookEndpoints for Chaotic<T> {
         port(&self.chaos, self.inner.receivers(tenants)).await
     }
 
-    async fn record_attempt(&self, attempt: &DeliveryAttempt, keep_until: DateTime<Utc>) -> Result<(), StoreError> {
+    async fn record_attempt(&self, attempt: &WebhookAttempt, keep_until: DateTime<Utc>) -> Result<(), StoreError> {
         port(&self.chaos, self.inner.record_attempt(attempt, keep_until)).await
     }
 
@@ -284,7 +306,7 @@ impl<T: WebhookEndpoints> WebhookEndpoints for Chaotic<T> {
         limit: usize,
         after: Option<&str>,
         now: DateTime<Utc>,
-    ) -> Result<(Vec<DeliveryAttempt>, Option<String>), StoreError> {
+    ) -> Result<(Vec<WebhookAttempt>, Option<String>), StoreError> {
         port(
             &self.chaos,
             self.inner.attempts(tenant, endpoint_id, status, limit, after, now),

@@ -23,37 +23,8 @@
 //! phase (no crashes, everything drained) it checks the ones that hold at
 //! rest. The same seed gives the same trace, byte for byte.
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-
-use chrono::{DateTime, Duration, TimeZone, Utc};
-use genace_core::domain::{Intent, OperationId, TenantId};
-use genace_core::ledger::{self, Millicredits, TenantLedger};
-use genace_core::machine::{self, Resolution};
-use genace_core::messages::{Queue, RecoveryMessage};
-use genace_core::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlement};
-use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status};
-use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, WebhookConfig};
-use genace_stages::api::admin::Operator;
-use genace_stages::app::App;
-use genace_stages::memory::{
-    ManualClock, MemoryBody, MemoryDownloads, MemoryGenace, MemoryObjects, MemoryQueue, MemoryStore, SubmitPlan,
-};
-use genace_stages::pipeline::stage::{Stage, handle_body};
-use genace_stages::ports::downloads::{Download, DownloadError, Downloads};
-use genace_stages::ports::genace::Genace;
-use genace_stages::ports::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
-use genace_stages::ports::queue::{QueueError, RecoveryChannel, WorkQueue};
-use genace_stages::ports::table::{
-    Applied, CasePage, Created, DueCursor, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
-    WebhookEndpoints, WebhookSettings,
-};
-
 mod chaos;
+mod common;
 mod rng;
 mod world;
 
@@ -61,16 +32,6 @@ pub use chaos::{Chaos, Chaotic};
 pub use rng::Rng;
 use world::World;
 pub use world::{Options, Outcome};
-
-fn hex_sha256(data: &[u8]) -> String {
-    use sha2::Digest;
-    genace_core::domain::hex(&sha2::Sha256::digest(data))
-}
-
-/// Where every run's clock starts.
-fn start() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap()
-}
 
 /// One run of `seed`.
 pub fn run(seed: u64, opts: &Options) -> Outcome {

@@ -7,7 +7,26 @@
     unused_imports,
     reason = "the crate root's imports, shared by every file of the simulator"
 )]
-use crate::*;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use crate::chaos::{Chaos, Chaotic};
+use crate::common::{hex_sha256, start};
+use crate::rng::Rng;
+use chrono::{DateTime, Duration, Utc};
+use genace_core::domain::{Intent, OperationId, TenantId};
+use genace_core::ledger::{self, Millicredits, TenantLedger};
+use genace_core::machine::{self, Resolution};
+use genace_core::messages::Queue;
+use genace_core::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlement};
+use genace_stages::api::admin::Operator;
+use genace_stages::app::App;
+use genace_stages::memory::{ManualClock, MemoryDownloads, MemoryGenace, MemoryObjects, MemoryQueue, MemoryStore};
+use genace_stages::pipeline::stage::{Stage, handle_body};
 
 mod actors;
 mod checks;

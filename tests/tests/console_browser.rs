@@ -224,7 +224,7 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
         assert_eq!(view["remote_job_id"], format!("job-{}", &id[3..11]));
     }
 
-    // The tenant's endpoint, its delivery log (the events of the decisions
+    // The tenant's endpoint, its attempt log (the events of the decisions
     // above), a replay, and disabling it.
     endpoint_log_and_replay(&browser, &console, &endpoint).await;
     let _ = std::fs::remove_file(&events);

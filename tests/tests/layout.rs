@@ -64,8 +64,13 @@ fn module_of(src: &Path, file: &Path) -> Vec<String> {
     let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     let last = parts.pop().unwrap();
     let stem = last.trim_end_matches(".rs");
+    // A binary is a crate of its own: `src/bin/x.rs`, and `src/main.rs`
+    // beside a `src/lib.rs`.
     if parts.first().is_some_and(|p| p == "bin") {
         return vec![format!("bin/{stem}")];
+    }
+    if parts.is_empty() && stem == "main" && src.join("lib.rs").is_file() {
+        return vec!["bin/main".to_owned()];
     }
     if !(stem == "mod" || (parts.is_empty() && (stem == "lib" || stem == "main"))) {
         parts.push(stem.to_owned());
@@ -99,16 +104,35 @@ fn code_only(text: &str) -> String {
     out
 }
 
+/// The child modules a file declares with `mod name;` (files of their own).
+fn child_modules(code: &str) -> Vec<String> {
+    code.split(';')
+        .filter_map(|stmt| {
+            let words: Vec<&str> = stmt.split_whitespace().collect();
+            match words.as_slice() {
+                [.., "mod", name] => Some((*name).to_owned()),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 /// The module paths a file names, from its module `here`: each
-/// `crate::`/`super::`/`self::` path, braces of a `use` expanded.
+/// `crate::`/`super::`/`self::` path, and each path that starts with a
+/// child module the file declares (`use child::Item`, which Rust resolves
+/// from the file itself), braces of a `use` expanded.
 fn named_paths(code: &str, here: &[String]) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     let bytes: Vec<char> = code.chars().collect();
+    let children: Vec<String> = child_modules(code).into_iter().map(|c| format!("{c}::")).collect();
     let mut i = 0;
     while i < bytes.len() {
-        let starts = ["crate::", "super::", "self::"]
+        let fixed = ["crate::", "super::", "self::"].map(str::to_owned);
+        let boundary = i == 0 || !(is_ident(bytes[i - 1]) || bytes[i - 1] == ':');
+        let starts = fixed
             .iter()
-            .find(|p| code_at(&bytes, i, p) && (i == 0 || !is_ident(bytes[i - 1])));
+            .chain(&children)
+            .find(|p| boundary && code_at(&bytes, i, p));
         let Some(start) = starts else {
             i += 1;
             continue;
@@ -131,9 +155,14 @@ fn named_paths(code: &str, here: &[String]) -> Vec<Vec<String>> {
             j += 1;
         }
         let text: String = bytes[i..j].iter().filter(|c| !c.is_whitespace()).collect();
-        let base: Vec<String> = match *start {
+        let base: Vec<String> = match start.as_str() {
             "crate::" => Vec::new(),
             "self::" => here.to_vec(),
+            child if !fixed.iter().any(|f| f == child) => {
+                let mut down = here.to_vec();
+                down.push(child.trim_end_matches("::").to_owned());
+                down
+            }
             _ => {
                 // `super` of a `mod.rs` (or lib) file is its folder's parent;
                 // of `a/b.rs`, module `a`.
@@ -342,6 +371,65 @@ fn the_stages_rooms_import_only_downward() {
     ));
 }
 
+/// The string literals of a text that start like a table key prefix: two
+/// or more capitals (or `_`) and then `#`, as in `"OP#{id}"`.
+fn key_prefix_literals(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    for (i, c) in chars.iter().enumerate() {
+        if *c != '"' || (i > 0 && chars[i - 1] == '\\') {
+            continue;
+        }
+        let head: String = chars[i + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_uppercase() || **c == '_')
+            .collect();
+        if head.len() >= 2 && chars.get(i + 1 + head.len()) == Some(&'#') {
+            found.push(format!("{head}#"));
+        }
+    }
+    found
+}
+
+/// Every key prefix of the table is spelt in `shared/core/src/keys.rs`
+/// alone; the store's schema re-exports them. A prefix spelt twice can
+/// drift, and then one side reads keys the other never writes.
+#[test]
+fn key_prefixes_are_spelt_only_in_the_keys_module() {
+    let home = root().join("shared/core/src/keys.rs");
+    let mut stray = Vec::new();
+    for dir in crates() {
+        for file in sources(&dir.join("src")) {
+            if file == home {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code: String = production(&text)
+                .lines()
+                .map(|l| if l.trim_start().starts_with("//") { "" } else { l })
+                .collect::<Vec<_>>()
+                .join("\n");
+            for prefix in key_prefix_literals(&code) {
+                stray.push(format!(
+                    "{} spells {prefix}",
+                    file.strip_prefix(root()).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(
+        stray.is_empty(),
+        "key prefixes outside genace_core::keys:\n{}",
+        stray.join("\n")
+    );
+    let home_text = std::fs::read_to_string(&home).unwrap();
+    assert!(key_prefix_literals(&home_text).contains(&"OP#".to_owned()));
+    assert_eq!(
+        key_prefix_literals(r#"let k = format!("DUE#{s}"); let j = "x#y";"#),
+        ["DUE#"]
+    );
+}
+
 #[test]
 fn no_source_file_is_over_the_line_limit() {
     let mut long = Vec::new();
@@ -370,6 +458,17 @@ fn the_reader_sees_a_circle_and_expands_braces() {
             vec!["x".to_owned(), "z".to_owned(), "Item".to_owned()],
             vec!["w".to_owned(), "f".to_owned()],
             vec!["x".to_owned(), "y".to_owned(), "inner".to_owned(), "Q".to_owned()],
+        ]
+    );
+    // A bare path into a declared child module is an import of the child.
+    let parent = vec!["m".to_owned()];
+    let code = "mod child;\npub mod other;\nuse child::{A, b::C};\nfn f() { other::g(); x::other::h(); }";
+    assert_eq!(
+        named_paths(code, &parent),
+        [
+            vec!["m".to_owned(), "child".to_owned(), "A".to_owned()],
+            vec!["m".to_owned(), "child".to_owned(), "b".to_owned(), "C".to_owned()],
+            vec!["m".to_owned(), "other".to_owned(), "g".to_owned()],
         ]
     );
     let mut e: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

@@ -159,7 +159,7 @@ fn every_function_has_only_the_actions_it_uses() {
             &[
                 "dynamodb:GetItem",
                 "dynamodb:PutItem",
-                // The delivery log index.
+                // The attempt log index.
                 "dynamodb:Query",
                 "secretsmanager:CreateSecret",
                 // A rotation keeps the values it replaces for their overlap.
@@ -181,7 +181,7 @@ fn every_function_has_only_the_actions_it_uses() {
             "WebhookFunction",
             &[
                 "dynamodb:GetItem",
-                // The delivery log of tenants' endpoints.
+                // The attempt log of tenants' endpoints.
                 "dynamodb:PutItem",
                 "secretsmanager:GetSecretValue",
                 "sqs:ChangeMessageVisibility",

@@ -15,11 +15,11 @@
 //! ([`env_var`]): the libraries take their settings as values.
 
 use aws_config::SdkConfig;
-use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue, SqsRedelivery, SqsWebhookQueue};
+use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue, SqsReceiptDeferral, SqsWebhookQueue};
 use genace_outbound::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
 use genace_stages::config::Config;
-use genace_stages::pipeline::webhook_send::WebhookDeliverer;
+use genace_stages::pipeline::webhook_send::WebhookStage;
 use genace_stages::ports::clock::SystemClock;
 use genace_stages::ports::metrics::{EmfLines, Metrics};
 use serde_json::Value;
@@ -99,7 +99,7 @@ pub async fn from_env_with_downloads() -> Result<AwsApp<Unused>, String> {
 /// The webhook stage on the deployed adapters: webhook settings from the
 /// table, secrets from Secrets Manager, POSTs through the webhook URL
 /// policy, undeliverable events to the dead-letter queue.
-pub type AwsWebhooks = WebhookDeliverer<DynamoStore, SecretsManager, HttpWebhooks, SqsWebhookQueue>;
+pub type AwsWebhooks = WebhookStage<DynamoStore, SecretsManager, HttpWebhooks, SqsWebhookQueue>;
 
 /// [`AwsWebhooks`] for `config`, on clients made from `sdk`, counting into `metrics`.
 pub fn webhooks(sdk: &SdkConfig, config: &Config, metrics: Metrics) -> Result<AwsWebhooks, String> {
@@ -109,7 +109,7 @@ pub fn webhooks(sdk: &SdkConfig, config: &Config, metrics: Metrics) -> Result<Aw
     if config.queues.webhooks.is_empty() {
         return Err("WEBHOOK_QUEUE_URL is not set".into());
     }
-    Ok(WebhookDeliverer {
+    Ok(WebhookStage {
         store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
         secrets: SecretsManager::new(genace_aws::clients::secrets(sdk), config.webhook_secret_overlap),
         sender: HttpWebhooks::new(&config.webhook_url_policy())
@@ -129,24 +129,24 @@ pub fn webhooks(sdk: &SdkConfig, config: &Config, metrics: Metrics) -> Result<Aw
 
 /// Defers failed webhook events on the webhook queue, by
 /// [`genace_stages::config::RetrySchedule`].
-pub fn webhook_redelivery(sdk: &SdkConfig, config: &Config) -> Result<SqsRedelivery, String> {
+pub fn webhook_deferral(sdk: &SdkConfig, config: &Config) -> Result<SqsReceiptDeferral, String> {
     if config.queues.webhooks.is_empty() {
         return Err("WEBHOOK_QUEUE_URL is not set".into());
     }
-    Ok(SqsRedelivery::new(
+    Ok(SqsReceiptDeferral::new(
         genace_aws::clients::sqs(sdk),
         &config.queues.webhooks,
     ))
 }
 
-/// [`webhooks`] and [`webhook_redelivery`] from the environment: what the
+/// [`webhooks`] and [`webhook_deferral`] from the environment: what the
 /// webhook function runs.
-pub async fn webhooks_from_env() -> Result<(AwsWebhooks, SqsRedelivery), String> {
+pub async fn webhooks_from_env() -> Result<(AwsWebhooks, SqsReceiptDeferral), String> {
     let config = config_from_env()?;
     let sdk = genace_aws::clients::load().await;
     Ok((
         webhooks(&sdk, &config, metrics_from_env())?,
-        webhook_redelivery(&sdk, &config)?,
+        webhook_deferral(&sdk, &config)?,
     ))
 }
 

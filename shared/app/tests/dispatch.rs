@@ -16,7 +16,7 @@ use genace_core::record::CaseReason;
 use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
 use genace_core::record::Settlement;
-use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet};
+use genace_core::webhook::{AttemptStatus, EndpointSet, WebhookAttempt};
 use genace_outbound::GenaceClient;
 use genace_outbound::GenaceConfig;
 use genace_stages::api::intake::Intake;
@@ -141,7 +141,7 @@ async fn an_accepted_job_is_saved_then_polled() {
         rig.queued(&rig.env.queues.poll).await,
         vec![json!({"operation_id": id})]
     );
-    // A redelivered message changes nothing and never POSTs again.
+    // A message received again changes nothing and never POSTs again.
     assert_eq!(
         rig.dispatcher.dispatch(&id).await.unwrap(),
         Dispatched::NotDispatchable(Phase::Accepted)
@@ -579,7 +579,7 @@ impl WebhookEndpoints for EchoingStore {
         self.0.receivers(tenants).await
     }
 
-    async fn record_attempt(&self, attempt: &DeliveryAttempt, until: chrono::DateTime<Utc>) -> Result<(), StoreError> {
+    async fn record_attempt(&self, attempt: &WebhookAttempt, until: chrono::DateTime<Utc>) -> Result<(), StoreError> {
         self.0.record_attempt(attempt, until).await
     }
 
@@ -610,7 +610,7 @@ impl WebhookEndpoints for EchoingStore {
         limit: usize,
         after: Option<&str>,
         now: chrono::DateTime<Utc>,
-    ) -> Result<(Vec<DeliveryAttempt>, Option<String>), StoreError> {
+    ) -> Result<(Vec<WebhookAttempt>, Option<String>), StoreError> {
         self.0.attempts(tenant, endpoint, status, limit, after, now).await
     }
 }
@@ -781,7 +781,7 @@ async fn an_unsaved_acceptance_goes_to_the_recovery_queue_and_is_applied_from_it
     assert_eq!(msg.claim_token, token);
     assert!(msg.raw_response.contains("job-p"));
 
-    // Redelivery never POSTs again.
+    // ReceiptDeferral never POSTs again.
     assert_eq!(rig.dispatcher.dispatch(&id).await.unwrap(), Dispatched::Duplicate);
     assert_eq!(rig.posts().await, 1);
 

@@ -1529,7 +1529,7 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
         .keep_event(&acme, untaken, &untaken_detail.to_string(), keep)
         .await
         .unwrap();
-    let failed = genace_core::webhook::DeliveryAttempt {
+    let failed = genace_core::webhook::WebhookAttempt {
         tenant_id: "wh-acme".into(),
         endpoint_id: id.clone(),
         event_id: event_id.into(),

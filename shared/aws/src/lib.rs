@@ -28,4 +28,4 @@ pub mod testkit;
 pub use dynamodb::DynamoStore;
 pub use s3::S3Store;
 pub use secrets::SecretsManager;
-pub use sqs::{SqsQueue, SqsRedelivery, SqsWebhookQueue};
+pub use sqs::{SqsQueue, SqsReceiptDeferral, SqsWebhookQueue};

@@ -3,7 +3,10 @@
 //! are not operations, and the attributes the store computes for the
 //! indexes. The store reads these names, provisioning builds the table from
 //! [`KEY_ATTRIBUTES`] and [`INDEXES`], and `tests/tests/resources.rs` holds
-//! the table so built to `infra/template.yaml`'s, field by field.
+//! the table so built to `infra/template.yaml`'s, field by field. The key
+//! prefixes are core's ([`genace_core::keys`]), re-exported here.
+
+pub use genace_core::keys::*;
 
 /// Name of the sparse due-time index the sweep reads.
 pub const DUE_INDEX: &str = "due-index";
@@ -20,17 +23,9 @@ pub const WAIT_INDEX: &str = "wait-index";
 pub const LIST_INDEX: &str = "list-index";
 /// Name of the index of every tenant's operations, in shards, newest first.
 pub const LIST_ALL_INDEX: &str = "list-all-index";
-/// Name of the index of each endpoint's delivery log.
+/// Name of the index of each endpoint's attempt log.
 pub const LOG_INDEX: &str = "log-index";
 
-/// Partition of the sparse open-case index; cases are rare, so one suffices.
-pub const CASE_PK: &str = "CASE";
-/// Key prefix of the tenant ledger items.
-pub const LEDGER_PREFIX: &str = "TENANT#";
-/// Key prefix of the tenant webhook items.
-pub const WEBHOOK_PREFIX: &str = "WEBHOOK#";
-/// The key of the item that counts the Genace account's jobs in flight.
-pub const ACCOUNT_ITEM: &str = "ACCOUNT#genace";
 /// The due-index partition that lists ledger items.
 pub const LEDGER_PARTITION: &str = "LEDGER";
 
@@ -51,16 +46,6 @@ pub const COMPUTED_ATTRIBUTES: [&str; 9] = [
 /// Partitions of the list order across tenants: no one partition takes
 /// every create.
 pub const LIST_ACROSS_SHARDS: u32 = 8;
-
-/// The list index's partition of a tenant's operations.
-pub fn list_partition(tenant: &str) -> String {
-    format!("LIST#{tenant}")
-}
-
-/// The across-tenants list index's partition `shard`.
-pub fn list_all_partition(shard: u32) -> String {
-    format!("ALL#{shard}")
-}
 
 /// The table's partition key.
 pub const TABLE_KEY: &str = "pk";
@@ -151,7 +136,7 @@ pub const INDEXES: [Index; 8] = [
         range: Some("list_sk"),
         projection: Projection::Include(&["operation_key"]),
     },
-    // Webhook delivery logs: small items, read whole.
+    // Webhook attempt logs: small items, read whole.
     Index {
         name: LOG_INDEX,
         hash: "log_pk",

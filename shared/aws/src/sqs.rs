@@ -6,7 +6,7 @@ use genace_core::domain::OperationId;
 use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 use genace_stages::config::QueueUrls;
 use genace_stages::ports::queue::{
-    MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, QueueError, RecoveryChannel, Redelivery, WorkQueue,
+    MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, QueueError, ReceiptDeferral, RecoveryChannel, WorkQueue,
 };
 
 #[derive(Debug, Clone)]
@@ -82,12 +82,12 @@ impl RecoveryChannel for SqsQueue {
 /// Defers the redelivery of messages received from one queue by changing
 /// their visibility timeout.
 #[derive(Debug, Clone)]
-pub struct SqsRedelivery {
+pub struct SqsReceiptDeferral {
     client: Client,
     url: String,
 }
 
-impl SqsRedelivery {
+impl SqsReceiptDeferral {
     pub fn new(client: Client, url: impl Into<String>) -> Self {
         Self {
             client,
@@ -96,8 +96,8 @@ impl SqsRedelivery {
     }
 }
 
-impl Redelivery for SqsRedelivery {
-    async fn redeliver_after(&self, receipt_handle: &str, seconds: u32) -> Result<(), String> {
+impl ReceiptDeferral for SqsReceiptDeferral {
+    async fn defer_receipt(&self, receipt_handle: &str, seconds: u32) -> Result<(), String> {
         self.client
             .change_message_visibility()
             .queue_url(&self.url)

@@ -34,7 +34,7 @@ struct Change {
 }
 
 fn is_operation(item: &serde_dynamo::Item) -> bool {
-    matches!(item.get("pk"), Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("OP#"))
+    matches!(item.get("pk"), Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with(crate::schema::OPERATION_PREFIX))
 }
 
 fn decode(index: usize, mut item: serde_dynamo::Item) -> Result<OperationRecord, StreamError> {

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use genace_aws::testkit::LocalAws;
-use genace_aws::{SqsRedelivery, clients};
-use genace_stages::ports::queue::Redelivery;
+use genace_aws::{SqsReceiptDeferral, clients};
+use genace_stages::ports::queue::ReceiptDeferral;
 
 async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, visibility: i32) -> Option<(String, String)> {
     let out = sqs
@@ -35,19 +35,19 @@ async fn a_deferred_message_comes_back_when_asked_and_not_before() {
         .send()
         .await
         .unwrap();
-    let redelivery = SqsRedelivery::new(sqs.clone(), &url);
+    let redelivery = SqsReceiptDeferral::new(sqs.clone(), &url);
 
     // Received for an hour, but asked back at once: it is there again.
     let (body, receipt) = receive(&sqs, &url, 3600).await.expect("the message");
     assert_eq!(body, "event-1");
-    redelivery.redeliver_after(&receipt, 0).await.unwrap();
-    let (_, receipt) = receive(&sqs, &url, 1).await.expect("redelivered at once");
+    redelivery.defer_receipt(&receipt, 0).await.unwrap();
+    let (_, receipt) = receive(&sqs, &url, 1).await.expect("received again at once");
 
     // Received for a second, but deferred for an hour: it stays hidden.
-    redelivery.redeliver_after(&receipt, 3600).await.unwrap();
+    redelivery.defer_receipt(&receipt, 3600).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(receive(&sqs, &url, 1).await, None, "deferred past the queue's timeout");
 
     // A receipt SQS never issued is an error, not a silent success.
-    assert!(redelivery.redeliver_after("not-a-receipt", 10).await.is_err());
+    assert!(redelivery.defer_receipt("not-a-receipt", 10).await.is_err());
 }

@@ -1314,10 +1314,10 @@ async fn endpoint_sets_change_only_on_the_version_read<S: OperationStore>(store:
     reason = "a scenario reads top to bottom, one step after another"
 )]
 async fn delivery_logs_page_newest_first_per_endpoint<S: OperationStore>(store: S) {
-    use genace_core::webhook::{AttemptStatus, DeliveryAttempt};
+    use genace_core::webhook::{AttemptStatus, WebhookAttempt};
     let tenant = TenantId::parse("tenant-log").unwrap();
     let now = Utc::now();
-    let attempt = |endpoint: &str, n: i64, status: AttemptStatus| DeliveryAttempt {
+    let attempt = |endpoint: &str, n: i64, status: AttemptStatus| WebhookAttempt {
         tenant_id: "tenant-log".into(),
         endpoint_id: endpoint.into(),
         event_id: format!("op:1:{n}:operation.accepted"),

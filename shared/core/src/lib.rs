@@ -7,6 +7,7 @@
 //! - [`machine`]: the pure lifecycle rules; every record change is decided here.
 //! - [`remote`]: Genace's protocol as data: outcomes of a POST and of a
 //!   status read, and the submission body.
+//! - [`keys`]: every key prefix of the operations table, spelt once.
 //! - [`ledger`]: each operation's share of its tenant's credits.
 //! - [`events`]: the lifecycle events a committed change announces.
 //! - [`messages`]: what the stages send each other.
@@ -19,6 +20,7 @@
 
 pub mod domain;
 pub mod events;
+pub mod keys;
 pub mod ledger;
 pub mod machine;
 pub mod messages;

@@ -139,7 +139,7 @@ impl Receivers {
 
     /// Whether the webhook function must see an event of `kind`: some
     /// receiver takes it now, or the tenant has an endpoint at all, enabled
-    /// or not, whose delivery log keeps every event for `WEBHOOK_LOG_DAYS`
+    /// or not, whose attempt log keeps every event for `WEBHOOK_LOG_DAYS`
     /// (so a disabled endpoint, enabled again, can be sent what it missed).
     pub fn must_see(&self, kind: &str) -> bool {
         !self.endpoints.is_empty() || self.take(kind)
@@ -187,10 +187,10 @@ impl AttemptStatus {
     }
 }
 
-/// One entry of an endpoint's delivery log. No body is kept: the log says
+/// One entry of an endpoint's attempt log. No body is kept: the log says
 /// what was sent when, and the event id finds the event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeliveryAttempt {
+pub struct WebhookAttempt {
     pub tenant_id: String,
     pub endpoint_id: String,
     pub event_id: String,
@@ -211,7 +211,7 @@ pub struct DeliveryAttempt {
     pub latency_ms: u64,
 }
 
-impl DeliveryAttempt {
+impl WebhookAttempt {
     /// The log's order within an endpoint, newest last when sorted:
     /// `<ms, 13 digits>#<event id>#<attempt, 4 digits>`.
     pub fn sort_key(&self) -> String {

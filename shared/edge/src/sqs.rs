@@ -3,11 +3,11 @@
 //! handled in turn; the failures are reported as batch item failures, so
 //! SQS redelivers only those. A stage that wants a failed message back
 //! later than the queue's visibility timeout (see
-//! [`Stage::retry_after`]) gets it through a [`Redelivery`].
+//! [`Stage::retry_after`]) gets it through a [`ReceiptDeferral`].
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use genace_stages::pipeline::stage::{Stage, StageError, handle_received};
-use genace_stages::ports::queue::{Redelivery, VisibilityTimeout, visibility_left};
+use genace_stages::ports::queue::{ReceiptDeferral, VisibilityTimeout, visibility_left};
 use tracing::{error, warn};
 
 /// Runs the stage on every message of a batch, one after another, and
@@ -18,7 +18,7 @@ pub async fn process_batch<S: Stage>(event: SqsEvent, stage: &S) -> SqsBatchResp
 
 /// [`process_batch`], with each failed message hidden for as long as the
 /// stage asks before SQS delivers it again.
-pub async fn process_batch_with<S: Stage, R: Redelivery>(
+pub async fn process_batch_with<S: Stage, R: ReceiptDeferral>(
     event: SqsEvent,
     stage: &S,
     redelivery: &R,
@@ -58,11 +58,11 @@ fn receives(record: &SqsMessage) -> u32 {
         .unwrap_or(1)
 }
 
-async fn defer<R: Redelivery>(record: &SqsMessage, seconds: Option<u32>, redelivery: &R) {
+async fn defer<R: ReceiptDeferral>(record: &SqsMessage, seconds: Option<u32>, redelivery: &R) {
     let (Some(seconds), Some(receipt)) = (seconds, record.receipt_handle.as_deref()) else {
         return;
     };
-    if let Err(e) = redelivery.redeliver_after(receipt, seconds).await {
+    if let Err(e) = redelivery.defer_receipt(receipt, seconds).await {
         // The message still comes back, after the queue's visibility timeout.
         warn!(message_id = ?record.message_id, seconds, error = %e, "could not defer the redelivery");
     }
@@ -75,7 +75,10 @@ pub async fn serve_sqs<S: Stage>(stage: S) -> Result<(), lambda_runtime::Error> 
 }
 
 /// [`serve_sqs`], with failed messages deferred through `redelivery`.
-pub async fn serve_sqs_with<S: Stage, R: Redelivery>(stage: S, redelivery: R) -> Result<(), lambda_runtime::Error> {
+pub async fn serve_sqs_with<S: Stage, R: ReceiptDeferral>(
+    stage: S,
+    redelivery: R,
+) -> Result<(), lambda_runtime::Error> {
     let (stage, redelivery) = (&stage, &redelivery);
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<SqsEvent>| async move {
@@ -113,8 +116,8 @@ mod tests {
     #[derive(Default)]
     struct Recorded(Mutex<Vec<(String, u32)>>);
 
-    impl Redelivery for Recorded {
-        async fn redeliver_after(&self, receipt_handle: &str, seconds: u32) -> Result<(), String> {
+    impl ReceiptDeferral for Recorded {
+        async fn defer_receipt(&self, receipt_handle: &str, seconds: u32) -> Result<(), String> {
             self.0.lock().unwrap().push((receipt_handle.to_owned(), seconds));
             Ok(())
         }

@@ -122,7 +122,7 @@ pub struct Config {
     /// How long an endpoint may fail without one success before it is
     /// disabled (`WEBHOOK_DISABLE_AFTER_HOURS`, default 72, 1 to 720).
     pub webhook_disable_after: Duration,
-    /// How long each entry of an endpoint's delivery log is kept
+    /// How long each entry of an endpoint's attempt log is kept
     /// (`WEBHOOK_LOG_DAYS`, default 30, 1 to 365).
     pub webhook_log_days: Duration,
     /// Whether per-operation fault directives are honoured (never in production).

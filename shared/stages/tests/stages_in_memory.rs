@@ -525,7 +525,7 @@ async fn a_wait_costs_nothing_while_it_lasts_and_the_sweep_repairs_a_lost_wake_u
 /// A second wake-up (or the intake message after a wake-up) that arrives
 /// for an operation accepted meanwhile sends no poll: the dispatcher that
 /// committed the 202 sent one, and another would poll the job twice for
-/// its whole life. A redelivered message, whose dispatcher may have stopped
+/// its whole life. A message received again, whose dispatcher may have stopped
 /// between the commit and the poll, does send it.
 #[tokio::test]
 async fn a_duplicate_wake_up_starts_no_second_chain_of_polls() {

@@ -1,11 +1,11 @@
 //! Webhook endpoints that tenants manage, on the in-memory adapters: the
 //! limit, the URL policy and event types at save time, secrets generated,
 //! stored under the tenant's folder and shown once, rotation, updates,
-//! deletion and the delivery log's pages.
+//! deletion and the attempt log's pages.
 
 use chrono::{Duration, TimeZone, Utc};
 use genace_core::domain::TenantId;
-use genace_core::webhook::{AttemptStatus, DeliveryAttempt};
+use genace_core::webhook::{AttemptStatus, WebhookAttempt};
 use genace_stages::api::errors::EndpointError;
 use genace_stages::api::webhook_endpoints::EndpointChange;
 use genace_stages::config::UrlPolicy;
@@ -220,8 +220,8 @@ fn a_request_that_can_never_be_delivered_or_names_no_type_is_refused_with_its_fi
     assert!(EndpointChange::parse(&json!({"description": "ok"}), &policy, false).is_ok());
 }
 
-fn attempt(n: u32, status: AttemptStatus, at: chrono::DateTime<Utc>) -> DeliveryAttempt {
-    DeliveryAttempt {
+fn attempt(n: u32, status: AttemptStatus, at: chrono::DateTime<Utc>) -> WebhookAttempt {
+    WebhookAttempt {
         tenant_id: "acme".into(),
         endpoint_id: "ep_x".into(),
         event_id: format!("op:1:{n}:operation.accepted"),

@@ -10,7 +10,7 @@ use genace_stages::config::RetrySchedule;
 use genace_stages::memory::{ManualClock, MemoryReceiver, MemorySecrets, MemoryStore, MemoryWebhookQueue};
 use genace_stages::pipeline::signature::signature;
 use genace_stages::pipeline::stage::{Stage, StageError, handle_body};
-use genace_stages::pipeline::webhook_send::{WebhookDeliverer, Webhooked};
+use genace_stages::pipeline::webhook_send::{WebhookStage, Webhooked};
 use genace_stages::ports::table::prelude::*;
 use serde_json::{Value, json};
 
@@ -34,7 +34,7 @@ fn event_at(rig: &Rig, tenant: &str, kind: &str, version: u64) -> String {
 }
 
 struct Rig {
-    stage: WebhookDeliverer<MemoryStore, MemorySecrets, MemoryReceiver, MemoryWebhookQueue, ManualClock>,
+    stage: WebhookStage<MemoryStore, MemorySecrets, MemoryReceiver, MemoryWebhookQueue, ManualClock>,
     receiver: MemoryReceiver,
     queue: MemoryWebhookQueue,
     metrics: genace_stages::ports::metrics::Recorder<ManualClock>,
@@ -82,7 +82,7 @@ async fn rig(events: &[&str]) -> Rig {
     let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
     let metrics = genace_stages::ports::metrics::Recorder::new(clock.clone());
     Rig {
-        stage: WebhookDeliverer {
+        stage: WebhookStage {
             store,
             secrets,
             sender: receiver.clone(),
@@ -320,7 +320,7 @@ async fn add_endpoint(rig: &Rig, id: &str, events: &[&str]) -> genace_core::webh
     endpoint
 }
 
-async fn log_of(rig: &Rig, endpoint: &str) -> Vec<genace_core::webhook::DeliveryAttempt> {
+async fn log_of(rig: &Rig, endpoint: &str) -> Vec<genace_core::webhook::WebhookAttempt> {
     let acme = TenantId::parse("acme").unwrap();
     let now = rig.stage.clock.now();
     rig.stage

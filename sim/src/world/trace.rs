@@ -4,7 +4,9 @@
     unused_imports,
     reason = "the crate root's imports, shared by every file of the simulator"
 )]
-use crate::*;
+use std::collections::BTreeMap;
+
+use genace_core::record::OperationRecord;
 
 /// A record's state as the trace shows it.
 pub(crate) fn state_line(rec: &OperationRecord) -> String {

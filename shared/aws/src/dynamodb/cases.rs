@@ -54,7 +54,10 @@ impl CaseIndex {
         let key = decode_cursor(cursor)?;
         let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).map(String::as_str);
         let shaped = key.len() == 3
-            && text("pk").is_some_and(|pk| pk.strip_prefix("OP#").is_some_and(|id| OperationId::parse(id).is_ok()))
+            && text("pk").is_some_and(|pk| {
+                pk.strip_prefix(crate::schema::OPERATION_PREFIX)
+                    .is_some_and(|id| OperationId::parse(id).is_ok())
+            })
             && text("case_pk") == Some(CASE_PK)
             && text(self.sort_key()).is_some_and(|sk| !sk.is_empty());
         if shaped { Ok(key) } else { Err(StoreError::Cursor) }

@@ -1,4 +1,4 @@
-//! Tenants' webhook endpoints and their delivery logs in the operations
+//! Tenants' webhook endpoints and their attempt logs in the operations
 //! table.
 //!
 //! A tenant's endpoints are one item, `ENDPOINTS#<tenant>`, holding the
@@ -8,7 +8,7 @@
 //!
 //! Each delivery attempt is its own item, `WHLOG#<tenant>#<endpoint>#<sort
 //! key>`, expiring with the table's TTL. The log index (`log_pk` =
-//! `WHLOG#<tenant>#<endpoint>`, `log_sk` = [`DeliveryAttempt::sort_key`])
+//! `WHLOG#<tenant>#<endpoint>`, `log_sk` = [`WebhookAttempt::sort_key`])
 //! pages an endpoint's log newest first.
 //!
 //! Each event of a tenant with endpoints is kept as `WHEVENT#<tenant>#<event
@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use genace_core::domain::TenantId;
 use std::collections::HashMap;
 
-use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, Receivers};
+use genace_core::webhook::{AttemptStatus, EndpointSet, Receivers, WebhookAttempt};
 use genace_stages::ports::table::{StoreError, WebhookEndpoints, log_page};
 
 use super::DynamoStore;
@@ -28,16 +28,19 @@ use super::item::{Item, service_error};
 use crate::schema::WEBHOOK_PREFIX;
 
 fn endpoints_key(tenant: &TenantId) -> Item {
-    Item::from([("pk".to_owned(), AttributeValue::S(format!("ENDPOINTS#{tenant}")))])
+    Item::from([(
+        "pk".to_owned(),
+        AttributeValue::S(crate::schema::endpoints_key(tenant.as_str())),
+    )])
 }
 
 /// `WHEVENT#<tenant>#<event id>`: an event kept for replay.
 fn kept_key(tenant: &TenantId, event_id: &str) -> String {
-    format!("WHEVENT#{tenant}#{event_id}")
+    crate::schema::kept_event_key(tenant.as_str(), event_id)
 }
 
 fn log_partition(tenant: &str, endpoint_id: &str) -> String {
-    format!("WHLOG#{tenant}#{endpoint_id}")
+    crate::schema::attempt_log_partition(tenant, endpoint_id)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(mut item: Item, computed: &[&str]) -> Result<T, StoreError> {
@@ -84,7 +87,12 @@ impl WebhookEndpoints for DynamoStore {
     async fn receivers(&self, tenants: &[TenantId]) -> Result<HashMap<TenantId, Receivers>, StoreError> {
         let by_pk: HashMap<String, &TenantId> = tenants
             .iter()
-            .flat_map(|t| [(format!("{WEBHOOK_PREFIX}{t}"), t), (format!("ENDPOINTS#{t}"), t)])
+            .flat_map(|t| {
+                [
+                    (crate::schema::webhook_key(t.as_str()), t),
+                    (crate::schema::endpoints_key(t.as_str()), t),
+                ]
+            })
             .collect();
         let keys = tenants
             .iter()
@@ -109,7 +117,7 @@ impl WebhookEndpoints for DynamoStore {
         Ok(out)
     }
 
-    async fn record_attempt(&self, attempt: &DeliveryAttempt, keep_until: DateTime<Utc>) -> Result<(), StoreError> {
+    async fn record_attempt(&self, attempt: &WebhookAttempt, keep_until: DateTime<Utc>) -> Result<(), StoreError> {
         let mut item: Item = serde_dynamo::to_item(attempt).map_err(|e| StoreError::Decode(e.to_string()))?;
         let partition = log_partition(&attempt.tenant_id, &attempt.endpoint_id);
         let sort_key = attempt.sort_key();
@@ -190,7 +198,7 @@ impl WebhookEndpoints for DynamoStore {
         limit: usize,
         after: Option<&str>,
         now: DateTime<Utc>,
-    ) -> Result<(Vec<DeliveryAttempt>, Option<String>), StoreError> {
+    ) -> Result<(Vec<WebhookAttempt>, Option<String>), StoreError> {
         let mut query = self
             .client
             .query()

@@ -10,7 +10,7 @@ use genace_core::domain::OperationId;
 use genace_core::record::OperationRecord;
 use genace_stages::ports::table::{StoreError, case_age_key, case_sort_key, wait_partition, wait_sort_key};
 
-use crate::schema::{CASE_PK, COMPUTED_ATTRIBUTES, WEBHOOK_PREFIX};
+use crate::schema::{CASE_PK, COMPUTED_ATTRIBUTES};
 
 use super::DynamoStore;
 use crate::schema::{list_all_partition, list_partition};
@@ -68,7 +68,13 @@ pub(super) fn from_item(mut item: Item) -> Result<OperationRecord, StoreError> {
 pub(super) fn operation_ids(items: Vec<Item>) -> Result<Vec<OperationId>, StoreError> {
     items
         .iter()
-        .filter_map(|item| item.get("pk")?.as_s().ok()?.strip_prefix("OP#").map(str::to_owned))
+        .filter_map(|item| {
+            item.get("pk")?
+                .as_s()
+                .ok()?
+                .strip_prefix(crate::schema::OPERATION_PREFIX)
+                .map(str::to_owned)
+        })
         .map(|id| OperationId::parse(&id).map_err(|e| StoreError::Decode(e.to_string())))
         .collect()
 }
@@ -130,7 +136,7 @@ impl DynamoStore {
     }
 
     pub(super) fn webhook_key(tenant: &str) -> Item {
-        HashMap::from([("pk".to_owned(), AttributeValue::S(format!("{WEBHOOK_PREFIX}{tenant}")))])
+        HashMap::from([("pk".to_owned(), AttributeValue::S(crate::schema::webhook_key(tenant)))])
     }
 }
 

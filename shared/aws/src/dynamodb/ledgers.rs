@@ -21,7 +21,7 @@ use super::update::{UpdatePlan, VERSION_GUARD};
 
 impl DynamoStore {
     fn ledger_key(tenant: &str) -> Item {
-        HashMap::from([("pk".to_owned(), AttributeValue::S(format!("{LEDGER_PREFIX}{tenant}")))])
+        HashMap::from([("pk".to_owned(), AttributeValue::S(crate::schema::ledger_key(tenant)))])
     }
 
     /// An update of a tenant's ledger item, with the values every such

@@ -133,7 +133,7 @@ impl OperationRecords for DynamoStore {
             .table_name(&self.table)
             .index_name(crate::schema::DUE_INDEX)
             .key_condition_expression("due_pk = :shard AND due_at <= :before")
-            .expression_attribute_values(":shard", AttributeValue::S(format!("DUE#{shard}")))
+            .expression_attribute_values(":shard", AttributeValue::S(crate::schema::due_partition(shard)))
             .expression_attribute_values(":before", AttributeValue::N(before_ms.to_string()))
             .limit(limit)
             .set_exclusive_start_key(cursor.map(|c| decode_cursor(&c.0)).transpose()?)

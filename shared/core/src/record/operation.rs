@@ -136,7 +136,7 @@ pub struct OperationRecord {
 
 impl OperationRecord {
     pub fn pk_for(id: &OperationId) -> String {
-        format!("OP#{}", id.as_str())
+        crate::keys::operation_key(id.as_str())
     }
 
     /// A fresh `prepared` record for an intent.
@@ -150,7 +150,7 @@ impl OperationRecord {
         let id = OperationId::derive(tenant, &intent.operation_key);
         Self {
             pk: Self::pk_for(&id),
-            due_pk: format!("DUE#{}", id.shard(DUE_SHARDS)),
+            due_pk: crate::keys::due_partition(id.shard(DUE_SHARDS)),
             operation_id: id,
             tenant_id: tenant.clone(),
             operation_key: intent.operation_key.as_str().to_owned(),

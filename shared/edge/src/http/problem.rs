@@ -202,7 +202,7 @@ impl From<EndpointError> for Problem {
                 "not-found",
                 "No such event",
                 "No event with this id is kept for the tenant: it is not one of its events, or it is older \
-                 than the delivery log keeps.",
+                 than the attempt log keeps.",
             ),
             EndpointError::NotReplayable(_) => Problem::new(
                 StatusCode::CONFLICT,

@@ -1,6 +1,6 @@
 //! Webhook endpoints that tenants manage themselves: create (up to
 //! `WEBHOOK_MAX_ENDPOINTS`), list, read, update, delete, rotate the secret,
-//! and read the delivery log.
+//! and read the attempt log.
 //!
 //! The service generates every secret ([`new_secret`]) and keeps it in the
 //! secret store under the tenant's own folder
@@ -25,7 +25,7 @@ use crate::ports::queue::WorkQueue;
 use crate::ports::table::{StoreError, WebhookEndpoints};
 use crate::ports::webhooks::{SecretVault, new_secret};
 use genace_core::domain::{InvalidInput, TenantId};
-use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, WebhookEndpoint, endpoint_secret_name};
+use genace_core::webhook::{AttemptStatus, EndpointSet, WebhookAttempt, WebhookEndpoint, endpoint_secret_name};
 
 /// The longest description kept.
 pub const MAX_DESCRIPTION: usize = 512;
@@ -128,10 +128,10 @@ pub struct WithSecret {
     pub secret: String,
 }
 
-/// A page of an endpoint's delivery log.
+/// A page of an endpoint's attempt log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptPage {
-    pub attempts: Vec<DeliveryAttempt>,
+    pub attempts: Vec<WebhookAttempt>,
     /// Where the next page starts, while more may follow.
     pub next: Option<String>,
 }
@@ -280,7 +280,7 @@ impl<P: Ports> Endpoints<'_, P> {
         Ok(WithSecret { endpoint, secret })
     }
 
-    /// A page of the endpoint's delivery log, newest first.
+    /// A page of the endpoint's attempt log, newest first.
     pub async fn attempts(
         &self,
         id: &str,

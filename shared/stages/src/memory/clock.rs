@@ -1,7 +1,10 @@
 //! A clock that moves only when told.
 
 #[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
 
 /// A clock that moves only when told. Clones share the same time.
 #[derive(Debug, Clone)]

@@ -1,7 +1,8 @@
 //! Outputs served from memory, by URL.
 
 #[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 /// Outputs served from memory, by URL.
 #[derive(Debug, Clone, Default)]

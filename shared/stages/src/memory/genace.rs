@@ -1,7 +1,11 @@
 //! Genace, in memory: a plan of answers, the jobs it holds, and its books.
 
 #[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::DateTime;
+use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_submit};
 
 /// How [`MemoryGenace`] answers the next POST.
 #[derive(Debug, Clone, PartialEq)]

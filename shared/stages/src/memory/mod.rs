@@ -12,21 +12,7 @@
 //! [`genace`], [`downloads`] and [`webhooks`]; this module re-exports them
 //! all and builds the whole in-memory [`App`](crate::app::App).
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
 use chrono::{DateTime, Utc};
-use genace_core::domain::{OperationId, TenantId};
-use genace_core::ledger::{self, Millicredits, TenantLedger};
-use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
-use genace_core::record::OperationRecord;
-use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_submit};
-
-use crate::ports::queue::QueueError;
-use crate::ports::table::{
-    Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords,
-    StoreError, TenantLedgers, WebhookSettings, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
-};
 
 mod clock;
 mod downloads;

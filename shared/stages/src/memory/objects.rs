@@ -1,7 +1,8 @@
 //! The output bucket, in memory: whole puts and multipart uploads.
 
 #[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 /// One stored object.
 #[derive(Debug, Clone, PartialEq)]

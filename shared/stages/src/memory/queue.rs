@@ -2,7 +2,15 @@
 //! visibility timeout and redelivery.
 
 #[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use genace_core::domain::OperationId;
+use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
+
+use super::clock::ManualClock;
+use crate::ports::queue::QueueError;
 
 /// One message on a [`MemoryQueue`].
 #[derive(Debug, Clone, PartialEq)]

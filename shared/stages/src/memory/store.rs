@@ -1,7 +1,18 @@
 //! The operation table, in memory, with DynamoDB's semantics as the stages rely on them.
 
 #[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use genace_core::domain::{OperationId, TenantId};
+use genace_core::ledger::{self, Millicredits, TenantLedger};
+use genace_core::record::OperationRecord;
+
+use crate::ports::table::{
+    Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords,
+    StoreError, TenantLedgers, WebhookSettings, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
+};
 
 /// The operation table, in memory. Clones share the same table.
 #[derive(Debug, Clone, Default)]
@@ -30,7 +41,7 @@ struct Tables {
     webhooks: BTreeMap<String, genace_core::webhook::WebhookConfig>,
     endpoints: BTreeMap<String, genace_core::webhook::EndpointSet>,
     /// Delivery logs by `<tenant>\u{0}<endpoint>`, by sort key, with when each entry expires.
-    attempts: BTreeMap<String, BTreeMap<String, (DateTime<Utc>, genace_core::webhook::DeliveryAttempt)>>,
+    attempts: BTreeMap<String, BTreeMap<String, (DateTime<Utc>, genace_core::webhook::WebhookAttempt)>>,
     account: genace_core::ledger::AccountCapacity,
     /// Kept events by `<tenant>\u{0}<event id>`, with when each expires.
     kept: BTreeMap<String, (DateTime<Utc>, String)>,
@@ -173,7 +184,7 @@ impl OperationRecords for MemoryStore {
         limit: i32,
         cursor: Option<DueCursor>,
     ) -> Result<DuePage, StoreError> {
-        let shard_key = format!("DUE#{shard}");
+        let shard_key = genace_core::keys::due_partition(shard);
         let after = match &cursor {
             Some(c) => {
                 let (due_at_ms, pk) = parse_cursor(&c.0)?;
@@ -438,7 +449,7 @@ impl crate::ports::table::WebhookEndpoints for MemoryStore {
 
     async fn record_attempt(
         &self,
-        attempt: &genace_core::webhook::DeliveryAttempt,
+        attempt: &genace_core::webhook::WebhookAttempt,
         keep_until: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let log = format!("{}\u{0}{}", attempt.tenant_id, attempt.endpoint_id);
@@ -485,7 +496,7 @@ impl crate::ports::table::WebhookEndpoints for MemoryStore {
         limit: usize,
         after: Option<&str>,
         now: DateTime<Utc>,
-    ) -> Result<(Vec<genace_core::webhook::DeliveryAttempt>, Option<String>), StoreError> {
+    ) -> Result<(Vec<genace_core::webhook::WebhookAttempt>, Option<String>), StoreError> {
         let table = self.lock();
         let Some(log) = table.attempts.get(&format!("{}\u{0}{endpoint_id}", tenant.as_str())) else {
             return Ok((Vec::new(), None));

@@ -1,7 +1,10 @@
 //! Webhook secrets, receivers and dead letters, in memory.
 
 #[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::Utc;
 
 /// Secrets, in memory. Clones share the values; each clone keeps its own
 /// read cache, as each warm function does with Secrets Manager.

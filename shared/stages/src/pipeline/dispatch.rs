@@ -118,7 +118,7 @@ where
     }
 
     async fn handle_receipt(&self, message: WorkMessage, receives: u32) -> Result<Dispatched, StageError> {
-        self.dispatch_delivered(&message.operation_id, receives > 1).await
+        self.dispatch_received(&message.operation_id, receives > 1).await
     }
 }
 
@@ -129,17 +129,17 @@ where
 {
     /// Dispatches `id` for a message that may be a redelivery.
     pub async fn dispatch(&self, id: &OperationId) -> Result<Dispatched, StageError> {
-        self.dispatch_delivered(id, true).await
+        self.dispatch_received(id, true).await
     }
 
-    /// Dispatches `id`. `redelivered`: the queue delivered this message
+    /// Dispatches `id`. `received_again`: the queue handed this message out
     /// before, so the dispatcher that took it may have stopped after its
     /// commit and before it sent the first poll, which this one then sends.
     /// A first delivery for an operation accepted meanwhile is a duplicate
     /// (a second wake-up, the intake message after a wake-up): the
     /// dispatcher that committed the 202 sent the poll, and a second one
     /// would start a second chain of polls for the job's whole life.
-    pub async fn dispatch_delivered(&self, id: &OperationId, redelivered: bool) -> Result<Dispatched, StageError> {
+    pub async fn dispatch_received(&self, id: &OperationId, received_again: bool) -> Result<Dispatched, StageError> {
         let now = self.clock.now();
         let Some(rec) = self.store.get(id, now).await? else {
             warn!(operation_id = %id, "dispatch message for a missing operation");
@@ -177,7 +177,7 @@ where
                 }
                 _ if current.phase == Phase::Prepared => Err(StageError::Refused(refusal.to_string())),
                 _ => {
-                    if redelivered && current.phase == Phase::Accepted && current.observed_at.is_none() {
+                    if received_again && current.phase == Phase::Accepted && current.observed_at.is_none() {
                         // Resume after a stop between the commit and the poll enqueue.
                         self.queue.enqueue(Queue::Poll, id, FIRST_POLL_DELAY_SECONDS).await?;
                     }

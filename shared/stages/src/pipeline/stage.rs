@@ -55,7 +55,7 @@ pub trait Stage: Send + Sync {
     /// How long a message that failed with `error`, on its `receives`-th
     /// receipt, stays hidden before the next one. `None` (the default)
     /// leaves it to the queue's visibility timeout; the queue runner applies
-    /// `Some` through a [`Redelivery`](crate::ports::queue::Redelivery).
+    /// `Some` through a [`ReceiptDeferral`](crate::ports::queue::ReceiptDeferral).
     fn retry_after(&self, _error: &StageError, _receives: u32) -> Option<u32> {
         None
     }

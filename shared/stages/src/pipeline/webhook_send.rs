@@ -29,7 +29,7 @@ use crate::ports::table::{OperationRecords, WebhookEndpoints, WebhookSettings};
 use crate::ports::webhooks::{PostError, SecretStore, WebhookQueue, WebhookSender};
 use genace_core::domain::TenantId;
 use genace_core::webhook::{
-    AttemptStatus, DeliveryAttempt, ENDPOINT_DISABLED, WebhookConfig, WebhookEndpoint, secret_belongs_to,
+    AttemptStatus, ENDPOINT_DISABLED, WebhookAttempt, WebhookConfig, WebhookEndpoint, secret_belongs_to,
     tenant_secret_prefix,
 };
 
@@ -110,7 +110,7 @@ impl Receiver {
     }
 }
 
-pub struct WebhookDeliverer<S, K, W, D, C = SystemClock> {
+pub struct WebhookStage<S, K, W, D, C = SystemClock> {
     pub store: S,
     pub secrets: K,
     pub sender: W,
@@ -118,7 +118,7 @@ pub struct WebhookDeliverer<S, K, W, D, C = SystemClock> {
     pub clock: C,
     /// When a failed POST is tried again.
     pub retry: RetrySchedule,
-    /// How long each entry of an endpoint's delivery log is kept.
+    /// How long each entry of an endpoint's attempt log is kept.
     pub log_for: chrono::Duration,
     /// How long an endpoint may fail without a success before it is disabled.
     pub disable_after: chrono::Duration,
@@ -126,7 +126,7 @@ pub struct WebhookDeliverer<S, K, W, D, C = SystemClock> {
     pub metrics: Metrics,
 }
 
-impl<S, K, W, D, C> Stage for WebhookDeliverer<S, K, W, D, C>
+impl<S, K, W, D, C> Stage for WebhookStage<S, K, W, D, C>
 where
     S: OperationRecords + WebhookSettings + WebhookEndpoints,
     K: SecretStore,
@@ -226,7 +226,7 @@ where
     }
 }
 
-impl<S, K, W, D, C> WebhookDeliverer<S, K, W, D, C>
+impl<S, K, W, D, C> WebhookStage<S, K, W, D, C>
 where
     S: OperationRecords + WebhookEndpoints,
     K: SecretStore,
@@ -312,7 +312,7 @@ where
     }
 }
 
-impl<S: OperationRecords, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+impl<S: OperationRecords, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
     /// Whether the event describes a change the table committed: its
     /// operation is live, belongs to the event's tenant, is the same
     /// incarnation (the id's creation time) and has reached the event's
@@ -343,7 +343,7 @@ impl<S: OperationRecords, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
     }
 }
 
-impl<S: WebhookEndpoints, K, W, D: WebhookQueue, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+impl<S: WebhookEndpoints, K, W, D: WebhookQueue, C: Clock> WebhookStage<S, K, W, D, C> {
     /// Follows an endpoint's health, writing only when it changes: the
     /// first failure after a success starts `failing_since`, a success
     /// clears it, and a failure `disable_after` past it disables the
@@ -442,7 +442,7 @@ impl<S: WebhookEndpoints, K, W, D: WebhookQueue, C: Clock> WebhookDeliverer<S, K
     }
 }
 
-impl<S: WebhookEndpoints, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+impl<S: WebhookEndpoints, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
     /// Keeps the event of a tenant with endpoints for `log_for`, so that
     /// an endpoint can be sent it again. Counted, not fatal, when it fails:
     /// delivery comes first.
@@ -455,7 +455,7 @@ impl<S: WebhookEndpoints, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
     }
 }
 
-impl<S: WebhookEndpoints, K, W, D, C> WebhookDeliverer<S, K, W, D, C> {
+impl<S: WebhookEndpoints, K, W, D, C> WebhookStage<S, K, W, D, C> {
     /// Adds the attempt to the endpoint's log. The POST is done: a log
     /// that fails is counted, and must not make it happen twice.
     async fn log_attempt(
@@ -483,7 +483,7 @@ impl<S: WebhookEndpoints, K, W, D, C> WebhookDeliverer<S, K, W, D, C> {
 
     async fn write_attempt(
         &self,
-        entry: &DeliveryAttempt,
+        entry: &WebhookAttempt,
         endpoint: &WebhookEndpoint,
         at: chrono::DateTime<chrono::Utc>,
     ) {
@@ -503,9 +503,9 @@ fn attempt_entry(
     status: AttemptStatus,
     http_status: Option<u16>,
     error: Option<&str>,
-) -> DeliveryAttempt {
+) -> WebhookAttempt {
     let text = |name: &str| detail[name].as_str().unwrap_or_default().to_owned();
-    DeliveryAttempt {
+    WebhookAttempt {
         tenant_id: text("tenant_id"),
         endpoint_id: endpoint.id.clone(),
         event_id: text("id"),
@@ -519,7 +519,7 @@ fn attempt_entry(
     }
 }
 
-impl<S: OperationRecords + WebhookEndpoints, K, W, D, C: Clock> WebhookDeliverer<S, K, W, D, C> {
+impl<S: OperationRecords + WebhookEndpoints, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
     /// Logs the event as skipped for each disabled endpoint whose filter
     /// takes it (for a copy, the one endpoint it is for), so that the
     /// endpoint, enabled again, is sent it by `recover`. Only an event the
@@ -562,7 +562,7 @@ impl<S: OperationRecords + WebhookEndpoints, K, W, D, C: Clock> WebhookDeliverer
     }
 }
 
-impl<S, K, W, D: WebhookQueue, C> WebhookDeliverer<S, K, W, D, C> {
+impl<S, K, W, D: WebhookQueue, C> WebhookStage<S, K, W, D, C> {
     /// An event that can never be delivered as configured: straight to the
     /// dead-letter queue with the reason, counted, and not retried. If the
     /// dead-letter queue cannot take it, the message fails and comes back.

@@ -61,11 +61,11 @@ pub fn visibility_left(asked_seconds: u32, elapsed: std::time::Duration) -> u32 
 /// Hides a received message for longer (or shorter) than its queue's
 /// visibility timeout before it is delivered again: how a stage backs off
 /// from a failing remote party without a queue of its own.
-pub trait Redelivery: Send + Sync {
+pub trait ReceiptDeferral: Send + Sync {
     /// The message with `receipt_handle` becomes visible again after
     /// `seconds`, which the caller keeps within the time SQS has left for
     /// the receipt ([`visibility_left`]).
-    fn redeliver_after(&self, receipt_handle: &str, seconds: u32) -> impl Future<Output = Result<(), String>> + Send;
+    fn defer_receipt(&self, receipt_handle: &str, seconds: u32) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// No redelivery control: failed messages reappear after the queue's
@@ -73,8 +73,8 @@ pub trait Redelivery: Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct VisibilityTimeout;
 
-impl Redelivery for VisibilityTimeout {
-    async fn redeliver_after(&self, _receipt_handle: &str, _seconds: u32) -> Result<(), String> {
+impl ReceiptDeferral for VisibilityTimeout {
+    async fn defer_receipt(&self, _receipt_handle: &str, _seconds: u32) -> Result<(), String> {
         Ok(())
     }
 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::ledger::{Millicredits, TenantLedger};
 use genace_core::record::{CaseReason, OperationRecord};
-use genace_core::webhook::{AttemptStatus, DeliveryAttempt, EndpointSet, Receivers};
+use genace_core::webhook::{AttemptStatus, EndpointSet, Receivers, WebhookAttempt};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -212,7 +212,7 @@ pub trait WebhookSettings: Send + Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// Tenants' webhook endpoints and their delivery logs.
+/// Tenants' webhook endpoints and their attempt logs.
 pub trait WebhookEndpoints: Send + Sync {
     /// A tenant's endpoints, read consistently (version 0 and none before
     /// the first write).
@@ -238,7 +238,7 @@ pub trait WebhookEndpoints: Send + Sync {
     /// Adds one entry to an endpoint's log, kept until `keep_until`.
     fn record_attempt(
         &self,
-        attempt: &DeliveryAttempt,
+        attempt: &WebhookAttempt,
         keep_until: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
@@ -271,7 +271,7 @@ pub trait WebhookEndpoints: Send + Sync {
         limit: usize,
         after: Option<&str>,
         now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<(Vec<DeliveryAttempt>, Option<String>), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(Vec<WebhookAttempt>, Option<String>), StoreError>> + Send;
 }
 
 /// One page of an endpoint's log, as both stores make it: `read` holds, newest
@@ -280,10 +280,10 @@ pub trait WebhookEndpoints: Send + Sync {
 /// The page is the first `limit` of them that are still kept and have
 /// `status`; the cursor is the last key read while more follow.
 pub fn log_page(
-    mut read: Vec<(String, bool, DeliveryAttempt)>,
+    mut read: Vec<(String, bool, WebhookAttempt)>,
     limit: usize,
     status: Option<AttemptStatus>,
-) -> (Vec<DeliveryAttempt>, Option<String>) {
+) -> (Vec<WebhookAttempt>, Option<String>) {
     let more = read.len() > limit;
     read.truncate(limit);
     let next = if more {
@@ -307,7 +307,7 @@ impl<T: OperationRecords + TenantLedgers + WebhookSettings + WebhookEndpoints> O
 
 /// The table's traits, for code that calls them on a concrete store.
 pub mod prelude {
-    pub use super::{OperationRecords, OperationStore, TenantLedgers, WebhookEndpoints, WebhookSettings};
+    pub use crate::ports::table::{OperationRecords, OperationStore, TenantLedgers, WebhookEndpoints, WebhookSettings};
 }
 
 /// Which open cases a listing shows.
@@ -421,7 +421,7 @@ pub fn case_age_key_opened(key: &str) -> Option<DateTime<Utc>> {
 
 /// The waiting index's partition for a tenant's operations.
 pub fn wait_partition(tenant: &str) -> String {
-    format!("WAIT#{tenant}")
+    genace_core::keys::wait_partition(tenant)
 }
 
 /// Where an operation waiting for a slot or for credits

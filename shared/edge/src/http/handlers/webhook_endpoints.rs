@@ -4,7 +4,7 @@
 //! `?tenant=` (an operator limited to one tenant needs not).
 
 use genace_core::domain::{InvalidInput, TenantId};
-use genace_core::webhook::{AttemptStatus, DeliveryAttempt, ENDPOINTS_SCOPE, WebhookEndpoint};
+use genace_core::webhook::{AttemptStatus, ENDPOINTS_SCOPE, WebhookAttempt, WebhookEndpoint};
 use genace_stages::api::errors::EndpointError;
 use genace_stages::api::intake::Intake;
 use genace_stages::api::webhook_endpoints::{EndpointChange, Endpoints, WithSecret};
@@ -78,7 +78,7 @@ fn with_secret(created: &WithSecret) -> Value {
     view
 }
 
-fn attempt_view(a: &DeliveryAttempt) -> Value {
+fn attempt_view(a: &WebhookAttempt) -> Value {
     json!({
         "event_id": a.event_id,
         "event_type": a.event_type,

@@ -1,0 +1,118 @@
+//! Every key prefix of the operations table, spelt once. The store's
+//! schema (`genace-aws`'s `schema.rs`) re-exports them with the index
+//! names; core, the ports and the in-memory store read them here, since
+//! they cannot import the AWS crate. A test in `tests/tests/layout.rs`
+//! fails when a production file other than this one spells a prefix.
+
+/// Key prefix of an operation's item: `OP#<operation id>`.
+pub const OPERATION_PREFIX: &str = "OP#";
+/// Key prefix of the due index's shards: `DUE#<shard>`.
+pub const DUE_PREFIX: &str = "DUE#";
+/// Key prefix of a tenant's waiting partition: `WAIT#<tenant>`.
+pub const WAIT_PREFIX: &str = "WAIT#";
+/// Key prefix of the tenant ledger items: `TENANT#<tenant>`.
+pub const LEDGER_PREFIX: &str = "TENANT#";
+/// Key prefix of the tenant webhook items: `WEBHOOK#<tenant>`.
+pub const WEBHOOK_PREFIX: &str = "WEBHOOK#";
+/// Key prefix of a tenant's set of webhook endpoints: `ENDPOINTS#<tenant>`.
+pub const ENDPOINTS_PREFIX: &str = "ENDPOINTS#";
+/// Key prefix of an event kept for replay: `WHEVENT#<tenant>#<event id>`.
+pub const KEPT_EVENT_PREFIX: &str = "WHEVENT#";
+/// Key prefix of an endpoint's attempt log: `WHLOG#<tenant>#<endpoint>`.
+pub const ATTEMPT_LOG_PREFIX: &str = "WHLOG#";
+/// Key prefix of a tenant's list partition: `LIST#<tenant>`.
+pub const LIST_PREFIX: &str = "LIST#";
+/// Key prefix of the across-tenants list shards: `ALL#<shard>`.
+pub const LIST_ALL_PREFIX: &str = "ALL#";
+/// Key prefix of the sets of tenants with operations waiting: `WAITING#<shard>`.
+pub const WAITING_SET_PREFIX: &str = "WAITING#";
+/// The key of the item that counts the Genace account's jobs in flight.
+pub const ACCOUNT_ITEM: &str = "ACCOUNT#genace";
+/// Partition of the sparse open-case index; cases are rare, so one suffices.
+pub const CASE_PK: &str = "CASE";
+
+/// The key of operation `id`'s item.
+pub fn operation_key(id: &str) -> String {
+    format!("{OPERATION_PREFIX}{id}")
+}
+
+/// The due index's partition `shard`.
+pub fn due_partition(shard: u32) -> String {
+    format!("{DUE_PREFIX}{shard}")
+}
+
+/// The waiting index's partition for a tenant's operations.
+pub fn wait_partition(tenant: &str) -> String {
+    format!("{WAIT_PREFIX}{tenant}")
+}
+
+/// The key of a tenant's ledger item.
+pub fn ledger_key(tenant: &str) -> String {
+    format!("{LEDGER_PREFIX}{tenant}")
+}
+
+/// The key of a tenant's webhook settings item.
+pub fn webhook_key(tenant: &str) -> String {
+    format!("{WEBHOOK_PREFIX}{tenant}")
+}
+
+/// The key of a tenant's set of webhook endpoints.
+pub fn endpoints_key(tenant: &str) -> String {
+    format!("{ENDPOINTS_PREFIX}{tenant}")
+}
+
+/// The key of an event kept for replay.
+pub fn kept_event_key(tenant: &str, event_id: &str) -> String {
+    format!("{KEPT_EVENT_PREFIX}{tenant}#{event_id}")
+}
+
+/// The partition of an endpoint's attempt log.
+pub fn attempt_log_partition(tenant: &str, endpoint_id: &str) -> String {
+    format!("{ATTEMPT_LOG_PREFIX}{tenant}#{endpoint_id}")
+}
+
+/// The list index's partition of a tenant's operations.
+pub fn list_partition(tenant: &str) -> String {
+    format!("{LIST_PREFIX}{tenant}")
+}
+
+/// The across-tenants list index's partition `shard`.
+pub fn list_all_partition(shard: u32) -> String {
+    format!("{LIST_ALL_PREFIX}{shard}")
+}
+
+/// The key of the waiting set's item `shard`.
+pub fn waiting_set_key(shard: u32) -> String {
+    format!("{WAITING_SET_PREFIX}{shard}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No prefix is the start of another, so a key's kind is read from its
+    /// prefix alone.
+    #[test]
+    fn no_prefix_starts_another() {
+        let all = [
+            OPERATION_PREFIX,
+            DUE_PREFIX,
+            WAIT_PREFIX,
+            LEDGER_PREFIX,
+            WEBHOOK_PREFIX,
+            ENDPOINTS_PREFIX,
+            KEPT_EVENT_PREFIX,
+            ATTEMPT_LOG_PREFIX,
+            LIST_PREFIX,
+            LIST_ALL_PREFIX,
+            WAITING_SET_PREFIX,
+        ];
+        for a in all {
+            for b in all {
+                assert!(a == b || !b.starts_with(a), "{a} starts {b}");
+            }
+        }
+        assert_eq!(operation_key("op_1"), "OP#op_1");
+        assert_eq!(kept_event_key("t", "e"), "WHEVENT#t#e");
+    }
+}
