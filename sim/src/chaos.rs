@@ -228,6 +228,10 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
         port(&self.chaos, self.inner.ledgers(limit, cursor)).await
     }
 
+    async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
+        port(&self.chaos, self.inner.waiting_ledgers(limit)).await
+    }
+
     async fn set_spend_limit(
         &self,
         tenant: &TenantId,

@@ -102,6 +102,8 @@ fn every_function_has_only_the_actions_it_uses() {
             &[
                 "dynamodb:GetItem",
                 "dynamodb:UpdateItem",
+                // The waiting set's ledgers, in one batch, to wake.
+                "dynamodb:BatchGetItem",
                 // The ledgers and the waiting order, to pass a wake-up on.
                 "dynamodb:Query",
                 "sqs:SendMessage",
@@ -112,6 +114,8 @@ fn every_function_has_only_the_actions_it_uses() {
             &[
                 "dynamodb:GetItem",
                 "dynamodb:UpdateItem",
+                // The waiting set's ledgers, in one batch, to wake.
+                "dynamodb:BatchGetItem",
                 // The ledgers and the waiting order, to wake waiting operations.
                 "dynamodb:Query",
                 "sqs:SendMessage",
@@ -123,6 +127,8 @@ fn every_function_has_only_the_actions_it_uses() {
             &[
                 "dynamodb:GetItem",
                 "dynamodb:UpdateItem",
+                // The waiting set's ledgers, in one batch, to wake.
+                "dynamodb:BatchGetItem",
                 // The ledgers and the waiting order, to wake waiting operations.
                 "dynamodb:Query",
                 "sqs:SendMessage",
@@ -196,6 +202,8 @@ fn every_function_has_only_the_actions_it_uses() {
                 "dynamodb:Query",
                 "dynamodb:GetItem",
                 "dynamodb:UpdateItem",
+                // The waiting set's ledgers, in one batch, to wake.
+                "dynamodb:BatchGetItem",
                 "sqs:SendMessage",
             ][..],
         ),

@@ -513,6 +513,13 @@ impl TenantLedgers for EchoingStore {
         self.0.ledgers(limit, cursor).await
     }
 
+    async fn waiting_ledgers(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<genace_core::ledger::TenantLedger>, genace_stages::ports::table::StoreError> {
+        self.0.waiting_ledgers(limit).await
+    }
+
     async fn set_account_limit(
         &self,
         limit: Option<u32>,

@@ -26,9 +26,6 @@ pub const LIST_ALL_INDEX: &str = "list-all-index";
 /// Name of the index of each endpoint's attempt log.
 pub const LOG_INDEX: &str = "log-index";
 
-/// The due-index partition that lists ledger items.
-pub const LEDGER_PARTITION: &str = "LEDGER";
-
 /// Attributes the store adds to an operation's item for its indexes; never
 /// part of the record.
 pub const COMPUTED_ATTRIBUTES: [&str; 9] = [

@@ -152,3 +152,44 @@ async fn a_hung_table_endpoint_fails_within_the_sdk_budget_instead_of_hanging() 
         "{outcome:?}"
     );
 }
+
+/// Requests one wake-up costs on DynamoDB with `idle` tenants beside the
+/// one that waits: each idle tenant holds a ledger with a limit of its own
+/// and waits for nothing.
+async fn wake_requests_beside(idle: usize) -> usize {
+    use genace_core::machine::{self, Event, Policy};
+    let env = LocalAws::fresh().await;
+    let store = env.store().with_account_limit(Some(2));
+    let now = Utc::now();
+    for i in 0..idle {
+        let tenant = genace_core::domain::TenantId::parse(&format!("idle-{i}")).unwrap();
+        store.set_max_in_flight(&tenant, Some(4)).await.unwrap();
+    }
+    for key in ["w1", "w2"] {
+        let rec = genace_aws::testkit::intent_record("waits", key, "p");
+        store.create(&rec, now).await.unwrap();
+        let next = machine::transition(&rec, Event::CapacityReached, now, &Policy::default()).unwrap();
+        store.apply(&rec, &next).await.unwrap();
+    }
+    let (counted, counter) = env.counted_store();
+    let counted = counted.with_account_limit(Some(2));
+    let queue = env.queue();
+    let before = counter.get();
+    let woken = genace_stages::pipeline::wake::wake(&counted, &queue).await.unwrap();
+    assert!(woken >= 1, "the waiting tenant is woken");
+    counter.get() - before
+}
+
+/// Found at scale: every wake-up read every tenant's ledger, one GetItem
+/// each. Now it reads the waiting set, so its DynamoDB requests are the
+/// same with 2 idle tenants beside the waiting one as with 40.
+#[tokio::test]
+async fn a_wake_up_costs_the_same_however_many_tenants_are_idle() {
+    let few = wake_requests_beside(2).await;
+    let many = wake_requests_beside(40).await;
+    assert_eq!(
+        few, many,
+        "a wake-up's requests grew with idle tenants: {few} then {many}"
+    );
+    assert!(few <= 12, "a wake-up made {few} DynamoDB requests");
+}

@@ -1441,6 +1441,67 @@ async fn kept_events_are_per_tenant_and_expire<S: OperationStore>(store: S) {
     );
 }
 
+/// The waiting set: only tenants with operations waiting, those that began
+/// waiting first before the others, bounded by the limit asked; a tenant
+/// whose operations were all claimed leaves it, and one that never waited
+/// (however many there are) is never read.
+async fn the_waiting_set_holds_only_tenants_that_wait<S: OperationStore>(store: S) {
+    let t0 = Utc::now();
+    // Tenants that finished a job and wait for nothing.
+    for i in 0..5 {
+        let rec = record_for(&format!("idle-{i}"), "k", "p");
+        store.create(&rec, t0).await.unwrap();
+        store.apply(&rec, &claimed(&rec, "tok")).await.unwrap();
+    }
+    let mut waiting = Vec::new();
+    for (tenant, key) in [("set-a", "1"), ("set-b", "1"), ("set-a", "2"), ("set-c", "1")] {
+        let rec = record_for(tenant, key, "p");
+        store.create(&rec, t0).await.unwrap();
+        let next = machine::transition(&rec, machine::Event::CapacityReached, t0, &Policy::default()).unwrap();
+        store.apply(&rec, &next).await.unwrap();
+        waiting.push(next);
+        // The set orders by when each tenant joined, to the millisecond.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let names = |ledgers: Vec<genace_core::ledger::TenantLedger>| -> Vec<(String, i64)> {
+        ledgers.into_iter().map(|l| (l.tenant_id, l.totals.waiting)).collect()
+    };
+    assert_eq!(
+        names(store.waiting_ledgers(10).await.unwrap()),
+        [
+            ("set-a".to_owned(), 2),
+            ("set-b".to_owned(), 1),
+            ("set-c".to_owned(), 1)
+        ]
+    );
+    assert_eq!(
+        names(store.waiting_ledgers(2).await.unwrap()),
+        [("set-a".to_owned(), 2), ("set-b".to_owned(), 1)],
+        "bounded, oldest first"
+    );
+    // set-b's only waiter is claimed: it drops out; set-a keeps its place
+    // while one of its two still waits.
+    store.apply(&waiting[1], &claimed(&waiting[1], "tok")).await.unwrap();
+    store.apply(&waiting[0], &claimed(&waiting[0], "tok")).await.unwrap();
+    assert_eq!(
+        names(store.waiting_ledgers(2).await.unwrap()),
+        [("set-a".to_owned(), 1), ("set-c".to_owned(), 1)]
+    );
+    // Waiting again, set-b joins behind the others.
+    let again = record_for("set-b", "2", "p");
+    store.create(&again, t0).await.unwrap();
+    let next = machine::transition(&again, machine::Event::CapacityReached, t0, &Policy::default()).unwrap();
+    store.apply(&again, &next).await.unwrap();
+    assert_eq!(
+        names(store.waiting_ledgers(10).await.unwrap()),
+        [
+            ("set-a".to_owned(), 1),
+            ("set-c".to_owned(), 1),
+            ("set-b".to_owned(), 1)
+        ]
+    );
+}
+
 genace_aws::contract_tests!(
     memory_limited => genace_stages::memory::MemoryStore::default().with_account_limit(Some(2)),
     dynamodb_limited => |env| env.store().with_account_limit(Some(2));
@@ -1472,6 +1533,7 @@ genace_aws::contract_tests!(
     a_tenants_webhook_is_set_read_and_removed,
     without_an_account_limit_slots_are_only_counted,
     the_waiting_order_is_per_tenant_and_oldest_first,
+    the_waiting_set_holds_only_tenants_that_wait,
     a_tenants_own_limit_refuses_a_claim_past_it,
     batch_yields_to_interactive_for_a_bounded_time,
     listings_are_newest_first_filtered_and_paged,

@@ -26,6 +26,16 @@ pub const LIST_PREFIX: &str = "LIST#";
 pub const LIST_ALL_PREFIX: &str = "ALL#";
 /// Key prefix of the sets of tenants with operations waiting: `WAITING#<shard>`.
 pub const WAITING_SET_PREFIX: &str = "WAITING#";
+/// Key prefix of the shards that list every ledger: `LEDGER#<shard>`.
+pub const LEDGER_LIST_PREFIX: &str = "LEDGER#";
+/// The one partition every ledger was listed in before the shards; still
+/// read, so that a ledger not written since is listed.
+pub const LEGACY_LEDGER_PARTITION: &str = "LEDGER";
+
+/// Shards of the waiting set: no one partition takes every waiting tenant.
+pub const WAITING_SET_SHARDS: u32 = 4;
+/// Shards of the ledger listing: no one partition takes every tenant.
+pub const LEDGER_LIST_SHARDS: u32 = 16;
 /// The key of the item that counts the Genace account's jobs in flight.
 pub const ACCOUNT_ITEM: &str = "ACCOUNT#genace";
 /// Partition of the sparse open-case index; cases are rare, so one suffices.
@@ -81,9 +91,22 @@ pub fn list_all_partition(shard: u32) -> String {
     format!("{LIST_ALL_PREFIX}{shard}")
 }
 
-/// The key of the waiting set's item `shard`.
+/// The waiting set's partition `shard`.
 pub fn waiting_set_key(shard: u32) -> String {
     format!("{WAITING_SET_PREFIX}{shard}")
+}
+
+/// The ledger listing's partition `shard`.
+pub fn ledger_list_partition(shard: u32) -> String {
+    format!("{LEDGER_LIST_PREFIX}{shard}")
+}
+
+/// A tenant's shard of `shards`: FNV-1a of its id, stable across builds.
+pub fn tenant_shard(tenant: &str, shards: u32) -> u32 {
+    let hash = tenant
+        .bytes()
+        .fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    hash % shards.max(1)
 }
 
 #[cfg(test)]
@@ -106,6 +129,7 @@ mod tests {
             LIST_PREFIX,
             LIST_ALL_PREFIX,
             WAITING_SET_PREFIX,
+            LEDGER_LIST_PREFIX,
         ];
         for a in all {
             for b in all {
@@ -114,5 +138,11 @@ mod tests {
         }
         assert_eq!(operation_key("op_1"), "OP#op_1");
         assert_eq!(kept_event_key("t", "e"), "WHEVENT#t#e");
+        // Tenants spread over the shards, and each stays in its own.
+        let shards: std::collections::BTreeSet<u32> = (0..64)
+            .map(|i| tenant_shard(&format!("tenant-{i}"), LEDGER_LIST_SHARDS))
+            .collect();
+        assert!(shards.len() > 8, "{shards:?}");
+        assert_eq!(tenant_shard("a", 16), tenant_shard("a", 16));
     }
 }

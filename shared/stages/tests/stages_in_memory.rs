@@ -522,6 +522,54 @@ async fn a_wait_costs_nothing_while_it_lasts_and_the_sweep_repairs_a_lost_wake_u
     assert_eq!(app.genace.posts().len(), 2);
 }
 
+/// Found at scale: a woken claim woke the next waiters (reading the
+/// waiting set and the queue) between its claim write and its POST, so a
+/// dispatcher stopped there left a claimed, never-POSTed operation for a
+/// person. Now nothing comes between the claim and the POST: when the POST's
+/// outcome is committed, no wake-up has been sent yet; the next waiter is
+/// woken right after.
+#[tokio::test]
+async fn a_woken_claim_posts_before_it_wakes_the_next() {
+    let app = app();
+    let (running, waiting) = one_running_one_waiting(&app).await;
+    let third = submit(&app, "third", None).await;
+    let dispatcher = app.dispatcher();
+    assert_eq!(
+        dispatcher.dispatch(&third).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    // The running job ends and the account grows to two: `waiting` is woken.
+    let _two = app.store.clone().with_account_limit(Some(2));
+    assert!(fail_first_job_and_see_who_is_woken(&app, &running).await.is_some());
+    let wakes_before = woken(&app).len();
+    // Seen at the write after the claim: the commit of the POST's outcome.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (queue, genace, at_commit) = (app.queue.clone(), app.genace.clone(), seen.clone());
+    app.store.before_next_apply(move |store| {
+        store.before_next_apply(move |_| {
+            let wakes = queue.messages().iter().filter(|m| m.queue == Queue::Wake).count();
+            *at_commit.lock().unwrap() = Some((wakes, genace.posts().len()));
+        });
+    });
+    assert_eq!(
+        dispatcher.dispatch(&waiting).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    let (wakes_at_commit, posts_at_commit) = seen.lock().unwrap().expect("the outcome was committed");
+    assert_eq!(posts_at_commit, 2, "the woken claim had POSTed");
+    assert_eq!(
+        wakes_at_commit, wakes_before,
+        "no wake-up went out between the claim and the POST"
+    );
+    let after = woken(&app);
+    assert_eq!(
+        after.len(),
+        wakes_before + 1,
+        "the next waiter is woken after the commit"
+    );
+    assert!(after.last().unwrap().contains(third.as_str()));
+}
+
 /// A second wake-up (or the intake message after a wake-up) that arrives
 /// for an operation accepted meanwhile sends no poll: the dispatcher that
 /// committed the 202 sent one, and another would poll the job twice for

@@ -12,11 +12,13 @@ use genace_core::ledger::{self, AccountCapacity, Millicredits, Shares, TenantLed
 use genace_core::record::OperationRecord;
 use genace_stages::ports::table::{LedgerPage, StoreError, TenantLedgers};
 
-use crate::schema::{ACCOUNT_ITEM, LEDGER_PARTITION, LEDGER_PREFIX};
+use crate::schema::{
+    ACCOUNT_ITEM, LEDGER_LIST_SHARDS, WAITING_SET_SHARDS, ledger_list_partition, tenant_shard, waiting_set_key,
+};
 
 use super::DynamoStore;
 use super::item::{Item, conflict, service_error};
-use super::position::{decode_cursor, encode_cursor};
+use super::ledger_reads::{ledger_from_item, number};
 use super::update::{UpdatePlan, VERSION_GUARD};
 
 impl DynamoStore {
@@ -35,8 +37,13 @@ impl DynamoStore {
             .table_name(&self.table)
             .set_key(Some(Self::ledger_key(tenant.as_str())))
             .expression_attribute_values(":tenant", AttributeValue::S(tenant.as_str().to_owned()))
-            .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
+            .expression_attribute_values(":ledger", Self::ledger_partition(tenant.as_str()))
             .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+    }
+
+    /// A tenant's partition of the ledger listing.
+    fn ledger_partition(tenant: &str) -> AttributeValue {
+        AttributeValue::S(ledger_list_partition(tenant_shard(tenant, LEDGER_LIST_SHARDS)))
     }
 
     fn account_key() -> Item {
@@ -161,10 +168,18 @@ impl DynamoStore {
         let mut counters = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::ledger_key(prev.tenant_id.as_str())))
-            .update_expression(
+            .update_expression(format!(
                 "ADD held_mc :held, spent_mc :spent, pending_refund_mc :pending, settled_mc :settled, \
-                 in_flight :in_flight, waiting :waiting, queued :queued, headroom_mc :room SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero",
-            )
+                 in_flight :in_flight, waiting :waiting, queued :queued, headroom_mc :room SET tenant_id = :tenant, \
+                 due_pk = :ledger, due_at = :zero{joins}",
+                // An operation starts waiting: the tenant joins the waiting
+                // set, keeping its place if it is there already.
+                joins = if delta.waiting > 0 {
+                    ", wait_pk = :set, wait_sk = if_not_exists(wait_sk, :joined)"
+                } else {
+                    ""
+                },
+            ))
             .expression_attribute_values(":held", mc(delta.held))
             .expression_attribute_values(":spent", mc(delta.spent))
             .expression_attribute_values(":pending", mc(delta.pending_refund))
@@ -174,8 +189,18 @@ impl DynamoStore {
             .expression_attribute_values(":queued", n(delta.queued))
             .expression_attribute_values(":room", mc(-delta.held))
             .expression_attribute_values(":tenant", AttributeValue::S(prev.tenant_id.as_str().to_owned()))
-            .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
+            .expression_attribute_values(":ledger", Self::ledger_partition(prev.tenant_id.as_str()))
             .expression_attribute_values(":zero", n(0));
+        if delta.waiting > 0 {
+            let tenant = prev.tenant_id.as_str();
+            let joined = format!("{:015}#{tenant}", chrono::Utc::now().timestamp_millis().max(0));
+            counters = counters
+                .expression_attribute_values(
+                    ":set",
+                    AttributeValue::S(waiting_set_key(tenant_shard(tenant, WAITING_SET_SHARDS))),
+                )
+                .expression_attribute_values(":joined", AttributeValue::S(joined));
+        }
         if reserves {
             // Room for the reservation under the spend limit, and a slot
             // under the tenant's own limit of jobs in flight.
@@ -219,38 +244,6 @@ fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, r
             reasons.iter().map(|r| r.code()).collect::<Vec<_>>()
         ))
     }
-}
-
-/// The number attribute `name`, if the item has it, as a `T`: an amount
-/// of millicredits or a count.
-fn number<T: std::str::FromStr>(item: &Item, name: &str) -> Result<Option<T>, StoreError> {
-    match item.get(name) {
-        None => Ok(None),
-        Some(AttributeValue::N(v)) => v
-            .parse::<T>()
-            .map(Some)
-            .map_err(|_| StoreError::Decode(format!("{name} is not an integer: {v}"))),
-        Some(other) => Err(StoreError::Decode(format!("{name} is not a number: {other:?}"))),
-    }
-}
-
-fn ledger_from_item(tenant: &str, item: &Item) -> Result<TenantLedger, StoreError> {
-    let credits = |name| number::<Millicredits>(item, name).map(Option::unwrap_or_default);
-    let count = |name| number::<i64>(item, name).map(Option::unwrap_or_default);
-    Ok(TenantLedger {
-        tenant_id: tenant.to_owned(),
-        totals: Shares {
-            held: credits("held_mc")?,
-            spent: credits("spent_mc")?,
-            pending_refund: credits("pending_refund_mc")?,
-            settled: credits("settled_mc")?,
-            in_flight: count("in_flight")?,
-            waiting: count("waiting")?,
-            queued: count("queued")?,
-        },
-        spend_limit: number(item, "spend_limit_mc")?,
-        max_in_flight: number::<i64>(item, "max_in_flight")?.and_then(|m| u32::try_from(m).ok()),
-    })
 }
 
 impl TenantLedgers for DynamoStore {
@@ -332,34 +325,11 @@ impl TenantLedgers for DynamoStore {
     }
 
     async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(crate::schema::DUE_INDEX)
-            .key_condition_expression("due_pk = :ledger")
-            .expression_attribute_values(":ledger", AttributeValue::S(LEDGER_PARTITION.to_owned()))
-            .limit(limit.max(1))
-            .set_exclusive_start_key(cursor.map(decode_cursor).transpose()?)
-            .send()
-            .await
-            .map_err(service_error)?;
-        let mut ledgers = Vec::new();
-        for key in out.items() {
-            let Some(AttributeValue::S(pk)) = key.get("pk") else {
-                continue;
-            };
-            let Some(tenant) = pk.strip_prefix(LEDGER_PREFIX) else {
-                continue;
-            };
-            let tenant = TenantId::parse(tenant).map_err(|e| StoreError::Decode(e.to_string()))?;
-            ledgers.push(self.ledger(&tenant).await?);
-        }
-        ledgers.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
-        Ok(LedgerPage {
-            ledgers,
-            next: out.last_evaluated_key().and_then(encode_cursor),
-        })
+        self.ledger_page(limit, cursor).await
+    }
+
+    async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
+        self.read_waiting_set(limit).await
     }
 
     async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {

@@ -7,10 +7,12 @@
 //! A change that moves the operation's share of its tenant's credits is one
 //! `TransactWriteItems` of the record's update and the tenant ledger item's
 //! `ADD`s, so the counters cannot drift from the records. Ledger items
-//! (`TENANT#<tenant>`) sit in the due-time index under the `LEDGER`
-//! partition, which the sweep never reads, so operators can list them
+//! (`TENANT#<tenant>`) sit in the due-time index under `LEDGER#<shard>`
+//! partitions, which the sweep never reads, so operators can list them
 //! without a scan; their counter updates touch no projected attribute and
-//! cost the index nothing.
+//! cost the index nothing. A tenant with operations waiting is also in the
+//! waiting set (`wait-index` under `WAITING#<shard>`), which wake-ups read
+//! instead of every ledger (`ledger_reads.rs`).
 
 use aws_sdk_dynamodb::Client;
 use genace_stages::ports::metrics::Metrics;
@@ -18,6 +20,7 @@ use genace_stages::ports::metrics::Metrics;
 mod cases;
 mod endpoints;
 mod item;
+mod ledger_reads;
 mod ledgers;
 mod listing;
 mod position;

@@ -43,6 +43,12 @@ struct Tables {
     /// Delivery logs by `<tenant>\u{0}<endpoint>`, by sort key, with when each entry expires.
     attempts: BTreeMap<String, BTreeMap<String, (DateTime<Utc>, genace_core::webhook::WebhookAttempt)>>,
     account: genace_core::ledger::AccountCapacity,
+    /// The waiting set: each tenant that had an operation start waiting, by
+    /// the order it joined (DynamoDB's sparse index of the same; see
+    /// `TenantLedgers::waiting_ledgers`), until a read finds it drained.
+    waiting_set: BTreeMap<String, u64>,
+    /// The order the next tenant joins the waiting set with.
+    joined: u64,
     /// Kept events by `<tenant>\u{0}<event id>`, with when each expires.
     kept: BTreeMap<String, (DateTime<Utc>, String)>,
 }
@@ -381,6 +387,28 @@ impl TenantLedgers for MemoryStore {
         Ok(true)
     }
 
+    async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
+        let mut table = self.lock();
+        let tables = &mut *table;
+        let mut order: Vec<(u64, String)> = tables.waiting_set.iter().map(|(t, at)| (*at, t.clone())).collect();
+        order.sort();
+        let limit = limit.clamp(1, crate::ports::table::WAITING_READ_MAX);
+        let mut found = Vec::new();
+        for (_, tenant) in order {
+            if found.len() >= limit {
+                break;
+            }
+            match tables.ledgers.get(&tenant) {
+                Some(l) if l.totals.waiting > 0 => found.push(l.clone()),
+                // Drained since it joined: dropped as it is read.
+                _ => {
+                    tables.waiting_set.remove(&tenant);
+                }
+            }
+        }
+        Ok(found)
+    }
+
     async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
         let table = self.lock();
         let limit = limit.max(1) as usize;
@@ -584,6 +612,10 @@ impl MemoryStore {
                         tables.account.jobs_ended += 1;
                     }
                     entry.totals = totals;
+                    if delta.waiting > 0 && !tables.waiting_set.contains_key(tenant) {
+                        tables.joined += 1;
+                        tables.waiting_set.insert(tenant.to_owned(), tables.joined);
+                    }
                     tables.account.in_flight = in_flight;
                     tables.account.waiting = waiting;
                     tables.account.queued = queued;

@@ -147,15 +147,23 @@ where
         };
         let token = uuid::Uuid::new_v4().to_string();
         // One decision, re-made on the current record when the write loses a race.
-        let decided = commit_with(&self.store, rec, write_attempts(), |r| self.decide(r, &token, now)).await;
+        // The deadline is judged at the time of each claim write, not at
+        // the first read: a retried write reads the clock again.
+        let decided = commit_with(&self.store, rec, write_attempts(), |r| {
+            self.decide(r, &token, self.clock.now())
+        })
+        .await;
         match decided {
             Ok((claimed, Decided::Claimed { fault, waited_since })) => {
                 self.admitted(waited_since, now);
+                // Nothing between the claim and its POST but the POST: the
+                // next waiters are woken once its outcome is committed.
+                let posted = self.submit(claimed, &token, fault).await;
                 if waited_since.is_some() {
                     // Woken and admitted: there may be room for the next.
                     crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
                 }
-                self.submit(claimed, &token, fault).await.map(Dispatched::Posted)
+                posted.map(Dispatched::Posted)
             }
             Ok((interrupted, Decided::Interrupted)) => {
                 case_opened(&self.metrics, &interrupted);

@@ -29,6 +29,11 @@ use genace_core::record::OperationRecord;
 /// and the woken claims free or take slots one by one anyway.
 pub const MAX_WAKE: usize = 25;
 
+/// Waiting tenants a wake-up weighs against each other at most (those that
+/// have waited longest): enough for [`MAX_WAKE`] turns with room to choose
+/// the one with the fewest jobs in flight.
+pub const WAKE_CANDIDATES: usize = 2 * MAX_WAKE;
+
 /// Whether the write of `next` over `prev` freed a slot of the account.
 pub fn frees_a_slot(prev: &OperationRecord, next: &OperationRecord) -> bool {
     ledger::share(next).in_flight < ledger::share(prev).in_flight
@@ -57,7 +62,8 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
 /// repaired (free slots while operations wait); and the gauges are emitted
 /// (`InFlight`, `Waiting`, `EffectiveLimit` when there is a limit, and
 /// `OldestWaitSeconds`, 0 when nobody waits, which the alarm watches). The
-/// ledgers are read once, and only when operations wait. Failures are
+/// waiting set is read once, and only when operations wait: the heads of
+/// the tenants that have waited longest give the oldest wait. Failures are
 /// logged: the next run looks again.
 pub async fn sweep<S: OperationStore, Q: WorkQueue>(
     store: &S,
@@ -308,6 +314,9 @@ pub async fn queue_position<S: OperationStore>(store: &S, rec: &OperationRecord)
     }
 }
 
+/// Tenants whose heads the oldest-wait gauge reads at most.
+const OLDEST_WAIT_HEADS: usize = 8;
+
 /// Since when the longest of the waiting tenants' heads waits, the tenants
 /// as `wake` read them, else read now. Failures are logged.
 async fn oldest_wait_of<S: OperationStore>(
@@ -326,7 +335,9 @@ async fn oldest_wait_of<S: OperationStore>(
         },
     };
     let mut oldest: Option<chrono::DateTime<chrono::Utc>> = None;
-    for turn in tenants {
+    // The set is in the order tenants began to wait: the oldest head is
+    // among the first few, and the gauge reads no more than those.
+    for turn in tenants.iter().take(OLDEST_WAIT_HEADS) {
         match oldest_wait(store, &turn.ledger.tenant_id, now).await {
             Ok(Some(since)) => oldest = Some(oldest.map_or(since, |o| o.min(since))),
             Ok(None) => {}
@@ -359,26 +370,19 @@ struct Turn {
     taken: i64,
 }
 
-/// Every tenant with an operation waiting for a slot.
+/// The tenants with operations waiting that a wake-up considers: those
+/// waiting longest, at most [`WAKE_CANDIDATES`], from the waiting set. Never
+/// every ledger: what a wake-up reads does not grow with the tenants.
 async fn waiting_tenants<S: OperationStore>(store: &S) -> Result<Vec<Turn>, StoreError> {
-    let mut turns = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = store.ledgers(100, cursor.as_deref()).await?;
-        turns.extend(
-            page.ledgers
-                .into_iter()
-                .filter(|l| l.totals.waiting > 0)
-                .map(|ledger| Turn {
-                    ledger,
-                    heads: Vec::new(),
-                    fetched: false,
-                    taken: 0,
-                }),
-        );
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => return Ok(turns),
-        }
-    }
+    Ok(store
+        .waiting_ledgers(WAKE_CANDIDATES)
+        .await?
+        .into_iter()
+        .map(|ledger| Turn {
+            ledger,
+            heads: Vec::new(),
+            fetched: false,
+            taken: 0,
+        })
+        .collect())
 }

@@ -149,6 +149,9 @@ pub trait OperationRecords: Send + Sync {
     -> impl Future<Output = Result<Vec<CaseCount>, StoreError>> + Send;
 }
 
+/// The most ledgers one read of the waiting set returns.
+pub const WAITING_READ_MAX: usize = 100;
+
 /// Tenants' credit ledgers and spend limits. The counters move with record
 /// writes ([`OperationRecords::apply`]); this reads them and sets limits.
 pub trait TenantLedgers: Send + Sync {
@@ -176,8 +179,17 @@ pub trait TenantLedgers: Send + Sync {
         learned: Option<u32>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// One page of every tenant's ledger, in tenant order.
+    /// One page of every tenant's ledger, for operators' reports.
     fn ledgers(&self, limit: i32, cursor: Option<&str>) -> impl Future<Output = Result<LedgerPage, StoreError>> + Send;
+
+    /// The ledgers of tenants with operations waiting, those waiting longest
+    /// first, at most `limit` (at most [`WAITING_READ_MAX`]). It reads the
+    /// waiting set, which the write that moves a tenant's counters keeps in
+    /// the same transaction, never the list of every ledger: its cost grows
+    /// with `limit`, not with the number of tenants. A tenant is in the set
+    /// from the first write that makes one of its operations wait; an entry
+    /// whose tenant no longer waits is dropped when it is read.
+    fn waiting_ledgers(&self, limit: usize) -> impl Future<Output = Result<Vec<TenantLedger>, StoreError>> + Send;
 
     /// Sets (or, with `None`, removes) the most jobs a tenant may have in
     /// flight at once. Jobs already in flight keep their slots.

@@ -1,0 +1,265 @@
+//! Reading ledgers without reading them all: the waiting set (the tenants
+//! with operations waiting, in the sparse `wait-index` under
+//! `WAITING#<shard>`, sorted by when each joined) for wake-ups, and the
+//! sharded listing of every ledger (`due-index` under `LEDGER#<shard>`) for
+//! operators' reports. Ledgers are fetched by `BatchGetItem`, up to 100 a
+//! request, never one `GetItem` each.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use genace_core::domain::TenantId;
+use genace_core::ledger::{Millicredits, Shares, TenantLedger};
+use genace_stages::ports::table::{LedgerPage, StoreError, WAITING_READ_MAX};
+
+use crate::schema::{
+    DUE_INDEX, LEDGER_LIST_SHARDS, LEDGER_PREFIX, LEGACY_LEDGER_PARTITION, WAIT_INDEX, WAITING_SET_SHARDS, ledger_key,
+    ledger_list_partition, waiting_set_key,
+};
+
+use super::DynamoStore;
+use super::item::{Item, service_error};
+use super::position::{decode_cursor, encode_cursor};
+
+/// Rounds of `BatchGetItem` for the keys DynamoDB left unprocessed.
+const BATCH_ROUNDS: usize = 5;
+/// Reads of the waiting set per call, when the entries read had drained.
+const WAITING_SET_PASSES: usize = 4;
+
+/// The number attribute `name`, if the item has it, as a `T`: an amount
+/// of millicredits or a count.
+pub(super) fn number<T: std::str::FromStr>(item: &Item, name: &str) -> Result<Option<T>, StoreError> {
+    match item.get(name) {
+        None => Ok(None),
+        Some(AttributeValue::N(v)) => v
+            .parse::<T>()
+            .map(Some)
+            .map_err(|_| StoreError::Decode(format!("{name} is not an integer: {v}"))),
+        Some(other) => Err(StoreError::Decode(format!("{name} is not a number: {other:?}"))),
+    }
+}
+
+pub(super) fn ledger_from_item(tenant: &str, item: &Item) -> Result<TenantLedger, StoreError> {
+    let credits = |name| number::<Millicredits>(item, name).map(Option::unwrap_or_default);
+    let count = |name| number::<i64>(item, name).map(Option::unwrap_or_default);
+    Ok(TenantLedger {
+        tenant_id: tenant.to_owned(),
+        totals: Shares {
+            held: credits("held_mc")?,
+            spent: credits("spent_mc")?,
+            pending_refund: credits("pending_refund_mc")?,
+            settled: credits("settled_mc")?,
+            in_flight: count("in_flight")?,
+            waiting: count("waiting")?,
+            queued: count("queued")?,
+        },
+        spend_limit: number(item, "spend_limit_mc")?,
+        max_in_flight: number::<i64>(item, "max_in_flight")?.and_then(|m| u32::try_from(m).ok()),
+    })
+}
+
+/// The tenant of a ledger item's key.
+fn tenant_of(item: &Item) -> Option<&str> {
+    match item.get("pk") {
+        Some(AttributeValue::S(pk)) => pk.strip_prefix(LEDGER_PREFIX),
+        _ => None,
+    }
+}
+
+/// Where a ledger listing stands: the shard, and the key it stopped at.
+fn split_cursor(cursor: Option<&str>) -> Result<(u32, Option<Item>), StoreError> {
+    let Some(cursor) = cursor else {
+        return Ok((0, None));
+    };
+    let (shard, inner) = cursor.split_once('.').ok_or(StoreError::Cursor)?;
+    let shard: u32 = shard.parse().map_err(|_| StoreError::Cursor)?;
+    if shard > LEDGER_LIST_SHARDS {
+        return Err(StoreError::Cursor);
+    }
+    let inner = (!inner.is_empty()).then(|| decode_cursor(inner)).transpose()?;
+    Ok((shard, inner))
+}
+
+/// The listing's partition `shard`; the last is the one from before shards.
+fn list_partition(shard: u32) -> String {
+    if shard == LEDGER_LIST_SHARDS {
+        LEGACY_LEDGER_PARTITION.to_owned()
+    } else {
+        ledger_list_partition(shard)
+    }
+}
+
+impl DynamoStore {
+    /// Tenants' ledgers by `BatchGetItem` (consistent), in the order asked;
+    /// a tenant never seen has zeros.
+    pub(super) async fn batch_ledgers(&self, tenants: &[String]) -> Result<Vec<TenantLedger>, StoreError> {
+        let mut found: HashMap<String, TenantLedger> = HashMap::new();
+        for chunk in tenants.chunks(100) {
+            let keys: Vec<Item> = chunk
+                .iter()
+                .map(|t| HashMap::from([("pk".to_owned(), AttributeValue::S(ledger_key(t)))]))
+                .collect();
+            let mut pending = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| StoreError::Service(e.to_string()))?,
+            );
+            for _ in 0..BATCH_ROUNDS {
+                let Some(ask) = pending.take() else { break };
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, ask)
+                    .send()
+                    .await
+                    .map_err(service_error)?;
+                for item in out.responses().and_then(|r| r.get(&self.table)).into_iter().flatten() {
+                    if let Some(tenant) = tenant_of(item) {
+                        found.insert(tenant.to_owned(), ledger_from_item(tenant, item)?);
+                    }
+                }
+                pending = out
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&self.table))
+                    .filter(|k| !k.keys().is_empty())
+                    .cloned();
+            }
+            if pending.is_some() {
+                return Err(StoreError::Service("ledgers left unprocessed by BatchGetItem".into()));
+            }
+        }
+        Ok(tenants
+            .iter()
+            .map(|t| {
+                found.remove(t).unwrap_or_else(|| TenantLedger {
+                    tenant_id: t.clone(),
+                    ..TenantLedger::default()
+                })
+            })
+            .collect())
+    }
+
+    /// The first `limit` entries of the waiting set's shard: (when the
+    /// tenant joined, the tenant).
+    async fn waiting_shard(&self, shard: u32, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(WAIT_INDEX)
+            .key_condition_expression("wait_pk = :set")
+            .expression_attribute_values(":set", AttributeValue::S(waiting_set_key(shard)))
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .send()
+            .await
+            .map_err(service_error)?;
+        Ok(out
+            .items()
+            .iter()
+            .filter_map(|item| {
+                let joined = item.get("wait_sk")?.as_s().ok()?.clone();
+                Some((joined, tenant_of(item)?.to_owned()))
+            })
+            .collect())
+    }
+
+    /// Takes a drained tenant out of the waiting set, unless an operation
+    /// of its started waiting meanwhile.
+    async fn leave_waiting_set(&self, tenant: &str) -> Result<(), StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .update_expression("REMOVE wait_pk, wait_sk")
+            .condition_expression("attribute_exists(pk) AND (attribute_not_exists(waiting) OR waiting <= :zero)")
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(()),
+            Err(e) => Err(service_error(e)),
+        }
+    }
+
+    /// See `TenantLedgers::waiting_ledgers`: each shard's oldest entries
+    /// (one query a shard), their ledgers in one batch, the drained ones
+    /// dropped from the set; read again only while drained entries hid
+    /// waiting ones, a bounded number of times.
+    pub(super) async fn read_waiting_set(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
+        let limit = limit.clamp(1, WAITING_READ_MAX);
+        let mut waiting = Vec::new();
+        for _ in 0..WAITING_SET_PASSES {
+            let reads = (0..WAITING_SET_SHARDS).map(|shard| self.waiting_shard(shard, limit));
+            let mut entries: Vec<(String, String)> = futures_util::future::try_join_all(reads)
+                .await?
+                .into_iter()
+                .flatten()
+                .collect();
+            entries.sort();
+            entries.truncate(limit);
+            let tenants: Vec<String> = entries.into_iter().map(|(_, t)| t).collect();
+            let mut drained = 0;
+            for ledger in self.batch_ledgers(&tenants).await? {
+                if ledger.totals.waiting > 0 {
+                    waiting.push(ledger);
+                } else {
+                    drained += 1;
+                    self.leave_waiting_set(&ledger.tenant_id).await?;
+                }
+            }
+            if drained == 0 || waiting.len() >= limit {
+                break;
+            }
+            waiting.clear();
+        }
+        waiting.truncate(limit);
+        Ok(waiting)
+    }
+
+    /// See `TenantLedgers::ledgers`: shard after shard, then the partition
+    /// from before the shards.
+    pub(super) async fn ledger_page(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
+        let limit = limit.max(1);
+        let (mut shard, mut start) = split_cursor(cursor)?;
+        let mut tenants = Vec::new();
+        let mut next = None;
+        while shard <= LEDGER_LIST_SHARDS {
+            let want = limit - i32::try_from(tenants.len()).unwrap_or(i32::MAX);
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(DUE_INDEX)
+                .key_condition_expression("due_pk = :ledger")
+                .expression_attribute_values(":ledger", AttributeValue::S(list_partition(shard)))
+                .limit(want)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(service_error)?;
+            tenants.extend(out.items().iter().filter_map(|k| tenant_of(k).map(str::to_owned)));
+            match out.last_evaluated_key() {
+                Some(key) => start = Some(key.clone()),
+                None => shard += 1,
+            }
+            if i32::try_from(tenants.len()).unwrap_or(i32::MAX) >= limit {
+                if shard <= LEDGER_LIST_SHARDS {
+                    let inner = start.as_ref().and_then(encode_cursor).unwrap_or_default();
+                    next = Some(format!("{shard}.{inner}"));
+                }
+                break;
+            }
+        }
+        for t in &tenants {
+            TenantId::parse(t).map_err(|e| StoreError::Decode(e.to_string()))?;
+        }
+        let mut ledgers = self.batch_ledgers(&tenants).await?;
+        ledgers.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
+        Ok(LedgerPage { ledgers, next })
+    }
+}
