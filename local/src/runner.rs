@@ -229,16 +229,16 @@ impl Consumer {
         self.spawn_deferring(tasks, url, stage, VisibilityTimeout);
     }
 
-    /// [`Self::spawn`], with failed messages deferred through `redelivery`
+    /// [`Self::spawn`], with failed messages deferred through `deferral`
     /// (what `genace_edge::sqs::serve_sqs_with` does in the Lambda).
     fn spawn_deferring<S: Stage + 'static, R: ReceiptDeferral + 'static>(
         &self,
         tasks: &mut JoinSet<()>,
         url: &str,
         stage: S,
-        redelivery: R,
+        deferral: R,
     ) {
-        let both = Arc::new((stage, redelivery));
+        let both = Arc::new((stage, deferral));
         self.spawn_batches(tasks, url, move |event| {
             let both = both.clone();
             async move { Some(process_batch_with(event, &both.0, &both.1).await) }

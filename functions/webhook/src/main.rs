@@ -5,6 +5,6 @@
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     genace_app::telemetry::init();
-    let (stage, redelivery) = genace_app::webhooks_from_env().await?;
-    genace_edge::sqs::serve_sqs_with(stage, redelivery).await
+    let (stage, deferral) = genace_app::webhooks_from_env().await?;
+    genace_edge::sqs::serve_sqs_with(stage, deferral).await
 }

@@ -79,7 +79,7 @@ impl RecoveryChannel for SqsQueue {
     }
 }
 
-/// Defers the redelivery of messages received from one queue by changing
+/// Defers when messages received from one queue are received again, by changing
 /// their visibility timeout.
 #[derive(Debug, Clone)]
 pub struct SqsReceiptDeferral {

@@ -1443,8 +1443,9 @@ async fn kept_events_are_per_tenant_and_expire<S: OperationStore>(store: S) {
 
 /// The waiting set: only tenants with operations waiting, those that began
 /// waiting first before the others, bounded by the limit asked; a tenant
-/// whose operations were all claimed leaves it, and one that never waited
-/// (however many there are) is never read.
+/// served (one of its waiters claimed) goes to the back, one whose waiters
+/// were all claimed leaves it, and one that never waited (however many
+/// there are) is never read.
 async fn the_waiting_set_holds_only_tenants_that_wait<S: OperationStore>(store: S) {
     let t0 = Utc::now();
     // Tenants that finished a job and wait for nothing.
@@ -1479,13 +1480,15 @@ async fn the_waiting_set_holds_only_tenants_that_wait<S: OperationStore>(store: 
         [("set-a".to_owned(), 2), ("set-b".to_owned(), 1)],
         "bounded, oldest first"
     );
-    // set-b's only waiter is claimed: it drops out; set-a keeps its place
-    // while one of its two still waits.
+    // set-b's only waiter is claimed: it drops out. One of set-a's two is
+    // claimed: served, set-a goes to the back behind set-c (turns).
     store.apply(&waiting[1], &claimed(&waiting[1], "tok")).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     store.apply(&waiting[0], &claimed(&waiting[0], "tok")).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     assert_eq!(
         names(store.waiting_ledgers(2).await.unwrap()),
-        [("set-a".to_owned(), 1), ("set-c".to_owned(), 1)]
+        [("set-c".to_owned(), 1), ("set-a".to_owned(), 1)]
     );
     // Waiting again, set-b joins behind the others.
     let again = record_for("set-b", "2", "p");
@@ -1495,8 +1498,8 @@ async fn the_waiting_set_holds_only_tenants_that_wait<S: OperationStore>(store: 
     assert_eq!(
         names(store.waiting_ledgers(10).await.unwrap()),
         [
-            ("set-a".to_owned(), 1),
             ("set-c".to_owned(), 1),
+            ("set-a".to_owned(), 1),
             ("set-b".to_owned(), 1)
         ]
     );

@@ -21,7 +21,7 @@ pub async fn process_batch<S: Stage>(event: SqsEvent, stage: &S) -> SqsBatchResp
 pub async fn process_batch_with<S: Stage, R: ReceiptDeferral>(
     event: SqsEvent,
     stage: &S,
-    redelivery: &R,
+    deferral: &R,
 ) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
     // SQS counts a receipt's 12 hours from the receive, which came before this start.
@@ -36,13 +36,13 @@ pub async fn process_batch_with<S: Stage, R: ReceiptDeferral>(
         if let Err(e) = handle_received(stage, body, receives(&record)).await {
             match e {
                 StageError::Crashed(_) => {
-                    warn!(message_id = %id, error = %e, "message left for redelivery")
+                    warn!(message_id = %id, error = %e, "message left to be received again")
                 }
-                _ => error!(message_id = %id, error = %e, "message left for redelivery"),
+                _ => error!(message_id = %id, error = %e, "message left to be received again"),
             }
             let asked = stage.retry_after(&e, receives(&record));
             let seconds = asked.map(|s| visibility_left(s, started.elapsed()));
-            defer(&record, seconds, redelivery).await;
+            defer(&record, seconds, deferral).await;
             response.add_failure(id);
         }
     }
@@ -58,13 +58,13 @@ fn receives(record: &SqsMessage) -> u32 {
         .unwrap_or(1)
 }
 
-async fn defer<R: ReceiptDeferral>(record: &SqsMessage, seconds: Option<u32>, redelivery: &R) {
+async fn defer<R: ReceiptDeferral>(record: &SqsMessage, seconds: Option<u32>, deferral: &R) {
     let (Some(seconds), Some(receipt)) = (seconds, record.receipt_handle.as_deref()) else {
         return;
     };
-    if let Err(e) = redelivery.defer_receipt(receipt, seconds).await {
+    if let Err(e) = deferral.defer_receipt(receipt, seconds).await {
         // The message still comes back, after the queue's visibility timeout.
-        warn!(message_id = ?record.message_id, seconds, error = %e, "could not defer the redelivery");
+        warn!(message_id = ?record.message_id, seconds, error = %e, "could not defer the receipt");
     }
 }
 
@@ -74,15 +74,12 @@ pub async fn serve_sqs<S: Stage>(stage: S) -> Result<(), lambda_runtime::Error> 
     serve_sqs_with(stage, VisibilityTimeout).await
 }
 
-/// [`serve_sqs`], with failed messages deferred through `redelivery`.
-pub async fn serve_sqs_with<S: Stage, R: ReceiptDeferral>(
-    stage: S,
-    redelivery: R,
-) -> Result<(), lambda_runtime::Error> {
-    let (stage, redelivery) = (&stage, &redelivery);
+/// [`serve_sqs`], with failed messages deferred through `deferral`.
+pub async fn serve_sqs_with<S: Stage, R: ReceiptDeferral>(stage: S, deferral: R) -> Result<(), lambda_runtime::Error> {
+    let (stage, deferral) = (&stage, &deferral);
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<SqsEvent>| async move {
-            Ok::<SqsBatchResponse, lambda_runtime::Error>(process_batch_with(event.payload, stage, redelivery).await)
+            Ok::<SqsBatchResponse, lambda_runtime::Error>(process_batch_with(event.payload, stage, deferral).await)
         },
     ))
     .await

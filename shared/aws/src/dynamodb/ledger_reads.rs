@@ -193,7 +193,7 @@ impl DynamoStore {
     pub(super) async fn read_waiting_set(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
         let limit = limit.clamp(1, WAITING_READ_MAX);
         let mut waiting = Vec::new();
-        for _ in 0..WAITING_SET_PASSES {
+        for pass in 1..=WAITING_SET_PASSES {
             let reads = (0..WAITING_SET_SHARDS).map(|shard| self.waiting_shard(shard, limit));
             let mut entries: Vec<(String, String)> = futures_util::future::try_join_all(reads)
                 .await?
@@ -204,6 +204,7 @@ impl DynamoStore {
             entries.truncate(limit);
             let tenants: Vec<String> = entries.into_iter().map(|(_, t)| t).collect();
             let mut drained = 0;
+            waiting.clear();
             for ledger in self.batch_ledgers(&tenants).await? {
                 if ledger.totals.waiting > 0 {
                     waiting.push(ledger);
@@ -212,10 +213,11 @@ impl DynamoStore {
                     self.leave_waiting_set(&ledger.tenant_id).await?;
                 }
             }
-            if drained == 0 || waiting.len() >= limit {
+            // Read again only while drained entries hid waiting ones; the
+            // last pass's tenants are kept whatever they were.
+            if drained == 0 || waiting.len() >= limit || pass == WAITING_SET_PASSES {
                 break;
             }
-            waiting.clear();
         }
         waiting.truncate(limit);
         Ok(waiting)
@@ -258,6 +260,10 @@ impl DynamoStore {
         for t in &tenants {
             TenantId::parse(t).map_err(|e| StoreError::Decode(e.to_string()))?;
         }
+        // A ledger moved from the old partition may show in both while the
+        // index lags; BatchGetItem refuses a key asked twice.
+        tenants.sort();
+        tenants.dedup();
         let mut ledgers = self.batch_ledgers(&tenants).await?;
         ledgers.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
         Ok(LedgerPage { ledgers, next })

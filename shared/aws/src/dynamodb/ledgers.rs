@@ -173,11 +173,14 @@ impl DynamoStore {
                  in_flight :in_flight, waiting :waiting, queued :queued, headroom_mc :room SET tenant_id = :tenant, \
                  due_pk = :ledger, due_at = :zero{joins}",
                 // An operation starts waiting: the tenant joins the waiting
-                // set, keeping its place if it is there already.
-                joins = if delta.waiting > 0 {
-                    ", wait_pk = :set, wait_sk = if_not_exists(wait_sk, :joined)"
-                } else {
-                    ""
+                // set, keeping its place if it is there already. One stops
+                // waiting (claimed, or cancelled): the tenant goes to the
+                // back, so tenants take turns, and one that drained is
+                // dropped by the next read.
+                joins = match delta.waiting.signum() {
+                    1 => ", wait_pk = :set, wait_sk = if_not_exists(wait_sk, :joined)",
+                    -1 => ", wait_pk = :set, wait_sk = :joined",
+                    _ => "",
                 },
             ))
             .expression_attribute_values(":held", mc(delta.held))
@@ -191,7 +194,7 @@ impl DynamoStore {
             .expression_attribute_values(":tenant", AttributeValue::S(prev.tenant_id.as_str().to_owned()))
             .expression_attribute_values(":ledger", Self::ledger_partition(prev.tenant_id.as_str()))
             .expression_attribute_values(":zero", n(0));
-        if delta.waiting > 0 {
+        if delta.waiting != 0 {
             let tenant = prev.tenant_id.as_str();
             let joined = format!("{:015}#{tenant}", chrono::Utc::now().timestamp_millis().max(0));
             counters = counters

@@ -1,7 +1,5 @@
 //! A clock that moves only when told.
 
-#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};

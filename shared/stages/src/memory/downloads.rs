@@ -1,6 +1,5 @@
 //! Outputs served from memory, by URL.
 
-#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

@@ -1,6 +1,5 @@
 //! Genace, in memory: a plan of answers, the jobs it holds, and its books.
 
-#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 mod clock;
 mod downloads;
 mod genace;
+mod ledgers;
 mod objects;
 mod queue;
 mod store;

@@ -1,6 +1,5 @@
 //! The output bucket, in memory: whole puts and multipart uploads.
 
-#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

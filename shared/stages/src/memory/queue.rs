@@ -1,7 +1,6 @@
 //! The work queues and the recovery channel, in memory, with SQS's delay,
 //! visibility timeout and redelivery.
 
-#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

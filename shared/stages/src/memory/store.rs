@@ -1,6 +1,5 @@
 //! The operation table, in memory, with DynamoDB's semantics as the stages rely on them.
 
-#[allow(unused_imports, reason = "the parent's imports, shared by every adapter file")]
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -10,8 +9,8 @@ use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
 
 use crate::ports::table::{
-    Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, LedgerPage, OperationRecords,
-    StoreError, TenantLedgers, WebhookSettings, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
+    Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, OperationRecords, StoreError,
+    WebhookSettings, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
 };
 
 /// The operation table, in memory. Clones share the same table.
@@ -35,22 +34,22 @@ impl std::fmt::Debug for Rival {
 }
 
 #[derive(Debug, Default)]
-struct Tables {
-    records: BTreeMap<String, OperationRecord>,
-    ledgers: BTreeMap<String, TenantLedger>,
-    webhooks: BTreeMap<String, genace_core::webhook::WebhookConfig>,
-    endpoints: BTreeMap<String, genace_core::webhook::EndpointSet>,
+pub(super) struct Tables {
+    pub(super) records: BTreeMap<String, OperationRecord>,
+    pub(super) ledgers: BTreeMap<String, TenantLedger>,
+    pub(super) webhooks: BTreeMap<String, genace_core::webhook::WebhookConfig>,
+    pub(super) endpoints: BTreeMap<String, genace_core::webhook::EndpointSet>,
     /// Delivery logs by `<tenant>\u{0}<endpoint>`, by sort key, with when each entry expires.
-    attempts: BTreeMap<String, BTreeMap<String, (DateTime<Utc>, genace_core::webhook::WebhookAttempt)>>,
-    account: genace_core::ledger::AccountCapacity,
+    pub(super) attempts: BTreeMap<String, BTreeMap<String, (DateTime<Utc>, genace_core::webhook::WebhookAttempt)>>,
+    pub(super) account: genace_core::ledger::AccountCapacity,
     /// The waiting set: each tenant that had an operation start waiting, by
     /// the order it joined (DynamoDB's sparse index of the same; see
     /// `TenantLedgers::waiting_ledgers`), until a read finds it drained.
-    waiting_set: BTreeMap<String, u64>,
+    pub(super) waiting_set: BTreeMap<String, u64>,
     /// The order the next tenant joins the waiting set with.
-    joined: u64,
+    pub(super) joined: u64,
     /// Kept events by `<tenant>\u{0}<event id>`, with when each expires.
-    kept: BTreeMap<String, (DateTime<Utc>, String)>,
+    pub(super) kept: BTreeMap<String, (DateTime<Utc>, String)>,
 }
 
 impl std::ops::Deref for Tables {
@@ -109,7 +108,7 @@ impl MemoryStore {
     }
 
     /// Changes a tenant's ledger (made on first use); returns it as changed.
-    fn with_ledger(&self, tenant: &TenantId, change: impl FnOnce(&mut TenantLedger)) -> TenantLedger {
+    pub(super) fn with_ledger(&self, tenant: &TenantId, change: impl FnOnce(&mut TenantLedger)) -> TenantLedger {
         let mut table = self.lock();
         let entry = table
             .ledgers
@@ -122,7 +121,7 @@ impl MemoryStore {
         entry.clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
         // A test that panicked while holding the lock leaves a usable table.
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -349,92 +348,6 @@ impl MemoryStore {
     }
 }
 
-impl TenantLedgers for MemoryStore {
-    async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
-        Ok(self
-            .lock()
-            .ledgers
-            .get(tenant.as_str())
-            .cloned()
-            .unwrap_or_else(|| TenantLedger {
-                tenant_id: tenant.as_str().to_owned(),
-                ..TenantLedger::default()
-            }))
-    }
-
-    async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {
-        Ok(self.with_ledger(tenant, |l| l.max_in_flight = limit))
-    }
-
-    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
-        Ok(self.lock().account)
-    }
-
-    async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
-        let account = &mut self.lock().account;
-        account.set_limit = limit;
-        account.learned = None;
-        Ok(*account)
-    }
-
-    async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
-        let account = &mut self.lock().account;
-        if account.learned != seen {
-            return Ok(false);
-        }
-        account.learned = learned;
-        account.learned_mark = account.jobs_ended;
-        Ok(true)
-    }
-
-    async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
-        let mut table = self.lock();
-        let tables = &mut *table;
-        let mut order: Vec<(u64, String)> = tables.waiting_set.iter().map(|(t, at)| (*at, t.clone())).collect();
-        order.sort();
-        let limit = limit.clamp(1, crate::ports::table::WAITING_READ_MAX);
-        let mut found = Vec::new();
-        for (_, tenant) in order {
-            if found.len() >= limit {
-                break;
-            }
-            match tables.ledgers.get(&tenant) {
-                Some(l) if l.totals.waiting > 0 => found.push(l.clone()),
-                // Drained since it joined: dropped as it is read.
-                _ => {
-                    tables.waiting_set.remove(&tenant);
-                }
-            }
-        }
-        Ok(found)
-    }
-
-    async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
-        let table = self.lock();
-        let limit = limit.max(1) as usize;
-        let mut page: Vec<TenantLedger> = table
-            .ledgers
-            .values()
-            .filter(|l| cursor.is_none_or(|c| l.tenant_id.as_str() > c))
-            .take(limit + 1)
-            .cloned()
-            .collect();
-        let next = (page.len() > limit).then(|| {
-            page.truncate(limit);
-            page.last().map(|l| l.tenant_id.clone()).unwrap_or_default()
-        });
-        Ok(LedgerPage { ledgers: page, next })
-    }
-
-    async fn set_spend_limit(
-        &self,
-        tenant: &TenantId,
-        limit: Option<Millicredits>,
-    ) -> Result<TenantLedger, StoreError> {
-        Ok(self.with_ledger(tenant, |l| l.spend_limit = limit))
-    }
-}
-
 impl crate::ports::table::WebhookEndpoints for MemoryStore {
     async fn endpoints(&self, tenant: &TenantId) -> Result<genace_core::webhook::EndpointSet, StoreError> {
         Ok(self.lock().endpoints.get(tenant.as_str()).cloned().unwrap_or_default())
@@ -612,7 +525,9 @@ impl MemoryStore {
                         tables.account.jobs_ended += 1;
                     }
                     entry.totals = totals;
-                    if delta.waiting > 0 && !tables.waiting_set.contains_key(tenant) {
+                    // Joins the waiting set, or keeps its place; one that
+                    // stops waiting goes to the back (tenants take turns).
+                    if delta.waiting < 0 || (delta.waiting > 0 && !tables.waiting_set.contains_key(tenant)) {
                         tables.joined += 1;
                         tables.waiting_set.insert(tenant.to_owned(), tables.joined);
                     }

@@ -1,0 +1,95 @@
+//! The tenant ledgers and the account item, in memory: the counters the
+//! record's writes move (in `store.rs`), the operators' limits, and the
+//! waiting set wake-ups read.
+
+use genace_core::domain::TenantId;
+use genace_core::ledger::{Millicredits, TenantLedger};
+
+use super::store::MemoryStore;
+use crate::ports::table::{LedgerPage, StoreError, TenantLedgers};
+
+impl TenantLedgers for MemoryStore {
+    async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
+        Ok(self
+            .lock()
+            .ledgers
+            .get(tenant.as_str())
+            .cloned()
+            .unwrap_or_else(|| TenantLedger {
+                tenant_id: tenant.as_str().to_owned(),
+                ..TenantLedger::default()
+            }))
+    }
+
+    async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {
+        Ok(self.with_ledger(tenant, |l| l.max_in_flight = limit))
+    }
+
+    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+        Ok(self.lock().account)
+    }
+
+    async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+        let account = &mut self.lock().account;
+        account.set_limit = limit;
+        account.learned = None;
+        Ok(*account)
+    }
+
+    async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
+        let account = &mut self.lock().account;
+        if account.learned != seen {
+            return Ok(false);
+        }
+        account.learned = learned;
+        account.learned_mark = account.jobs_ended;
+        Ok(true)
+    }
+
+    async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
+        let mut table = self.lock();
+        let tables = &mut *table;
+        let mut order: Vec<(u64, String)> = tables.waiting_set.iter().map(|(t, at)| (*at, t.clone())).collect();
+        order.sort();
+        let limit = limit.clamp(1, crate::ports::table::WAITING_READ_MAX);
+        let mut found = Vec::new();
+        for (_, tenant) in order {
+            if found.len() >= limit {
+                break;
+            }
+            match tables.ledgers.get(&tenant) {
+                Some(l) if l.totals.waiting > 0 => found.push(l.clone()),
+                // Drained since it joined: dropped as it is read.
+                _ => {
+                    tables.waiting_set.remove(&tenant);
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
+        let table = self.lock();
+        let limit = limit.max(1) as usize;
+        let mut page: Vec<TenantLedger> = table
+            .ledgers
+            .values()
+            .filter(|l| cursor.is_none_or(|c| l.tenant_id.as_str() > c))
+            .take(limit + 1)
+            .cloned()
+            .collect();
+        let next = (page.len() > limit).then(|| {
+            page.truncate(limit);
+            page.last().map(|l| l.tenant_id.clone()).unwrap_or_default()
+        });
+        Ok(LedgerPage { ledgers: page, next })
+    }
+
+    async fn set_spend_limit(
+        &self,
+        tenant: &TenantId,
+        limit: Option<Millicredits>,
+    ) -> Result<TenantLedger, StoreError> {
+        Ok(self.with_ledger(tenant, |l| l.spend_limit = limit))
+    }
+}
