@@ -10,6 +10,7 @@ pub mod browser;
 pub mod console;
 pub mod devauth;
 pub mod events;
+pub mod faults;
 pub mod meter;
 pub mod runner;
 pub mod serve;

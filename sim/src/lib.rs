@@ -49,6 +49,12 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         }
         world.quiesce().err()
     });
+    let conflicts = world.transaction_conflicts();
+    if conflicts > 0 {
+        world
+            .trace
+            .push(format!("transaction tries cancelled for a conflict: {conflicts}"));
+    }
     if let Some(v) = &violation {
         world.trace.push(format!("VIOLATION: {v}"));
     }

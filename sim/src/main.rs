@@ -46,6 +46,10 @@ struct Cli {
     /// --max-in-flight: dispatch must learn the lower limit from 429s.
     #[arg(long, value_name = "JOBS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     genace_limit: Option<u32>,
+    /// Percent of transaction tries cancelled for a conflict, as DynamoDB
+    /// cancels those that meet another on one item.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    transaction_conflicts: u32,
 }
 
 fn planted_bug(name: &str) -> Result<u32, String> {
@@ -125,6 +129,7 @@ fn main() -> ExitCode {
         spend_limit: cli.spend_limit,
         max_in_flight: cli.max_in_flight,
         genace_limit: cli.genace_limit,
+        transaction_conflicts: cli.transaction_conflicts,
         steps: cli.steps.unwrap_or(defaults.steps),
         intents: cli.intents.unwrap_or(defaults.intents),
         ..defaults

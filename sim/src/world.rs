@@ -89,6 +89,9 @@ pub struct Options {
     /// Genace's own limit when lower than `max_in_flight`: dispatch learns
     /// it from 429s.
     pub genace_limit: Option<u32>,
+    /// Percent of transaction tries the store cancels as DynamoDB does when
+    /// two transactions meet on one item (`TransactionConflict`).
+    pub transaction_conflicts: u32,
 }
 
 impl Default for Options {
@@ -101,6 +104,7 @@ impl Default for Options {
             spend_limit: None,
             max_in_flight: None,
             genace_limit: None,
+            transaction_conflicts: 0,
         }
     }
 }
@@ -170,6 +174,13 @@ pub(crate) const KEYS: [&str; 3] = ["k1", "k2", "k3"];
 pub(crate) const PROMPTS: [&str; 2] = ["a lighthouse", "a harbour"];
 
 impl World {
+    /// Transaction tries the store cancelled for a conflict so far.
+    pub(crate) fn transaction_conflicts(&self) -> u64 {
+        self.store.transaction_conflicts()
+    }
+}
+
+impl World {
     pub(crate) fn new(seed: u64, opts: &Options) -> Self {
         let chaos = Chaos::new(seed, opts.crash_per_mille);
         // Learning Genace's limit: every 429 is the account's, so none may
@@ -184,7 +195,9 @@ impl World {
         if let Some(limit) = opts.spend_limit {
             store.set_spend_limit_now(TENANTS[0], Some(genace_core::ledger::millis(limit)));
         }
-        let store = store.with_account_limit(opts.max_in_flight);
+        let store = store
+            .with_account_limit(opts.max_in_flight)
+            .with_transaction_conflicts(opts.transaction_conflicts);
         let genace = match opts.genace_limit.or(opts.max_in_flight) {
             Some(jobs) => genace.with_concurrency(jobs as usize),
             None => genace,

@@ -241,6 +241,28 @@ fn a_genace_limit_below_ours_is_learned_without_cases() {
     assert!(refused >= 10, "only {refused} of 300 seeds met Genace's limit");
 }
 
+/// Real DynamoDB cancels a transaction that meets another on one item
+/// (`TransactionConflict`). With 60 % of the store's transaction tries
+/// cancelled so, over a small account, every run keeps every promise: a
+/// conflict is tried again, and never costs a job id, a second POST or a
+/// case of its own.
+#[test]
+fn transactions_cancelled_for_conflicts_break_no_promise() {
+    genace_dst::quiet_panics();
+    let busy = Options {
+        transaction_conflicts: 60,
+        max_in_flight: Some(3),
+        ..Options::default()
+    };
+    let mut met = 0;
+    for seed in 0..200 {
+        let outcome = run(seed, &busy);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+        met += usize::from(outcome.trace.iter().any(|l| l.contains("cancelled for a conflict")));
+    }
+    assert!(met >= 150, "only {met} of 200 seeds met a conflict");
+}
+
 /// A spend limit and a small account together: videos (10 credits) and
 /// images (1) of tenant-a wait for credits and for slots at once. A freed
 /// slot passes over a head short of credits to an operation that fits, so

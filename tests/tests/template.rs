@@ -390,6 +390,14 @@ fn dispatch_outlives_the_genace_timeout_and_deliver_can_stream() {
         .parse()
         .unwrap();
     assert!(timeout(&t, &fns["DispatchFunction"]) > genace_timeout);
+    // After the longest POST, a job id is tried again in the table for
+    // JOB_SAVE_SECONDS, and the last try (5 s at most) and the recovery
+    // send still fit in the dispatcher's time.
+    assert!(
+        genace_timeout + genace_stages::pipeline::dispatch::JOB_SAVE_SECONDS + 5
+            <= timeout(&t, &fns["DispatchFunction"]),
+        "a job id's save outlasts the dispatch function"
+    );
     let lease: u64 = t["Globals"]["Function"]["Environment"]["Variables"]["DISPATCH_LEASE_SECONDS"]
         .as_str()
         .unwrap()

@@ -522,6 +522,59 @@ async fn a_wait_costs_nothing_while_it_lasts_and_the_sweep_repairs_a_lost_wake_u
     assert_eq!(app.genace.posts().len(), 2);
 }
 
+/// The in-memory store cancels transaction tries for conflicts as DynamoDB
+/// does, and tries again as the DynamoDB store does: at 100 % every try of
+/// a claim (which moves the tenant's counters) is cancelled, counted, and
+/// nothing is written; at 60 % a burst is claimed, POSTed once each and
+/// saved, with the conflicts counted and no job id left to recovery.
+#[tokio::test]
+async fn conflicting_transactions_are_tried_again_and_never_half_written() {
+    use genace_stages::ports::table::{CONFLICT_TRIES, StoreError};
+    let app = app();
+    let id = submit(&app, "k0", None).await;
+    let before = record(&app, &id).await;
+    let store = app.store.clone().with_transaction_conflicts(100);
+    let claimed = genace_core::machine::transition(
+        &before,
+        genace_core::machine::Event::ClaimDispatch { token: "t" },
+        app.clock.now(),
+        &genace_core::machine::Policy::default(),
+    )
+    .unwrap();
+    assert!(matches!(
+        store.apply(&before, &claimed).await,
+        Err(StoreError::Contention)
+    ));
+    assert_eq!(store.transaction_conflicts(), u64::from(CONFLICT_TRIES));
+    assert_eq!(record(&app, &id).await, before, "nothing written");
+    assert_eq!(store.ledger(&before.tenant_id).await.unwrap().totals.in_flight, 0);
+
+    let store = app.store.clone().with_transaction_conflicts(60);
+    let mut ids = vec![id];
+    for i in 1..12 {
+        ids.push(submit(&app, &format!("k{i}"), None).await);
+    }
+    let dispatcher = app.dispatcher();
+    for id in &ids {
+        let mut outcome = dispatcher.dispatch(id).await;
+        // A claim whose every try met a conflict is an error the queue
+        // retries, as it would retry any store failure.
+        while matches!(outcome, Err(StageError::Store(StoreError::Contention))) {
+            outcome = dispatcher.dispatch(id).await;
+        }
+        assert_eq!(outcome.unwrap(), Dispatched::Posted(PostResult::Accepted));
+    }
+    assert_eq!(app.genace.posts().len(), ids.len(), "one POST each");
+    assert!(
+        store.transaction_conflicts() > u64::from(CONFLICT_TRIES),
+        "conflicts were met"
+    );
+    assert!(
+        !app.queue.messages().iter().any(|m| m.queue == Queue::Recovery),
+        "no job id left to recovery"
+    );
+}
+
 /// Found at scale: a woken claim woke the next waiters (reading the
 /// waiting set and the queue) between its claim write and its POST, so a
 /// dispatcher stopped there left a claimed, never-POSTed operation for a

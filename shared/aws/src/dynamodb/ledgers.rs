@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use genace_core::domain::TenantId;
 use genace_core::ledger::{self, AccountCapacity, Millicredits, Shares, TenantLedger};
 use genace_core::record::OperationRecord;
-use genace_stages::ports::table::{LedgerPage, StoreError, TenantLedgers};
+use genace_stages::ports::table::{CONFLICT_TRIES, LedgerPage, StoreError, TenantLedgers, conflict_backoff};
 
 use crate::schema::{
     ACCOUNT_ITEM, LEDGER_LIST_SHARDS, WAITING_SET_SHARDS, ledger_list_partition, tenant_shard, waiting_set_key,
@@ -138,26 +138,47 @@ impl DynamoStore {
             .map_err(|e| StoreError::Service(e.to_string()))?;
         let reserves = ledger::reserves(prev, next);
         let counters = self.ledger_update(prev, delta, reserves)?;
-        let mut transaction = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().update(record).build())
-            .transact_items(TransactWriteItem::builder().update(counters).build());
+        let mut items = vec![
+            TransactWriteItem::builder().update(record).build(),
+            TransactWriteItem::builder().update(counters).build(),
+        ];
         if delta.in_flight != 0 || delta.waiting != 0 || delta.queued != 0 {
             let ended = ledger::ends_a_job(prev, next);
             let account = self.account_update(delta, reserves && delta.in_flight > 0, ended)?;
-            transaction = transaction.transact_items(TransactWriteItem::builder().update(account).build());
+            items.push(TransactWriteItem::builder().update(account).build());
         }
-        match transaction.send().await {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
-                TransactWriteItemsError::TransactionCanceledException(e) => Err(cancelled(&e, reserves)),
-                other => Err(StoreError::Service(
-                    aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
-                )),
-            },
-            Err(e) => Err(service_error(e)),
+        self.transact(items, reserves).await
+    }
+
+    /// One transaction, tried again while DynamoDB cancels it only for
+    /// meeting another transaction on one of its items: contention is
+    /// retried here, counted (`TransactionConflicts`), and answered as
+    /// [`StoreError::Contention`] only when every try met one.
+    async fn transact(&self, items: Vec<TransactWriteItem>, reserves: bool) -> Result<(), StoreError> {
+        for attempt in 1..=CONFLICT_TRIES {
+            let sent = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .send()
+                .await;
+            let refused = match sent {
+                Ok(_) => return Ok(()),
+                Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
+                    TransactWriteItemsError::TransactionCanceledException(e) => cancelled(&e, reserves),
+                    other => StoreError::Service(aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string()),
+                },
+                Err(e) => service_error(e),
+            };
+            if !matches!(refused, StoreError::Contention) {
+                return Err(refused);
+            }
+            self.metrics.count("TransactionConflicts", &[]);
+            if attempt < CONFLICT_TRIES {
+                tokio::time::sleep(conflict_backoff(attempt)).await;
+            }
         }
+        Err(StoreError::Contention)
     }
 
     /// The tenant's counters move by `delta`; a claim (`reserves`) only
@@ -241,6 +262,10 @@ fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, r
         }
     } else if failed(2) && reserves {
         StoreError::AccountFull
+    } else if reasons.iter().any(|r| r.code() == Some("TransactionConflict")) {
+        // Another transaction on one of its items: nothing written, and
+        // nothing refused; the same transaction may be sent again.
+        StoreError::Contention
     } else {
         StoreError::Service(format!(
             "transaction cancelled: {:?}",

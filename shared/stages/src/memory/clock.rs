@@ -26,4 +26,8 @@ impl crate::ports::clock::Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
         *self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    async fn pause(&self, pause: std::time::Duration) {
+        self.advance(chrono::Duration::from_std(pause).unwrap_or(chrono::Duration::MAX));
+    }
 }

@@ -9,8 +9,8 @@ use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
 
 use crate::ports::table::{
-    Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, OperationRecords, StoreError,
-    WebhookSettings, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
+    Applied, CONFLICT_TRIES, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, OperationRecords,
+    StoreError, WebhookSettings, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
 };
 
 /// The operation table, in memory. Clones share the same table.
@@ -33,6 +33,15 @@ impl std::fmt::Debug for Rival {
     }
 }
 
+/// The conflict model: what share of transaction tries are cancelled, the
+/// draws' state, and how many were.
+#[derive(Debug, Default)]
+pub(super) struct Conflicts {
+    percent: u32,
+    state: u64,
+    met: u64,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Tables {
     pub(super) records: BTreeMap<String, OperationRecord>,
@@ -46,6 +55,8 @@ pub(super) struct Tables {
     /// the order it joined (DynamoDB's sparse index of the same; see
     /// `TenantLedgers::waiting_ledgers`), until a read finds it drained.
     pub(super) waiting_set: BTreeMap<String, u64>,
+    /// The share of transaction tries cancelled for a conflict.
+    pub(super) conflicts: Conflicts,
     /// The order the next tenant joins the waiting set with.
     pub(super) joined: u64,
     /// Kept events by `<tenant>\u{0}<event id>`, with when each expires.
@@ -93,6 +104,46 @@ impl MemoryStore {
     pub fn with_account_limit(self, max_in_flight: Option<u32>) -> Self {
         self.lock().account.configured = max_in_flight;
         self
+    }
+
+    /// The same store, where `percent` of the tries of each transaction (a
+    /// write that moves a tenant's counters) meet another transaction and
+    /// are cancelled, as DynamoDB cancels them with `TransactionConflict`.
+    /// The store tries again at once, [`CONFLICT_TRIES`] times in all, as
+    /// the DynamoDB store does (without its pauses: time here is the
+    /// caller's), and answers [`StoreError::Contention`] when every try met
+    /// one. Draws are deterministic, for simulation.
+    #[must_use]
+    pub fn with_transaction_conflicts(self, percent: u32) -> Self {
+        self.lock().conflicts.percent = percent.min(100);
+        self
+    }
+
+    /// How many tries of transactions met a conflict so far.
+    pub fn transaction_conflicts(&self) -> u64 {
+        self.lock().conflicts.met
+    }
+
+    /// Whether every try of the transaction `prev` → `next` meets a
+    /// conflict; each one that does is counted.
+    fn meets_conflicts(&self, prev: &OperationRecord, next: &OperationRecord) -> bool {
+        let mut table = self.lock();
+        let conflicts = &mut table.conflicts;
+        if conflicts.percent == 0 || !ledger::delta(prev, next).is_ok_and(|d| !d.is_zero()) {
+            return false;
+        }
+        for _ in 0..CONFLICT_TRIES {
+            // A 64-bit linear congruential step (Knuth's MMIX constants).
+            conflicts.state = conflicts
+                .state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            if (conflicts.state >> 33) % 100 >= u64::from(conflicts.percent) {
+                return false;
+            }
+            conflicts.met += 1;
+        }
+        true
     }
 
     /// Sets a tenant's spend limit (a simulation's starting state).
@@ -178,6 +229,9 @@ impl OperationRecords for MemoryStore {
         let rival = self.before_apply.0.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(rival) = rival {
             rival(self);
+        }
+        if self.meets_conflicts(prev, next) {
+            return Err(StoreError::Contention);
         }
         self.apply_now(prev, next)
     }

@@ -7,6 +7,13 @@ use chrono::{DateTime, Utc};
 /// Where a stage reads the current time.
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;
+
+    /// Waits `pause` before a stage tries again. On the system clock, a
+    /// sleep; a simulated clock moves on by it instead, so that a test or
+    /// a simulation never waits in real time.
+    fn pause(&self, pause: std::time::Duration) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(pause)
+    }
 }
 
 /// The system clock, as deployed.
@@ -22,5 +29,9 @@ impl Clock for SystemClock {
 impl<C: Clock> Clock for std::sync::Arc<C> {
     fn now(&self) -> DateTime<Utc> {
         self.as_ref().now()
+    }
+
+    fn pause(&self, pause: std::time::Duration) -> impl Future<Output = ()> + Send {
+        self.as_ref().pause(pause)
     }
 }

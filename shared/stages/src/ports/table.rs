@@ -34,6 +34,27 @@ pub enum StoreError {
     /// of jobs in flight; nothing was written.
     #[error("every slot of the tenant's share is taken")]
     TenantFull,
+    /// The write met another transaction on one of its items
+    /// (DynamoDB's `TransactionConflict`) on every try within its budget
+    /// ([`CONFLICT_TRIES`]); nothing was written. The table is busy, not
+    /// down: the caller tries again.
+    #[error("the write met other writes on the same items on every try")]
+    Contention,
+}
+
+/// Tries of one transaction that DynamoDB cancels for `TransactionConflict`
+/// (another transaction touched one of its items at the same moment):
+/// retried at once by the store, with jittered backoff, before it answers
+/// [`StoreError::Contention`].
+pub const CONFLICT_TRIES: u32 = 8;
+
+/// The pause before try `attempt` (from 1) of a transaction that met a
+/// conflict: full jitter, uniformly between zero and 10 ms doubled per try,
+/// at most 640 ms, so that rivals that met once do not meet again.
+pub fn conflict_backoff(attempt: u32) -> std::time::Duration {
+    let ceiling_ms = (10u64 << attempt.min(6)).min(640);
+    let draw = uuid::Uuid::new_v4().as_u128() as u64;
+    std::time::Duration::from_millis(draw % (ceiling_ms + 1))
 }
 
 /// Result of creating an intent.

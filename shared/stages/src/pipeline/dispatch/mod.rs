@@ -19,9 +19,10 @@ use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
 use genace_core::messages::WorkMessage;
-use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
 use genace_core::record::{CancelReason, Fault, OperationRecord, Phase, RemoteError};
 use genace_core::remote::{self as genace, SubmitOutcome};
+
+mod outcome;
 
 /// What one dispatch message led to. The message is acknowledged in every case.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +104,17 @@ enum Room {
 const MIN_RETRY: Duration = Duration::from_secs(1);
 const DEFAULT_RETRY: Duration = Duration::from_secs(30);
 /// Delay before the first poll of an accepted job.
-const FIRST_POLL_DELAY_SECONDS: u32 = 5;
+pub(super) const FIRST_POLL_DELAY_SECONDS: u32 = 5;
+
+/// How long after Genace's answer a job id it named is tried again in the
+/// table while the table is busy or briefly failing, before it goes to the
+/// recovery channel: within the dispatch function's time (60 s) after the
+/// longest POST (`GENACE_TIMEOUT_SECONDS`, 30 s), with room for the
+/// recovery send (`tests/tests/template.rs` holds the three together).
+pub const JOB_SAVE_SECONDS: u64 = 20;
+
+/// The longest pause between two tries of saving a job id.
+pub(super) const JOB_SAVE_PAUSE_MAX: Duration = Duration::from_secs(2);
 
 impl<P: Ports> Stage for Dispatcher<P>
 where
@@ -368,7 +379,11 @@ where
     /// less than was reserved, a 502 naming a failed job, a refused
     /// request, a refused account): wakes waiting operations when the record written, judged
     /// against the one it replaced, freed a slot or credits.
-    async fn record_freeing(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
+    pub(super) async fn record_freeing(
+        &self,
+        posted: &Posted<'_>,
+        event: Event<'_>,
+    ) -> Result<OperationRecord, CommitError> {
         let policy = self.config.policy;
         let (rec, freed) = commit_with(&self.store, posted.claimed.clone(), write_attempts(), |r| {
             let next = machine::transition(r, event, posted.received_at, &policy)?;
@@ -380,81 +395,6 @@ where
             crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
         }
         Ok(rec)
-    }
-
-    /// A 202: save the job id (or hand it to the recovery queue), then poll.
-    async fn accepted(
-        &self,
-        posted: Posted<'_>,
-        job: machine::AcceptedJob,
-        raw: String,
-    ) -> Result<PostResult, StageError> {
-        let token = posted.token;
-        let written = if posted.fault == Some(Fault::DispatchPersistFails) {
-            Err(CommitError::Store(StoreError::Service(
-                "injected: dispatch.persist_fails".into(),
-            )))
-        } else {
-            self.record_freeing(&posted, Event::Accepted { token, job: &job }).await
-        };
-        match written {
-            Ok(rec) => {
-                info!(operation_id = %rec.operation_id, remote_job_id = %job.job_id, phase = "accepted", "accepted job saved");
-                if posted.fault == Some(Fault::DispatchAfterCommit) {
-                    return Err(StageError::Crashed("dispatch.after_commit"));
-                }
-                self.queue
-                    .enqueue(Queue::Poll, &rec.operation_id, FIRST_POLL_DELAY_SECONDS)
-                    .await?;
-                Ok(PostResult::Accepted)
-            }
-            Err(e) => {
-                let claimed = &posted.claimed;
-                let msg = RecoveryMessage::accepted(claimed, token, &job, &raw, posted.received_at);
-                self.unpersisted(claimed, token, msg, &e).await;
-                Ok(PostResult::AcceptedUnpersisted)
-            }
-        }
-    }
-
-    /// A 502 naming a failed job: save the id for settlement (or hand it to
-    /// the recovery queue).
-    async fn failed_with_job(
-        &self,
-        posted: Posted<'_>,
-        job_id: String,
-        error: serde_json::Value,
-        raw: String,
-    ) -> Result<PostResult, StageError> {
-        let token = posted.token;
-        let remote = RemoteError {
-            kind: "http_502".into(),
-            status: Some(502),
-            detail: error.to_string(),
-        };
-        let event = Event::SubmitFailed {
-            token,
-            job_id: &job_id,
-            error: &remote,
-        };
-        // The failed job holds no slot: the record written wakes the next.
-        match self.record_freeing(&posted, event).await {
-            Ok(rec) => {
-                case_opened(&self.metrics, &rec);
-                Ok(PostResult::SubmitFailed)
-            }
-            Err(e) => {
-                let msg = RecoveryMessage {
-                    operation_id: posted.claimed.operation_id.clone(),
-                    claim_token: token.to_owned(),
-                    outcome: RecoveredOutcome::FailedWithJob { job_id, error },
-                    raw_response: raw,
-                    received_at: posted.received_at,
-                };
-                self.unpersisted(&posted.claimed, token, msg, &e).await;
-                Ok(PostResult::SubmitFailedUnpersisted)
-            }
-        }
     }
 
     /// Genace refused our account: hold the operation with a case, and look
@@ -524,36 +464,15 @@ where
         }
         Ok(PostResult::RateLimited)
     }
-
-    /// A remote job exists but the record could not say so. Keep the
-    /// response on the restricted recovery queue, raise an incident, and never
-    /// POST again: the record stays `submitting` until the recovery consumer
-    /// applies it, or its lease expires and it becomes a case.
-    async fn unpersisted(&self, rec: &OperationRecord, token: &str, msg: RecoveryMessage, cause: &CommitError) {
-        self.metrics.count("AcceptedJobUnpersisted", &[]);
-        let sent = self.queue.send_recovery(&msg).await;
-        error!(
-            operation_id = %rec.operation_id,
-            tenant = %rec.tenant_id,
-            claim_token = token,
-            raw_response = %msg.raw_response,
-            cause = %cause,
-            recovery_queued = sent.is_ok(),
-            "INCIDENT: Genace answered with a job id that could not be saved"
-        );
-        if let Err(e) = sent {
-            error!(operation_id = %rec.operation_id, error = %e, "the recovery queue refused the message too; the log above is the only copy");
-        }
-    }
 }
 
 /// One POST's context: the record as claimed, the claim token, when the
 /// answer came, and the fault directive read at the claim.
-struct Posted<'a> {
-    claimed: OperationRecord,
-    token: &'a str,
-    received_at: chrono::DateTime<chrono::Utc>,
-    fault: Option<Fault>,
+pub(super) struct Posted<'a> {
+    pub(super) claimed: OperationRecord,
+    pub(super) token: &'a str,
+    pub(super) received_at: chrono::DateTime<chrono::Utc>,
+    pub(super) fault: Option<Fault>,
 }
 
 /// The id is written to the log the moment it is known, before any commit:

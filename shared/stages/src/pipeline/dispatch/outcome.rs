@@ -1,0 +1,145 @@
+//! What dispatch does with an answer that names a Genace job (a 202, or a
+//! 502 with the failed job's id): the id is saved in the record, tried
+//! again while the table is busy or failing, and handed to the recovery
+//! channel only when that time is over.
+
+use std::time::Duration;
+
+use tracing::{error, info, warn};
+
+use super::{Dispatcher, FIRST_POLL_DELAY_SECONDS, JOB_SAVE_PAUSE_MAX, JOB_SAVE_SECONDS, PostResult, Posted};
+use crate::pipeline::stage::{StageError, case_opened};
+use crate::ports::Ports;
+use crate::ports::clock::Clock;
+use crate::ports::genace::Genace;
+use crate::ports::queue::{RecoveryChannel, WorkQueue};
+use crate::ports::table::{CommitError, StoreError};
+use genace_core::machine::{self, Event};
+use genace_core::messages::{Queue, RecoveredOutcome, RecoveryMessage};
+use genace_core::record::{Fault, OperationRecord, RemoteError};
+
+impl<P: Ports> Dispatcher<P>
+where
+    P::Queue: RecoveryChannel,
+    P::Genace: Genace,
+{
+    /// [`Self::record_freeing`] for an outcome that names a Genace job: a
+    /// table that is busy (transactions cancelled for conflicts on every
+    /// try) or failing is tried again, pausing up to
+    /// [`JOB_SAVE_PAUSE_MAX`], until [`JOB_SAVE_SECONDS`] after the answer
+    /// came. Only then is the id the recovery channel's: contention is not
+    /// an incident.
+    async fn save_job(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
+        let budget = chrono::Duration::seconds(JOB_SAVE_SECONDS as i64);
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.record_freeing(posted, event).await {
+                Err(CommitError::Store(e @ (StoreError::Contention | StoreError::Service(_))))
+                    if self.clock.now() - posted.received_at < budget =>
+                {
+                    warn!(operation_id = %posted.claimed.operation_id, error = %e, "the job id is not saved yet; trying again");
+                    self.metrics.count("JobSaveRetried", &[]);
+                    self.clock.pause(pause).await;
+                    pause = (pause * 2).min(JOB_SAVE_PAUSE_MAX);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A 202: save the job id (or hand it to the recovery queue), then poll.
+    pub(super) async fn accepted(
+        &self,
+        posted: Posted<'_>,
+        job: machine::AcceptedJob,
+        raw: String,
+    ) -> Result<PostResult, StageError> {
+        let token = posted.token;
+        let written = if posted.fault == Some(Fault::DispatchPersistFails) {
+            Err(CommitError::Store(StoreError::Service(
+                "injected: dispatch.persist_fails".into(),
+            )))
+        } else {
+            self.save_job(&posted, Event::Accepted { token, job: &job }).await
+        };
+        match written {
+            Ok(rec) => {
+                info!(operation_id = %rec.operation_id, remote_job_id = %job.job_id, phase = "accepted", "accepted job saved");
+                if posted.fault == Some(Fault::DispatchAfterCommit) {
+                    return Err(StageError::Crashed("dispatch.after_commit"));
+                }
+                self.queue
+                    .enqueue(Queue::Poll, &rec.operation_id, FIRST_POLL_DELAY_SECONDS)
+                    .await?;
+                Ok(PostResult::Accepted)
+            }
+            Err(e) => {
+                let claimed = &posted.claimed;
+                let msg = RecoveryMessage::accepted(claimed, token, &job, &raw, posted.received_at);
+                self.unpersisted(claimed, token, msg, &e).await;
+                Ok(PostResult::AcceptedUnpersisted)
+            }
+        }
+    }
+
+    /// A 502 naming a failed job: save the id for settlement (or hand it to
+    /// the recovery queue).
+    pub(super) async fn failed_with_job(
+        &self,
+        posted: Posted<'_>,
+        job_id: String,
+        error: serde_json::Value,
+        raw: String,
+    ) -> Result<PostResult, StageError> {
+        let token = posted.token;
+        let remote = RemoteError {
+            kind: "http_502".into(),
+            status: Some(502),
+            detail: error.to_string(),
+        };
+        let event = Event::SubmitFailed {
+            token,
+            job_id: &job_id,
+            error: &remote,
+        };
+        // The failed job holds no slot: the record written wakes the next.
+        match self.save_job(&posted, event).await {
+            Ok(rec) => {
+                case_opened(&self.metrics, &rec);
+                Ok(PostResult::SubmitFailed)
+            }
+            Err(e) => {
+                let msg = RecoveryMessage {
+                    operation_id: posted.claimed.operation_id.clone(),
+                    claim_token: token.to_owned(),
+                    outcome: RecoveredOutcome::FailedWithJob { job_id, error },
+                    raw_response: raw,
+                    received_at: posted.received_at,
+                };
+                self.unpersisted(&posted.claimed, token, msg, &e).await;
+                Ok(PostResult::SubmitFailedUnpersisted)
+            }
+        }
+    }
+
+    /// A remote job exists but the record could not say so. Keep the
+    /// response on the restricted recovery queue, raise an incident, and never
+    /// POST again: the record stays `submitting` until the recovery consumer
+    /// applies it, or its lease expires and it becomes a case.
+    async fn unpersisted(&self, rec: &OperationRecord, token: &str, msg: RecoveryMessage, cause: &CommitError) {
+        self.metrics.count("AcceptedJobUnpersisted", &[]);
+        let sent = self.queue.send_recovery(&msg).await;
+        error!(
+            operation_id = %rec.operation_id,
+            tenant = %rec.tenant_id,
+            claim_token = token,
+            raw_response = %msg.raw_response,
+            cause = %cause,
+            recovery_queued = sent.is_ok(),
+            "INCIDENT: Genace answered with a job id that could not be saved"
+        );
+        if let Err(e) = sent {
+            error!(operation_id = %rec.operation_id, error = %e, "the recovery queue refused the message too; the log above is the only copy");
+        }
+    }
+}

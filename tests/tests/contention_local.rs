@@ -1,0 +1,171 @@
+//! Contention on the local stack: real DynamoDB cancels a transaction that
+//! meets another on one of its items (`TransactionConflict`), which moto
+//! never does. A fault proxy between the stack and moto cancels 60 % of
+//! every `TransactWriteItems` call that way. Every operation is still
+//! delivered once, with one POST each, no case, and no job id handed to the
+//! recovery channel: contention is retried, not escalated.
+
+use std::time::{Duration, Instant};
+
+use genace_aws::testkit::LocalAws;
+use genace_local::faults::FaultProxy;
+use genace_local::{devauth, runner};
+use genace_outbound::GenaceConfig;
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// Genace: a POST's job id is `job-<prompt>`, holding half a credit, and
+/// every job has completed by its first look, to one small image.
+struct Genace {
+    base: String,
+}
+
+impl Respond for Genace {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        if request.method == wiremock::http::Method::POST {
+            let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+            let prompt = body["prompt"].as_str().unwrap_or("unknown");
+            // Holding less than the reservation: saving the job id moves
+            // the tenant's credits, so it is a transaction too.
+            return ResponseTemplate::new(202)
+                .set_body_json(json!({"job_id": format!("job-{prompt}"), "state": "queued", "held_credits": 0.5}));
+        }
+        let id = request.url.path().trim_start_matches("/v1/jobs/").to_owned();
+        ResponseTemplate::new(200).set_body_json(json!({
+            "id": id, "state": "completed", "error": null,
+            "outputs": [{"url": format!("{}/outputs/{id}.png", self.base), "content_type": "image/png"}]
+        }))
+    }
+}
+
+/// A service config that finds nothing in the environment.
+#[derive(Debug)]
+struct NoEnvironment;
+
+impl aws_types::service_config::LoadServiceConfig for NoEnvironment {
+    fn load_config(&self, _key: aws_types::service_config::ServiceConfigKey<'_>) -> Option<String> {
+        None
+    }
+}
+
+const TENANTS: usize = 3;
+const PER_TENANT: usize = 6;
+
+/// The Genace stand-in on loopback.
+async fn standin() -> MockServer {
+    let genace = MockServer::start().await;
+    let responder = || Genace { base: genace.uri() };
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(responder())
+        .mount(&genace)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex(r"^/v1/jobs/[^/]+$"))
+        .respond_with(responder())
+        .mount(&genace)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex(r"^/outputs/"))
+        .respond_with(ResponseTemplate::new(200).set_body_bytes(b"rendered".to_vec()))
+        .mount(&genace)
+        .await;
+    genace
+}
+
+/// Each operation's view once delivered, within 150 s.
+async fn delivered(http: &reqwest::Client, api: &str, operations: &[(String, String)]) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let mut views = Vec::new();
+    for (user, id) in operations {
+        let mut op = Value::Null;
+        while op["delivery_state"] != "delivered" {
+            assert!(Instant::now() < deadline, "not delivered in time: {op}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            op = http
+                .get(format!("{api}/v1/operations/{id}"))
+                .bearer_auth(user)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+        }
+        views.push(op);
+    }
+    views
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_conflict_is_retried_never_an_incident_or_a_case() {
+    let env = LocalAws::fresh().await;
+    let upstream = std::env::var("AWS_ENDPOINT_URL").unwrap();
+    let proxy = FaultProxy::start(&upstream, 60).await.unwrap();
+    // Without the environment's service config, whose AWS_ENDPOINT_URL
+    // would win over the endpoint set here.
+    let mut sdk = env.sdk.to_builder().endpoint_url(proxy.url.clone());
+    sdk.set_service_config(Some(NoEnvironment));
+    let sdk = sdk.build();
+    let genace = standin().await;
+    let mut config = env.config.clone();
+    config.url_policy.allow_http = true;
+    config.url_policy.allow_private = true;
+    // Fewer slots than intents: claims wait, wake and free slots, so every
+    // kind of transaction meets the proxy.
+    config.max_in_flight = Some(4);
+    let mut gconf = GenaceConfig::new(genace.uri(), "contention-test-key");
+    gconf.timeout = Duration::from_secs(3);
+    let settings = runner::RunnerSettings::for_tests();
+    let api = format!("http://{}", settings.intake_addr);
+    let running = runner::start(&sdk, config.clone(), gconf, settings).await.unwrap();
+    let http = reqwest::Client::new();
+    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let mut operations = Vec::new();
+    for t in 0..TENANTS {
+        let tenant = format!("busy-{t}-{run}");
+        let user = devauth::issue("tenant_id", &tenant, 600).unwrap();
+        for i in 0..PER_TENANT {
+            let created = http
+                .post(format!("{api}/v1/operations"))
+                .bearer_auth(&user)
+                .json(&json!({"operation_key": format!("k{i}"), "media_type": "image",
+                              "specification": {"model": "genace-image-1", "prompt": format!("{tenant}-{i}")}}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(created.status(), 202);
+            let created: Value = created.json().await.unwrap();
+            operations.push((user.clone(), created["operation_id"].as_str().unwrap().to_owned()));
+        }
+    }
+    let views = delivered(&http, &api, &operations).await;
+    running.shutdown().await;
+    for op in &views {
+        assert_eq!(op["phase"], "rendered", "{op}");
+        assert!(op["reconciliation_case"].is_null(), "a conflict became a case: {op}");
+    }
+    let posts = genace
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.method == wiremock::http::Method::POST)
+        .count();
+    assert_eq!(posts, TENANTS * PER_TENANT, "one POST per operation");
+    assert!(
+        proxy.cancelled() > 10,
+        "the proxy cancelled only {} transactions",
+        proxy.cancelled()
+    );
+    assert_eq!(
+        proxy.sends_to(&config.queues.recovery),
+        0,
+        "a job id went to the recovery channel: contention became an incident"
+    );
+    assert!(
+        proxy.sends_to(&config.queues.poll) > 0,
+        "the proxy saw the stack's queue traffic"
+    );
+}
