@@ -46,7 +46,7 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
         .map(|i| (tenant_of(i), format!("cap-{run_id}-{i}")))
         .collect();
     let started = Instant::now();
-    let ids = burst(&api, &intents).await?;
+    let ids = burst(&api, &TENANTS, &intents).await?;
     let records = wait_drained(&stack, &ids, started, render, args).await?;
     let drain = started.elapsed();
     running.shutdown().await;
@@ -100,9 +100,14 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
 /// How often one intent is retried after a 503 before the run fails.
 const MAX_INTAKE_RETRIES: u32 = 5;
 
-/// Every intent POSTed, 16 at a time; returns (tenant, operation id).
-async fn burst(api: &str, intents: &[(usize, String)]) -> Result<Vec<(usize, OperationId)>, String> {
-    let tokens: Vec<String> = TENANTS
+/// Every intent POSTed, 16 at a time, each as `tenants[its tenant]`;
+/// returns (tenant, operation id).
+pub(crate) async fn burst(
+    api: &str,
+    tenants: &[&str],
+    intents: &[(usize, String)],
+) -> Result<Vec<(usize, OperationId)>, String> {
+    let tokens: Vec<String> = tenants
         .iter()
         .map(|t| devauth::issue("tenant_id", t, 7200))
         .collect::<Result<_, _>>()?;
@@ -140,7 +145,7 @@ async fn burst(api: &str, intents: &[(usize, String)]) -> Result<Vec<(usize, Ope
                 }
                 let intent = Intent::parse(&serde_json::from_str(&intent_body(key, "x")).expect("json"), None)
                     .map_err(|e| e.to_string())?;
-                let tenant_id = TenantId::parse(TENANTS[*tenant]).map_err(|e| e.to_string())?;
+                let tenant_id = TenantId::parse(tenants[*tenant]).map_err(|e| e.to_string())?;
                 Ok((*tenant, OperationId::derive(&tenant_id, &intent.operation_key)))
             }
         })

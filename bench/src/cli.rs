@@ -27,6 +27,8 @@ pub enum Workload {
     Load(LoadArgs),
     /// A burst larger than Genace's account limit, from three tenants.
     Capacity(CapacityArgs),
+    /// The same burst beside more and more idle tenants: costs stay flat.
+    Scale(ScaleArgs),
     /// What lifecycle events cost a tenant without webhook receivers, with
     /// every event queued for the webhook function and with the pipe's mark.
     Events(EventsArgs),
@@ -88,6 +90,22 @@ pub struct LoadArgs {
     /// Each output's size.
     #[arg(long, value_name = "SIZE", default_value = "256KiB", value_parser = parse_bytes)]
     pub output_bytes: u64,
+}
+
+#[derive(Args, Clone)]
+pub struct ScaleArgs {
+    /// How many intents, at once, from one tenant.
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub intents: usize,
+    /// Jobs the stand-in renders at once, and GENACE_MAX_IN_FLIGHT.
+    #[arg(long, value_name = "JOBS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
+    /// How long the stand-in renders each job.
+    #[arg(long, value_name = "SECONDS", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub render_seconds: u64,
+    /// The tenant counts to run, fewest first (the bursting one included).
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', default_value = "3,100,1000")]
+    pub tenants: Vec<usize>,
 }
 
 #[derive(Args, Clone)]

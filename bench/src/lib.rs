@@ -16,6 +16,9 @@
 //!   queued for the webhook function and then only the marked ones: what
 //!   the pipe's mark saves a tenant without receivers.
 //!
+//! - `scale`: one tenant's burst beside 3, 100 and 1,000 tenants: the AWS
+//!   requests per operation must not grow with the tenants.
+//!
 //! - `console`: many open cases, and the operator console's first page of
 //!   them loaded afresh in headless Chromium, beside the API's own latency.
 //!
@@ -31,6 +34,7 @@ mod load;
 mod pipeline;
 mod pricing;
 mod report;
+mod scale;
 mod stack;
 
 pub use cli::{Cli, Workload};
@@ -46,6 +50,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         Some(Workload::Delivery(a)) => delivery::run(&endpoint, &a).await,
         Some(Workload::Load(a)) => load::run(&endpoint, &a).await,
         Some(Workload::Capacity(a)) => capacity::run(&endpoint, &a).await,
+        Some(Workload::Scale(a)) => scale::run(&endpoint, &a).await,
         Some(Workload::Events(a)) => events::run(&endpoint, &a).await,
         Some(Workload::Console(a)) => console::run(&endpoint, &a).await,
     }

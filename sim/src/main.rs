@@ -50,6 +50,9 @@ struct Cli {
     /// cancels those that meet another on one item.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
     transaction_conflicts: u32,
+    /// Tenants in the run, each with a ledger; intents come from all.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    tenants: u64,
 }
 
 fn planted_bug(name: &str) -> Result<u32, String> {
@@ -130,6 +133,7 @@ fn main() -> ExitCode {
         max_in_flight: cli.max_in_flight,
         genace_limit: cli.genace_limit,
         transaction_conflicts: cli.transaction_conflicts,
+        tenants: usize::try_from(cli.tenants).unwrap_or(usize::MAX),
         steps: cli.steps.unwrap_or(defaults.steps),
         intents: cli.intents.unwrap_or(defaults.intents),
         ..defaults

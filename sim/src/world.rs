@@ -89,6 +89,10 @@ pub struct Options {
     /// Genace's own limit when lower than `max_in_flight`: dispatch learns
     /// it from 429s.
     pub genace_limit: Option<u32>,
+    /// Tenants in the run (at least the two that send intents first): the
+    /// rest hold ledgers and send some of the intents, so that the waiting
+    /// set and the checks meet many tenants.
+    pub tenants: usize,
     /// Percent of transaction tries the store cancels as DynamoDB does when
     /// two transactions meet on one item (`TransactionConflict`).
     pub transaction_conflicts: u32,
@@ -105,6 +109,7 @@ impl Default for Options {
             max_in_flight: None,
             genace_limit: None,
             transaction_conflicts: 0,
+            tenants: TENANTS.len(),
         }
     }
 }
@@ -142,6 +147,8 @@ pub(crate) struct World {
     /// Operations a tenant asked to erase: their objects may be gone
     /// before the record says so (the objects are deleted first).
     erasing: std::collections::BTreeSet<String>,
+    /// Every tenant of the run: [`TENANTS`] first, then `tenant-0002` on.
+    pub(crate) tenants: Vec<String>,
     /// What intake answered clients, in the order the answers were given;
     /// drained and checked after every step.
     answers: Arc<Mutex<Vec<Answer>>>,
@@ -170,6 +177,13 @@ pub(crate) enum Reply {
 }
 
 pub(crate) const TENANTS: [&str; 2] = ["tenant-a", "tenant-b"];
+
+/// The tenants of a run of `count` (at least [`TENANTS`]).
+fn tenant_names(count: usize) -> Vec<String> {
+    let mut names: Vec<String> = TENANTS.iter().map(|t| (*t).to_owned()).collect();
+    names.extend((names.len()..count).map(|i| format!("tenant-{i:04}")));
+    names
+}
 pub(crate) const KEYS: [&str; 3] = ["k1", "k2", "k3"];
 pub(crate) const PROMPTS: [&str; 2] = ["a lighthouse", "a harbour"];
 
@@ -194,6 +208,10 @@ impl World {
         config.part_size = 1024;
         if let Some(limit) = opts.spend_limit {
             store.set_spend_limit_now(TENANTS[0], Some(genace_core::ledger::millis(limit)));
+        }
+        // The other tenants exist before the run: each has a ledger.
+        for tenant in tenant_names(opts.tenants).iter().skip(TENANTS.len()) {
+            store.set_spend_limit_now(tenant, None);
         }
         let store = store
             .with_account_limit(opts.max_in_flight)
@@ -249,6 +267,7 @@ impl World {
             confirmations: BTreeMap::new(),
             answers: Arc::new(Mutex::new(Vec::new())),
             answered_ids: BTreeMap::new(),
+            tenants: tenant_names(opts.tenants),
         }
     }
 

@@ -60,7 +60,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::CASE_WITHOUT_PHASE_CHECK,
             "open_case without a phase check",
-            93,
+            121,
             "case on a rendered",
         ),
         // The ledger against Genace's own books, and the slots it holds
@@ -74,7 +74,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::TRUST_NEGATIVE_CREDITS,
             "a negative held_credits is believed",
-            12,
+            5,
             "counter is negative",
         ),
         (

@@ -522,6 +522,54 @@ async fn a_wait_costs_nothing_while_it_lasts_and_the_sweep_repairs_a_lost_wake_u
     assert_eq!(app.genace.posts().len(), 2);
 }
 
+/// Found at scale: the sweep worked through its due items before its
+/// capacity look, so a backlog longer than one run meant no lost wake-up
+/// was ever repaired and no learned limit probed. Now the look comes first,
+/// before the first due item is touched, and the due items stop at the
+/// time budget, the rest left due for the next run.
+#[tokio::test]
+async fn the_sweep_looks_at_capacity_first_and_bounds_its_backlog_by_time() {
+    let app = app();
+    let (running, waiting) = one_running_one_waiting(&app).await;
+    // The running job fails; the wake-up it sends is lost.
+    assert!(fail_first_job_and_see_who_is_woken(&app, &running).await.is_some());
+    for lost in app.queue.receive(Queue::Wake, 10, Duration::seconds(30)) {
+        assert!(app.queue.delete(lost.id, lost.receipt));
+    }
+    // A backlog of due work: intents nobody dispatched, past their grace.
+    for i in 0..120 {
+        submit(&app, &format!("backlog-{i}"), None).await;
+    }
+    app.clock.advance(Duration::minutes(3));
+    let mut sweeper = app.sweeper();
+    sweeper.page_size = 10;
+    sweeper.budget = std::time::Duration::from_secs(20);
+    // Before the sweep's first write to a due item: was the waiter woken
+    // already? Then that write takes 30 s, past the budget.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (queue, clock, at_first, id) = (app.queue.clone(), app.clock.clone(), seen.clone(), waiting.clone());
+    app.store.before_next_apply(move |_| {
+        let woken = queue
+            .messages()
+            .iter()
+            .any(|m| m.queue == Queue::Wake && m.body.contains(id.as_str()));
+        *at_first.lock().unwrap() = Some(woken);
+        clock.advance(Duration::seconds(30));
+    });
+    let report = sweeper.run().await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some(true),
+        "the capacity look came before the due items"
+    );
+    assert!(report.truncated, "{report:?}");
+    assert_eq!(report.examined, 10, "one page, then the budget was spent: {report:?}");
+    // The next run takes up what was left.
+    let next = sweeper.run().await.unwrap();
+    assert!(next.examined >= 100, "{next:?}");
+    assert!(!next.truncated, "{next:?}");
+}
+
 /// The in-memory store cancels transaction tries for conflicts as DynamoDB
 /// does, and tries again as the DynamoDB store does: at 100 % every try of
 /// a claim (which moves the tenant's counters) is cancelled, counted, and

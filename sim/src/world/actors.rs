@@ -10,7 +10,7 @@ use super::*;
 impl World {
     pub(crate) fn intake(&mut self) {
         self.intents_left -= 1;
-        let tenant = *self.rng.pick(&TENANTS);
+        let tenant = self.rng.pick(&self.tenants).clone();
         let key = *self.rng.pick(&KEYS);
         let prompt = *self.rng.pick(&PROMPTS);
         // Videos and images under the same keys: reservations of 10 and 1
@@ -26,7 +26,7 @@ impl World {
             body["dispatch_within_seconds"] = serde_json::json!(*self.rng.pick(&[60, 600]));
         }
         let intent = Intent::parse(&body, None).expect("a valid intent");
-        let tenant_id = TenantId::parse(tenant).expect("a valid tenant");
+        let tenant_id = TenantId::parse(&tenant).expect("a valid tenant");
         let intake = self.app.intake();
         let now = self.now();
         let answers = self.answers.clone();

@@ -100,7 +100,7 @@ impl World {
         }
         self.check_slots(records)?;
         let ledgers = self.store.ledgers_now();
-        for tenant in TENANTS {
+        for tenant in self.tenants.iter().map(String::as_str) {
             let counted = ledgers.get(tenant).map(|l| l.totals).unwrap_or_default();
             let summed = sums.get(tenant).copied().unwrap_or_default();
             if counted != summed {
@@ -282,7 +282,7 @@ impl World {
                 _ => {}
             }
         }
-        for tenant in TENANTS {
+        for tenant in self.tenants.iter().map(String::as_str) {
             let totals = ledgers.get(tenant).map(|l| l.totals).unwrap_or_default();
             let (completed, running) = charged.get(tenant).copied().unwrap_or_default();
             if totals.any_negative() {

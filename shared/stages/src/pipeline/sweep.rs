@@ -1,6 +1,20 @@
 //! The sweep: the table is the truth and queues are hints, so every minute
 //! the sweep reads the sparse due-time index and re-enqueues work whose
 //! message was lost or whose handler stopped after a commit.
+//!
+//! One run, most important first, each part bounded:
+//! 1. The capacity look, from one read of the account item: a lost
+//!    wake-up repaired, the learned limit raised or probed (the only way
+//!    out when uncertain operations fill a learned limit), the gauges.
+//!    First, so that no backlog of due items can starve it.
+//! 2. The due items, one page of each shard in turn, oldest due first,
+//!    until none are left, the page bound, or the time budget: what is
+//!    left stays due, and the next run takes it up (a handled item's due
+//!    time moves on, so the next run starts past it). A page that cannot
+//!    be read skips the rest of that shard in this run, not the run.
+//!
+//! Each part's figures go out as metrics (`SweepExamined`, `SweepRequeued`,
+//! `SweepInterrupted`, `SweepPageFailures`, `SweepTruncated`).
 
 use crate::ports::Ports;
 use crate::ports::table::prelude::*;
@@ -12,7 +26,7 @@ use crate::pipeline::stage::{StageError, case_opened};
 use crate::ports::clock::Clock;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::{DueItem, StoreError};
+use crate::ports::table::{DueCursor, DueItem, StoreError};
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
 use genace_core::record::{DUE_SHARDS, DeliveryState, Phase};
@@ -26,8 +40,11 @@ pub struct SweepReport {
     pub deliver: usize,
     /// Expired dispatch claims turned into uncertain operations with a case.
     pub interrupted: usize,
-    /// More due work was left for the next run (page bound reached).
+    /// More due work was left for the next run (page bound or time budget).
     pub truncated: bool,
+    /// Pages of the due index that could not be read (their shard was
+    /// left for the next run).
+    pub page_failures: usize,
 }
 
 pub struct Sweeper<P: Ports> {
@@ -38,6 +55,9 @@ pub struct Sweeper<P: Ports> {
     /// Items read per page, and pages per shard per run.
     pub page_size: i32,
     pub max_pages: usize,
+    /// How long a run works through due items at most (the function's
+    /// timeout is 55 s); the rest is the next run's.
+    pub budget: std::time::Duration,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
 }
@@ -55,6 +75,7 @@ impl<P: Ports> Sweeper<P> {
             clock,
             page_size: 100,
             max_pages: 10,
+            budget: std::time::Duration::from_secs(40),
             metrics: Metrics::off(),
         }
     }
@@ -63,34 +84,65 @@ impl<P: Ports> Sweeper<P> {
 impl<P: Ports> Sweeper<P> {
     pub async fn run(&self) -> Result<SweepReport, StageError> {
         let now = self.clock.now();
+        // The capacity look first, whatever the backlog behind it.
+        crate::pipeline::wake::sweep(&self.store, &self.queue, &self.metrics, now).await;
+        let report = self.due_items(now).await;
+        self.metrics.emit("SweepExamined", report.examined as f64, "Count", &[]);
+        let requeued = report.dispatch + report.poll + report.deliver;
+        self.metrics.emit("SweepRequeued", requeued as f64, "Count", &[]);
+        self.metrics
+            .emit("SweepInterrupted", report.interrupted as f64, "Count", &[]);
+        self.metrics
+            .emit("SweepPageFailures", report.page_failures as f64, "Count", &[]);
+        self.metrics
+            .emit("SweepTruncated", f64::from(u8::from(report.truncated)), "Count", &[]);
+        info!(?report, "sweep finished");
+        Ok(report)
+    }
+
+    /// The due items, one page of each shard in turn, within the page
+    /// bound and the time budget.
+    async fn due_items(&self, now: chrono::DateTime<chrono::Utc>) -> SweepReport {
         let mut report = SweepReport::default();
-        for shard in 0..DUE_SHARDS {
-            let mut cursor = None;
-            for page_no in 0..self.max_pages {
-                let page = self
-                    .store
-                    .due_page(shard, now.timestamp_millis(), self.page_size, cursor)
-                    .await?;
-                for item in &page.items {
-                    report.examined += 1;
-                    if let Err(e) = self.handle(item, &mut report).await {
-                        warn!(operation_id = %item.operation_id, error = %e, "sweep could not handle an item");
-                    }
-                }
-                cursor = page.next;
-                if cursor.is_none() {
-                    break;
-                }
-                if page_no + 1 == self.max_pages {
+        let budget = Duration::from_std(self.budget).unwrap_or(Duration::MAX);
+        // Each shard's position: None before its first page, then the
+        // cursor of its next page; a shard is done once it has no next.
+        let mut shards: Vec<(u32, Option<Option<DueCursor>>)> = (0..DUE_SHARDS).map(|s| (s, None)).collect();
+        for _ in 0..self.max_pages {
+            for (shard, position) in &mut shards {
+                let cursor = match position {
+                    Some(None) => continue,
+                    Some(Some(next)) => Some(next.clone()),
+                    None => None,
+                };
+                if self.clock.now() - now >= budget {
                     report.truncated = true;
+                    return report;
+                }
+                match self
+                    .store
+                    .due_page(*shard, now.timestamp_millis(), self.page_size, cursor)
+                    .await
+                {
+                    Ok(page) => {
+                        for item in &page.items {
+                            report.examined += 1;
+                            if let Err(e) = self.handle(item, &mut report).await {
+                                warn!(operation_id = %item.operation_id, error = %e, "sweep could not handle an item");
+                            }
+                        }
+                        *position = Some(page.next);
+                    }
+                    Err(e) => {
+                        warn!(shard = *shard, error = %e, "a due page could not be read; the shard is left for the next run");
+                        report.page_failures += 1;
+                        *position = Some(None);
+                    }
                 }
             }
         }
-        // The learned limit is raised or probed, a lost wake-up is
-        // repaired, and the gauges are emitted: one read of the account.
-        crate::pipeline::wake::sweep(&self.store, &self.queue, &self.metrics, now).await;
-        info!(?report, "sweep finished");
-        Ok(report)
+        report.truncated |= shards.iter().any(|(_, p)| matches!(p, Some(Some(_))));
+        report
     }
 
     async fn handle(&self, item: &DueItem, report: &mut SweepReport) -> Result<(), StageError> {
