@@ -49,11 +49,11 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         }
         world.quiesce().err()
     });
-    let conflicts = world.transaction_conflicts();
+    let (conflicts, contended) = world.transaction_conflicts();
     if conflicts > 0 {
-        world
-            .trace
-            .push(format!("transaction tries cancelled for a conflict: {conflicts}"));
+        world.trace.push(format!(
+            "transaction tries cancelled for a conflict: {conflicts}; transactions cancelled on every try: {contended}"
+        ));
     }
     if let Some(v) = &violation {
         world.trace.push(format!("VIOLATION: {v}"));

@@ -189,8 +189,8 @@ pub(crate) const PROMPTS: [&str; 2] = ["a lighthouse", "a harbour"];
 
 impl World {
     /// Transaction tries the store cancelled for a conflict so far.
-    pub(crate) fn transaction_conflicts(&self) -> u64 {
-        self.store.transaction_conflicts()
+    pub(crate) fn transaction_conflicts(&self) -> (u64, u64) {
+        (self.store.transaction_conflicts(), self.store.transactions_contended())
     }
 }
 
@@ -215,7 +215,7 @@ impl World {
         }
         let store = store
             .with_account_limit(opts.max_in_flight)
-            .with_transaction_conflicts(opts.transaction_conflicts);
+            .with_transaction_conflicts(opts.transaction_conflicts, seed);
         let genace = match opts.genace_limit.or(opts.max_in_flight) {
             Some(jobs) => genace.with_concurrency(jobs as usize),
             None => genace,

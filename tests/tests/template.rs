@@ -390,9 +390,9 @@ fn dispatch_outlives_the_genace_timeout_and_deliver_can_stream() {
         .parse()
         .unwrap();
     assert!(timeout(&t, &fns["DispatchFunction"]) > genace_timeout);
-    // After the longest POST, a job id is tried again in the table for
-    // JOB_SAVE_SECONDS, and the last try (5 s at most) and the recovery
-    // send still fit in the dispatcher's time.
+    // After the longest POST, a job id is tried again in the table for at
+    // most JOB_SAVE_SECONDS, and the recovery send (one SQS request, 5 s at
+    // most) still fits in the dispatcher's time.
     assert!(
         genace_timeout + genace_stages::pipeline::dispatch::JOB_SAVE_SECONDS + 5
             <= timeout(&t, &fns["DispatchFunction"]),

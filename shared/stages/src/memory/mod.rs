@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 
 mod clock;
 mod downloads;
+mod endpoints;
 mod genace;
 mod ledgers;
 mod objects;

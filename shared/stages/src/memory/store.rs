@@ -10,7 +10,7 @@ use genace_core::record::OperationRecord;
 
 use crate::ports::table::{
     Applied, CONFLICT_TRIES, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, OperationRecords,
-    StoreError, WebhookSettings, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
+    StoreError, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
 };
 
 /// The operation table, in memory. Clones share the same table.
@@ -40,6 +40,8 @@ pub(super) struct Conflicts {
     percent: u32,
     state: u64,
     met: u64,
+    /// Transactions whose every try met one.
+    contended: u64,
 }
 
 #[derive(Debug, Default)]
@@ -114,8 +116,11 @@ impl MemoryStore {
     /// caller's), and answers [`StoreError::Contention`] when every try met
     /// one. Draws are deterministic, for simulation.
     #[must_use]
-    pub fn with_transaction_conflicts(self, percent: u32) -> Self {
-        self.lock().conflicts.percent = percent.min(100);
+    pub fn with_transaction_conflicts(self, percent: u32, seed: u64) -> Self {
+        let mut table = self.lock();
+        table.conflicts.percent = percent.min(100);
+        table.conflicts.state = seed;
+        drop(table);
         self
     }
 
@@ -128,8 +133,14 @@ impl MemoryStore {
     /// conflict; each one that does is counted.
     fn meets_conflicts(&self, prev: &OperationRecord, next: &OperationRecord) -> bool {
         let mut table = self.lock();
+        // A write whose record moved on fails its condition instead, as in
+        // DynamoDB, where that reason wins over a conflict.
+        let current = table.records.get(&prev.pk).map(|r| r.version);
         let conflicts = &mut table.conflicts;
-        if conflicts.percent == 0 || !ledger::delta(prev, next).is_ok_and(|d| !d.is_zero()) {
+        if conflicts.percent == 0
+            || current != Some(prev.version)
+            || !ledger::delta(prev, next).is_ok_and(|d| !d.is_zero())
+        {
             return false;
         }
         for _ in 0..CONFLICT_TRIES {
@@ -143,7 +154,13 @@ impl MemoryStore {
             }
             conflicts.met += 1;
         }
+        conflicts.contended += 1;
         true
+    }
+
+    /// How many transactions met a conflict on every try so far.
+    pub fn transactions_contended(&self) -> u64 {
+        self.lock().conflicts.contended
     }
 
     /// Sets a tenant's spend limit (a simulation's starting state).
@@ -399,132 +416,6 @@ impl MemoryStore {
             records: entries.into_iter().map(|(_, r)| r.clone()).collect(),
             next,
         })
-    }
-}
-
-impl crate::ports::table::WebhookEndpoints for MemoryStore {
-    async fn endpoints(&self, tenant: &TenantId) -> Result<genace_core::webhook::EndpointSet, StoreError> {
-        Ok(self.lock().endpoints.get(tenant.as_str()).cloned().unwrap_or_default())
-    }
-
-    async fn save_endpoints(
-        &self,
-        tenant: &TenantId,
-        set: &genace_core::webhook::EndpointSet,
-    ) -> Result<(), StoreError> {
-        let mut table = self.lock();
-        let stored = table.endpoints.get(tenant.as_str()).map_or(0, |s| s.version);
-        if set.version != stored + 1 {
-            return Err(StoreError::Conflict(None));
-        }
-        table.endpoints.insert(tenant.as_str().to_owned(), set.clone());
-        Ok(())
-    }
-
-    async fn receivers(
-        &self,
-        tenants: &[TenantId],
-    ) -> Result<std::collections::HashMap<TenantId, genace_core::webhook::Receivers>, StoreError> {
-        let table = self.lock();
-        Ok(tenants
-            .iter()
-            .filter_map(|t| {
-                let receivers = genace_core::webhook::Receivers {
-                    webhook: table.webhooks.get(t.as_str()).cloned(),
-                    endpoints: table
-                        .endpoints
-                        .get(t.as_str())
-                        .map(|s| s.endpoints.clone())
-                        .unwrap_or_default(),
-                };
-                (receivers != genace_core::webhook::Receivers::default()).then(|| (t.clone(), receivers))
-            })
-            .collect())
-    }
-
-    async fn record_attempt(
-        &self,
-        attempt: &genace_core::webhook::WebhookAttempt,
-        keep_until: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        let log = format!("{}\u{0}{}", attempt.tenant_id, attempt.endpoint_id);
-        self.lock()
-            .attempts
-            .entry(log)
-            .or_default()
-            .insert(attempt.sort_key(), (keep_until, attempt.clone()));
-        Ok(())
-    }
-
-    async fn keep_event(
-        &self,
-        tenant: &TenantId,
-        event_id: &str,
-        detail: &str,
-        keep_until: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        let key = format!("{}\u{0}{event_id}", tenant.as_str());
-        self.lock().kept.insert(key, (keep_until, detail.to_owned()));
-        Ok(())
-    }
-
-    async fn kept_event(
-        &self,
-        tenant: &TenantId,
-        event_id: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Option<String>, StoreError> {
-        let key = format!("{}\u{0}{event_id}", tenant.as_str());
-        Ok(self
-            .lock()
-            .kept
-            .get(&key)
-            .filter(|(until, _)| *until > now)
-            .map(|(_, detail)| detail.clone()))
-    }
-
-    async fn attempts(
-        &self,
-        tenant: &TenantId,
-        endpoint_id: &str,
-        status: Option<genace_core::webhook::AttemptStatus>,
-        limit: usize,
-        after: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> Result<(Vec<genace_core::webhook::WebhookAttempt>, Option<String>), StoreError> {
-        let table = self.lock();
-        let Some(log) = table.attempts.get(&format!("{}\u{0}{endpoint_id}", tenant.as_str())) else {
-            return Ok((Vec::new(), None));
-        };
-        // As DynamoDB pages a query: `limit + 1` entries read (those past
-        // their time included, as the TTL deletes late), then filtered.
-        let read = log
-            .iter()
-            .rev()
-            .filter(|(key, _)| after.is_none_or(|a| key.as_str() < a))
-            .take(limit + 1)
-            .map(|(key, (until, a))| (key.clone(), *until > now, a.clone()))
-            .collect();
-        Ok(crate::ports::table::log_page(read, limit, status))
-    }
-}
-
-impl WebhookSettings for MemoryStore {
-    async fn webhook(&self, tenant: &TenantId) -> Result<Option<genace_core::webhook::WebhookConfig>, StoreError> {
-        Ok(self.lock().webhooks.get(tenant.as_str()).cloned())
-    }
-
-    async fn set_webhook(
-        &self,
-        tenant: &TenantId,
-        config: Option<&genace_core::webhook::WebhookConfig>,
-    ) -> Result<(), StoreError> {
-        let mut table = self.lock();
-        match config {
-            Some(c) => table.webhooks.insert(tenant.as_str().to_owned(), c.clone()),
-            None => table.webhooks.remove(tenant.as_str()),
-        };
-        Ok(())
     }
 }
 

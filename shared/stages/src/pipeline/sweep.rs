@@ -87,6 +87,13 @@ impl<P: Ports> Sweeper<P> {
         // The capacity look first, whatever the backlog behind it.
         crate::pipeline::wake::sweep(&self.store, &self.queue, &self.metrics, now).await;
         let report = self.due_items(now).await;
+        if report.page_failures >= DUE_SHARDS as usize && report.examined == 0 {
+            // No page read at all: the run fails, so the function's error
+            // alarm sees a due index that cannot be read.
+            return Err(StageError::Store(StoreError::Service(
+                "no page of the due index could be read".into(),
+            )));
+        }
         self.metrics.emit("SweepExamined", report.examined as f64, "Count", &[]);
         let requeued = report.dispatch + report.poll + report.deliver;
         self.metrics.emit("SweepRequeued", requeued as f64, "Count", &[]);
@@ -126,6 +133,11 @@ impl<P: Ports> Sweeper<P> {
                 {
                     Ok(page) => {
                         for item in &page.items {
+                            if self.clock.now() - now >= budget {
+                                // The rest of the page stays due.
+                                report.truncated = true;
+                                return report;
+                            }
                             report.examined += 1;
                             if let Err(e) = self.handle(item, &mut report).await {
                                 warn!(operation_id = %item.operation_id, error = %e, "sweep could not handle an item");

@@ -48,9 +48,10 @@ pub enum StoreError {
 /// [`StoreError::Contention`].
 pub const CONFLICT_TRIES: u32 = 8;
 
-/// The pause before try `attempt` (from 1) of a transaction that met a
-/// conflict: full jitter, uniformly between zero and 10 ms doubled per try,
-/// at most 640 ms, so that rivals that met once do not meet again.
+/// The pause after try `attempt` (from 1) of a transaction that met a
+/// conflict: full jitter, uniformly between zero and a ceiling of 20 ms
+/// doubled per try, at most 640 ms (about 1.3 s over all tries at worst),
+/// so that rivals that met once do not meet again.
 pub fn conflict_backoff(attempt: u32) -> std::time::Duration {
     let ceiling_ms = (10u64 << attempt.min(6)).min(640);
     let draw = uuid::Uuid::new_v4().as_u128() as u64;
@@ -534,7 +535,8 @@ where
 {
     let mut last = None;
     let mut backoff = std::time::Duration::from_millis(50);
-    for _ in 0..attempts.max(1) {
+    let attempts = attempts.max(1);
+    for attempt in 1..=attempts {
         let (next, said) = match decide(&rec) {
             Ok(decided) => decided,
             Err(refusal) => {
@@ -570,10 +572,14 @@ where
             Err(e @ (StoreError::SpendLimit | StoreError::AccountFull | StoreError::TenantFull)) => {
                 return Err(CommitError::Store(e));
             }
+            // The store paused between its own tries already: again at once.
+            Err(StoreError::Contention) => last = Some(StoreError::Contention),
             Err(e) => {
                 last = Some(e);
-                tokio::time::sleep(backoff).await;
-                backoff *= 4;
+                if attempt < attempts {
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 4;
+                }
             }
         }
     }

@@ -106,12 +106,19 @@ const DEFAULT_RETRY: Duration = Duration::from_secs(30);
 /// Delay before the first poll of an accepted job.
 pub(super) const FIRST_POLL_DELAY_SECONDS: u32 = 5;
 
-/// How long after Genace's answer a job id it named is tried again in the
-/// table while the table is busy or briefly failing, before it goes to the
-/// recovery channel: within the dispatch function's time (60 s) after the
-/// longest POST (`GENACE_TIMEOUT_SECONDS`, 30 s), with room for the
-/// recovery send (`tests/tests/template.rs` holds the three together).
-pub const JOB_SAVE_SECONDS: u64 = 20;
+/// How long after Genace's answer a job id it named may still be tried in
+/// the table while the table is busy (every try of its transaction met a
+/// conflict), before it goes to the recovery channel: within the dispatch
+/// function's time (60 s) after the longest POST (`GENACE_TIMEOUT_SECONDS`,
+/// 30 s), with room for the recovery send (`tests/tests/template.rs` holds
+/// them together).
+pub const JOB_SAVE_SECONDS: u64 = 15;
+
+/// The longest one busy try of saving a job id takes: four commit
+/// attempts of eight transaction tries, each pausing at most 640 ms, and
+/// the commit's own pauses. A try starts only if it can end within
+/// [`JOB_SAVE_SECONDS`].
+pub(super) const JOB_SAVE_TRY_SECONDS: u64 = 7;
 
 /// The longest pause between two tries of saving a job id.
 pub(super) const JOB_SAVE_PAUSE_MAX: Duration = Duration::from_secs(2);

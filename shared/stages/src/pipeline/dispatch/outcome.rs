@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use super::{Dispatcher, FIRST_POLL_DELAY_SECONDS, JOB_SAVE_PAUSE_MAX, JOB_SAVE_SECONDS, PostResult, Posted};
+use super::{
+    Dispatcher, FIRST_POLL_DELAY_SECONDS, JOB_SAVE_PAUSE_MAX, JOB_SAVE_SECONDS, JOB_SAVE_TRY_SECONDS, PostResult,
+    Posted,
+};
 use crate::pipeline::stage::{StageError, case_opened};
 use crate::ports::Ports;
 use crate::ports::clock::Clock;
@@ -24,18 +27,21 @@ where
     P::Genace: Genace,
 {
     /// [`Self::record_freeing`] for an outcome that names a Genace job: a
-    /// table that is busy (transactions cancelled for conflicts on every
-    /// try) or failing is tried again, pausing up to
-    /// [`JOB_SAVE_PAUSE_MAX`], until [`JOB_SAVE_SECONDS`] after the answer
-    /// came. Only then is the id the recovery channel's: contention is not
-    /// an incident.
+    /// table that is busy (every try of the transaction met a conflict) is
+    /// tried again, pausing up to [`JOB_SAVE_PAUSE_MAX`], for as long as a
+    /// try can still end within [`JOB_SAVE_SECONDS`] of the answer. Only
+    /// then is the id the recovery channel's: contention is not an
+    /// incident. A table that fails otherwise (unreachable, timing out,
+    /// refusing) is one, and the id goes to the recovery channel at once.
     async fn save_job(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
-        let budget = chrono::Duration::seconds(JOB_SAVE_SECONDS as i64);
+        let last_start = chrono::Duration::seconds((JOB_SAVE_SECONDS - JOB_SAVE_TRY_SECONDS) as i64);
         let mut pause = Duration::from_millis(100);
         loop {
             match self.record_freeing(posted, event).await {
-                Err(CommitError::Store(e @ (StoreError::Contention | StoreError::Service(_))))
-                    if self.clock.now() - posted.received_at < budget =>
+                Err(CommitError::Store(e @ StoreError::Contention))
+                    if self.clock.now() + chrono::Duration::from_std(pause).unwrap_or_default()
+                        - posted.received_at
+                        <= last_start =>
                 {
                     warn!(operation_id = %posted.claimed.operation_id, error = %e, "the job id is not saved yet; trying again");
                     self.metrics.count("JobSaveRetried", &[]);
