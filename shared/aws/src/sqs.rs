@@ -112,7 +112,7 @@ impl ReceiptDeferral for SqsReceiptDeferral {
 
 /// The webhook queue as the webhook stage writes to it
 /// (`genace_stages::ports::webhooks::WebhookQueue`): copies of an event, one per
-/// receiver, on the queue itself; events that can never be delivered as
+/// receiver, on the queue itself; events that can never be sent as
 /// configured, on its dead-letter queue directly. A dead letter's reason
 /// rides as a message attribute; the body is the message, as the queue's
 /// redrive would have kept it.

@@ -182,7 +182,7 @@ impl AttemptStatus {
     }
 
     /// Whether the event got through with this attempt.
-    pub fn delivered(self) -> bool {
+    pub fn succeeded(self) -> bool {
         self == AttemptStatus::Succeeded
     }
 }

@@ -104,7 +104,7 @@ async fn rig(events: &[&str]) -> Rig {
 async fn an_event_is_posted_signed_to_the_tenants_url() {
     let rig = rig(&[]).await;
     let body = event_of(&rig, "acme", "operation.delivered");
-    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Delivered(200));
+    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Sent(200));
     let posts = rig.receiver.received();
     assert_eq!(posts.len(), 1);
     let post = &posts[0];
@@ -163,7 +163,7 @@ async fn a_failing_receiver_fails_the_message_so_the_queue_retries_it() {
         assert!(matches!(failed, StageError::Remote(_)), "{failed}");
         assert_eq!(rig.stage.retry_after(&failed, receives), Some(30 << (receives - 1)));
     }
-    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Delivered(200));
+    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Sent(200));
     // Every attempt carries the same event id, for the receiver to deduplicate.
     let ids: Vec<String> = rig
         .receiver
@@ -352,12 +352,12 @@ async fn each_receiver_gets_its_own_copy_and_its_own_retries() {
     // The tenant webhook's copy comes first and succeeds; the endpoint's fails.
     rig.receiver.answer(&[200, 503]);
     let first: Vec<_> = futures_first(&rig, &copies, 1).await;
-    assert!(matches!(first[0], Ok(Webhooked::Delivered(200))), "{first:?}");
+    assert!(matches!(first[0], Ok(Webhooked::Sent(200))), "{first:?}");
     assert!(matches!(first[1], Err(StageError::Remote(_))), "{first:?}");
     // Only the failed copy comes back; on its second delivery it succeeds.
     assert_eq!(
         handle_received(&rig.stage, &copies[1], 2).await.unwrap(),
-        Webhooked::Delivered(200)
+        Webhooked::Sent(200)
     );
     let posts = rig.receiver.received();
     assert_eq!(
@@ -439,7 +439,7 @@ async fn only_enabled_endpoints_that_take_the_type_receive_it() {
     set.version += 1;
     rig.stage.store.save_endpoints(&acme, &set).await.unwrap();
     let body = event_of(&rig, "acme", "operation.delivered");
-    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Delivered(200));
+    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Sent(200));
     assert!(rig.queue.take_copies().is_empty());
     assert_eq!(rig.receiver.received()[0].url, "https://hooks.acme.example/ep_all");
     // Nothing is sent to the disabled one, but its log says what it missed,
@@ -494,7 +494,7 @@ async fn a_kept_event_replays_with_its_own_id() {
     let rig = rig(&["operation.held"]).await;
     add_endpoint(&rig, "ep_one", &[]).await;
     let body = event_of(&rig, "acme", "operation.delivered");
-    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Delivered(200));
+    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Sent(200));
     let mut detail = serde_json::from_str::<Value>(&body).unwrap()["detail"].clone();
     // Kept as posted: without the pipe's mark.
     detail.as_object_mut().unwrap().remove("webhooks");
@@ -519,7 +519,7 @@ async fn a_kept_event_replays_with_its_own_id() {
     );
     let copy = json!({"to": "ep_one", "detail": detail}).to_string();
     rig.stage.clock.advance(chrono::Duration::seconds(60));
-    assert_eq!(handle_body(&rig.stage, &copy).await.unwrap(), Webhooked::Delivered(200));
+    assert_eq!(handle_body(&rig.stage, &copy).await.unwrap(), Webhooked::Sent(200));
     let posts = rig.receiver.received();
     let ids: Vec<String> = posts
         .iter()
@@ -559,7 +559,7 @@ async fn an_endpoint_failing_for_its_hours_is_disabled_and_the_others_are_told()
     assert_eq!(endpoint_of(rig, "ep_bad").await.failing_since, Some(t0));
     // A success clears it; the next failure starts again.
     rig.stage.clock.advance(chrono::Duration::hours(50));
-    assert_eq!(try_once(200, 2).await.unwrap(), Webhooked::Delivered(200));
+    assert_eq!(try_once(200, 2).await.unwrap(), Webhooked::Sent(200));
     assert_eq!(endpoint_of(rig, "ep_bad").await.failing_since, None);
     rig.stage.clock.advance(chrono::Duration::hours(1));
     let t1 = rig.stage.clock.now();
@@ -584,10 +584,7 @@ async fn an_endpoint_failing_for_its_hours_is_disabled_and_the_others_are_told()
     assert_eq!(copy["detail"]["type"], "endpoint.disabled");
     assert_eq!(copy["detail"]["data"]["endpoint_id"], "ep_bad");
     rig.receiver.answer(&[200]);
-    assert_eq!(
-        handle_body(&rig.stage, &copies[0]).await.unwrap(),
-        Webhooked::Delivered(200)
-    );
+    assert_eq!(handle_body(&rig.stage, &copies[0]).await.unwrap(), Webhooked::Sent(200));
     let post = rig.receiver.received().last().unwrap().clone();
     assert_eq!(post.url, "https://hooks.acme.example/ep_good");
     assert!(
@@ -633,10 +630,7 @@ async fn the_first_post_after_a_rotation_is_signed_with_the_new_secret() {
     let endpoint = add_endpoint(&rig, "ep_rotated", &[]).await;
     let old = format!("whsec_{}", endpoint.id);
     let first = event_at(&rig, "acme", "operation.accepted", 1);
-    assert_eq!(
-        handle_body(&rig.stage, &first).await.unwrap(),
-        Webhooked::Delivered(200)
-    );
+    assert_eq!(handle_body(&rig.stage, &first).await.unwrap(), Webhooked::Sent(200));
 
     let mut api = genace_stages::memory::memory_app(rig.stage.clock.now());
     api.store = rig.stage.store.clone();
@@ -648,7 +642,7 @@ async fn the_first_post_after_a_rotation_is_signed_with_the_new_secret() {
         .await
         .unwrap();
     let next = event_at(&rig, "acme", "operation.delivered", 2);
-    assert_eq!(handle_body(&rig.stage, &next).await.unwrap(), Webhooked::Delivered(200));
+    assert_eq!(handle_body(&rig.stage, &next).await.unwrap(), Webhooked::Sent(200));
 
     let posts = rig.receiver.received();
     assert_eq!(posts.len(), 2);

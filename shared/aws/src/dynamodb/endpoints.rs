@@ -6,7 +6,7 @@
 //! version is still the one read. Few endpoints per tenant (the limit is
 //! small), read by every event of the tenant: one consistent read.
 //!
-//! Each delivery attempt is its own item, `WHLOG#<tenant>#<endpoint>#<sort
+//! Each webhook attempt is its own item, `WHLOG#<tenant>#<endpoint>#<sort
 //! key>`, expiring with the table's TTL. The log index (`log_pk` =
 //! `WHLOG#<tenant>#<endpoint>`, `log_sk` = [`WebhookAttempt::sort_key`])
 //! pages an endpoint's log newest first.

@@ -1,8 +1,8 @@
 //! Operators' webhook settings: read, set and remove a tenant's webhook,
 //! beside the other operator actions (`admin`). Parsing a request checks
 //! the webhook URL policy and the tenant's secret folder, so a webhook that
-//! could never be delivered or would sign with another tenant's secret is
-//! refused when it is saved. Delivery is the `webhooks` stage.
+//! could never be sent to or would sign with another tenant's secret is
+//! refused when it is saved. Sending is the `webhook_send` stage.
 
 use crate::ports::Ports;
 use crate::ports::table::prelude::*;

@@ -336,7 +336,7 @@ impl<P: Ports> Endpoints<'_, P> {
         let endpoint = self.get(id).await?;
         refuse_unsendable(&endpoint)?;
         let now = self.clock.now();
-        let (mut failed, mut delivered) = (Vec::<String>::new(), std::collections::BTreeSet::new());
+        let (mut failed, mut succeeded) = (Vec::<String>::new(), std::collections::BTreeSet::new());
         let (mut after, mut read) = (None::<String>, 0);
         'pages: loop {
             let (page, next) = self
@@ -352,8 +352,8 @@ impl<P: Ports> Endpoints<'_, P> {
                     // Of a type it takes no longer: a copy would be dropped.
                     continue;
                 }
-                if a.status.delivered() {
-                    delivered.insert(a.event_id);
+                if a.status.succeeded() {
+                    succeeded.insert(a.event_id);
                 } else if !failed.contains(&a.event_id) {
                     failed.push(a.event_id);
                 }
@@ -365,7 +365,7 @@ impl<P: Ports> Endpoints<'_, P> {
         }
         let mut done = Recovered { queued: 0, missing: 0 };
         // The log is newest first; send the oldest first.
-        for event_id in failed.iter().rev().filter(|e| !delivered.contains(*e)) {
+        for event_id in failed.iter().rev().filter(|e| !succeeded.contains(*e)) {
             match self.store.kept_event(&self.tenant, event_id, now).await? {
                 Some(detail) => {
                     self.send_copy(id, &detail).await?;

@@ -50,7 +50,7 @@ pub(super) struct Tables {
     pub(super) ledgers: BTreeMap<String, TenantLedger>,
     pub(super) webhooks: BTreeMap<String, genace_core::webhook::WebhookConfig>,
     pub(super) endpoints: BTreeMap<String, genace_core::webhook::EndpointSet>,
-    /// Delivery logs by `<tenant>\u{0}<endpoint>`, by sort key, with when each entry expires.
+    /// Attempt logs by `<tenant>\u{0}<endpoint>`, by sort key, with when each entry expires.
     pub(super) attempts: BTreeMap<String, BTreeMap<String, (DateTime<Utc>, genace_core::webhook::WebhookAttempt)>>,
     pub(super) account: genace_core::ledger::AccountCapacity,
     /// The waiting set: each tenant that had an operation start waiting, by

@@ -5,7 +5,7 @@
 //! The bus's rule puts every event on the webhook queue; this stage consumes
 //! it. A receiver that fails (no answer, or anything but 2xx) fails the
 //! message, which is hidden for a growing time ([`RetrySchedule`](crate::config::RetrySchedule)) and then
-//! delivered again, until the queue's receive limit sends it to the
+//! received again, until the queue's receive limit sends it to the
 //! dead-letter queue.
 //!
 //! Signing follows the Standard Webhooks specification, so receivers verify
@@ -37,7 +37,7 @@ use genace_core::webhook::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Webhooked {
     /// The receiver answered 2xx.
-    Delivered(u16),
+    Sent(u16),
     /// The tenant has no webhook and no endpoint (or the endpoint a copy
     /// was for is gone or disabled).
     NoWebhook,
@@ -45,7 +45,7 @@ pub enum Webhooked {
     NotSubscribed,
     /// More than one receiver takes it: one copy each was queued.
     FannedOut(usize),
-    /// The event can never be delivered as configured (a URL the policy
+    /// The event can never be sent as configured (a URL the policy
     /// refuses, a secret outside the tenant's prefix): it went to the
     /// dead-letter queue at once.
     DeadLettered(String),
@@ -290,8 +290,8 @@ where
         }
         match posted {
             Ok(status) if (200..300).contains(&status) => {
-                info!(tenant, event_id = id, to = receiver.to(), status, "webhook delivered");
-                Ok(Webhooked::Delivered(status))
+                info!(tenant, event_id = id, to = receiver.to(), status, "webhook sent");
+                Ok(Webhooked::Sent(status))
             }
             Ok(status) => {
                 warn!(
@@ -305,7 +305,7 @@ where
             }
             Err(PostError::Refused(why)) => self.give_up(message, tenant, id, "url", why).await,
             Err(PostError::Failed(e)) => {
-                warn!(tenant, event_id = id, to = receiver.to(), error = %e, "webhook not delivered; the event is retried");
+                warn!(tenant, event_id = id, to = receiver.to(), error = %e, "webhook not taken by its receiver; the event is retried");
                 Err(StageError::Remote(e))
             }
         }
@@ -445,7 +445,7 @@ impl<S: WebhookEndpoints, K, W, D: WebhookQueue, C: Clock> WebhookStage<S, K, W,
 impl<S: WebhookEndpoints, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
     /// Keeps the event of a tenant with endpoints for `log_for`, so that
     /// an endpoint can be sent it again. Counted, not fatal, when it fails:
-    /// delivery comes first.
+    /// the send comes first.
     async fn keep(&self, tenant: &TenantId, id: &str, detail: &Value) {
         let until = self.clock.now() + self.log_for;
         if let Err(e) = self.store.keep_event(tenant, id, &detail.to_string(), until).await {
@@ -488,7 +488,7 @@ impl<S: WebhookEndpoints, K, W, D, C> WebhookStage<S, K, W, D, C> {
         at: chrono::DateTime<chrono::Utc>,
     ) {
         if let Err(e) = self.store.record_attempt(entry, at + self.log_for).await {
-            warn!(event_id = %entry.event_id, endpoint = %endpoint.id, error = %e, "delivery attempt not logged");
+            warn!(event_id = %entry.event_id, endpoint = %endpoint.id, error = %e, "webhook attempt not logged");
             self.metrics.count("WebhookLogFailed", &[]);
         }
     }
@@ -563,7 +563,7 @@ impl<S: OperationRecords + WebhookEndpoints, K, W, D, C: Clock> WebhookStage<S, 
 }
 
 impl<S, K, W, D: WebhookQueue, C> WebhookStage<S, K, W, D, C> {
-    /// An event that can never be delivered as configured: straight to the
+    /// An event that can never be sent as configured: straight to the
     /// dead-letter queue with the reason, counted, and not retried. If the
     /// dead-letter queue cannot take it, the message fails and comes back.
     async fn give_up(
@@ -578,7 +578,7 @@ impl<S, K, W, D: WebhookQueue, C> WebhookStage<S, K, W, D, C> {
             .dead_letter(message.to_string(), why.clone())
             .await
             .map_err(StageError::Remote)?;
-        warn!(tenant, event_id, cause, reason = %why, "webhook event can never be delivered; dead-lettered");
+        warn!(tenant, event_id, cause, reason = %why, "webhook event can never be sent; dead-lettered");
         self.metrics.count("WebhookRefused", &[("Cause", cause)]);
         Ok(Webhooked::DeadLettered(why))
     }

@@ -83,7 +83,7 @@ pub trait WebhookSender: Send + Sync {
 
 /// The webhook queue, as the stage writes to it.
 pub trait WebhookQueue: Send + Sync {
-    /// Where an event goes that can never be delivered: the dead-letter
+    /// Where an event goes that can never be sent: the dead-letter
     /// queue, at once rather than after a day of retries.
     fn dead_letter(&self, body: String, reason: String) -> impl Future<Output = Result<(), String>> + Send;
     /// Queues one copy of an event per receiver, each retried on its own.
