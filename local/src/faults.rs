@@ -29,7 +29,8 @@ pub struct FaultProxy {
 
 struct State {
     upstream: String,
-    conflict_percent: u64,
+    /// The share of transactions cancelled, in percent; a test may change it.
+    conflict_percent: AtomicU64,
     http: reqwest::Client,
     /// Draws so far (deterministic: the n-th transaction's fate is fixed).
     draws: AtomicU64,
@@ -53,7 +54,7 @@ impl FaultProxy {
         let url = format!("http://{}", listener.local_addr()?);
         let state = Arc::new(State {
             upstream: upstream.trim_end_matches('/').to_owned(),
-            conflict_percent: conflict_percent.min(100),
+            conflict_percent: AtomicU64::new(conflict_percent.min(100)),
             http: reqwest::Client::builder()
                 .no_proxy()
                 .build()
@@ -77,6 +78,12 @@ impl FaultProxy {
             }
         });
         Ok(Self { url, state, task })
+    }
+
+    /// From now on, cancels `percent` of the `TransactWriteItems` calls: a
+    /// table that turns busy, or quiet again, while the stack runs.
+    pub fn set_conflict_percent(&self, percent: u64) {
+        self.state.conflict_percent.store(percent.min(100), Ordering::SeqCst);
     }
 
     /// Transactions cancelled with `TransactionConflict` so far.
@@ -104,7 +111,7 @@ impl State {
         let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % 100 < self.conflict_percent
+        (z ^ (z >> 31)) % 100 < self.conflict_percent.load(Ordering::SeqCst)
     }
 
     async fn answer(&self, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {

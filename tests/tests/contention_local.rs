@@ -3,7 +3,9 @@
 //! never does. A fault proxy between the stack and moto cancels 60 % of
 //! every `TransactWriteItems` call that way. Every operation is still
 //! delivered once, with one POST each, no case, and no job id handed to the
-//! recovery channel: contention is retried, not escalated.
+//! recovery channel: contention is retried, not escalated. A table that
+//! turns busy as Genace answers has the job id saved once it is quiet
+//! again, or handed to recovery when it stays busy past the save's budget.
 
 use std::time::{Duration, Instant};
 
@@ -168,4 +170,105 @@ async fn a_conflict_is_retried_never_an_incident_or_a_case() {
         proxy.sends_to(&config.queues.poll) > 0,
         "the proxy saw the stack's queue traffic"
     );
+}
+
+/// Genace accepts the POST, and as it answers the table turns busy: every
+/// transaction from then on is cancelled with `TransactionConflict`.
+struct TableTurnsBusy {
+    proxy: std::sync::Arc<FaultProxy>,
+}
+
+impl Respond for TableTurnsBusy {
+    fn respond(&self, _: &Request) -> ResponseTemplate {
+        self.proxy.set_conflict_percent(100);
+        // Holding less than the reservation: saving the job id moves the
+        // tenant's credits, so it is a transaction.
+        ResponseTemplate::new(202).set_body_json(json!({"job_id": "job-busy", "state": "queued", "held_credits": 0.5}))
+    }
+}
+
+/// One intent, dispatched through the fault proxy (quiet until Genace
+/// answers): the dispatch's outcome, the seconds it took, and the proxy.
+async fn dispatch_into_a_busy_table(
+    quiet_again_after: Option<Duration>,
+) -> (
+    genace_stages::pipeline::dispatch::Dispatched,
+    f64,
+    std::sync::Arc<FaultProxy>,
+    LocalAws,
+) {
+    use genace_core::domain::{Intent, TenantId};
+    use genace_stages::api::intake::Submitted;
+    let env = LocalAws::fresh().await;
+    let upstream = std::env::var("AWS_ENDPOINT_URL").unwrap();
+    let proxy = std::sync::Arc::new(FaultProxy::start(&upstream, 0).await.unwrap());
+    let mut sdk = env.sdk.to_builder().endpoint_url(proxy.url.clone());
+    sdk.set_service_config(Some(NoEnvironment));
+    let sdk = sdk.build();
+    let genace = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(TableTurnsBusy { proxy: proxy.clone() })
+        .mount(&genace)
+        .await;
+    let mut gconf = GenaceConfig::new(genace.uri(), "contention-test-key");
+    gconf.timeout = Duration::from_secs(3);
+    let app =
+        genace_app::from_sdk(&sdk, env.config.clone()).with_genace(genace_outbound::GenaceClient::new(gconf).unwrap());
+    let body = json!({"operation_key": "k", "media_type": "image",
+        "specification": {"model": "genace-image-1", "prompt": "busy"}});
+    let intent = Intent::parse(&body, None).unwrap();
+    let tenant = TenantId::parse("tenant-busy").unwrap();
+    let Submitted::New(rec) = app.intake().submit(&tenant, &intent, chrono::Utc::now()).await.unwrap() else {
+        panic!("expected a new operation")
+    };
+    let quiet = async {
+        if let Some(after) = quiet_again_after {
+            while genace.received_requests().await.unwrap_or_default().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(after).await;
+            proxy.set_conflict_percent(0);
+        }
+    };
+    let started = Instant::now();
+    let dispatcher = app.dispatcher();
+    let (dispatched, ()) = tokio::join!(dispatcher.dispatch(&rec.operation_id), quiet);
+    let took = started.elapsed().as_secs_f64();
+    (dispatched.unwrap(), took, proxy, env)
+}
+
+/// A job id Genace named is saved by trying its commit again while the
+/// table is busy: once the conflicts stop, it is saved, and nothing goes to
+/// the recovery channel.
+#[tokio::test]
+async fn a_job_id_is_saved_once_a_busy_table_is_quiet_again() {
+    use genace_stages::pipeline::dispatch::{Dispatched, PostResult};
+    let (dispatched, _, proxy, env) = dispatch_into_a_busy_table(Some(Duration::from_secs(8))).await;
+    assert_eq!(dispatched, Dispatched::Posted(PostResult::Accepted));
+    assert!(
+        proxy.cancelled() > u64::from(genace_stages::ports::table::CONFLICT_TRIES),
+        "the save met more than one transaction's tries of conflicts: {}",
+        proxy.cancelled()
+    );
+    assert_eq!(proxy.sends_to(&env.queues.recovery), 0, "contention became an incident");
+}
+
+/// A table busy for longer than the save's budget: the job id goes to the
+/// recovery channel, after the save was tried for at most
+/// `JOB_SAVE_SECONDS`, and Genace is never asked twice.
+#[tokio::test]
+async fn a_job_id_a_busy_table_cannot_take_in_time_goes_to_recovery() {
+    use genace_stages::pipeline::dispatch::{Dispatched, JOB_SAVE_SECONDS, PostResult};
+    let (dispatched, took, proxy, env) = dispatch_into_a_busy_table(None).await;
+    assert_eq!(dispatched, Dispatched::Posted(PostResult::AcceptedUnpersisted));
+    let tries = proxy.cancelled() / u64::from(genace_stages::ports::table::CONFLICT_TRIES);
+    assert!(tries >= 3, "the save was tried {tries} times");
+    assert!(
+        took >= 2.0 && took <= (JOB_SAVE_SECONDS + 10) as f64,
+        "the save took {took:.1} s"
+    );
+    let recovered = env.drain(&env.queues.recovery).await;
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert!(recovered[0].contains("job-busy"), "{}", recovered[0]);
 }
