@@ -55,6 +55,17 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
             "transaction tries cancelled for a conflict: {conflicts}; transactions cancelled on every try: {contended}"
         ));
     }
+    let writes = world.writes();
+    if writes.admitted > 0 {
+        world.trace.push(format!(
+            "busiest item {}: {} write units for {} admitted jobs ({:.1} a job; {} met an open transaction)",
+            writes.busiest_item,
+            writes.busiest_units,
+            writes.admitted,
+            writes.units_per_admitted_job(),
+            writes.met_open
+        ));
+    }
     if let Some(v) = &violation {
         world.trace.push(format!("VIOLATION: {v}"));
     }
@@ -62,6 +73,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         seed,
         violation,
         trace: world.trace,
+        writes,
     }
 }
 

@@ -50,6 +50,10 @@ struct Cli {
     /// cancels those that meet another on one item.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
     transaction_conflicts: u32,
+    /// Transactions stay open for a step and cancel the later of two that
+    /// meet on an item, as DynamoDB does.
+    #[arg(long)]
+    transactions_meet: bool,
     /// Tenants in the run, each with a ledger; intents come from all.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=100_000))]
     tenants: u64,
@@ -92,7 +96,13 @@ fn progress(count: u64) -> indicatif::ProgressBar {
 /// run on one thread would stop at. Seeds are handed out in order, and a
 /// worker stops only past the lowest violation found so far, so every lower
 /// seed has been run when the workers end.
-fn first_violation(first: u64, count: u64, opts: &Options, bar: &indicatif::ProgressBar) -> Option<Outcome> {
+fn first_violation(
+    first: u64,
+    count: u64,
+    opts: &Options,
+    bar: &indicatif::ProgressBar,
+    totals: &Totals,
+) -> Option<Outcome> {
     let end = first + count;
     let next = AtomicU64::new(first);
     let lowest = AtomicU64::new(u64::MAX);
@@ -109,6 +119,7 @@ fn first_violation(first: u64, count: u64, opts: &Options, bar: &indicatif::Prog
                         return;
                     }
                     let outcome = run(seed, opts);
+                    totals.add(&outcome.writes);
                     bar.inc(1);
                     if outcome.violation.is_some() {
                         let mut slot = found.lock().unwrap_or_else(|e| e.into_inner());
@@ -124,6 +135,48 @@ fn first_violation(first: u64, count: u64, opts: &Options, bar: &indicatif::Prog
     found.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What the store's write meter saw over every seed run.
+#[derive(Default)]
+struct Totals {
+    /// Seeds where a transaction met an open one, and such tries.
+    seeds_met: AtomicU64,
+    met_open: AtomicU64,
+    /// The account item's write units and the jobs admitted, over the
+    /// seeds where it was the busiest item.
+    account_units: AtomicU64,
+    admitted: AtomicU64,
+}
+
+impl Totals {
+    fn add(&self, w: &genace_stages::memory::WriteReport) {
+        self.seeds_met.fetch_add(u64::from(w.met_open > 0), Ordering::Relaxed);
+        self.met_open.fetch_add(w.met_open, Ordering::Relaxed);
+        if w.busiest_item == genace_stages::memory::ACCOUNT_ITEM {
+            self.account_units.fetch_add(w.busiest_units, Ordering::Relaxed);
+            self.admitted.fetch_add(w.admitted, Ordering::Relaxed);
+        }
+    }
+
+    /// One line: how often transactions met, and the account item's cost
+    /// per admitted job with the ceiling it sets.
+    fn line(&self) -> String {
+        let admitted = self.admitted.load(Ordering::Relaxed);
+        let mut line = format!(
+            "transactions met an open one in {} seeds ({} tries cancelled)",
+            self.seeds_met.load(Ordering::Relaxed),
+            self.met_open.load(Ordering::Relaxed)
+        );
+        if admitted > 0 {
+            let per_job = self.account_units.load(Ordering::Relaxed) as f64 / admitted as f64;
+            line.push_str(&format!(
+                "; account item: {per_job:.2} write units per admitted job, a ceiling of {:.0} admitted jobs/s",
+                genace_stages::memory::ITEM_WRITE_UNITS_PER_SECOND as f64 / per_job
+            ));
+        }
+        line
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let defaults = Options::default();
@@ -133,6 +186,7 @@ fn main() -> ExitCode {
         max_in_flight: cli.max_in_flight,
         genace_limit: cli.genace_limit,
         transaction_conflicts: cli.transaction_conflicts,
+        transactions_meet: cli.transactions_meet,
         tenants: usize::try_from(cli.tenants).unwrap_or(usize::MAX),
         steps: cli.steps.unwrap_or(defaults.steps),
         intents: cli.intents.unwrap_or(defaults.intents),
@@ -151,7 +205,8 @@ fn main() -> ExitCode {
     let (first, count) = (cli.first, cli.count.unwrap_or(0));
     let bar = progress(count);
     let started = Instant::now();
-    if let Some(outcome) = first_violation(first, count, &opts, &bar) {
+    let totals = Totals::default();
+    if let Some(outcome) = first_violation(first, count, &opts, &bar, &totals) {
         bar.finish_and_clear();
         let seed = outcome.seed;
         if let Some(violation) = &outcome.violation {
@@ -170,5 +225,6 @@ fn main() -> ExitCode {
         secs,
         count as f64 / secs.max(1e-9)
     );
+    println!("{}", totals.line());
     ExitCode::SUCCESS
 }

@@ -96,6 +96,12 @@ pub struct Options {
     /// Percent of transaction tries the store cancels as DynamoDB does when
     /// two transactions meet on one item (`TransactionConflict`).
     pub transaction_conflicts: u32,
+    /// Whether a transaction stays open for one step, so that another
+    /// reaching one of its items then is cancelled (`TransactionConflict`),
+    /// as DynamoDB cancels the later of two that meet. Off by default: each
+    /// transaction then takes one step more, which changes every schedule
+    /// (the first seeds of the planted bugs are recorded without it).
+    pub transactions_meet: bool,
 }
 
 impl Default for Options {
@@ -109,6 +115,7 @@ impl Default for Options {
             max_in_flight: None,
             genace_limit: None,
             transaction_conflicts: 0,
+            transactions_meet: false,
             tenants: TENANTS.len(),
         }
     }
@@ -122,6 +129,8 @@ pub struct Outcome {
     pub violation: Option<String>,
     /// One line per step.
     pub trace: Vec<String>,
+    /// The write units the busiest item took, and the jobs admitted.
+    pub writes: genace_stages::memory::WriteReport,
 }
 
 pub(crate) struct World {
@@ -178,6 +187,29 @@ pub(crate) enum Reply {
 
 pub(crate) const TENANTS: [&str; 2] = ["tenant-a", "tenant-b"];
 
+/// The run's table as it starts: the tenants' ledgers and limits, and
+/// DynamoDB's concurrency as `opts` asks.
+fn prepared_store(store: MemoryStore, clock: &ManualClock, seed: u64, opts: &Options) -> MemoryStore {
+    if let Some(limit) = opts.spend_limit {
+        store.set_spend_limit_now(TENANTS[0], Some(genace_core::ledger::millis(limit)));
+    }
+    // The other tenants exist before the run: each has a ledger.
+    for tenant in tenant_names(opts.tenants).iter().skip(TENANTS.len()) {
+        store.set_spend_limit_now(tenant, None);
+    }
+    // The meter counts each item's write units.
+    let store = store
+        .with_account_limit(opts.max_in_flight)
+        .with_transaction_conflicts(opts.transaction_conflicts, seed)
+        .with_write_meter(clock.clone(), Some(genace_stages::memory::ITEM_WRITE_UNITS_PER_SECOND));
+    // Handlers run interleaved, so transactions may meet as on DynamoDB.
+    if opts.transactions_meet {
+        store.with_meeting_transactions()
+    } else {
+        store
+    }
+}
+
 /// The tenants of a run of `count` (at least [`TENANTS`]).
 fn tenant_names(count: usize) -> Vec<String> {
     let mut names: Vec<String> = TENANTS.iter().map(|t| (*t).to_owned()).collect();
@@ -191,6 +223,11 @@ impl World {
     /// Transaction tries the store cancelled for a conflict so far.
     pub(crate) fn transaction_conflicts(&self) -> (u64, u64) {
         (self.store.transaction_conflicts(), self.store.transactions_contended())
+    }
+
+    /// What the store's write meter saw.
+    pub(crate) fn writes(&self) -> genace_stages::memory::WriteReport {
+        self.store.write_report().unwrap_or_default()
     }
 }
 
@@ -206,16 +243,7 @@ impl World {
         let queue = mem.queue.clone();
         let mut config = mem.config;
         config.part_size = 1024;
-        if let Some(limit) = opts.spend_limit {
-            store.set_spend_limit_now(TENANTS[0], Some(genace_core::ledger::millis(limit)));
-        }
-        // The other tenants exist before the run: each has a ledger.
-        for tenant in tenant_names(opts.tenants).iter().skip(TENANTS.len()) {
-            store.set_spend_limit_now(tenant, None);
-        }
-        let store = store
-            .with_account_limit(opts.max_in_flight)
-            .with_transaction_conflicts(opts.transaction_conflicts, seed);
+        let store = prepared_store(store, &clock, seed, opts);
         let genace = match opts.genace_limit.or(opts.max_in_flight) {
             Some(jobs) => genace.with_concurrency(jobs as usize),
             None => genace,

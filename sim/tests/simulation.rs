@@ -275,6 +275,42 @@ fn transactions_cancelled_for_conflicts_break_no_promise() {
     );
 }
 
+/// Transactions that meet: each stays open for a step, and one that
+/// reaches an item an open one holds (the account, a tenant's ledger, the
+/// record) is cancelled as DynamoDB cancels it. Many runs meet so, and
+/// every run keeps every promise. The store's write meter names the
+/// account as the busiest item, at a few write units per admitted job.
+#[test]
+fn transactions_that_meet_in_one_step_break_no_promise() {
+    genace_dst::quiet_panics();
+    let meeting = Options {
+        transactions_meet: true,
+        max_in_flight: Some(2),
+        intents: 12,
+        ..Options::default()
+    };
+    let (mut met, mut account_busiest) = (0, 0);
+    for seed in 0..200 {
+        let outcome = run(seed, &meeting);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+        met += usize::from(outcome.writes.met_open > 0);
+        if outcome.writes.busiest_item == genace_stages::memory::ACCOUNT_ITEM {
+            account_busiest += 1;
+            let per_job = outcome.writes.units_per_admitted_job();
+            assert!(
+                (2.0..40.0).contains(&per_job),
+                "seed {}: {per_job} units per job",
+                outcome.seed
+            );
+        }
+    }
+    assert!(met >= 30, "only {met} of 200 seeds met an open transaction");
+    assert!(
+        account_busiest >= 100,
+        "the account was the busiest item in only {account_busiest} runs"
+    );
+}
+
 /// A spend limit and a small account together: videos (10 credits) and
 /// images (1) of tenant-a wait for credits and for slots at once. A freed
 /// slot passes over a head short of credits to an operation that fits, so

@@ -623,6 +623,71 @@ async fn conflicting_transactions_are_tried_again_and_never_half_written() {
     );
 }
 
+/// Two claims that meet in one step on the items they share (the
+/// tenant's ledger, the account): the later is cancelled as DynamoDB
+/// cancels it (`TransactionConflict`), tried again once the first is
+/// written, and both POST once.
+#[tokio::test]
+async fn two_transactions_that_meet_on_an_item_cancel_the_later_one() {
+    let app = app();
+    let store = app.store.clone().with_meeting_transactions();
+    let (a, b) = (submit(&app, "a", None).await, submit(&app, "b", None).await);
+    let dispatcher = app.dispatcher();
+    let (ra, rb) = tokio::join!(dispatcher.dispatch(&a), dispatcher.dispatch(&b));
+    assert_eq!(ra.unwrap(), Dispatched::Posted(PostResult::Accepted));
+    assert_eq!(rb.unwrap(), Dispatched::Posted(PostResult::Accepted));
+    assert!(store.transaction_conflicts() >= 1, "the two claims met");
+    assert_eq!(store.transactions_contended(), 0, "and the later went through");
+    assert_eq!(app.genace.posts().len(), 2);
+    let ledger = store.ledger(&TenantId::parse("tenant-a").unwrap()).await.unwrap();
+    assert_eq!(ledger.totals.in_flight, 2);
+    // Run one after the other, they never meet.
+    let quiet = memory_app(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
+    let store = quiet.store.clone().with_meeting_transactions();
+    for key in ["c", "d"] {
+        let id = submit(&quiet, key, None).await;
+        quiet.dispatcher().dispatch(&id).await.unwrap();
+    }
+    assert_eq!(store.transaction_conflicts(), 0);
+}
+
+/// The write meter charges each item of a transaction 2 write units. An
+/// item past its budget within one second of the clock cancels the
+/// transactions that reach it (DynamoDB's `ThrottlingError`), which the
+/// store answers as contention; in the next second they go through. The
+/// report names the busiest item and the jobs admitted.
+#[tokio::test]
+async fn an_item_past_its_write_budget_is_throttled_until_the_next_second() {
+    use genace_stages::ports::table::StoreError;
+    let app = app();
+    let store = app.store.clone().with_write_meter(app.clock.clone(), Some(2));
+    let a = submit_as(&app, "tenant-x", "a").await;
+    let b = submit_as(&app, "tenant-y", "b").await;
+    let dispatcher = app.dispatcher();
+    assert_eq!(
+        dispatcher.dispatch(&a).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    // The account item took 2 units this second: b's claim waits for the next.
+    assert!(matches!(
+        dispatcher.dispatch(&b).await,
+        Err(StageError::Store(StoreError::Contention))
+    ));
+    assert_eq!(app.genace.posts().len(), 1, "never POSTed unclaimed");
+    app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        dispatcher.dispatch(&b).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    let report = store.write_report().unwrap();
+    assert_eq!(report.admitted, 2);
+    assert!(report.throttled >= u64::from(genace_stages::ports::table::CONFLICT_TRIES));
+    assert_eq!(report.peak_units_per_second, 2, "{report:?}");
+    assert_eq!(report.busiest_item, genace_stages::memory::ACCOUNT_ITEM, "{report:?}");
+    assert_eq!(report.busiest_units, 4, "two claims, two units each: {report:?}");
+    assert!((report.ceiling_jobs_per_second() - 500.0).abs() < 1e-9);
+}
+
 /// A job id Genace named, whose save meets a busy table (every try of its
 /// transaction cancelled for a conflict), is tried again, pausing between
 /// tries, for as long as a try can end within `JOB_SAVE_SECONDS` of the

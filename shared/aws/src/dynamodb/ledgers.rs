@@ -152,7 +152,8 @@ impl DynamoStore {
 
     /// One transaction, tried again while DynamoDB cancels it only for
     /// meeting another transaction on one of its items: contention is
-    /// retried here, counted (`TransactionConflicts`), and answered as
+    /// retried here (an item throttled is the same), counted
+    /// (`TransactionConflicts`), and answered as
     /// [`StoreError::Contention`] only when every try met one.
     async fn transact(&self, items: Vec<TransactWriteItem>, reserves: bool) -> Result<(), StoreError> {
         for attempt in 1..=CONFLICT_TRIES {
@@ -262,9 +263,15 @@ fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, r
         }
     } else if failed(2) && reserves {
         StoreError::AccountFull
-    } else if reasons.iter().any(|r| r.code() == Some("TransactionConflict")) {
-        // Another transaction on one of its items: nothing written, and
-        // nothing refused; the same transaction may be sent again.
+    } else if reasons
+        .iter()
+        .any(|r| matches!(r.code(), Some("TransactionConflict" | "ThrottlingError")))
+    {
+        // Another transaction on one of its items, or an item past its
+        // share of throughput (a hot item such as the account's takes
+        // about 1,000 write units a second): nothing written, and nothing
+        // refused; the table is busy, and the same transaction may be sent
+        // again.
         StoreError::Contention
     } else {
         StoreError::Service(format!(
@@ -416,5 +423,48 @@ impl TenantLedgers for DynamoStore {
             }
         }
         Err(StoreError::Conflict(None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::CancellationReason;
+    use aws_sdk_dynamodb::types::error::TransactionCanceledException;
+
+    use super::*;
+
+    fn cancelled_for(codes: &[&str], reserves: bool) -> StoreError {
+        let e = TransactionCanceledException::builder()
+            .set_cancellation_reasons(Some(
+                codes
+                    .iter()
+                    .map(|c| CancellationReason::builder().code(*c).build())
+                    .collect(),
+            ))
+            .build();
+        cancelled(&e, reserves)
+    }
+
+    /// A conflict and a throttled item are contention, tried again; a
+    /// failed condition is a refusal, and anything else a service failure.
+    #[test]
+    fn a_busy_table_is_contention_and_a_refusal_is_not() {
+        for codes in [
+            ["None", "TransactionConflict", "None"],
+            ["None", "None", "ThrottlingError"],
+        ] {
+            assert!(
+                matches!(cancelled_for(&codes, true), StoreError::Contention),
+                "{codes:?}"
+            );
+        }
+        assert!(matches!(
+            cancelled_for(&["None", "None", "ConditionalCheckFailed"], true),
+            StoreError::AccountFull
+        ));
+        assert!(matches!(
+            cancelled_for(&["None", "ValidationError", "None"], false),
+            StoreError::Service(_)
+        ));
     }
 }

@@ -5,6 +5,7 @@
 use genace_core::domain::TenantId;
 use genace_core::ledger::{Millicredits, TenantLedger};
 
+use super::contention::ACCOUNT_ITEM;
 use super::store::MemoryStore;
 use crate::ports::table::{LedgerPage, StoreError, TenantLedgers};
 
@@ -30,14 +31,19 @@ impl TenantLedgers for MemoryStore {
     }
 
     async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
-        let account = &mut self.lock().account;
+        let mut table = self.lock();
+        table.contention.written(&[ACCOUNT_ITEM.to_owned()], 1, false);
+        let account = &mut table.account;
         account.set_limit = limit;
         account.learned = None;
         Ok(*account)
     }
 
     async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
-        let account = &mut self.lock().account;
+        let mut table = self.lock();
+        // Charged whether or not its condition holds.
+        table.contention.written(&[ACCOUNT_ITEM.to_owned()], 1, false);
+        let account = &mut table.account;
         if account.learned != seen {
             return Ok(false);
         }

@@ -8,13 +8,15 @@
 //! runs one suite of assertions against this store and the DynamoDB store on
 //! the local endpoint, so the two cannot drift.
 //!
-//! One file per adapter: [`store`], [`clock`], [`queue`], [`objects`],
+//! One file per adapter: [`store`] (with DynamoDB's concurrency in
+//! [`contention`]), [`clock`], [`queue`], [`objects`],
 //! [`genace`], [`downloads`] and [`webhooks`]; this module re-exports them
 //! all and builds the whole in-memory [`App`](crate::app::App).
 
 use chrono::{DateTime, Utc};
 
 mod clock;
+mod contention;
 mod downloads;
 mod endpoints;
 mod genace;
@@ -25,6 +27,7 @@ mod store;
 mod webhooks;
 
 pub use clock::*;
+pub use contention::{ACCOUNT_ITEM, ITEM_WRITE_UNITS_PER_SECOND, TRANSACTION_UNITS_PER_ITEM, WriteReport};
 pub use downloads::*;
 pub use genace::*;
 pub use objects::*;

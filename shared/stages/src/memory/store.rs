@@ -8,6 +8,8 @@ use genace_core::domain::{OperationId, TenantId};
 use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
 
+use super::clock::ManualClock;
+use super::contention::{ACCOUNT_ITEM, Contention, TRANSACTION_UNITS_PER_ITEM, WriteReport};
 use crate::ports::table::{
     Applied, CONFLICT_TRIES, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, OperationRecords,
     StoreError, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
@@ -33,17 +35,6 @@ impl std::fmt::Debug for Rival {
     }
 }
 
-/// The conflict model: what share of transaction tries are cancelled, the
-/// draws' state, and how many were.
-#[derive(Debug, Default)]
-pub(super) struct Conflicts {
-    percent: u32,
-    state: u64,
-    met: u64,
-    /// Transactions whose every try met one.
-    contended: u64,
-}
-
 #[derive(Debug, Default)]
 pub(super) struct Tables {
     pub(super) records: BTreeMap<String, OperationRecord>,
@@ -57,8 +48,8 @@ pub(super) struct Tables {
     /// the order it joined (DynamoDB's sparse index of the same; see
     /// `TenantLedgers::waiting_ledgers`), until a read finds it drained.
     pub(super) waiting_set: BTreeMap<String, u64>,
-    /// The share of transaction tries cancelled for a conflict.
-    pub(super) conflicts: Conflicts,
+    /// How transactions meet, are drawn to conflict, and are metered.
+    pub(super) contention: Contention,
     /// The order the next tenant joins the waiting set with.
     pub(super) joined: u64,
     /// Kept events by `<tenant>\u{0}<event id>`, with when each expires.
@@ -111,56 +102,85 @@ impl MemoryStore {
     /// The same store, where `percent` of the tries of each transaction (a
     /// write that moves a tenant's counters) meet another transaction and
     /// are cancelled, as DynamoDB cancels them with `TransactionConflict`.
-    /// The store tries again at once, [`CONFLICT_TRIES`] times in all, as
-    /// the DynamoDB store does (without its pauses: time here is the
-    /// caller's), and answers [`StoreError::Contention`] when every try met
-    /// one. Draws are deterministic, for simulation.
+    /// The store tries again, [`CONFLICT_TRIES`] times in all, as the
+    /// DynamoDB store does (yielding between tries instead of pausing: time
+    /// here is the caller's), and answers [`StoreError::Contention`] when
+    /// every try met one. Draws are deterministic, for simulation.
     #[must_use]
     pub fn with_transaction_conflicts(self, percent: u32, seed: u64) -> Self {
-        let mut table = self.lock();
-        table.conflicts.percent = percent.min(100);
-        table.conflicts.state = seed;
-        drop(table);
+        self.lock().contention.draw_conflicts(percent, seed);
         self
+    }
+
+    /// The same store, where a transaction stays open across one step (it
+    /// yields between its start and its write) and a transaction that
+    /// reaches an item an open one holds is cancelled, as DynamoDB cancels
+    /// the later of two transactions that meet. For simulation, where
+    /// handlers run interleaved.
+    #[must_use]
+    pub fn with_meeting_transactions(self) -> Self {
+        self.lock().contention.meet();
+        self
+    }
+
+    /// The same store, counting write units per item on `clock` (see
+    /// [`WriteReport`]); with `budget`, an item past that many units in one
+    /// second cancels transactions as DynamoDB throttles them.
+    #[must_use]
+    pub fn with_write_meter(self, clock: ManualClock, budget: Option<u64>) -> Self {
+        self.lock().contention.meter(clock, budget);
+        self
+    }
+
+    /// What the write meter saw; none without one.
+    pub fn write_report(&self) -> Option<WriteReport> {
+        self.lock().contention.report()
     }
 
     /// How many tries of transactions met a conflict so far.
     pub fn transaction_conflicts(&self) -> u64 {
-        self.lock().conflicts.met
-    }
-
-    /// Whether every try of the transaction `prev` → `next` meets a
-    /// conflict; each one that does is counted.
-    fn meets_conflicts(&self, prev: &OperationRecord, next: &OperationRecord) -> bool {
-        let mut table = self.lock();
-        // A write whose record moved on fails its condition instead, as in
-        // DynamoDB, where that reason wins over a conflict.
-        let current = table.records.get(&prev.pk).map(|r| r.version);
-        let conflicts = &mut table.conflicts;
-        if conflicts.percent == 0
-            || current != Some(prev.version)
-            || !ledger::delta(prev, next).is_ok_and(|d| !d.is_zero())
-        {
-            return false;
-        }
-        for _ in 0..CONFLICT_TRIES {
-            // A 64-bit linear congruential step (Knuth's MMIX constants).
-            conflicts.state = conflicts
-                .state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            if (conflicts.state >> 33) % 100 >= u64::from(conflicts.percent) {
-                return false;
-            }
-            conflicts.met += 1;
-        }
-        conflicts.contended += 1;
-        true
+        self.lock().contention.met
     }
 
     /// How many transactions met a conflict on every try so far.
     pub fn transactions_contended(&self) -> u64 {
-        self.lock().conflicts.contended
+        self.lock().contention.contended
+    }
+
+    /// A transaction's tries: each may be cancelled (a conflict, drawn or
+    /// met, or an item past its budget); one that is not stays open for a
+    /// step when transactions meet, then is written. Every try cancelled:
+    /// [`StoreError::Contention`].
+    async fn transact(
+        &self,
+        items: &[String],
+        prev: &OperationRecord,
+        next: &OperationRecord,
+    ) -> Result<Applied, StoreError> {
+        for attempt in 1..=CONFLICT_TRIES {
+            let begun = self.lock().contention.begin(items);
+            let Ok(open) = begun else {
+                if attempt < CONFLICT_TRIES {
+                    Step::default().await;
+                }
+                continue;
+            };
+            let open = Open { store: self, open };
+            if self.lock().contention.is_meeting() {
+                Step::default().await;
+            }
+            drop(open);
+            let applied = self.apply_now(prev, next);
+            let admits = matches!(applied, Ok(Applied::Written))
+                && ledger::reserves(prev, next)
+                && ledger::share(next).in_flight > ledger::share(prev).in_flight;
+            self.lock()
+                .contention
+                .written(items, TRANSACTION_UNITS_PER_ITEM, admits);
+            return applied;
+        }
+        self.lock().contention.contended += 1;
+        Err(StoreError::Contention)
     }
 
     /// Sets a tenant's spend limit (a simulation's starting state).
@@ -193,6 +213,54 @@ impl MemoryStore {
         // A test that panicked while holding the lock leaves a usable table.
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// A transaction open until dropped: a handler stopped while it was open
+/// (a crash, a timeout) leaves nothing open behind.
+struct Open<'a> {
+    store: &'a MemoryStore,
+    open: u64,
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.store.lock().contention.close(self.open);
+    }
+}
+
+/// Pending once, and ready when polled again: a point where another
+/// handler may run.
+#[derive(Default)]
+struct Step(bool);
+
+impl std::future::Future for Step {
+    type Output = ();
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+/// The record's item, as the write meter names it.
+fn record_item(rec: &OperationRecord) -> String {
+    format!("record/{}", rec.pk)
+}
+
+/// The items a write of `next` over `prev` touches when it is a
+/// transaction (it moves the tenant's counters): the record, the tenant's
+/// ledger and, when it moves slots or waiters, the account item. None for
+/// a plain write.
+fn transaction_items(prev: &OperationRecord, next: &OperationRecord) -> Option<Vec<String>> {
+    let delta = ledger::delta(prev, next).ok().filter(|d| !d.is_zero())?;
+    let mut items = vec![record_item(prev), format!("ledger/{}", prev.tenant_id.as_str())];
+    if delta.in_flight != 0 || delta.waiting != 0 || delta.queued != 0 {
+        items.push(ACCOUNT_ITEM.to_owned());
+    }
+    Some(items)
 }
 
 fn case_key(rec: &OperationRecord) -> Option<String> {
@@ -247,10 +315,19 @@ impl OperationRecords for MemoryStore {
         if let Some(rival) = rival {
             rival(self);
         }
-        if self.meets_conflicts(prev, next) {
-            return Err(StoreError::Contention);
+        // A write whose record moved on fails its condition, as in
+        // DynamoDB, where that reason wins over a conflict.
+        let current = self.lock().records.get(&prev.pk).map(|r| r.version);
+        match transaction_items(prev, next).filter(|_| current == Some(prev.version)) {
+            Some(items) => self.transact(&items, prev, next).await,
+            None => {
+                let applied = self.apply_now(prev, next);
+                if matches!(applied, Ok(Applied::Written)) {
+                    self.lock().contention.written(&[record_item(prev)], 1, false);
+                }
+                applied
+            }
         }
-        self.apply_now(prev, next)
     }
 
     async fn due_page(
