@@ -106,6 +106,21 @@ pub struct ScaleArgs {
     /// The tenant counts to run, fewest first (the bursting one included).
     #[arg(long, value_name = "N,N,...", value_delimiter = ',', default_value = "3,100,1000")]
     pub tenants: Vec<usize>,
+    /// The tenant counts to run in the simulator's virtual time, fewest
+    /// first; none to skip.
+    #[arg(
+        long,
+        value_name = "N,N,...",
+        value_delimiter = ',',
+        default_value = "3,100,1000,10000"
+    )]
+    pub model_tenants: Vec<usize>,
+    /// Due items the sweep meets in the simulator's virtual time; 0 to skip.
+    #[arg(long, value_name = "N", default_value_t = 50_000)]
+    pub model_due: usize,
+    /// What each request takes in the simulator's virtual time.
+    #[arg(long, value_name = "MS", default_value_t = 5, value_parser = clap::value_parser!(i64).range(0..=10_000))]
+    pub model_latency_ms: i64,
 }
 
 #[derive(Args, Clone)]

@@ -31,6 +31,7 @@ mod console;
 mod delivery;
 mod events;
 mod load;
+mod model;
 mod pipeline;
 mod pricing;
 mod report;

@@ -48,6 +48,21 @@ pub(crate) struct ChaosState {
     /// Whether Genace may answer 429 by the seed's choice; off, only a
     /// full account answers it (runs that check capacity never opens a case).
     pub(crate) plants_429s: bool,
+    /// A calm run (the timed burst): Genace accepts every POST a free slot
+    /// allows and answers every read truly, at once.
+    pub(crate) calm: bool,
+    /// The latency model: each request moves this clock on by this much.
+    pub(crate) latency: Option<(genace_stages::memory::ManualClock, chrono::Duration)>,
+    /// Requests made, as DynamoDB, SQS, S3 and Genace would count them.
+    pub(crate) requests: u64,
+    /// Wake-ups that read the waiting set, and the requests they made.
+    pub(crate) wake_ups: u64,
+    pub(crate) wake_requests: u64,
+    /// Reads of the account item.
+    pub(crate) account_reads: u64,
+    /// `account_reads` when the due index was first read since this was
+    /// last cleared: whether a sweep looked at the account first.
+    pub(crate) reads_at_first_due_page: Option<u64>,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -61,6 +76,13 @@ impl Chaos {
             crash_per_mille,
             crashed: false,
             plants_429s: true,
+            calm: false,
+            latency: None,
+            requests: 0,
+            wake_ups: 0,
+            wake_requests: 0,
+            account_reads: 0,
+            reads_at_first_due_page: None,
         })))
     }
 
@@ -96,6 +118,27 @@ impl Chaos {
     pub(crate) fn below(&self, n: u64) -> u64 {
         self.lock().rng.below(n)
     }
+
+    /// `n` requests are made: counted, and the clock moved on by the
+    /// latency model, if any.
+    pub(crate) fn request(&self, n: u64) {
+        let mut s = self.lock();
+        s.requests += n;
+        if let Some((clock, latency)) = &s.latency {
+            for _ in 0..n {
+                clock.advance(*latency);
+            }
+        }
+    }
+
+    /// `n` of those requests were a wake-up's.
+    fn wake_request(&self, n: u64) {
+        self.lock().wake_requests += n;
+    }
+
+    fn is_calm(&self) -> bool {
+        self.lock().calm
+    }
 }
 
 /// Pending once: the point where the scheduler may run something else.
@@ -116,6 +159,9 @@ impl Future for YieldOnce {
 /// A slow call (Genace over the network): several switch points, so other
 /// handlers run while it waits.
 pub(crate) async fn slow(chaos: &Chaos) {
+    if chaos.is_calm() {
+        return;
+    }
     for _ in 0..chaos.below(6) {
         YieldOnce(false).await;
     }
@@ -125,6 +171,7 @@ pub(crate) async fn slow(chaos: &Chaos) {
 /// the handler before or after it.
 pub(crate) async fn port<T>(chaos: &Chaos, effect: impl Future<Output = T>) -> T {
     YieldOnce(false).await;
+    chaos.request(1);
     match chaos.fate() {
         Fate::Proceed => effect.await,
         Fate::CrashBefore => {
@@ -166,6 +213,11 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
         limit: i32,
         cursor: Option<DueCursor>,
     ) -> Result<DuePage, StoreError> {
+        {
+            let mut chaos = self.chaos.lock();
+            let reads = chaos.account_reads;
+            chaos.reads_at_first_due_page.get_or_insert(reads);
+        }
         port(&self.chaos, self.inner.due_page(shard, before_ms, limit, cursor)).await
     }
 
@@ -174,6 +226,8 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
     }
 
     async fn waiting(&self, tenant: &TenantId, limit: i32) -> Result<Vec<OperationId>, StoreError> {
+        // Only wake-ups read a tenant's waiting order.
+        self.chaos.wake_request(1);
         port(&self.chaos, self.inner.waiting(tenant, limit)).await
     }
 
@@ -217,6 +271,7 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
 
 impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
     async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+        self.chaos.lock().account_reads += 1;
         port(&self.chaos, self.inner.account()).await
     }
 
@@ -229,6 +284,12 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
     }
 
     async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
+        // DynamoDB reads the waiting set with one query per shard and one
+        // BatchGetItem; a wake-up read the account before it.
+        let shards = u64::from(genace_core::keys::WAITING_SET_SHARDS);
+        self.chaos.request(shards);
+        self.chaos.wake_request(shards + 2);
+        self.chaos.lock().wake_ups += 1;
         port(&self.chaos, self.inner.waiting_ledgers(limit)).await
     }
 
@@ -321,6 +382,9 @@ impl<T: WebhookEndpoints> WebhookEndpoints for Chaotic<T> {
 
 impl<T: WorkQueue> WorkQueue for Chaotic<T> {
     async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
+        if queue == Queue::Wake {
+            self.chaos.wake_request(1);
+        }
         port(&self.chaos, self.inner.enqueue(queue, id, delay_seconds)).await
     }
 
@@ -382,6 +446,7 @@ impl Genace for Chaotic<MemoryGenace> {
             held_credits: held.into(),
         };
         let plan = match self.chaos.below(100) {
+            _ if self.chaos.is_calm() => SubmitPlan::Accept { state: "queued".into() },
             0..=34 => SubmitPlan::Accept { state: "queued".into() },
             // Genace's own figure (what it charges for the job's media
             // type), and figures nobody can mean: the ledger must believe
@@ -429,6 +494,7 @@ impl Genace for Chaotic<MemoryGenace> {
     async fn status(&self, job_id: &str) -> StatusOutcome {
         slow(&self.chaos).await;
         match self.chaos.below(100) {
+            _ if self.chaos.is_calm() => port(&self.chaos, self.inner.status(job_id)).await,
             0..=4 => port(&self.chaos, async { classify_status(500, "busy") }).await,
             5..=12 => {
                 let other = serde_json::json!({"id": "job-foreign", "state": "running"}).to_string();

@@ -31,6 +31,8 @@ mod world;
 pub use chaos::{Chaos, Chaotic};
 pub use rng::Rng;
 use world::World;
+pub use world::backlog::{BacklogFigures, sweep_backlog};
+pub use world::burst::{BurstFigures, BurstOptions, burst};
 pub use world::{Options, Outcome};
 
 /// One run of `seed`.
@@ -58,11 +60,12 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
     let writes = world.writes();
     if writes.admitted > 0 {
         world.trace.push(format!(
-            "busiest item {}: {} write units for {} admitted jobs ({:.1} a job; {} met an open transaction)",
+            "write units: the account item {} for {} admitted jobs ({:.1} a job); the busiest item {} {}; {} tries met an open transaction",
+            writes.account_units,
+            writes.admitted,
+            writes.account_units_per_admitted_job(),
             writes.busiest_item,
             writes.busiest_units,
-            writes.admitted,
-            writes.units_per_admitted_job(),
             writes.met_open
         ));
     }

@@ -141,8 +141,7 @@ struct Totals {
     /// Seeds where a transaction met an open one, and such tries.
     seeds_met: AtomicU64,
     met_open: AtomicU64,
-    /// The account item's write units and the jobs admitted, over the
-    /// seeds where it was the busiest item.
+    /// The account item's write units and the jobs admitted.
     account_units: AtomicU64,
     admitted: AtomicU64,
 }
@@ -151,10 +150,8 @@ impl Totals {
     fn add(&self, w: &genace_stages::memory::WriteReport) {
         self.seeds_met.fetch_add(u64::from(w.met_open > 0), Ordering::Relaxed);
         self.met_open.fetch_add(w.met_open, Ordering::Relaxed);
-        if w.busiest_item == genace_stages::memory::ACCOUNT_ITEM {
-            self.account_units.fetch_add(w.busiest_units, Ordering::Relaxed);
-            self.admitted.fetch_add(w.admitted, Ordering::Relaxed);
-        }
+        self.account_units.fetch_add(w.account_units, Ordering::Relaxed);
+        self.admitted.fetch_add(w.admitted, Ordering::Relaxed);
     }
 
     /// One line: how often transactions met, and the account item's cost

@@ -29,6 +29,8 @@ use genace_stages::memory::{ManualClock, MemoryDownloads, MemoryGenace, MemoryOb
 use genace_stages::pipeline::stage::{Stage, handle_body};
 
 mod actors;
+pub(crate) mod backlog;
+pub(crate) mod burst;
 mod checks;
 mod steps;
 mod trace;

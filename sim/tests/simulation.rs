@@ -278,8 +278,8 @@ fn transactions_cancelled_for_conflicts_break_no_promise() {
 /// Transactions that meet: each stays open for a step, and one that
 /// reaches an item an open one holds (the account, a tenant's ledger, the
 /// record) is cancelled as DynamoDB cancels it. Many runs meet so, and
-/// every run keeps every promise. The store's write meter names the
-/// account as the busiest item, at a few write units per admitted job.
+/// every run keeps every promise. The store's write meter charges the
+/// account item a few write units per admitted job.
 #[test]
 fn transactions_that_meet_in_one_step_break_no_promise() {
     genace_dst::quiet_panics();
@@ -289,25 +289,19 @@ fn transactions_that_meet_in_one_step_break_no_promise() {
         intents: 12,
         ..Options::default()
     };
-    let (mut met, mut account_busiest) = (0, 0);
+    let (mut met, mut units, mut admitted) = (0, 0, 0);
     for seed in 0..200 {
         let outcome = run(seed, &meeting);
         assert!(outcome.violation.is_none(), "{}", report(&outcome));
         met += usize::from(outcome.writes.met_open > 0);
-        if outcome.writes.busiest_item == genace_stages::memory::ACCOUNT_ITEM {
-            account_busiest += 1;
-            let per_job = outcome.writes.units_per_admitted_job();
-            assert!(
-                (2.0..40.0).contains(&per_job),
-                "seed {}: {per_job} units per job",
-                outcome.seed
-            );
-        }
+        units += outcome.writes.account_units;
+        admitted += outcome.writes.admitted;
     }
     assert!(met >= 30, "only {met} of 200 seeds met an open transaction");
+    let per_job = units as f64 / admitted.max(1) as f64;
     assert!(
-        account_busiest >= 100,
-        "the account was the busiest item in only {account_busiest} runs"
+        (3.0..=12.0).contains(&per_job),
+        "{per_job:.2} write units per admitted job on the account item"
     );
 }
 
@@ -339,4 +333,57 @@ fn a_freed_slot_passes_over_a_head_short_of_credits() {
     assert!(violation.contains("waits with nothing to wake it"), "{violation}");
     let fixed = run(889, &both);
     assert!(fixed.violation.is_none(), "{}", report(&fixed));
+}
+
+/// The timed burst of the scale benchmark: one tenant's burst against an
+/// account of three, beside few or many idle tenants, in virtual time.
+/// Everything is delivered with no case, and what an operation and a
+/// wake-up cost does not grow with the tenants: the figures the benchmark
+/// prints, held here only as far as they must not drift.
+#[test]
+fn a_burst_costs_the_same_beside_many_idle_tenants() {
+    use genace_dst::{BurstOptions, burst};
+    let small = BurstOptions {
+        tenants: 3,
+        intents: 12,
+        ..BurstOptions::default()
+    };
+    let few = burst(&small);
+    let many = burst(&BurstOptions {
+        tenants: 2_000,
+        ..small.clone()
+    });
+    for figures in [&few, &many] {
+        assert_eq!(figures.delivered, figures.operations, "{figures:?}");
+        assert_eq!(figures.cases, 0, "{figures:?}");
+        assert!(figures.wake_ups > 0, "{figures:?}");
+    }
+    let grown = many.requests_per_operation() / few.requests_per_operation();
+    assert!(
+        grown <= 1.10,
+        "requests per operation grew {grown:.2}x: {few:?} {many:?}"
+    );
+    assert!(
+        many.requests_per_wake_up() <= few.requests_per_wake_up() * 1.10,
+        "{few:?} {many:?}"
+    );
+    println!("{few:?}\n{many:?}");
+}
+
+/// The sweep under a due backlog longer than one run, in virtual time (5
+/// ms a request): every run reads the account before its first due item,
+/// the first run repairs a lost wake-up, and the backlog is worked off over
+/// several runs within each run's budget.
+#[test]
+fn the_sweep_looks_first_on_every_run_under_a_long_backlog() {
+    let figures = genace_dst::sweep_backlog(4_000, 5);
+    println!("{figures:?}");
+    assert!(figures.repaired_in_first_run, "{figures:?}");
+    assert_eq!(figures.looked_first, figures.runs, "{figures:?}");
+    assert!(figures.runs >= 2, "one run took the whole backlog: {figures:?}");
+    assert!(
+        figures.first_run_examined > 0 && figures.first_run_examined < 4_000,
+        "{figures:?}"
+    );
+    assert!(figures.first_run_seconds <= 45.0, "{figures:?}");
 }

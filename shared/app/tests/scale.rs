@@ -134,9 +134,45 @@ async fn a_woken_claim_posts_before_it_wakes_the_next() {
     );
 }
 
-/// Under a due backlog far longer than one run, the sweep still makes its
-/// capacity look, first: a waiter whose wake-up was lost is woken although
-/// the run's budget ends before the first due item.
+/// The messages on `url` with when each was sent (ms), taken off it.
+async fn sent(env: &LocalAws, url: &str) -> Vec<(String, i64)> {
+    use aws_sdk_sqs::types::MessageSystemAttributeName;
+    let sqs = genace_aws::clients::sqs(&env.sdk);
+    let mut found = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+            .send()
+            .await
+            .unwrap();
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return found;
+        }
+        for m in messages {
+            let at = m
+                .attributes()
+                .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+                .and_then(|t| t.parse().ok())
+                .expect("a sent timestamp");
+            found.push((m.body().unwrap_or_default().to_owned(), at));
+            sqs.delete_message()
+                .queue_url(url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Under a due backlog longer than one run, the sweep makes its capacity
+/// look first: a waiter whose wake-up was lost is woken before the first
+/// due item is sent on, and even when the run's budget ends before the
+/// first due item.
 #[tokio::test]
 async fn the_sweep_looks_at_capacity_first_under_a_due_backlog() {
     let rig = rig(Duration::ZERO).await;
@@ -154,18 +190,34 @@ async fn the_sweep_looks_at_capacity_first_under_a_due_backlog() {
         clock,
     );
     sweeper.page_size = 20;
+    // No budget at all: no due item is touched, and the look is made.
     sweeper.budget = Duration::ZERO;
     let report = sweeper.run().await.unwrap();
     assert!(report.truncated, "{report:?}");
     assert_eq!(report.examined, 0, "{report:?}");
-    let woken = rig.woken().await;
     assert!(
-        woken.contains(&format!("\"{b}\"")),
-        "the lost wake-up was repaired first: {woken:?}"
+        rig.woken().await.contains(&format!("\"{b}\"")),
+        "the lost wake-up was repaired"
     );
-    // With a budget, the next run works through the backlog.
+    // Lost again; with a budget, the run wakes it before it sends on the
+    // first of the 150 due items.
     sweeper.budget = Duration::from_secs(40);
     let next = sweeper.run().await.unwrap();
-    assert!(next.examined >= 150, "{next:?}");
-    assert!(next.dispatch >= 150, "{next:?}");
+    assert!(next.examined >= 150 && next.dispatch >= 150, "{next:?}");
+    let woken = sent(&rig.env, &rig.env.queues.wake).await;
+    let wake_at = woken
+        .iter()
+        .find(|(body, _)| body.contains(b.as_str()))
+        .map(|(_, at)| *at)
+        .expect("woken again");
+    let first_due = sent(&rig.env, &rig.env.queues.dispatch)
+        .await
+        .iter()
+        .map(|(_, at)| *at)
+        .min()
+        .expect("due items sent on");
+    assert!(
+        wake_at <= first_due,
+        "the wake-up was sent at {wake_at}, after the first due item at {first_due}"
+    );
 }

@@ -641,6 +641,16 @@ async fn two_transactions_that_meet_on_an_item_cancel_the_later_one() {
     assert_eq!(app.genace.posts().len(), 2);
     let ledger = store.ledger(&TenantId::parse("tenant-a").unwrap()).await.unwrap();
     assert_eq!(ledger.totals.in_flight, 2);
+    // A plain write (an operator's limit) to the account item while a
+    // claim's transaction holds it is refused as DynamoDB refuses it: busy.
+    let c = submit(&app, "c", None).await;
+    let (claimed, limited) = tokio::join!(dispatcher.dispatch(&c), store.set_account_limit(Some(9)));
+    assert_eq!(claimed.unwrap(), Dispatched::Posted(PostResult::Accepted));
+    assert!(matches!(
+        limited,
+        Err(genace_stages::ports::table::StoreError::Contention)
+    ));
+    assert_eq!(store.set_account_limit(Some(9)).await.unwrap().set_limit, Some(9));
     // Run one after the other, they never meet.
     let quiet = memory_app(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
     let store = quiet.store.clone().with_meeting_transactions();

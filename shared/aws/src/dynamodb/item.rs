@@ -20,10 +20,26 @@ pub(super) type Item = HashMap<String, AttributeValue>;
 
 pub(super) fn service_error<E, R>(e: SdkError<E, R>) -> StoreError
 where
-    E: std::error::Error + Send + Sync + 'static,
+    E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    StoreError::Service(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+    use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+    let code = e.code().map(str::to_owned);
+    refused(
+        code.as_deref(),
+        aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+    )
+}
+
+/// A failed request by its error code: a plain write to an item that a
+/// transaction holds is refused (`TransactionConflictException`) with
+/// nothing written, as when a transaction meets another: the table is
+/// busy, not down, and the write may be sent again.
+fn refused(code: Option<&str>, described: String) -> StoreError {
+    match code {
+        Some("TransactionConflictException") => StoreError::Contention,
+        _ => StoreError::Service(described),
+    }
 }
 
 pub(super) fn to_item(rec: &OperationRecord) -> Result<Item, StoreError> {
@@ -150,4 +166,22 @@ fn list_attributes(rec: &OperationRecord) -> [(&'static str, String); 3] {
         ),
         ("list_sk", list_sort_key(rec)),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_refused_for_an_open_transaction_is_contention() {
+        assert!(matches!(
+            refused(Some("TransactionConflictException"), "busy".into()),
+            StoreError::Contention
+        ));
+        assert!(matches!(
+            refused(Some("ResourceNotFoundException"), "gone".into()),
+            StoreError::Service(_)
+        ));
+        assert!(matches!(refused(None, "timed out".into()), StoreError::Service(_)));
+    }
 }

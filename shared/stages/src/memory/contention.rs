@@ -5,7 +5,9 @@
 //! - **Meeting.** A transaction is open from its first step to its next
 //!   (the store yields in between, so another handler may run). A
 //!   transaction that reaches an item an open one holds is cancelled with
-//!   `TransactionConflict`, as DynamoDB cancels the later of two that meet.
+//!   `TransactionConflict`, as DynamoDB cancels the later of two that meet;
+//!   a plain write to such an item is refused the same way
+//!   (`TransactionConflictException`).
 //! - **Draws.** A share of tries is cancelled whatever else runs: the
 //!   conflicts of a busy table the run cannot show itself.
 //! - **Write units.** Each item written by a transaction costs 2 write units
@@ -37,6 +39,9 @@ pub struct WriteReport {
     pub busiest_item: String,
     /// Its write units over the run.
     pub busiest_units: u64,
+    /// The account item's write units over the run: the one item every
+    /// tenant's claims and ends share.
+    pub account_units: u64,
     /// The most write units the busiest item took in one second of the
     /// run's clock.
     pub peak_units_per_second: u64,
@@ -54,9 +59,15 @@ impl WriteReport {
         self.busiest_units as f64 / self.admitted.max(1) as f64
     }
 
-    /// Admitted jobs a second the busiest item's budget allows at this cost.
+    /// The account item's write units per admitted job.
+    pub fn account_units_per_admitted_job(&self) -> f64 {
+        self.account_units as f64 / self.admitted.max(1) as f64
+    }
+
+    /// Admitted jobs a second the account item's budget allows at its cost
+    /// per job: the ceiling of one Genace account, whatever the tenants.
     pub fn ceiling_jobs_per_second(&self) -> f64 {
-        ITEM_WRITE_UNITS_PER_SECOND as f64 / self.units_per_admitted_job().max(f64::MIN_POSITIVE)
+        ITEM_WRITE_UNITS_PER_SECOND as f64 / self.account_units_per_admitted_job().max(f64::MIN_POSITIVE)
     }
 }
 
@@ -171,6 +182,19 @@ impl Contention {
         Ok(self.next_open)
     }
 
+    /// Whether an open transaction holds one of `items`: a plain write to
+    /// it is refused (`TransactionConflictException`), and counted.
+    pub(super) fn refuses_plain_write(&mut self, items: &[String]) -> bool {
+        let held = self.open.values().flatten().any(|i| items.contains(i));
+        if held {
+            self.met += 1;
+            if let Some(m) = &mut self.meter {
+                m.met_open += 1;
+            }
+        }
+        held
+    }
+
     /// The transaction `open` is over (written, refused or abandoned).
     pub(super) fn close(&mut self, open: u64) {
         self.open.remove(&open);
@@ -205,6 +229,7 @@ impl Contention {
             .map(|(i, u)| (i.clone(), *u))
             .unwrap_or_default();
         Some(WriteReport {
+            account_units: m.totals.get(ACCOUNT_ITEM).copied().unwrap_or_default(),
             peak_units_per_second: m.peaks.get(&busiest_item).copied().unwrap_or_default(),
             busiest_item,
             busiest_units,

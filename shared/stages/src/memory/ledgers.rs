@@ -32,6 +32,9 @@ impl TenantLedgers for MemoryStore {
 
     async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
         let mut table = self.lock();
+        if table.contention.refuses_plain_write(&[ACCOUNT_ITEM.to_owned()]) {
+            return Err(StoreError::Contention);
+        }
         table.contention.written(&[ACCOUNT_ITEM.to_owned()], 1, false);
         let account = &mut table.account;
         account.set_limit = limit;
@@ -41,6 +44,9 @@ impl TenantLedgers for MemoryStore {
 
     async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
         let mut table = self.lock();
+        if table.contention.refuses_plain_write(&[ACCOUNT_ITEM.to_owned()]) {
+            return Err(StoreError::Contention);
+        }
         // Charged whether or not its condition holds.
         table.contention.written(&[ACCOUNT_ITEM.to_owned()], 1, false);
         let account = &mut table.account;

@@ -147,6 +147,28 @@ impl MemoryStore {
         self.lock().contention.contended
     }
 
+    /// A write of the record alone: refused while a transaction holds the
+    /// record, tried again as the store tries a transaction, and charged
+    /// one write unit when written.
+    async fn write_plainly(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
+        let item = [record_item(prev)];
+        for attempt in 1..=CONFLICT_TRIES {
+            if self.lock().contention.refuses_plain_write(&item) {
+                if attempt < CONFLICT_TRIES {
+                    Step::default().await;
+                }
+                continue;
+            }
+            let applied = self.apply_now(prev, next);
+            if matches!(applied, Ok(Applied::Written)) {
+                self.lock().contention.written(&item, 1, false);
+            }
+            return applied;
+        }
+        self.lock().contention.contended += 1;
+        Err(StoreError::Contention)
+    }
+
     /// A transaction's tries: each may be cancelled (a conflict, drawn or
     /// met, or an item past its budget); one that is not stays open for a
     /// step when transactions meet, then is written. Every try cancelled:
@@ -318,15 +340,17 @@ impl OperationRecords for MemoryStore {
         // A write whose record moved on fails its condition, as in
         // DynamoDB, where that reason wins over a conflict.
         let current = self.lock().records.get(&prev.pk).map(|r| r.version);
-        match transaction_items(prev, next).filter(|_| current == Some(prev.version)) {
-            Some(items) => self.transact(&items, prev, next).await,
-            None => {
-                let applied = self.apply_now(prev, next);
-                if matches!(applied, Ok(Applied::Written)) {
-                    self.lock().contention.written(&[record_item(prev)], 1, false);
-                }
-                applied
+        match transaction_items(prev, next) {
+            Some(items) if current == Some(prev.version) => self.transact(&items, prev, next).await,
+            Some(items) => {
+                // Sent, and refused by the record's condition: charged.
+                let refused = self.apply_now(prev, next);
+                self.lock()
+                    .contention
+                    .written(&items, TRANSACTION_UNITS_PER_ITEM, false);
+                refused
             }
+            None => self.write_plainly(prev, next).await,
         }
     }
 
