@@ -236,6 +236,9 @@ pub(crate) fn print_capacity(report: &Value) {
             s(&t["oldest_wait_since"])
         );
     }
+    if report["tenants_complete"] == false {
+        println!("(more tenants than one report reads: the longest waiting are listed; others may be missing)");
+    }
 }
 
 pub(crate) fn print_webhook(hook: &Value) {

@@ -1915,3 +1915,44 @@ async fn every_tenants_credits_page_with_a_sealed_cursor() {
         );
     }
 }
+
+/// An account with more tenants than one capacity report reads (20 pages
+/// of 100 ledgers): the report says it is partial, and still names the
+/// tenant that waits although the listing never reached it. With few
+/// tenants it is whole.
+#[tokio::test]
+async fn a_capacity_report_past_its_page_bound_says_so_and_names_who_waits() {
+    use genace_stages::api::admin::Operator;
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let op = Operator {
+        actor: "ops-1".into(),
+        tenant: None,
+    };
+    let running = submit_as(&app, "aa-running", "r").await;
+    app.dispatcher().dispatch(&running).await.unwrap();
+    let report = app.intake().admin(&op).capacity().await.unwrap();
+    assert!(report.tenants_complete, "{report:?}");
+    // The listing is in tenant order: `zz-waiting` comes after 2,050 idle
+    // tenants that each hold a ledger.
+    let pages = genace_stages::api::capacity::REPORT_PAGES;
+    for i in 0..(pages * 100 + 50) {
+        app.store.set_spend_limit_now(&format!("idle-{i:05}"), None);
+    }
+    let waiting = submit_as(&app, "zz-waiting", "w").await;
+    assert_eq!(
+        app.dispatcher().dispatch(&waiting).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    let report = app.intake().admin(&op).capacity().await.unwrap();
+    assert!(!report.tenants_complete, "{report:?}");
+    let names: Vec<&str> = report.tenants.iter().map(|t| t.tenant_id.as_str()).collect();
+    assert!(names.contains(&"aa-running"), "{names:?}");
+    let w = report
+        .tenants
+        .iter()
+        .find(|t| t.tenant_id == "zz-waiting")
+        .expect("the waiting tenant is named");
+    assert_eq!((w.waiting, w.in_flight), (1, 0));
+    assert!(w.oldest_wait_since.is_some());
+}

@@ -183,6 +183,7 @@ pub fn capacity_view(report: &genace_stages::api::capacity::CapacityReport) -> V
         "waiting": report.waiting,
         "oldest_wait_since": oldest,
         "tenants": tenants,
+        "tenants_complete": report.tenants_complete,
     })
 }
 

@@ -44,18 +44,27 @@ pub struct CapacityReport {
     pub in_flight: Option<i64>,
     pub waiting: Option<i64>,
     pub tenants: Vec<TenantCapacity>,
+    /// Whether `tenants` names every tenant with a job in flight, an
+    /// operation waiting or a limit of its own. A report reads at most
+    /// [`REPORT_PAGES`] pages of ledgers; past that, only the tenants that
+    /// wait longest (from the waiting set) are sure to be there, and the
+    /// rest are asked for one by one.
+    pub tenants_complete: bool,
 }
 
 /// Ledger pages a report reads at most (100 tenants each).
-const REPORT_PAGES: usize = 20;
+pub const REPORT_PAGES: usize = 20;
 
 impl<P: Ports> Admin<'_, P> {
     /// The account's capacity as this operator may see it.
     pub async fn capacity(&self) -> Result<CapacityReport, SettingsError> {
         let account = self.intake.store.account().await?;
-        let (ledgers, whole) = match &self.op.tenant {
-            Some(own) => (vec![self.intake.store.ledger(own).await?], false),
-            None => (self.every_ledger().await?, true),
+        let (ledgers, whole, complete) = match &self.op.tenant {
+            Some(own) => (vec![self.intake.store.ledger(own).await?], false, true),
+            None => {
+                let (ledgers, complete) = self.every_ledger().await?;
+                (ledgers, true, complete)
+            }
         };
         let mut tenants = Vec::new();
         let shown = |l: &TenantLedger| l.totals.in_flight != 0 || l.totals.waiting != 0 || l.max_in_flight.is_some();
@@ -81,6 +90,7 @@ impl<P: Ports> Admin<'_, P> {
             in_flight: whole.then_some(account.in_flight),
             waiting: whole.then_some(account.waiting),
             tenants,
+            tenants_complete: complete,
         })
     }
 
@@ -100,18 +110,37 @@ impl<P: Ports> Admin<'_, P> {
         self.capacity().await
     }
 
-    async fn every_ledger(&self) -> Result<Vec<TenantLedger>, StoreError> {
+    /// The tenants' ledgers a report shows: the ledger listing, up to
+    /// [`REPORT_PAGES`] pages, and the tenants that wait longest whether
+    /// the listing reached them or not. Whether the listing was read whole.
+    async fn every_ledger(&self) -> Result<(Vec<TenantLedger>, bool), StoreError> {
         let mut all = Vec::new();
         let mut cursor: Option<String> = None;
+        let mut complete = false;
         for _ in 0..REPORT_PAGES {
             let page = self.intake.store.ledgers(100, cursor.as_deref()).await?;
             all.extend(page.ledgers);
             match page.next {
                 Some(next) => cursor = Some(next),
-                None => break,
+                None => {
+                    complete = true;
+                    break;
+                }
             }
         }
-        Ok(all)
+        if !complete {
+            let waiting = self
+                .intake
+                .store
+                .waiting_ledgers(crate::ports::table::WAITING_READ_MAX)
+                .await?;
+            for l in waiting {
+                if !all.iter().any(|seen| seen.tenant_id == l.tenant_id) {
+                    all.push(l);
+                }
+            }
+        }
+        Ok((all, complete))
     }
 
     async fn oldest_wait(&self, tenant: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
