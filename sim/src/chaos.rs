@@ -293,6 +293,10 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
         port(&self.chaos, self.inner.waiting_ledgers(limit)).await
     }
 
+    async fn send_to_back(&self, tenants: &[String]) -> Result<(), StoreError> {
+        port(&self.chaos, self.inner.send_to_back(tenants)).await
+    }
+
     async fn set_spend_limit(
         &self,
         tenant: &TenantId,

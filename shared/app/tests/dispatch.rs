@@ -520,6 +520,10 @@ impl TenantLedgers for EchoingStore {
         self.0.waiting_ledgers(limit).await
     }
 
+    async fn send_to_back(&self, tenants: &[String]) -> Result<(), genace_stages::ports::table::StoreError> {
+        self.0.send_to_back(tenants).await
+    }
+
     async fn set_account_limit(
         &self,
         limit: Option<u32>,

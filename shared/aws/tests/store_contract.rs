@@ -1505,6 +1505,33 @@ async fn the_waiting_set_holds_only_tenants_that_wait<S: OperationStore>(store: 
     );
 }
 
+/// A wake-up that passed over tenants sends them to the back of the
+/// waiting set: the next read finds those behind them first. A tenant not
+/// in the set is not added.
+async fn tenants_sent_to_the_back_are_read_last<S: OperationStore>(store: S) {
+    let t0 = Utc::now();
+    for tenant in ["back-a", "back-b", "back-c"] {
+        let rec = record_for(tenant, "1", "p");
+        store.create(&rec, t0).await.unwrap();
+        let next = machine::transition(&rec, machine::Event::CapacityReached, t0, &Policy::default()).unwrap();
+        store.apply(&rec, &next).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let names = |ledgers: Vec<genace_core::ledger::TenantLedger>| -> Vec<String> {
+        ledgers.into_iter().map(|l| l.tenant_id).collect()
+    };
+    assert_eq!(names(store.waiting_ledgers(2).await.unwrap()), ["back-a", "back-b"]);
+    store
+        .send_to_back(&["back-a".to_owned(), "never-waited".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(
+        names(store.waiting_ledgers(10).await.unwrap()),
+        ["back-b", "back-c", "back-a"]
+    );
+    assert_eq!(names(store.waiting_ledgers(1).await.unwrap()), ["back-b"]);
+}
+
 genace_aws::contract_tests!(
     memory_limited => genace_stages::memory::MemoryStore::default().with_account_limit(Some(2)),
     dynamodb_limited => |env| env.store().with_account_limit(Some(2));
@@ -1537,6 +1564,7 @@ genace_aws::contract_tests!(
     without_an_account_limit_slots_are_only_counted,
     the_waiting_order_is_per_tenant_and_oldest_first,
     the_waiting_set_holds_only_tenants_that_wait,
+    tenants_sent_to_the_back_are_read_last,
     a_tenants_own_limit_refuses_a_claim_past_it,
     batch_yields_to_interactive_for_a_bounded_time,
     listings_are_newest_first_filtered_and_paged,

@@ -1956,3 +1956,54 @@ async fn a_capacity_report_past_its_page_bound_says_so_and_names_who_waits() {
     assert_eq!((w.waiting, w.in_flight), (1, 0));
     assert!(w.oldest_wait_since.is_some());
 }
+
+/// Found at scale: tenants at their own limit keep their places at the
+/// front of the waiting set, and a wake-up weighs only the front
+/// (`WAKE_CANDIDATES`). With more of them than that, a free slot went to
+/// nobody while a tenant behind them waited. Now the wake-up sends those it
+/// had to pass over to the back and reads again.
+#[tokio::test]
+async fn tenants_at_their_own_limit_do_not_hide_a_waiting_tenant_behind_them() {
+    use genace_stages::pipeline::wake::WAKE_CANDIDATES;
+    let app = app();
+    let blocked = WAKE_CANDIDATES + 10;
+    let limit = u32::try_from(blocked).unwrap();
+    let _limited = app.store.clone().with_account_limit(Some(limit));
+    let dispatcher = app.dispatcher();
+    for i in 0..blocked {
+        let tenant = format!("capped-{i:03}");
+        app.store
+            .set_max_in_flight(&TenantId::parse(&tenant).unwrap(), Some(1))
+            .await
+            .unwrap();
+        let running = submit_as(&app, &tenant, "r").await;
+        assert_eq!(
+            dispatcher.dispatch(&running).await.unwrap(),
+            Dispatched::Posted(PostResult::Accepted)
+        );
+    }
+    // Each then has one more, which waits for its tenant's own slot.
+    for i in 0..blocked {
+        let held = submit_as(&app, &format!("capped-{i:03}"), "w").await;
+        assert_eq!(
+            dispatcher.dispatch(&held).await.unwrap(),
+            Dispatched::WaitingForCapacity
+        );
+    }
+    // The account is full: a tenant with no limit of its own waits too,
+    // behind all of them.
+    let late = submit_as(&app, "late", "l").await;
+    assert_eq!(
+        dispatcher.dispatch(&late).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    // Room for more, and a wake-up.
+    let _grown = app.store.clone().with_account_limit(Some(limit + 5));
+    let before = woken(&app).len();
+    let count = genace_stages::pipeline::wake::wake(&app.store, &app.queue)
+        .await
+        .unwrap();
+    let sent = woken(&app);
+    assert_eq!(count, 1, "{:?}", &sent[before..]);
+    assert!(sent[before].contains(late.as_str()), "{:?}", &sent[before..]);
+}

@@ -186,6 +186,31 @@ impl DynamoStore {
         }
     }
 
+    /// See `TenantLedgers::send_to_back`: each tenant's place in the
+    /// waiting set becomes now, if it is still in the set (one conditional
+    /// update each, on the tenant's own ledger item).
+    pub(super) async fn send_to_back_of_waiting_set(&self, tenants: &[String]) -> Result<(), StoreError> {
+        let now = chrono::Utc::now().timestamp_millis().max(0);
+        for tenant in tenants {
+            let out = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("pk", AttributeValue::S(ledger_key(tenant)))
+                .update_expression("SET wait_sk = :joined")
+                .condition_expression("attribute_exists(wait_pk)")
+                .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")))
+                .send()
+                .await;
+            match out {
+                Ok(_) => {}
+                Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => {}
+                Err(e) => return Err(service_error(e)),
+            }
+        }
+        Ok(())
+    }
+
     /// See `TenantLedgers::waiting_ledgers`: each shard's oldest entries
     /// (one query a shard), their ledgers in one batch, the drained ones
     /// dropped from the set; read again only while drained entries hid

@@ -282,6 +282,10 @@ fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, r
 }
 
 impl TenantLedgers for DynamoStore {
+    async fn send_to_back(&self, tenants: &[String]) -> Result<(), StoreError> {
+        self.send_to_back_of_waiting_set(tenants).await
+    }
+
     async fn account(&self) -> Result<AccountCapacity, StoreError> {
         let out = self
             .client

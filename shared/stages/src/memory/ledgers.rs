@@ -80,6 +80,19 @@ impl TenantLedgers for MemoryStore {
         Ok(found)
     }
 
+    async fn send_to_back(&self, tenants: &[String]) -> Result<(), StoreError> {
+        let mut table = self.lock();
+        let tables = &mut *table;
+        for tenant in tenants {
+            if tables.waiting_set.contains_key(tenant) {
+                tables.joined += 1;
+                tables.waiting_set.insert(tenant.clone(), tables.joined);
+                tables.contention.written(&[format!("ledger/{tenant}")], 1, false);
+            }
+        }
+        Ok(())
+    }
+
     async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
         let table = self.lock();
         let limit = limit.max(1) as usize;

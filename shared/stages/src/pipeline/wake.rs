@@ -138,15 +138,57 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
     if room == 0 {
         return Ok(0);
     }
+    let want = room.min(MAX_WAKE);
     let turns = tenants.insert(waiting_tenants(store).await.map_err(|e| e.to_string())?);
+    let mut woken = take_turns(store, queue, turns, want).await?;
+    // Tenants that cannot take a slot (at their own limit, out of credits)
+    // keep their places at the front of the waiting set; when they fill a
+    // whole read and slots are left, they go to the back and the set is
+    // read again, so that they never hide the tenants behind them.
+    let mut passed = passed_over(turns);
+    let mut seen: std::collections::BTreeSet<String> = turns.iter().map(|t| t.ledger.tenant_id.clone()).collect();
+    let mut full_read = turns.len() >= WAKE_CANDIDATES;
+    for _ in 1..WAKE_PASSES {
+        if woken >= want || !full_read || passed.is_empty() {
+            break;
+        }
+        store.send_to_back(&passed).await.map_err(|e| e.to_string())?;
+        let read = waiting_tenants(store).await.map_err(|e| e.to_string())?;
+        full_read = read.len() >= WAKE_CANDIDATES;
+        let mut more: Vec<Turn> = read
+            .into_iter()
+            .filter(|t| seen.insert(t.ledger.tenant_id.clone()))
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        woken += take_turns(store, queue, &mut more, want - woken).await?;
+        passed = passed_over(&more);
+    }
+    if woken > 0 {
+        info!(woken, room, "woke operations waiting for a slot");
+    }
+    Ok(woken)
+}
+
+/// Reads of the waiting set one wake-up makes at most, when the tenants
+/// read could not take a slot.
+const WAKE_PASSES: usize = 4;
+
+/// Wakes up to `want` operations of `turns`, tenant by tenant in turn.
+async fn take_turns<S: OperationStore, Q: WorkQueue>(
+    store: &S,
+    queue: &Q,
+    turns: &mut [Turn],
+    want: usize,
+) -> Result<usize, String> {
     let mut woken = 0;
-    while woken < room.min(MAX_WAKE) {
+    while woken < want {
         let Some(turn) = next_turn(turns) else { break };
         if !turn.fetched {
             // Each tenant's order is read once per call, so no operation is
             // woken twice by one call (the index may lag the count).
             let tenant = TenantId::parse(&turn.ledger.tenant_id).map_err(|e| e.to_string())?;
-            let want = room.min(MAX_WAKE);
             turn.heads = match turn.ledger.headroom() {
                 None => {
                     let read = i32::try_from(want).unwrap_or(1);
@@ -165,10 +207,17 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
         turn.taken += 1;
         woken += 1;
     }
-    if woken > 0 {
-        info!(woken, room, "woke operations waiting for a slot");
-    }
     Ok(woken)
+}
+
+/// The tenants of `turns` that wait but could take no slot: at their own
+/// limit of jobs in flight, or with no credits left.
+fn passed_over(turns: &[Turn]) -> Vec<String> {
+    turns
+        .iter()
+        .filter(|t| t.taken == 0 && t.ledger.totals.waiting > 0 && !t.may_take_a_slot())
+        .map(|t| t.ledger.tenant_id.clone())
+        .collect()
 }
 
 /// Of a tenant's waiting order under a spend limit, the first `want`
@@ -223,20 +272,7 @@ fn next_turn(turns: &mut [Turn]) -> Option<&mut Turn> {
     turns
         .iter_mut()
         .filter(|t| !t.heads.is_empty() || (!t.fetched && t.ledger.totals.waiting > 0))
-        // A tenant at its own limit waits for its own jobs to end.
-        .filter(|t| {
-            t.ledger
-                .max_in_flight
-                .is_none_or(|max| t.ledger.totals.in_flight + t.taken < i64::from(max))
-        })
-        // A tenant at its spend limit waits for its credits to free. One
-        // with some room may still be short for its head: that claim
-        // waits again, and wakes nobody.
-        .filter(|t| {
-            t.ledger
-                .headroom()
-                .is_none_or(|room| room > genace_core::ledger::Millicredits::ZERO)
-        })
+        .filter(|t| t.may_take_a_slot())
         // Tenants with operations waiting for a slot first: a slot is what
         // they lack, and claims that did not wait yield to them. Those
         // waiting only for credits are woken by the writes that free them.
@@ -368,6 +404,25 @@ struct Turn {
     heads: Vec<genace_core::domain::OperationId>,
     fetched: bool,
     taken: i64,
+}
+
+impl Turn {
+    /// Whether the tenant may take one more slot: under its own limit of
+    /// jobs in flight (it waits for its own jobs to end otherwise), with
+    /// credits free (it waits for them to free otherwise; one with some
+    /// room may still be short for its head: that claim waits again, and
+    /// wakes nobody).
+    fn may_take_a_slot(&self) -> bool {
+        let under_own_limit = self
+            .ledger
+            .max_in_flight
+            .is_none_or(|max| self.ledger.totals.in_flight + self.taken < i64::from(max));
+        let credits_free = self
+            .ledger
+            .headroom()
+            .is_none_or(|room| room > genace_core::ledger::Millicredits::ZERO);
+        under_own_limit && credits_free
+    }
 }
 
 /// The tenants with operations waiting that a wake-up considers: those

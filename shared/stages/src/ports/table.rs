@@ -213,6 +213,12 @@ pub trait TenantLedgers: Send + Sync {
     /// whose tenant no longer waits is dropped when it is read.
     fn waiting_ledgers(&self, limit: usize) -> impl Future<Output = Result<Vec<TenantLedger>, StoreError>> + Send;
 
+    /// Sends tenants of the waiting set to its back, as if they had just
+    /// joined: a wake-up that had to pass over them (at their own limit, or
+    /// out of credits) so that they do not hide the tenants behind them
+    /// from the next read. A tenant no longer in the set is left out.
+    fn send_to_back(&self, tenants: &[String]) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Sets (or, with `None`, removes) the most jobs a tenant may have in
     /// flight at once. Jobs already in flight keep their slots.
     fn set_max_in_flight(
