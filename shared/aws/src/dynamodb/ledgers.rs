@@ -153,7 +153,7 @@ impl DynamoStore {
     /// One transaction, tried again while DynamoDB cancels it only for
     /// meeting another transaction on one of its items: contention is
     /// retried here (an item throttled is the same), counted
-    /// (`TransactionConflicts`), and answered as
+    /// (`TransactionConflicts`, `TransactionsThrottled`), and answered as
     /// [`StoreError::Contention`] only when every try met one.
     async fn transact(&self, items: Vec<TransactWriteItem>, reserves: bool) -> Result<(), StoreError> {
         for attempt in 1..=CONFLICT_TRIES {
@@ -163,10 +163,17 @@ impl DynamoStore {
                 .set_transact_items(Some(items.clone()))
                 .send()
                 .await;
+            let mut throttled = false;
             let refused = match sent {
                 Ok(_) => return Ok(()),
                 Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
-                    TransactWriteItemsError::TransactionCanceledException(e) => cancelled(&e, reserves),
+                    TransactWriteItemsError::TransactionCanceledException(e) => {
+                        throttled = e
+                            .cancellation_reasons()
+                            .iter()
+                            .any(|r| r.code() == Some("ThrottlingError"));
+                        cancelled(&e, reserves)
+                    }
                     other => StoreError::Service(aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string()),
                 },
                 Err(e) => service_error(e),
@@ -174,7 +181,14 @@ impl DynamoStore {
             if !matches!(refused, StoreError::Contention) {
                 return Err(refused);
             }
-            self.metrics.count("TransactionConflicts", &[]);
+            // A hot item past its throughput, apart from two transactions
+            // meeting: the first says the account needs sharding.
+            let metric = if throttled {
+                "TransactionsThrottled"
+            } else {
+                "TransactionConflicts"
+            };
+            self.metrics.count(metric, &[]);
             if attempt < CONFLICT_TRIES {
                 tokio::time::sleep(conflict_backoff(attempt)).await;
             }
