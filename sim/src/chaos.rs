@@ -297,6 +297,10 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
         port(&self.chaos, self.inner.send_to_back(tenants)).await
     }
 
+    async fn rejoin_waiting_set(&self, pages: usize) -> Result<usize, StoreError> {
+        port(&self.chaos, self.inner.rejoin_waiting_set(pages)).await
+    }
+
     async fn set_spend_limit(
         &self,
         tenant: &TenantId,

@@ -524,6 +524,10 @@ impl TenantLedgers for EchoingStore {
         self.0.send_to_back(tenants).await
     }
 
+    async fn rejoin_waiting_set(&self, pages: usize) -> Result<usize, genace_stages::ports::table::StoreError> {
+        self.0.rejoin_waiting_set(pages).await
+    }
+
     async fn set_account_limit(
         &self,
         limit: Option<u32>,

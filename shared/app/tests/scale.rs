@@ -221,3 +221,42 @@ async fn the_sweep_looks_at_capacity_first_under_a_due_backlog() {
         "the wake-up was sent at {wake_at}, after the first due item at {first_due}"
     );
 }
+
+/// A tenant whose ledger began waiting before the waiting set existed (no
+/// `wait_pk` on its ledger item) is in no wake-up's read. The sweep sees
+/// the set hold fewer waiting operations than the account counts, puts
+/// the tenant back in it, and wakes its oldest waiter.
+#[tokio::test]
+async fn the_sweep_puts_a_tenant_waiting_outside_the_set_back_in_it() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let rig = rig(Duration::ZERO).await;
+    let [_, b, _] = rig.one_running_two_waiting().await;
+    // As written before the waiting set existed.
+    genace_aws::clients::dynamodb(&rig.env.sdk)
+        .update_item()
+        .table_name(&rig.env.names.table)
+        .key("pk", AttributeValue::S(genace_aws::schema::ledger_key("tenant-a")))
+        .update_expression("REMOVE wait_pk, wait_sk")
+        .send()
+        .await
+        .unwrap();
+    let store = rig.env.store();
+    assert!(store.waiting_ledgers(10).await.unwrap().is_empty(), "stranded");
+    let sweeper = Sweeper::<Parts<DynamoStore, SqsQueue, S3Store>>::new(
+        store.clone(),
+        SqsQueue::new(genace_aws::clients::sqs(&rig.env.sdk), rig.env.queues.clone()),
+        rig.env.config.clone(),
+        genace_stages::ports::clock::SystemClock,
+    );
+    sweeper.run().await.unwrap();
+    let woken = rig.woken().await;
+    assert!(woken.contains(&format!("\"{b}\"")), "{woken:?}");
+    let back: Vec<String> = store
+        .waiting_ledgers(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.tenant_id)
+        .collect();
+    assert_eq!(back, ["tenant-a"]);
+}

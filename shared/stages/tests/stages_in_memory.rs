@@ -2007,3 +2007,27 @@ async fn tenants_at_their_own_limit_do_not_hide_a_waiting_tenant_behind_them() {
     assert_eq!(count, 1, "{:?}", &sent[before..]);
     assert!(sent[before].contains(late.as_str()), "{:?}", &sent[before..]);
 }
+
+/// A tenant whose ledger began waiting before the waiting set existed is
+/// in no wake-up's read. The sweep sees the set hold fewer waiting
+/// operations than the account counts, puts the tenant back, and wakes it.
+#[tokio::test]
+async fn the_sweep_puts_tenants_waiting_outside_the_set_back_in_it() {
+    let app = app();
+    let (_running, waiting) = one_running_one_waiting(&app).await;
+    app.store.forget_waiting_set_entry_now("tenant-a");
+    let _two = app.store.clone().with_account_limit(Some(2));
+    let before = woken(&app).len();
+    assert_eq!(
+        genace_stages::pipeline::wake::wake(&app.store, &app.queue)
+            .await
+            .unwrap(),
+        0,
+        "stranded: no wake-up reaches it"
+    );
+    app.sweeper().run().await.unwrap();
+    let sent = woken(&app);
+    assert_eq!(sent.len(), before + 1, "{sent:?}");
+    assert!(sent[before].contains(waiting.as_str()));
+    assert_eq!(app.store.waiting_ledgers(10).await.unwrap().len(), 1, "back in the set");
+}

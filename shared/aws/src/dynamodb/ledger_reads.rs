@@ -211,6 +211,51 @@ impl DynamoStore {
         Ok(())
     }
 
+    /// See `TenantLedgers::rejoin_waiting_set`: the ledger listing, page by
+    /// page, and for each ledger counting waiters one conditional update
+    /// that puts it in the set unless it is there.
+    pub(super) async fn rejoin_stranded_waiters(&self, pages: usize) -> Result<usize, StoreError> {
+        let mut cursor: Option<String> = None;
+        let mut joined = 0;
+        for _ in 0..pages {
+            let page = self.ledger_page(100, cursor.as_deref()).await?;
+            for ledger in page.ledgers.iter().filter(|l| l.totals.waiting > 0) {
+                joined += usize::from(self.join_waiting_set(&ledger.tenant_id).await?);
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        Ok(joined)
+    }
+
+    /// Puts a tenant that waits in the waiting set, at the back, unless it
+    /// is there; whether it joined.
+    async fn join_waiting_set(&self, tenant: &str) -> Result<bool, StoreError> {
+        let now = chrono::Utc::now().timestamp_millis().max(0);
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .update_expression("SET wait_pk = :set, wait_sk = :joined")
+            .condition_expression("attribute_not_exists(wait_pk) AND waiting > :zero")
+            .expression_attribute_values(
+                ":set",
+                AttributeValue::S(waiting_set_key(crate::schema::tenant_shard(tenant, WAITING_SET_SHARDS))),
+            )
+            .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")))
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(false),
+            Err(e) => Err(service_error(e)),
+        }
+    }
+
     /// See `TenantLedgers::waiting_ledgers`: each shard's oldest entries
     /// (one query a shard), their ledgers in one batch, the drained ones
     /// dropped from the set; read again only while drained entries hid

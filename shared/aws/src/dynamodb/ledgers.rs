@@ -300,6 +300,10 @@ impl TenantLedgers for DynamoStore {
         self.send_to_back_of_waiting_set(tenants).await
     }
 
+    async fn rejoin_waiting_set(&self, pages: usize) -> Result<usize, StoreError> {
+        self.rejoin_stranded_waiters(pages).await
+    }
+
     async fn account(&self) -> Result<AccountCapacity, StoreError> {
         let out = self
             .client

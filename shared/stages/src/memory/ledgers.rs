@@ -93,6 +93,26 @@ impl TenantLedgers for MemoryStore {
         Ok(())
     }
 
+    async fn rejoin_waiting_set(&self, pages: usize) -> Result<usize, StoreError> {
+        let mut table = self.lock();
+        let tables = &mut *table;
+        let mut joined = 0;
+        let read: Vec<(String, i64)> = tables
+            .ledgers
+            .values()
+            .take(pages.saturating_mul(100))
+            .map(|l| (l.tenant_id.clone(), l.totals.waiting))
+            .collect();
+        for (tenant, waiting) in read {
+            if waiting > 0 && !tables.waiting_set.contains_key(&tenant) {
+                tables.joined += 1;
+                tables.waiting_set.insert(tenant, tables.joined);
+                joined += 1;
+            }
+        }
+        Ok(joined)
+    }
+
     async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
         let table = self.lock();
         let limit = limit.max(1) as usize;
@@ -116,5 +136,13 @@ impl TenantLedgers for MemoryStore {
         limit: Option<Millicredits>,
     ) -> Result<TenantLedger, StoreError> {
         Ok(self.with_ledger(tenant, |l| l.spend_limit = limit))
+    }
+}
+
+impl MemoryStore {
+    /// Takes a tenant out of the waiting set whatever its ledger says: its
+    /// ledger as one written before the set existed (tests of the repair).
+    pub fn forget_waiting_set_entry_now(&self, tenant: &str) {
+        self.lock().waiting_set.remove(tenant);
     }
 }

@@ -81,8 +81,9 @@ pub async fn sweep<S: OperationStore, Q: WorkQueue>(
         Err(e) => warn!(error = %e, "the raised account limit was not saved"),
     }
     let mut tenants = None;
-    if let Err(e) = wake_from(store, queue, &account, &mut tenants).await {
-        warn!(error = %e, "waking waiting operations failed; the next sweep will");
+    match wake_from(store, queue, &account, &mut tenants).await {
+        Ok(woken) => rejoin_stranded(store, queue, &account, &mut tenants, woken, metrics).await,
+        Err(e) => warn!(error = %e, "waking waiting operations failed; the next sweep will"),
     }
     metrics.emit("InFlight", account.in_flight as f64, "Count", &[]);
     metrics.emit("Waiting", account.waiting as f64, "Count", &[]);
@@ -96,6 +97,47 @@ pub async fn sweep<S: OperationStore, Q: WorkQueue>(
     };
     let age = oldest.map_or(0.0, |since| (now - since).num_milliseconds().max(0) as f64 / 1000.0);
     metrics.emit("OldestWaitSeconds", age, "Seconds", &[]);
+}
+
+/// Ledger pages one sweep run reads at most to repair the waiting set.
+const REJOIN_PAGES: usize = 20;
+
+/// The waiting set read whole (fewer tenants than a wake-up weighs) holds
+/// fewer waiting operations than the account counts: some tenants wait
+/// outside it, their ledgers having begun waiting before the set existed,
+/// and no wake-up would ever reach them. They are put in the set (the
+/// ledger listing, [`REJOIN_PAGES`] pages at most, counted in
+/// `WaitingSetRepaired`) and, if nothing was woken yet, woken now. A count
+/// that moved between the two reads costs one needless look.
+async fn rejoin_stranded<S: OperationStore, Q: WorkQueue>(
+    store: &S,
+    queue: &Q,
+    account: &genace_core::ledger::AccountCapacity,
+    tenants: &mut Option<Vec<Turn>>,
+    woken: usize,
+    metrics: &crate::ports::metrics::Metrics,
+) {
+    let Some(turns) = tenants.as_ref() else {
+        return;
+    };
+    let in_set: i64 = turns.iter().map(|t| t.ledger.totals.waiting).sum();
+    if turns.len() >= WAKE_CANDIDATES || in_set >= account.waiting {
+        return;
+    }
+    match store.rejoin_waiting_set(REJOIN_PAGES).await {
+        Ok(0) => {}
+        Ok(joined) => {
+            warn!(joined, "tenants waiting outside the waiting set were put back in it");
+            metrics.emit("WaitingSetRepaired", joined as f64, "Count", &[]);
+            *tenants = None;
+            if woken == 0
+                && let Err(e) = wake_from(store, queue, account, tenants).await
+            {
+                warn!(error = %e, "waking the repaired waiters failed; the next sweep will");
+            }
+        }
+        Err(e) => warn!(error = %e, "the waiting set could not be repaired; the next sweep tries again"),
+    }
 }
 
 /// Enough jobs ended under a limit learned from 429s: one slot more.

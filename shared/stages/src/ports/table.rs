@@ -204,20 +204,22 @@ pub trait TenantLedgers: Send + Sync {
     /// One page of every tenant's ledger, for operators' reports.
     fn ledgers(&self, limit: i32, cursor: Option<&str>) -> impl Future<Output = Result<LedgerPage, StoreError>> + Send;
 
-    /// The ledgers of tenants with operations waiting, those waiting longest
-    /// first, at most `limit` (at most [`WAITING_READ_MAX`]). It reads the
-    /// waiting set, which the write that moves a tenant's counters keeps in
-    /// the same transaction, never the list of every ledger: its cost grows
-    /// with `limit`, not with the number of tenants. A tenant is in the set
-    /// from the first write that makes one of its operations wait; an entry
-    /// whose tenant no longer waits is dropped when it is read.
+    /// The ledgers of tenants with operations waiting, longest waiting first,
+    /// at most `limit` (at most [`WAITING_READ_MAX`]), from the waiting set the
+    /// counters' own transactions keep: never every ledger, so its cost grows
+    /// with `limit`, not with the tenants. An entry whose tenant no longer
+    /// waits is dropped when it is read.
     fn waiting_ledgers(&self, limit: usize) -> impl Future<Output = Result<Vec<TenantLedger>, StoreError>> + Send;
 
-    /// Sends tenants of the waiting set to its back, as if they had just
-    /// joined: a wake-up that had to pass over them (at their own limit, or
-    /// out of credits) so that they do not hide the tenants behind them
-    /// from the next read. A tenant no longer in the set is left out.
+    /// Sends tenants a wake-up passed over (at their own limit, out of
+    /// credits) to the back of the waiting set, so that they do not hide
+    /// those behind them. A tenant no longer in the set is left out.
     fn send_to_back(&self, tenants: &[String]) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Puts each tenant whose ledger counts waiters but is missing from the
+    /// waiting set (it began waiting before the set existed) back in it,
+    /// reading at most `pages` pages of the ledger listing. How many joined.
+    fn rejoin_waiting_set(&self, pages: usize) -> impl Future<Output = Result<usize, StoreError>> + Send;
 
     /// Sets (or, with `None`, removes) the most jobs a tenant may have in
     /// flight at once. Jobs already in flight keep their slots.
