@@ -244,7 +244,7 @@ async fn dispatch_into_a_busy_table(
 #[tokio::test]
 async fn a_job_id_is_saved_once_a_busy_table_is_quiet_again() {
     use genace_stages::pipeline::dispatch::{Dispatched, PostResult};
-    let (dispatched, _, proxy, env) = dispatch_into_a_busy_table(Some(Duration::from_secs(8))).await;
+    let (dispatched, _, proxy, env) = dispatch_into_a_busy_table(Some(Duration::from_secs(5))).await;
     assert_eq!(dispatched, Dispatched::Posted(PostResult::Accepted));
     assert!(
         proxy.cancelled() > u64::from(genace_stages::ports::table::CONFLICT_TRIES),

@@ -35,7 +35,7 @@ where
 /// transaction holds is refused (`TransactionConflictException`) with
 /// nothing written, as when a transaction meets another: the table is
 /// busy, not down, and the write may be sent again.
-fn refused(code: Option<&str>, described: String) -> StoreError {
+pub(super) fn refused(code: Option<&str>, described: String) -> StoreError {
     match code {
         Some("TransactionConflictException") => StoreError::Contention,
         _ => StoreError::Service(described),

@@ -191,24 +191,26 @@ impl DynamoStore {
     /// update each, on the tenant's own ledger item).
     pub(super) async fn send_to_back_of_waiting_set(&self, tenants: &[String]) -> Result<(), StoreError> {
         let now = chrono::Utc::now().timestamp_millis().max(0);
-        for tenant in tenants {
-            let out = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", AttributeValue::S(ledger_key(tenant)))
-                .update_expression("SET wait_sk = :joined")
-                .condition_expression("attribute_exists(wait_pk)")
-                .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")))
-                .send()
-                .await;
-            match out {
-                Ok(_) => {}
-                Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => {}
-                Err(e) => return Err(service_error(e)),
-            }
+        let updates = tenants.iter().map(|tenant| self.send_one_to_back(tenant, now));
+        futures_util::future::try_join_all(updates).await.map(|_| ())
+    }
+
+    async fn send_one_to_back(&self, tenant: &str, now: i64) -> Result<(), StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .update_expression("SET wait_sk = :joined")
+            .condition_expression("attribute_exists(wait_pk)")
+            .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(()),
+            Err(e) => Err(service_error(e)),
         }
-        Ok(())
     }
 
     /// See `TenantLedgers::rejoin_waiting_set`: the ledger listing, page by

@@ -51,7 +51,10 @@ impl OperationRecords for DynamoStore {
                     StoreError::Conflict(Some(existing)) => Ok(Created::Existing(existing)),
                     other => Err(other),
                 },
-                other => Err(StoreError::Service(
+                other => Err(super::item::refused(
+                    aws_sdk_dynamodb::error::ProvideErrorMetadata::code(&other)
+                        .map(str::to_owned)
+                        .as_deref(),
                     aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
                 )),
             },
@@ -112,7 +115,10 @@ impl OperationRecords for DynamoStore {
             }
             Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
                 UpdateItemError::ConditionalCheckFailedException(e) => Err(conflict(e.item())),
-                other => Err(StoreError::Service(
+                other => Err(super::item::refused(
+                    aws_sdk_dynamodb::error::ProvideErrorMetadata::code(&other)
+                        .map(str::to_owned)
+                        .as_deref(),
                     aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
                 )),
             },

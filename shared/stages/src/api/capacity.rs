@@ -129,11 +129,20 @@ impl<P: Ports> Admin<'_, P> {
             }
         }
         if !complete {
-            let waiting = self
+            // Best effort: a report without them is still a report, and
+            // says it is partial.
+            let waiting = match self
                 .intake
                 .store
                 .waiting_ledgers(crate::ports::table::WAITING_READ_MAX)
-                .await?;
+                .await
+            {
+                Ok(waiting) => waiting,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the waiting set could not be read for a partial report");
+                    Vec::new()
+                }
+            };
             for l in waiting {
                 if !all.iter().any(|seen| seen.tenant_id == l.tenant_id) {
                     all.push(l);

@@ -84,6 +84,9 @@ impl TenantLedgers for MemoryStore {
         let mut table = self.lock();
         let tables = &mut *table;
         for tenant in tenants {
+            if tables.contention.refuses_plain_write(&[format!("ledger/{tenant}")]) {
+                return Err(StoreError::Contention);
+            }
             if tables.waiting_set.contains_key(tenant) {
                 tables.joined += 1;
                 tables.waiting_set.insert(tenant.clone(), tables.joined);

@@ -52,7 +52,11 @@ pub async fn wake_if_room<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q)
 /// [`MAX_WAKE`]), tenants in turn by fewest jobs in flight. Returns how many.
 pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Result<usize, String> {
     let mut account = store.account().await.map_err(|e| e.to_string())?;
-    raise_if_earned(store, &mut account).await?;
+    // A raise not saved (the account item busy) is the sweep's to make; the
+    // wake-up goes on under the limit as read.
+    if let Err(e) = raise_if_earned(store, &mut account).await {
+        warn!(error = %e, "the raised account limit was not saved");
+    }
     let mut tenants = None;
     wake_from(store, queue, &account, &mut tenants).await
 }
@@ -194,7 +198,12 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
         if woken >= want || !full_read || passed.is_empty() {
             break;
         }
-        store.send_to_back(&passed).await.map_err(|e| e.to_string())?;
+        // Best effort: tenants left in front (a ledger busy) only cost the
+        // next wake-up the same look.
+        if let Err(e) = store.send_to_back(&passed).await {
+            warn!(error = %e, "tenants passed over stay in front of the waiting set");
+            break;
+        }
         let read = waiting_tenants(store).await.map_err(|e| e.to_string())?;
         full_read = read.len() >= WAKE_CANDIDATES;
         let mut more: Vec<Turn> = read
@@ -252,12 +261,14 @@ async fn take_turns<S: OperationStore, Q: WorkQueue>(
     Ok(woken)
 }
 
-/// The tenants of `turns` that wait but could take no slot: at their own
-/// limit of jobs in flight, or with no credits left.
+/// The tenants of `turns` that wait but took no slot: at their own limit
+/// of jobs in flight, with no credits left, or read and found with nothing
+/// that could be woken (no head fits the credits left).
 fn passed_over(turns: &[Turn]) -> Vec<String> {
     turns
         .iter()
-        .filter(|t| t.taken == 0 && t.ledger.totals.waiting > 0 && !t.may_take_a_slot())
+        .filter(|t| t.taken == 0 && t.ledger.totals.waiting > 0)
+        .filter(|t| !t.may_take_a_slot() || (t.fetched && t.heads.is_empty()))
         .map(|t| t.ledger.tenant_id.clone())
         .collect()
 }
