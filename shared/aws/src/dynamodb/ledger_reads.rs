@@ -90,6 +90,24 @@ fn list_partition(shard: u32) -> String {
     }
 }
 
+/// Whether a conditional update of a ledger was made: false when its
+/// condition did not hold, which is no failure here.
+fn conditionally_applied(
+    out: Result<
+        aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+        SdkError<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+            aws_sdk_dynamodb::config::http::HttpResponse,
+        >,
+    >,
+) -> Result<bool, StoreError> {
+    match out {
+        Ok(_) => Ok(true),
+        Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(false),
+        Err(e) => Err(service_error(e)),
+    }
+}
+
 impl DynamoStore {
     /// Tenants' ledgers by `BatchGetItem` (consistent), in the order asked;
     /// a tenant never seen has zeros.
@@ -179,11 +197,7 @@ impl DynamoStore {
             .expression_attribute_values(":zero", AttributeValue::N("0".into()))
             .send()
             .await;
-        match out {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(()),
-            Err(e) => Err(service_error(e)),
-        }
+        conditionally_applied(out).map(|_| ())
     }
 
     /// See `TenantLedgers::send_to_back`: each tenant's place in the
@@ -206,11 +220,7 @@ impl DynamoStore {
             .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")))
             .send()
             .await;
-        match out {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(()),
-            Err(e) => Err(service_error(e)),
-        }
+        conditionally_applied(out).map(|_| ())
     }
 
     /// See `TenantLedgers::rejoin_waiting_set`: the ledger listing, page by
@@ -251,11 +261,7 @@ impl DynamoStore {
             .expression_attribute_values(":zero", AttributeValue::N("0".into()))
             .send()
             .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(false),
-            Err(e) => Err(service_error(e)),
-        }
+        conditionally_applied(out)
     }
 
     /// See `TenantLedgers::waiting_ledgers`: each shard's oldest entries
