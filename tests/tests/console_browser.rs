@@ -557,8 +557,10 @@ async fn endpoint_log_and_replay(browser: &Client, console: &str, endpoint: &str
             .find(Locator::Css(&format!("tr[data-endpoint='{endpoint}'] td[data-state]")))
             .await
             .ok();
+        // The table is drawn again as the change lands: a cell found just
+        // before may be gone when read (a stale element), which is "not yet".
         if let Some(cell) = state
-            && cell.attr("data-state").await.unwrap().as_deref() == Some("disabled")
+            && cell.attr("data-state").await.ok().flatten().as_deref() == Some("disabled")
         {
             break;
         }
