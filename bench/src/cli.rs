@@ -121,6 +121,18 @@ pub struct ScaleArgs {
     /// What each request takes in the simulator's virtual time.
     #[arg(long, value_name = "MS", default_value_t = 5, value_parser = clap::value_parser!(i64).range(0..=10_000))]
     pub model_latency_ms: i64,
+    /// The account's shard counts to measure the ceiling with, in virtual
+    /// time, fewest first; none to skip.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', default_value = "1,4,8")]
+    pub model_shards: Vec<u16>,
+    /// For the ceiling: intents, sent at once by this many tenants in turn,
+    /// against an account of this many slots.
+    #[arg(long, value_name = "N", default_value_t = 1920)]
+    pub ceiling_intents: usize,
+    #[arg(long, value_name = "N", default_value_t = 96)]
+    pub ceiling_senders: usize,
+    #[arg(long, value_name = "JOBS", default_value_t = 96, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub ceiling_limit: u32,
 }
 
 #[derive(Args, Clone)]

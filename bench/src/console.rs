@@ -115,8 +115,16 @@ fn lost_202(tenant: &str, key: &str) -> Result<OperationRecord, String> {
     let now = chrono::Utc::now();
     let policy = Policy::default();
     let rec = OperationRecord::new_intent(&tenant, &intent, None, now, chrono::Duration::seconds(60));
-    let claimed =
-        transition(&rec, Event::ClaimDispatch { token: "bench" }, now, &policy).map_err(|e| format!("{e:?}"))?;
+    let claimed = transition(
+        &rec,
+        Event::ClaimDispatch {
+            token: "bench",
+            shard: 0,
+        },
+        now,
+        &policy,
+    )
+    .map_err(|e| format!("{e:?}"))?;
     let lost = Event::OutcomeUnknown {
         token: "bench",
         evidence: "the connection closed before the answer",

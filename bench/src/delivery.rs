@@ -350,8 +350,13 @@ pub(crate) async fn rendered_operation(
     let rec = OperationRecord::new_intent(&tenant, &intent, None, now, chrono::Duration::seconds(60));
     store.create(&rec, now).await.map_err(|e| e.to_string())?;
     let policy = config.policy;
-    let claimed = machine::transition(&rec, machine::Event::ClaimDispatch { token: "t" }, now, &policy)
-        .map_err(|e| e.to_string())?;
+    let claimed = machine::transition(
+        &rec,
+        machine::Event::ClaimDispatch { token: "t", shard: 0 },
+        now,
+        &policy,
+    )
+    .map_err(|e| e.to_string())?;
     let job = machine::AcceptedJob {
         job_id: format!("bench-job-{key}"),
         state: None,

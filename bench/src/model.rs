@@ -16,7 +16,78 @@ use crate::cli::ScaleArgs;
 
 pub(crate) fn run(args: &ScaleArgs) -> Result<(), String> {
     bursts(args)?;
+    ceiling(args)?;
     backlog(args)
+}
+
+/// How much of the ceiling's growth with the shards a run must show: the
+/// busiest shard takes a little more than its even share (operations are
+/// spread by a hash of their ids, and a woken claim may move).
+const SHARD_GROWTH_KEPT: f64 = 0.6;
+
+/// The account's ceiling with each shard count: a burst from many tenants
+/// at once, and the busiest shard item's write units per admitted job.
+fn ceiling(args: &ScaleArgs) -> Result<(), String> {
+    if args.model_shards.is_empty() {
+        return Ok(());
+    }
+    let mut rows = Vec::new();
+    for &n in &args.model_shards {
+        let shards = genace_core::shard::AccountShards::new(n).ok_or(format!("{n} shards: 1 to 32"))?;
+        let opts = BurstOptions {
+            tenants: args.ceiling_senders,
+            intents: args.ceiling_intents,
+            limit: args.ceiling_limit,
+            render_seconds: i64::try_from(args.render_seconds).unwrap_or(i64::MAX),
+            latency_ms: args.model_latency_ms,
+            senders: args.ceiling_senders,
+            shards,
+        };
+        rows.push((n, burst(&opts)));
+    }
+    println!();
+    println!(
+        "The account's ceiling in virtual time: {} intents from {} tenants at once, an account of {} slots, {} s \
+         renders:",
+        args.ceiling_intents, args.ceiling_senders, args.ceiling_limit, args.render_seconds
+    );
+    println!();
+    println!(
+        "| account shards | busiest shard: write units per admitted job | ceiling: admitted jobs a second | \
+         requests per operation | drain against the ideal | cases |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (n, f) in &rows {
+        println!(
+            "| {n} | {:.2} | {:.0} | {:.1} | {:.0} s, {:.2}× | {} |",
+            f.writes.account_units_per_admitted_job(),
+            f.writes.ceiling_jobs_per_second(),
+            f.requests_per_operation(),
+            f.drain_seconds,
+            f.drain_seconds / f.ideal_seconds.max(1e-9),
+            f.cases
+        );
+    }
+    for (n, f) in &rows {
+        if f.delivered < f.operations || f.cases > 0 {
+            return Err(format!(
+                "with {n} account shards, {} of {} delivered, {} cases",
+                f.delivered, f.operations, f.cases
+            ));
+        }
+    }
+    let (few, first) = (&rows[0].0, &rows[0].1);
+    for (n, f) in &rows[1..] {
+        let grown = f.writes.ceiling_jobs_per_second() / first.writes.ceiling_jobs_per_second().max(1e-9);
+        let even = f64::from(*n) / f64::from(*few);
+        if grown < even * SHARD_GROWTH_KEPT {
+            return Err(format!(
+                "the ceiling grew {grown:.2}× from {few} to {n} account shards, less than {:.0} % of {even:.0}×",
+                SHARD_GROWTH_KEPT * 100.0
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn backlog(args: &ScaleArgs) -> Result<(), String> {
@@ -60,6 +131,7 @@ fn bursts(args: &ScaleArgs) -> Result<(), String> {
                 limit: args.limit,
                 render_seconds: i64::try_from(args.render_seconds).unwrap_or(i64::MAX),
                 latency_ms: args.model_latency_ms,
+                ..BurstOptions::default()
             };
             (tenants, burst(&opts))
         })

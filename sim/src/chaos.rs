@@ -275,6 +275,11 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
         port(&self.chaos, self.inner.account()).await
     }
 
+    async fn account_shards(&self) -> Result<Vec<genace_core::ledger::AccountCapacity>, StoreError> {
+        self.chaos.lock().account_reads += 1;
+        port(&self.chaos, self.inner.account_shards()).await
+    }
+
     async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
         port(&self.chaos, self.inner.ledger(tenant)).await
     }

@@ -104,6 +104,9 @@ pub struct Options {
     /// transaction then takes one step more, which changes every schedule
     /// (the first seeds of the planted bugs are recorded without it).
     pub transactions_meet: bool,
+    /// The shards the account's counters are split into
+    /// (`GENACE_ACCOUNT_SHARDS`).
+    pub account_shards: genace_core::shard::AccountShards,
 }
 
 impl Default for Options {
@@ -118,6 +121,7 @@ impl Default for Options {
             genace_limit: None,
             transaction_conflicts: 0,
             transactions_meet: false,
+            account_shards: genace_core::shard::AccountShards::ONE,
             tenants: TENANTS.len(),
         }
     }
@@ -202,6 +206,7 @@ fn prepared_store(store: MemoryStore, clock: &ManualClock, seed: u64, opts: &Opt
     // The meter counts each item's write units.
     let store = store
         .with_account_limit(opts.max_in_flight)
+        .with_account_shards(opts.account_shards)
         .with_transaction_conflicts(opts.transaction_conflicts, seed)
         .with_write_meter(clock.clone(), Some(genace_stages::memory::ITEM_WRITE_UNITS_PER_SECOND));
     // Handlers run interleaved, so transactions may meet as on DynamoDB.
@@ -245,6 +250,7 @@ impl World {
         let queue = mem.queue.clone();
         let mut config = mem.config;
         config.part_size = 1024;
+        config.policy.account_shards = opts.account_shards;
         let store = prepared_store(store, &clock, seed, opts);
         let genace = match opts.genace_limit.or(opts.max_in_flight) {
             Some(jobs) => genace.with_concurrency(jobs as usize),

@@ -387,3 +387,42 @@ fn the_sweep_looks_first_on_every_run_under_a_long_backlog() {
     );
     assert!(figures.first_run_seconds <= 45.0, "{figures:?}");
 }
+
+/// The account split into shards spreads its writes: the same burst from
+/// many tenants, every operation delivered and no case, with the busiest
+/// shard item taking about a quarter of the one item's write units per
+/// admitted job when there are four shards. The figures themselves are the
+/// benchmark's to print.
+#[test]
+fn account_shards_spread_the_account_items_writes() {
+    use genace_dst::{BurstOptions, burst};
+    let opts = BurstOptions {
+        tenants: 24,
+        senders: 24,
+        intents: 120,
+        limit: 16,
+        ..BurstOptions::default()
+    };
+    let one = burst(&opts);
+    let four = burst(&BurstOptions {
+        shards: genace_core::shard::AccountShards::new(4).unwrap(),
+        ..opts.clone()
+    });
+    for figures in [&one, &four] {
+        assert_eq!(figures.delivered, figures.operations, "{figures:?}");
+        assert_eq!(figures.cases, 0, "{figures:?}");
+    }
+    let spread = four.writes.account_units as f64 / one.writes.account_units as f64;
+    assert!(
+        spread < 0.4,
+        "the busiest of four shards took {:.0} % of the one item's units: {one:?} {four:?}",
+        spread * 100.0
+    );
+    println!(
+        "one shard: {:.2} units per job, ceiling {:.0}/s; four: {:.2}, {:.0}/s",
+        one.writes.account_units_per_admitted_job(),
+        one.writes.ceiling_jobs_per_second(),
+        four.writes.account_units_per_admitted_job(),
+        four.writes.ceiling_jobs_per_second()
+    );
+}

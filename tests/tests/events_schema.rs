@@ -89,7 +89,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let a = create("delivered").await;
     let a = step(
         &store,
-        step(&store, a, Event::ClaimDispatch { token: "tok" }).await,
+        step(&store, a, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
         Event::Accepted {
             token: "tok",
             job: &job,
@@ -129,7 +129,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let rejected = error("http_422", 422);
     step(
         &store,
-        step(&store, b, Event::ClaimDispatch { token: "tok" }).await,
+        step(&store, b, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
         Event::Rejected {
             token: "tok",
             error: &rejected,
@@ -142,7 +142,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let refused = error("http_402", 402);
     let c = step(
         &store,
-        step(&store, c, Event::ClaimDispatch { token: "tok" }).await,
+        step(&store, c, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
         Event::AccountRefused {
             token: "tok",
             error: &refused,
@@ -160,7 +160,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let d = create("failed").await;
     let d = step(
         &store,
-        step(&store, d, Event::ClaimDispatch { token: "tok" }).await,
+        step(&store, d, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
         Event::Accepted {
             token: "tok",
             job: &job,
@@ -179,7 +179,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let f = create("attached").await;
     let f = step(
         &store,
-        step(&store, f, Event::ClaimDispatch { token: "tok" }).await,
+        step(&store, f, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
         Event::Accepted {
             token: "tok",
             job: &job,

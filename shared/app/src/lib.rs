@@ -67,7 +67,8 @@ pub fn with_metrics<G, D>(mut app: AwsApp<G, D>, metrics: Metrics) -> AwsApp<G, 
 pub fn from_sdk(sdk: &SdkConfig, config: Config) -> AwsApp<Unused, Unused> {
     App {
         store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table)
-            .with_account_limit(config.max_in_flight),
+            .with_account_limit(config.max_in_flight)
+            .with_account_shards(config.policy.account_shards),
         queue: SqsQueue::new(genace_aws::clients::sqs(sdk), config.queues.clone()),
         objects: S3Store::new(genace_aws::clients::s3(sdk), &config.bucket),
         genace: Unused,

@@ -498,6 +498,12 @@ impl TenantLedgers for EchoingStore {
         self.0.account().await
     }
 
+    async fn account_shards(
+        &self,
+    ) -> Result<Vec<genace_core::ledger::AccountCapacity>, genace_stages::ports::table::StoreError> {
+        self.0.account_shards().await
+    }
+
     async fn ledger(
         &self,
         tenant: &TenantId,

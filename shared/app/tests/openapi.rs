@@ -261,7 +261,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let policy = genace_core::machine::Policy::default();
     let claimed = genace_core::machine::transition(
         &prepared,
-        genace_core::machine::Event::ClaimDispatch { token: "tok" },
+        genace_core::machine::Event::ClaimDispatch { token: "tok", shard: 0 },
         Utc::now(),
         &policy,
     )
@@ -903,7 +903,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     store.apply(&recorded, &before_claim).await.unwrap();
     let after_claim = genace_core::machine::transition(
         &before_claim,
-        genace_core::machine::Event::ClaimDispatch { token: "tok" },
+        genace_core::machine::Event::ClaimDispatch { token: "tok", shard: 0 },
         Utc::now(),
         &policy,
     )

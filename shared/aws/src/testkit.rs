@@ -174,7 +174,7 @@ pub fn claimed(rec: &genace_core::record::OperationRecord, token: &str) -> genac
     use genace_core::machine::{Event, Policy, transition};
     transition(
         rec,
-        Event::ClaimDispatch { token },
+        Event::ClaimDispatch { token, shard: 0 },
         chrono::Utc::now(),
         &Policy::default(),
     )

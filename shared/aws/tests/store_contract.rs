@@ -114,6 +114,7 @@ async fn fifty_concurrent_claims_have_one_winner<S: OperationStore + Clone + 'st
                 &rec,
                 machine::Event::ClaimDispatch {
                     token: &format!("tok-{i}"),
+                    shard: 0,
                 },
                 Utc::now(),
                 &Policy::default(),
@@ -1531,6 +1532,166 @@ async fn tenants_sent_to_the_back_are_read_last<S: OperationStore>(store: S) {
     );
     assert_eq!(names(store.waiting_ledgers(1).await.unwrap()), ["back-b"]);
 }
+
+/// `rec` claimed on the account's shard `shard`.
+fn claimed_on(rec: &OperationRecord, shard: u16) -> OperationRecord {
+    let event = machine::Event::ClaimDispatch { token: "tok", shard };
+    machine::transition(rec, event, Utc::now(), &Policy::default()).unwrap()
+}
+
+/// `rec` waiting for a slot on the account's shard `shard`.
+fn waiting_on(rec: &OperationRecord, shard: u16) -> OperationRecord {
+    let mut next = machine::transition(rec, machine::Event::CapacityReached, Utc::now(), &Policy::default()).unwrap();
+    next.account_shard = Some(shard);
+    next
+}
+
+/// Each shard in use, as (jobs in flight, waiting for a slot, its part of
+/// the limit in force).
+async fn shard_counts<S: OperationStore>(store: &S) -> Vec<(i64, i64, Option<u32>)> {
+    let shards = store.account_shards().await.unwrap();
+    shards.iter().map(|s| (s.in_flight, s.queued, s.limit())).collect()
+}
+
+/// Two shards under a limit of 3 (parts 2 and 1): each admits its part and
+/// no more, whatever the other has free; the whole account is their sum,
+/// and a job's end frees the shard that admitted it.
+async fn each_account_shard_admits_its_part_of_the_limit<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    let recs: Vec<OperationRecord> = (0..5)
+        .map(|i| record_for("tenant-shards", &format!("s{i}"), "p"))
+        .collect();
+    for r in &recs {
+        store.create(r, now).await.unwrap();
+    }
+    let on_one = claimed_on(&recs[0], 1);
+    store.apply(&recs[0], &on_one).await.unwrap();
+    assert!(
+        matches!(
+            store.apply(&recs[1], &claimed_on(&recs[1], 1)).await,
+            Err(StoreError::AccountFull)
+        ),
+        "shard 1's part is one slot, though shard 0 has two free"
+    );
+    store.apply(&recs[2], &claimed_on(&recs[2], 0)).await.unwrap();
+    store.apply(&recs[3], &claimed_on(&recs[3], 0)).await.unwrap();
+    assert!(matches!(
+        store.apply(&recs[4], &claimed_on(&recs[4], 0)).await,
+        Err(StoreError::AccountFull)
+    ));
+    assert_eq!(shard_counts(&store).await, [(2, 0, Some(2)), (1, 0, Some(1))]);
+    let whole = store.account().await.unwrap();
+    assert_eq!((whole.in_flight, whole.limit(), whole.has_room()), (3, Some(3), false));
+    // The job on shard 1 renders: shard 1 frees, and counts the end.
+    let accepted = accepted_with(&on_one, "job-shard-1", Some(1.0));
+    store.apply(&on_one, &accepted).await.unwrap();
+    store
+        .apply(&accepted, &rendered(&accepted, "job-shard-1"))
+        .await
+        .unwrap();
+    let shards = store.account_shards().await.unwrap();
+    assert_eq!(
+        (shards[1].in_flight, shards[1].jobs_ended, shards[0].jobs_ended),
+        (0, 1, 0)
+    );
+    assert_eq!(store.account().await.unwrap().jobs_ended, 1);
+    store.apply(&recs[1], &claimed_on(&recs[1], 1)).await.unwrap();
+}
+
+/// An operator's and a learned limit are split over the shards, and the
+/// whole account reads them back whole; a lesson is saved only over the
+/// value it was drawn from.
+async fn account_limits_are_split_over_the_shards<S: OperationStore>(store: S) {
+    let set = store.set_account_limit(Some(5)).await.unwrap();
+    assert_eq!((set.set_limit, set.limit()), (Some(5), Some(5)));
+    assert_eq!(shard_counts(&store).await, [(0, 0, Some(3)), (0, 0, Some(2))]);
+    assert!(store.learn_account_limit(None, Some(3)).await.unwrap());
+    assert!(!store.learn_account_limit(None, Some(4)).await.unwrap(), "stale");
+    assert!(!store.learn_account_limit(Some(2), Some(4)).await.unwrap(), "stale");
+    let account = store.account().await.unwrap();
+    assert_eq!((account.learned, account.limit()), (Some(3), Some(3)));
+    assert_eq!(shard_counts(&store).await, [(0, 0, Some(2)), (0, 0, Some(1))]);
+    // Only one slot on shard 1 now.
+    let recs: Vec<OperationRecord> = (0..2)
+        .map(|i| record_for("tenant-split", &format!("l{i}"), "p"))
+        .collect();
+    for r in &recs {
+        store.create(r, Utc::now()).await.unwrap();
+    }
+    store.apply(&recs[0], &claimed_on(&recs[0], 1)).await.unwrap();
+    assert!(matches!(
+        store.apply(&recs[1], &claimed_on(&recs[1], 1)).await,
+        Err(StoreError::AccountFull)
+    ));
+    assert!(store.learn_account_limit(Some(3), None).await.unwrap());
+    assert_eq!(store.account().await.unwrap().learned, None);
+    store.apply(&recs[1], &claimed_on(&recs[1], 1)).await.unwrap();
+    // The operator's limit removed: the deployment's (3) again, split.
+    let back = store.set_account_limit(None).await.unwrap();
+    assert_eq!((back.set_limit, back.limit(), back.in_flight), (None, Some(3), 2));
+}
+
+/// A wait is counted on its shard; a fresh claim yields only to the
+/// operations waiting on its own shard; a woken claim may take a slot on
+/// another shard, and its wait leaves the shard that counted it.
+async fn a_woken_claim_takes_a_slot_on_another_shard<S: OperationStore>(store: S) {
+    let now = Utc::now();
+    let recs: Vec<OperationRecord> = (0..4)
+        .map(|i| record_for("tenant-woken", &format!("w{i}"), "p"))
+        .collect();
+    for r in &recs {
+        store.create(r, now).await.unwrap();
+    }
+    // Shard 1 (one slot) is full, and the next waits there.
+    let held = claimed_on(&recs[0], 1);
+    store.apply(&recs[0], &held).await.unwrap();
+    let waiting = waiting_on(&recs[1], 1);
+    store.apply(&recs[1], &waiting).await.unwrap();
+    assert_eq!(shard_counts(&store).await, [(0, 0, Some(2)), (1, 1, Some(1))]);
+    assert_eq!(store.account().await.unwrap().queued, 1);
+    // A fresh claim on shard 0 does not yield to shard 1's waiter.
+    store.apply(&recs[2], &claimed_on(&recs[2], 0)).await.unwrap();
+    // The waiter, woken, takes shard 0's last slot: both shards move.
+    let moved = claimed_on(&waiting, 0);
+    store.apply(&waiting, &moved).await.unwrap();
+    assert_eq!(shard_counts(&store).await, [(2, 0, Some(2)), (1, 0, Some(1))]);
+    // A wait on shard 0 makes a fresh claim there yield, though a slot is free.
+    let freed = machine::transition(
+        &moved,
+        machine::Event::RateLimited {
+            token: "tok",
+            retry_at: now,
+            busy: true,
+        },
+        now,
+        &Policy::default(),
+    )
+    .unwrap();
+    store.apply(&moved, &freed).await.unwrap();
+    let second = waiting_on(&freed, 0);
+    store.apply(&freed, &second).await.unwrap();
+    assert!(
+        matches!(
+            store.apply(&recs[3], &claimed_on(&recs[3], 0)).await,
+            Err(StoreError::AccountFull)
+        ),
+        "it yields to the operation waiting on shard 0"
+    );
+    assert_eq!(shard_counts(&store).await, [(1, 1, Some(2)), (1, 0, Some(1))]);
+}
+
+genace_aws::contract_tests!(
+    memory_sharded => genace_stages::memory::MemoryStore::default()
+        .with_account_limit(Some(3))
+        .with_account_shards(genace_core::shard::AccountShards::new(2).unwrap()),
+    dynamodb_sharded => |env| env
+        .store()
+        .with_account_limit(Some(3))
+        .with_account_shards(genace_core::shard::AccountShards::new(2).unwrap());
+    each_account_shard_admits_its_part_of_the_limit,
+    account_limits_are_split_over_the_shards,
+    a_woken_claim_takes_a_slot_on_another_shard,
+);
 
 genace_aws::contract_tests!(
     memory_limited => genace_stages::memory::MemoryStore::default().with_account_limit(Some(2)),

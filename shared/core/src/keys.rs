@@ -38,6 +38,15 @@ pub const WAITING_SET_SHARDS: u32 = 4;
 pub const LEDGER_LIST_SHARDS: u32 = 16;
 /// The key of the item that counts the Genace account's jobs in flight.
 pub const ACCOUNT_ITEM: &str = "ACCOUNT#genace";
+
+/// The key of the account's shard `shard` ([`crate::shard`]): shard 0 is
+/// [`ACCOUNT_ITEM`], as before shards.
+pub fn account_shard_key(shard: u16) -> String {
+    match shard {
+        0 => ACCOUNT_ITEM.to_owned(),
+        k => format!("{ACCOUNT_ITEM}#{k}"),
+    }
+}
 /// Partition of the sparse open-case index; cases are rare, so one suffices.
 pub const CASE_PK: &str = "CASE";
 

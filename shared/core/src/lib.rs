@@ -9,6 +9,7 @@
 //!   status read, and the submission body.
 //! - [`keys`]: every key prefix of the operations table, spelt once.
 //! - [`ledger`]: each operation's share of its tenant's credits.
+//! - [`shard`]: the Genace account's counters split over shards.
 //! - [`events`]: the lifecycle events a committed change announces.
 //! - [`messages`]: what the stages send each other.
 //! - [`webhook`]: a tenant's webhook settings and its secret folder.
@@ -27,4 +28,5 @@ pub mod messages;
 pub mod planted;
 pub mod record;
 pub mod remote;
+pub mod shard;
 pub mod webhook;

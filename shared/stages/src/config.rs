@@ -268,6 +268,35 @@ fn in_flight_limit(vars: Vars<'_>) -> Result<Option<u32>, ConfigError> {
         })
 }
 
+/// `GENACE_ACCOUNT_SHARDS`: how many items the account's counters are
+/// split into ([`genace_core::shard`]); unset or empty for 1, else 1 to
+/// [`genace_core::shard::MAX_ACCOUNT_SHARDS`], and no more than
+/// `GENACE_MAX_IN_FLIGHT`, so every shard's part of the deployment's limit
+/// admits at least one job.
+fn account_shards(vars: Vars<'_>) -> Result<genace_core::shard::AccountShards, ConfigError> {
+    use genace_core::shard::{AccountShards, MAX_ACCOUNT_SHARDS};
+    let Some(v) = var(vars, "GENACE_ACCOUNT_SHARDS") else {
+        return Ok(AccountShards::ONE);
+    };
+    let shards = v
+        .trim()
+        .parse::<u16>()
+        .ok()
+        .and_then(AccountShards::new)
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "GENACE_ACCOUNT_SHARDS must be a whole number from 1 to {MAX_ACCOUNT_SHARDS}, got {v:?}"
+            ))
+        })?;
+    match in_flight_limit(vars)? {
+        Some(limit) if limit < u32::from(shards.get()) => Err(ConfigError(format!(
+            "GENACE_ACCOUNT_SHARDS ({}) must not exceed GENACE_MAX_IN_FLIGHT ({limit}): a shard's part of the limit would be 0",
+            shards.get()
+        ))),
+        _ => Ok(shards),
+    }
+}
+
 /// `OUTPUT_EXPIRY_DAYS`: unset, empty or 0 (the template's default) for
 /// "as long as the record" (none here: `RETENTION_DAYS` stands in), else a
 /// positive number of days.
@@ -323,6 +352,7 @@ impl Config {
                     image: number("CREDIT_ESTIMATE_IMAGE", 1)? as f64,
                     video: number("CREDIT_ESTIMATE_VIDEO", 10)? as f64,
                 },
+                account_shards: account_shards(vars)?,
             },
             webhook_retry: RetrySchedule {
                 first_seconds: number("WEBHOOK_RETRY_FIRST_SECONDS", 30)? as u32,
@@ -499,6 +529,29 @@ mod from_vars_tests {
         pairs.pop();
         pairs.push(("FAULT_INJECTION", "maybe"));
         assert!(config(&pairs).unwrap_err().0.contains("FAULT_INJECTION"));
+    }
+
+    /// Shards of the account: 1 unless set, at most 32, and never more
+    /// than the deployment's limit (a shard's part would admit nothing).
+    #[test]
+    fn account_shards_are_parsed_and_bounded_by_the_limit() {
+        let with = |pairs: &[(&'static str, &'static str)]| {
+            let mut all = QUEUES.to_vec();
+            all.extend_from_slice(pairs);
+            config(&all).map(|c| c.policy.account_shards.get())
+        };
+        assert_eq!(with(&[]).unwrap(), 1);
+        assert_eq!(with(&[("GENACE_ACCOUNT_SHARDS", "4")]).unwrap(), 4);
+        assert_eq!(
+            with(&[("GENACE_ACCOUNT_SHARDS", "8"), ("GENACE_MAX_IN_FLIGHT", "8")]).unwrap(),
+            8
+        );
+        for bad in ["0", "33", "two", "-1"] {
+            let e = with(&[("GENACE_ACCOUNT_SHARDS", bad)]).unwrap_err();
+            assert!(e.0.contains("GENACE_ACCOUNT_SHARDS"), "{e}");
+        }
+        let e = with(&[("GENACE_ACCOUNT_SHARDS", "4"), ("GENACE_MAX_IN_FLIGHT", "3")]).unwrap_err();
+        assert!(e.0.contains("must not exceed GENACE_MAX_IN_FLIGHT"), "{e}");
     }
 
     /// The template's default, 0, keeps outputs as long as their records

@@ -584,7 +584,7 @@ async fn conflicting_transactions_are_tried_again_and_never_half_written() {
     let store = app.store.clone().with_transaction_conflicts(100, 0);
     let claimed = genace_core::machine::transition(
         &before,
-        genace_core::machine::Event::ClaimDispatch { token: "t" },
+        genace_core::machine::Event::ClaimDispatch { token: "t", shard: 0 },
         app.clock.now(),
         &genace_core::machine::Policy::default(),
     )

@@ -56,8 +56,8 @@ impl World {
     fn sweep_backlog(&mut self, due: usize, latency_ms: i64) -> BacklogFigures {
         // One job runs and one operation waits; then the account grows by
         // one without waking it: a lost wake-up.
-        let running = self.image_intent("running");
-        let waiting = self.image_intent("waiting");
+        let running = self.image_intent(TENANTS[0], "running");
+        let waiting = self.image_intent(TENANTS[0], "waiting");
         for id in [&running, &waiting] {
             let dispatcher = self.app.dispatcher();
             let id = OperationId::parse(id).expect("an operation id");
@@ -71,7 +71,7 @@ impl World {
         }
         let _ = self.store.clone().with_account_limit(Some(2));
         for i in 0..due {
-            self.image_intent(&format!("backlog-{i}"));
+            self.image_intent(TENANTS[0], &format!("backlog-{i}"));
         }
         self.clock.advance(Duration::minutes(10));
         self.chaos.lock().latency = Some((self.clock.clone(), Duration::milliseconds(latency_ms)));

@@ -8,6 +8,9 @@
 //! message is visible: a handler's requests move the clock on, so a busy
 //! moment is drawn out rather than run in parallel, and the drain errs
 //! long. The sweep runs every minute, as scheduled.
+//!
+//! For the account's ceiling, the intents may come from several tenants at
+//! once (`senders`), against an account split into shards.
 
 #[allow(
     unused_imports,
@@ -29,6 +32,10 @@ pub struct BurstOptions {
     pub render_seconds: i64,
     /// How long each request takes.
     pub latency_ms: i64,
+    /// Tenants that send the intents, in turn (1: one tenant sends all).
+    pub senders: usize,
+    /// The shards the account's counters are split into.
+    pub shards: genace_core::shard::AccountShards,
 }
 
 impl Default for BurstOptions {
@@ -39,6 +46,8 @@ impl Default for BurstOptions {
             limit: 3,
             render_seconds: 10,
             latency_ms: 5,
+            senders: 1,
+            shards: genace_core::shard::AccountShards::ONE,
         }
     }
 }
@@ -88,7 +97,8 @@ pub fn burst(opts: &BurstOptions) -> BurstFigures {
         crash_per_mille: 0,
         intents: 0,
         max_in_flight: Some(opts.limit),
-        tenants: opts.tenants.max(TENANTS.len()),
+        tenants: opts.tenants.max(TENANTS.len()).max(opts.senders),
+        account_shards: opts.shards,
         ..Options::default()
     };
     let mut world = World::new(0, &world_opts);
@@ -111,8 +121,9 @@ impl World {
     fn run_burst(&mut self, opts: &BurstOptions) -> BurstFigures {
         let began = self.now();
         // Every intent at once, each as soon as intake answered the last.
+        let senders = tenant_names(opts.senders.max(1));
         let ids: Vec<String> = (0..opts.intents)
-            .map(|i| self.image_intent(&format!("burst-{i}")))
+            .map(|i| self.image_intent(&senders[i % senders.len()], &format!("burst-{i}")))
             .collect();
         let mut renders: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
         let mut next_sweep = began + Duration::seconds(60);
@@ -175,13 +186,13 @@ impl World {
         }
     }
 
-    /// A new image intent of tenant-a under `key`, sent now and accepted;
+    /// A new image intent of `tenant` under `key`, sent now and accepted;
     /// its operation id. Its dispatch message is on the queue.
-    pub(super) fn image_intent(&mut self, key: &str) -> String {
+    pub(super) fn image_intent(&mut self, tenant: &str, key: &str) -> String {
         let body = serde_json::json!({"operation_key": key, "media_type": "image",
             "specification": {"model": "genace-image-1", "prompt": key}});
         let intent = Intent::parse(&body, None).expect("a valid intent");
-        let tenant = TenantId::parse(TENANTS[0]).expect("a valid tenant");
+        let tenant = TenantId::parse(tenant).expect("a valid tenant");
         let intake = self.app.intake();
         let now = self.now();
         run_to_end(Box::pin(async move {

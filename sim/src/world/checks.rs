@@ -6,6 +6,7 @@
     reason = "the crate root's imports, shared by every file of the simulator"
 )]
 use super::*;
+use genace_core::record::Phase;
 
 impl World {
     // ---- invariants
@@ -125,7 +126,6 @@ impl World {
     /// uncertain, accepted, or abandoned from one of those), never more
     /// than the limit.
     pub(crate) fn check_slots(&self, records: &[OperationRecord]) -> Result<(), String> {
-        use genace_core::record::Phase;
         let holds = |p: Phase| matches!(p, Phase::Submitting | Phase::Uncertain | Phase::Accepted);
         let truth = records
             .iter()
@@ -172,6 +172,45 @@ impl World {
             && account.in_flight > i64::from(max)
         {
             return Err(format!("{} jobs in flight past the limit of {max}", account.in_flight));
+        }
+        self.check_shards(records, holds)
+    }
+
+    /// Each of the account's shards counts exactly the slots and the waits
+    /// of the records that name it, and admits no more than its part of
+    /// the limit.
+    fn check_shards(&self, records: &[OperationRecord], holds: impl Fn(Phase) -> bool) -> Result<(), String> {
+        for (k, shard) in self.store.account_shards_now().iter().enumerate() {
+            let on: Vec<&OperationRecord> = records
+                .iter()
+                .filter(|r| usize::from(r.account_shard.unwrap_or(0)) == k)
+                .collect();
+            let slots = on
+                .iter()
+                .filter(|r| match r.phase {
+                    Phase::Abandoned => r.ledger_phase.is_some_and(&holds),
+                    p => holds(p),
+                })
+                .count() as i64;
+            let queued = on
+                .iter()
+                .filter(|r| matches!(r.wait(), Some((genace_core::record::WaitReason::Capacity, _))))
+                .count() as i64;
+            if (shard.in_flight, shard.queued) != (slots, queued) {
+                return Err(format!(
+                    "account shard {k} counts {} jobs in flight and {} waiting for a slot; its records hold {slots} \
+                     and {queued}",
+                    shard.in_flight, shard.queued
+                ));
+            }
+            if let Some(max) = shard.max_in_flight()
+                && shard.in_flight > i64::from(max)
+            {
+                return Err(format!(
+                    "account shard {k}: {} jobs in flight past its part, {max}",
+                    shard.in_flight
+                ));
+            }
         }
         Ok(())
     }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::AttributeValue;
 use genace_core::domain::TenantId;
 use genace_core::ledger::{Millicredits, Shares, TenantLedger};
 use genace_stages::ports::table::{LedgerPage, StoreError, WAITING_READ_MAX};
@@ -22,8 +22,6 @@ use super::DynamoStore;
 use super::item::{Item, service_error};
 use super::position::{decode_cursor, encode_cursor};
 
-/// Rounds of `BatchGetItem` for the keys DynamoDB left unprocessed.
-const BATCH_ROUNDS: usize = 5;
 /// Reads of the waiting set per call, when the entries read had drained.
 const WAITING_SET_PASSES: usize = 4;
 
@@ -112,41 +110,14 @@ impl DynamoStore {
     /// Tenants' ledgers by `BatchGetItem` (consistent), in the order asked;
     /// a tenant never seen has zeros.
     pub(super) async fn batch_ledgers(&self, tenants: &[String]) -> Result<Vec<TenantLedger>, StoreError> {
+        let keys = tenants
+            .iter()
+            .map(|t| HashMap::from([("pk".to_owned(), AttributeValue::S(ledger_key(t)))]))
+            .collect();
         let mut found: HashMap<String, TenantLedger> = HashMap::new();
-        for chunk in tenants.chunks(100) {
-            let keys: Vec<Item> = chunk
-                .iter()
-                .map(|t| HashMap::from([("pk".to_owned(), AttributeValue::S(ledger_key(t)))]))
-                .collect();
-            let mut pending = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| StoreError::Service(e.to_string()))?,
-            );
-            for _ in 0..BATCH_ROUNDS {
-                let Some(ask) = pending.take() else { break };
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, ask)
-                    .send()
-                    .await
-                    .map_err(service_error)?;
-                for item in out.responses().and_then(|r| r.get(&self.table)).into_iter().flatten() {
-                    if let Some(tenant) = tenant_of(item) {
-                        found.insert(tenant.to_owned(), ledger_from_item(tenant, item)?);
-                    }
-                }
-                pending = out
-                    .unprocessed_keys()
-                    .and_then(|u| u.get(&self.table))
-                    .filter(|k| !k.keys().is_empty())
-                    .cloned();
-            }
-            if pending.is_some() {
-                return Err(StoreError::Service("ledgers left unprocessed by BatchGetItem".into()));
+        for item in self.batch_get(keys, true).await? {
+            if let Some(tenant) = tenant_of(&item) {
+                found.insert(tenant.to_owned(), ledger_from_item(tenant, &item)?);
             }
         }
         Ok(tenants

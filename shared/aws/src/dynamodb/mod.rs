@@ -17,6 +17,7 @@
 use aws_sdk_dynamodb::Client;
 use genace_stages::ports::metrics::Metrics;
 
+mod account;
 mod cases;
 mod endpoints;
 mod item;
@@ -25,6 +26,7 @@ mod ledgers;
 mod listing;
 mod position;
 mod records;
+mod transact;
 mod update;
 mod webhook_settings;
 
@@ -37,6 +39,9 @@ pub struct DynamoStore {
     /// `GENACE_MAX_IN_FLIGHT`: a claim is admitted while the account's jobs
     /// in flight are fewer. None: no limit.
     account_limit: Option<u32>,
+    /// `GENACE_ACCOUNT_SHARDS`: the items the account's counters are split
+    /// into ([`genace_core::shard`]).
+    shards: genace_core::shard::AccountShards,
 }
 
 impl DynamoStore {
@@ -46,6 +51,7 @@ impl DynamoStore {
             table: table.into(),
             metrics: Metrics::off(),
             account_limit: None,
+            shards: genace_core::shard::AccountShards::ONE,
         }
     }
 
@@ -57,6 +63,12 @@ impl DynamoStore {
             account_limit: max_in_flight,
             ..self
         }
+    }
+
+    /// The same store, with the account's counters split into `shards`.
+    #[must_use]
+    pub fn with_account_shards(self, shards: genace_core::shard::AccountShards) -> Self {
+        Self { shards, ..self }
     }
 
     /// The same store, counting phase changes into `metrics`.

@@ -18,6 +18,7 @@ use super::steps::{consume_fault, finish, held_for_a_person, hold_with_case, req
 pub(super) fn claim_dispatch(
     rec: &OperationRecord,
     token: &str,
+    shard: u16,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
@@ -43,6 +44,8 @@ pub(super) fn claim_dispatch(
         lease_expires_at,
     });
     next.dispatch_attempts = rec.dispatch_attempts + 1;
+    // The account shard whose slot it takes (and frees at its end).
+    next.account_shard = Some(shard);
     next.due_at_ms = Some(lease_expires_at.timestamp_millis());
     next.reserved_credits = Some(policy.credit_estimate.for_media(rec.media_type));
     next.spend_hold = None;
@@ -133,6 +136,7 @@ pub(super) fn wait_for_spend_limit(
     refuse_wait_when_held(rec)?;
     let mut next = rec.clone();
     next.spend_hold = Some(rec.waits_in_order().unwrap_or(now));
+    next.account_shard = Some(policy.account_shards.home(rec));
     next.reserved_credits = Some(policy.credit_estimate.for_media(rec.media_type));
     // One wait at a time: what holds the operation now is credits.
     next.capacity_hold = None;
@@ -157,6 +161,7 @@ pub(super) fn wait_for_capacity(
     refuse_wait_when_held(rec)?;
     let mut next = rec.clone();
     next.capacity_hold = Some(rec.waits_in_order().unwrap_or(now));
+    next.account_shard = Some(policy.account_shards.home(rec));
     next.reserved_credits = Some(policy.credit_estimate.for_media(rec.media_type));
     // One wait at a time: what holds the operation now is capacity.
     next.spend_hold = None;

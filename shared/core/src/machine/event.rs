@@ -43,7 +43,7 @@ impl Resolution {
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
     /// Dispatch claims a prepared operation: the only road to a POST.
-    ClaimDispatch { token: &'a str },
+    ClaimDispatch { token: &'a str, shard: u16 },
     /// The claim would take the tenant past its spend limit: wait to be
     /// woken by a write that may free credits.
     SpendLimitReached,

@@ -65,7 +65,7 @@ pub fn transition(
     use Resolution::*;
     let next = match (rec.phase, event) {
         // ---- dispatch
-        (Prepared, Event::ClaimDispatch { token }) => claim_dispatch(rec, token, now, policy)?,
+        (Prepared, Event::ClaimDispatch { token, shard }) => claim_dispatch(rec, token, shard, now, policy)?,
         (Prepared, Event::SpendLimitReached) => wait_for_spend_limit(rec, now, policy)?,
         (Prepared, Event::CapacityReached) => wait_for_capacity(rec, now, policy)?,
         (Submitting, Event::ClaimDispatch { .. }) if rec.claim.as_ref().is_some_and(|c| c.lease_expires_at > now) => {
@@ -73,8 +73,8 @@ pub fn transition(
             return Err(Refusal::LeaseLive { until });
         }
         // A planted bug (tests only): the lapsed claim is claimed again.
-        (Submitting, Event::ClaimDispatch { token }) if planted::on(planted::REPOST_AFTER_LEASE) => {
-            claim_dispatch(rec, token, now, policy)?
+        (Submitting, Event::ClaimDispatch { token, shard }) if planted::on(planted::REPOST_AFTER_LEASE) => {
+            claim_dispatch(rec, token, shard, now, policy)?
         }
         (Submitting, Event::RateLimited { token, retry_at, busy }) => {
             release_claim(rec, token, retry_at, busy, now, policy)?

@@ -26,6 +26,9 @@ pub struct Policy {
     /// Credits a dispatch claim reserves against the tenant's spend limit,
     /// by media type, until Genace's 202 says what it holds.
     pub credit_estimate: CreditEstimate,
+    /// The shards the account's counters are split into: a wait is counted
+    /// on the operation's home among them ([`crate::shard::AccountShards::home`]).
+    pub account_shards: crate::shard::AccountShards,
 }
 
 /// Credits reserved per claim, by media type.
@@ -65,6 +68,7 @@ impl Default for Policy {
             account_hold: Duration::minutes(10),
             rate_limit_max: 10,
             credit_estimate: CreditEstimate::default(),
+            account_shards: crate::shard::AccountShards::ONE,
         }
     }
 }

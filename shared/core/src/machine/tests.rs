@@ -16,7 +16,7 @@ use serde_json::json;
 type Next = Result<OperationRecord, Refusal>;
 
 fn claim_dispatch(r: &OperationRecord, token: &str, now: DateTime<Utc>, p: &Policy) -> Next {
-    transition(r, Event::ClaimDispatch { token }, now, p)
+    transition(r, Event::ClaimDispatch { token, shard: 0 }, now, p)
 }
 fn release_claim(r: &OperationRecord, token: &str, retry_at: DateTime<Utc>, now: DateTime<Utc>, p: &Policy) -> Next {
     transition(
@@ -1385,7 +1385,7 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
     let again = transition(&waiting, Event::CapacityReached, later, &p).unwrap();
     assert_eq!(again.capacity_hold, Some(t0()), "waiting since the first refusal");
     // Woken at any time, the claim goes ahead.
-    let claimed = transition(&again, Event::ClaimDispatch { token: "t2" }, later, &p).unwrap();
+    let claimed = transition(&again, Event::ClaimDispatch { token: "t2", shard: 0 }, later, &p).unwrap();
     assert_eq!((claimed.phase, claimed.capacity_hold), (Phase::Submitting, None));
     // With `rate_limit_max` 1, a plain 429 opens the case at once; a busy one never does.
     let busy = Event::RateLimited {
@@ -1502,7 +1502,7 @@ fn past_its_deadline_an_operation_cannot_be_claimed_and_stays_due_by_it() {
     assert!(r.due_at_ms.unwrap() <= deadline.timestamp_millis());
     let waiting = transition(&r, Event::CapacityReached, t0(), &p).unwrap();
     assert_eq!(waiting.due_at_ms, Some(deadline.timestamp_millis()));
-    let claim = |at| transition(&waiting, Event::ClaimDispatch { token: "t" }, at, &p);
+    let claim = |at| transition(&waiting, Event::ClaimDispatch { token: "t", shard: 0 }, at, &p);
     assert!(matches!(claim(deadline), Err(Refusal::DeadlinePassed { .. })));
     assert_eq!(claim(deadline - Duration::seconds(1)).unwrap().phase, Phase::Submitting);
 }
@@ -1711,7 +1711,7 @@ fn every_event<'a>(
 ) -> Vec<Event<'a>> {
     let now = t0();
     let mut events = vec![
-        Event::ClaimDispatch { token: "tok" },
+        Event::ClaimDispatch { token: "tok", shard: 0 },
         Event::SpendLimitReached,
         Event::CapacityReached,
         Event::RateLimited {

@@ -85,6 +85,12 @@ pub struct OperationRecord {
     /// `retry_at` is the next look.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_hold: Option<DateTime<Utc>>,
+    /// The shard of the Genace account that counts this operation's slot or
+    /// its wait ([`crate::shard`]): set by the claim that admitted it or the
+    /// wait that queued it, and kept, so that its end frees the shard that
+    /// admitted it. None: shard 0, as every record before shards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_shard: Option<u16>,
     /// The latest dispatch may claim the operation; past it, the operation
     /// is cancelled with reason `deadline` and never POSTed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -177,6 +183,7 @@ impl OperationRecord {
             ledger_phase: None,
             spend_hold: None,
             capacity_hold: None,
+            account_shard: None,
             delivered_at: None,
             outputs_erased: None,
             cancellation: None,

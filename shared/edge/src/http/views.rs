@@ -235,7 +235,7 @@ mod tests {
         let now = chrono::Utc::now();
         let claimed = machine::transition(
             &prepared(),
-            Event::ClaimDispatch { token: "tok" },
+            Event::ClaimDispatch { token: "tok", shard: 0 },
             now,
             &Policy::default(),
         )

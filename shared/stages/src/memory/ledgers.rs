@@ -5,7 +5,7 @@
 use genace_core::domain::TenantId;
 use genace_core::ledger::{Millicredits, TenantLedger};
 
-use super::contention::ACCOUNT_ITEM;
+use super::contention::TRANSACTION_UNITS_PER_ITEM;
 use super::store::MemoryStore;
 use crate::ports::table::{LedgerPage, StoreError, TenantLedgers};
 
@@ -27,34 +27,42 @@ impl TenantLedgers for MemoryStore {
     }
 
     async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
-        Ok(self.lock().account)
+        Ok(self.lock().account.whole())
+    }
+
+    async fn account_shards(&self) -> Result<Vec<genace_core::ledger::AccountCapacity>, StoreError> {
+        Ok(self.lock().account.per_shard())
     }
 
     async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
         let mut table = self.lock();
-        if table.contention.refuses_plain_write(&[ACCOUNT_ITEM.to_owned()]) {
+        // Every shard takes its part: one item a plain write, more a
+        // transaction.
+        let items = table.account.items();
+        if table.contention.refuses_plain_write(&items) {
             return Err(StoreError::Contention);
         }
-        table.contention.written(&[ACCOUNT_ITEM.to_owned()], 1, false);
+        table.contention.written(&items, write_units(&items), false);
         let account = &mut table.account;
-        account.set_limit = limit;
-        account.learned = None;
-        Ok(*account)
+        account.limits.set_limit = limit;
+        account.limits.learned = None;
+        Ok(account.whole())
     }
 
     async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
         let mut table = self.lock();
-        if table.contention.refuses_plain_write(&[ACCOUNT_ITEM.to_owned()]) {
+        let items = table.account.items();
+        if table.contention.refuses_plain_write(&items) {
             return Err(StoreError::Contention);
         }
         // Charged whether or not its condition holds.
-        table.contention.written(&[ACCOUNT_ITEM.to_owned()], 1, false);
+        table.contention.written(&items, write_units(&items), false);
         let account = &mut table.account;
-        if account.learned != seen {
+        if account.limits.learned != seen {
             return Ok(false);
         }
-        account.learned = learned;
-        account.learned_mark = account.jobs_ended;
+        account.limits.learned = learned;
+        account.limits.learned_mark = account.whole().jobs_ended;
         Ok(true)
     }
 
@@ -148,4 +156,10 @@ impl MemoryStore {
     pub fn forget_waiting_set_entry_now(&self, tenant: &str) {
         self.lock().waiting_set.remove(tenant);
     }
+}
+
+/// Write units of a write to `items`: a plain write of one, a transaction
+/// of more.
+fn write_units(items: &[String]) -> u64 {
+    if items.len() > 1 { TRANSACTION_UNITS_PER_ITEM } else { 1 }
 }

@@ -15,6 +15,7 @@
 
 use chrono::{DateTime, Utc};
 
+mod account;
 mod clock;
 mod contention;
 mod downloads;

@@ -9,7 +9,7 @@ use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
 
 use super::clock::ManualClock;
-use super::contention::{ACCOUNT_ITEM, Contention, TRANSACTION_UNITS_PER_ITEM, WriteReport};
+use super::contention::{Contention, TRANSACTION_UNITS_PER_ITEM, WriteReport};
 use crate::ports::table::{
     Applied, CONFLICT_TRIES, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, OperationRecords,
     StoreError, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
@@ -43,7 +43,7 @@ pub(super) struct Tables {
     pub(super) endpoints: BTreeMap<String, genace_core::webhook::EndpointSet>,
     /// Attempt logs by `<tenant>\u{0}<endpoint>`, by sort key, with when each entry expires.
     pub(super) attempts: BTreeMap<String, BTreeMap<String, (DateTime<Utc>, genace_core::webhook::WebhookAttempt)>>,
-    pub(super) account: genace_core::ledger::AccountCapacity,
+    pub(super) account: super::account::Account,
     /// The waiting set: each tenant that had an operation start waiting, by
     /// the order it joined (DynamoDB's sparse index of the same; see
     /// `TenantLedgers::waiting_ledgers`), until a read finds it drained.
@@ -83,7 +83,12 @@ impl MemoryStore {
 
     /// The account's jobs in flight and limit, now.
     pub fn account_now(&self) -> genace_core::ledger::AccountCapacity {
-        self.lock().account
+        self.lock().account.whole()
+    }
+
+    /// Each shard of the account in use, now.
+    pub fn account_shards_now(&self) -> Vec<genace_core::ledger::AccountCapacity> {
+        self.lock().account.per_shard()
     }
 
     /// Every tenant ledger, by tenant.
@@ -95,7 +100,15 @@ impl MemoryStore {
     /// Genace account (the deployed store's `GENACE_MAX_IN_FLIGHT`).
     #[must_use]
     pub fn with_account_limit(self, max_in_flight: Option<u32>) -> Self {
-        self.lock().account.configured = max_in_flight;
+        self.lock().account.limits.configured = max_in_flight;
+        self
+    }
+
+    /// The same table, with the account's counters split into `shards`
+    /// (the deployed store's `GENACE_ACCOUNT_SHARDS`).
+    #[must_use]
+    pub fn with_account_shards(self, shards: genace_core::shard::AccountShards) -> Self {
+        self.lock().account.shards = shards;
         self
     }
 
@@ -274,14 +287,13 @@ fn record_item(rec: &OperationRecord) -> String {
 
 /// The items a write of `next` over `prev` touches when it is a
 /// transaction (it moves the tenant's counters): the record, the tenant's
-/// ledger and, when it moves slots or waiters, the account item. None for
-/// a plain write.
+/// ledger and, when it moves slots or waiters, the account's shards it
+/// moves. None for a plain write.
 fn transaction_items(prev: &OperationRecord, next: &OperationRecord) -> Option<Vec<String>> {
-    let delta = ledger::delta(prev, next).ok().filter(|d| !d.is_zero())?;
+    ledger::delta(prev, next).ok().filter(|d| !d.is_zero())?;
     let mut items = vec![record_item(prev), format!("ledger/{}", prev.tenant_id.as_str())];
-    if delta.in_flight != 0 || delta.waiting != 0 || delta.queued != 0 {
-        items.push(ACCOUNT_ITEM.to_owned());
-    }
+    let moves = genace_core::shard::account_moves(prev, next).unwrap_or_default();
+    items.extend(moves.iter().map(|m| super::contention::shard_item(m.shard)));
     Some(items)
 }
 
@@ -538,6 +550,8 @@ impl MemoryStore {
                     genace_core::events::MAX_EVENTS_PER_CHANGE
                 );
                 let delta = ledger::delta(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
+                let moves =
+                    genace_core::shard::account_moves(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
                 if !delta.is_zero() {
                     let tenant = prev.tenant_id.as_str();
                     let entry = tables.ledgers.entry(tenant.to_owned()).or_insert_with(|| TenantLedger {
@@ -551,25 +565,12 @@ impl MemoryStore {
                     if claim && delta.in_flight > 0 && !entry.has_a_slot() {
                         return Err(StoreError::TenantFull);
                     }
-                    let yields = delta.queued >= 0 && tables.account.yields();
-                    if claim && delta.in_flight > 0 && (!tables.account.has_room() || yields) {
-                        return Err(StoreError::AccountFull);
-                    }
+                    tables.account.admits(&moves)?;
                     let totals = entry
                         .totals
                         .plus(&delta)
                         .map_err(|e| StoreError::Decode(e.to_string()))?;
-                    let overflow = || StoreError::Decode("account counts overflowed".into());
-                    let in_flight = tables
-                        .account
-                        .in_flight
-                        .checked_add(delta.in_flight)
-                        .ok_or_else(overflow)?;
-                    let waiting = tables.account.waiting.checked_add(delta.waiting).ok_or_else(overflow)?;
-                    let queued = tables.account.queued.checked_add(delta.queued).ok_or_else(overflow)?;
-                    if ledger::ends_a_job(prev, next) {
-                        tables.account.jobs_ended += 1;
-                    }
+                    tables.account.apply(&moves)?;
                     entry.totals = totals;
                     // Joins the waiting set, or keeps its place; one that
                     // stops waiting goes to the back (tenants take turns).
@@ -577,9 +578,6 @@ impl MemoryStore {
                         tables.joined += 1;
                         tables.waiting_set.insert(tenant.to_owned(), tables.joined);
                     }
-                    tables.account.in_flight = in_flight;
-                    tables.account.waiting = waiting;
-                    tables.account.queued = queued;
                 }
                 *current = next.clone();
                 Ok(Applied::Written)

@@ -6,6 +6,7 @@
 //!   the case filters) and the commit loop every state change goes through;
 //!   [`list`]: what a listing selects and its order.
 //! - [`queue`]: the work queues and the recovery channel.
+//! - [`sort_keys`]: index sort keys both stores build alike.
 //! - [`outputs`]: the output bucket and its key layout.
 //! - [`genace`] and [`downloads`]: Genace's API and its output files.
 //! - [`webhooks`]: webhook secrets, the sender and the copy queue.
@@ -21,6 +22,7 @@ pub mod list;
 pub mod metrics;
 pub mod outputs;
 pub mod queue;
+pub mod sort_keys;
 pub mod table;
 pub mod webhooks;
 

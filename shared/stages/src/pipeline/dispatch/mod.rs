@@ -164,11 +164,12 @@ where
             return Ok(Dispatched::Missing);
         };
         let token = uuid::Uuid::new_v4().to_string();
+        let shard = self.claim_shard(&rec).await;
         // One decision, re-made on the current record when the write loses a race.
         // The deadline is judged at the time of each claim write, not at
         // the first read: a retried write reads the clock again.
         let decided = commit_with(&self.store, rec, write_attempts(), |r| {
-            self.decide(r, &token, self.clock.now())
+            self.decide(r, &token, shard, self.clock.now())
         })
         .await;
         match decided {
@@ -225,6 +226,7 @@ where
         &self,
         r: &OperationRecord,
         token: &str,
+        shard: u16,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<(OperationRecord, Decided), Refusal> {
         let policy = self.config.policy;
@@ -245,8 +247,27 @@ where
                 // The fault directive the claim consumes fires in this attempt.
                 let fault = r.fault.filter(|f| self.config.fault_injection && f.fires_in_dispatch());
                 let waited_since = r.wait().map(|(_, since)| since);
-                machine::transition(r, Event::ClaimDispatch { token }, now, &policy)
+                machine::transition(r, Event::ClaimDispatch { token, shard }, now, &policy)
                     .map(|next| (next, Decided::Claimed { fault, waited_since }))
+            }
+        }
+    }
+
+    /// The account shard a claim of `rec` goes to: its home; for an
+    /// operation woken from a wait for a slot, a shard with a free slot
+    /// when its own has none ([`genace_core::shard::woken_claim_shard`]),
+    /// read in one request. With one shard, no read.
+    async fn claim_shard(&self, rec: &OperationRecord) -> u16 {
+        let shards = self.config.policy.account_shards;
+        let home = shards.home(rec);
+        if shards.get() == 1 || !matches!(rec.wait(), Some((genace_core::record::WaitReason::Capacity, _))) {
+            return home;
+        }
+        match self.store.account_shards().await {
+            Ok(all) => genace_core::shard::woken_claim_shard(home, &all),
+            Err(e) => {
+                warn!(operation_id = %rec.operation_id, error = %e, "account shards unread; claiming on the home shard");
+                home
             }
         }
     }

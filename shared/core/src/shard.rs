@@ -1,0 +1,270 @@
+//! The Genace account's counters, split over shards.
+//!
+//! Every slot-moving write (a claim, a wait, an end) moves the account's
+//! counters in the same transaction as the record. On one item, that item's
+//! write budget caps how many jobs the whole account admits a second. With
+//! `S` shards, each shard item counts the jobs admitted on it and the
+//! operations waiting on it, and holds its part of every limit
+//! ([`AccountShards::part`]): the parts add up to the limit, so the account
+//! never admits more than one item would, and one operation's claim, wait
+//! or end touches one shard (two when a woken claim takes a slot on another
+//! shard than the one it waited on).
+//!
+//! An operation's shard is on its record ([`OperationRecord::account_shard`]),
+//! chosen when it first claims or waits ([`AccountShards::home`]) and moved
+//! only by a claim, so its end frees the shard that admitted it whatever
+//! `S` is by then.
+
+use sha2::{Digest, Sha256};
+
+use crate::ledger::{self, AccountCapacity, Overflow, Shares};
+use crate::record::OperationRecord;
+
+/// The most shards an account may be split into.
+pub const MAX_ACCOUNT_SHARDS: u16 = 32;
+
+/// How many shards the account's counters are split into: 1 to
+/// [`MAX_ACCOUNT_SHARDS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AccountShards(u16);
+
+impl Default for AccountShards {
+    fn default() -> Self {
+        Self::ONE
+    }
+}
+
+impl AccountShards {
+    /// One item, as before shards.
+    pub const ONE: Self = Self(1);
+
+    /// `n` shards, when `n` is from 1 to [`MAX_ACCOUNT_SHARDS`].
+    pub fn new(n: u16) -> Option<Self> {
+        (1..=MAX_ACCOUNT_SHARDS).contains(&n).then_some(Self(n))
+    }
+
+    pub fn get(self) -> u16 {
+        self.0
+    }
+
+    /// Every shard, in order.
+    pub fn all(self) -> std::ops::Range<u16> {
+        0..self.0
+    }
+
+    /// Where the operation claims or waits when nothing else decides: the
+    /// shard that counts it already, while that shard is in use, else one
+    /// drawn from its id, so a burst spreads evenly.
+    pub fn home(self, rec: &OperationRecord) -> u16 {
+        rec.account_shard.filter(|s| *s < self.0).unwrap_or_else(|| {
+            let digest = Sha256::digest(rec.operation_id.as_str().as_bytes());
+            let mut first = [0u8; 8];
+            first.copy_from_slice(&digest[..8]);
+            (u64::from_be_bytes(first) % u64::from(self.0)) as u16
+        })
+    }
+
+    /// A shard's part of a limit of the whole account: an even split, the
+    /// remainder to the first shards. The parts add up to `limit`.
+    pub fn part(self, limit: u32, shard: u16) -> u32 {
+        let n = u32::from(self.0);
+        limit / n + u32::from(u32::from(shard) < limit % n)
+    }
+
+    /// The shard's capacity: its own counts (`counts`' counters), under its
+    /// part of each of the account's limits (`whole`'s).
+    pub fn capacity_of(self, shard: u16, whole: &AccountCapacity, counts: &AccountCapacity) -> AccountCapacity {
+        let part = |l: Option<u32>| l.map(|l| self.part(l, shard));
+        AccountCapacity {
+            configured: part(whole.configured),
+            set_limit: part(whole.set_limit),
+            learned: part(whole.learned),
+            learned_mark: 0,
+            ..*counts
+        }
+    }
+}
+
+/// The whole account from its shards: counters and limits added up (the
+/// limits' parts add up to the limits). A limit none of the shards holds is
+/// none.
+pub fn summed(shards: &[AccountCapacity]) -> AccountCapacity {
+    let limit = |f: fn(&AccountCapacity) -> Option<u32>| {
+        shards
+            .iter()
+            .filter_map(f)
+            .fold(None, |sum: Option<u32>, l| Some(sum.unwrap_or(0).saturating_add(l)))
+    };
+    AccountCapacity {
+        in_flight: shards.iter().map(|s| s.in_flight).sum(),
+        waiting: shards.iter().map(|s| s.waiting).sum(),
+        queued: shards.iter().map(|s| s.queued).sum(),
+        configured: limit(|s| s.configured),
+        set_limit: limit(|s| s.set_limit),
+        learned: limit(|s| s.learned),
+        jobs_ended: shards.iter().map(|s| s.jobs_ended).sum(),
+        learned_mark: shards.iter().map(|s| s.learned_mark).sum(),
+    }
+}
+
+/// The shard to which a claim of a woken operation goes: its own while it
+/// has a free slot, else the shard with the most, else its own (where it
+/// is refused and waits again). `shards[k]` is shard `k`'s capacity.
+pub fn woken_claim_shard(home: u16, shards: &[AccountCapacity]) -> u16 {
+    let free = |s: &AccountCapacity| s.free_slots().unwrap_or(u64::MAX);
+    if shards.get(usize::from(home)).is_none_or(|s| s.has_room()) {
+        return home;
+    }
+    shards
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.has_room())
+        .max_by_key(|(k, s)| (free(s), std::cmp::Reverse(*k)))
+        .and_then(|(k, _)| u16::try_from(k).ok())
+        .unwrap_or(home)
+}
+
+/// How one write moves one shard's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccountMove {
+    pub shard: u16,
+    pub in_flight: i64,
+    pub waiting: i64,
+    pub queued: i64,
+    /// A job Genace ran for us ended on this shard ([`ledger::ends_a_job`]).
+    pub ends_a_job: bool,
+    /// A claim takes a slot on this shard: written only while the shard has
+    /// a free slot under its part of every limit.
+    pub admits: bool,
+    /// With `admits`: the claim did not wait for a slot, so it also yields
+    /// to the operations waiting on this shard.
+    pub yields: bool,
+}
+
+/// How the write of `next` over `prev` moves the account's shards: the
+/// counters of `prev`'s share leave the shard that counted it, and those of
+/// `next`'s join the shard `next` names. One move when both are the same
+/// shard, none when nothing moves.
+pub fn account_moves(prev: &OperationRecord, next: &OperationRecord) -> Result<Vec<AccountMove>, Overflow> {
+    let (before, after) = (ledger::share(prev), ledger::share(next));
+    let (from, to) = (prev.account_shard.unwrap_or(0), next.account_shard.unwrap_or(0));
+    let counters = |s: &Shares, shard| AccountMove {
+        shard,
+        in_flight: s.in_flight,
+        waiting: s.waiting,
+        queued: s.queued,
+        ..AccountMove::default()
+    };
+    let mut moves = if from == to {
+        vec![counters(&after.minus(&before)?, to)]
+    } else {
+        let zero = Shares::default();
+        vec![counters(&zero.minus(&before)?, from), counters(&after, to)]
+    };
+    let claim = ledger::reserves(prev, next) && after.in_flight > before.in_flight;
+    for m in &mut moves {
+        m.ends_a_job = m.shard == from && ledger::ends_a_job(prev, next);
+        m.admits = claim && m.shard == to;
+        m.yields = m.admits && before.queued == 0;
+    }
+    moves.retain(|m| m.in_flight != 0 || m.waiting != 0 || m.queued != 0);
+    Ok(moves)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{Event, Policy, transition};
+    use crate::record::sample_prepared;
+
+    fn shards(n: u16) -> AccountShards {
+        AccountShards::new(n).unwrap()
+    }
+
+    #[test]
+    fn parts_add_up_to_the_limit_and_the_remainder_goes_first() {
+        for n in 1..=8u16 {
+            for limit in 0..40u32 {
+                let parts: Vec<u32> = shards(n).all().map(|k| shards(n).part(limit, k)).collect();
+                assert_eq!(parts.iter().sum::<u32>(), limit, "{n} shards, limit {limit}");
+                assert!(parts.windows(2).all(|w| w[0] >= w[1] && w[0] - w[1] <= 1));
+            }
+        }
+        assert_eq!(shards(4).part(10, 0), 3);
+        assert_eq!(shards(4).part(10, 3), 2);
+        assert!(AccountShards::new(0).is_none() && AccountShards::new(MAX_ACCOUNT_SHARDS + 1).is_none());
+    }
+
+    #[test]
+    fn homes_spread_and_stay_where_counted() {
+        let now = chrono::Utc::now();
+        let mut seen = [0u32; 4];
+        for i in 0..400 {
+            let mut rec = sample_prepared(now);
+            let key = crate::domain::OperationKey::parse(&format!("key-{i}")).unwrap();
+            rec.operation_id = crate::domain::OperationId::derive(&rec.tenant_id, &key);
+            seen[usize::from(shards(4).home(&rec))] += 1;
+            rec.account_shard = Some(2);
+            assert_eq!(shards(4).home(&rec), 2);
+            assert_ne!(shards(2).home(&rec), 2, "a shard out of use is not home");
+        }
+        assert!(seen.iter().all(|n| (60..140).contains(n)), "{seen:?}");
+    }
+
+    fn capacity(in_flight: i64, configured: u32) -> AccountCapacity {
+        AccountCapacity {
+            in_flight,
+            configured: Some(configured),
+            ..AccountCapacity::default()
+        }
+    }
+
+    #[test]
+    fn a_woken_claim_goes_home_while_home_has_room() {
+        let shards = [capacity(2, 2), capacity(0, 2), capacity(1, 2)];
+        assert_eq!(woken_claim_shard(2, &shards), 2);
+        assert_eq!(woken_claim_shard(0, &shards), 1, "the shard with most room");
+        assert_eq!(woken_claim_shard(0, &[capacity(2, 2), capacity(2, 2)]), 0, "none: home");
+        let sum = summed(&shards);
+        assert_eq!((sum.in_flight, sum.configured), (3, Some(6)));
+    }
+
+    #[test]
+    fn a_claim_waits_ends_and_moves_on_the_shards_its_record_names() {
+        let now = chrono::Utc::now();
+        let policy = Policy::default();
+        let rec = sample_prepared(now);
+        let claimed =
+            |r: &OperationRecord, shard| transition(r, Event::ClaimDispatch { token: "t", shard }, now, &policy);
+        // A fresh claim on shard 3 admits there and yields to its waiters.
+        let on_three = claimed(&rec, 3).unwrap();
+        let moves = account_moves(&rec, &on_three).unwrap();
+        assert_eq!(moves.len(), 1);
+        assert_eq!(
+            (moves[0].shard, moves[0].in_flight, moves[0].admits, moves[0].yields),
+            (3, 1, true, true)
+        );
+        // A wait is counted on its home; a woken claim elsewhere moves it.
+        let mut waiting = transition(&rec, Event::CapacityReached, now, &policy).unwrap();
+        waiting.account_shard = Some(1);
+        let moved = claimed(&waiting, 2).unwrap();
+        let moves = account_moves(&waiting, &moved).unwrap();
+        assert_eq!(moves.len(), 2);
+        assert_eq!(
+            (moves[0].shard, moves[0].queued, moves[0].waiting, moves[0].admits),
+            (1, -1, -1, false)
+        );
+        assert_eq!(
+            (moves[1].shard, moves[1].in_flight, moves[1].admits, moves[1].yields),
+            (2, 1, true, false)
+        );
+        // Its end frees shard 2, whatever shard its record named before.
+        let mut ended = moved.clone();
+        ended.phase = crate::record::Phase::Prepared;
+        ended.claim = None;
+        let moves = account_moves(&moved, &ended).unwrap();
+        assert_eq!((moves.len(), moves[0].shard, moves[0].in_flight), (1, 2, -1));
+        // Nothing of the account's moves: no move.
+        assert!(account_moves(&rec, &rec).unwrap().is_empty());
+    }
+}
