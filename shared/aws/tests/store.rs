@@ -193,3 +193,71 @@ async fn a_wake_up_costs_the_same_however_many_tenants_are_idle() {
     );
     assert!(few <= 12, "a wake-up made {few} DynamoDB requests");
 }
+
+/// The account's shards across a change of `GENACE_ACCOUNT_SHARDS` on one
+/// table: the limits set and learned with one item read back whole with
+/// two and are split for them (a lesson saved over the value seen); a job
+/// in flight on the second shard is still counted once the deployment goes
+/// back to one item, until it ends.
+#[tokio::test]
+async fn account_limits_and_counts_survive_a_change_of_shards() {
+    use genace_core::machine::{self, Event, Policy};
+    use genace_core::shard::AccountShards;
+    let env = LocalAws::fresh().await;
+    let one = env.store().with_account_limit(Some(8));
+    let two = env
+        .store()
+        .with_account_limit(Some(8))
+        .with_account_shards(AccountShards::new(2).unwrap());
+    one.set_account_limit(Some(6)).await.unwrap();
+    assert!(one.learn_account_limit(None, Some(5)).await.unwrap());
+    let account = two.account().await.unwrap();
+    assert_eq!(
+        (account.set_limit, account.learned, account.limit()),
+        (Some(6), Some(5), Some(5))
+    );
+    let parts: Vec<Option<u32>> = two.account_shards().await.unwrap().iter().map(|s| s.limit()).collect();
+    assert_eq!(parts, [Some(3), Some(2)]);
+    assert!(two.learn_account_limit(Some(5), Some(4)).await.unwrap());
+    assert!(!two.learn_account_limit(Some(5), Some(3)).await.unwrap(), "stale");
+    // A job on shard 1, then back to one item.
+    let now = Utc::now();
+    let rec = genace_aws::testkit::intent_record("tenant-resharded", "r1", "p");
+    two.create(&rec, now).await.unwrap();
+    let claimed = machine::transition(
+        &rec,
+        Event::ClaimDispatch { token: "t", shard: 1 },
+        now,
+        &Policy::default(),
+    )
+    .unwrap();
+    two.apply(&rec, &claimed).await.unwrap();
+    let account = one.account().await.unwrap();
+    assert_eq!(
+        (account.in_flight, account.learned, account.set_limit),
+        (1, Some(4), Some(6))
+    );
+    assert!(
+        one.learn_account_limit(Some(4), Some(3)).await.unwrap(),
+        "one item again: its own format"
+    );
+    let shards = one.account_shards().await.unwrap();
+    assert_eq!(shards.len(), 2, "the second shard is read while it counts a job");
+    assert_eq!(shards[1].limit(), Some(0), "and admits nothing");
+    // The job ends: the second shard is no longer read.
+    let released = machine::transition(
+        &claimed,
+        Event::RateLimited {
+            token: "t",
+            retry_at: now,
+            busy: false,
+        },
+        now,
+        &Policy::default(),
+    )
+    .unwrap();
+    one.apply(&claimed, &released).await.unwrap();
+    assert_eq!(one.account().await.unwrap().in_flight, 0);
+    one.account().await.unwrap();
+    assert_eq!(one.account_shards().await.unwrap().len(), 1);
+}

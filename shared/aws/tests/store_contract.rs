@@ -1680,6 +1680,90 @@ async fn a_woken_claim_takes_a_slot_on_another_shard<S: OperationStore>(store: S
     assert_eq!(shard_counts(&store).await, [(1, 1, Some(2)), (1, 0, Some(1))]);
 }
 
+/// A record counted on shard 0 before shards (no `account_shard`) that
+/// waits again moves its wait to its home shard, though no tenant counter
+/// moves: each shard still counts exactly its records.
+async fn a_wait_moved_to_its_home_shard_moves_its_counts<S: OperationStore>(store: S) {
+    let two = genace_core::shard::AccountShards::new(2).unwrap();
+    let policy = Policy {
+        account_shards: two,
+        ..Policy::default()
+    };
+    let rec = (0..)
+        .map(|i| record_for("tenant-moved", &format!("m{i}"), "p"))
+        .find(|r| two.home(r) == 1)
+        .unwrap();
+    store.create(&rec, Utc::now()).await.unwrap();
+    let mut before_shards = machine::transition(&rec, machine::Event::CapacityReached, Utc::now(), &policy).unwrap();
+    before_shards.account_shard = None;
+    store.apply(&rec, &before_shards).await.unwrap();
+    assert_eq!(shard_counts(&store).await, [(0, 1, Some(2)), (0, 0, Some(1))]);
+    let again = machine::transition(&before_shards, machine::Event::CapacityReached, Utc::now(), &policy).unwrap();
+    assert_eq!(again.account_shard, Some(1));
+    store.apply(&before_shards, &again).await.unwrap();
+    assert_eq!(shard_counts(&store).await, [(0, 0, Some(2)), (0, 1, Some(1))]);
+    let ledger = store.ledger(&rec.tenant_id).await.unwrap();
+    assert_eq!(
+        (ledger.totals.waiting, ledger.totals.queued),
+        (1, 1),
+        "the tenant's counters stay"
+    );
+}
+
+/// A woken claim that moves to a full shard is refused as the account
+/// being full, and writes nothing.
+async fn a_moving_claim_to_a_full_shard_is_refused<S: OperationStore>(store: S) {
+    let recs: Vec<OperationRecord> = (0..3)
+        .map(|i| record_for("tenant-full", &format!("f{i}"), "p"))
+        .collect();
+    for r in &recs {
+        store.create(r, Utc::now()).await.unwrap();
+    }
+    store.apply(&recs[0], &claimed_on(&recs[0], 0)).await.unwrap();
+    store.apply(&recs[1], &claimed_on(&recs[1], 0)).await.unwrap();
+    let waiting = waiting_on(&recs[2], 1);
+    store.apply(&recs[2], &waiting).await.unwrap();
+    assert!(matches!(
+        store.apply(&waiting, &claimed_on(&waiting, 0)).await,
+        Err(StoreError::AccountFull)
+    ));
+    assert_eq!(shard_counts(&store).await, [(2, 0, Some(2)), (0, 1, Some(1))]);
+}
+
+/// An operator's limit below the shards leaves a shard a part of 0: it
+/// refuses even its first claim. The learned limit's mark counts the jobs
+/// ended on every shard.
+async fn a_shard_with_no_part_admits_nothing_and_the_mark_counts_every_shard<S: OperationStore>(store: S) {
+    let recs: Vec<OperationRecord> = (0..3)
+        .map(|i| record_for("tenant-none", &format!("n{i}"), "p"))
+        .collect();
+    for r in &recs {
+        store.create(r, Utc::now()).await.unwrap();
+    }
+    // A job ends on shard 1 first.
+    let on_one = claimed_on(&recs[0], 1);
+    store.apply(&recs[0], &on_one).await.unwrap();
+    let accepted = accepted_with(&on_one, "job-none-1", Some(1.0));
+    store.apply(&on_one, &accepted).await.unwrap();
+    store
+        .apply(&accepted, &rendered(&accepted, "job-none-1"))
+        .await
+        .unwrap();
+    store.set_account_limit(Some(1)).await.unwrap();
+    assert_eq!(shard_counts(&store).await, [(0, 0, Some(1)), (0, 0, Some(0))]);
+    assert!(matches!(
+        store.apply(&recs[1], &claimed_on(&recs[1], 1)).await,
+        Err(StoreError::AccountFull)
+    ));
+    store.apply(&recs[2], &claimed_on(&recs[2], 0)).await.unwrap();
+    assert!(store.learn_account_limit(None, Some(1)).await.unwrap());
+    let account = store.account().await.unwrap();
+    assert_eq!(
+        (account.jobs_ended, account.learned_mark, account.learned),
+        (1, 1, Some(1))
+    );
+}
+
 genace_aws::contract_tests!(
     memory_sharded => genace_stages::memory::MemoryStore::default()
         .with_account_limit(Some(3))
@@ -1691,6 +1775,9 @@ genace_aws::contract_tests!(
     each_account_shard_admits_its_part_of_the_limit,
     account_limits_are_split_over_the_shards,
     a_woken_claim_takes_a_slot_on_another_shard,
+    a_wait_moved_to_its_home_shard_moves_its_counts,
+    a_moving_claim_to_a_full_shard_is_refused,
+    a_shard_with_no_part_admits_nothing_and_the_mark_counts_every_shard,
 );
 
 genace_aws::contract_tests!(

@@ -375,6 +375,11 @@ impl AccountCapacity {
         self.queued > 0
     }
 
+    /// Whether nothing is counted: no job in flight, nothing waiting.
+    pub fn is_idle(&self) -> bool {
+        self.in_flight == 0 && self.waiting == 0 && self.queued == 0
+    }
+
     /// Free slots under [`Self::limit`]; none: no limit.
     pub fn free_slots(&self) -> Option<u64> {
         self.limit()

@@ -196,11 +196,12 @@ impl World {
                 .iter()
                 .filter(|r| matches!(r.wait(), Some((genace_core::record::WaitReason::Capacity, _))))
                 .count() as i64;
-            if (shard.in_flight, shard.queued) != (slots, queued) {
+            let waiting = on.iter().filter(|r| r.waits_in_order().is_some()).count() as i64;
+            if (shard.in_flight, shard.queued, shard.waiting) != (slots, queued, waiting) {
                 return Err(format!(
-                    "account shard {k} counts {} jobs in flight and {} waiting for a slot; its records hold {slots} \
-                     and {queued}",
-                    shard.in_flight, shard.queued
+                    "account shard {k} counts {} jobs in flight, {} waiting for a slot and {} waiting in all; its \
+                     records hold {slots}, {queued} and {waiting}",
+                    shard.in_flight, shard.queued, shard.waiting
                 ));
             }
             if let Some(max) = shard.max_in_flight()

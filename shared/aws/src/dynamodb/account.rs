@@ -100,40 +100,13 @@ impl DynamoStore {
         update.build().map_err(|e| StoreError::Service(e.to_string()))
     }
 
-    /// Shard `shard`'s capacity as its item holds it: its counters, its
-    /// parts of the limits, and (shard 0) the learned limit's mark.
-    fn shard_from(&self, shard: u16, item: Option<&Item>) -> Result<AccountCapacity, StoreError> {
-        let configured = self.account_limit.map(|c| self.shards.part(c, shard));
-        let Some(item) = item else {
-            return Ok(AccountCapacity {
-                configured,
-                ..AccountCapacity::default()
-            });
-        };
-        let count = |name| number::<i64>(item, name).map(Option::unwrap_or_default);
-        let limit = |name| number::<i64>(item, name).map(|v| v.and_then(|m| u32::try_from(m).ok()));
-        Ok(AccountCapacity {
-            in_flight: count("in_flight")?,
-            waiting: count("waiting")?,
-            queued: count("queued")?,
-            configured,
-            set_limit: limit("max_in_flight")?,
-            learned: limit("learned_limit")?,
-            jobs_ended: count("jobs_ended")?,
-            learned_mark: count("learned_mark")?,
-        })
-    }
-
-    /// The whole account: its shards added up.
-    pub(super) async fn read_account(&self) -> Result<AccountCapacity, StoreError> {
-        Ok(shard::summed(&self.read_account_shards().await?))
-    }
-
-    /// Every shard in use, in order, read strongly consistent: one
-    /// `GetItem` with one shard, one `BatchGetItem` (and its unprocessed
-    /// keys) with more.
-    pub(super) async fn read_account_shards(&self) -> Result<Vec<AccountCapacity>, StoreError> {
-        if self.shards.get() == 1 {
+    /// Every shard item in `range` that exists, by shard: one `GetItem`
+    /// for shard 0 alone, else one `BatchGetItem`. Strongly consistent.
+    async fn shard_items(&self, range: std::ops::Range<u16>) -> Result<HashMap<u16, Item>, StoreError> {
+        if range.is_empty() {
+            return Ok(HashMap::new());
+        }
+        if range == (0..1) {
             let out = self
                 .client
                 .get_item()
@@ -143,52 +116,179 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(service_error)?;
-            return Ok(vec![self.shard_from(0, out.item())?]);
+            return Ok(out.item.map(|item| (0, item)).into_iter().collect());
         }
-        let keys = self.shards.all().map(Self::account_key).collect();
-        let found: HashMap<String, Item> = self
-            .batch_get(keys, true)
+        let keys: HashMap<String, u16> = range.clone().map(|k| (account_shard_key(k), k)).collect();
+        Ok(self
+            .batch_get(range.map(Self::account_key).collect(), true)
             .await?
             .into_iter()
             .filter_map(|item| match item.get("pk") {
-                Some(AttributeValue::S(pk)) => Some((pk.clone(), item)),
+                Some(AttributeValue::S(pk)) => keys.get(pk).map(|k| (*k, item)),
                 _ => None,
             })
-            .collect();
-        self.shards
-            .all()
-            .map(|k| self.shard_from(k, found.get(&account_shard_key(k))))
+            .collect())
+    }
+
+    /// The whole account: its shards added up.
+    pub(super) async fn read_account(&self) -> Result<AccountCapacity, StoreError> {
+        Ok(shard::summed(&self.read_account_shards().await?))
+    }
+
+    /// Every shard that may count something, in order: those in use, then
+    /// those a lower `S` left (`span`), which admit nothing and are read
+    /// until their counts are gone. Each under its part of the limits
+    /// split from the whole ones shard 0 keeps. When the limits on disk
+    /// were split for another `S`, they are split again first.
+    pub(super) async fn read_account_shards(&self) -> Result<Vec<AccountCapacity>, StoreError> {
+        let mut items = self.shard_items(self.shards.all()).await?;
+        let first = Split::read(items.get(&0))?;
+        let mut span = first.span.max(self.shards.get());
+        if span > self.shards.get() {
+            let retired = self.shard_items(self.shards.get()..span).await?;
+            if retired
+                .values()
+                .all(|item| counts_from(Some(item)).is_ok_and(|c| c.is_idle()))
+            {
+                // What a lower `S` left has drained: read no further.
+                span = self.shards.get();
+            }
+            items.extend(retired);
+        }
+        if first.parts_for != Some(self.shards.get()).filter(|s| *s > 1) || span != first.span.max(1) {
+            self.split_again(&first, span).await?;
+        }
+        let whole = AccountCapacity {
+            configured: self.account_limit,
+            set_limit: first.set_limit,
+            learned: first.learned,
+            ..AccountCapacity::default()
+        };
+        (0..span)
+            .map(|k| {
+                let counts = counts_from(items.get(&k))?;
+                Ok(AccountCapacity {
+                    learned_mark: if k == 0 { counts.learned_mark } else { 0 },
+                    ..self.shards.capacity_of(k, &whole, &counts)
+                })
+            })
             .collect()
+    }
+
+    /// Writes the limits' parts for this `S` (one shard: the limits whole,
+    /// as before shards), and `span`, the shards that may still count
+    /// something. Conditional on the split read: a rival that split them
+    /// first wins, and this read's figures stand.
+    async fn split_again(&self, read: &Split, span: u16) -> Result<(), StoreError> {
+        let mut items = Vec::new();
+        for k in self.shards.all() {
+            let mut set = Vec::new();
+            let mut remove = Vec::new();
+            let mut update = self.shard_update(k);
+            for (name, whole, part) in [
+                ("max_in_flight", read.set_limit, ":max"),
+                ("learned_limit", read.learned, ":learned"),
+            ] {
+                match whole {
+                    Some(l) => {
+                        set.push(format!("{name} = {part}"));
+                        update = update.expression_attribute_values(part, n(self.shards.part(l, k)));
+                    }
+                    None => remove.push(name.to_owned()),
+                }
+            }
+            if k == 0 {
+                update = update.expression_attribute_values(":span", n(span));
+                set.push("span = :span".into());
+                if self.shards.get() > 1 {
+                    update = update.expression_attribute_values(":s", n(self.shards.get()));
+                    set.push("parts_for = :s".into());
+                    for (name, whole, value) in [
+                        ("max_whole", read.set_limit, ":wmax"),
+                        ("learned_whole", read.learned, ":wlearned"),
+                    ] {
+                        match whole {
+                            Some(l) => {
+                                set.push(format!("{name} = {value}"));
+                                update = update.expression_attribute_values(value, n(l));
+                            }
+                            None => remove.push(name.to_owned()),
+                        }
+                    }
+                } else {
+                    remove.extend(["parts_for", "max_whole", "learned_whole"].map(str::to_owned));
+                }
+                update = match read.parts_for {
+                    Some(p) => update
+                        .condition_expression("parts_for = :was")
+                        .expression_attribute_values(":was", n(p)),
+                    None => update.condition_expression("attribute_not_exists(parts_for)"),
+                };
+            }
+            let expression = [("SET", set), ("REMOVE", remove)]
+                .into_iter()
+                .filter(|(_, names)| !names.is_empty())
+                .map(|(action, names)| format!("{action} {}", names.join(", ")))
+                .collect::<Vec<_>>()
+                .join(" ");
+            items.push(built(update.update_expression(expression))?);
+        }
+        match self.transact(items, Refusals::default()).await {
+            // A rival split them first.
+            Ok(()) | Err(StoreError::Conflict(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sets (or removes) the operator's limit and drops the learned one.
     pub(super) async fn write_account_limit(&self, limit: Option<u32>) -> Result<AccountCapacity, StoreError> {
+        // The limits split for this `S` first, so the shards a lower `S`
+        // left are remembered.
+        self.read_account_shards().await?;
         if self.shards.get() == 1 {
             let update = self
                 .client
                 .update_item()
                 .table_name(&self.table)
-                .set_key(Some(Self::account_key(0)))
-                .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
+                .set_key(Some(Self::account_key(0)));
             let update = match limit {
                 Some(l) => update
-                    .update_expression("SET max_in_flight = :max REMOVE learned_limit")
+                    .update_expression(
+                        "SET max_in_flight = :max REMOVE learned_limit, parts_for, max_whole, learned_whole",
+                    )
                     .expression_attribute_values(":max", n(l)),
-                None => update.update_expression("REMOVE max_in_flight, learned_limit"),
+                None => {
+                    update.update_expression("REMOVE max_in_flight, learned_limit, parts_for, max_whole, learned_whole")
+                }
             };
-            let out = update.send().await.map_err(service_error)?;
-            return self.shard_from(0, out.attributes());
+            update.send().await.map_err(service_error)?;
+            return self.read_account().await;
         }
+        let parts_for = n(self.shards.get());
         let items = self
             .shards
             .all()
             .map(|k| {
                 let update = self.shard_update(k);
+                let update = match (limit, k) {
+                    (Some(l), 0) => update
+                        .update_expression(
+                            "SET max_in_flight = :max, max_whole = :whole, parts_for = :s \
+                             REMOVE learned_limit, learned_whole",
+                        )
+                        .expression_attribute_values(":whole", n(l))
+                        .expression_attribute_values(":s", parts_for.clone()),
+                    (Some(_), _) => update.update_expression("SET max_in_flight = :max REMOVE learned_limit"),
+                    (None, 0) => update
+                        .update_expression(
+                            "SET parts_for = :s REMOVE max_in_flight, learned_limit, max_whole, learned_whole",
+                        )
+                        .expression_attribute_values(":s", parts_for.clone()),
+                    (None, _) => update.update_expression("REMOVE max_in_flight, learned_limit"),
+                };
                 built(match limit {
-                    Some(l) => update
-                        .update_expression("SET max_in_flight = :max REMOVE learned_limit, learned_whole")
-                        .expression_attribute_values(":max", n(self.shards.part(l, k))),
-                    None => update.update_expression("REMOVE max_in_flight, learned_limit, learned_whole"),
+                    Some(l) => update.expression_attribute_values(":max", n(self.shards.part(l, k))),
+                    None => update,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -218,7 +318,8 @@ impl DynamoStore {
         let first = self
             .shard_update(0)
             .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":others", n(others));
+            .expression_attribute_values(":others", n(others))
+            .expression_attribute_values(":s", n(self.shards.get()));
         let first = match learned {
             Some(l) => first
                 .update_expression(
@@ -231,14 +332,13 @@ impl DynamoStore {
                 "SET learned_mark = if_not_exists(jobs_ended, :zero) + :others REMOVE learned_whole, learned_limit",
             ),
         };
+        // Only over the limits as split for this `S` (the read above split
+        // them again if they were not), and over the value seen.
         let first = match seen {
             Some(s) => first
-                .condition_expression(
-                    "learned_whole = :seen OR (attribute_not_exists(learned_whole) AND learned_limit = :seen)",
-                )
+                .condition_expression("parts_for = :s AND learned_whole = :seen")
                 .expression_attribute_values(":seen", n(s)),
-            None => first
-                .condition_expression("attribute_not_exists(learned_whole) AND attribute_not_exists(learned_limit)"),
+            None => first.condition_expression("parts_for = :s AND attribute_not_exists(learned_whole)"),
         };
         let mut items = vec![built(first)?];
         for k in self.shards.all().skip(1) {
@@ -276,9 +376,11 @@ impl DynamoStore {
         };
         update = match seen {
             Some(s) => update
-                .condition_expression("learned_limit = :seen")
+                .condition_expression("attribute_not_exists(parts_for) AND learned_limit = :seen")
                 .expression_attribute_values(":seen", n(s)),
-            None => update.condition_expression("attribute_not_exists(learned_limit)"),
+            None => {
+                update.condition_expression("attribute_not_exists(parts_for) AND attribute_not_exists(learned_limit)")
+            }
         };
         match update.send().await {
             Ok(_) => Ok(true),
@@ -286,4 +388,59 @@ impl DynamoStore {
             Err(e) => Err(service_error(e)),
         }
     }
+}
+
+/// Shard 0's record of how the limits are split: the whole limits, the `S`
+/// they were split for (none: one item, the limits whole on it, as before
+/// shards), and the shards that may still count something.
+struct Split {
+    set_limit: Option<u32>,
+    learned: Option<u32>,
+    parts_for: Option<u16>,
+    span: u16,
+}
+
+impl Split {
+    fn read(item: Option<&Item>) -> Result<Self, StoreError> {
+        let Some(item) = item else {
+            return Ok(Self {
+                set_limit: None,
+                learned: None,
+                parts_for: None,
+                span: 1,
+            });
+        };
+        let limit = |name| number::<i64>(item, name).map(|v| v.and_then(|m| u32::try_from(m).ok()));
+        let parts_for = number::<u16>(item, "parts_for")?;
+        let (set_limit, learned) = match parts_for {
+            Some(_) => (limit("max_whole")?, limit("learned_whole")?),
+            None => (limit("max_in_flight")?, limit("learned_limit")?),
+        };
+        let span = number::<u16>(item, "span")?
+            .unwrap_or(1)
+            .max(parts_for.unwrap_or(1))
+            .min(shard::MAX_ACCOUNT_SHARDS);
+        Ok(Self {
+            set_limit,
+            learned,
+            parts_for,
+            span,
+        })
+    }
+}
+
+/// A shard item's counters (and shard 0's learned mark).
+fn counts_from(item: Option<&Item>) -> Result<AccountCapacity, StoreError> {
+    let Some(item) = item else {
+        return Ok(AccountCapacity::default());
+    };
+    let count = |name| number::<i64>(item, name).map(Option::unwrap_or_default);
+    Ok(AccountCapacity {
+        in_flight: count("in_flight")?,
+        waiting: count("waiting")?,
+        queued: count("queued")?,
+        jobs_ended: count("jobs_ended")?,
+        learned_mark: count("learned_mark")?,
+        ..AccountCapacity::default()
+    })
 }

@@ -90,7 +90,8 @@ impl OperationRecords for DynamoStore {
             return Ok(Applied::Unchanged);
         };
         let delta = ledger::delta(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
-        if !delta.is_zero() {
+        let counted = genace_core::shard::moves_counters(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
+        if counted {
             self.apply_with_ledger(prev, next, plan, delta).await?;
             phase_metrics(&self.metrics, prev, next);
             return Ok(Applied::Written);

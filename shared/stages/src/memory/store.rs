@@ -290,7 +290,9 @@ fn record_item(rec: &OperationRecord) -> String {
 /// ledger and, when it moves slots or waiters, the account's shards it
 /// moves. None for a plain write.
 fn transaction_items(prev: &OperationRecord, next: &OperationRecord) -> Option<Vec<String>> {
-    ledger::delta(prev, next).ok().filter(|d| !d.is_zero())?;
+    genace_core::shard::moves_counters(prev, next)
+        .ok()
+        .filter(|moves| *moves)?;
     let mut items = vec![record_item(prev), format!("ledger/{}", prev.tenant_id.as_str())];
     let moves = genace_core::shard::account_moves(prev, next).unwrap_or_default();
     items.extend(moves.iter().map(|m| super::contention::shard_item(m.shard)));
@@ -552,7 +554,7 @@ impl MemoryStore {
                 let delta = ledger::delta(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
                 let moves =
                     genace_core::shard::account_moves(prev, next).map_err(|e| StoreError::Decode(e.to_string()))?;
-                if !delta.is_zero() {
+                if !delta.is_zero() || !moves.is_empty() {
                     let tenant = prev.tenant_id.as_str();
                     let entry = tables.ledgers.entry(tenant.to_owned()).or_insert_with(|| TenantLedger {
                         tenant_id: tenant.to_owned(),

@@ -264,7 +264,11 @@ where
             return home;
         }
         match self.store.account_shards().await {
-            Ok(all) => genace_core::shard::woken_claim_shard(home, &all),
+            Ok(mut all) => {
+                // Only the shards in use take claims.
+                all.truncate(usize::from(shards.get()));
+                genace_core::shard::woken_claim_shard(home, &all)
+            }
             Err(e) => {
                 warn!(operation_id = %rec.operation_id, error = %e, "account shards unread; claiming on the home shard");
                 home
