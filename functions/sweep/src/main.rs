@@ -1,5 +1,8 @@
 //! Sweep Lambda (EventBridge schedule, every minute): re-enqueue due work
 //! found through the sparse due-time index.
+// The run's future nests the sweep's look at the account (its shards read,
+// split again, written) past the default layout depth.
+#![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
