@@ -269,6 +269,24 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
     }
 }
 
+/// Render times are read and added outside the chaos: no crash point, no
+/// draw. Both are best effort in the poller (a failure is logged, and the
+/// age-based schedule used), after every write and message of its look,
+/// and drawing for them would move every recorded schedule (the planted
+/// bugs' first seeds).
+impl<T: genace_stages::ports::table::RenderTimeLog> genace_stages::ports::table::RenderTimeLog for Chaotic<T> {
+    async fn render_times(
+        &self,
+        class: &genace_core::render::RenderClass,
+    ) -> Result<genace_core::render::RenderTimes, StoreError> {
+        self.inner.render_times(class).await
+    }
+
+    async fn add_render_time(&self, class: &genace_core::render::RenderClass, seconds: f64) -> Result<(), StoreError> {
+        self.inner.add_render_time(class, seconds).await
+    }
+}
+
 impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
     async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
         self.chaos.lock().account_reads += 1;
@@ -394,11 +412,16 @@ impl<T: WebhookEndpoints> WebhookEndpoints for Chaotic<T> {
 }
 
 impl<T: WorkQueue> WorkQueue for Chaotic<T> {
-    async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
+    async fn send_work(
+        &self,
+        queue: Queue,
+        message: &genace_core::messages::WorkMessage,
+        delay_seconds: u32,
+    ) -> Result<(), QueueError> {
         if queue == Queue::Wake {
             self.chaos.wake_request(1);
         }
-        port(&self.chaos, self.inner.enqueue(queue, id, delay_seconds)).await
+        port(&self.chaos, self.inner.send_work(queue, message, delay_seconds)).await
     }
 
     async fn send_webhook_copy(&self, body: String) -> Result<(), String> {

@@ -493,6 +493,23 @@ impl OperationRecords for EchoingStore {
     }
 }
 
+impl genace_stages::ports::table::RenderTimeLog for EchoingStore {
+    async fn render_times(
+        &self,
+        class: &genace_core::render::RenderClass,
+    ) -> Result<genace_core::render::RenderTimes, genace_stages::ports::table::StoreError> {
+        self.0.render_times(class).await
+    }
+
+    async fn add_render_time(
+        &self,
+        class: &genace_core::render::RenderClass,
+        seconds: f64,
+    ) -> Result<(), genace_stages::ports::table::StoreError> {
+        self.0.add_render_time(class, seconds).await
+    }
+}
+
 impl TenantLedgers for EchoingStore {
     async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, genace_stages::ports::table::StoreError> {
         self.0.account().await
@@ -953,6 +970,7 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
             snapshot: &snapshot,
             next_check: Utc::now(),
             stalled: None,
+            seen: Default::default(),
         },
         Utc::now(),
         &rig.dispatcher.config.policy,

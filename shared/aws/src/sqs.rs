@@ -2,7 +2,6 @@
 //! recovery queue.
 
 use aws_sdk_sqs::Client;
-use genace_core::domain::OperationId;
 use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 use genace_stages::config::QueueUrls;
 use genace_stages::ports::queue::{
@@ -49,11 +48,8 @@ impl SqsQueue {
 }
 
 impl WorkQueue for SqsQueue {
-    async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
-        let body = serde_json::to_string(&WorkMessage {
-            operation_id: id.clone(),
-        })
-        .expect("a work message always serializes");
+    async fn send_work(&self, queue: Queue, message: &WorkMessage, delay_seconds: u32) -> Result<(), QueueError> {
+        let body = serde_json::to_string(message).expect("a work message always serializes");
         self.send(queue, body, delay_seconds).await
     }
 

@@ -605,6 +605,7 @@ async fn an_abandon_keeps_what_genace_charged<S: OperationStore>(store: S) {
         snapshot: &no_outputs,
         next_check: now,
         stalled: None,
+        seen: Default::default(),
     };
     let a3 = machine::transition(&a2, observed, now, &policy).unwrap();
     assert_eq!(
@@ -803,6 +804,7 @@ fn rendered(accepted: &OperationRecord, job_id: &str) -> OperationRecord {
         snapshot: &snapshot,
         next_check: Utc::now(),
         stalled: None,
+        seen: Default::default(),
     };
     machine::transition(accepted, observed, Utc::now(), &Policy::default()).unwrap()
 }
@@ -1789,6 +1791,29 @@ genace_aws::contract_tests!(
     a_claim_that_did_not_wait_yields_to_one_that_waits_for_a_slot,
 );
 
+/// Render times are counted per class of job, each in its bucket, and read
+/// back as a histogram; a class never seen reads empty.
+async fn render_times_are_counted_per_class<S: OperationStore>(store: S) {
+    use genace_core::render::{RenderClass, RenderTimes};
+    let short = RenderClass::from_stored("genace-video-2|video|10|720p");
+    let long = RenderClass::from_stored("genace-video-2|video|40|1080p");
+    assert_eq!(store.render_times(&short).await.unwrap(), RenderTimes::default());
+    for seconds in [9.0, 10.0, 10.5, 11.0, 300.0] {
+        store.add_render_time(&short, seconds).await.unwrap();
+    }
+    store.add_render_time(&long, 120.0).await.unwrap();
+    let times = store.render_times(&short).await.unwrap();
+    assert_eq!(times.samples(), 5);
+    assert_eq!(times.counts()[RenderTimes::bucket(300.0)], 1);
+    let around_ten: u32 = times.counts()[RenderTimes::bucket(9.0)..=RenderTimes::bucket(11.0)]
+        .iter()
+        .sum();
+    assert_eq!(around_ten, 4);
+    let median = times.quantile(0.5).unwrap();
+    assert!((8.0..13.0).contains(&median), "{median}");
+    assert_eq!(store.render_times(&long).await.unwrap().samples(), 1);
+}
+
 genace_aws::contract_tests!(
     memory => genace_stages::memory::MemoryStore::default(),
     dynamodb => |env| env.store();
@@ -1820,4 +1845,5 @@ genace_aws::contract_tests!(
     receivers_are_read_for_many_tenants_at_once,
     delivery_logs_page_newest_first_per_endpoint,
     kept_events_are_per_tenant_and_expire,
+    render_times_are_counted_per_class,
 );

@@ -50,6 +50,12 @@ pub fn account_shard_key(shard: u16) -> String {
 /// Partition of the sparse open-case index; cases are rare, so one suffices.
 pub const CASE_PK: &str = "CASE";
 
+/// The key of the item holding the render times of a class of job
+/// ([`crate::render::RenderClass`]).
+pub fn render_times_key(class: &str) -> String {
+    format!("RENDERTIME#{class}")
+}
+
 /// The key of operation `id`'s item.
 pub fn operation_key(id: &str) -> String {
     format!("{OPERATION_PREFIX}{id}")

@@ -10,6 +10,7 @@
 //! - [`keys`]: every key prefix of the operations table, spelt once.
 //! - [`ledger`]: each operation's share of its tenant's credits.
 //! - [`shard`]: the Genace account's counters split over shards.
+//! - [`render`]: learned render times and the poll plan drawn from them.
 //! - [`events`]: the lifecycle events a committed change announces.
 //! - [`messages`]: what the stages send each other.
 //! - [`webhook`]: a tenant's webhook settings and its secret folder.
@@ -28,5 +29,6 @@ pub mod messages;
 pub mod planted;
 pub mod record;
 pub mod remote;
+pub mod render;
 pub mod shard;
 pub mod webhook;

@@ -23,12 +23,45 @@ pub enum Queue {
 }
 
 /// The body of every dispatch, poll and deliver message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkMessage {
     pub operation_id: OperationId,
+    /// A poll message: what the looks at the job saw so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll: Option<PollHistory>,
+}
+
+/// What the looks at one accepted job saw so far, carried from each poll
+/// message to the next: a look that finds the job still running writes
+/// nothing to the record, and the plan is read once per job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PollHistory {
+    /// Looks at the job so far.
+    pub looks: u32,
+    /// When a look last found it still running (milliseconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_seen_ms: Option<i64>,
+    /// The job's plan, from its class's render times at its first look;
+    /// none: not enough data, the age-based schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::render::PollPlan>,
+    /// Whether the class's render times were read for the plan.
+    #[serde(default)]
+    pub planned: bool,
 }
 
 impl WorkMessage {
+    /// A message for the operation, with nothing else.
+    pub fn for_operation(operation_id: OperationId) -> Self {
+        Self {
+            operation_id,
+            poll: None,
+        }
+    }
+}
+
+impl WorkMessage {
+    /// Parses a body: the operation id, and a poll's history if any.
     pub fn parse(body: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(body)
     }

@@ -26,6 +26,7 @@ mod ledgers;
 mod listing;
 mod position;
 mod records;
+mod render_times;
 mod transact;
 mod update;
 mod webhook_settings;

@@ -81,6 +81,9 @@ pub enum Event<'a> {
         snapshot: &'a JobSnapshot,
         next_check: DateTime<Utc>,
         stalled: Option<&'a str>,
+        /// The looks before this one ([`crate::record::Detection`] once
+        /// the job is seen to end).
+        seen: crate::record::Looks,
     },
     /// The remote job needs a person (missing, answered for another id, or
     /// silent past the deadline with no snapshot). `keep_due` keeps polling.

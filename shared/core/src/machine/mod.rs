@@ -114,8 +114,9 @@ pub fn transition(
                 snapshot,
                 next_check,
                 stalled,
+                seen,
             },
-        ) => observe(rec, snapshot, now, next_check, stalled, policy),
+        ) => observe(rec, snapshot, now, next_check, stalled, seen, policy),
         (
             Accepted,
             Event::CaseNeeded {

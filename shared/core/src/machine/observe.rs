@@ -20,9 +20,18 @@ pub(super) fn observe(
     now: DateTime<Utc>,
     next_check: DateTime<Utc>,
     stalled: Option<&str>,
+    seen: crate::record::Looks,
     policy: &Policy,
 ) -> OperationRecord {
     let mut next = observe_snapshot(rec, snap, now, next_check, policy);
+    if snap.status != RenderStatus::Running && next.phase != rec.phase {
+        // The end, seen: by this look, after the ones before.
+        next.detection = Some(crate::record::Detection {
+            looks: seen.count + 1,
+            last_running_at: seen.last_running_at,
+            ended_seen_at: now,
+        });
+    }
     consume_fault(&mut next, |f| f == Fault::PollAfterObserve);
     // A job silent past the deadline: the stall case rides on the same write,
     // and polling goes on.

@@ -70,6 +70,7 @@ fn observe(
             snapshot,
             next_check,
             stalled: None,
+            seen: Default::default(),
         },
         now,
         p,
@@ -752,6 +753,7 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
                 snapshot: s,
                 next_check,
                 stalled: Some("slow"),
+                seen: Default::default(),
             },
             later,
             &p,
@@ -1277,6 +1279,7 @@ fn a_stall_rides_on_the_observation_in_one_version() {
         snapshot: &running,
         next_check: later + Duration::minutes(5),
         stalled: Some("no terminal state in 2 h"),
+        seen: Default::default(),
     };
     let stalled = transition(&a, event, later, &p).unwrap();
     assert_eq!(stalled.version, a.version + 1);
@@ -1292,6 +1295,7 @@ fn a_stall_rides_on_the_observation_in_one_version() {
         snapshot: &done,
         next_check: later + Duration::minutes(5),
         stalled: Some("no terminal state in 2 h"),
+        seen: Default::default(),
     };
     let rendered = transition(&stalled, finished, later, &p).unwrap();
     assert_eq!(
@@ -1736,6 +1740,7 @@ fn every_event<'a>(
             snapshot,
             next_check: now,
             stalled: None,
+            seen: Default::default(),
         },
         Event::CaseNeeded {
             reason: CaseReason::RemoteJobMissing,

@@ -16,8 +16,8 @@ pub use case::{CaseReason, ReconciliationCase, Runbook};
 pub use operation::sample_prepared;
 pub use operation::{DUE_SHARDS, OperationRecord};
 pub use parts::{
-    AuditEntry, CancelReason, Cancellation, Claim, DeliveredObject, Erasure, MAX_ERASED_KEYS, OutputRef, RemoteError,
-    Settlement, WaitReason, bucket_rule_deletes,
+    AuditEntry, CancelReason, Cancellation, Claim, DeliveredObject, Detection, Erasure, Looks, MAX_ERASED_KEYS,
+    OutputRef, RemoteError, Settlement, WaitReason, bucket_rule_deletes,
 };
 pub use phase::{DeliveryState, Phase};
 

@@ -85,6 +85,10 @@ pub struct OperationRecord {
     /// `retry_at` is the next look.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_hold: Option<DateTime<Utc>>,
+    /// How the job's end was seen by the polls (set with the terminal
+    /// observation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detection: Option<super::Detection>,
     /// The shard of the Genace account that counts this operation's slot or
     /// its wait ([`crate::shard`]): set by the claim that admitted it or the
     /// wait that queued it, and kept, so that its end frees the shard that
@@ -184,6 +188,7 @@ impl OperationRecord {
             spend_hold: None,
             capacity_hold: None,
             account_shard: None,
+            detection: None,
             delivered_at: None,
             outputs_erased: None,
             cancellation: None,

@@ -4,6 +4,34 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// How the end of the job was seen: after how many looks, when a look
+/// last found it still running, and when one found it ended. The end fell
+/// between the last two: their gap bounds how late it was seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detection {
+    pub looks: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_running_at: Option<DateTime<Utc>>,
+    pub ended_seen_at: DateTime<Utc>,
+}
+
+impl Detection {
+    /// At most this many seconds passed between the job's end and the look
+    /// that saw it; none when no look saw it running.
+    pub fn lag_bound_seconds(&self) -> Option<f64> {
+        self.last_running_at
+            .map(|r| (self.ended_seen_at - r).num_milliseconds().max(0) as f64 / 1000.0)
+    }
+}
+
+/// What the looks before this one saw of the job: how many there were, and
+/// when one last found it running.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Looks {
+    pub count: u32,
+    pub last_running_at: Option<DateTime<Utc>>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
     pub token: String,

@@ -24,6 +24,7 @@ mod genace;
 mod ledgers;
 mod objects;
 mod queue;
+mod render_times;
 mod store;
 mod webhooks;
 

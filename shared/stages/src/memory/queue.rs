@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use genace_core::domain::OperationId;
 use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 
 use super::clock::ManualClock;
@@ -134,17 +133,14 @@ impl<C: crate::ports::clock::Clock> MemoryQueue<C> {
 
 impl<C: crate::ports::clock::Clock> crate::ports::queue::WorkQueue for MemoryQueue<C> {
     /// Refuses a delay SQS would refuse (over [`crate::ports::queue::MAX_DELAY_SECONDS`]).
-    async fn enqueue(&self, queue: Queue, id: &OperationId, delay_seconds: u32) -> Result<(), QueueError> {
+    async fn send_work(&self, queue: Queue, message: &WorkMessage, delay_seconds: u32) -> Result<(), QueueError> {
         if delay_seconds > crate::ports::queue::MAX_DELAY_SECONDS {
             return Err(QueueError {
                 queue,
                 detail: format!("DelaySeconds {delay_seconds} is over SQS's 900"),
             });
         }
-        let body = serde_json::to_string(&WorkMessage {
-            operation_id: id.clone(),
-        })
-        .expect("a work message serializes");
+        let body = serde_json::to_string(message).expect("a work message serializes");
         self.send(queue, body, delay_seconds);
         Ok(())
     }

@@ -52,6 +52,8 @@ pub(super) struct Tables {
     pub(super) contention: Contention,
     /// The order the next tenant joins the waiting set with.
     pub(super) joined: u64,
+    /// Learned render times, by class of job.
+    pub(super) render_times: BTreeMap<genace_core::render::RenderClass, genace_core::render::RenderTimes>,
     /// Kept events by `<tenant>\u{0}<event id>`, with when each expires.
     pub(super) kept: BTreeMap<String, (DateTime<Utc>, String)>,
 }

@@ -16,9 +16,10 @@ use crate::ports::table::{CommitError, commit, commit_with};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
-use genace_core::messages::WorkMessage;
-use genace_core::record::{CaseReason, Fault, OperationRecord, Phase};
+use genace_core::messages::{PollHistory, WorkMessage};
+use genace_core::record::{CaseReason, Fault, Looks, OperationRecord, Phase};
 use genace_core::remote::{JobSnapshot, RenderStatus, StatusOutcome};
+use genace_core::render::{PollPlan, RenderClass};
 
 /// What one poll message led to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +69,8 @@ where
     type Outcome = Polled;
 
     async fn handle(&self, message: WorkMessage) -> Result<Polled, StageError> {
-        self.poll(&message.operation_id).await
+        self.poll_after(&message.operation_id, message.poll.unwrap_or_default())
+            .await
     }
 }
 
@@ -76,7 +78,15 @@ impl<P: Ports> Poller<P>
 where
     P::Genace: Genace,
 {
+    /// Looks at the job as the first poll of it would.
     pub async fn poll(&self, id: &OperationId) -> Result<Polled, StageError> {
+        self.poll_after(id, PollHistory::default()).await
+    }
+
+    /// Looks at the job after the looks `history` records: plans the next
+    /// look from the class's render times (read at the first look), and
+    /// carries what this one saw to the next.
+    pub async fn poll_after(&self, id: &OperationId, history: PollHistory) -> Result<Polled, StageError> {
         let now = self.clock.now();
         let Some(rec) = self.store.get(id, now).await? else {
             return Ok(Polled::Missing);
@@ -93,7 +103,8 @@ where
             (Phase::Abandoned, Some(job_id)) if abandoned && !waiting_for_person => job_id.clone(),
             _ => return Ok(Polled::NotObservable(rec.phase)),
         };
-        let delay = next_poll_delay(rec.accepted_at, now, self.config.poll_max_delay_seconds);
+        let history = self.planned(&rec, history).await;
+        let delay = self.next_delay(&rec, &history, now);
         // Nobody waits for an abandoned job's outputs: it is never stalled.
         let stalled = !abandoned && rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
         let look = Look {
@@ -101,6 +112,7 @@ where
             delay,
             next_check: now + Duration::seconds(delay as i64 + SWEEP_SLACK_SECONDS),
             stalled,
+            history,
         };
         match self.genace.status(&job_id).await {
             StatusOutcome::Snapshot(snap) if snap.id.as_deref().is_some_and(|sid| sid != job_id) => {
@@ -132,6 +144,81 @@ where
         }
     }
 
+    /// `history` with the job's plan: read once, at the first look, from
+    /// its class's render times (none with too few, or unread: the
+    /// age-based schedule).
+    async fn planned(&self, rec: &OperationRecord, mut history: PollHistory) -> PollHistory {
+        if history.planned {
+            return history;
+        }
+        let class = RenderClass::of(rec);
+        history.plan = match self.store.render_times(&class).await {
+            Ok(times) => PollPlan::from_times(&times),
+            Err(e) => {
+                warn!(operation_id = %rec.operation_id, error = %e, "render times unread; polling by age");
+                None
+            }
+        };
+        history.planned = true;
+        history
+    }
+
+    /// Seconds until the look after this one: the plan's, else the
+    /// age-based schedule, within `POLL_MAX_DELAY_SECONDS`.
+    fn next_delay(&self, rec: &OperationRecord, history: &PollHistory, now: DateTime<Utc>) -> u32 {
+        let max = self.config.poll_max_delay_seconds.max(1);
+        let age = rec
+            .accepted_at
+            .map_or(0.0, |a| (now - a).num_milliseconds().max(0) as f64 / 1000.0);
+        let by_age = f64::from(next_poll_delay(rec.accepted_at, now, max));
+        let delay = match history.plan {
+            Some(plan) => plan.next_delay(age, history.looks + 1, by_age),
+            None => by_age,
+        };
+        (delay.ceil() as u32).clamp(1, max)
+    }
+
+    /// The next look, carrying what this one saw.
+    async fn look_again(&self, id: &OperationId, look: &Look, running: bool, delay: u32) -> Result<(), StageError> {
+        let mut history = look.history;
+        history.looks += 1;
+        if running {
+            history.running_seen_ms = Some(look.now.timestamp_millis());
+        }
+        let message = WorkMessage {
+            operation_id: id.clone(),
+            poll: Some(history),
+        };
+        self.queue.send_work(Queue::Poll, &message, delay).await?;
+        Ok(())
+    }
+
+    /// A job seen to end: how late (`DetectionLagSeconds`, an upper bound,
+    /// when a look saw it running), after how many looks (`PollsPerJob`),
+    /// and its render time added to its class's (between the last look
+    /// that saw it running and this one; from its acceptance).
+    async fn seen_to_end(&self, rec: &OperationRecord) {
+        let Some(detection) = rec.detection else {
+            return;
+        };
+        self.metrics
+            .emit("PollsPerJob", f64::from(detection.looks), "Count", &[]);
+        if let Some(lag) = detection.lag_bound_seconds() {
+            self.metrics.emit("DetectionLagSeconds", lag, "Seconds", &[]);
+        }
+        let Some(accepted) = rec.accepted_at else {
+            return;
+        };
+        let ended = match detection.last_running_at {
+            Some(running) => running + (detection.ended_seen_at - running) / 2,
+            None => detection.ended_seen_at,
+        };
+        let seconds = (ended - accepted).num_milliseconds().max(0) as f64 / 1000.0;
+        if let Err(e) = self.store.add_render_time(&RenderClass::of(rec), seconds).await {
+            warn!(operation_id = %rec.operation_id, error = %e, "render time not counted");
+        }
+    }
+
     /// A snapshot of the saved job: record it (a stall case riding along),
     /// then poll again, hand over to delivery, or count a failed render.
     async fn observed(
@@ -155,6 +242,10 @@ where
             snapshot: snap,
             next_check: look.next_check,
             stalled: stall.as_deref(),
+            seen: Looks {
+                count: look.history.looks,
+                last_running_at: look.history.running_seen_ms.and_then(DateTime::from_timestamp_millis),
+            },
         };
         let written = match self.record(rec, event, look.now).await? {
             Ok(w) => w,
@@ -174,7 +265,7 @@ where
         }
         match snap.status {
             RenderStatus::Running => {
-                self.queue.enqueue(Queue::Poll, &id, look.delay).await?;
+                self.look_again(&id, look, true, look.delay).await?;
                 Ok(Polled::Running {
                     next_poll_seconds: look.delay,
                 })
@@ -188,10 +279,13 @@ where
                 } else {
                     self.queue.enqueue(Queue::Deliver, &id, 0).await?;
                 }
+                // Last, and best effort: the delivery is on its way.
+                self.seen_to_end(&written).await;
                 Ok(Polled::Rendered)
             }
             RenderStatus::Failed => {
                 self.metrics.count("RenderFailed", &[]);
+                self.seen_to_end(&written).await;
                 Ok(Polled::RenderFailed)
             }
         }
@@ -207,6 +301,7 @@ where
         look: &Look,
     ) -> Result<Polled, StageError> {
         let id = rec.operation_id.clone();
+        let rec_accepted_at = rec.accepted_at;
         warn!(operation_id = %id, remote_job_id = %job_id, %evidence, "status read failed; backing off");
         if look.stalled {
             let evidence = format!(
@@ -223,9 +318,16 @@ where
                 return Ok(Polled::NotObservable(phase));
             }
         }
-        self.queue.enqueue(Queue::Poll, &id, look.delay).await?;
+        // A read that said nothing (a 429 among them) lengthens the plan:
+        // the age-based schedule at least.
+        let delay = look.delay.max(next_poll_delay(
+            rec_accepted_at,
+            look.now,
+            self.config.poll_max_delay_seconds,
+        ));
+        self.look_again(&id, look, false, delay).await?;
         Ok(Polled::BackedOff {
-            next_poll_seconds: look.delay,
+            next_poll_seconds: delay,
         })
     }
 
@@ -296,6 +398,8 @@ struct Look {
     delay: u32,
     next_check: chrono::DateTime<chrono::Utc>,
     stalled: bool,
+    /// The looks before this one, and the job's plan.
+    history: PollHistory,
 }
 
 fn humanize(d: Duration) -> String {

@@ -5,7 +5,7 @@
 use std::future::Future;
 
 use genace_core::domain::OperationId;
-use genace_core::messages::{Queue, RecoveryMessage};
+use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 
 #[derive(Debug, thiserror::Error)]
 #[error("enqueue to {queue:?} failed: {detail}")]
@@ -25,12 +25,23 @@ pub trait RecoveryChannel: Send + Sync {
 
 pub trait WorkQueue: Send + Sync {
     /// Sends one work message, visible after `delay_seconds` (at most [`MAX_DELAY_SECONDS`]).
+    fn send_work(
+        &self,
+        queue: Queue,
+        message: &WorkMessage,
+        delay_seconds: u32,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send;
+
+    /// Sends a work message that names the operation and nothing else.
     fn enqueue(
         &self,
         queue: Queue,
         id: &OperationId,
         delay_seconds: u32,
-    ) -> impl Future<Output = Result<(), QueueError>> + Send;
+    ) -> impl Future<Output = Result<(), QueueError>> + Send {
+        let message = WorkMessage::for_operation(id.clone());
+        async move { self.send_work(queue, &message, delay_seconds).await }
+    }
 
     /// Puts one copy of a lifecycle event for one webhook receiver on the
     /// webhook queue (`{"to": ..., "detail": ...}`): a replay.

@@ -355,13 +355,36 @@ pub fn log_page(
 
 /// The whole operations table: records, ledgers and webhook settings. A
 /// stage that needs only part of it asks for that part.
-pub trait OperationStore: OperationRecords + TenantLedgers + WebhookSettings + WebhookEndpoints {}
+/// The learned render times ([`genace_core::render`]): one histogram per
+/// class of job, read for a job's poll plan and moved by each finished job.
+pub trait RenderTimeLog: Send + Sync {
+    /// The class's render times so far (none yet: empty).
+    fn render_times(
+        &self,
+        class: &genace_core::render::RenderClass,
+    ) -> impl Future<Output = Result<genace_core::render::RenderTimes, StoreError>> + Send;
 
-impl<T: OperationRecords + TenantLedgers + WebhookSettings + WebhookEndpoints> OperationStore for T {}
+    /// One more finished job of the class, rendered in `seconds`: an atomic
+    /// add, whatever else writes.
+    fn add_render_time(
+        &self,
+        class: &genace_core::render::RenderClass,
+        seconds: f64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+pub trait OperationStore:
+    OperationRecords + TenantLedgers + WebhookSettings + WebhookEndpoints + RenderTimeLog
+{
+}
+
+impl<T: OperationRecords + TenantLedgers + WebhookSettings + WebhookEndpoints + RenderTimeLog> OperationStore for T {}
 
 /// The table's traits, for code that calls them on a concrete store.
 pub mod prelude {
-    pub use crate::ports::table::{OperationRecords, OperationStore, TenantLedgers, WebhookEndpoints, WebhookSettings};
+    pub use crate::ports::table::{
+        OperationRecords, OperationStore, RenderTimeLog, TenantLedgers, WebhookEndpoints, WebhookSettings,
+    };
 }
 
 /// Which open cases a listing shows.
