@@ -29,11 +29,34 @@ pub enum Workload {
     Capacity(CapacityArgs),
     /// The same burst beside more and more idle tenants: costs stay flat.
     Scale(ScaleArgs),
+    /// How soon a finished render is seen, in the simulator's virtual time.
+    Latency(LatencyArgs),
     /// What lifecycle events cost a tenant without webhook receivers, with
     /// every event queued for the webhook function and with the pipe's mark.
     Events(EventsArgs),
     /// Many open cases: the console's first page in headless Chromium.
     Console(ConsoleArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct LatencyArgs {
+    /// Median render times, one class each, in seconds.
+    #[arg(long, value_name = "S,S,...", value_delimiter = ',', default_value = "10,60,300")]
+    pub medians: Vec<f64>,
+    /// The spread around each median (one standard deviation of the log is ln(1 + spread)).
+    #[arg(long, value_name = "SHARE", default_value_t = 0.4)]
+    pub spread: f64,
+    /// Jobs per class that teach the render times first, then jobs per class measured.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub warmup: usize,
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    pub jobs: usize,
+    /// The Genace account's slots.
+    #[arg(long, value_name = "JOBS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub slots: u32,
+    /// What each request takes in virtual time.
+    #[arg(long, value_name = "MS", default_value_t = 5, value_parser = clap::value_parser!(i64).range(0..=10_000))]
+    pub latency_ms: i64,
 }
 
 #[derive(Args, Clone)]

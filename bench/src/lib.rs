@@ -30,6 +30,7 @@ mod cli;
 mod console;
 mod delivery;
 mod events;
+mod latency;
 mod load;
 mod model;
 mod pipeline;
@@ -52,6 +53,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         Some(Workload::Load(a)) => load::run(&endpoint, &a).await,
         Some(Workload::Capacity(a)) => capacity::run(&endpoint, &a).await,
         Some(Workload::Scale(a)) => scale::run(&endpoint, &a).await,
+        Some(Workload::Latency(a)) => latency::run(&a),
         Some(Workload::Events(a)) => events::run(&endpoint, &a).await,
         Some(Workload::Console(a)) => console::run(&endpoint, &a).await,
     }

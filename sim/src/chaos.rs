@@ -63,6 +63,8 @@ pub(crate) struct ChaosState {
     /// `account_reads` when the due index was first read since this was
     /// last cleared: whether a sweep looked at the account first.
     pub(crate) reads_at_first_due_page: Option<u64>,
+    /// Status reads (GETs) of each Genace job.
+    pub(crate) gets: BTreeMap<String, u32>,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -83,6 +85,7 @@ impl Chaos {
             wake_requests: 0,
             account_reads: 0,
             reads_at_first_due_page: None,
+            gets: BTreeMap::new(),
         })))
     }
 
@@ -528,6 +531,7 @@ impl Genace for Chaotic<MemoryGenace> {
     }
 
     async fn status(&self, job_id: &str) -> StatusOutcome {
+        *self.chaos.lock().gets.entry(job_id.to_owned()).or_default() += 1;
         slow(&self.chaos).await;
         match self.chaos.below(100) {
             _ if self.chaos.is_calm() => port(&self.chaos, self.inner.status(job_id)).await,

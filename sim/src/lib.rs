@@ -33,6 +33,7 @@ pub use rng::Rng;
 use world::World;
 pub use world::backlog::{BacklogFigures, sweep_backlog};
 pub use world::burst::{BurstFigures, BurstOptions, burst};
+pub use world::latency::{LatencyFigures, LatencyOptions, latency};
 pub use world::{Options, Outcome};
 
 /// One run of `seed`.

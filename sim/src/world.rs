@@ -32,6 +32,7 @@ mod actors;
 pub(crate) mod backlog;
 pub(crate) mod burst;
 mod checks;
+pub(crate) mod latency;
 mod steps;
 mod trace;
 

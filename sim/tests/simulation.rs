@@ -426,3 +426,38 @@ fn account_shards_spread_the_account_items_writes() {
         four.writes.ceiling_jobs_per_second()
     );
 }
+
+/// Renders drawn around 10, 60 and 300 s: once a class's render times are
+/// learned, its jobs are looked at far less often than on the age-based
+/// schedule, every job is delivered and none opens a case, whether the
+/// limit is configured or learned from 429s. The figures themselves are
+/// the latency benchmark's to print.
+#[test]
+fn learned_render_times_cut_the_looks_at_a_job() {
+    use genace_dst::{LatencyOptions, latency};
+    let small = LatencyOptions {
+        warmup: 10,
+        jobs: 6,
+        ..LatencyOptions::default()
+    };
+    let planned = latency(&small);
+    let by_age = latency(&LatencyOptions {
+        warmup: 0,
+        ..small.clone()
+    });
+    let learned = latency(&LatencyOptions {
+        configured: false,
+        ..small.clone()
+    });
+    for f in [&planned, &by_age, &learned] {
+        assert_eq!((f.delivered, f.cases), (f.jobs, 0), "{f:?}");
+        assert_eq!(f.lags.len(), f.jobs, "every end seen and recorded: {f:?}");
+    }
+    assert!(
+        planned.gets_per_job() < by_age.gets_per_job() * 0.6,
+        "{:.1} GETs a job with the plan, {:.1} by age",
+        planned.gets_per_job(),
+        by_age.gets_per_job()
+    );
+    assert!(learned.refused > 0, "the limit was learned from 429s");
+}

@@ -42,12 +42,7 @@ pub fn sweep_backlog(due: usize, latency_ms: i64) -> BacklogFigures {
         max_in_flight: Some(1),
         ..Options::default()
     };
-    let mut world = World::new(0, &world_opts);
-    world.chaos.lock().calm = true;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a runtime");
+    let (mut world, runtime) = super::burst::calm_world(0, &world_opts, None);
     let _context = runtime.enter();
     world.sweep_backlog(due, latency_ms)
 }

@@ -101,20 +101,27 @@ pub fn burst(opts: &BurstOptions) -> BurstFigures {
         account_shards: opts.shards,
         ..Options::default()
     };
-    let mut world = World::new(0, &world_opts);
+    let (mut world, runtime) = calm_world(0, &world_opts, Some(opts.latency_ms));
+    let _context = runtime.enter();
+    world.run_burst(opts)
+}
+
+/// A world for the models: calm (no crash, no odd answer), each request
+/// taking `latency_ms` of the run's clock when given, with the runtime its
+/// timers (a download's deadline) are made in; the caller enters it and
+/// polls the handlers by hand.
+pub(super) fn calm_world(seed: u64, opts: &Options, latency_ms: Option<i64>) -> (World, tokio::runtime::Runtime) {
+    let world = World::new(seed, opts);
     {
         let mut chaos = world.chaos.lock();
         chaos.calm = true;
-        chaos.latency = Some((world.clock.clone(), Duration::milliseconds(opts.latency_ms)));
+        chaos.latency = latency_ms.map(|ms| (world.clock.clone(), Duration::milliseconds(ms)));
     }
-    // Timers (a download's deadline) need a runtime to be created in; the
-    // handlers are polled by hand.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .expect("a runtime");
-    let _context = runtime.enter();
-    world.run_burst(opts)
+    (world, runtime)
 }
 
 impl World {
@@ -132,34 +139,9 @@ impl World {
         let mut last_delivery = began;
         let mut delivered = BTreeSet::new();
         while delivered.len() < ids.len() && self.now() < give_up {
-            self.note_new_jobs(&mut renders, opts.render_seconds);
-            let next_message = self
-                .queue
-                .messages()
-                .into_iter()
-                .filter(|m| m.queue != Queue::Recovery)
-                .map(|m| m.visible_at)
-                .min();
-            let next_render = renders.values().min().copied();
-            let next = [next_message, next_render, Some(next_sweep)]
-                .into_iter()
-                .flatten()
-                .min();
-            let Some(at) = next else { break };
-            if at > self.now() {
-                self.clock.set(at);
-            }
-            if next_render.is_some_and(|r| r <= self.now()) {
-                self.finish_renders(&mut renders);
-            } else if next_message.is_some_and(|m| m <= self.now()) {
-                self.handle_next_message();
-            } else {
-                next_sweep = self.now() + Duration::seconds(60);
-                let sweeper = self.app.sweeper();
-                // A failed run is the next run's to repeat, as deployed.
-                let _ = run_to_end(Box::pin(async move {
-                    sweeper.run().await.map(|r| format!("{r:?}")).map_err(|e| e.to_string())
-                }));
+            self.note_new_jobs(&mut renders, |_| opts.render_seconds as f64);
+            if !self.calm_step(&mut renders, &mut next_sweep) {
+                break;
             }
             for r in self.store.records() {
                 let id = r.operation_id.as_str();
@@ -191,7 +173,12 @@ impl World {
     pub(super) fn image_intent(&mut self, tenant: &str, key: &str) -> String {
         let body = serde_json::json!({"operation_key": key, "media_type": "image",
             "specification": {"model": "genace-image-1", "prompt": key}});
-        let intent = Intent::parse(&body, None).expect("a valid intent");
+        self.submit_intent(tenant, &body)
+    }
+
+    /// The intent `body` of `tenant`, sent now and accepted; its operation id.
+    pub(super) fn submit_intent(&mut self, tenant: &str, body: &serde_json::Value) -> String {
+        let intent = Intent::parse(body, None).expect("a valid intent");
         let tenant = TenantId::parse(tenant).expect("a valid tenant");
         let intake = self.app.intake();
         let now = self.now();
@@ -204,17 +191,59 @@ impl World {
         .expect("a new intent is accepted")
     }
 
-    /// Jobs Genace took since the last look render from now on.
-    fn note_new_jobs(&self, renders: &mut BTreeMap<String, DateTime<Utc>>, seconds: i64) {
+    /// Jobs Genace took since the last look render from now on, each for
+    /// `seconds(operation id)`.
+    pub(super) fn note_new_jobs(&self, renders: &mut BTreeMap<String, DateTime<Utc>>, seconds: impl Fn(&str) -> f64) {
         for job in self.genace.jobs() {
             if (job.state == "queued" || job.state == "running") && !renders.contains_key(&job.id) {
-                renders.insert(job.id.clone(), self.now() + Duration::seconds(seconds));
+                let took = seconds(job.client_reference.as_deref().unwrap_or_default());
+                let end = self.now() + Duration::milliseconds((took * 1000.0) as i64);
+                renders.insert(job.id.clone(), end);
             }
         }
     }
 
+    /// One step of a calm run: the clock moves to the next thing due (a
+    /// render's end, a visible message, the minute's sweep) and it
+    /// happens. False when nothing is left to happen.
+    pub(super) fn calm_step(
+        &mut self,
+        renders: &mut BTreeMap<String, DateTime<Utc>>,
+        next_sweep: &mut DateTime<Utc>,
+    ) -> bool {
+        let next_message = self
+            .queue
+            .messages()
+            .into_iter()
+            .filter(|m| m.queue != Queue::Recovery)
+            .map(|m| m.visible_at)
+            .min();
+        let next_render = renders.values().min().copied();
+        let next = [next_message, next_render, Some(*next_sweep)]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(at) = next else { return false };
+        if at > self.now() {
+            self.clock.set(at);
+        }
+        if next_render.is_some_and(|r| r <= self.now()) {
+            self.finish_renders(renders);
+        } else if next_message.is_some_and(|m| m <= self.now()) {
+            self.handle_next_message();
+        } else {
+            *next_sweep = self.now() + Duration::seconds(60);
+            let sweeper = self.app.sweeper();
+            // A failed run is the next run's to repeat, as deployed.
+            let _ = run_to_end(Box::pin(async move {
+                sweeper.run().await.map(|r| format!("{r:?}")).map_err(|e| e.to_string())
+            }));
+        }
+        true
+    }
+
     /// Jobs whose render time is up complete, with one small output each.
-    fn finish_renders(&self, renders: &mut BTreeMap<String, DateTime<Utc>>) {
+    pub(super) fn finish_renders(&self, renders: &mut BTreeMap<String, DateTime<Utc>>) {
         let now = self.now();
         let done: Vec<String> = renders
             .iter()
@@ -233,7 +262,7 @@ impl World {
 
     /// Receives the oldest visible message and runs its handler to its end;
     /// a handler that succeeded deletes its message.
-    fn handle_next_message(&mut self) {
+    pub(super) fn handle_next_message(&mut self) {
         for queue in [Queue::Dispatch, Queue::Wake, Queue::Poll, Queue::Deliver] {
             let Some(m) = self.queue.receive(queue, 1, Duration::seconds(60)).pop() else {
                 continue;

@@ -1,0 +1,85 @@
+//! `latency`: how soon a finished render is seen, in the simulator's
+//! virtual time (`genace_dst::latency`): renders drawn log-normal around
+//! each class's median, a warm-up that teaches the render times, then a
+//! measured burst, with the limit configured and with it learned from
+//! Genace's 429s. It prints the detection lag, the GETs per job, the slot
+//! time against the render time and the drain against the ideal, beside
+//! the goals; it fails only on an undelivered job or a case (the figures
+//! are the benchmark's to print, not to assert).
+
+use genace_dst::{LatencyFigures, LatencyOptions, latency};
+
+use crate::cli::LatencyArgs;
+
+pub(crate) fn run(args: &LatencyArgs) -> Result<(), String> {
+    let base = LatencyOptions {
+        medians: args.medians.clone(),
+        spread: args.spread,
+        warmup: args.warmup,
+        jobs: args.jobs,
+        slots: args.slots,
+        latency_ms: args.latency_ms,
+        ..LatencyOptions::default()
+    };
+    // The model builds its own runtime, so it runs on a thread of its own.
+    let learned = LatencyOptions {
+        configured: false,
+        ..base.clone()
+    };
+    let modelled = std::thread::spawn(move || [latency(&base), latency(&learned)])
+        .join()
+        .map_err(|_| "the virtual-time latency run panicked".to_owned())?;
+    let [configured, learned] = modelled;
+    let runs = [("configured", configured), ("learned from 429s", learned)];
+    print(args, &runs);
+    for (name, f) in &runs {
+        if f.delivered < f.jobs || f.cases > 0 {
+            return Err(format!(
+                "with the limit {name}: {} of {} delivered, {} cases",
+                f.delivered, f.jobs, f.cases
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn print(args: &LatencyArgs, runs: &[(&str, LatencyFigures)]) {
+    println!("# genace-bench latency (virtual time)");
+    println!();
+    println!(
+        "Renders log-normal around {:?} s (±{:.0} %), {} warm-up and {} measured jobs per class, an account of {} \
+         slots, {} ms a request.",
+        args.medians,
+        args.spread * 100.0,
+        args.warmup,
+        args.jobs,
+        args.slots,
+        args.latency_ms
+    );
+    println!();
+    println!(
+        "| limit | detection lag p50 | p99 | p50 of the render | p99 of the render | GETs per job | slot time / render \
+         time | drain against the ideal | 429s | cases |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (name, f) in runs {
+        println!(
+            "| {name} | {:.2} s | {:.2} s | {:.1} % | {:.1} % | {:.1} | {:.2} | {:.0} s, {:.2}× | {} | {} |",
+            f.lag_quantile(0.5),
+            f.lag_quantile(0.99),
+            f.relative_lag_quantile(0.5) * 100.0,
+            f.relative_lag_quantile(0.99) * 100.0,
+            f.gets_per_job(),
+            f.slot_over_render,
+            f.drain_seconds,
+            f.drain_seconds / f.ideal_seconds.max(1e-9),
+            f.refused,
+            f.cases
+        );
+    }
+    println!();
+    println!(
+        "Goals: lag p50 at most 1 s + 2 % of the render, p99 at most 3 s + 5 %; at most 8 GETs a job; drain at most \
+         1.05× the ideal configured, 1.15× learned; 0 cases."
+    );
+}

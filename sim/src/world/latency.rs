@@ -1,0 +1,229 @@
+//! Poll latency in virtual time, for the latency benchmark: the real stages
+//! on the in-memory adapters, calm, where Genace renders each job for a
+//! time drawn from a log-normal spread around its class's median. A
+//! warm-up burst teaches the stack each class's render times; then a
+//! measured burst runs, and its figures are read from what happened: how
+//! late each job's end was seen, how many GETs it took, how long its slot
+//! was held against its render, and the drain against the ideal.
+
+#[allow(
+    unused_imports,
+    reason = "the crate root's imports, shared by every file of the simulator"
+)]
+use super::*;
+use std::collections::BTreeSet;
+
+/// The runs to make.
+#[derive(Debug, Clone)]
+pub struct LatencyOptions {
+    /// The classes' median render times, in seconds: each its own class
+    /// (videos of different lengths).
+    pub medians: Vec<f64>,
+    /// The spread: one standard deviation of the log is `ln(1 + spread)`.
+    pub spread: f64,
+    /// Jobs per class in the warm-up burst, and in the measured one.
+    pub warmup: usize,
+    pub jobs: usize,
+    /// The Genace account's slots.
+    pub slots: u32,
+    /// Whether the stack is told the limit (`GENACE_MAX_IN_FLIGHT`) or must
+    /// learn it from Genace's 429s.
+    pub configured: bool,
+    /// How long each request takes.
+    pub latency_ms: i64,
+    pub seed: u64,
+}
+
+impl Default for LatencyOptions {
+    fn default() -> Self {
+        Self {
+            medians: vec![10.0, 60.0, 300.0],
+            spread: 0.4,
+            warmup: 20,
+            jobs: 40,
+            slots: 10,
+            configured: true,
+            latency_ms: 5,
+            seed: 1,
+        }
+    }
+}
+
+/// What the measured burst showed.
+#[derive(Debug, Clone, Default)]
+pub struct LatencyFigures {
+    pub jobs: usize,
+    pub delivered: usize,
+    pub cases: usize,
+    /// Per job seen to end: seconds from its end to the look that saw it,
+    /// and that over its render time.
+    pub lags: Vec<(f64, f64)>,
+    /// GETs of the measured jobs.
+    pub gets: u64,
+    /// The slots' time held over the renders' time, summed over the jobs.
+    pub slot_over_render: f64,
+    /// From the first measured intent to the last delivery, and the ideal
+    /// (every render back to back on every slot).
+    pub drain_seconds: f64,
+    pub ideal_seconds: f64,
+    /// Genace's 429s over both bursts.
+    pub refused: u64,
+}
+
+impl LatencyFigures {
+    /// The lag below which a share `q` of the jobs' ends were seen.
+    pub fn lag_quantile(&self, q: f64) -> f64 {
+        quantile(self.lags.iter().map(|(lag, _)| *lag).collect(), q)
+    }
+
+    /// The same, over each job's render time.
+    pub fn relative_lag_quantile(&self, q: f64) -> f64 {
+        quantile(self.lags.iter().map(|(_, rel)| *rel).collect(), q)
+    }
+
+    pub fn gets_per_job(&self) -> f64 {
+        self.gets as f64 / self.jobs.max(1) as f64
+    }
+}
+
+fn quantile(mut values: Vec<f64>, q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let i = ((values.len() as f64 * q).ceil() as usize).clamp(1, values.len()) - 1;
+    values[i]
+}
+
+/// Runs the warm-up and the measured burst; the same options give the same
+/// figures.
+pub fn latency(opts: &LatencyOptions) -> LatencyFigures {
+    let world_opts = Options {
+        crash_per_mille: 0,
+        intents: 0,
+        max_in_flight: opts.configured.then_some(opts.slots),
+        genace_limit: (!opts.configured).then_some(opts.slots),
+        ..Options::default()
+    };
+    let (mut world, runtime) = super::burst::calm_world(opts.seed, &world_opts, Some(opts.latency_ms));
+    let _context = runtime.enter();
+    let mut rng = Rng::new(opts.seed);
+    let mut took = BTreeMap::new();
+    world.latency_burst(opts, opts.warmup, "warmup", &mut rng, &mut took);
+    let began = world.now();
+    let (ids, drain) = world.latency_burst(opts, opts.jobs, "measured", &mut rng, &mut took);
+    world.latency_figures(opts, &ids, &took, began, drain)
+}
+
+/// A render time around `median`: log-normal, `ln(1 + spread)` one
+/// standard deviation of its log (Box-Muller over the seeded draws).
+fn draw(rng: &mut Rng, median: f64, spread: f64) -> f64 {
+    let unit = |rng: &mut Rng| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let (u, v) = (unit(rng).max(f64::MIN_POSITIVE), unit(rng));
+    let z = (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos();
+    (median * ((1.0 + spread).ln() * z).exp()).max(0.5)
+}
+
+/// A video length per class, so each median is its own class.
+const LENGTHS: [f64; 5] = [5.0, 10.0, 20.0, 40.0, 60.0];
+
+impl World {
+    /// `per_class` intents of every class at once, each with its render
+    /// time drawn (in `took`, by operation id), run until every one is
+    /// delivered; their ids, and when the last was delivered.
+    fn latency_burst(
+        &mut self,
+        opts: &LatencyOptions,
+        per_class: usize,
+        name: &str,
+        rng: &mut Rng,
+        took: &mut BTreeMap<String, f64>,
+    ) -> (Vec<String>, DateTime<Utc>) {
+        let mut ids = Vec::new();
+        for i in 0..per_class {
+            for (c, median) in opts.medians.iter().enumerate() {
+                let id = self.video_intent(&format!("{name}-{c}-{i}"), LENGTHS[c % LENGTHS.len()]);
+                took.insert(id.clone(), draw(rng, *median, opts.spread));
+                ids.push(id);
+            }
+        }
+        let began = self.now();
+        let mut renders = BTreeMap::new();
+        let mut next_sweep = began + Duration::seconds(60);
+        let total: f64 = ids.iter().filter_map(|id| took.get(id)).sum();
+        let give_up = began + Duration::seconds((total * 10.0) as i64 + 3600);
+        let wanted: BTreeSet<&String> = ids.iter().collect();
+        let mut delivered = BTreeSet::new();
+        let mut last = began;
+        while delivered.len() < ids.len() && self.now() < give_up {
+            self.note_new_jobs(&mut renders, |op| took.get(op).copied().unwrap_or(1.0));
+            if !self.calm_step(&mut renders, &mut next_sweep) {
+                break;
+            }
+            for r in self.store.records() {
+                let id = r.operation_id.as_str();
+                if r.delivery_state == DeliveryState::Delivered
+                    && wanted.contains(&id.to_owned())
+                    && delivered.insert(id.to_owned())
+                {
+                    last = self.now();
+                }
+            }
+        }
+        (ids, last)
+    }
+
+    fn latency_figures(
+        &self,
+        opts: &LatencyOptions,
+        ids: &[String],
+        took: &BTreeMap<String, f64>,
+        began: DateTime<Utc>,
+        drain: DateTime<Utc>,
+    ) -> LatencyFigures {
+        let records: BTreeMap<String, OperationRecord> = self
+            .store
+            .records()
+            .into_iter()
+            .map(|r| (r.operation_id.as_str().to_owned(), r))
+            .collect();
+        let chaos = self.chaos.lock();
+        let mut f = LatencyFigures {
+            jobs: ids.len(),
+            refused: self.genace.refused_full(),
+            drain_seconds: (drain - began).num_milliseconds() as f64 / 1000.0,
+            ..LatencyFigures::default()
+        };
+        let mut slot = 0.0;
+        let mut render = 0.0;
+        for id in ids {
+            let (Some(rec), Some(seconds)) = (records.get(id), took.get(id)) else {
+                continue;
+            };
+            f.delivered += usize::from(rec.delivery_state == DeliveryState::Delivered);
+            f.cases += usize::from(rec.case.is_some());
+            render += seconds;
+            if let Some(job) = &rec.remote_job_id {
+                f.gets += u64::from(chaos.gets.get(job).copied().unwrap_or(0));
+            }
+            let (Some(d), Some(accepted)) = (rec.detection, rec.accepted_at) else {
+                continue;
+            };
+            let ended = accepted + Duration::milliseconds((seconds * 1000.0) as i64);
+            let lag = ((d.ended_seen_at - ended).num_milliseconds() as f64 / 1000.0).max(0.0);
+            f.lags.push((lag, lag / seconds));
+            slot += (d.ended_seen_at - accepted).num_milliseconds() as f64 / 1000.0;
+        }
+        f.slot_over_render = slot / render.max(1e-9);
+        f.ideal_seconds = render / f64::from(opts.slots.max(1));
+        f
+    }
+
+    /// A new video intent of tenant-a, `length` seconds long, sent now and
+    /// accepted; its operation id.
+    fn video_intent(&mut self, key: &str, length: f64) -> String {
+        let body = serde_json::json!({"operation_key": key, "media_type": "video",
+            "specification": {"model": "genace-video-2", "prompt": key, "duration": length}});
+        self.submit_intent(TENANTS[0], &body)
+    }
+}
