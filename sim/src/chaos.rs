@@ -272,20 +272,23 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
     }
 }
 
-/// Render times are read and added outside the chaos: no crash point, no
-/// draw. Both are best effort in the poller (a failure is logged, and the
-/// age-based schedule used), after every write and message of its look,
-/// and drawing for them would move every recorded schedule (the planted
-/// bugs' first seeds).
+/// Render times are read and added outside the chaos: counted as requests
+/// (and timed, in the models), but no crash point and no draw. Both are
+/// best effort in the poller (a failure is logged, and the age-based
+/// schedule used), after every write and message of its look, and drawing
+/// for them would move every recorded schedule (the planted bugs' first
+/// seeds).
 impl<T: genace_stages::ports::table::RenderTimeLog> genace_stages::ports::table::RenderTimeLog for Chaotic<T> {
     async fn render_times(
         &self,
         class: &genace_core::render::RenderClass,
     ) -> Result<genace_core::render::RenderTimes, StoreError> {
+        self.chaos.request(1);
         self.inner.render_times(class).await
     }
 
     async fn add_render_time(&self, class: &genace_core::render::RenderClass, seconds: f64) -> Result<(), StoreError> {
+        self.chaos.request(1);
         self.inner.add_render_time(class, seconds).await
     }
 }

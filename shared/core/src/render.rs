@@ -21,8 +21,8 @@ use crate::record::OperationRecord;
 pub const BUCKETS: usize = 40;
 /// The upper edge of the first bucket.
 pub const FIRST_EDGE_SECONDS: f64 = 0.5;
-/// Each bucket's upper edge over the one before: 40 buckets reach past
-/// five hours.
+/// Each bucket's upper edge over the one before: 40 buckets reach almost
+/// four hours (the last holds every longer render).
 pub const RATIO: f64 = 1.3;
 /// Finished jobs a class needs before its plan replaces the age-based
 /// schedule.

@@ -58,7 +58,7 @@ const MIN_POLL_DELAY_SECONDS: u32 = 5;
 /// Backoff grows with the job's age: about a tenth of it, within bounds.
 pub fn next_poll_delay(accepted_at: Option<DateTime<Utc>>, now: DateTime<Utc>, max: u32) -> u32 {
     let age = accepted_at.map(|a| (now - a).num_seconds().max(0)).unwrap_or(0);
-    ((age / 10) as u32).clamp(MIN_POLL_DELAY_SECONDS, max.max(MIN_POLL_DELAY_SECONDS))
+    ((age / 10) as u32).max(MIN_POLL_DELAY_SECONDS).min(max.max(1))
 }
 
 impl<P: Ports> Stage for Poller<P>
@@ -105,12 +105,19 @@ where
         };
         let history = self.planned(&rec, history).await;
         let delay = self.next_delay(&rec, &history, now);
+        // An unreadable status waits at least the age-based delay: the
+        // sweep's deadline covers the longer of the two.
+        let longest = delay.max(next_poll_delay(
+            rec.accepted_at,
+            now,
+            self.config.poll_max_delay_seconds,
+        ));
         // Nobody waits for an abandoned job's outputs: it is never stalled.
         let stalled = !abandoned && rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
         let look = Look {
             now,
             delay,
-            next_check: now + Duration::seconds(delay as i64 + SWEEP_SLACK_SECONDS),
+            next_check: now + Duration::seconds(longest as i64 + SWEEP_SLACK_SECONDS),
             stalled,
             history,
         };
@@ -193,26 +200,30 @@ where
         Ok(())
     }
 
-    /// A job seen to end: how late (`DetectionLagSeconds`, an upper bound,
-    /// when a look saw it running), after how many looks (`PollsPerJob`),
-    /// and its render time added to its class's (between the last look
-    /// that saw it running and this one; from its acceptance).
-    async fn seen_to_end(&self, rec: &OperationRecord) {
+    /// A job seen to end: how late (`DetectionLagSeconds`, an upper bound:
+    /// from the last look that saw it running, else from its acceptance),
+    /// after how many looks (`PollsPerJob`), and, for a render that
+    /// succeeded and that a look saw running, its render time added to its
+    /// class's (the midpoint of the last two looks, from its acceptance). A
+    /// job no look saw running (seen done at its first look, or by a chain
+    /// of polls the sweep or recovery restarted without its history) says
+    /// only an upper bound, and a failed or cancelled one says nothing of
+    /// how long a render takes: neither is counted.
+    async fn seen_to_end(&self, rec: &OperationRecord, succeeded: bool) {
         let Some(detection) = rec.detection else {
             return;
         };
         self.metrics
             .emit("PollsPerJob", f64::from(detection.looks), "Count", &[]);
-        if let Some(lag) = detection.lag_bound_seconds() {
+        let since = detection.last_running_at.or(rec.accepted_at);
+        if let Some(since) = since {
+            let lag = (detection.ended_seen_at - since).num_milliseconds().max(0) as f64 / 1000.0;
             self.metrics.emit("DetectionLagSeconds", lag, "Seconds", &[]);
         }
-        let Some(accepted) = rec.accepted_at else {
+        let (Some(accepted), Some(running), true) = (rec.accepted_at, detection.last_running_at, succeeded) else {
             return;
         };
-        let ended = match detection.last_running_at {
-            Some(running) => running + (detection.ended_seen_at - running) / 2,
-            None => detection.ended_seen_at,
-        };
+        let ended = running + (detection.ended_seen_at - running) / 2;
         let seconds = (ended - accepted).num_milliseconds().max(0) as f64 / 1000.0;
         if let Err(e) = self.store.add_render_time(&RenderClass::of(rec), seconds).await {
             warn!(operation_id = %rec.operation_id, error = %e, "render time not counted");
@@ -280,12 +291,12 @@ where
                     self.queue.enqueue(Queue::Deliver, &id, 0).await?;
                 }
                 // Last, and best effort: the delivery is on its way.
-                self.seen_to_end(&written).await;
+                self.seen_to_end(&written, true).await;
                 Ok(Polled::Rendered)
             }
             RenderStatus::Failed => {
                 self.metrics.count("RenderFailed", &[]);
-                self.seen_to_end(&written).await;
+                self.seen_to_end(&written, false).await;
                 Ok(Polled::RenderFailed)
             }
         }
