@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Measures Genace operations on the local stack and prints tables:
-#   scripts/bench.sh [pipeline] [--intents N] [--output-bytes SIZE]   requests, invocations, latency, $ per million
+#   scripts/bench.sh [pipeline] [--intents N] [--output-bytes SIZE] [--traced | --compare-tracing [--rounds 3]]   requests, invocations, latency, $ per million; what tracing adds
 #   scripts/bench.sh delivery [--bytes 1GiB]                           one large output: throughput and peak RSS
 #   scripts/bench.sh load [--intents 2000] [--rate 50] [--duplicates 30]
 #   scripts/bench.sh capacity [--intents 1000] [--limit 10] [--render-seconds 20]
 #   scripts/bench.sh events [--intents 100]                            the webhook leg, before and after the pipe's mark
 #   scripts/bench.sh console [--cases 10000] [--runs 10]               the console's first page of many open cases (headless Chromium)
+#   scripts/bench.sh scale [--tenants 3,100] [--model-shards 1,4,8]    requests per operation against tenants; the account's ceiling
+#   scripts/bench.sh latency [--medians 10,60,300] [--spread 0.4]      poll latency in virtual time: lag, GETs, drain, 429s
 # Installs and starts moto on a free loopback port (stopped again at the end),
 # builds genace-bench (release; BENCH_PROFILE=dev for a quick debug build) and
 # runs it from the repository root. Prices: docs/prices.json.

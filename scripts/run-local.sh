@@ -3,7 +3,8 @@
 # key: builds the binaries, starts local AWS (installing moto if needed), the
 # Genace simulator and the local runner (intake, dispatch, poll, deliver,
 # recovery and the sweep), prints the API URL, a token and a curl example,
-# then shows one line per phase change. Ctrl-C stops everything it started.
+# then shows one line per phase change. Spans go to a local OTLP receiver
+# (.local/traces.jsonl). Ctrl-C stops everything it started.
 #
 # --artifacts [Param=Value ...]: run the deployment artifacts instead. The six
 # function binaries are built for this host and each runs under the Lambda
@@ -35,6 +36,10 @@ export DELIVERY_ALLOW_HTTP="${DELIVERY_ALLOW_HTTP:-true}"
 export DELIVERY_ALLOW_PRIVATE="${DELIVERY_ALLOW_PRIVATE:-true}"
 export DISPATCH_LEASE_SECONDS="${DISPATCH_LEASE_SECONDS:-30}"
 export SWEEP_INTERVAL_SECONDS="${SWEEP_INTERVAL_SECONDS:-15}"
+# The stack's spans: the runner starts an OTLP/HTTP receiver on this port,
+# writing one JSON line per span to GENACE_TRACES_FILE.
+export TRACES_PORT="${TRACES_PORT:-4318}"
+export GENACE_TRACES_FILE="${GENACE_TRACES_FILE:-$ROOT/.local/traces.jsonl}"
 
 cargo build --quiet -p genace-local --bins
 BIN="$ROOT/target/debug"
@@ -47,6 +52,10 @@ if [ ${#mode[@]} -gt 0 ]; then
   export LOCAL_OVERRIDE_GENACE_TIMEOUT_SECONDS="$GENACE_TIMEOUT_SECONDS"
   export LOCAL_OVERRIDE_DISPATCH_LEASE_SECONDS="$DISPATCH_LEASE_SECONDS"
   export LOCAL_OVERRIDE_DELIVERY_ALLOW_PRIVATE="$DELIVERY_ALLOW_PRIVATE"
+  # The functions under the emulator send their spans to the same receiver.
+  export LOCAL_OVERRIDE_OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$TRACES_PORT"
+  # Every operation's trace kept locally (the template's default keeps a tenth).
+  export LOCAL_OVERRIDE_GENACE_TRACE_SAMPLE_RATE="${GENACE_TRACE_SAMPLE_RATE:-1}"
 fi
 
 children=()
@@ -79,6 +88,7 @@ Genace operations is running locally (Genace simulator: $GENACE_BASE_URL).
   Console: http://127.0.0.1:$INTAKE_PORT/console  (operators; the local sign-in mints an operator token)
   Tenant: $TENANT
   Token:  $TOKEN
+  Traces: $GENACE_TRACES_FILE  (one JSON line per span, from the receiver on port $TRACES_PORT)
 
 Try:
   curl -si http://127.0.0.1:$INTAKE_PORT/v1/operations \\

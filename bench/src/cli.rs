@@ -87,6 +87,21 @@ pub struct PipelineArgs {
     /// Each output's size (1GiB, 64MiB, 300KiB or bytes).
     #[arg(long, value_name = "SIZE", default_value = "256KiB", value_parser = parse_bytes)]
     pub output_bytes: u64,
+    /// Trace every operation: spans exported to a local OTLP receiver.
+    #[arg(long, conflicts_with = "compare_tracing")]
+    pub traced: bool,
+    /// Run the pipeline without and with tracing, in alternating rounds
+    /// (each its own process), and print what tracing adds to handler
+    /// time; fails when it adds more than 10 %.
+    #[arg(long)]
+    pub compare_tracing: bool,
+    /// Rounds of each, with --compare-tracing.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
+    /// End with one line of the run's figures as JSON (what
+    /// --compare-tracing reads).
+    #[arg(long, hide = true)]
+    pub summary: bool,
     /// The list prices.
     #[arg(long, value_name = "FILE", default_value = "docs/prices.json")]
     pub prices: String,

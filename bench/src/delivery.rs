@@ -380,7 +380,7 @@ pub(crate) async fn rendered_operation(
             snapshot: &snap,
             next_check: now,
             stalled: None,
-            seen: Default::default(),
+            seen: &Default::default(),
         },
         now,
         &policy,

@@ -33,6 +33,9 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<(), String> {
     let runs = [("configured", configured), ("learned from 429s", learned)];
     print(args, &runs);
     for (name, f) in &runs {
+        if let Some(v) = &f.violation {
+            return Err(format!("with the limit {name}: {v}"));
+        }
         if f.delivered < f.jobs || f.cases > 0 {
             return Err(format!(
                 "with the limit {name}: {} of {} delivered, {} cases",
@@ -75,6 +78,30 @@ fn print(args: &LatencyArgs, runs: &[(&str, LatencyFigures)]) {
             f.drain_seconds / f.ideal_seconds.max(1e-9),
             f.refused,
             f.cases
+        );
+    }
+    println!();
+    println!(
+        "| limit | jobs seen within 1 s + 2 % (goal: half) | within 3 s + 5 % (goal: 99 %) | 429s in the warm-up burst | \
+         in the measured burst | learned limit steady after | in median renders |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (name, f) in runs {
+        let steady = f.steady_after();
+        println!(
+            "| {name} | {:.0} % | {:.0} % | {} | {} | {} | {} |",
+            f.within(1.0, 0.02) * 100.0,
+            f.within(3.0, 0.05) * 100.0,
+            f.refused_warmup,
+            f.refused - f.refused_warmup,
+            match (f.refused, steady) {
+                (0, _) => "- (configured)".into(),
+                (_, None) => "never".into(),
+                (_, Some(s)) => format!("{s:.0} s"),
+            },
+            steady
+                .filter(|_| f.refused > 0)
+                .map_or("-".into(), |s| format!("{:.2}", s / f.median_render.max(1e-9))),
         );
     }
     println!();

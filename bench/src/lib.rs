@@ -38,6 +38,7 @@ mod pricing;
 mod report;
 mod scale;
 mod stack;
+mod tracing_cost;
 
 pub use cli::{Cli, Workload};
 
@@ -47,8 +48,8 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         .endpoint
         .ok_or("AWS_ENDPOINT_URL must point at local AWS (use scripts/bench.sh)")?;
     match cli.workload {
-        None => pipeline::run(&endpoint, &cli.pipeline).await,
-        Some(Workload::Pipeline(a)) => pipeline::run(&endpoint, &a).await,
+        None => pipeline(&endpoint, &cli.pipeline).await,
+        Some(Workload::Pipeline(a)) => pipeline(&endpoint, &a).await,
         Some(Workload::Delivery(a)) => delivery::run(&endpoint, &a).await,
         Some(Workload::Load(a)) => load::run(&endpoint, &a).await,
         Some(Workload::Capacity(a)) => capacity::run(&endpoint, &a).await,
@@ -56,5 +57,14 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         Some(Workload::Latency(a)) => latency::run(&a),
         Some(Workload::Events(a)) => events::run(&endpoint, &a).await,
         Some(Workload::Console(a)) => console::run(&endpoint, &a).await,
+    }
+}
+
+/// The pipeline, or its runs without and with tracing compared.
+async fn pipeline(endpoint: &str, args: &cli::PipelineArgs) -> Result<(), String> {
+    if args.compare_tracing {
+        tracing_cost::run(endpoint, args).await
+    } else {
+        pipeline::run(endpoint, args).await
     }
 }

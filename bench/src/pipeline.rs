@@ -37,6 +37,7 @@ struct Idle {
 pub(crate) async fn run(endpoint: &str, args: &PipelineArgs) -> Result<(), String> {
     let prices = load_prices(&args.prices)?;
     let n = args.intents.max(1);
+    let receiver = if args.traced { Some(traced().await?) } else { None };
     let stack = Stack::fresh(endpoint).await?;
     let (sim, base) = start_standin(args.output_bytes).await?;
     let (running, addr) = stack.start_runner(&base, 4).await?;
@@ -60,6 +61,7 @@ pub(crate) async fn run(endpoint: &str, args: &PipelineArgs) -> Result<(), Strin
     };
     let idle = idle(&stack, &client, &api, &token, &keys, run_id).await?;
     running.shutdown().await;
+    let spans = receiver.map(|receiver| spans_counted(&receiver, n));
 
     // In-process intake latency: the handler alone, no HTTP, no JWT check.
     let (inproc_new, inproc_dup) = in_process_intake(&stack, n.min(100), run_id).await?;
@@ -75,6 +77,9 @@ pub(crate) async fn run(endpoint: &str, args: &PipelineArgs) -> Result<(), Strin
     );
     let per = print_requests(n, &burst, &idle, &prices);
     print_invocations(n, &burst.invocations);
+    if args.summary {
+        print_summary(&per, &burst, [&inproc_new, &inproc_dup], n, spans)?;
+    }
     print_latency([
         ("in-process handler", "new", inproc_new),
         ("in-process handler", "duplicate", inproc_dup),
@@ -89,6 +94,28 @@ pub(crate) async fn run(endpoint: &str, args: &PipelineArgs) -> Result<(), Strin
     if delivered != n {
         return Err(format!("only {delivered} of {n} delivered"));
     }
+    Ok(())
+}
+
+/// The run's figures as one JSON line, for `--compare-tracing`.
+fn print_summary(
+    per: &PerOperation,
+    burst: &Burst,
+    [new, duplicate]: [&[Duration]; 2],
+    n: usize,
+    spans: Option<f64>,
+) -> Result<(), String> {
+    let figures = crate::tracing_cost::Summary::of(
+        per.gb_seconds,
+        &burst.invocations,
+        new,
+        duplicate,
+        &burst.requests,
+        n,
+        spans,
+    );
+    let line = serde_json::to_string(&figures).map_err(|e| e.to_string())?;
+    println!("{}{line}", crate::tracing_cost::MARK);
     Ok(())
 }
 
@@ -183,6 +210,25 @@ fn print_requests(n: usize, burst: &Burst, idle: &Idle, prices: &Prices) -> PerO
         dup_total as f64 / dups
     );
     out
+}
+
+/// Every operation traced: a local OTLP receiver, and this process's spans
+/// sent to it, every trace kept.
+async fn traced() -> Result<genace_local::traces::Receiver, String> {
+    let file = std::env::temp_dir().join(format!("genace-bench-spans-{}.jsonl", std::process::id()));
+    genace_local::traces::Receiver::for_this_process(&file, "genace-bench")
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Prints the spans the receiver got per operation, and removes its file;
+/// returns that figure.
+fn spans_counted(receiver: &genace_local::traces::Receiver, n: usize) -> f64 {
+    let spans = std::fs::read_to_string(&receiver.file).map_or(0, |t| t.lines().count());
+    let per = spans as f64 / n as f64;
+    println!("Traced: every operation's spans exported to a local OTLP receiver, {per:.1} spans per operation.");
+    let _ = std::fs::remove_file(&receiver.file);
+    per
 }
 
 /// The invocations table.

@@ -87,6 +87,7 @@ impl Stack {
             events_file: None,
             webhook_rule_unfiltered: false,
             console: genace_console::SignIn::Local,
+            traces_file: None,
         };
         adjust(&mut settings);
         let gconf = GenaceConfig::new(genace_base, "bench-key");

@@ -123,6 +123,7 @@ pub async fn burst(ctx: &Context) -> Outcome {
         async move { ctx.api.create(&body).await }
     });
     let mut ids = Vec::new();
+    let mut traces = Vec::new();
     for reply in futures::future::join_all(creates).await {
         let reply = reply?;
         let id = reply.body["operation_id"].as_str().map(str::to_owned);
@@ -140,13 +141,24 @@ pub async fn burst(ctx: &Context) -> Outcome {
         if !v["reconciliation_case"].is_null() {
             return Err(format!("{id}: a case opened: {}", v["reconciliation_case"]));
         }
+        traces.push(v["trace_id"].as_str().unwrap_or_default().to_owned());
     }
+    let refused = one_job_each(&account, &ids)?;
+    match &ctx.traces {
+        Some(file) => traced(file, &ids, &traces, refused).await,
+        None => Ok(()),
+    }
+}
+
+/// Each operation got exactly one job, and the account never rendered
+/// more than it can; how many POSTs it refused.
+fn one_job_each(account: &Mutex<Account>, ids: &[String]) -> Result<usize, String> {
     let account = account.lock().unwrap_or_else(|p| p.into_inner());
     let mut per_operation: BTreeMap<&str, usize> = BTreeMap::new();
     for (_, reference) in account.jobs.values() {
         *per_operation.entry(reference.as_str()).or_default() += 1;
     }
-    for id in &ids {
+    for id in ids {
         let jobs = per_operation.get(id.as_str()).copied().unwrap_or(0);
         if jobs != 1 {
             return Err(format!("{id}: {jobs} jobs created at Genace, expected exactly 1"));
@@ -159,6 +171,40 @@ pub async fn burst(ctx: &Context) -> Outcome {
         "capacity-burst: {BURST} delivered from {} jobs; {} POSTs answered 429 while the account was full",
         account.jobs.len(),
         account.refused
+    );
+    Ok(account.refused)
+}
+
+/// The burst's traces, as the receiver kept them: one per operation, its
+/// stages in causal order and its one 202; the account refused at least
+/// one POST, and every refusal is a 429 span in its operation's trace; and
+/// at least one operation's trace holds both a 429 and a wait for a slot.
+async fn traced(file: &std::path::Path, ids: &[String], traces: &[String], refused: usize) -> Outcome {
+    let spans = crate::traces::wait_for(file, traces, crate::traces::every_stage, Duration::from_secs(30)).await;
+    let (mut waits, mut rate_limited, mut both) = (0, 0, 0);
+    for ((id, trace), spans) in ids.iter().zip(traces).zip(&spans) {
+        crate::traces::one_trace(file, trace, id)?;
+        crate::traces::one_delivered_operation(id, spans)?;
+        let waited = spans.iter().filter(|s| s.name() == "wait.capacity").count();
+        let refusals = crate::traces::posts(spans).iter().filter(|c| *c == "429").count();
+        waits += waited;
+        rate_limited += refusals;
+        both += usize::from(waited > 0 && refusals > 0);
+    }
+    if refused == 0 {
+        return Err("the account refused no POST: the burst never met a 429".into());
+    }
+    if rate_limited != refused {
+        return Err(format!(
+            "the traces hold {rate_limited} POSTs answered 429; the account refused {refused}"
+        ));
+    }
+    if both == 0 {
+        return Err("no operation's trace holds both a 429 and a wait for a slot (wait.capacity)".into());
+    }
+    println!(
+        "capacity-burst: {} traces, {waits} waits for a slot, {rate_limited} 429s in them, {both} with both",
+        ids.len()
     );
     Ok(())
 }

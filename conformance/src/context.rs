@@ -21,6 +21,9 @@ pub struct Context {
     /// events as the bus carries them. Without one, the event scenarios
     /// have nothing to observe and pass vacuously (the summary says so).
     pub events: Option<std::path::PathBuf>,
+    /// Where a trace receiver writes the target's spans (`crate::traces`).
+    /// Without one, the trace checks are skipped (the summary says so).
+    pub traces: Option<std::path::PathBuf>,
 }
 
 pub type Outcome = Result<(), String>;

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod context;
 pub mod genace;
 pub mod scenarios;
+pub mod traces;
 
 use std::time::{Duration, Instant};
 

@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Verb {
     /// Run the scenarios.
-    Run(Options),
+    Run(Box<Options>),
     /// Print the scenario names.
     List,
 }
@@ -80,7 +80,7 @@ struct Options {
     #[arg(long = "lost-delay", value_name = "SECONDS", default_value_t = 40)]
     lost_delay: u64,
     /// Start the local stack (moto and genace-local), configured to match.
-    #[arg(long, conflicts_with_all = ["target", "token", "token_b", "events"])]
+    #[arg(long, conflicts_with_all = ["target", "token", "token_b", "events", "traces"])]
     local: bool,
     /// With --local: run the deployment's function binaries under the Lambda
     /// Runtime Interface Emulator, configured from the template.
@@ -90,6 +90,11 @@ struct Options {
     /// them; enables the event scenarios.
     #[arg(long, value_name = "FILE")]
     events: Option<PathBuf>,
+    /// A JSON-lines file of the target's spans as a trace receiver writes
+    /// them (one span a line); enables the trace checks. `--local` starts
+    /// a receiver of its own.
+    #[arg(long, value_name = "FILE")]
+    traces: Option<PathBuf>,
 }
 
 /// The local stack started by `--local`, stopped on drop.
@@ -118,8 +123,9 @@ const FUNCTIONS: [&str; 9] = [
     "intake", "dispatch", "poll", "deliver", "recovery", "sweep", "events", "webhook", "console",
 ];
 
-/// What `--local` started: the stack, its URL, two tenants' tokens and its events file.
-type Started = (LocalStack, String, String, String, PathBuf);
+/// What `--local` started: the stack, its URL, two tenants' tokens, and
+/// its events and spans files.
+type Started = (LocalStack, String, String, String, PathBuf, PathBuf);
 
 /// Builds what `--local` runs: genace-local, and with `artifacts` the function binaries.
 async fn build(root: &std::path::Path, artifacts: bool) -> Result<(), String> {
@@ -150,8 +156,12 @@ fn stack_env(
     intake_port: u16,
     genace_base: &str,
     events: &std::path::Path,
+    traces: (u16, &std::path::Path),
 ) -> Vec<(&'static str, String)> {
     vec![
+        ("TRACES_PORT", traces.0.to_string()),
+        ("GENACE_TRACES_FILE", traces.1.display().to_string()),
+        ("GENACE_TRACE_SAMPLE_RATE", "1".into()),
         ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{moto_port}")),
         ("AWS_REGION", "us-east-1".into()),
         ("AWS_ACCESS_KEY_ID", "local".into()),
@@ -230,7 +240,9 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, Stri
     }
     let bin = root.join("target/debug/genace-local");
     let events = root.join(format!(".local/events-{intake_port}.jsonl"));
-    let mut env = stack_env(moto_port, intake_port, genace_base, &events);
+    let traces = root.join(format!(".local/traces-{intake_port}.jsonl"));
+    let traces_port = free_port().map_err(|e| e.to_string())?;
+    let mut env = stack_env(moto_port, intake_port, genace_base, &events, (traces_port, &traces));
     let mut args = vec!["run"];
     let overrides_env = if artifacts {
         args.push("--artifacts");
@@ -265,7 +277,7 @@ async fn start_local(genace_base: &str, artifacts: bool) -> Result<Started, Stri
             .map_err(|e| e.to_string())
     };
     let (a, b) = (token("conformance-tenant-a")?, token("conformance-tenant-b")?);
-    Ok((stack, format!("http://127.0.0.1:{intake_port}"), a, b, events))
+    Ok((stack, format!("http://127.0.0.1:{intake_port}"), a, b, events, traces))
 }
 
 async fn run(o: Options) -> Result<bool, String> {
@@ -275,10 +287,12 @@ async fn run(o: Options) -> Result<bool, String> {
     println!("GENACE_BASE_URL={}", genace.base_url());
     let mut _stack = None;
     let mut events = o.events.clone();
+    let mut traces = o.traces.clone();
     let (target, token, token_b) = if o.local {
-        let (stack, target, a, b, file) = start_local(&genace.base_url(), o.artifacts).await?;
+        let (stack, target, a, b, file, spans) = start_local(&genace.base_url(), o.artifacts).await?;
         _stack = Some(stack);
         events = Some(file);
+        traces = Some(spans);
         (target, a, Some(b))
     } else {
         (
@@ -296,9 +310,13 @@ async fn run(o: Options) -> Result<bool, String> {
         lost_delay: Duration::from_secs(o.lost_delay),
         run_id: uuid::Uuid::new_v4().simple().to_string()[..10].to_owned(),
         events,
+        traces,
     };
     if ctx.events.is_none() {
         println!("no --events file: the event scenarios observe nothing and pass vacuously");
+    }
+    if ctx.traces.is_none() {
+        println!("no --traces file: the trace checks are skipped");
     }
     let count = if o.scenarios.is_empty() {
         SCENARIOS.len()
@@ -337,7 +355,7 @@ fn progress(count: usize) -> indicatif::ProgressBar {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Verb::Run(o)) => match run(o).await {
+        Some(Verb::Run(o)) => match run(*o).await {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {

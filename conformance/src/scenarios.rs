@@ -317,7 +317,11 @@ impl<'a> Scenario<'a> {
         let id = self.create_new(Some("dispatch.after_commit")).await?;
         let v = self.wait_delivered(&id).await?;
         check(v["remote_job_id"] == self.job_id.as_str(), "resumed another job")?;
-        self.expect_posts(1).await
+        self.expect_posts(1).await?;
+        match &self.ctx.traces {
+            Some(file) => redelivered_in_one_trace(file, &id, v["trace_id"].as_str().unwrap_or_default()).await,
+            None => Ok(()),
+        }
     }
 
     pub(crate) async fn running_at_202(&self) -> Outcome {
@@ -397,4 +401,31 @@ impl<'a> Scenario<'a> {
         )?;
         self.expect_posts(1).await
     }
+}
+
+/// The crashed dispatch and the redelivered one that resumed it are in the
+/// operation's one trace, the crash first, with the rest of the stages.
+async fn redelivered_in_one_trace(file: &std::path::Path, id: &str, trace: &str) -> Outcome {
+    // Complete once every stage is in, with the crashed dispatch and the
+    // redelivered one.
+    let ready = |spans: &[crate::traces::Span]| {
+        crate::traces::every_stage(spans) && spans.iter().filter(|s| s.name() == "dispatch").count() >= 2
+    };
+    let spans = crate::traces::wait_for(file, &[trace.to_owned()], ready, Duration::from_secs(30))
+        .await
+        .pop()
+        .unwrap_or_default();
+    crate::traces::one_trace(file, trace, id)?;
+    crate::traces::one_delivered_operation(id, &spans)?;
+    let mut dispatches: Vec<&crate::traces::Span> = spans.iter().filter(|s| s.name() == "dispatch").collect();
+    dispatches.sort_by_key(|s| s.start());
+    let outcomes: Vec<String> = dispatches
+        .iter()
+        .map(|s| s.attribute("outcome").unwrap_or_default())
+        .collect();
+    let crashed = outcomes.iter().position(|o| o.starts_with("error: injected crash"));
+    check(
+        crashed.is_some_and(|c| c + 1 < outcomes.len()),
+        format!("the crashed dispatch, then the redelivered one, in one trace: {outcomes:?}"),
+    )
 }

@@ -16,6 +16,7 @@ pub mod runner;
 pub mod serve;
 pub mod standin;
 pub mod template;
+pub mod traces;
 
 /// The local stack's account id (moto's fixed account).
 pub const LOCAL_ACCOUNT: &str = "123456789012";

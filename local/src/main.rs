@@ -105,14 +105,31 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    genace_app::telemetry::init();
-    let result = match Cli::parse().command {
+    let command = Cli::parse().command;
+    // The stack's spans go to a receiver of its own, unless an OTLP
+    // endpoint is named.
+    let receiver = match command {
+        Command::Run { .. } => traces().await,
+        _ => {
+            genace_app::telemetry::init();
+            None
+        }
+    };
+    let result = match command {
         Command::Provision { endpoint } => provision_local(&endpoint).await.map(|_| ()),
         Command::Run {
             endpoint,
             artifacts,
             params,
-        } => run(&endpoint, artifacts.then_some(params)).await,
+        } => {
+            // The functions under the emulator send their spans where this
+            // process sends its own.
+            let spans_to = receiver
+                .as_ref()
+                .map(|r| r.endpoint.clone())
+                .or_else(|| genace_app::telemetry::tracing_from_env().map(|t| t.endpoint));
+            run(&endpoint, artifacts.then_some(params), spans_to).await
+        }
         Command::Token {
             tenant,
             operator,
@@ -136,6 +153,39 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Starts the local OTLP receiver (`TRACES_PORT`, default 4318; spans to
+/// `GENACE_TRACES_FILE`, default `.local/traces.jsonl`) and sends this
+/// process's spans to it; with `OTEL_EXPORTER_OTLP_ENDPOINT` set, sends
+/// them there instead and starts none.
+async fn traces() -> Option<genace_local::traces::Receiver> {
+    if genace_app::telemetry::tracing_from_env().is_some() {
+        genace_app::telemetry::init();
+        return None;
+    }
+    let port = std::env::var("TRACES_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(4318);
+    let file = genace_local::traces::traces_file();
+    match genace_local::traces::Receiver::start(port, &file).await {
+        Ok(receiver) => {
+            let rate = genace_app::telemetry::sample_rate(std::env::var("GENACE_TRACE_SAMPLE_RATE").ok().as_deref());
+            genace_app::telemetry::init_with(Some(genace_app::telemetry::Tracing {
+                endpoint: receiver.endpoint.clone(),
+                service: "genace-local".into(),
+                rate,
+            }));
+            eprintln!("genace-local: spans to {} ({})", receiver.endpoint, file.display());
+            Some(receiver)
+        }
+        Err(e) => {
+            genace_app::telemetry::init();
+            eprintln!("genace-local: no trace receiver on port {port} ({e}); spans are not kept");
+            None
+        }
+    }
+}
+
 async fn provision_local(endpoint: &Endpoint) -> Result<aws_config::SdkConfig, String> {
     let sdk = aws::load_at(&endpoint.url).await;
     let names = ResourceNames::with_prefix("");
@@ -147,9 +197,17 @@ async fn provision_local(endpoint: &Endpoint) -> Result<aws_config::SdkConfig, S
     Ok(sdk)
 }
 
-async fn run(endpoint: &Endpoint, artifacts: Option<Vec<String>>) -> Result<(), String> {
+async fn run(endpoint: &Endpoint, artifacts: Option<Vec<String>>, spans_to: Option<String>) -> Result<(), String> {
     let artifacts = match artifacts {
-        Some(params) => Some(artifacts::ArtifactSettings::from_env(&params)?),
+        Some(params) => {
+            let mut settings = artifacts::ArtifactSettings::from_env(&params)?;
+            if let Some(spans_to) = spans_to {
+                let rate =
+                    genace_app::telemetry::sample_rate(std::env::var("GENACE_TRACE_SAMPLE_RATE").ok().as_deref());
+                settings.send_spans_to(&spans_to, rate);
+            }
+            Some(settings)
+        }
         None => None,
     };
     let sdk = provision_local(endpoint).await?;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::SdkConfig;
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use genace_aws::clients as aws;
 use genace_edge::sqs::process_batch_with;
@@ -47,6 +47,10 @@ pub struct RunnerSettings {
     /// `CONSOLE_CLIENT_ID`, `CONSOLE_AUTHORIZE_URL` and `CONSOLE_TOKEN_URL`
     /// name an OIDC issuer, as a deployment's do.
     pub console: genace_console::SignIn,
+    /// Where the trace receiver writes spans (`GENACE_TRACES_FILE`, default
+    /// `.local/traces.jsonl`): the operator's trace route reads them there.
+    /// `None`: the route says no traces are kept.
+    pub traces_file: Option<std::path::PathBuf>,
 }
 
 impl RunnerSettings {
@@ -67,6 +71,7 @@ impl RunnerSettings {
             events_file: None,
             webhook_rule_unfiltered: false,
             console: genace_console::SignIn::Local,
+            traces_file: None,
         }
     }
 
@@ -92,6 +97,7 @@ impl RunnerSettings {
                 genace_console::SignIn::Unconfigured => genace_console::SignIn::Local,
                 issuer => issuer,
             },
+            traces_file: Some(crate::traces::traces_file()),
         })
     }
 }
@@ -126,7 +132,11 @@ pub async fn start(
     let app = genace_app::from_sdk(sdk, config.clone())
         .with_genace(GenaceClient::new(genace).map_err(|e| e.to_string())?)
         .with_downloads(genace_app::downloads(&config)?);
-    let app = genace_app::with_metrics(app, metrics.clone());
+    let mut app = genace_app::with_metrics(app, metrics.clone());
+    app.traces = match settings.traces_file.clone() {
+        Some(file) => Arc::new(crate::traces::TraceFile { file }),
+        None => Arc::new(genace_stages::ports::traces::NoTraces),
+    };
     let mut tasks = JoinSet::new();
 
     let listener = tokio::net::TcpListener::bind(settings.intake_addr)
@@ -325,6 +335,18 @@ impl Consumer {
                     .into_iter()
                     .map(|(k, v)| (k.as_str().to_owned(), v))
                     .collect();
+                // The message attributes (the sender's `traceparent`), as Lambda hands them over.
+                record.message_attributes = m
+                    .message_attributes
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let mut attribute = SqsMessageAttribute::default();
+                        attribute.string_value = v.string_value;
+                        attribute.data_type = Some(v.data_type);
+                        (k, attribute)
+                    })
+                    .collect();
                 record.event_source = Some("aws:sqs".into());
                 record.event_source_arn = Some(arn.clone());
                 record.aws_region = Some(region.clone());
@@ -389,7 +411,7 @@ where
         loop {
             tick.tick().await;
             let started = std::time::Instant::now();
-            let swept = sweep().await;
+            let swept = genace_app::telemetry::flushed(sweep()).await;
             crate::meter::invocation("sweep", started.elapsed());
             if let Err(e) = swept {
                 tracing::warn!(error = %e, "sweep failed");

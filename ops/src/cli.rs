@@ -71,6 +71,19 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: Option<CapacityAction>,
     },
+    /// An operation's trace as a waterfall: one line per span, its offset,
+    /// its time as a bar, the stage or call, and how it ended. Reads the
+    /// spans the local stack's receiver wrote (needs no --url or --token).
+    Trace {
+        /// The operation, `op_…`.
+        operation_id: String,
+        /// The receiver's span file.
+        #[arg(long, env = "GENACE_TRACES_FILE", default_value = ".local/traces.jsonl")]
+        file: std::path::PathBuf,
+        /// Columns of the bars.
+        #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u16).range(8..=200))]
+        width: u16,
+    },
 }
 
 #[derive(Subcommand)]

@@ -54,12 +54,22 @@ async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
         Command::Webhook(w) => commands::webhook(api, json, w).await,
         Command::Endpoint { tenant, action } => commands::endpoint(api, json, &tenant, action).await,
         Command::Capacity { action } => commands::capacity(api, json, action).await,
+        // Answered before the API is needed.
+        Command::Trace { .. } => Ok(()),
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Trace {
+        operation_id,
+        file,
+        width,
+    } = &cli.command
+    {
+        return commands::trace(cli.json, operation_id, file, usize::from(*width));
+    }
     let missing = |what: &str| -> ! {
         Cli::command()
             .error(ErrorKind::MissingRequiredArgument, format!("set {what}"))

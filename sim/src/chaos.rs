@@ -65,6 +65,13 @@ pub(crate) struct ChaosState {
     pub(crate) reads_at_first_due_page: Option<u64>,
     /// Status reads (GETs) of each Genace job.
     pub(crate) gets: BTreeMap<String, u32>,
+    /// The handler being polled now: its actor id, and whether it is a
+    /// poll that began after its job was seen to end.
+    pub(crate) polling: Option<(usize, bool)>,
+    /// GETs made by each handler, by actor id.
+    pub(crate) gets_by_actor: BTreeMap<usize, u32>,
+    /// GETs made by polls that began after their job was seen to end.
+    pub(crate) gets_after_end: Vec<String>,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -86,6 +93,9 @@ impl Chaos {
             account_reads: 0,
             reads_at_first_due_page: None,
             gets: BTreeMap::new(),
+            polling: None,
+            gets_by_actor: BTreeMap::new(),
+            gets_after_end: Vec::new(),
         })))
     }
 
@@ -342,8 +352,18 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
         port(&self.chaos, self.inner.set_account_limit(limit)).await
     }
 
-    async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
-        port(&self.chaos, self.inner.learn_account_limit(seen, learned)).await
+    async fn learn_account_limit(
+        &self,
+        seen: Option<u32>,
+        learned: Option<u32>,
+        raise_every: Option<u32>,
+        at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<bool, StoreError> {
+        port(
+            &self.chaos,
+            self.inner.learn_account_limit(seen, learned, raise_every, at),
+        )
+        .await
     }
 
     async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {
@@ -534,7 +554,16 @@ impl Genace for Chaotic<MemoryGenace> {
     }
 
     async fn status(&self, job_id: &str) -> StatusOutcome {
-        *self.chaos.lock().gets.entry(job_id.to_owned()).or_default() += 1;
+        {
+            let mut chaos = self.chaos.lock();
+            *chaos.gets.entry(job_id.to_owned()).or_default() += 1;
+            if let Some((actor, after_end)) = chaos.polling {
+                *chaos.gets_by_actor.entry(actor).or_default() += 1;
+                if after_end {
+                    chaos.gets_after_end.push(format!("#{actor} read job {job_id}"));
+                }
+            }
+        }
         slow(&self.chaos).await;
         match self.chaos.below(100) {
             _ if self.chaos.is_calm() => port(&self.chaos, self.inner.status(job_id)).await,

@@ -70,6 +70,8 @@ pub(crate) struct Actor {
     message: Option<(u64, u64)>,
     /// When its function's timeout kills it.
     deadline: DateTime<Utc>,
+    /// A poll that began after its job was seen to end: it must not GET.
+    after_end: bool,
 }
 
 /// What to plant and how long to run.
@@ -282,6 +284,7 @@ impl World {
             config,
             metrics: genace_stages::ports::metrics::Metrics::off(),
             vault: std::sync::Arc::new(genace_stages::ports::webhooks::NoVault),
+            traces: std::sync::Arc::new(genace_stages::ports::traces::NoTraces),
         };
         Self {
             seed,
@@ -329,6 +332,7 @@ impl World {
             fut,
             message,
             deadline,
+            after_end: false,
         });
     }
 

@@ -74,7 +74,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::TRUST_NEGATIVE_CREDITS,
             "a negative held_credits is believed",
-            5,
+            12,
             "counter is negative",
         ),
         (
@@ -127,6 +127,12 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
             "dispatch deadlines are not enforced",
             1,
             "at or after its dispatch deadline",
+        ),
+        (
+            planted::POLL_AFTER_END,
+            "a poll reads Genace after the end was seen",
+            2,
+            "after its job was seen to end",
         ),
     ] {
         let planted = Options {
@@ -450,6 +456,7 @@ fn learned_render_times_cut_the_looks_at_a_job() {
         ..small.clone()
     });
     for f in [&planned, &by_age, &learned] {
+        assert_eq!(f.violation, None);
         assert_eq!((f.delivered, f.cases), (f.jobs, 0), "{f:?}");
         assert_eq!(f.lags.len(), f.jobs, "every end seen and recorded: {f:?}");
     }
@@ -460,4 +467,51 @@ fn learned_render_times_cut_the_looks_at_a_job() {
         by_age.gets_per_job()
     );
     assert!(learned.refused > 0, "the limit was learned from 429s");
+    // A raise Genace refuses at once doubles the wait for the next one:
+    // over two bursts, fewer 429s than the account has slots in each, and
+    // the limit within a slot of the account's from the first 429 on.
+    assert!(
+        learned.refused <= 2 * u64::from(small.slots),
+        "{} 429s over two bursts on {} slots: {:?}",
+        learned.refused,
+        small.slots,
+        learned.learned
+    );
+    assert!(
+        learned.steady_after().is_some_and(|s| s < learned.median_render),
+        "{:?}",
+        learned.learned
+    );
+}
+
+/// Render times drawn log-normal, a poll plan that never gives way to the
+/// age-based schedule (a job looked at every second however long it runs)
+/// is caught by the look bound; with the plan as built, no job is looked
+/// at more than its bound allows, nor after its end was seen.
+#[test]
+fn the_looks_at_a_job_stay_within_their_bound() {
+    use genace_dst::{LatencyOptions, latency};
+    let small = LatencyOptions {
+        warmup: 10,
+        jobs: 6,
+        ..LatencyOptions::default()
+    };
+    assert_eq!(latency(&small).violation, None);
+    // A class so long its first planned look would come after the sweep's
+    // deadline: the look comes before it, and no second chain starts.
+    let long = LatencyOptions {
+        medians: vec![900.0],
+        spread: 0.05,
+        warmup: 10,
+        jobs: 4,
+        ..small.clone()
+    };
+    let figures = latency(&long);
+    assert_eq!(figures.violation, None);
+    assert_eq!(figures.delivered, figures.jobs);
+    genace_core::planted::set(planted::LOOKS_UNBOUNDED);
+    let unbounded = latency(&small);
+    genace_core::planted::set(0);
+    let violation = unbounded.violation.unwrap_or_default();
+    assert!(violation.contains("over the bound"), "{violation:?}");
 }

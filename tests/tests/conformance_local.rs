@@ -1,6 +1,7 @@
 //! The conformance suite against the whole local stack: every handler hosted
 //! by the local runner (the same functions the Lambdas run), on moto, with
-//! the suite's wiremock as Genace.
+//! the suite's wiremock as Genace, and the local trace receiver keeping
+//! every span for the suite's trace checks.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -32,6 +33,10 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
     let mut gconf = GenaceConfig::new(genace.base_url(), "conformance-key");
     gconf.timeout = Duration::from_secs(3);
     let events = std::env::temp_dir().join(format!("genace-events-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let traces = std::env::temp_dir().join(format!("genace-traces-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let receiver = genace_local::traces::Receiver::for_this_process(&traces, "local")
+        .await
+        .unwrap();
     let settings = runner::RunnerSettings {
         intake_addr: free_addr(),
         batch_size: 5,
@@ -42,6 +47,7 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
         events_file: Some(events.clone()),
         webhook_rule_unfiltered: false,
         console: genace_console::SignIn::Local,
+        traces_file: Some(traces.clone()),
     };
     let target = format!("http://{}", settings.intake_addr);
     let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
@@ -55,10 +61,13 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
         lost_delay: Duration::from_secs(10),
         run_id: uuid::Uuid::new_v4().simple().to_string()[..10].to_owned(),
         events: Some(events.clone()),
+        traces: Some(traces.clone()),
     };
     let results = run_scenarios(&ctx, &[]).await;
     running.shutdown().await;
     let _ = std::fs::remove_file(&events);
+    drop(receiver);
+    let _ = std::fs::remove_file(&traces);
     let report = summary(&results);
     println!("{report}");
     assert_eq!(results.len(), conformance::SCENARIOS.len());

@@ -8,8 +8,11 @@
 //! decision, attaches three jobs in one bulk action, and an operator limited
 //! to a tenant sees only that tenant's case.
 //!
+//! The operation whose job fails shows its trace as a waterfall, read
+//! from the local trace receiver through the operator's trace route.
+//!
 //! `CHROMEDRIVER` and `CHROMIUM` name other binaries; screenshots of the
-//! cases list and of an operation page go to `target/console/`.
+//! cases list, of an operation page and of a trace go to `target/console/`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -59,7 +62,7 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
         .await;
     Mock::given(method("GET"))
         .and(path_regex("^/v1/jobs/[^/]+$"))
-        .respond_with(StillRendering)
+        .respond_with(StillRendering::default())
         .mount(&genace)
         .await;
 
@@ -75,8 +78,14 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
     config.url_policy.allow_http = true;
     config.url_policy.allow_private = true;
     let events = std::env::temp_dir().join(format!("genace-console-events-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    // Spans to a receiver of the test's own, which the trace route reads.
+    let traces = std::env::temp_dir().join(format!("genace-console-traces-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let spans = genace_local::traces::Receiver::for_this_process(&traces, "local")
+        .await
+        .unwrap();
     let settings = runner::RunnerSettings {
         events_file: Some(events.clone()),
+        traces_file: Some(traces.clone()),
         ..runner::RunnerSettings::for_tests()
     };
     let addr = settings.intake_addr;
@@ -246,6 +255,8 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
     browser.close().await.unwrap();
     drop(driver);
     running.shutdown().await;
+    drop(spans);
+    let _ = std::fs::remove_file(&traces);
 }
 
 /// Deployed, operators sign in with the issuer the API trusts: the page
@@ -444,12 +455,13 @@ impl Api {
         (etag, res.json().await.unwrap())
     }
 
-    async fn wait_for(&self, id: &str, done: impl Fn(&Value) -> bool) {
+    /// The view of `id` once `done` holds for it.
+    async fn wait_for(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let view = self.get(id).await;
             if done(&view) {
-                return;
+                return view;
             }
             assert!(Instant::now() < deadline, "{id} never got there: {view}");
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -473,12 +485,17 @@ impl Api {
 
 /// Genace's view of any job: still rendering, under the id asked for;
 /// `job-erase` failed.
-struct StillRendering;
+/// Every job renders on, but `job-erase`, which is running at its first
+/// look and failed at the next.
+#[derive(Default)]
+struct StillRendering {
+    erase_looks: std::sync::atomic::AtomicU32,
+}
 
 impl Respond for StillRendering {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let id = request.url.path().rsplit('/').next().unwrap_or_default().to_owned();
-        if id == "job-erase" {
+        if id == "job-erase" && self.erase_looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0 {
             return ResponseTemplate::new(200).set_body_json(json!({"id": id, "state": "failed",
                 "error": {"code": "generation_failed", "message": "could not render"}, "outputs": null}));
         }
@@ -569,11 +586,35 @@ async fn endpoint_log_and_replay(browser: &Client, console: &str, endpoint: &str
     }
 }
 
-/// `id`'s job failed, so no delivery can run: its page offers the erasure;
+/// `id`'s job failed, so no delivery can run: its page shows each look
+/// of the poll that saw the end on its timeline, and offers the erasure;
 /// the operator confirms it and the page shows it done, as the API does.
 async fn erase_from_the_operation_page(browser: &Client, console: &str, api: &Api, id: &str) {
-    api.wait_for(id, |v| v["phase"] == "render_failed").await;
+    let failed = api.wait_for(id, |v| v["phase"] == "render_failed").await;
     browser.goto(&format!("{console}#/operations/{id}")).await.unwrap();
+    // The hash changes from another operation's page: wait for this one.
+    let heading = format!("Operation {id}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while text_of(browser, "main h1").await != heading {
+        assert!(Instant::now() < deadline, "the page of {id} never showed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let detection = &failed["detection"];
+    assert_eq!(
+        detection["looks"], 2,
+        "running at the first look, failed at the second: {failed}"
+    );
+    let timeline = text_of(browser, "#timeline").await;
+    assert_eq!(timeline.matches(", by poll").count(), 2, "{timeline}");
+    assert!(
+        timeline.contains("look 1 of 2, by poll: last seen running"),
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains("end seen at look 2 of 2, by poll: it ended within the"),
+        "{timeline}"
+    );
+    trace_waterfall(browser, &failed).await;
     let button = browser.wait().for_element(Locator::Id("erase")).await.unwrap();
     button.click().await.unwrap();
     browser.accept_alert().await.unwrap();
@@ -594,6 +635,84 @@ async fn erase_from_the_operation_page(browser: &Client, console: &str, api: &Ap
     assert_eq!(view["audit"].as_array().unwrap().last().unwrap()["actor"], "ops-alice");
 }
 
+/// The operation page's waterfall: the trace the view names, its root
+/// first, then intake, the dispatch with its POST's 202, and the polls,
+/// the one that saw the failure last. The page is read again while the
+/// last invocations' spans are still on their way to the receiver.
+async fn trace_waterfall(browser: &Client, view: &Value) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let rows = loop {
+        let caption = text_of(browser, "#waterfall caption").await;
+        assert!(caption.contains(view["trace_id"].as_str().unwrap()), "{caption}");
+        let mut rows = Vec::new();
+        for row in browser.find_all(Locator::Css("#waterfall tbody tr")).await.unwrap() {
+            let mut cells = Vec::new();
+            for cell in row.find_all(Locator::Css("td")).await.unwrap_or_default() {
+                cells.push(cell.text().await.unwrap_or_default());
+            }
+            rows.push(cells);
+        }
+        let failed_poll = rows
+            .iter()
+            .any(|r| r.get(3).is_some_and(|n| n == "poll") && r[4] == "RenderFailed");
+        if failed_poll || Instant::now() > deadline {
+            break rows;
+        }
+        browser.refresh().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let names: Vec<&str> = rows.iter().filter_map(|r| r.get(3).map(String::as_str)).collect();
+    assert_eq!(names.first(), Some(&"operation"), "{rows:?}");
+    let at = |name: &str| {
+        names
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or_else(|| panic!("no {name}: {rows:?}"))
+    };
+    assert!(
+        at("intake") < at("dispatch") && at("dispatch") < at("genace.post"),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().any(|r| r[3] == "genace.post" && r[4] == "accepted"),
+        "{rows:?}"
+    );
+    let polls: Vec<&str> = rows.iter().filter(|r| r[3] == "poll").map(|r| r[4].as_str()).collect();
+    assert_eq!(
+        polls.len(),
+        2,
+        "running at the first look, failed at the second: {rows:?}"
+    );
+    assert_eq!(polls[1], "RenderFailed", "{polls:?}");
+    // Each bar is drawn on the trace's time scale (the CSSOM, which the
+    // style policy allows): the root's from the left, the last poll's well
+    // to the right.
+    let bars: Value = browser
+        .execute(
+            "return [...document.querySelectorAll('#waterfall .bar')]\
+             .map(b => [b.getBoundingClientRect().width, b.getBoundingClientRect().left - b.parentElement.getBoundingClientRect().left])",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let bars = bars.as_array().unwrap();
+    assert_eq!(bars.len(), rows.len());
+    assert!(
+        bars.iter().all(|b| b[0].as_f64().unwrap() >= 1.0),
+        "every bar shows: {bars:?}"
+    );
+    let last_poll = rows.iter().rposition(|r| r[3] == "poll").unwrap();
+    assert!(
+        bars[last_poll][1].as_f64().unwrap() > bars[0][1].as_f64().unwrap() + 50.0,
+        "the last poll starts to the right of the root: {bars:?}"
+    );
+    browser
+        .execute("document.getElementById('trace').scrollIntoView()", vec![])
+        .await
+        .unwrap();
+    save_screenshot(browser, "trace.png").await;
+}
+
 async fn sign_in(browser: &Client, operator: &str, tenant: Option<&str>) {
     let form = browser.wait().for_element(Locator::Id("local-sign-in")).await.unwrap();
     let name = form.find(Locator::Css("input[name='operator']")).await.unwrap();
@@ -605,14 +724,24 @@ async fn sign_in(browser: &Client, operator: &str, tenant: Option<&str>) {
     press(&form, "button[type='submit']").await;
 }
 
-/// The text of what `css` finds, once it is there.
+/// The text of what `css` finds, once it is there. A page that renders
+/// again between the find and the read leaves a stale element: find again.
 async fn text_of(browser: &Client, css: &str) -> String {
-    let found = browser
-        .wait()
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"));
-    found.text().await.unwrap()
+    for _ in 0..20 {
+        let found = browser
+            .wait()
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        match found.text().await {
+            Ok(text) => return text,
+            Err(e) if e.is_stale_element_reference() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{css}: {e}"),
+        }
+    }
+    panic!("{css}: stale at every read")
 }
 
 /// Types `text` into the field `css` finds within `within`.

@@ -105,7 +105,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
         snapshot: &done,
         next_check: now,
         stalled: None,
-        seen: Default::default(),
+        seen: &Default::default(),
     };
     let a = step(&store, a, observed).await;
     let a = step(&store, a, Event::ClaimDelivery { token: "d" }).await;
@@ -173,7 +173,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
         snapshot: &failed,
         next_check: now,
         stalled: None,
-        seen: Default::default(),
+        seen: &Default::default(),
     };
     step(&store, d, observed).await;
 

@@ -410,6 +410,51 @@ fn dispatch_outlives_the_genace_timeout_and_deliver_can_stream() {
     assert_eq!(timeout(&t, &fns["DeliverFunction"]), 900);
 }
 
+/// Every function is traced by X-Ray (`Tracing: Active`, which grants the
+/// functions `xray:PutTraceSegments` and `xray:PutTelemetryRecords`), keeps
+/// the share of operations the sampling parameter says, and sends its spans
+/// to the OTLP endpoint parameter, else to the collector layer's, else
+/// nowhere (the variable left out).
+#[test]
+fn every_function_is_traced_and_samples_by_the_parameter() {
+    let t = template();
+    let globals = &t["Globals"]["Function"];
+    assert_eq!(globals["Tracing"], "Active");
+    for (name, f) in functions(&t) {
+        assert!(f["Properties"].get("Tracing").is_none(), "{name} overrides the tracing");
+        assert!(f["Properties"].get("Layers").is_none(), "{name} overrides the layers");
+    }
+    let rate = &t["Parameters"]["TraceSampleRate"];
+    assert_eq!(rate["Default"], "0.1");
+    let pattern = regex_lite(rate["AllowedPattern"].as_str().unwrap());
+    for ok in ["0", "0.05", "1", "1.0"] {
+        assert!(pattern(ok), "{ok}");
+    }
+    for bad in ["", "2", "-0.1", "1.5", "lots"] {
+        assert!(!pattern(bad), "{bad}");
+    }
+    let vars = &globals["Environment"]["Variables"];
+    assert_eq!(strings(&vars["GENACE_TRACE_SAMPLE_RATE"]), ["TraceSampleRate"]);
+    let endpoint = untag(&vars["OTEL_EXPORTER_OTLP_ENDPOINT"]);
+    assert_eq!(endpoint[0], "HasOtlpEndpoint");
+    assert_eq!(strings(&endpoint[1]), ["OtlpEndpoint"]);
+    let otherwise = untag(&endpoint[2]);
+    assert_eq!(
+        (otherwise[0].as_str(), otherwise[1].as_str()),
+        (Some("HasTracesLayer"), Some("http://localhost:4318"))
+    );
+    let layers = untag(&globals["Layers"]);
+    assert_eq!(layers[0], "HasTracesLayer");
+    assert_eq!(strings(&layers[1]), ["TracesLayerArn"]);
+}
+
+/// Whether `value` matches the parameter's `pattern`, as a JSON schema's
+/// pattern (ECMA 262, as CloudFormation's) reads it.
+fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
+    let schema = serde_json::json!({"type": "string", "pattern": pattern});
+    move |v: &str| jsonschema::validate(&schema, &serde_json::json!(v)).is_ok()
+}
+
 #[test]
 fn fault_injection_is_off_by_default_and_refused_in_prod() {
     let t = template();
@@ -493,7 +538,8 @@ fn the_deployed_routes_are_the_documented_ones_and_operator_routes_need_the_scop
             || path == "/v1/capacity"
             || path.ends_with("/spend-limit")
             || path.ends_with("/max-in-flight")
-            || path.ends_with("/webhook");
+            || path.ends_with("/webhook")
+            || path.ends_with("/trace");
         if operator {
             assert_eq!(function, "OperatorFunction", "{method} {path}");
             assert_eq!(scopes, &["OperatorScope".to_owned()], "{method} {path}");

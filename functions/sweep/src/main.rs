@@ -12,7 +12,8 @@ async fn main() -> Result<(), Error> {
     genace_app::telemetry::init();
     let sweeper = &genace_app::from_env().await?.sweeper();
     run(service_fn(move |_event: LambdaEvent<Value>| async move {
-        let report = sweeper.run().await?;
+        // The repairs' spans leave before the function is frozen.
+        let report = genace_app::telemetry::flushed(sweeper.run()).await?;
         Ok::<Value, Error>(serde_json::to_value(report)?)
     }))
     .await

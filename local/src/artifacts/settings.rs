@@ -49,6 +49,20 @@ impl ArtifactSettings {
     }
 }
 
+impl ArtifactSettings {
+    /// The functions send their spans to the OTLP/HTTP `endpoint` and keep
+    /// `rate` of the traces (the template's `OtlpEndpoint` and
+    /// `TraceSampleRate`), unless the command line named them.
+    pub fn send_spans_to(&mut self, endpoint: &str, rate: f64) {
+        self.params
+            .entry("OtlpEndpoint".to_owned())
+            .or_insert_with(|| endpoint.to_owned());
+        self.params
+            .entry("TraceSampleRate".to_owned())
+            .or_insert_with(|| rate.to_string());
+    }
+}
+
 /// The template's parameters for a local run: the local Genace, the key
 /// from the environment instead of Secrets Manager, the development JWT
 /// issuer, and fault injection and http outputs as this process is set.
@@ -78,10 +92,10 @@ pub(super) fn local_locals(config: &Config, given: &HashMap<String, String>) -> 
 
 /// The local-only variables every function gets on top of the template's:
 /// the local AWS endpoint and credentials, the Genace key (the template
-/// reads it from Secrets Manager), logging, and each
+/// reads it from Secrets Manager), logging, the receiver's span file, and each
 /// `LOCAL_OVERRIDE_<NAME>=value` of this process as `<NAME>=value`.
 pub fn local_overlay(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, String> {
-    const PASSED: [&str; 7] = [
+    const PASSED: [&str; 8] = [
         "AWS_ENDPOINT_URL",
         "AWS_REGION",
         "AWS_ACCESS_KEY_ID",
@@ -89,6 +103,8 @@ pub fn local_overlay(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<S
         "GENACE_API_KEY",
         "RUST_LOG",
         "LOG_FORMAT",
+        // Where the receiver writes spans: the operators' trace route reads it.
+        "GENACE_TRACES_FILE",
     ];
     let mut overlay = BTreeMap::from([
         ("AWS_CONFIG_FILE".to_owned(), "/dev/null".to_owned()),

@@ -9,6 +9,7 @@ fn the_overlay_is_local_only_and_takes_explicit_overrides() {
     let vars = [
         ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
         ("GENACE_API_KEY", "k"),
+        ("GENACE_TRACES_FILE", "/tmp/spans.jsonl"),
         ("LOCAL_OVERRIDE_DISPATCH_LEASE_SECONDS", "8"),
         ("LOCAL_OVERRIDE_", "ignored"),
         ("HOME", "/root"),
@@ -19,6 +20,8 @@ fn the_overlay_is_local_only_and_takes_explicit_overrides() {
     let overlay = local_overlay(vars);
     assert_eq!(overlay["AWS_ENDPOINT_URL"], "http://127.0.0.1:5000");
     assert_eq!(overlay["GENACE_API_KEY"], "k");
+    // The functions' trace route reads the receiver's file.
+    assert_eq!(overlay["GENACE_TRACES_FILE"], "/tmp/spans.jsonl");
     assert_eq!(overlay["DISPATCH_LEASE_SECONDS"], "8");
     assert_eq!(overlay["AWS_CONFIG_FILE"], "/dev/null");
     assert!(!overlay.contains_key("HOME"));

@@ -7,6 +7,7 @@ mod credits;
 mod endpoint;
 mod op;
 mod resolve;
+mod trace;
 mod webhook;
 
 pub(crate) use capacity::capacity;
@@ -15,4 +16,5 @@ pub(crate) use credits::credits;
 pub(crate) use endpoint::endpoint;
 pub(crate) use op::op;
 pub(crate) use resolve::resolve;
+pub(crate) use trace::trace;
 pub(crate) use webhook::webhook;

@@ -22,6 +22,7 @@ use genace_stages::config::Config;
 use genace_stages::pipeline::webhook_send::WebhookStage;
 use genace_stages::ports::clock::SystemClock;
 use genace_stages::ports::metrics::{EmfLines, Metrics};
+use genace_stages::ports::traces::XRayLink;
 use serde_json::Value;
 
 /// The deployed adapters: DynamoDB, SQS, S3, the Genace HTTP client, the
@@ -31,6 +32,7 @@ use serde_json::Value;
 pub type AwsApp<G = GenaceClient, D = HttpDownloads> = App<DynamoStore, SqsQueue, S3Store, G, D, SystemClock>;
 
 pub mod telemetry;
+pub mod traces;
 
 /// One setting from the process environment; empty counts as unset.
 pub fn env_var(name: &str) -> Option<String> {
@@ -78,6 +80,9 @@ pub fn from_sdk(sdk: &SdkConfig, config: Config) -> AwsApp<Unused, Unused> {
             genace_aws::clients::secrets(sdk),
             config.webhook_secret_overlap,
         )),
+        traces: std::sync::Arc::new(XRayLink {
+            region: sdk.region().map_or_else(|| "us-east-1".to_owned(), ToString::to_string),
+        }),
         config,
         metrics: Metrics::off(),
     }
@@ -86,7 +91,12 @@ pub fn from_sdk(sdk: &SdkConfig, config: Config) -> AwsApp<Unused, Unused> {
 /// What a function without Genace needs: the configuration from the
 /// environment, the AWS clients and the deployed metrics.
 pub async fn from_env() -> Result<AwsApp<Unused, Unused>, String> {
-    let app = from_sdk(&genace_aws::clients::load().await, config_from_env()?);
+    let mut app = from_sdk(&genace_aws::clients::load().await, config_from_env()?);
+    // A local receiver's file (the artifacts under the emulator) is read
+    // back; deployed, the route links to X-Ray.
+    if let Some(file) = traces::TraceFile::from_env() {
+        app.traces = std::sync::Arc::new(file);
+    }
     Ok(with_metrics(app, metrics_from_env()))
 }
 

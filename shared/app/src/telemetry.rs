@@ -1,18 +1,182 @@
-//! Structured logs: JSON lines in Lambda (CloudWatch), readable text locally.
+//! Structured logs and traces: JSON lines in Lambda (CloudWatch), readable
+//! text locally; and, when `OTEL_EXPORTER_OTLP_ENDPOINT` names a receiver,
+//! the stages' spans exported to it as OpenTelemetry traces.
 
+use opentelemetry::trace::TracerProvider;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
-/// Installs the global subscriber once. `LOG_FORMAT=text` selects plain text;
-/// `RUST_LOG` sets the filter (default `info`).
+/// The share of operations whose traces are kept when nothing says
+/// otherwise (every one with a case is kept whatever the rate).
+pub const DEFAULT_SAMPLE_RATE: f64 = 1.0;
+
+/// Installs the global subscriber once. `LOG_FORMAT=text` selects plain
+/// text; `RUST_LOG` sets the filter (default `info`). With
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that OTLP/HTTP receiver
+/// (`GENACE_TRACE_SAMPLE_RATE`, 0 to 1, the share of operations kept;
+/// `OTEL_SERVICE_NAME`, else the Lambda function's name, names the
+/// resource), and each log line carries the spans it is in, the stage's
+/// `trace_id` among their fields.
 pub fn init() {
+    init_with(tracing_from_env());
+}
+
+/// `invocation`, then the export of the spans it finished: what a
+/// function that is neither an API nor a queue consumer (the sweep's
+/// schedule) runs each time, as the router and the queue runner do after
+/// theirs.
+pub async fn flushed<T>(invocation: impl Future<Output = T>) -> T {
+    let out = invocation.await;
+    genace_trace::flush().await;
+    out
+}
+
+/// Where spans go: an OTLP/HTTP receiver, the resource's name, and the
+/// share of operations kept.
+#[derive(Debug, Clone)]
+pub struct Tracing {
+    pub endpoint: String,
+    pub service: String,
+    pub rate: f64,
+}
+
+/// [`Tracing`] from `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`
+/// (else the Lambda function's name) and `GENACE_TRACE_SAMPLE_RATE`. In a
+/// Lambda function with no endpoint, tracing with an empty endpoint: the
+/// spans are recorded only for the context the messages carry (the
+/// operation's trace and the keep decision, which X-Ray's active tracing
+/// joins the invocations by) and dropped at each invocation's end. Else
+/// none without an endpoint.
+pub fn tracing_from_env() -> Option<Tracing> {
+    let in_lambda = crate::env_var("AWS_LAMBDA_FUNCTION_NAME").is_some();
+    let endpoint = crate::env_var("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| in_lambda.then(String::new));
+    Some(Tracing {
+        endpoint: endpoint?,
+        service: crate::env_var("OTEL_SERVICE_NAME")
+            .or_else(|| crate::env_var("AWS_LAMBDA_FUNCTION_NAME"))
+            .unwrap_or_else(|| "genace".into()),
+        rate: sample_rate(crate::env_var("GENACE_TRACE_SAMPLE_RATE").as_deref()),
+    })
+}
+
+/// [`init`] with spans going where `tracing` says (none: no traces).
+pub fn init_with(tracing: Option<Tracing>) {
     let filter = crate::env_var("RUST_LOG")
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
     let text = crate::env_var("LOG_FORMAT").is_some_and(|v| v.eq_ignore_ascii_case("text"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
-    let _ = if text {
-        builder.try_init()
+    let fmt = tracing_subscriber::fmt::layer().with_target(false);
+    let fmt = if text {
+        fmt.with_filter(filter).boxed()
     } else {
-        builder.json().flatten_event(true).without_time().try_init()
+        fmt.json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(true)
+            .without_time()
+            .with_filter(filter)
+            .boxed()
     };
+    // The spans are ours (the crates named `genace…`, spans only, not log
+    // lines), kept whatever `RUST_LOG` lets the logs say: that filter is
+    // the log layer's alone.
+    let otel = tracing.and_then(|t| tracer(&t)).map(|provider| {
+        let tracer = provider.tracer(genace_trace::SCOPE);
+        opentelemetry::global::set_tracer_provider(provider);
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_location(false)
+            .with_threads(false)
+            .with_tracked_inactivity(false)
+            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                // Spans only (log lines are the log layer's), and ours.
+                meta.is_span()
+                    && meta.target().starts_with("genace")
+                    && *meta.level() <= tracing_subscriber::filter::LevelFilter::INFO
+            }))
+    });
+    let _ = tracing_subscriber::registry().with(fmt).with(otel).try_init();
+}
+
+/// The tracer provider exporting where `tracing` says, with
+/// [`genace_trace::flush`] set to export each invocation's spans; none
+/// when the exporter cannot be built (said on stderr).
+fn tracer(tracing: &Tracing) -> Option<SdkTracerProvider> {
+    let collector = genace_trace::Collector::new(tracing.rate);
+    if tracing.endpoint.is_empty() {
+        // No receiver: the context still travels, the spans are dropped.
+        genace_trace::set_flush((collector.clone(), Dropped));
+    } else {
+        let exporter = match genace_outbound::otlp::OtlpExporter::new(&tracing.endpoint, tracing.service.clone()) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!(
+                    "traces off: the OTLP exporter for {} could not be built: {e}",
+                    tracing.endpoint
+                );
+                return None;
+            }
+        };
+        genace_trace::set_flush((collector.clone(), exporter));
+    }
+    collector.install();
+    Some(SdkTracerProvider::builder().with_span_processor(collector).build())
+}
+
+/// The exporter of a function with no receiver: drops every span.
+#[derive(Debug)]
+struct Dropped;
+
+impl opentelemetry_sdk::trace::SpanExporter for Dropped {
+    async fn export(&self, _batch: Vec<opentelemetry_sdk::trace::SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// `GENACE_TRACE_SAMPLE_RATE` read: a share from 0 to 1; unset or not a
+/// number, [`DEFAULT_SAMPLE_RATE`].
+pub fn sample_rate(raw: Option<&str>) -> f64 {
+    raw.and_then(|r| r.trim().parse::<f64>().ok())
+        .filter(|r| r.is_finite())
+        .map_or(DEFAULT_SAMPLE_RATE, |r| r.clamp(0.0, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sample_rate_is_a_share_with_a_default() {
+        assert_eq!(sample_rate(None), 1.0);
+        assert_eq!(sample_rate(Some("0.25")), 0.25);
+        assert_eq!(sample_rate(Some("7")), 1.0);
+        assert_eq!(sample_rate(Some("-1")), 0.0);
+        assert_eq!(sample_rate(Some("NaN")), 1.0);
+        assert_eq!(sample_rate(Some("lots")), 1.0);
+    }
+
+    /// Counts its exports.
+    struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl genace_trace::Flush for Counted {
+        fn flush(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async {})
+        }
+    }
+
+    #[tokio::test]
+    async fn a_scheduled_invocation_exports_its_spans_when_it_ends() {
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        genace_trace::set_flush(Counted(count.clone()));
+        let answer = flushed(async {
+            assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 0, "not before it ends");
+            7
+        })
+        .await;
+        assert_eq!((answer, count.load(std::sync::atomic::Ordering::SeqCst)), (7, 1));
+    }
 }

@@ -135,11 +135,12 @@ async fn an_accepted_job_is_saved_then_polled() {
     let sent: Value = serde_json::from_slice(&rig.genace.received_requests().await.unwrap()[0].body).unwrap();
     assert_eq!(sent["prompt"], "a lighthouse");
     assert_eq!(sent["client_reference"], id.as_str());
-    // Poll is enqueued (delayed), carrying only the operation id.
+    // Poll is enqueued (delayed), carrying the operation id and the plan
+    // dispatch read for it: none yet, with no render of its class learned.
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(
         rig.queued(&rig.env.queues.poll).await,
-        vec![json!({"operation_id": id})]
+        vec![json!({"operation_id": id, "poll": {"looks": 0, "planned": true}})]
     );
     // A message received again changes nothing and never POSTs again.
     assert_eq!(
@@ -562,8 +563,10 @@ impl TenantLedgers for EchoingStore {
         &self,
         seen: Option<u32>,
         learned: Option<u32>,
+        raise_every: Option<u32>,
+        at: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<bool, genace_stages::ports::table::StoreError> {
-        self.0.learn_account_limit(seen, learned).await
+        self.0.learn_account_limit(seen, learned, raise_every, at).await
     }
 
     async fn set_spend_limit(
@@ -970,7 +973,7 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
             snapshot: &snapshot,
             next_check: Utc::now(),
             stalled: None,
-            seen: Default::default(),
+            seen: &Default::default(),
         },
         Utc::now(),
         &rig.dispatcher.config.policy,

@@ -455,6 +455,7 @@ async fn a_retry_after_its_deadline_is_a_replay_not_a_400() {
         clock: clock.clone(),
         metrics: genace_stages::ports::metrics::Metrics::off(),
         vault: std::sync::Arc::new(genace_stages::ports::webhooks::NoVault),
+        traces: std::sync::Arc::new(genace_stages::ports::traces::NoTraces),
     };
     let mut body = spec_body();
     body["dispatch_deadline"] = json!((start + chrono::Duration::seconds(60)).to_rfc3339());

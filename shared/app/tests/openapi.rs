@@ -237,9 +237,20 @@ async fn every_documented_response_matches_what_the_handler_sends() {
         sha256: "a".repeat(64),
         content_type: "video/mp4".into(),
     }];
+    // Seen to end by the second look, the first having found it running.
+    let now = Utc::now();
+    delivered.detection = Some(genace_core::record::Detection {
+        looks: 2,
+        first_running_at: Some(now - chrono::Duration::seconds(3)),
+        last_running_at: Some(now - chrono::Duration::seconds(3)),
+        ended_seen_at: now,
+        looked_at: vec![now - chrono::Duration::seconds(3), now],
+    });
     store.apply(&before, &delivered).await.unwrap();
     let view = call(event("GET", &path, None, tenant("t1"), &[])).await;
     let body: Value = serde_json::from_slice(view.body().as_ref()).unwrap();
+    assert_eq!(body["detection"]["looks"], 2, "{body}");
+    assert_eq!(body["detection"]["lag_bound_seconds"], 3.0, "{body}");
     assert!(
         body["delivered_objects"][0]["url"]
             .as_str()
@@ -1045,8 +1056,161 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let untested: Vec<_> = doc
         .promised()
         .difference(&seen)
-        .filter(|(p, _, s)| s != "503" && !p.starts_with("/v1/webhooks/"))
+        .filter(|(p, _, s)| s != "503" && !p.starts_with("/v1/webhooks/") && !p.ends_with("/trace"))
         .cloned()
+        .collect();
+    assert!(untested.is_empty(), "documented but never produced: {untested:?}");
+}
+
+/// A trace reader holding the spans of one trace.
+#[derive(Debug)]
+struct KeptSpans(Vec<genace_trace::lines::SpanLine>);
+
+impl genace_stages::ports::traces::TraceReader for KeptSpans {
+    fn read<'a>(&'a self, trace: &'a genace_core::trace::TraceId) -> genace_stages::ports::traces::TraceFuture<'a> {
+        let hex = trace.to_hex();
+        let spans = self.0.iter().filter(|s| s.trace_id == hex).cloned().collect();
+        Box::pin(async move { Ok(genace_stages::ports::traces::Trace::Spans(spans)) })
+    }
+}
+
+/// A trace reader whose store fails.
+#[derive(Debug)]
+struct Unreadable;
+
+impl genace_stages::ports::traces::TraceReader for Unreadable {
+    fn read<'a>(&'a self, _trace: &'a genace_core::trace::TraceId) -> genace_stages::ports::traces::TraceFuture<'a> {
+        Box::pin(async { Err("the span file cannot be read".to_owned()) })
+    }
+}
+
+fn span(
+    trace: &str,
+    id: &str,
+    parent: Option<&str>,
+    name: &str,
+    at_ms: u128,
+    attributes: Value,
+) -> genace_trace::lines::SpanLine {
+    genace_trace::lines::SpanLine {
+        trace_id: trace.to_owned(),
+        span_id: id.to_owned(),
+        parent_span_id: parent.map(str::to_owned),
+        name: name.to_owned(),
+        service: "genace-local".to_owned(),
+        start_ns: at_ms * 1_000_000,
+        end_ns: (at_ms + 100) * 1_000_000,
+        attributes: serde_json::from_value(attributes).unwrap(),
+    }
+}
+
+/// The operator's trace route: the kept spans of the operation's trace
+/// only, in causal order with their offsets, or the X-Ray link where the
+/// spans go there; not for tenants, nor for operations out of scope.
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
+async fn an_operator_reads_an_operations_trace_as_its_spans_or_its_link() {
+    let env = LocalAws::fresh().await;
+    let mut intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let doc = Doc::load();
+    let route = "/v1/operations/{operation_id}/trace";
+    let created = api::handle(
+        &intake,
+        event("POST", "/v1/operations", Some(&intent("k1", "p")), tenant("t1"), &[]),
+    )
+    .await;
+    let id = operation_id_of(&created);
+    let trace = id.trim_start_matches("op_").to_owned();
+    intake.traces = std::sync::Arc::new(KeptSpans(vec![
+        span(&trace, "b", Some("a"), "dispatch", 1_000, json!({"outcome": "posted"})),
+        span(
+            &trace,
+            "c",
+            Some("b"),
+            "genace.post",
+            1_050,
+            json!({"http.response.status_code": 202}),
+        ),
+        span(&trace, "a", None, "operation", 0, json!({})),
+        span(&"f".repeat(32), "x", None, "another operation", 0, json!({})),
+    ]));
+    let path = format!("/v1/operations/{id}/trace");
+    let mut seen = BTreeSet::new();
+
+    let read = api::handle(&intake, event("GET", &path, None, operator(), &[])).await;
+    seen.insert(doc.check(route, "get", &read));
+    let body: Value = serde_json::from_slice(read.body().as_ref()).unwrap();
+    assert_eq!(body["trace_id"], trace);
+    assert_eq!(body["source"], "receiver");
+    let rows: Vec<(&str, u64, f64)> = body["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap(),
+                s["depth"].as_u64().unwrap(),
+                s["offset_ms"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("operation", 0, 0.0),
+            ("dispatch", 1, 1_000.0),
+            ("genace.post", 2, 1_050.0)
+        ],
+        "{body}"
+    );
+    assert_eq!(body["spans"][2]["status_code"], 202);
+    assert_eq!(body["spans"][1]["outcome"], "posted");
+
+    for (who, status) in [(tenant("t1"), 403), (Value::Null, 401)] {
+        let refused = api::handle(&intake, event("GET", &path, None, who, &[])).await;
+        assert_eq!(refused.status(), status);
+        seen.insert(doc.check(route, "get", &refused));
+    }
+    let elsewhere = json!({"sub": "ops-2", "scope": "genace:operator", "tenant_id": "t2"});
+    let hidden = api::handle(&intake, event("GET", &path, None, elsewhere, &[])).await;
+    assert_eq!(hidden.status(), 404, "out of the operator's scope");
+    let missing = format!("/v1/operations/op_{}/trace", "0".repeat(32));
+    seen.insert(doc.check(
+        route,
+        "get",
+        &api::handle(&intake, event("GET", &missing, None, operator(), &[])).await,
+    ));
+
+    // The kept spans cannot be read: 503, with when to ask again.
+    intake.traces = std::sync::Arc::new(Unreadable);
+    let unavailable = api::handle(&intake, event("GET", &path, None, operator(), &[])).await;
+    assert_eq!(unavailable.status(), 503);
+    assert!(unavailable.headers().contains_key("retry-after"));
+    seen.insert(doc.check(route, "get", &unavailable));
+
+    intake.traces = std::sync::Arc::new(genace_stages::ports::traces::XRayLink {
+        region: "eu-west-1".into(),
+    });
+    let linked = api::handle(&intake, event("GET", &path, None, operator(), &[])).await;
+    doc.check(route, "get", &linked);
+    let body: Value = serde_json::from_slice(linked.body().as_ref()).unwrap();
+    assert_eq!(body["source"], "xray");
+    assert_eq!(body["spans"], json!([]));
+    let link = body["link"].as_str().unwrap();
+    assert!(
+        link.ends_with(&format!("#xray:traces/1-{}-{}", &trace[..8], &trace[8..])),
+        "{link}"
+    );
+
+    let untested: Vec<_> = doc
+        .promised()
+        .into_iter()
+        .filter(|(p, _, _)| p == route)
+        .filter(|k| !seen.contains(k))
         .collect();
     assert!(untested.is_empty(), "documented but never produced: {untested:?}");
 }

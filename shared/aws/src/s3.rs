@@ -12,6 +12,7 @@ use aws_sdk_s3::types::{
 use genace_stages::ports::outputs::{
     MAX_DELETE_KEYS, ObjectHead, ObjectStore, PartReceipt, StorageError, attachment_disposition, b64_sha256,
 };
+use tracing::Instrument;
 
 fn err(e: impl std::error::Error) -> StorageError {
     StorageError(aws_sdk_s3::error::DisplayErrorContext(e).to_string())
@@ -32,8 +33,14 @@ impl S3Store {
     }
 }
 
+/// A span for one write of output bytes to S3: the key and the bytes sent.
+fn s3_span(name: &'static str, key: &str, bytes: usize) -> tracing::Span {
+    tracing::info_span!("s3", otel.name = name, otel.kind = "client", key, bytes)
+}
+
 impl ObjectStore for S3Store {
     async fn put(&self, key: &str, content_type: &str, data: Vec<u8>, sha256: &str) -> Result<(), StorageError> {
+        let span = s3_span("s3.put_object", key, data.len());
         self.client
             .put_object()
             .bucket(&self.bucket)
@@ -42,6 +49,7 @@ impl ObjectStore for S3Store {
             .checksum_sha256(sha256)
             .body(ByteStream::from(data))
             .send()
+            .instrument(span)
             .await
             .map(|_| ())
             .map_err(err)
@@ -70,6 +78,7 @@ impl ObjectStore for S3Store {
         data: Vec<u8>,
     ) -> Result<PartReceipt, StorageError> {
         let sha256 = b64_sha256(&data);
+        let span = s3_span("s3.upload_part", key, data.len());
         let out = self
             .client
             .upload_part()
@@ -80,6 +89,7 @@ impl ObjectStore for S3Store {
             .checksum_sha256(&sha256)
             .body(ByteStream::from(data))
             .send()
+            .instrument(span)
             .await
             .map_err(err)?;
         Ok(PartReceipt {

@@ -2,6 +2,8 @@
 //! recovery queue.
 
 use aws_sdk_sqs::Client;
+use aws_sdk_sqs::operation::send_message::builders::SendMessageFluentBuilder;
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeNameForSends, MessageSystemAttributeValue};
 use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 use genace_stages::config::QueueUrls;
 use genace_stages::ports::queue::{
@@ -30,10 +32,43 @@ impl SqsQueue {
     }
 }
 
+/// The current span's context on a message: the W3C `traceparent` as a
+/// message attribute, which the next stage continues, and the same as
+/// X-Ray's `AWSTraceHeader` system attribute, which joins the Lambdas in
+/// X-Ray. Both say "sampled" only when the process keeps the trace, so
+/// X-Ray records the invocations of the kept operations only. Nothing
+/// when no span is traced.
+fn trace_attributes() -> Option<(MessageAttributeValue, MessageSystemAttributeValue)> {
+    let mut parent = genace_trace::current_parent()?;
+    parent.sampled = genace_trace::keeps(parent.trace_id.to_bytes());
+    let w3c = MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(parent.header())
+        .build()
+        .ok()?;
+    let xray = MessageSystemAttributeValue::builder()
+        .data_type("String")
+        .string_value(parent.xray_header())
+        .build()
+        .ok()?;
+    Some((w3c, xray))
+}
+
+/// The message attribute that carries the sending span.
+pub const TRACEPARENT: &str = "traceparent";
+
+fn traced(send: SendMessageFluentBuilder) -> SendMessageFluentBuilder {
+    match trace_attributes() {
+        Some((w3c, xray)) => send
+            .message_attributes(TRACEPARENT, w3c)
+            .message_system_attributes(MessageSystemAttributeNameForSends::AwsTraceHeader, xray),
+        None => send,
+    }
+}
+
 impl SqsQueue {
     async fn send(&self, queue: Queue, body: String, delay_seconds: u32) -> Result<(), QueueError> {
-        self.client
-            .send_message()
+        traced(self.client.send_message())
             .queue_url(self.url(queue))
             .message_body(body)
             .delay_seconds(delay_seconds.min(MAX_DELAY_SECONDS) as i32)
@@ -57,8 +92,7 @@ impl WorkQueue for SqsQueue {
         if self.urls.webhooks.is_empty() {
             return Err("WEBHOOK_QUEUE_URL is not set".into());
         }
-        self.client
-            .send_message()
+        traced(self.client.send_message())
             .queue_url(&self.urls.webhooks)
             .message_body(body)
             .send()
@@ -158,11 +192,16 @@ impl genace_stages::ports::webhooks::WebhookQueue for SqsWebhookQueue {
                 .iter()
                 .enumerate()
                 .map(|(i, body)| {
-                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                    let entry = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
                         .id(i.to_string())
-                        .message_body(body)
-                        .build()
-                        .map_err(|e| e.to_string())
+                        .message_body(body);
+                    let entry = match trace_attributes() {
+                        Some((w3c, xray)) => entry
+                            .message_attributes(TRACEPARENT, w3c)
+                            .message_system_attributes(MessageSystemAttributeNameForSends::AwsTraceHeader, xray),
+                        None => entry,
+                    };
+                    entry.build().map_err(|e| e.to_string())
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let out = self

@@ -210,7 +210,7 @@ async fn account_limits_and_counts_survive_a_change_of_shards() {
         .with_account_limit(Some(8))
         .with_account_shards(AccountShards::new(2).unwrap());
     one.set_account_limit(Some(6)).await.unwrap();
-    assert!(one.learn_account_limit(None, Some(5)).await.unwrap());
+    assert!(one.learn_account_limit(None, Some(5), None, None).await.unwrap());
     let account = two.account().await.unwrap();
     assert_eq!(
         (account.set_limit, account.learned, account.limit()),
@@ -218,8 +218,11 @@ async fn account_limits_and_counts_survive_a_change_of_shards() {
     );
     let parts: Vec<Option<u32>> = two.account_shards().await.unwrap().iter().map(|s| s.limit()).collect();
     assert_eq!(parts, [Some(3), Some(2)]);
-    assert!(two.learn_account_limit(Some(5), Some(4)).await.unwrap());
-    assert!(!two.learn_account_limit(Some(5), Some(3)).await.unwrap(), "stale");
+    assert!(two.learn_account_limit(Some(5), Some(4), None, None).await.unwrap());
+    assert!(
+        !two.learn_account_limit(Some(5), Some(3), None, None).await.unwrap(),
+        "stale"
+    );
     // A job on shard 1, then back to one item.
     let now = Utc::now();
     let rec = genace_aws::testkit::intent_record("tenant-resharded", "r1", "p");
@@ -238,7 +241,7 @@ async fn account_limits_and_counts_survive_a_change_of_shards() {
         (1, Some(4), Some(6))
     );
     assert!(
-        one.learn_account_limit(Some(4), Some(3)).await.unwrap(),
+        one.learn_account_limit(Some(4), Some(3), None, None).await.unwrap(),
         "one item again: its own format"
     );
     let shards = one.account_shards().await.unwrap();

@@ -605,7 +605,7 @@ async fn an_abandon_keeps_what_genace_charged<S: OperationStore>(store: S) {
         snapshot: &no_outputs,
         next_check: now,
         stalled: None,
-        seen: Default::default(),
+        seen: &Default::default(),
     };
     let a3 = machine::transition(&a2, observed, now, &policy).unwrap();
     assert_eq!(
@@ -804,7 +804,7 @@ fn rendered(accepted: &OperationRecord, job_id: &str) -> OperationRecord {
         snapshot: &snapshot,
         next_check: Utc::now(),
         stalled: None,
-        seen: Default::default(),
+        seen: &Default::default(),
     };
     machine::transition(accepted, observed, Utc::now(), &Policy::default()).unwrap()
 }
@@ -881,8 +881,11 @@ async fn operators_and_learned_account_limits_admit_claims<S: OperationStore>(st
     store.apply(&c, &c1).await.unwrap();
     assert!(matches!(store.apply(&d, &d1).await, Err(StoreError::AccountFull)));
     // A lesson is saved only over the value it was drawn from.
-    assert!(store.learn_account_limit(None, Some(1)).await.unwrap());
-    assert!(!store.learn_account_limit(None, Some(5)).await.unwrap(), "stale");
+    assert!(store.learn_account_limit(None, Some(1), None, None).await.unwrap());
+    assert!(
+        !store.learn_account_limit(None, Some(5), None, None).await.unwrap(),
+        "stale"
+    );
     let account = store.account().await.unwrap();
     assert_eq!(
         (account.learned, account.limit(), account.learned_mark),
@@ -904,7 +907,7 @@ async fn operators_and_learned_account_limits_admit_claims<S: OperationStore>(st
     assert_eq!((account.in_flight, account.jobs_ended), (1, 1));
     assert!(!account.has_room(), "one in flight under a learned limit of one");
     assert!(matches!(store.apply(&d, &d1).await, Err(StoreError::AccountFull)));
-    assert!(store.learn_account_limit(Some(1), Some(2)).await.unwrap());
+    assert!(store.learn_account_limit(Some(1), Some(2), None, None).await.unwrap());
     let account = store.account().await.unwrap();
     assert_eq!((account.learned, account.learned_mark), (Some(2), 1));
     store.apply(&d, &d1).await.unwrap();
@@ -1607,11 +1610,31 @@ async fn account_limits_are_split_over_the_shards<S: OperationStore>(store: S) {
     let set = store.set_account_limit(Some(5)).await.unwrap();
     assert_eq!((set.set_limit, set.limit()), (Some(5), Some(5)));
     assert_eq!(shard_counts(&store).await, [(0, 0, Some(3)), (0, 0, Some(2))]);
-    assert!(store.learn_account_limit(None, Some(3)).await.unwrap());
-    assert!(!store.learn_account_limit(None, Some(4)).await.unwrap(), "stale");
-    assert!(!store.learn_account_limit(Some(2), Some(4)).await.unwrap(), "stale");
+    let taught = chrono::DateTime::from_timestamp_millis(1_800_000_000_456).unwrap();
+    assert!(
+        store
+            .learn_account_limit(None, Some(3), Some(12), Some(taught))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store.learn_account_limit(None, Some(4), None, None).await.unwrap(),
+        "stale"
+    );
+    assert!(
+        !store.learn_account_limit(Some(2), Some(4), None, None).await.unwrap(),
+        "stale"
+    );
     let account = store.account().await.unwrap();
-    assert_eq!((account.learned, account.limit()), (Some(3), Some(3)));
+    assert_eq!(
+        (
+            account.learned,
+            account.limit(),
+            account.raise_every,
+            account.learned_at_ms
+        ),
+        (Some(3), Some(3), Some(12), Some(taught.timestamp_millis()))
+    );
     assert_eq!(shard_counts(&store).await, [(0, 0, Some(2)), (0, 0, Some(1))]);
     // Only one slot on shard 1 now.
     let recs: Vec<OperationRecord> = (0..2)
@@ -1625,8 +1648,9 @@ async fn account_limits_are_split_over_the_shards<S: OperationStore>(store: S) {
         store.apply(&recs[1], &claimed_on(&recs[1], 1)).await,
         Err(StoreError::AccountFull)
     ));
-    assert!(store.learn_account_limit(Some(3), None).await.unwrap());
-    assert_eq!(store.account().await.unwrap().learned, None);
+    assert!(store.learn_account_limit(Some(3), None, None, None).await.unwrap());
+    let forgotten = store.account().await.unwrap();
+    assert_eq!((forgotten.learned, forgotten.raise_every), (None, None));
     store.apply(&recs[1], &claimed_on(&recs[1], 1)).await.unwrap();
     // The operator's limit removed: the deployment's (3) again, split.
     let back = store.set_account_limit(None).await.unwrap();
@@ -1758,7 +1782,7 @@ async fn a_shard_with_no_part_admits_nothing_and_the_mark_counts_every_shard<S: 
         Err(StoreError::AccountFull)
     ));
     store.apply(&recs[2], &claimed_on(&recs[2], 0)).await.unwrap();
-    assert!(store.learn_account_limit(None, Some(1)).await.unwrap());
+    assert!(store.learn_account_limit(None, Some(1), None, None).await.unwrap());
     let account = store.account().await.unwrap();
     assert_eq!(
         (account.jobs_ended, account.learned_mark, account.learned),
@@ -1782,12 +1806,42 @@ genace_aws::contract_tests!(
     a_shard_with_no_part_admits_nothing_and_the_mark_counts_every_shard,
 );
 
+/// A lesson saves its raise window and its time; a lesson without a
+/// window removes it, a raise (no time) keeps the time of the last lesson,
+/// and an operator's limit forgets all of it.
+async fn a_lesson_keeps_its_raise_window_and_time<S: OperationStore>(store: S) {
+    let taught = chrono::DateTime::from_timestamp_millis(1_800_000_000_123).unwrap();
+    let learn = |seen, learned, every, at| store.learn_account_limit(seen, learned, every, at);
+    assert!(learn(None, Some(2), Some(8), Some(taught)).await.unwrap());
+    let account = store.account().await.unwrap();
+    assert_eq!(
+        (account.learned, account.raise_every, account.learned_at_ms),
+        (Some(2), Some(8), Some(taught.timestamp_millis()))
+    );
+    let later = taught + chrono::Duration::seconds(60);
+    assert!(learn(Some(2), Some(1), None, Some(later)).await.unwrap());
+    let account = store.account().await.unwrap();
+    assert_eq!(
+        (account.learned, account.raise_every, account.learned_at_ms),
+        (Some(1), None, Some(later.timestamp_millis()))
+    );
+    assert!(learn(Some(1), Some(2), Some(4), None).await.unwrap());
+    let account = store.account().await.unwrap();
+    assert_eq!(
+        (account.raise_every, account.learned_at_ms),
+        (Some(4), Some(later.timestamp_millis()))
+    );
+    let back = store.set_account_limit(None).await.unwrap();
+    assert_eq!((back.learned, back.raise_every, back.learned_at_ms), (None, None, None));
+}
+
 genace_aws::contract_tests!(
     memory_limited => genace_stages::memory::MemoryStore::default().with_account_limit(Some(2)),
     dynamodb_limited => |env| env.store().with_account_limit(Some(2));
     the_account_admits_claims_while_it_has_a_free_slot,
     claims_of_many_tenants_race_for_the_last_slots,
     operators_and_learned_account_limits_admit_claims,
+    a_lesson_keeps_its_raise_window_and_time,
     a_claim_that_did_not_wait_yields_to_one_that_waits_for_a_slot,
 );
 

@@ -3,95 +3,20 @@
 // operator saw, and a 412 is shown, never retried. Pages are built with DOM
 // calls and textContent only: nothing from the API is ever parsed as HTML.
 
-const TOKEN = "genace-console-token";
+import { PAGE, SignedOut, TOKEN, api, claims } from "./api.js";
+import { age, h, hashParams, main, opLink, problemText, show, status, when, withParam } from "./dom.js";
+import { endpointPage, tenantPage, tenantsPage } from "./tenants.js";
+import { traceSection } from "./trace.js";
+
 const PKCE = "genace-console-pkce";
-const PAGE = 25;
 const REASONS = [
   "unknown_submit_outcome", "interrupted_dispatch", "remote_job_missing", "render_stalled",
   "delivery_failed", "settlement_pending", "outputs_missing", "output_url_refused",
   "output_too_large", "account_problem", "rate_limited",
 ];
-const main = document.getElementById("main");
 let config = { sign_in: "unconfigured" };
 
-// ---- small helpers
-
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else if (v === true) el.setAttribute(k, "");
-    else el.setAttribute(k, String(v));
-  }
-  for (const c of children.flat()) {
-    if (c === null || c === undefined || c === false) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return el;
-}
-
-function show(...nodes) {
-  main.replaceChildren(...nodes);
-  // Screen readers start at the new content; the page stays at its top.
-  main.focus({ preventScroll: true });
-  window.scrollTo(0, 0);
-}
-
-function status(text) {
-  document.getElementById("status").textContent = text;
-}
-
-function age(iso) {
-  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
-  if (s < 90) return `${Math.round(s)} s`;
-  if (s < 5400) return `${Math.round(s / 60)} min`;
-  if (s < 172800) return `${Math.round(s / 3600)} h`;
-  return `${Math.round(s / 86400)} d`;
-}
-
-function opLink(id) {
-  return h("a", { href: `#/operations/${encodeURIComponent(id)}` }, id);
-}
-
-function problemText(p) {
-  if (!p) return "";
-  return [p.title, p.detail, p.field ? `(field: ${p.field})` : ""].filter(Boolean).join(" ");
-}
-
-// ---- the API
-
-class SignedOut extends Error {}
-
-async function api(method, path, { body, ifMatch } = {}) {
-  const token = sessionStorage.getItem(TOKEN);
-  if (!token) throw new SignedOut();
-  const headers = { Authorization: `Bearer ${token}`, Accept: "application/json" };
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  if (ifMatch) headers["If-Match"] = ifMatch;
-  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  if (res.status === 401) {
-    sessionStorage.removeItem(TOKEN);
-    throw new SignedOut();
-  }
-  let data = null;
-  const text = await res.text();
-  if (text) {
-    try { data = JSON.parse(text); } catch { data = { title: text }; }
-  }
-  return { status: res.status, ok: res.ok, etag: res.headers.get("ETag"), data };
-}
-
 // ---- signing in
-
-function claims(token) {
-  try {
-    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
-    return JSON.parse(atob(part));
-  } catch {
-    return {};
-  }
-}
 
 function base64url(bytes) {
   let s = "";
@@ -193,11 +118,6 @@ function chrome(signedIn) {
 }
 
 // ---- cases
-
-function hashParams() {
-  const q = location.hash.split("?")[1] || "";
-  return new URLSearchParams(q);
-}
 
 async function casesPage() {
   const params = hashParams();
@@ -302,13 +222,6 @@ async function casesPage() {
   );
 }
 
-function withParam(params, key, value) {
-  const next = new URLSearchParams(params);
-  if (value) next.set(key, value);
-  else next.delete(key);
-  return next.toString();
-}
-
 function bulkForm(section, items) {
   if (items.length === 0) return section.replaceChildren();
   const reason = items[0].reason;
@@ -384,6 +297,7 @@ async function operationPage(id) {
     ? h("div", { id: "actions" }, actions.map((a) => actionForm(op, etag, a)))
     : h("p", {}, "None: nothing here waits for a person."));
   nodes.push(h("h2", {}, "Timeline"), timeline(op));
+  nodes.push(h("h2", {}, "Trace"), traceSection(op.operation_id));
   nodes.push(h("h2", {}, "Specification"), h("pre", {}, JSON.stringify(op.specification, null, 2)));
   if (op.last_error) nodes.push(h("h2", {}, "Last error"), h("pre", {}, JSON.stringify(op.last_error, null, 2)));
   if (op.delivered_objects?.length) {
@@ -423,6 +337,14 @@ function timeline(op) {
   const entries = [[op.created_at, "system", "intent recorded", ""]];
   if (op.accepted_at) entries.push([op.accepted_at, "system", "accepted by Genace", op.remote_job_id || ""]);
   if (op.observed_at) entries.push([op.observed_at, "system", `observed ${op.remote_state || ""}`, ""]);
+  const d = op.detection;
+  if (d) {
+    const looks = d.looked_at || [];
+    looks.slice(0, -1).forEach((at, i) => entries.push([at, "poll", `look ${d.looks - looks.length + i + 1} of ${d.looks}`,
+      at === d.last_running_at ? "last seen running" : ""]));
+    const lag = d.lag_bound_seconds === null ? "no look saw it running" : `it ended within the ${d.lag_bound_seconds.toFixed(1)} s before`;
+    entries.push([d.ended_seen_at, "poll", `end seen at look ${d.looks} of ${d.looks}`, lag]);
+  }
   if (op.reconciliation_case) entries.push([op.reconciliation_case.opened_at, "system", `case opened: ${op.reconciliation_case.reason}`, op.reconciliation_case.evidence]);
   if (op.delivered_at) entries.push([op.delivered_at, "system", "delivered", ""]);
   if (op.outputs_erased_at) entries.push([op.outputs_erased_at, "system", "outputs erased", ""]);
@@ -431,10 +353,6 @@ function timeline(op) {
   entries.sort((a, b) => Date.parse(a[0]) - Date.parse(b[0]));
   return h("ol", { class: "timeline", id: "timeline" }, entries.map(([at, who, what, why]) =>
     h("li", {}, h("time", { datetime: at, title: at }, when(at)), ` ${what}, by ${who}`, why ? `: ${why}` : "")));
-}
-
-function when(iso) {
-  return `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC`;
 }
 
 function actionForm(op, etag, action) {
@@ -490,168 +408,7 @@ async function searchPage() {
         h("td", {}, o.phase), h("td", {}, o.created_at))))));
 }
 
-// ---- tenants
-
-async function tenantsPage() {
-  const [credits, capacity] = await Promise.all([api("GET", "/v1/credits?limit=100"), api("GET", "/v1/capacity")]);
-  const nodes = [h("h1", {}, "Tenants")];
-  if (!credits.ok) nodes.push(h("p", { class: "notice error", role: "alert" }, problemText(credits.data)));
-  else {
-    nodes.push(h("table", { id: "credits" },
-      h("caption", {}, "Credits and spend limits"),
-      h("thead", {}, h("tr", {}, ["Tenant", "Held", "Spent", "Pending refund", "Settled", "Available", "Spend limit"].map((t) => h("th", { scope: "col" }, t)))),
-      h("tbody", {}, credits.data.tenants.map((t) => h("tr", { "data-tenant": t.tenant_id },
-        h("td", {}, h("a", { href: `#/tenants/${encodeURIComponent(t.tenant_id)}` }, t.tenant_id)),
-        h("td", {}, t.held), h("td", {}, t.spent), h("td", {}, t.pending_refund),
-        h("td", {}, t.settled), h("td", {}, t.available ?? "no limit"),
-        h("td", {}, limitForm(t.tenant_id, "spend-limit", "spend_limit", t.spend_limit, "Spend limit")))))));
-  }
-  if (capacity.ok) nodes.push(...capacityTables(capacity.data));
-  show(...nodes);
-}
-
-function capacityTables(c) {
-  const account = [
-    ["Limit in force", c.max_in_flight ?? "none"],
-    ["Deployed limit (GENACE_MAX_IN_FLIGHT)", c.configured_max_in_flight ?? "none"],
-    ["Set at run time", c.set_at_run_time ? "yes" : "no"],
-    ["Effective now (learned from 429s)", c.effective_max_in_flight ?? "none"],
-    ["Jobs in flight", c.in_flight ?? "not shown to a tenant's operator"],
-    ["Operations waiting", c.waiting ?? "not shown to a tenant's operator"],
-    ["Oldest wait since", c.oldest_wait_since ?? "none"],
-  ];
-  return [
-    h("h2", {}, "Genace capacity"),
-    h("dl", { class: "facts", id: "capacity" }, account.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
-    h("table", { id: "capacity-tenants" },
-      h("caption", {}, "Jobs in flight and waiting, per tenant"),
-      h("thead", {}, h("tr", {}, ["Tenant", "In flight", "Waiting", "Oldest wait since", "Own limit"].map((t) => h("th", { scope: "col" }, t)))),
-      h("tbody", {}, c.tenants.map((t) => h("tr", {},
-        h("td", {}, h("a", { href: `#/tenants/${encodeURIComponent(t.tenant_id)}` }, t.tenant_id)),
-        h("td", {}, t.in_flight), h("td", {}, t.waiting), h("td", {}, t.oldest_wait_since ?? ""),
-        h("td", {}, limitForm(t.tenant_id, "max-in-flight", "max_in_flight", t.max_in_flight, "Jobs in flight at most")))))),
-  ];
-}
-
-// A tenant's limit (spend or jobs in flight), edited in place; empty removes it.
-// An operator scoped to one tenant reads the limit only: a tenant's limits
-// are the platform's (the API answers 403 platform-limit).
-function limitForm(tenant, route, member, value, label) {
-  if (claims(sessionStorage.getItem(TOKEN)).tenant_id) {
-    return h("span", { "data-limit": member }, `${value ?? "none"} (set by an operator of every tenant)`);
-  }
-  const note = h("span", { "aria-live": "polite" });
-  const form = h("form", { class: "action" },
-    h("label", {}, `${label} for ${tenant} (empty: none)`,
-      h("input", { name: "limit", type: "number", min: member === "max_in_flight" ? 1 : 0, step: member === "max_in_flight" ? 1 : "any", value: value ?? "" })),
-    h("button", { type: "submit" }, "Save"), note);
-  form.addEventListener("submit", async (e) => {
-    e.preventDefault();
-    const raw = new FormData(form).get("limit");
-    const res = await api("PUT", `/v1/tenants/${encodeURIComponent(tenant)}/${route}`,
-      { body: { [member]: raw === "" ? null : Number(raw) } });
-    note.textContent = res.ok ? "saved" : `refused: ${problemText(res.data)}`;
-  });
-  return form;
-}
-
-// One tenant: its webhook endpoints, each with its state and a link to its log.
-async function tenantPage(tenant) {
-  const t = encodeURIComponent(tenant);
-  const [endpoints, cases] = await Promise.all([
-    api("GET", `/v1/webhooks/endpoints?tenant=${t}`),
-    api("GET", `/v1/reconciliation-cases/counts?tenant=${t}`),
-  ]);
-  const nodes = [h("h1", {}, `Tenant ${tenant}`)];
-  if (cases.ok) {
-    nodes.push(h("p", {}, h("a", { href: `#/cases?tenant=${t}` }, `${cases.data.open} open case${cases.data.open === 1 ? "" : "s"}`)));
-  }
-  nodes.push(h("h2", {}, "Webhook endpoints"));
-  if (!endpoints.ok) nodes.push(h("p", { class: "notice error", role: "alert" }, problemText(endpoints.data)));
-  else if (endpoints.data.endpoints.length === 0) nodes.push(h("p", { id: "no-endpoints" }, "None."));
-  else {
-    nodes.push(h("table", { id: "endpoints" },
-      h("thead", {}, h("tr", {}, ["Endpoint", "URL", "Events", "State", ""].map((x) => h("th", { scope: "col" }, x)))),
-      h("tbody", {}, endpoints.data.endpoints.map((ep) => h("tr", { "data-endpoint": ep.id },
-        h("td", {}, h("a", { href: `#/tenants/${t}/endpoints/${encodeURIComponent(ep.id)}` }, ep.id), h("br"), h("small", {}, ep.description)),
-        h("td", {}, ep.url),
-        h("td", {}, ep.events.length ? ep.events.join(", ") : "every type"),
-        h("td", { "data-state": ep.enabled ? "enabled" : "disabled" }, endpointState(ep)),
-        h("td", {}, toggleForm(tenant, ep)))))));
-  }
-  show(...nodes);
-}
-
-function endpointState(ep) {
-  if (!ep.enabled) return `disabled${ep.disabled_reason ? `: ${ep.disabled_reason}` : ""}${ep.disabled_at ? ` (${ep.disabled_at})` : ""}`;
-  return ep.failing_since ? `enabled, failing since ${ep.failing_since}` : "enabled";
-}
-
-function toggleForm(tenant, ep) {
-  const note = h("span", { "aria-live": "polite" });
-  const verb = ep.enabled ? "Disable" : "Enable";
-  const button = h("button", { type: "button", "data-toggle": ep.id }, `${verb} ${ep.id}`);
-  button.addEventListener("click", async () => {
-    const res = await api("PATCH", `/v1/webhooks/endpoints/${encodeURIComponent(ep.id)}?tenant=${encodeURIComponent(tenant)}`,
-      { body: { enabled: !ep.enabled } });
-    if (res.ok) route();
-    else note.textContent = `refused: ${problemText(res.data)}`;
-  });
-  return h("span", {}, button, note);
-}
-
-// One endpoint's delivery log, newest first, with replay of one event and
-// recovery of every failed one since a time.
-async function endpointPage(tenant, id) {
-  const params = hashParams();
-  const statusFilter = params.get("status") || "";
-  const cursors = (params.get("cursors") || "").split(",").filter(Boolean);
-  const query = new URLSearchParams({ tenant, limit: String(PAGE) });
-  if (statusFilter) query.set("status", statusFilter);
-  if (cursors.length) query.set("cursor", cursors[cursors.length - 1]);
-  const path = `/v1/webhooks/endpoints/${encodeURIComponent(id)}`;
-  const res = await api("GET", `${path}/attempts?${query}`);
-  if (!res.ok) return show(h("h1", {}, id), h("p", { class: "notice error", role: "alert" }, problemText(res.data)));
-  const note = h("div", { "aria-live": "polite", id: "endpoint-note" });
-  const base = `#/tenants/${encodeURIComponent(tenant)}/endpoints/${encodeURIComponent(id)}`;
-  const filter = h("nav", { "aria-label": "Filter the log" },
-    ["", "failed", "skipped", "succeeded"].map((st) => h("a", { href: st ? `${base}?status=${st}` : base, "aria-current": st === statusFilter ? "page" : null }, st || "all")).flatMap((a) => [a, " "]));
-  const rows = res.data.attempts.map((a) => {
-    const replay = h("button", { type: "button", "data-replay": a.event_id }, `Replay ${a.event_type}`);
-    replay.addEventListener("click", async () => {
-      const r = await api("POST", `${path}/replay?tenant=${encodeURIComponent(tenant)}`, { body: { event_id: a.event_id } });
-      note.replaceChildren(h("p", { class: `notice ${r.ok ? "ok" : "error"}`, role: "alert" },
-        r.ok ? `Queued ${a.event_id} again, with its original id.` : `Refused (${r.status}): ${problemText(r.data)}`));
-    });
-    return h("tr", { "data-event": a.event_id, "data-status": a.status },
-      h("td", {}, a.at), h("td", {}, a.event_type), h("td", {}, h("code", {}, a.event_id)), h("td", {}, a.attempt),
-      h("td", {}, a.status), h("td", {}, a.http_status ?? a.error ?? ""), h("td", {}, a.status === "skipped" ? "not sent" : `${a.latency_ms} ms`), h("td", {}, replay));
-  });
-  const recover = h("form", { class: "action", id: "recover" },
-    h("label", {}, "Send again every event that failed or was skipped since (hours ago)", h("input", { name: "hours", type: "number", min: 1, required: true, value: 24 })),
-    h("button", { type: "submit" }, "Recover"));
-  recover.addEventListener("submit", async (e) => {
-    e.preventDefault();
-    const hours = Number(new FormData(recover).get("hours"));
-    const since = new Date(Date.now() - hours * 3600 * 1000).toISOString();
-    const r = await api("POST", `${path}/recover?tenant=${encodeURIComponent(tenant)}&since=${encodeURIComponent(since)}`);
-    note.replaceChildren(h("p", { class: `notice ${r.ok ? "ok" : "error"}`, role: "alert" },
-      r.ok ? `Queued again: ${JSON.stringify(r.data)}` : `Refused (${r.status}): ${problemText(r.data)}`));
-  });
-  show(
-    h("h1", {}, `Endpoint ${id} of ${tenant}`),
-    filter,
-    note,
-    rows.length === 0 ? h("p", { id: "no-attempts" }, "No attempts on this page.") : h("table", { id: "attempts" },
-      h("caption", {}, "Delivery log, newest first"),
-      h("thead", {}, h("tr", {}, ["At", "Event", "Id", "Attempt", "Outcome", "Status or error", "Latency", ""].map((x) => h("th", { scope: "col" }, x)))),
-      h("tbody", {}, rows)),
-    res.data.next_cursor ? h("a", { href: `${base}?${withParam(params, "cursors", [...cursors, res.data.next_cursor].join(","))}` }, "Next page") : null,
-    recover,
-  );
-}
-
-// ---- routing
+// ---- routing (the tenants' pages are in tenants.js)
 
 async function route() {
   if (!sessionStorage.getItem(TOKEN)) return signInPage();

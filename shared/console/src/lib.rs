@@ -1,4 +1,4 @@
-//! The operator console: one page, one script and one style sheet, embedded
+//! The operator console: one page, five ES modules and one style sheet, embedded
 //! in the binary and served under `/console/`. The page calls the same
 //! public API as everyone else, with the signed-in operator's bearer token:
 //! it has no privileges of its own and no API of its own. Nothing is loaded
@@ -17,8 +17,17 @@ use serde_json::json;
 pub const PREFIX: &str = "/console";
 
 const INDEX: &str = include_str!("../assets/index.html");
-const SCRIPT: &str = include_str!("../assets/app.js");
 const STYLE: &str = include_str!("../assets/app.css");
+
+/// The page's scripts, ES modules by name: the router and its pages
+/// (`app.js`), which imports the rest; none imports it back.
+const SCRIPTS: [(&str, &str); 5] = [
+    ("/console/app.js", include_str!("../assets/app.js")),
+    ("/console/api.js", include_str!("../assets/api.js")),
+    ("/console/dom.js", include_str!("../assets/dom.js")),
+    ("/console/tenants.js", include_str!("../assets/tenants.js")),
+    ("/console/trace.js", include_str!("../assets/trace.js")),
+];
 
 /// How operators sign in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,10 +121,12 @@ impl Console {
             // The page is `/console` (an HTTP API cannot route the bare
             // `/console/`); it names its files by absolute path.
             PREFIX | "/console/" | "/console/index.html" => ("text/html; charset=utf-8", INDEX.to_owned()),
-            "/console/app.js" => ("text/javascript; charset=utf-8", SCRIPT.to_owned()),
             "/console/app.css" => ("text/css; charset=utf-8", STYLE.to_owned()),
             "/console/config.json" => ("application/json", self.config().to_string()),
-            _ => return self.plain(StatusCode::NOT_FOUND, "no such page in the console"),
+            script => match SCRIPTS.iter().find(|(name, _)| *name == script) {
+                Some((_, text)) => ("text/javascript; charset=utf-8", (*text).to_owned()),
+                None => return self.plain(StatusCode::NOT_FOUND, "no such page in the console"),
+            },
         };
         self.headers(Response::builder().status(StatusCode::OK))
             .header(header::CONTENT_TYPE, content_type)
@@ -175,16 +186,50 @@ mod tests {
         String::from_utf8_lossy(r.body().as_ref()).into_owned()
     }
 
+    /// The modules each script imports, by served name.
+    fn imports(text: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("import "))
+            .filter_map(|l| l.split("from \"./").nth(1)?.split('"').next())
+            .map(|file| format!("{PREFIX}/{file}"))
+            .collect()
+    }
+
+    #[test]
+    fn the_scripts_import_only_served_modules_and_in_no_circle() {
+        let served: Vec<&str> = SCRIPTS.iter().map(|(name, _)| *name).collect();
+        let graph: Vec<(&str, Vec<String>)> = SCRIPTS.iter().map(|(name, text)| (*name, imports(text))).collect();
+        for (name, deps) in &graph {
+            for dep in deps {
+                assert!(
+                    served.contains(&dep.as_str()),
+                    "{name} imports {dep}, which is not served"
+                );
+            }
+        }
+        assert!(!graph[0].1.is_empty(), "app.js imports the others");
+        // No circle: repeatedly take out the modules whose imports are all out.
+        let mut left = graph.clone();
+        while !left.is_empty() {
+            let before = left.len();
+            let gone: Vec<&str> = graph
+                .iter()
+                .map(|(n, _)| *n)
+                .filter(|n| !left.iter().any(|(l, _)| l == n))
+                .collect();
+            left.retain(|(_, deps)| !deps.iter().all(|d| gone.contains(&d.as_str())));
+            assert!(left.len() < before, "the scripts import in a circle: {left:?}");
+        }
+    }
+
     #[test]
     fn every_answer_carries_a_strict_policy_and_the_page_loads_only_its_own_files() {
         let console = Console::new(SignIn::Local);
-        for path in [
-            "/console",
-            "/console/app.js",
-            "/console/app.css",
-            "/console/config.json",
-            "/console/nope",
-        ] {
+        let scripts = SCRIPTS.map(|(name, _)| name);
+        for path in ["/console", "/console/app.css", "/console/config.json", "/console/nope"]
+            .into_iter()
+            .chain(scripts)
+        {
             let r = console.answer(&Method::GET, path);
             let csp = header(&r, "content-security-policy");
             assert!(
@@ -204,7 +249,11 @@ mod tests {
             !page.contains("<script>") && !page.contains("style="),
             "no inline script or style"
         );
-        assert!(!text(&console.answer(&Method::GET, "/console/app.js")).contains("innerHTML"));
+        for script in scripts {
+            let served = console.answer(&Method::GET, script);
+            assert_eq!(header(&served, "content-type"), "text/javascript; charset=utf-8");
+            assert!(!text(&served).contains("innerHTML"), "{script}");
+        }
         assert_eq!(console.answer(&Method::GET, "/console/nope").status(), 404);
         assert_eq!(console.answer(&Method::POST, "/console").status(), 405);
         assert_eq!(

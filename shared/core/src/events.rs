@@ -109,11 +109,32 @@ pub struct LifecycleEvent {
     /// POSTs never carry it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub webhooks: bool,
+    /// The operation's trace (W3C trace id, hex), for the stages that
+    /// take the event from the bus: the stream, the pipe and the bus carry
+    /// no trace context of their own. On the bus only; receivers' POSTs
+    /// never carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// The operation has or had a reconciliation case (or an operator's
+    /// decision), so its trace is kept whatever the sampling rate: the
+    /// webhook stage keeps its spans too. On the bus only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trace_kept: bool,
 }
 
 /// The member of a bus event's `detail` that [`LifecycleEvent::webhooks`]
 /// sets, which the webhook rule matches.
 pub const WEBHOOKS_MEMBER: &str = "webhooks";
+
+/// The member of a bus event's `detail` holding [`LifecycleEvent::trace_id`].
+pub const TRACE_MEMBER: &str = "trace_id";
+
+/// The member of a bus event's `detail` holding [`LifecycleEvent::trace_kept`].
+pub const TRACE_KEPT_MEMBER: &str = "trace_kept";
+
+/// The members of a bus event's `detail` that are the bus's, not the
+/// event's: taken out before the event is sent to a receiver or kept.
+pub const BUS_MEMBERS: [&str; 3] = [WEBHOOKS_MEMBER, TRACE_MEMBER, TRACE_KEPT_MEMBER];
 
 /// Where delivered objects live, for `operation.delivered`.
 #[derive(Debug, Clone, Default)]
@@ -143,6 +164,8 @@ fn event(rec: &OperationRecord, kind: Kind, data: Value) -> LifecycleEvent {
             _ => Map::new(),
         },
         webhooks: false,
+        trace_id: Some(crate::trace::TraceId::of(&rec.operation_id).to_hex()),
+        trace_kept: false,
     }
 }
 
@@ -208,6 +231,12 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
     }
     if let (None, Some(since)) = (old.capacity_hold, new.capacity_hold) {
         out.push(queued(WaitReason::Capacity.as_str(), since));
+    }
+    // A case, now or before (an operator's decision closed one), keeps the
+    // operation's trace: the events say so to the stage that takes them.
+    let kept = old.case.is_some() || new.case.is_some() || !new.audit.is_empty();
+    for e in &mut out {
+        e.trace_kept = kept;
     }
     out
 }
@@ -327,6 +356,10 @@ mod tests {
             )
         );
         assert_eq!((e.tenant_id.as_str(), e.operation_key.as_str()), ("t", "k"));
+        let trace = crate::trace::TraceId::of(&r.operation_id).to_hex();
+        assert_eq!(e.trace_id.as_deref(), Some(trace.as_str()), "the bus carries the trace");
+        assert_eq!(serde_json::to_value(e).unwrap()[TRACE_MEMBER], trace);
+        assert!(!e.trace_kept, "no case: the sampling decides");
         assert_eq!(e.data["remote_job_id"], "J1");
         assert_eq!(e.data["held_credits"], 3.0);
         let rendered = step(&accepted, |n| n.phase = Phase::Rendered);
@@ -385,6 +418,7 @@ mod tests {
         let opened = derive(Some(&r), &uncertain, &Context::default());
         assert_eq!(kinds(&opened), [Kind::CaseOpened]);
         assert_eq!(opened[0].data["reason"], "unknown_submit_outcome");
+        assert!(opened[0].trace_kept, "a case keeps the trace, on the bus too");
         let attached = step(&uncertain, |n| {
             n.phase = Phase::Accepted;
             n.case = None;

@@ -31,4 +31,5 @@ pub mod record;
 pub mod remote;
 pub mod render;
 pub mod shard;
+pub mod trace;
 pub mod webhook;

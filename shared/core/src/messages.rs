@@ -34,13 +34,16 @@ pub struct WorkMessage {
 /// What the looks at one accepted job saw so far, carried from each poll
 /// message to the next: a look that finds the job still running writes
 /// nothing to the record, and the plan is read once per job.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PollHistory {
     /// Looks at the job so far.
     pub looks: u32,
     /// When a look last found it still running (milliseconds since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running_seen_ms: Option<i64>,
+    /// When a look first found it `running` (not `queued`), if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_running_ms: Option<i64>,
     /// The job's plan, from its class's render times at its first look;
     /// none: not enough data, the age-based schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,6 +51,11 @@ pub struct PollHistory {
     /// Whether the class's render times were read for the plan.
     #[serde(default)]
     pub planned: bool,
+    /// When each look so far was made (milliseconds since the epoch), the
+    /// last [`crate::record::MAX_LOOKS_KEPT`]: the record keeps them with
+    /// the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub looked_at_ms: Vec<i64>,
 }
 
 impl WorkMessage {

@@ -36,8 +36,15 @@ pub const DEADLINE_IGNORED: u32 = 2048;
 /// of passing over it to a smaller operation behind it that fits.
 pub const WAKE_STOPS_AT_SHORT_HEAD: u32 = 4096;
 
+/// A poll reads Genace before it reads the record, so a poll that began
+/// after the job was seen to end still GETs it.
+pub const POLL_AFTER_END: u32 = 8192;
+/// The poll plan never gives way to the age-based schedule: a job is
+/// looked at every second however long it runs.
+pub const LOOKS_UNBOUNDED: u32 = 16384;
+
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 13] = [
+pub const ALL: [(&str, u32); 15] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -51,6 +58,8 @@ pub const ALL: [(&str, u32); 13] = [
     ("cancel-after-claim", CANCEL_AFTER_CLAIM),
     ("deadline-ignored", DEADLINE_IGNORED),
     ("wake-stops-at-short-head", WAKE_STOPS_AT_SHORT_HEAD),
+    ("poll-after-end", POLL_AFTER_END),
+    ("looks-unbounded", LOOKS_UNBOUNDED),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

@@ -221,6 +221,11 @@ pub enum StatusOutcome {
     Snapshot(JobSnapshot),
     /// Genace does not know this job id.
     NotFound,
+    /// 429: too many reads; the next waits at least `retry_after` (when
+    /// Genace said it) and says nothing about the job.
+    RateLimited {
+        retry_after: Option<Duration>,
+    },
     /// Timeouts, 5xx and other answers that say nothing about the job.
     Transient {
         evidence: String,
@@ -298,7 +303,16 @@ pub fn normalize_snapshot(v: &Value) -> Option<JobSnapshot> {
 
 /// Classifies a status response.
 pub fn classify_status(code: u16, body: &str) -> StatusOutcome {
+    classify_status_with(code, None, body, Utc::now())
+}
+
+/// [`classify_status`] with the answer's `Retry-After` header, read at
+/// `now` (seconds, or an HTTP date).
+pub fn classify_status_with(code: u16, retry_after: Option<&str>, body: &str, now: DateTime<Utc>) -> StatusOutcome {
     match code {
+        429 => StatusOutcome::RateLimited {
+            retry_after: retry_after.and_then(|v| parse_retry_after(v, now)),
+        },
         200 => match serde_json::from_str::<Value>(body)
             .ok()
             .as_ref()
@@ -513,6 +527,12 @@ mod tests {
         assert_eq!(classify_status(404, ""), StatusOutcome::NotFound);
         for (code, body) in [(500, "x"), (503, ""), (200, "not json"), (401, "no")] {
             assert!(matches!(classify_status(code, body), StatusOutcome::Transient { .. }));
+        }
+        for (header, wait) in [(Some("7"), Some(Duration::from_secs(7))), (None, None)] {
+            assert_eq!(
+                classify_status_with(429, header, "slow down", Utc::now()),
+                StatusOutcome::RateLimited { retry_after: wait }
+            );
         }
     }
 

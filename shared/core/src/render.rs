@@ -18,17 +18,18 @@ use serde_json::Value;
 use crate::record::OperationRecord;
 
 /// Buckets of a class's histogram.
-pub const BUCKETS: usize = 40;
+pub const BUCKETS: usize = 100;
 /// The upper edge of the first bucket.
 pub const FIRST_EDGE_SECONDS: f64 = 0.5;
-/// Each bucket's upper edge over the one before: 40 buckets reach almost
-/// four hours (the last holds every longer render).
-pub const RATIO: f64 = 1.3;
+/// Each bucket's upper edge over the one before: 100 buckets reach about
+/// 100 minutes (the last holds every longer render), and a bucket is a
+/// tenth of its render wide, so a narrow class plans a narrow window.
+pub const RATIO: f64 = 1.1;
 /// Finished jobs a class needs before its plan replaces the age-based
 /// schedule.
 pub const MIN_SAMPLES: u32 = 8;
 /// Planned looks at most; past them, the age-based schedule.
-pub const MAX_PLANNED_LOOKS: u32 = 10;
+pub const MAX_PLANNED_LOOKS: u32 = 20;
 /// The shortest time between two looks.
 pub const MIN_SPACING_SECONDS: f64 = 1.0;
 /// The age-based schedule's shortest delay, before any data.
@@ -144,13 +145,9 @@ impl RenderTimes {
         for (i, c) in self.counts.iter().enumerate() {
             let c = f64::from(*c);
             if c > 0.0 && below + c >= target {
-                let low = if i == 0 {
-                    FIRST_EDGE_SECONDS / RATIO
-                } else {
-                    edge(i - 1)
-                };
+                let (low, high) = bucket_bounds(i);
                 let within = ((target - below) / c).clamp(0.0, 1.0);
-                return Some(low * (edge(i) / low).powf(within));
+                return Some(low * (high / low).powf(within));
             }
             below += c;
         }
@@ -158,54 +155,203 @@ impl RenderTimes {
     }
 }
 
-/// When to look at a job of one class, from its learned render times.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+/// When to look at a job of one class, from its learned render times: the
+/// ages of its planned looks, carried in its poll messages.
+///
+/// The looks lie on a grid from the age by which [`TAIL`] of the class's
+/// renders ended to the one by which all but [`TAIL`] did. A job ending
+/// inside a gap is seen at most the gap late and half of it on average.
+/// The gap after a look at age `t` is `stretch` × ([`GAP_SECONDS`] +
+/// [`GAP_SHARE`] × `t`) × a weight: at a stretch of 1 and a weight of 1
+/// that is the goal of a lag of 1 s + 2 % of the render at the median,
+/// and within 3 s + 5 % for every job. The weight is 1 where the class's
+/// renders end most often and grows, up to [`WEIGHT_MAX`], as the square
+/// root of how much rarer ends are elsewhere: the spacing that minimises
+/// the mean lag for a given number of looks. The stretch is the smallest
+/// whose expected GETs, over the class's histogram, fit [`GET_BUDGET`]
+/// and whose looks fit [`MAX_PLANNED_LOOKS`].
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PollPlan {
-    /// Most renders are still going before this age (the 10th percentile).
-    pub early: f64,
-    /// The median render.
-    pub median: f64,
-    /// Most renders have ended by this age (the 95th percentile).
-    pub late: f64,
+    /// The planned looks' ages, in seconds after acceptance, ascending (a
+    /// plan carried in an older form: none, the age-based schedule).
+    #[serde(default)]
+    pub looks: Vec<f64>,
 }
 
+/// The gap's fixed part, in seconds, at a stretch and weight of 1.
+pub const GAP_SECONDS: f64 = 2.0;
+/// The gap's part that grows with the age, at a stretch and weight of 1.
+pub const GAP_SHARE: f64 = 0.04;
+/// The GETs a job of a class may take on average, as its render times
+/// say (429s, unreadable reads and redeliveries come on top).
+pub const GET_BUDGET: f64 = 8.0;
+/// How much sparser than at the densest ends the grid may be where ends
+/// are rare.
+pub const WEIGHT_MAX: f64 = 4.0;
+/// The densest and the sparsest grid.
+const STRETCH_MIN: f64 = 0.25;
+const STRETCH_MAX: f64 = 16.0;
+/// The share of renders the window leaves before its first look, and the
+/// share after its end.
+pub const TAIL: f64 = 0.01;
+/// Buckets each side that smooth the histogram for the weight (a bucket
+/// is a tenth of its render wide).
+const SMOOTHING: usize = 3;
+
 impl PollPlan {
-    /// The plan for a class with enough finished jobs; none before.
-    pub fn from_times(times: &RenderTimes) -> Option<Self> {
+    /// The plan for a class with enough finished jobs (none before);
+    /// `max_delay` bounds the age-based schedule past the window.
+    pub fn from_times(times: &RenderTimes, max_delay: f64) -> Option<Self> {
         if times.samples() < MIN_SAMPLES {
             return None;
         }
-        Some(Self {
-            early: times.quantile(0.10)?,
-            median: times.quantile(0.50)?,
-            late: times.quantile(0.95)?,
-        })
+        let early = times.quantile(TAIL)?;
+        let late = times.quantile(1.0 - TAIL)?.max(early);
+        let weights = Weights::of(times);
+        let mut stretch = STRETCH_MIN;
+        loop {
+            let plan = Self {
+                looks: grid(early, late, stretch, &weights),
+            };
+            let fits =
+                plan.looks.len() as u32 <= MAX_PLANNED_LOOKS && plan.expected_gets(times, max_delay) <= GET_BUDGET;
+            if fits || stretch >= STRETCH_MAX {
+                return Some(plan);
+            }
+            stretch *= 1.1;
+        }
     }
 
-    /// The spacing of looks through the likely window: the lag a look
-    /// leaves is at most this, and half of it on average, so it grows with
-    /// the render (a second and 4 % of the median), at least a second.
-    pub fn spacing(&self) -> f64 {
-        (1.0 + 0.04 * self.median).max(MIN_SPACING_SECONDS)
+    /// The first planned look's age.
+    pub fn first(&self) -> Option<f64> {
+        self.looks.first().copied()
+    }
+
+    /// The last planned look's age: past it, the age-based schedule.
+    pub fn last(&self) -> Option<f64> {
+        self.looks.last().copied()
+    }
+
+    /// The GETs a job of `seconds` takes: the planned looks before its
+    /// end, the one that sees it, and past the window the age-based ones.
+    pub fn gets_for(&self, seconds: f64, max_delay: f64) -> f64 {
+        let mut gets = 0.0;
+        let mut last = 0.0;
+        for at in &self.looks {
+            gets += 1.0;
+            if *at >= seconds {
+                return gets;
+            }
+            last = *at;
+        }
+        while last < seconds {
+            last += age_based_delay(last, max_delay);
+            gets += 1.0;
+        }
+        gets
+    }
+
+    /// The GETs a job of the class takes on average, over its histogram
+    /// (four renders spread over each bucket).
+    pub fn expected_gets(&self, times: &RenderTimes, max_delay: f64) -> f64 {
+        let total = f64::from(times.samples()).max(1.0);
+        let mut sum = 0.0;
+        for (i, c) in times.counts().iter().enumerate().filter(|(_, c)| **c > 0) {
+            let (low, high) = bucket_bounds(i);
+            let each = f64::from(*c) / 4.0;
+            for k in [0.125, 0.375, 0.625, 0.875] {
+                sum += each * self.gets_for(low * (high / low).powf(k), max_delay);
+            }
+        }
+        sum / total
     }
 
     /// Seconds until the next look at a job `age` seconds after its
-    /// acceptance, looked at `looks` times so far; `age_based` is the
-    /// schedule without data, which takes over past the window or the
-    /// planned looks.
+    /// acceptance, looked at `looks` times so far: the next planned look
+    /// at least a second away; `age_based` past the plan, or after more
+    /// looks than it plans.
     pub fn next_delay(&self, age: f64, looks: u32, age_based: f64) -> f64 {
-        if looks >= MAX_PLANNED_LOOKS || age > self.late {
+        if looks > MAX_PLANNED_LOOKS {
             return age_based;
         }
-        if age + MIN_SPACING_SECONDS < self.early {
-            // The first look near the early quantile.
-            return self.early - age;
-        }
-        // The spacing the lag allows, or wider when the planned looks left
-        // would not reach the end of the window.
-        let left = f64::from(MAX_PLANNED_LOOKS - looks);
-        self.spacing().max((self.late - age) / left)
+        self.looks
+            .iter()
+            .find(|at| **at >= age + MIN_SPACING_SECONDS)
+            .map_or(age_based, |at| at - age)
     }
+}
+
+/// Where a class's renders end, smoothed: the weight of a gap at each age.
+struct Weights {
+    smoothed: [f64; BUCKETS],
+    peak: f64,
+}
+
+impl Weights {
+    fn of(times: &RenderTimes) -> Self {
+        let mut smoothed = [0.0; BUCKETS];
+        for (i, s) in smoothed.iter_mut().enumerate() {
+            for (j, c) in times.counts().iter().enumerate() {
+                let d = i.abs_diff(j);
+                if d <= SMOOTHING {
+                    *s += f64::from(*c) * (SMOOTHING + 1 - d) as f64;
+                }
+            }
+        }
+        let peak = smoothed.iter().copied().fold(0.0, f64::max);
+        Self { smoothed, peak }
+    }
+
+    /// 1 where ends are densest, up to [`WEIGHT_MAX`] where they are rare.
+    fn at(&self, age: f64) -> f64 {
+        let here = self.smoothed[RenderTimes::bucket(age)];
+        let floor = self.peak / (WEIGHT_MAX * WEIGHT_MAX);
+        (self.peak / here.max(floor).max(f64::MIN_POSITIVE))
+            .sqrt()
+            .min(WEIGHT_MAX)
+    }
+}
+
+/// The looks from `early` until one at or past `late`, rounded to a tenth
+/// of a second (at most one past [`MAX_PLANNED_LOOKS`], so that a grid
+/// too long is seen to be).
+fn grid(early: f64, late: f64, stretch: f64, weights: &Weights) -> Vec<f64> {
+    let mut looks = Vec::new();
+    let mut at = early;
+    while looks.len() as u32 <= MAX_PLANNED_LOOKS {
+        looks.push((at * 10.0).round() / 10.0);
+        if at >= late {
+            break;
+        }
+        let gap = stretch * (GAP_SECONDS + GAP_SHARE * at) * weights.at(at);
+        at += gap.max(MIN_SPACING_SECONDS);
+    }
+    looks
+}
+
+/// The bounds of bucket `i`.
+fn bucket_bounds(i: usize) -> (f64, f64) {
+    let low = if i == 0 {
+        FIRST_EDGE_SECONDS / RATIO
+    } else {
+        edge(i - 1)
+    };
+    (low, edge(i))
+}
+
+/// The most looks a chain of polls makes at a job seen to end `age`
+/// seconds after its acceptance: the first look, every planned one, the
+/// age-based schedule ([`age_based_delay`] within `max_delay`) from the
+/// start, and one more for the look that sees the end. An unreadable
+/// status waits at least the age-based delay, so it adds no look.
+pub fn look_bound(age: f64, max_delay: f64) -> u32 {
+    let mut looks = MAX_PLANNED_LOOKS + 3;
+    let mut at = 0.0;
+    while at < age {
+        at += age_based_delay(at, max_delay);
+        looks += 1;
+    }
+    looks
 }
 
 /// The age-based schedule: a tenth of the job's age, at least
@@ -244,38 +390,114 @@ mod tests {
 
     #[test]
     fn without_enough_data_there_is_no_plan() {
-        assert_eq!(PollPlan::from_times(&times([10.0; 7])), None);
-        assert!(PollPlan::from_times(&times([10.0; 8])).is_some());
+        assert_eq!(PollPlan::from_times(&times([10.0; 7]), 300.0), None);
+        assert!(PollPlan::from_times(&times([10.0; 8]), 300.0).is_some());
+    }
+
+    /// Renders log-normal around `median`, one standard deviation of the
+    /// log `ln(1 + spread)`, at evenly spaced quantiles.
+    fn spread(median: f64, spread: f64) -> RenderTimes {
+        let sigma = (1.0 + spread).ln();
+        times((1..200).map(|i| {
+            let p = f64::from(i) / 200.0;
+            // The normal quantile, by bisection over the error function's
+            // series-free approximation (Abramowitz-Stegun 7.1.26).
+            let cdf = |z: f64| {
+                let t = 1.0 / (1.0 + 0.3275911 * z.abs() / 2f64.sqrt());
+                let erf = 1.0
+                    - t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+                        * (-(z * z) / 2.0).exp();
+                0.5 * (1.0 + z.signum() * erf)
+            };
+            let (mut lo, mut hi) = (-6.0, 6.0);
+            for _ in 0..60 {
+                let mid = (lo + hi) / 2.0;
+                if cdf(mid) < p { lo = mid } else { hi = mid }
+            }
+            median * (sigma * lo).exp()
+        }))
     }
 
     #[test]
-    fn the_plan_looks_first_near_the_early_quantile_then_densely_then_by_age() {
+    fn the_plan_looks_first_near_the_early_quantile_then_on_its_grid_then_by_age() {
         // Renders of 6 to 14 s.
-        let plan = PollPlan::from_times(&times((0..200).map(|i| 6.0 + f64::from(i % 81) * 0.1))).unwrap();
-        assert!(plan.early > 5.0 && plan.late < 16.0, "{plan:?}");
-        let first = plan.next_delay(0.0, 0, 5.0);
+        let plan = PollPlan::from_times(&times((0..200).map(|i| 6.0 + f64::from(i % 81) * 0.1)), 300.0).unwrap();
+        let (first, last) = (plan.first().unwrap(), plan.last().unwrap());
+        assert!(first > 5.0 && first < 7.0 && last < 16.0, "{plan:?}");
         assert!(
-            (first - plan.early).abs() < 1e-9,
+            (plan.next_delay(0.0, 0, 5.0) - first).abs() < 1e-9,
             "the first look waits for the early quantile"
         );
-        // Inside the window: looks a second or so apart, whatever the age-based schedule says.
-        let dense = plan.next_delay(plan.early, 1, 5.0);
-        assert!((MIN_SPACING_SECONDS..=2.0).contains(&dense), "{dense}");
+        // Inside the window: the next grid point, a second or two away.
+        let dense = plan.next_delay(first, 1, 5.0);
+        assert!((MIN_SPACING_SECONDS..=2.5).contains(&dense), "{dense}");
+        assert!((dense - (plan.looks[1] - first)).abs() < 1e-9);
+        // A look that came late goes on to the next grid point at least a
+        // second away.
+        let age = plan.looks[1] + 0.5;
+        let next = plan.looks.iter().find(|at| **at >= age + 1.0).unwrap();
+        assert!(*next > plan.looks[2] || plan.looks[2] - age >= 1.0);
+        assert!((plan.next_delay(age, 2, 5.0) - (next - age)).abs() < 1e-9);
         // Past the window, or out of planned looks: the age-based schedule.
-        assert_eq!(plan.next_delay(plan.late + 1.0, 3, 7.0), 7.0);
-        assert_eq!(plan.next_delay(plan.early, MAX_PLANNED_LOOKS, 7.0), 7.0);
+        assert_eq!(plan.next_delay(last + 5.0, 3, 7.0), 7.0);
+        assert_eq!(plan.next_delay(first, MAX_PLANNED_LOOKS + 1, 7.0), 7.0);
     }
 
     #[test]
-    fn a_long_class_is_looked_at_sparser_and_within_the_planned_looks() {
-        let plan = PollPlan::from_times(&times((0..200).map(|i| 180.0 + f64::from(i) * 1.2))).unwrap();
-        let mut age = 0.0;
-        let mut looks = 0;
-        while age <= plan.late && looks < 40 {
-            age += plan.next_delay(age, looks, age_based_delay(age, 300.0));
-            looks += 1;
+    fn a_narrow_class_is_planned_within_the_lag_goal() {
+        for median in [8.0, 60.0, 300.0] {
+            let plan = PollPlan::from_times(&spread(median, 0.05), 300.0).unwrap();
+            // Every job ending inside the window is seen within 3 s + 5 %.
+            for pair in plan.looks.windows(2) {
+                assert!(pair[1] - pair[0] <= 3.0 + 0.05 * pair[0], "{median} s: {plan:?}");
+            }
+            assert!(
+                plan.first().unwrap() <= median * 0.95 && plan.last().unwrap() >= median * 1.05,
+                "{plan:?}"
+            );
         }
-        assert!(looks <= MAX_PLANNED_LOOKS + 1, "{looks} looks to pass the window");
-        assert!(plan.spacing() > 5.0, "{plan:?}");
+    }
+
+    #[test]
+    fn a_wide_class_is_widened_to_the_get_budget_and_denser_where_ends_are() {
+        for median in [10.0, 60.0, 300.0] {
+            let times = spread(median, 0.4);
+            let plan = PollPlan::from_times(&times, 300.0).unwrap();
+            let gets = plan.expected_gets(&times, 300.0);
+            assert!(gets <= GET_BUDGET, "{median} s: {gets} GETs, {plan:?}");
+            assert!(plan.looks.len() as u32 <= MAX_PLANNED_LOOKS, "{plan:?}");
+            // Denser around the median than in the tails, relative to the age.
+            let relative_gap = |age: f64| {
+                let i = plan.looks.iter().position(|at| *at >= age).unwrap().max(1);
+                (plan.looks[i] - plan.looks[i - 1]) / (GAP_SECONDS + GAP_SHARE * plan.looks[i - 1])
+            };
+            assert!(
+                relative_gap(median) < relative_gap(median * 1.9),
+                "{median} s: {plan:?}"
+            );
+            eprintln!("{median} s: {plan:?}, {gets:.2} GETs");
+        }
+    }
+
+    #[test]
+    fn the_look_bound_covers_the_planned_looks_and_the_age_based_ones() {
+        let plan = PollPlan::from_times(&spread(60.0, 0.4), 300.0).unwrap();
+        for end in [1.0, 30.0, 60.0, 200.0, 3600.0] {
+            let gets = plan.gets_for(end, 300.0);
+            let bound = look_bound(end, 300.0);
+            assert!(gets <= f64::from(bound), "{end} s: {gets} > {bound}");
+        }
+        assert!(look_bound(3600.0, 300.0) > look_bound(60.0, 300.0));
+        assert!(
+            look_bound(3600.0, 60.0) > look_bound(3600.0, 300.0),
+            "a shorter longest delay: more looks"
+        );
+    }
+
+    #[test]
+    fn a_plan_carried_in_an_older_form_reads_as_none() {
+        let old: PollPlan = serde_json::from_str(r#"{"early":5.0,"median":8.0,"late":12.0}"#).unwrap();
+        assert_eq!(old.first(), None);
+        assert_eq!(old.next_delay(3.0, 1, 5.0), 5.0);
     }
 }

@@ -85,6 +85,8 @@ impl AccountShards {
             set_limit: part(whole.set_limit),
             learned: part(whole.learned),
             learned_mark: 0,
+            raise_every: None,
+            learned_at_ms: None,
             ..*counts
         }
     }
@@ -109,6 +111,8 @@ pub fn summed(shards: &[AccountCapacity]) -> AccountCapacity {
         learned: limit(|s| s.learned),
         jobs_ended: shards.iter().map(|s| s.jobs_ended).sum(),
         learned_mark: shards.iter().map(|s| s.learned_mark).sum(),
+        raise_every: shards.iter().find_map(|s| s.raise_every),
+        learned_at_ms: shards.iter().find_map(|s| s.learned_at_ms),
     }
 }
 

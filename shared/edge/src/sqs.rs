@@ -3,10 +3,13 @@
 //! handled in turn; the failures are reported as batch item failures, so
 //! SQS redelivers only those. A stage that wants a failed message back
 //! later than the queue's visibility timeout (see
-//! [`Stage::retry_after`]) gets it through a [`ReceiptDeferral`].
+//! [`Stage::retry_after`]) gets it through a [`ReceiptDeferral`]. Each
+//! message is handled in its stage's span, continuing the span that sent
+//! it (its `traceparent` attribute), and the spans are exported before the
+//! invocation ends.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use genace_stages::pipeline::stage::{Stage, StageError, handle_received};
+use genace_stages::pipeline::stage::{Stage, StageError, handle_traced};
 use genace_stages::ports::queue::{ReceiptDeferral, VisibilityTimeout, visibility_left};
 use tracing::{error, warn};
 
@@ -33,7 +36,11 @@ pub async fn process_batch_with<S: Stage, R: ReceiptDeferral>(
             response.add_failure(id);
             continue;
         };
-        if let Err(e) = handle_received(stage, body, receives(&record)).await {
+        let traceparent = record
+            .message_attributes
+            .get("traceparent")
+            .and_then(|a| a.string_value.as_deref());
+        if let Err(e) = handle_traced(stage, body, receives(&record), traceparent).await {
             match e {
                 StageError::Crashed(_) => {
                     warn!(message_id = %id, error = %e, "message left to be received again")
@@ -46,6 +53,8 @@ pub async fn process_batch_with<S: Stage, R: ReceiptDeferral>(
             response.add_failure(id);
         }
     }
+    // The invocation's spans leave before the function is frozen.
+    genace_trace::flush().await;
     response
 }
 

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use genace_core::remote::{MAX_BODY_BYTES, StatusOutcome, SubmitOutcome, classify_status, classify_submit};
+use genace_core::remote::{MAX_BODY_BYTES, StatusOutcome, SubmitOutcome, classify_status_with, classify_submit};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
+use tracing::Instrument;
 
 #[derive(Clone)]
 pub struct GenaceConfig {
@@ -145,8 +146,51 @@ async fn bounded_text(mut response: reqwest::Response) -> Result<String, BodyErr
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// A span for one call to Genace (`genace.post`, `genace.get`): its
+/// method, the status answered, and what it meant.
+fn call_span(name: &'static str, method: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        "genace",
+        otel.name = name,
+        otel.kind = "client",
+        http.request.method = method,
+        http.response.status_code = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
+}
+
 impl genace_stages::ports::genace::Genace for GenaceClient {
     async fn submit(&self, body: &Value) -> SubmitOutcome {
+        let span = call_span("genace.post", "POST");
+        let outcome = self.post(body).instrument(span.clone()).await;
+        let said = match &outcome {
+            SubmitOutcome::Accepted { .. } => "accepted",
+            SubmitOutcome::FailedWithJob { .. } => "failed_with_job",
+            SubmitOutcome::Rejected { .. } => "rejected",
+            SubmitOutcome::AccountProblem { .. } => "account_problem",
+            SubmitOutcome::RateLimited { .. } => "rate_limited",
+            SubmitOutcome::Unknown { .. } => "unknown",
+        };
+        span.record("outcome", said);
+        outcome
+    }
+
+    async fn status(&self, job_id: &str) -> StatusOutcome {
+        let span = call_span("genace.get", "GET");
+        let outcome = self.get(job_id).instrument(span.clone()).await;
+        let said = match &outcome {
+            StatusOutcome::Snapshot(s) => s.state.as_str(),
+            StatusOutcome::NotFound => "not_found",
+            StatusOutcome::RateLimited { .. } => "rate_limited",
+            StatusOutcome::Transient { .. } => "unreadable",
+        };
+        span.record("outcome", said);
+        outcome
+    }
+}
+
+impl GenaceClient {
+    async fn post(&self, body: &Value) -> SubmitOutcome {
         let sent = self
             .http
             .post(self.url(&self.conf.submit_path))
@@ -160,6 +204,7 @@ impl genace_stages::ports::genace::Genace for GenaceClient {
             Err(e) => return transport_unknown(e),
         };
         let status = response.status();
+        tracing::Span::current().record("http.response.status_code", status.as_u16());
         let retry_after = response
             .headers()
             .get(RETRY_AFTER)
@@ -173,7 +218,7 @@ impl genace_stages::ports::genace::Genace for GenaceClient {
         }
     }
 
-    async fn status(&self, job_id: &str) -> StatusOutcome {
+    async fn get(&self, job_id: &str) -> StatusOutcome {
         let path = self.conf.status_path.replace("{id}", &path_segment(job_id));
         let sent = self
             .http
@@ -190,8 +235,16 @@ impl genace_stages::ports::genace::Genace for GenaceClient {
             )),
             Ok(response) => {
                 let status = response.status();
+                tracing::Span::current().record("http.response.status_code", status.as_u16());
+                let retry_after = response
+                    .headers()
+                    .get(RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
                 match bounded_text(response).await {
-                    Ok(text) => classify_status(status.as_u16(), &text),
+                    Ok(text) => {
+                        classify_status_with(status.as_u16(), retry_after.as_deref(), &text, chrono::Utc::now())
+                    }
                     Err(e) => transient(format!("HTTP {}: {e}", status.as_u16())),
                 }
             }

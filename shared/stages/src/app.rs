@@ -34,6 +34,8 @@ pub struct App<S, Q, O, G, D, C = SystemClock> {
     pub metrics: Metrics,
     /// Where webhook endpoints' secrets are written (intake only).
     pub vault: std::sync::Arc<dyn crate::ports::webhooks::SecretVault>,
+    /// Where operators read an operation's trace (intake only).
+    pub traces: std::sync::Arc<dyn crate::ports::traces::TraceReader>,
 }
 
 impl<S, Q, O, G, D, C> App<S, Q, O, G, D, C>
@@ -54,6 +56,7 @@ where
             clock: self.clock.clone(),
             metrics: self.metrics.clone(),
             vault: self.vault.clone(),
+            traces: self.traces.clone(),
         }
     }
 
@@ -124,6 +127,7 @@ where
             config: self.config,
             metrics: self.metrics,
             vault: self.vault,
+            traces: self.traces,
         }
     }
 
@@ -139,6 +143,7 @@ where
             config: self.config,
             metrics: self.metrics,
             vault: self.vault,
+            traces: self.traces,
         }
     }
 
@@ -154,6 +159,7 @@ where
             config: self.config,
             metrics: self.metrics,
             vault: self.vault,
+            traces: self.traces,
         }
     }
 }

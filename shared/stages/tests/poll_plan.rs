@@ -8,7 +8,7 @@ use chrono::{Duration, TimeZone, Utc};
 use genace_core::domain::{Intent, OperationId, TenantId};
 use genace_core::messages::{PollHistory, Queue, WorkMessage};
 use genace_core::record::OperationRecord;
-use genace_core::render::RenderClass;
+use genace_core::render::{PollPlan, RenderClass};
 use genace_stages::api::intake::Submitted;
 use genace_stages::memory::{MemoryApp, memory_app};
 use genace_stages::pipeline::dispatch::{Dispatched, PostResult};
@@ -98,8 +98,9 @@ async fn learned_render_times_plan_the_looks_and_the_end_is_recorded() {
     );
     let history = last_poll(&app).poll.unwrap();
     let plan = history.plan.expect("planned from 40 renders");
-    assert!(plan.early > 20.0 && plan.late < 40.0, "{plan:?}");
-    // Inside the window the looks are dense: a second and 4 % of the median.
+    let (early, late) = (plan.first().unwrap(), plan.last().unwrap());
+    assert!(early > 20.0 && late < 40.0, "{plan:?}");
+    // Inside the window the looks are dense: about 2 s and 4 % of the age.
     app.clock.advance(Duration::seconds(i64::from(first)));
     let message = last_poll(&app);
     let Polled::Running {
@@ -123,6 +124,9 @@ async fn learned_render_times_plan_the_looks_and_the_end_is_recorded() {
     let done = record(&app, &rec.operation_id).await;
     let detection = done.detection.expect("the end is on the record");
     assert_eq!(detection.looks, 3);
+    assert_eq!(detection.looked_at.len(), 3, "each look's time: {detection:?}");
+    assert_eq!(detection.looked_at[1], running_seen);
+    assert_eq!(detection.looked_at.last(), Some(&app.clock.now()));
     assert_eq!(detection.last_running_at, Some(running_seen));
     assert_eq!(detection.ended_seen_at, app.clock.now());
     assert_eq!(detection.lag_bound_seconds(), Some(f64::from(dense)));
@@ -151,4 +155,153 @@ async fn past_the_window_the_schedule_is_by_age_again() {
         Polled::Running { next_poll_seconds: 10 },
         "past the window: by age"
     );
+}
+
+/// Dispatch reads the class's plan once it saved the job id: the first
+/// look waits for the early quantile, and the poller does not read the
+/// render times again.
+#[tokio::test]
+async fn the_first_look_is_planned_at_acceptance() {
+    let app = app();
+    let teacher = accepted(&app, "teacher").await;
+    let first = last_poll(&app)
+        .poll
+        .expect("dispatch's poll message carries its history");
+    assert_eq!((first.planned, first.plan), (true, None), "no data yet");
+    // 40 renders of about 30 s, then a job of the same class.
+    learned(&app, &teacher, 40, 30.0).await;
+    let rec = accepted(&app, "student").await;
+    let message = app
+        .queue
+        .messages()
+        .into_iter()
+        .rfind(|m| m.queue == Queue::Poll && m.body.contains(rec.operation_id.as_str()))
+        .unwrap();
+    let history = WorkMessage::parse(&message.body).unwrap().poll.unwrap();
+    let plan = history.plan.expect("planned from 40 renders");
+    assert!(history.planned && history.looks == 0);
+    let delay = (message.visible_at - app.clock.now()).num_seconds() as f64;
+    assert!(
+        (delay - plan.first().unwrap()).abs() <= 0.5 && delay > 20.0,
+        "the first look {delay} s after the 202, at the early quantile (to the second) {plan:?}"
+    );
+}
+
+/// A job accepted before its class had data polls by age; once the class
+/// has learned, the job reads the plan again after 4 looks (not after 3)
+/// and switches to it; so does a job whose plan came in an older form.
+#[tokio::test]
+async fn a_job_without_a_plan_reads_again_after_four_looks() {
+    let app = app();
+    let rec = accepted(&app, "early").await;
+    learned(&app, &rec, 40, 300.0).await;
+    app.clock.advance(Duration::seconds(20));
+    let without = |looks| PollHistory {
+        looks,
+        planned: true,
+        ..PollHistory::default()
+    };
+    app.poller().poll_after(&rec.operation_id, without(3)).await.unwrap();
+    assert_eq!(last_poll(&app).poll.unwrap().plan, None, "not after 3 looks");
+    app.poller().poll_after(&rec.operation_id, without(4)).await.unwrap();
+    let plan = last_poll(&app).poll.unwrap().plan.expect("read again after 4 looks");
+    assert!(plan.first().unwrap() > 250.0, "{plan:?}");
+    let older = PollHistory {
+        plan: Some(PollPlan::default()),
+        ..without(8)
+    };
+    app.poller().poll_after(&rec.operation_id, older).await.unwrap();
+    let again = last_poll(&app).poll.unwrap().plan.expect("an empty plan is read again");
+    assert!(!again.looks.is_empty());
+}
+
+/// Which ends teach a class its render times, and what the metrics say:
+/// a render seen done at the first, on-time look of its chain is counted
+/// (else renders shorter than the first look would never be learned) but
+/// has no lag bound; one seen running and then done is counted with its
+/// lag; a failed render, and an end a chain started late (the sweep's,
+/// without history) sees, are not counted.
+#[tokio::test]
+async fn ends_seen_on_time_teach_the_class_and_others_do_not() {
+    let mut app = app();
+    let recorder = genace_stages::ports::metrics::Recorder::new(app.clock.clone());
+    app.metrics = genace_stages::ports::metrics::Metrics::to(recorder.clone());
+    let class_of = |rec: &OperationRecord| RenderClass::of(rec);
+    let samples = |app: &MemoryApp, rec: &OperationRecord| {
+        let (store, class) = (app.store.clone(), class_of(rec));
+        async move { store.render_times(&class).await.unwrap().samples() }
+    };
+    let done = |app: &MemoryApp, rec: &OperationRecord, state: &str| {
+        let outputs = (state == "completed").then(|| json!([{"url": "https://cdn.genace.example/o.mp4"}]));
+        app.genace
+            .set_job(rec.remote_job_id.as_deref().unwrap(), state, outputs);
+    };
+    // Done before its first look, which comes on time: counted, no lag bound.
+    let quick = accepted(&app, "quick").await;
+    done(&app, &quick, "completed");
+    app.clock.advance(Duration::seconds(5));
+    assert_eq!(app.poller().handle(last_poll(&app)).await.unwrap(), Polled::Rendered);
+    assert_eq!(samples(&app, &quick).await, 1);
+    let metric = |name: &str| recorder.points().iter().filter(|p| p.name == name).count();
+    assert_eq!((metric("PollsPerJob"), metric("DetectionLagSeconds")), (1, 0));
+    // Seen queued, then running, then done: counted, with its lag, and
+    // the look that first found it running on the record.
+    let seen = accepted(&app, "seen").await;
+    app.genace
+        .set_job(seen.remote_job_id.as_deref().unwrap(), "queued", None);
+    app.clock.advance(Duration::seconds(5));
+    app.poller().handle(last_poll(&app)).await.unwrap();
+    app.genace
+        .set_job(seen.remote_job_id.as_deref().unwrap(), "running", None);
+    app.clock.advance(Duration::seconds(5));
+    app.poller().handle(last_poll(&app)).await.unwrap();
+    let started = app.clock.now();
+    done(&app, &seen, "completed");
+    app.clock.advance(Duration::seconds(5));
+    assert_eq!(app.poller().handle(last_poll(&app)).await.unwrap(), Polled::Rendered);
+    assert_eq!(samples(&app, &seen).await, 2);
+    let detection = record(&app, &seen.operation_id).await.detection.unwrap();
+    assert_eq!((detection.looks, detection.first_running_at), (3, Some(started)));
+    assert_eq!(metric("DetectionLagSeconds"), 1);
+    // A failed render: not counted.
+    let failed = accepted(&app, "failed").await;
+    done(&app, &failed, "failed");
+    app.clock.advance(Duration::seconds(5));
+    assert_eq!(
+        app.poller().handle(last_poll(&app)).await.unwrap(),
+        Polled::RenderFailed
+    );
+    assert_eq!(samples(&app, &failed).await, 2);
+    // A chain the sweep started long after the acceptance: not counted.
+    let late = accepted(&app, "late").await;
+    done(&app, &late, "completed");
+    app.clock.advance(Duration::seconds(400));
+    assert_eq!(app.poller().poll(&late.operation_id).await.unwrap(), Polled::Rendered);
+    assert_eq!(
+        samples(&app, &late).await,
+        2,
+        "an end seen this late says little of when it was"
+    );
+}
+
+/// A 429 on a look lengthens the plan: the next look waits for Genace's
+/// Retry-After, even inside the dense window where the plan would look
+/// again within seconds, and the look still counts.
+#[tokio::test]
+async fn a_429_on_a_look_waits_for_its_retry_after() {
+    let app = app();
+    let rec = accepted(&app, "limited").await;
+    learned(&app, &rec, 40, 30.0).await;
+    app.clock.advance(Duration::seconds(28));
+    let dense = PollHistory {
+        looks: 1,
+        planned: false,
+        ..PollHistory::default()
+    };
+    app.genace.answer_status_with(429, Some("20"));
+    let polled = app.poller().poll_after(&rec.operation_id, dense).await.unwrap();
+    assert_eq!(polled, Polled::BackedOff { next_poll_seconds: 20 });
+    let next = last_poll(&app).poll.unwrap();
+    assert_eq!(next.looks, 2, "the refused look counts");
+    assert!(next.plan.is_some(), "the plan is kept for the next look");
 }

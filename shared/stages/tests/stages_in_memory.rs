@@ -923,14 +923,15 @@ async fn a_429_counts_toward_a_case_only_when_nothing_else_of_ours_is_in_flight(
 /// teaches a lower limit (what Genace took), so the next claim waits
 /// without a POST; the sweep probes the learned limit upward, and every
 /// operation is POSTed once it is admitted. No case.
-#[tokio::test]
-async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again() {
-    let app = app();
+/// Intents under `keys`, a second apart, under an account limit of four
+/// against a Genace that renders two at once: the first two are accepted
+/// and the third is refused with a 429. Their ids.
+async fn two_accepted_then_a_429(app: &MemoryApp, keys: &[&str]) -> Vec<OperationId> {
     let _limited = app.store.clone().with_account_limit(Some(4));
     let _genace = app.genace.clone().with_concurrency(2);
     let mut ids = Vec::new();
-    for key in ["one", "two", "three", "four"] {
-        ids.push(submit(&app, key, None).await);
+    for key in keys {
+        ids.push(submit(app, key, None).await);
         app.clock.advance(Duration::seconds(1));
     }
     let dispatcher = app.dispatcher();
@@ -944,6 +945,14 @@ async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again()
         dispatcher.dispatch(&ids[2]).await.unwrap(),
         Dispatched::Posted(PostResult::RateLimited)
     );
+    ids
+}
+
+#[tokio::test]
+async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again() {
+    let app = app();
+    let ids = two_accepted_then_a_429(&app, &["one", "two", "three", "four"]).await;
+    let dispatcher = app.dispatcher();
     let account = app.store.account().await.unwrap();
     assert_eq!(
         (account.learned, account.limit(), account.in_flight),
@@ -971,21 +980,73 @@ async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again()
         "two in flight under a learned two"
     );
     assert_eq!(app.genace.refused_full(), 1, "one 429 so far");
-    // The sweep probes one higher; Genace is still full, so the probe's
-    // claim meets a 429 and the lesson is learned again. Still no case.
+    // A job ended since the lesson and its slot was taken again: dispatch
+    // is not stuck under the learned limit, so the sweep does not probe
+    // (a window of ended jobs raises it).
     app.sweeper().run().await.unwrap();
-    assert_eq!(app.store.account().await.unwrap().learned, Some(3));
+    assert_eq!(app.store.account().await.unwrap().learned, Some(2));
     assert_eq!(
         dispatcher.dispatch(&ids[3]).await.unwrap(),
-        Dispatched::Posted(PostResult::RateLimited)
+        Dispatched::WaitingForCapacity
     );
-    assert_eq!(app.store.account().await.unwrap().learned, Some(2));
     for id in &ids {
         let rec = record(&app, id).await;
         assert!(rec.case.is_none(), "capacity never opens a case: {rec:?}");
         assert_eq!(rec.rate_limited_count, 0);
     }
+    assert_eq!(app.genace.refused_full(), 1);
+}
+
+/// An account stuck under its learned limit (operations wait, every slot
+/// is held, no job ended since the limit last changed) is probed one
+/// higher by the sweep, 5 minutes after the last lesson; a probe Genace
+/// refuses at once teaches the limit again, doubles the jobs that must end
+/// before the next raise, and lengthens the wait before the next probe.
+#[tokio::test]
+async fn a_stuck_account_is_probed_and_a_refused_probe_waits_twice_as_long() {
+    let app = app();
+    let ids = two_accepted_then_a_429(&app, &["one", "two", "three"]).await;
+    let dispatcher = app.dispatcher();
+    let account = app.store.account().await.unwrap();
+    assert_eq!(
+        (account.learned, account.raise_every, account.queued),
+        (Some(2), None, 1)
+    );
+    // Stuck, but the lesson is fresh: no probe within 5 minutes of it.
+    app.sweeper().run().await.unwrap();
+    assert_eq!(app.store.account().await.unwrap().learned, Some(2));
+    // Stuck for 5 minutes: the sweep probes one higher, and the waiting
+    // operation is woken into Genace's full account.
+    app.clock
+        .advance(Duration::seconds(genace_core::ledger::PROBE_AFTER_SECONDS));
+    app.sweeper().run().await.unwrap();
+    assert_eq!(app.store.account().await.unwrap().learned, Some(3));
+    assert_eq!(
+        dispatcher.dispatch(&ids[2]).await.unwrap(),
+        Dispatched::Posted(PostResult::RateLimited)
+    );
+    let account = app.store.account().await.unwrap();
+    assert_eq!(
+        (account.learned, account.raise_every),
+        (Some(2), Some(6)),
+        "the refused probe doubles the window of a limit of three"
+    );
     assert_eq!(app.genace.refused_full(), 2);
+    // The next probe waits as much longer as the window grew over the
+    // limit (6 jobs over 2: 15 minutes), not 5 or 10.
+    for _ in 0..2 {
+        app.clock
+            .advance(Duration::seconds(genace_core::ledger::PROBE_AFTER_SECONDS));
+        app.sweeper().run().await.unwrap();
+        assert_eq!(app.store.account().await.unwrap().learned, Some(2));
+    }
+    app.clock
+        .advance(Duration::seconds(genace_core::ledger::PROBE_AFTER_SECONDS));
+    app.sweeper().run().await.unwrap();
+    assert_eq!(app.store.account().await.unwrap().learned, Some(3));
+    for id in &ids {
+        assert!(record(&app, id).await.case.is_none());
+    }
 }
 
 /// Waiting is measured: every admitted claim counts, a claim that waited
@@ -1854,7 +1915,7 @@ async fn a_refused_account_gives_its_slot_to_the_next_in_line() {
 #[tokio::test]
 #[should_panic(expected = "would write version")]
 async fn a_decision_that_skips_a_version_is_never_written() {
-    use genace_stages::ports::table::commit;
+    use genace_stages::ports::commit::commit;
     let app = app();
     let id = submit(&app, "skips", None).await;
     let rec = record(&app, &id).await;

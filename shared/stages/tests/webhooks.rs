@@ -28,7 +28,7 @@ fn event_at(rig: &Rig, tenant: &str, kind: &str, version: u64) -> String {
         "detail": {"id": format!("{op}:{incarnation}:{version}:{kind}"), "type": kind, "tenant_id": tenant,
                    "operation_id": op, "operation_key": "k", "phase": "submitting",
                    "delivery_state": "not_collected", "version": version, "time": "2026-12-01T12:00:00Z", "data": {},
-                   "webhooks": true}
+                   "webhooks": true, "trace_id": op.trim_start_matches("op_"), "trace_kept": true}
     })
     .to_string()
 }
@@ -119,8 +119,11 @@ async fn an_event_is_posted_signed_to_the_tenants_url() {
     // The body is the lifecycle event itself; the signature covers it.
     let detail: Value = serde_json::from_str(&post.body).unwrap();
     assert_eq!(detail["type"], "operation.delivered");
-    // The pipe's mark for the bus's rule is not part of what is posted.
+    // The pipe's mark for the bus's rule and the trace id are not part of
+    // what is posted.
     assert!(detail.get("webhooks").is_none(), "{detail}");
+    assert!(detail.get("trace_id").is_none(), "{detail}");
+    assert!(detail.get("trace_kept").is_none(), "{detail}");
     // Standard Webhooks headers: the event id, the time, and the signature
     // over both and the body.
     let id = detail["id"].as_str().unwrap();
@@ -496,8 +499,10 @@ async fn a_kept_event_replays_with_its_own_id() {
     let body = event_of(&rig, "acme", "operation.delivered");
     assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Sent(200));
     let mut detail = serde_json::from_str::<Value>(&body).unwrap()["detail"].clone();
-    // Kept as posted: without the pipe's mark.
+    // Kept as posted: without the pipe's mark and the trace id.
     detail.as_object_mut().unwrap().remove("webhooks");
+    detail.as_object_mut().unwrap().remove("trace_id");
+    detail.as_object_mut().unwrap().remove("trace_kept");
     let id = detail["id"].as_str().unwrap();
     let acme = TenantId::parse("acme").unwrap();
     let kept = rig

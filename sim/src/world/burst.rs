@@ -272,7 +272,13 @@ impl World {
                 Queue::Poll => handler(self.app.poller(), m.body.clone()),
                 _ => handler(self.app.deliverer(), m.body.clone()),
             };
-            if run_to_end(fut).is_ok() {
+            // Each handler's GETs are its own, as in a chaotic run.
+            let after_end = queue == Queue::Poll && self.end_seen(&m.body);
+            self.chaos.lock().polling = Some((self.next_actor, after_end));
+            self.next_actor += 1;
+            let ran = run_to_end(fut);
+            self.chaos.lock().polling = None;
+            if ran.is_ok() {
                 self.queue.delete(m.id, m.receipt);
             }
             return;

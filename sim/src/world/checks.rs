@@ -21,7 +21,67 @@ impl World {
         }
         let ledgers = self.check_counters(&records)?;
         self.check_job_counts()?;
+        self.check_looks(&records)?;
         self.check_books(&records, &ledgers)
+    }
+
+    /// Polls look at a job only while its end is unseen, one GET each, and
+    /// a chain of them within the look bound
+    /// ([`genace_core::render::look_bound`]): no poll that began after the
+    /// end was on the record read Genace, no handler read it twice, and no
+    /// end took more looks than the bound allows for its age.
+    pub(crate) fn check_looks(&self, records: &[OperationRecord]) -> Result<(), String> {
+        let chaos = self.chaos.lock();
+        if let Some(read) = chaos.gets_after_end.first() {
+            return Err(format!("a poll that began after its job was seen to end {read}"));
+        }
+        if let Some((actor, gets)) = chaos.gets_by_actor.iter().find(|(_, g)| **g > 1) {
+            return Err(format!("handler #{actor} read Genace {gets} times"));
+        }
+        for (rec, bound) in self.look_bounds(records) {
+            let looks = rec.detection.as_ref().map_or(0, |d| d.looks);
+            if looks > bound {
+                return Err(format!(
+                    "{}: {looks} looks in its chain of polls, over the bound of {bound}",
+                    short(rec.operation_id.as_str()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// In a run with no crash and no duplicate message, where each job has
+    /// one chain of polls: every GET of a job is a look of the chain that
+    /// saw its end (no second chain, from the sweep or anywhere), within
+    /// its look bound.
+    pub(crate) fn check_gets_bound(&self, records: &[OperationRecord]) -> Result<(), String> {
+        let chaos = self.chaos.lock();
+        for (rec, bound) in self.look_bounds(records) {
+            let job = rec.remote_job_id.as_deref().unwrap_or_default();
+            let gets = chaos.gets.get(job).copied().unwrap_or(0);
+            let looks = rec.detection.as_ref().map_or(0, |d| d.looks);
+            if gets > bound || gets != looks {
+                return Err(format!(
+                    "{}: {gets} GETs of job {job}, {looks} looks in the chain that saw its end, a bound of {bound}",
+                    short(rec.operation_id.as_str()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each record whose end was seen, with the most looks its age allows
+    /// ([`genace_core::render::look_bound`]).
+    fn look_bounds<'r>(&self, records: &'r [OperationRecord]) -> Vec<(&'r OperationRecord, u32)> {
+        let max_delay = f64::from(self.app.config.poll_max_delay_seconds);
+        records
+            .iter()
+            .filter_map(|rec| {
+                let (d, accepted) = (rec.detection.as_ref()?, rec.accepted_at?);
+                let age = (d.ended_seen_at - accepted).num_milliseconds().max(0) as f64 / 1000.0;
+                Some((rec, genace_core::render::look_bound(age, max_delay)))
+            })
+            .collect()
     }
 
     /// One stored record: its invariants, one record per (tenant, key),

@@ -67,8 +67,19 @@ pub struct LatencyFigures {
     /// slot free and seen done the moment it ends (no lag, no overhead).
     pub drain_seconds: f64,
     pub ideal_seconds: f64,
-    /// Genace's 429s over both bursts.
+    /// Genace's 429s over both bursts, and over the warm-up burst alone.
     pub refused: u64,
+    pub refused_warmup: u64,
+    /// How the learned limit moved from the first burst's start: seconds
+    /// from then, and the limit (none: nothing learned).
+    pub learned: Vec<(f64, Option<u32>)>,
+    /// The account's slots at Genace.
+    pub slots: u32,
+    /// The median render time over every class.
+    pub median_render: f64,
+    /// The first look the run made that it must not have: a GET after the
+    /// end was seen, two in one handler, or more than the look bound.
+    pub violation: Option<String>,
 }
 
 impl LatencyFigures {
@@ -84,6 +95,28 @@ impl LatencyFigures {
 
     pub fn gets_per_job(&self) -> f64 {
         self.gets as f64 / self.jobs.max(1) as f64
+    }
+
+    /// The share of jobs seen within `base` seconds + `share` of their
+    /// render.
+    pub fn within(&self, base: f64, share: f64) -> f64 {
+        let within = self
+            .lags
+            .iter()
+            .filter(|(lag, rel)| *lag <= base + share * (lag / rel.max(1e-12)))
+            .count();
+        within as f64 / self.lags.len().max(1) as f64
+    }
+
+    /// Seconds from the first burst's start until the learned limit last
+    /// left the band of one below the account's slots to one above (0: it
+    /// never left it after it first changed; none: it was never in it).
+    pub fn steady_after(&self) -> Option<f64> {
+        let band = |l: &Option<u32>| l.is_some_and(|l| l + 1 >= self.slots && l <= self.slots + 1);
+        match self.learned.iter().rposition(|(_, l)| !band(l)) {
+            None => Some(0.0),
+            Some(i) => self.learned.get(i + 1).map(|(at, _)| *at),
+        }
     }
 }
 
@@ -110,10 +143,39 @@ pub fn latency(opts: &LatencyOptions) -> LatencyFigures {
     let _context = runtime.enter();
     let mut rng = Rng::new(opts.seed);
     let mut took = BTreeMap::new();
-    world.latency_burst(opts, opts.warmup, "warmup", &mut rng, &mut took);
+    let mut learned = vec![(world.now(), None)];
+    if let Err(v) = world.latency_burst(opts, opts.warmup, "warmup", &mut rng, &mut took, &mut learned) {
+        return LatencyFigures {
+            violation: Some(v),
+            ..LatencyFigures::default()
+        };
+    }
+    let refused_warmup = world.genace.refused_full();
     let began = world.now();
-    let (ids, drain) = world.latency_burst(opts, opts.jobs, "measured", &mut rng, &mut took);
-    world.latency_figures(opts, &ids, &took, began, drain)
+    let (ids, drain) = match world.latency_burst(opts, opts.jobs, "measured", &mut rng, &mut took, &mut learned) {
+        Ok(burst) => burst,
+        Err(v) => {
+            return LatencyFigures {
+                violation: Some(v),
+                ..LatencyFigures::default()
+            };
+        }
+    };
+    let start = learned[0].0;
+    let mut renders: Vec<f64> = took.values().copied().collect();
+    LatencyFigures {
+        refused_warmup,
+        learned: learned
+            .into_iter()
+            .map(|(at, l)| ((at - start).num_milliseconds() as f64 / 1000.0, l))
+            .collect(),
+        slots: opts.slots,
+        median_render: {
+            renders.sort_by(f64::total_cmp);
+            renders.get(renders.len() / 2).copied().unwrap_or_default()
+        },
+        ..world.latency_figures(opts, &ids, &took, began, drain)
+    }
 }
 
 /// How long `renders`, in this order, take on `slots` slots when each
@@ -153,7 +215,8 @@ impl World {
         name: &str,
         rng: &mut Rng,
         took: &mut BTreeMap<String, f64>,
-    ) -> (Vec<String>, DateTime<Utc>) {
+        learned: &mut Vec<(DateTime<Utc>, Option<u32>)>,
+    ) -> Result<(Vec<String>, DateTime<Utc>), String> {
         let mut ids = Vec::new();
         for i in 0..per_class {
             for (c, median) in opts.medians.iter().enumerate() {
@@ -175,6 +238,13 @@ impl World {
             if !self.calm_step(&mut renders, &mut next_sweep) {
                 break;
             }
+            let records = self.store.records();
+            self.check_looks(&records)?;
+            self.check_gets_bound(&records)?;
+            let now_learned = self.store.account_now().learned;
+            if learned.last().is_none_or(|(_, l)| *l != now_learned) {
+                learned.push((self.now(), now_learned));
+            }
             for r in self.store.records() {
                 let id = r.operation_id.as_str();
                 if r.delivery_state == DeliveryState::Delivered
@@ -185,7 +255,7 @@ impl World {
                 }
             }
         }
-        (ids, last)
+        Ok((ids, last))
     }
 
     fn latency_figures(
@@ -221,7 +291,7 @@ impl World {
             if let Some(job) = &rec.remote_job_id {
                 f.gets += u64::from(chaos.gets.get(job).copied().unwrap_or(0));
             }
-            let (Some(d), Some(accepted)) = (rec.detection, rec.accepted_at) else {
+            let (Some(d), Some(accepted)) = (rec.detection.as_ref(), rec.accepted_at) else {
                 continue;
             };
             let ended = accepted + Duration::milliseconds((seconds * 1000.0) as i64);

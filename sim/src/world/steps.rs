@@ -19,6 +19,7 @@ impl World {
             .and_then(|v| v["operation_id"].as_str().map(|id| short(id).to_owned()))
             .unwrap_or_default();
         let label = format!("{queue:?} {op} msg {} (receive {})", m.id, m.receives);
+        let after_end = queue == Queue::Poll && self.end_seen(&body);
         // Each function's timeout, as the template sets it.
         let (timeout, fut) = match queue {
             // Dispatch consumes the wake queue beside its own.
@@ -28,7 +29,21 @@ impl World {
             Queue::Recovery => (30, handler(self.app.recovery(), body)),
         };
         self.spawn(label, timeout, message, fut);
+        if let Some(actor) = self.actors.last_mut() {
+            actor.after_end = after_end;
+        }
         true
+    }
+
+    /// Whether a poll message's job was seen to end already (its end is on
+    /// the record).
+    pub(crate) fn end_seen(&self, body: &str) -> bool {
+        genace_core::messages::WorkMessage::parse(body).is_ok_and(|w| {
+            self.store
+                .records()
+                .iter()
+                .any(|r| r.operation_id == w.operation_id && r.detection.is_some())
+        })
     }
 
     pub(crate) fn sweep(&mut self) {
@@ -46,7 +61,9 @@ impl World {
     fn poll(&mut self, index: usize) -> Result<bool, String> {
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
+        self.chaos.lock().polling = Some((self.actors[index].id, self.actors[index].after_end));
         let polled = std::panic::catch_unwind(AssertUnwindSafe(|| self.actors[index].fut.as_mut().poll(&mut cx)));
+        self.chaos.lock().polling = None;
         let crashed = self.chaos.take_crashed();
         match polled {
             Err(panic) => {

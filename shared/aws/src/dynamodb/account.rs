@@ -169,6 +169,8 @@ impl DynamoStore {
                 let counts = counts_from(items.get(&k))?;
                 Ok(AccountCapacity {
                     learned_mark: if k == 0 { counts.learned_mark } else { 0 },
+                    raise_every: if k == 0 { counts.raise_every } else { None },
+                    learned_at_ms: if k == 0 { counts.learned_at_ms } else { None },
                     ..self.shards.capacity_of(k, &whole, &counts)
                 })
             })
@@ -254,12 +256,13 @@ impl DynamoStore {
             let update = match limit {
                 Some(l) => update
                     .update_expression(
-                        "SET max_in_flight = :max REMOVE learned_limit, parts_for, max_whole, learned_whole",
+                        "SET max_in_flight = :max \
+                         REMOVE learned_limit, raise_every, learned_at, parts_for, max_whole, learned_whole",
                     )
                     .expression_attribute_values(":max", n(l)),
-                None => {
-                    update.update_expression("REMOVE max_in_flight, learned_limit, parts_for, max_whole, learned_whole")
-                }
+                None => update.update_expression(
+                    "REMOVE max_in_flight, learned_limit, raise_every, learned_at, parts_for, max_whole, learned_whole",
+                ),
             };
             update.send().await.map_err(service_error)?;
             return self.read_account().await;
@@ -274,14 +277,15 @@ impl DynamoStore {
                     (Some(l), 0) => update
                         .update_expression(
                             "SET max_in_flight = :max, max_whole = :whole, parts_for = :s \
-                             REMOVE learned_limit, learned_whole",
+                             REMOVE learned_limit, learned_whole, raise_every, learned_at",
                         )
                         .expression_attribute_values(":whole", n(l))
                         .expression_attribute_values(":s", parts_for.clone()),
                     (Some(_), _) => update.update_expression("SET max_in_flight = :max REMOVE learned_limit"),
                     (None, 0) => update
                         .update_expression(
-                            "SET parts_for = :s REMOVE max_in_flight, learned_limit, max_whole, learned_whole",
+                            "SET parts_for = :s \
+                             REMOVE max_in_flight, learned_limit, max_whole, learned_whole, raise_every, learned_at",
                         )
                         .expression_attribute_values(":s", parts_for.clone()),
                     (None, _) => update.update_expression("REMOVE max_in_flight, learned_limit"),
@@ -302,9 +306,12 @@ impl DynamoStore {
         &self,
         seen: Option<u32>,
         learned: Option<u32>,
+        raise_every: Option<u32>,
+        at: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<bool, StoreError> {
+        let at = at.map(|t| t.timestamp_millis());
         if self.shards.get() == 1 {
-            return self.write_learned_whole(seen, learned).await;
+            return self.write_learned_whole(seen, learned, raise_every, at).await;
         }
         // Jobs ended on the other shards, as read now; shard 0's are read
         // by the write itself.
@@ -320,17 +327,28 @@ impl DynamoStore {
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":others", n(others))
             .expression_attribute_values(":s", n(self.shards.get()));
+        let (every_set, every_remove) = lesson_clauses(raise_every, at);
+        let first = match raise_every {
+            Some(w) => first.expression_attribute_values(":every", n(w)),
+            None => first,
+        };
+        let first = match at {
+            Some(t) => first.expression_attribute_values(":at", n(t)),
+            None => first,
+        };
         let first = match learned {
             Some(l) => first
-                .update_expression(
+                .update_expression(format!(
                     "SET learned_whole = :whole, learned_limit = :part, \
-                     learned_mark = if_not_exists(jobs_ended, :zero) + :others",
-                )
+                     learned_mark = if_not_exists(jobs_ended, :zero) + :others{every_set}{every_remove}"
+                ))
                 .expression_attribute_values(":whole", n(l))
                 .expression_attribute_values(":part", n(self.shards.part(l, 0))),
-            None => first.update_expression(
-                "SET learned_mark = if_not_exists(jobs_ended, :zero) + :others REMOVE learned_whole, learned_limit",
-            ),
+            None => first.update_expression(format!(
+                "SET learned_mark = if_not_exists(jobs_ended, :zero) + :others{every_set} \
+                 REMOVE learned_whole, learned_limit{}",
+                every_remove.replace(" REMOVE", ",")
+            )),
         };
         // Only over the limits as split for this `S` (the read above split
         // them again if they were not), and over the value seen.
@@ -359,20 +377,36 @@ impl DynamoStore {
     }
 
     /// One item: the learned limit whole on it, a plain conditional write.
-    async fn write_learned_whole(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
+    async fn write_learned_whole(
+        &self,
+        seen: Option<u32>,
+        learned: Option<u32>,
+        raise_every: Option<u32>,
+        at: Option<i64>,
+    ) -> Result<bool, StoreError> {
         let mut update = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::account_key(0)))
             .expression_attribute_values(":zero", n(0));
+        let (every_set, every_remove) = lesson_clauses(raise_every, at);
+        if let Some(w) = raise_every {
+            update = update.expression_attribute_values(":every", n(w));
+        }
+        if let Some(t) = at {
+            update = update.expression_attribute_values(":at", n(t));
+        }
         update = match learned {
             Some(l) => update
-                .update_expression("SET learned_limit = :learned, learned_mark = if_not_exists(jobs_ended, :zero)")
+                .update_expression(format!(
+                    "SET learned_limit = :learned, learned_mark = if_not_exists(jobs_ended, :zero){every_set}{every_remove}"
+                ))
                 .expression_attribute_values(":learned", n(l)),
-            None => {
-                update.update_expression("SET learned_mark = if_not_exists(jobs_ended, :zero) REMOVE learned_limit")
-            }
+            None => update.update_expression(format!(
+                "SET learned_mark = if_not_exists(jobs_ended, :zero){every_set} REMOVE learned_limit{}",
+                every_remove.replace(" REMOVE", ",")
+            )),
         };
         update = match seen {
             Some(s) => update
@@ -429,7 +463,19 @@ impl Split {
     }
 }
 
-/// A shard item's counters (and shard 0's learned mark).
+/// The clauses a lesson adds: set `raise_every` to `:every` and
+/// `learned_at` to `:at` (after a `SET` list), or remove `raise_every`
+/// (` REMOVE raise_every`; after another `REMOVE` list, with its keyword
+/// replaced by a comma).
+fn lesson_clauses(raise_every: Option<u32>, at: Option<i64>) -> (String, &'static str) {
+    let at = if at.is_some() { ", learned_at = :at" } else { "" };
+    match raise_every {
+        Some(_) => (format!(", raise_every = :every{at}"), ""),
+        None => (at.to_owned(), " REMOVE raise_every"),
+    }
+}
+
+/// A shard item's counters (and shard 0's learned mark and raise window).
 fn counts_from(item: Option<&Item>) -> Result<AccountCapacity, StoreError> {
     let Some(item) = item else {
         return Ok(AccountCapacity::default());
@@ -441,6 +487,8 @@ fn counts_from(item: Option<&Item>) -> Result<AccountCapacity, StoreError> {
         queued: count("queued")?,
         jobs_ended: count("jobs_ended")?,
         learned_mark: count("learned_mark")?,
+        raise_every: number::<u32>(item, "raise_every")?,
+        learned_at_ms: number::<i64>(item, "learned_at")?,
         ..AccountCapacity::default()
     })
 }

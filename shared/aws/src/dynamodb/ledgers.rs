@@ -163,8 +163,14 @@ impl TenantLedgers for DynamoStore {
         self.write_account_limit(limit).await
     }
 
-    async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
-        self.write_learned_limit(seen, learned).await
+    async fn learn_account_limit(
+        &self,
+        seen: Option<u32>,
+        learned: Option<u32>,
+        raise_every: Option<u32>,
+        at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<bool, StoreError> {
+        self.write_learned_limit(seen, learned, raise_every, at).await
     }
 
     async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {

@@ -1,5 +1,5 @@
 //! The learned render times: one item per class of job
-//! (`RENDERTIME#<class>`), a counter per bucket (`b0` to `b39`), each
+//! (`RENDERTIME#v2#<class>`), a counter per bucket (`b0` to `b99`), each
 //! finished job one `ADD` to its bucket: atomic, unconditional, and never
 //! in anyone's transaction.
 

@@ -83,7 +83,7 @@ pub enum Event<'a> {
         stalled: Option<&'a str>,
         /// The looks before this one ([`crate::record::Detection`] once
         /// the job is seen to end).
-        seen: crate::record::Looks,
+        seen: &'a crate::record::Looks,
     },
     /// The remote job needs a person (missing, answered for another id, or
     /// silent past the deadline with no snapshot). `keep_due` keeps polling.

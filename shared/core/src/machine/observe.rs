@@ -20,16 +20,21 @@ pub(super) fn observe(
     now: DateTime<Utc>,
     next_check: DateTime<Utc>,
     stalled: Option<&str>,
-    seen: crate::record::Looks,
+    seen: &crate::record::Looks,
     policy: &Policy,
 ) -> OperationRecord {
     let mut next = observe_snapshot(rec, snap, now, next_check, policy);
     if snap.status != RenderStatus::Running && next.phase != rec.phase {
         // The end, seen: by this look, after the ones before.
+        let keep = crate::record::MAX_LOOKS_KEPT - 1;
+        let mut looked_at: Vec<DateTime<Utc>> = seen.at[seen.at.len().saturating_sub(keep)..].to_vec();
+        looked_at.push(now);
         next.detection = Some(crate::record::Detection {
             looks: seen.count + 1,
+            first_running_at: seen.first_running_at,
             last_running_at: seen.last_running_at,
             ended_seen_at: now,
+            looked_at,
         });
     }
     consume_fault(&mut next, |f| f == Fault::PollAfterObserve);

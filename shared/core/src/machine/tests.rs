@@ -70,7 +70,7 @@ fn observe(
             snapshot,
             next_check,
             stalled: None,
-            seen: Default::default(),
+            seen: &Default::default(),
         },
         now,
         p,
@@ -415,6 +415,38 @@ fn observe_records_progress_and_skips_writes_that_change_nothing() {
 }
 
 #[test]
+fn the_end_keeps_the_last_looks_of_its_chain() {
+    let later = t0() + Duration::seconds(100);
+    let seen = crate::record::Looks {
+        count: 50,
+        first_running_at: Some(t0() + Duration::seconds(7)),
+        last_running_at: Some(later - Duration::seconds(2)),
+        at: (0..50).map(|i| t0() + Duration::seconds(i)).collect(),
+    };
+    let event = Event::Observed {
+        snapshot: &snap("completed", RenderStatus::Succeeded),
+        next_check: later,
+        stalled: None,
+        seen: &seen,
+    };
+    let done = transition(&accepted_rec(), event, later, &Policy::default()).unwrap();
+    let d = done.detection.expect("the end is recorded");
+    assert_eq!(
+        (d.looks, d.last_running_at, d.ended_seen_at),
+        (51, seen.last_running_at, later)
+    );
+    assert_eq!(d.first_running_at, seen.first_running_at);
+    assert_eq!(d.looked_at.len(), crate::record::MAX_LOOKS_KEPT);
+    let first_kept = 50 - (crate::record::MAX_LOOKS_KEPT as i64 - 1);
+    assert_eq!(
+        d.looked_at.first(),
+        Some(&(t0() + Duration::seconds(first_kept))),
+        "the last ones kept"
+    );
+    assert_eq!(d.looked_at.last(), Some(&later), "the end's own look last");
+}
+
+#[test]
 fn observe_completes_once_and_never_overwrites_a_terminal_state() {
     let p = Policy::default();
     let done = observe(
@@ -753,7 +785,7 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
                 snapshot: s,
                 next_check,
                 stalled: Some("slow"),
-                seen: Default::default(),
+                seen: &Default::default(),
             },
             later,
             &p,
@@ -853,6 +885,13 @@ fn held_credits_genace_cannot_mean_are_replaced_by_the_reservation_with_evidence
     let r = accept(&submitting(), "tok", &job("J1"), t0(), &p).unwrap();
     assert_eq!((r.held_credits, r.held_credits_refused), (Some(12.5), None));
 }
+
+static NO_LOOKS: crate::record::Looks = crate::record::Looks {
+    count: 0,
+    first_running_at: None,
+    last_running_at: None,
+    at: Vec::new(),
+};
 
 const ALL_PHASES: [Phase; 10] = [
     Phase::Prepared,
@@ -1279,7 +1318,7 @@ fn a_stall_rides_on_the_observation_in_one_version() {
         snapshot: &running,
         next_check: later + Duration::minutes(5),
         stalled: Some("no terminal state in 2 h"),
-        seen: Default::default(),
+        seen: &Default::default(),
     };
     let stalled = transition(&a, event, later, &p).unwrap();
     assert_eq!(stalled.version, a.version + 1);
@@ -1295,7 +1334,7 @@ fn a_stall_rides_on_the_observation_in_one_version() {
         snapshot: &done,
         next_check: later + Duration::minutes(5),
         stalled: Some("no terminal state in 2 h"),
-        seen: Default::default(),
+        seen: &Default::default(),
     };
     let rendered = transition(&stalled, finished, later, &p).unwrap();
     assert_eq!(
@@ -1740,7 +1779,7 @@ fn every_event<'a>(
             snapshot,
             next_check: now,
             stalled: None,
-            seen: Default::default(),
+            seen: &NO_LOOKS,
         },
         Event::CaseNeeded {
             reason: CaseReason::RemoteJobMissing,

@@ -17,7 +17,7 @@ pub use operation::sample_prepared;
 pub use operation::{DUE_SHARDS, OperationRecord};
 pub use parts::{
     AuditEntry, CancelReason, Cancellation, Claim, DeliveredObject, Detection, Erasure, Looks, MAX_ERASED_KEYS,
-    OutputRef, RemoteError, Settlement, WaitReason, bucket_rule_deletes,
+    MAX_LOOKS_KEPT, OutputRef, RemoteError, Settlement, WaitReason, bucket_rule_deletes,
 };
 pub use phase::{DeliveryState, Phase};
 

@@ -7,13 +7,26 @@ use serde::{Deserialize, Serialize};
 /// How the end of the job was seen: after how many looks, when a look
 /// last found it still running, and when one found it ended. The end fell
 /// between the last two: their gap bounds how late it was seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Detection {
     pub looks: u32,
+    /// When a look first found the job `running` (not `queued`): Genace
+    /// started it no later than that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_running_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_running_at: Option<DateTime<Utc>>,
     pub ended_seen_at: DateTime<Utc>,
+    /// When each look of the chain that saw the end was made, the last
+    /// one the end's: the last [`MAX_LOOKS_KEPT`] (none for ends recorded
+    /// before looks were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub looked_at: Vec<DateTime<Utc>>,
 }
+
+/// Looks whose times a chain of polls carries, and the record keeps: the
+/// last ones.
+pub const MAX_LOOKS_KEPT: usize = 24;
 
 impl Detection {
     /// At most this many seconds passed between the job's end and the look
@@ -24,12 +37,16 @@ impl Detection {
     }
 }
 
-/// What the looks before this one saw of the job: how many there were, and
-/// when one last found it running.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What the looks before this one saw of the job: how many there were,
+/// when one first found it `running` and when one last found it not yet
+/// ended, and when they were made (the last
+/// [`MAX_LOOKS_KEPT`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Looks {
     pub count: u32,
+    pub first_running_at: Option<DateTime<Utc>>,
     pub last_running_at: Option<DateTime<Utc>>,
+    pub at: Vec<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -137,13 +137,19 @@ impl From<OperationError> for Problem {
             OperationError::CannotErase { phase, delivery_state } => erasure_refused(phase, delivery_state),
             OperationError::Objects(ref inner) => {
                 error!(error = %inner, "object store failure");
-                Problem::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
+                unavailable(
                     "object-store-unavailable",
                     "The object store is unavailable",
                     "Nothing was recorded; send the same request again after the Retry-After seconds.",
                 )
-                .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
+            }
+            OperationError::Traces(ref inner) => {
+                error!(error = %inner, "trace store failure");
+                unavailable(
+                    "trace-store-unavailable",
+                    "The kept spans could not be read",
+                    "Nothing was changed; ask again after the Retry-After seconds.",
+                )
             }
             OperationError::Refused(refusal) => Problem::new(
                 StatusCode::CONFLICT,
@@ -219,13 +225,11 @@ impl From<EndpointError> for Problem {
             .with("limit", limit),
             EndpointError::Secrets(ref inner) => {
                 error!(error = %inner, "secret store failure");
-                Problem::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
+                unavailable(
                     "secrets-unavailable",
                     "The secret store is unavailable",
                     "Nothing was changed; send the same request again after the Retry-After seconds.",
                 )
-                .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
             }
             EndpointError::Store(inner) => store_problem(inner),
         }
@@ -239,16 +243,20 @@ fn store_problem(e: StoreError) -> Problem {
         StoreError::Cursor => Problem::from(InvalidInput::new("cursor", "is not a cursor this API returned")),
         inner => {
             error!(error = %inner, "store failure");
-            Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
+            unavailable(
                 "store-unavailable",
                 "The operation store is unavailable",
                 "Try again after the Retry-After seconds, with the same operation key: \
                  nothing was lost, and a retry never creates a second operation.",
             )
-            .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
         }
     }
+}
+
+/// 503: a store behind the API failed; ask again after `Retry-After`.
+fn unavailable(kind: &'static str, title: &'static str, detail: &'static str) -> Problem {
+    Problem::new(StatusCode::SERVICE_UNAVAILABLE, kind, title, detail)
+        .with_header(header::RETRY_AFTER, STORE_RETRY_AFTER_SECONDS.to_string())
 }
 
 /// A cancel after the dispatch claim: a job may exist.

@@ -12,17 +12,20 @@ use lambda_http::{Body, Request, RequestExt, Response};
 
 use super::auth::Principal;
 use super::handlers::operations::Change;
-use super::handlers::{capacity, cases, credits, operations, webhook, webhook_endpoints};
+use super::handlers::{capacity, cases, credits, operations, trace, webhook, webhook_endpoints};
 use super::problem::{Problem, method_not_allowed};
 use super::routes::{CallerHandler, Handler, Miss, OperatorHandler, find};
 
 /// Handles one intake request. Never fails: every outcome is a response.
 pub async fn handle<P: Ports>(intake: &Intake<P>, req: Request) -> Response<Body> {
     let instance = req.uri().path().to_owned();
-    match route_request(intake, req).await {
+    let response = match route_request(intake, req).await {
         Ok(resp) => resp,
         Err(problem) => problem.into_response(&instance),
-    }
+    };
+    // The request's spans leave before the function is frozen.
+    genace_trace::flush().await;
+    response
 }
 
 async fn route_request<P: Ports>(intake: &Intake<P>, req: Request) -> Result<Response<Body>, Problem> {
@@ -86,6 +89,7 @@ async fn operator_route<P: Ports>(
 ) -> Result<Response<Body>, Problem> {
     match handler {
         OperatorHandler::Resolve => cases::resolve(intake, op, req, id).await,
+        OperatorHandler::ReadTrace => trace::trace(intake, op, id).await,
         OperatorHandler::ListCases => cases::list_cases(intake, op, &req).await,
         OperatorHandler::CountCases => cases::case_counts(intake, op, &req).await,
         OperatorHandler::AllCredits => credits::all_credits(intake, op, &req).await,

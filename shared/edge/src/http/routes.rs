@@ -37,6 +37,7 @@ pub enum CallerHandler {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OperatorHandler {
     Resolve,
+    ReadTrace,
     ListCases,
     CountCases,
     AllCredits,
@@ -81,7 +82,7 @@ use OperatorHandler as O;
 
 /// Every route of the API. Rows of one path are listed together, in the
 /// order their methods are named in a 405's `Allow`.
-pub static ROUTES: [Route; 26] = [
+pub static ROUTES: [Route; 27] = [
     row(Method::GET, "/v1/webhooks/endpoints", Endpoints(E::List)),
     row(Method::POST, "/v1/webhooks/endpoints", Endpoints(E::Create)),
     row(Method::GET, "/v1/webhooks/endpoints/{endpoint_id}", Endpoints(E::Read)),
@@ -122,6 +123,11 @@ pub static ROUTES: [Route; 26] = [
         Method::POST,
         "/v1/operations/{operation_id}/resolution",
         Operator(O::Resolve),
+    ),
+    row(
+        Method::GET,
+        "/v1/operations/{operation_id}/trace",
+        Operator(O::ReadTrace),
     ),
     row(
         Method::POST,

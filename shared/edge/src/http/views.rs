@@ -41,6 +41,7 @@ pub fn view(rec: &OperationRecord) -> Value {
         "specification_hash": rec.specification_hash,
         "specification": rec.specification_value(),
         "remote_job_id": rec.remote_job_id,
+        "trace_id": genace_core::trace::TraceId::of(&rec.operation_id).to_hex(),
         "remote_state": rec.remote_state,
         "observed_at": rec.observed_at,
         "accepted_at": rec.accepted_at,
@@ -96,9 +97,22 @@ pub fn view(rec: &OperationRecord) -> Value {
     v
 }
 
-/// When the operation was delivered, erased, due by, or cancelled, as far
-/// as any of it happened.
+/// When the operation's job was seen to end, and when the operation was
+/// delivered, erased, due by, or cancelled, as far as any of it happened.
 fn marks(rec: &OperationRecord, obj: &mut serde_json::Map<String, Value>) {
+    if let Some(d) = &rec.detection {
+        obj.insert(
+            "detection".into(),
+            json!({
+                "looks": d.looks,
+                "first_running_at": d.first_running_at,
+                "last_running_at": d.last_running_at,
+                "ended_seen_at": d.ended_seen_at,
+                "lag_bound_seconds": d.lag_bound_seconds(),
+                "looked_at": d.looked_at,
+            }),
+        );
+    }
     if let Some(at) = rec.delivered_at {
         obj.insert("delivered_at".into(), json!(at));
     }
@@ -201,12 +215,61 @@ pub fn case_view(rec: &OperationRecord) -> Value {
         "phase": rec.phase,
         "delivery_state": rec.delivery_state,
         "remote_job_id": rec.remote_job_id,
+        "trace_id": genace_core::trace::TraceId::of(&rec.operation_id).to_hex(),
         "reason": rec.case.as_ref().map(|c| c.reason),
         "opened_at": rec.case.as_ref().map(|c| c.opened_at),
         "evidence": rec.case.as_ref().map(|c| c.evidence.clone()),
         "runbook": rec.runbook(),
         "version": rec.version,
     })
+}
+
+/// An operation's trace for operators: its id, then either its spans in
+/// causal order (each with its depth, its offset from the trace's first
+/// start and its duration, in milliseconds, and its outcome or status) or
+/// the link to where the trace is shown.
+pub fn trace_view(
+    operation_id: &str,
+    trace_id: &genace_core::trace::TraceId,
+    found: &genace_stages::ports::traces::Trace,
+) -> Value {
+    use genace_stages::ports::traces::Trace;
+    let (source, link, spans) = match found {
+        Trace::Spans(spans) => ("receiver", None, spans_view(spans)),
+        Trace::Link(link) => ("xray", Some(link.clone()), Vec::new()),
+        Trace::Unkept => ("none", None, Vec::new()),
+    };
+    serde_json::json!({
+        "operation_id": operation_id,
+        "trace_id": trace_id.to_hex(),
+        "source": source,
+        "link": link,
+        "spans": spans,
+    })
+}
+
+fn spans_view(spans: &[genace_trace::lines::SpanLine]) -> Vec<Value> {
+    let first = spans.iter().map(|s| s.start_ns).min().unwrap_or_default();
+    let ms = |ns: u128| (ns / 1_000) as f64 / 1_000.0;
+    genace_trace::lines::in_order(spans)
+        .into_iter()
+        .map(|(depth, s)| {
+            serde_json::json!({
+                "span_id": s.span_id,
+                "parent_span_id": s.parent_span_id,
+                "name": s.name,
+                "service": s.service,
+                "depth": depth,
+                "offset_ms": ms(s.start_ns - first),
+                "duration_ms": ms(s.end_ns.saturating_sub(s.start_ns)),
+                "outcome": s.attribute("outcome"),
+                "status_code": s
+                    .attribute("http.response.status_code")
+                    .and_then(|code| code.parse::<u16>().ok()),
+                "attributes": s.attributes,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

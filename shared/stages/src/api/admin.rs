@@ -8,9 +8,9 @@ use tracing::{info, warn};
 use crate::api::errors::{ListError, OperationError};
 use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
+use crate::ports::commit::{CommitError, commit, write_attempts};
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::write_attempts;
-use crate::ports::table::{CaseCount, CaseFilter, CasePage, CommitError, commit};
+use crate::ports::table::{CaseCount, CaseFilter, CasePage};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Decision, Event, Resolution};
 use genace_core::messages::Queue;
@@ -156,8 +156,22 @@ impl<P: Ports> Admin<'_, P> {
         reason: &str,
         expected_version: u64,
     ) -> Result<OperationRecord, OperationError> {
-        let op = self.op;
         let rec = self.get(id).await?;
+        // In scope: a span of the operation's trace.
+        let decided = self.decide(rec, resolution, reason, expected_version);
+        genace_trace::traced("resolve", id, decided).await
+    }
+
+    /// [`Admin::resolve`] on `rec`, read in the operator's scope.
+    async fn decide(
+        &self,
+        rec: OperationRecord,
+        resolution: &Resolution,
+        reason: &str,
+        expected_version: u64,
+    ) -> Result<OperationRecord, OperationError> {
+        let op = self.op;
+        let id = &rec.operation_id.clone();
         let stale = |actual: u64| OperationError::StaleVersion {
             expected: expected_version,
             actual,

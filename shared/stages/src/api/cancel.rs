@@ -13,8 +13,7 @@ use crate::api::admin::Admin;
 use crate::api::errors::OperationError;
 use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
-use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, commit_with};
+use crate::ports::commit::{CommitError, commit_with, write_attempts};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Event};
 use genace_core::record::{CancelReason, OperationRecord};
@@ -24,7 +23,8 @@ impl<P: Ports> Intake<P> {
     /// unknown id is [`OperationError::NotFound`].
     pub async fn cancel(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(tenant, id, self.clock.now()).await?;
-        self.take_back(rec, tenant.as_str()).await
+        // Its owner's: a span of the operation's trace.
+        genace_trace::traced("cancel", id, self.take_back(rec, tenant.as_str())).await
     }
 
     /// Cancels `rec` for `by`: the cancelled record (a repeat changes
@@ -72,6 +72,6 @@ impl<P: Ports> Admin<'_, P> {
     /// them.
     pub async fn cancel(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(id).await?;
-        self.intake.take_back(rec, &self.op.actor).await
+        genace_trace::traced("cancel", id, self.intake.take_back(rec, &self.op.actor)).await
     }
 }

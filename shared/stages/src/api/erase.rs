@@ -17,9 +17,8 @@ use crate::api::admin::Admin;
 use crate::api::errors::OperationError;
 use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
+use crate::ports::commit::{CommitError, commit, write_attempts};
 use crate::ports::outputs::{MAX_DELETE_KEYS, ObjectStore};
-use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, commit};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Event};
 use genace_core::record::OperationRecord;
@@ -29,7 +28,8 @@ impl<P: Ports> Intake<P> {
     /// or an unknown id is [`OperationError::NotFound`].
     pub async fn erase_outputs(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(tenant, id, self.clock.now()).await?;
-        self.erase(rec, tenant.as_str()).await
+        // Its owner's: a span of the operation's trace.
+        genace_trace::traced("erase", id, self.erase(rec, tenant.as_str())).await
     }
 
     /// Deletes `rec`'s delivered objects, then records who erased them. A
@@ -122,6 +122,6 @@ impl<P: Ports> Admin<'_, P> {
     /// An operator erases the outputs of an operation in their scope.
     pub async fn erase_outputs(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(id).await?;
-        self.intake.erase(rec, &self.op.actor).await
+        genace_trace::traced("erase", id, self.intake.erase(rec, &self.op.actor)).await
     }
 }

@@ -56,6 +56,9 @@ pub enum OperationError {
     /// The object store failed; nothing was recorded, and a repeat completes it.
     #[error("the object store failed: {0}")]
     Objects(String),
+    /// The kept spans could not be read.
+    #[error("the trace store failed: {0}")]
+    Traces(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -35,6 +35,8 @@ pub struct Intake<P: Ports> {
     pub metrics: Metrics,
     /// Where webhook endpoints' secrets are written.
     pub vault: std::sync::Arc<dyn crate::ports::webhooks::SecretVault>,
+    /// Where operators read an operation's trace.
+    pub traces: std::sync::Arc<dyn crate::ports::traces::TraceReader>,
 }
 
 impl<S, Q, O> Intake<Parts<S, Q, O>>
@@ -51,6 +53,7 @@ where
             clock: SystemClock,
             metrics: Metrics::off(),
             vault: std::sync::Arc::new(crate::ports::webhooks::NoVault),
+            traces: std::sync::Arc::new(crate::ports::traces::NoTraces),
         }
     }
 }

@@ -19,5 +19,6 @@ pub mod erase;
 pub mod errors;
 pub mod intake;
 pub mod listing;
+pub mod trace;
 pub mod webhook_admin;
 pub mod webhook_endpoints;

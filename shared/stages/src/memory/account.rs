@@ -36,6 +36,8 @@ impl Account {
     pub(super) fn whole(&self) -> AccountCapacity {
         AccountCapacity {
             learned_mark: self.limits.learned_mark,
+            raise_every: self.limits.raise_every,
+            learned_at_ms: self.limits.learned_at_ms,
             ..shard::summed(&self.per_shard())
         }
     }

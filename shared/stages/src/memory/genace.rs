@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::DateTime;
-use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_submit};
+use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status, classify_status_with, classify_submit};
 
 /// How [`MemoryGenace`] answers the next POST.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +69,9 @@ struct GenaceState {
     concurrency: Option<usize>,
     /// POSTs answered 429 because the account was full.
     refused_full: u64,
+    /// Answers the next status reads give instead of the job: a status
+    /// code and a Retry-After, in order.
+    status_answers: std::collections::VecDeque<(u16, Option<String>)>,
 }
 
 /// Job states in which Genace counts a job against the account's concurrency.
@@ -110,6 +113,14 @@ impl MemoryGenace {
     }
 
     /// Moves a job to `state`, with `outputs` (a JSON list, or null).
+    /// The next status read answers `code` (with `retry_after`, as the
+    /// header would say) instead of the job.
+    pub fn answer_status_with(&self, code: u16, retry_after: Option<&str>) {
+        self.lock()
+            .status_answers
+            .push_back((code, retry_after.map(str::to_owned)));
+    }
+
     pub fn set_job(&self, id: &str, state: &str, outputs: Option<serde_json::Value>) {
         if let Some(job) = self.lock().jobs.get_mut(id) {
             job.state = state.to_owned();
@@ -212,6 +223,9 @@ impl crate::ports::genace::Genace for MemoryGenace {
     }
 
     async fn status(&self, job_id: &str) -> StatusOutcome {
+        if let Some((code, retry_after)) = self.lock().status_answers.pop_front() {
+            return classify_status_with(code, retry_after.as_deref(), "", chrono::Utc::now());
+        }
         let job = self.lock().jobs.get(job_id).cloned();
         match job {
             Some(job) => {

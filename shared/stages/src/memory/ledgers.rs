@@ -46,10 +46,18 @@ impl TenantLedgers for MemoryStore {
         let account = &mut table.account;
         account.limits.set_limit = limit;
         account.limits.learned = None;
+        account.limits.raise_every = None;
+        account.limits.learned_at_ms = None;
         Ok(account.whole())
     }
 
-    async fn learn_account_limit(&self, seen: Option<u32>, learned: Option<u32>) -> Result<bool, StoreError> {
+    async fn learn_account_limit(
+        &self,
+        seen: Option<u32>,
+        learned: Option<u32>,
+        raise_every: Option<u32>,
+        at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<bool, StoreError> {
         let mut table = self.lock();
         let items = table.account.items();
         if table.contention.refuses_plain_write(&items) {
@@ -63,6 +71,10 @@ impl TenantLedgers for MemoryStore {
         }
         account.limits.learned = learned;
         account.limits.learned_mark = account.whole().jobs_ended;
+        account.limits.raise_every = raise_every;
+        if let Some(at) = at {
+            account.limits.learned_at_ms = Some(at.timestamp_millis());
+        }
         Ok(true)
     }
 

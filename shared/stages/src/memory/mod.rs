@@ -57,5 +57,6 @@ pub fn memory_app(start: DateTime<Utc>) -> MemoryApp {
         config: crate::config::Config::for_resources(&names, queues),
         metrics: crate::ports::metrics::Metrics::off(),
         vault: std::sync::Arc::new(MemorySecrets::default()),
+        traces: std::sync::Arc::new(crate::ports::traces::NoTraces),
     }
 }

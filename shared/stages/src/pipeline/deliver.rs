@@ -11,12 +11,11 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::pipeline::stage::{Stage, StageError, case_opened, commit_failure};
 use crate::ports::clock::Clock;
+use crate::ports::commit::{CommitError, commit, commit_with, write_attempts};
 use crate::ports::downloads::{DownloadBody, DownloadError, Downloads};
 use crate::ports::metrics::Metrics;
 use crate::ports::outputs::{ObjectStore, PartReceipt, composite_sha256, object_key};
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, commit, commit_with};
 use genace_core::domain::{OperationId, hex};
 use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
@@ -129,6 +128,7 @@ where
 {
     type Message = WorkMessage;
     type Outcome = DeliverResult;
+    const NAME: &'static str = "deliver";
 
     async fn handle(&self, message: WorkMessage) -> Result<DeliverResult, StageError> {
         self.deliver(&message.operation_id).await

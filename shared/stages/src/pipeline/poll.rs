@@ -8,16 +8,15 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::pipeline::stage::{Stage, StageError, case_opened};
 use crate::ports::clock::Clock;
+use crate::ports::commit::{CommitError, commit, commit_with, write_attempts};
 use crate::ports::genace::Genace;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, commit, commit_with};
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
 use genace_core::messages::{PollHistory, WorkMessage};
-use genace_core::record::{CaseReason, Fault, Looks, OperationRecord, Phase};
+use genace_core::record::{CaseReason, Fault, Looks, MAX_LOOKS_KEPT, OperationRecord, Phase};
 use genace_core::remote::{JobSnapshot, RenderStatus, StatusOutcome};
 use genace_core::render::{PollPlan, RenderClass};
 
@@ -52,13 +51,64 @@ pub struct Poller<P: Ports> {
 }
 
 /// Slack added to the sweep deadline beyond the next scheduled poll.
-const SWEEP_SLACK_SECONDS: i64 = 120;
+pub(crate) const SWEEP_SLACK_SECONDS: i64 = 120;
 const MIN_POLL_DELAY_SECONDS: u32 = 5;
+/// Delay before the first poll of an accepted job whose class has no plan.
+pub(crate) const FIRST_POLL_DELAY_SECONDS: u32 = MIN_POLL_DELAY_SECONDS;
+/// How much later than planned a chain's first look may come and still
+/// count a render it saw done (see [`Poller::seen_to_end`]); a chain the
+/// sweep restarts comes at least `SWEEP_SLACK_SECONDS` late.
+const CENSORED_SLACK_SECONDS: f64 = 30.0;
 
 /// Backoff grows with the job's age: about a tenth of it, within bounds.
 pub fn next_poll_delay(accepted_at: Option<DateTime<Utc>>, now: DateTime<Utc>, max: u32) -> u32 {
     let age = accepted_at.map(|a| (now - a).num_seconds().max(0)).unwrap_or(0);
     ((age / 10) as u32).max(MIN_POLL_DELAY_SECONDS).min(max.max(1))
+}
+
+/// `history` with the job's plan: read at the first look (or by dispatch,
+/// for the first look's delay), from its class's render times (none with
+/// too few, or unread: the age-based schedule). A job that had no plan
+/// reads again after 4, 8, 16... looks, so the jobs of a burst that taught
+/// a new class its render times switch to the plan they taught.
+pub(crate) async fn planned<S: RenderTimeLog>(
+    store: &S,
+    rec: &OperationRecord,
+    mut history: PollHistory,
+    max_delay: u32,
+) -> PollHistory {
+    // A plan carried in an older form reads as one with no looks: none.
+    let none = history.plan.as_ref().is_none_or(|p| p.looks.is_empty());
+    let again = none && history.looks >= 4 && history.looks.is_power_of_two();
+    if history.planned && !again {
+        return history;
+    }
+    let class = RenderClass::of(rec);
+    history.plan = match store.render_times(&class).await {
+        Ok(times) => PollPlan::from_times(&times, f64::from(max_delay.max(1))),
+        Err(e) => {
+            warn!(operation_id = %rec.operation_id, error = %e, "render times unread; polling by age");
+            None
+        }
+    };
+    history.planned = true;
+    history
+}
+
+/// Seconds until the look after the `history.looks` before it: the
+/// plan's, else the age-based schedule, within `max` (`POLL_MAX_DELAY_SECONDS`).
+pub(crate) fn next_look_delay(rec: &OperationRecord, history: &PollHistory, now: DateTime<Utc>, max: u32) -> u32 {
+    let max = max.max(1);
+    let age = rec
+        .accepted_at
+        .map_or(0.0, |a| (now - a).num_milliseconds().max(0) as f64 / 1000.0);
+    let by_age = f64::from(next_poll_delay(rec.accepted_at, now, max));
+    let delay = match &history.plan {
+        _ if genace_core::planted::on(genace_core::planted::LOOKS_UNBOUNDED) => 1.0,
+        Some(plan) => plan.next_delay(age, history.looks + 1, by_age),
+        None => by_age,
+    };
+    (delay.round() as u32).clamp(1, max)
 }
 
 impl<P: Ports> Stage for Poller<P>
@@ -67,6 +117,7 @@ where
 {
     type Message = WorkMessage;
     type Outcome = Polled;
+    const NAME: &'static str = "poll";
 
     async fn handle(&self, message: WorkMessage) -> Result<Polled, StageError> {
         self.poll_after(&message.operation_id, message.poll.unwrap_or_default())
@@ -101,10 +152,17 @@ where
         let job_id = match (&rec.phase, &rec.remote_job_id) {
             (Phase::Accepted, Some(job_id)) if !waiting_for_person => job_id.clone(),
             (Phase::Abandoned, Some(job_id)) if abandoned && !waiting_for_person => job_id.clone(),
-            _ => return Ok(Polled::NotObservable(rec.phase)),
+            _ => {
+                if genace_core::planted::on(genace_core::planted::POLL_AFTER_END)
+                    && let Some(job_id) = &rec.remote_job_id
+                {
+                    let _ = self.genace.status(job_id).await;
+                }
+                return Ok(Polled::NotObservable(rec.phase));
+            }
         };
-        let history = self.planned(&rec, history).await;
-        let delay = self.next_delay(&rec, &history, now);
+        let history = planned(&self.store, &rec, history, self.config.poll_max_delay_seconds).await;
+        let delay = next_look_delay(&rec, &history, now, self.config.poll_max_delay_seconds);
         // An unreadable status waits at least the age-based delay: the
         // sweep's deadline covers the longer of the two.
         let longest = delay.max(next_poll_delay(
@@ -117,6 +175,7 @@ where
         let look = Look {
             now,
             delay,
+            longest,
             next_check: now + Duration::seconds(longest as i64 + SWEEP_SLACK_SECONDS),
             stalled,
             history,
@@ -147,49 +206,30 @@ where
                 self.open_case(rec, CaseReason::RemoteJobMissing, &evidence, false)
                     .await
             }
-            StatusOutcome::Transient { evidence } => self.unreadable(rec, &job_id, &evidence, &look).await,
+            StatusOutcome::Transient { evidence } => self.unreadable(rec, &job_id, &evidence, 0, &look).await,
+            StatusOutcome::RateLimited { retry_after } => self.rate_limited(rec, &job_id, retry_after, &look).await,
         }
-    }
-
-    /// `history` with the job's plan: read once, at the first look, from
-    /// its class's render times (none with too few, or unread: the
-    /// age-based schedule).
-    async fn planned(&self, rec: &OperationRecord, mut history: PollHistory) -> PollHistory {
-        if history.planned {
-            return history;
-        }
-        let class = RenderClass::of(rec);
-        history.plan = match self.store.render_times(&class).await {
-            Ok(times) => PollPlan::from_times(&times),
-            Err(e) => {
-                warn!(operation_id = %rec.operation_id, error = %e, "render times unread; polling by age");
-                None
-            }
-        };
-        history.planned = true;
-        history
-    }
-
-    /// Seconds until the look after this one: the plan's, else the
-    /// age-based schedule, within `POLL_MAX_DELAY_SECONDS`.
-    fn next_delay(&self, rec: &OperationRecord, history: &PollHistory, now: DateTime<Utc>) -> u32 {
-        let max = self.config.poll_max_delay_seconds.max(1);
-        let age = rec
-            .accepted_at
-            .map_or(0.0, |a| (now - a).num_milliseconds().max(0) as f64 / 1000.0);
-        let by_age = f64::from(next_poll_delay(rec.accepted_at, now, max));
-        let delay = match history.plan {
-            Some(plan) => plan.next_delay(age, history.looks + 1, by_age),
-            None => by_age,
-        };
-        (delay.ceil() as u32).clamp(1, max)
     }
 
     /// The next look, carrying what this one saw.
-    async fn look_again(&self, id: &OperationId, look: &Look, running: bool, delay: u32) -> Result<(), StageError> {
-        let mut history = look.history;
+    /// `running`: the state a look found the job in, not yet ended (none:
+    /// the look read nothing).
+    async fn look_again(
+        &self,
+        id: &OperationId,
+        look: &Look,
+        running: Option<&str>,
+        delay: u32,
+    ) -> Result<(), StageError> {
+        let mut history = look.history.clone();
         history.looks += 1;
-        if running {
+        if running == Some("running") && history.first_running_ms.is_none() {
+            history.first_running_ms = Some(look.now.timestamp_millis());
+        }
+        history.looked_at_ms.push(look.now.timestamp_millis());
+        let over = history.looked_at_ms.len().saturating_sub(MAX_LOOKS_KEPT);
+        history.looked_at_ms.drain(..over);
+        if running.is_some() {
             history.running_seen_ms = Some(look.now.timestamp_millis());
         }
         let message = WorkMessage {
@@ -201,31 +241,48 @@ where
     }
 
     /// A job seen to end: how late (`DetectionLagSeconds`, an upper bound:
-    /// from the last look that saw it running, else from its acceptance),
+    /// from the last look that saw it running; none when no look did),
     /// after how many looks (`PollsPerJob`), and, for a render that
-    /// succeeded and that a look saw running, its render time added to its
-    /// class's (the midpoint of the last two looks, from its acceptance). A
-    /// job no look saw running (seen done at its first look, or by a chain
-    /// of polls the sweep or recovery restarted without its history) says
-    /// only an upper bound, and a failed or cancelled one says nothing of
-    /// how long a render takes: neither is counted.
-    async fn seen_to_end(&self, rec: &OperationRecord, succeeded: bool) {
-        let Some(detection) = rec.detection else {
+    /// succeeded, its render time added to its class's: the midpoint of
+    /// the last look that saw it running (else its acceptance) and this
+    /// one. A job seen done at the first look of its chain (its only look)
+    /// is counted too, when that look came as planned (within [`CENSORED_SLACK_SECONDS`] of
+    /// the first planned look, or of the first look without a plan): left
+    /// out, the renders shorter than the first look would never be learned,
+    /// and the plan's first look could never move earlier. A chain the
+    /// sweep or recovery restarted without its history sees the end too
+    /// late to say when it was, and a failed or cancelled render says
+    /// nothing of how long a render takes: neither is counted.
+    async fn seen_to_end(&self, rec: &OperationRecord, succeeded: bool, history: &PollHistory) {
+        let Some(detection) = &rec.detection else {
             return;
         };
         self.metrics
             .emit("PollsPerJob", f64::from(detection.looks), "Count", &[]);
-        let since = detection.last_running_at.or(rec.accepted_at);
-        if let Some(since) = since {
-            let lag = (detection.ended_seen_at - since).num_milliseconds().max(0) as f64 / 1000.0;
+        if let Some(lag) = detection.lag_bound_seconds() {
             self.metrics.emit("DetectionLagSeconds", lag, "Seconds", &[]);
         }
-        let (Some(accepted), Some(running), true) = (rec.accepted_at, detection.last_running_at, succeeded) else {
+        let since = detection.last_running_at.or(rec.accepted_at);
+        let (Some(accepted), Some(since), true) = (rec.accepted_at, since, succeeded) else {
             return;
         };
-        let ended = running + (detection.ended_seen_at - running) / 2;
-        let seconds = (ended - accepted).num_milliseconds().max(0) as f64 / 1000.0;
-        if let Err(e) = self.store.add_render_time(&RenderClass::of(rec), seconds).await {
+        let seconds_since = |t: DateTime<Utc>| (t - accepted).num_milliseconds().max(0) as f64 / 1000.0;
+        let first_look = history
+            .plan
+            .as_ref()
+            .and_then(PollPlan::first)
+            .unwrap_or(f64::from(FIRST_POLL_DELAY_SECONDS));
+        let as_planned =
+            detection.looks == 1 && seconds_since(detection.ended_seen_at) <= first_look + CENSORED_SLACK_SECONDS;
+        if detection.last_running_at.is_none() && !as_planned {
+            return;
+        }
+        let ended = since + (detection.ended_seen_at - since) / 2;
+        if let Err(e) = self
+            .store
+            .add_render_time(&RenderClass::of(rec), seconds_since(ended))
+            .await
+        {
             warn!(operation_id = %rec.operation_id, error = %e, "render time not counted");
         }
     }
@@ -249,14 +306,22 @@ where
                 humanize(self.config.stall_after)
             )
         });
+        let seen = Looks {
+            count: look.history.looks,
+            first_running_at: look.history.first_running_ms.and_then(DateTime::from_timestamp_millis),
+            last_running_at: look.history.running_seen_ms.and_then(DateTime::from_timestamp_millis),
+            at: look
+                .history
+                .looked_at_ms
+                .iter()
+                .filter_map(|ms| DateTime::from_timestamp_millis(*ms))
+                .collect(),
+        };
         let event = Event::Observed {
             snapshot: snap,
             next_check: look.next_check,
             stalled: stall.as_deref(),
-            seen: Looks {
-                count: look.history.looks,
-                last_running_at: look.history.running_seen_ms.and_then(DateTime::from_timestamp_millis),
-            },
+            seen: &seen,
         };
         let written = match self.record(rec, event, look.now).await? {
             Ok(w) => w,
@@ -276,7 +341,7 @@ where
         }
         match snap.status {
             RenderStatus::Running => {
-                self.look_again(&id, look, true, look.delay).await?;
+                self.look_again(&id, look, Some(&snap.state), look.delay).await?;
                 Ok(Polled::Running {
                     next_poll_seconds: look.delay,
                 })
@@ -291,24 +356,41 @@ where
                     self.queue.enqueue(Queue::Deliver, &id, 0).await?;
                 }
                 // Last, and best effort: the delivery is on its way.
-                self.seen_to_end(&written, true).await;
+                self.seen_to_end(&written, true, &look.history).await;
                 Ok(Polled::Rendered)
             }
             RenderStatus::Failed => {
                 self.metrics.count("RenderFailed", &[]);
-                self.seen_to_end(&written, false).await;
+                self.seen_to_end(&written, false, &look.history).await;
                 Ok(Polled::RenderFailed)
             }
         }
     }
 
-    /// The read said nothing (a timeout, a 5xx): poll again later, with a
-    /// stall case once the job is silent past the deadline.
+    /// A 429 on the read: Genace's own limit on reads, which the next look
+    /// waits for too.
+    async fn rate_limited(
+        &self,
+        rec: OperationRecord,
+        job_id: &str,
+        retry_after: Option<std::time::Duration>,
+        look: &Look,
+    ) -> Result<Polled, StageError> {
+        self.metrics.count("StatusRateLimited", &[]);
+        let asked = retry_after.map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX));
+        let evidence = format!("HTTP 429 (Retry-After {asked} s)");
+        self.unreadable(rec, job_id, &evidence, asked, look).await
+    }
+
+    /// The read said nothing (a timeout, a 5xx, a 429): poll again later,
+    /// at least `asked` seconds later (a 429's Retry-After), with a stall
+    /// case once the job is silent past the deadline.
     async fn unreadable(
         &self,
         rec: OperationRecord,
         job_id: &str,
         evidence: &str,
+        asked: u32,
         look: &Look,
     ) -> Result<Polled, StageError> {
         let id = rec.operation_id.clone();
@@ -331,12 +413,17 @@ where
         }
         // A read that said nothing (a 429 among them) lengthens the plan:
         // the age-based schedule at least.
-        let delay = look.delay.max(next_poll_delay(
-            rec_accepted_at,
-            look.now,
-            self.config.poll_max_delay_seconds,
-        ));
-        self.look_again(&id, look, false, delay).await?;
+        let delay = look
+            .delay
+            .max(next_poll_delay(
+                rec_accepted_at,
+                look.now,
+                self.config.poll_max_delay_seconds,
+            ))
+            // Within what the sweep's deadline covers (half its slack
+            // kept), or it would start a second chain of polls.
+            .max(asked.min(look.longest + (SWEEP_SLACK_SECONDS / 2) as u32));
+        self.look_again(&id, look, None, delay).await?;
         Ok(Polled::BackedOff {
             next_poll_seconds: delay,
         })
@@ -407,6 +494,8 @@ where
 struct Look {
     now: chrono::DateTime<chrono::Utc>,
     delay: u32,
+    /// The longest delay the sweep's deadline covers.
+    longest: u32,
     next_check: chrono::DateTime<chrono::Utc>,
     stalled: bool,
     /// The looks before this one, and the job's plan.

@@ -8,9 +8,8 @@ use tracing::{error, info};
 
 use crate::pipeline::stage::{Stage, StageError};
 use crate::ports::clock::Clock;
+use crate::ports::commit::{CommitError, commit_with, write_attempts};
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, commit_with};
 use genace_core::machine::{self, AcceptedJob, Event, Policy};
 use genace_core::messages::Queue;
 use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
@@ -35,6 +34,7 @@ pub struct Recovery<P: Ports> {
 impl<P: Ports> Stage for Recovery<P> {
     type Message = RecoveryMessage;
     type Outcome = RecoveryOutcome;
+    const NAME: &'static str = "recovery";
 
     async fn handle(&self, message: RecoveryMessage) -> Result<RecoveryOutcome, StageError> {
         self.apply(&message).await

@@ -4,11 +4,13 @@
 
 use std::future::Future;
 
+use tracing::Instrument;
 use tracing::warn;
 
+use crate::ports::commit::CommitError;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::QueueError;
-use crate::ports::table::{CommitError, StoreError};
+use crate::ports::table::StoreError;
 use genace_core::record::OperationRecord;
 
 /// Any of these leaves the message on the queue for redelivery.
@@ -38,6 +40,8 @@ pub trait Stage: Send + Sync {
     type Message: serde::de::DeserializeOwned + Send;
     /// What the stage made of one message (for tests and logs).
     type Outcome: std::fmt::Debug + Send;
+    /// The stage's name on its spans.
+    const NAME: &'static str = "stage";
 
     fn handle(&self, message: Self::Message) -> impl Future<Output = Result<Self::Outcome, StageError>> + Send;
 
@@ -74,6 +78,50 @@ pub async fn handle_received<S: Stage>(stage: &S, body: &str, receives: u32) -> 
     let handled: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> =
         Box::pin(stage.handle_receipt(message, receives));
     handled.await
+}
+
+/// [`handle_received`] in the span of this stage's invocation for the
+/// message: continuing the span that sent it (`traceparent`, the W3C
+/// header it carried), else its operation's root, with how it ended.
+pub async fn handle_traced<S: Stage>(
+    stage: &S,
+    body: &str,
+    receives: u32,
+    traceparent: Option<&str>,
+) -> Result<S::Outcome, StageError> {
+    // Work messages name it at the top; the bus's events (the webhook
+    // stage's) in their detail, with the trace the pipe put there.
+    let message = serde_json::from_str::<serde_json::Value>(body).unwrap_or_default();
+    let named = |member: &str| {
+        message
+            .get(member)
+            .or_else(|| message.get("detail").and_then(|d| d.get(member)))
+            .and_then(serde_json::Value::as_str)
+    };
+    let operation = named("operation_id").and_then(|id| genace_core::domain::OperationId::parse(id).ok());
+    let parent = traceparent
+        .and_then(genace_core::trace::TraceParent::parse)
+        .or_else(|| {
+            // An event off the bus: the trace its detail names, under the
+            // operation's root.
+            let root = genace_trace::root_parent(operation.as_ref()?);
+            // "Sampled" when the event says a case keeps the trace.
+            let kept = message["detail"][genace_core::events::TRACE_KEPT_MEMBER] == true;
+            let flags = if kept { "01" } else { "00" };
+            genace_core::trace::TraceParent::parse(&format!(
+                "00-{}-{}-{flags}",
+                named("trace_id")?,
+                root.span_id.to_hex()
+            ))
+        });
+    let span = genace_trace::stage_span(S::NAME, operation.as_ref(), parent);
+    let handled = handle_received(stage, body, receives).instrument(span.clone()).await;
+    let outcome = match &handled {
+        Ok(o) => format!("{o:?}"),
+        Err(e) => format!("error: {e}"),
+    };
+    genace_trace::record_outcome(&span, &outcome);
+    handled
 }
 
 /// A refused or failed commit leaves the message for redelivery.

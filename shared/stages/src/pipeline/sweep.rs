@@ -19,7 +19,7 @@
 use crate::ports::Ports;
 use crate::ports::table::prelude::*;
 use chrono::Duration;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 
 use crate::config::Config;
 use crate::pipeline::stage::{StageError, case_opened};
@@ -29,7 +29,10 @@ use crate::ports::queue::WorkQueue;
 use crate::ports::table::{DueCursor, DueItem, StoreError};
 use genace_core::machine::{self, Event};
 use genace_core::messages::Queue;
-use genace_core::record::{DUE_SHARDS, DeliveryState, Phase};
+use genace_core::record::{DUE_SHARDS, DeliveryState, OperationRecord, Phase};
+
+/// The name of the sweep's spans: one per repair, in the operation's trace.
+const NAME: &str = "sweep";
 
 /// Counts of what one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -174,7 +177,17 @@ impl<P: Ports> Sweeper<P> {
                     evidence: "the dispatch claim expired before an outcome was recorded; found by the sweep",
                 };
                 if let Ok(next) = machine::transition(&rec, expired, now, &self.config.policy) {
-                    self.store.apply(&rec, &next).await?;
+                    // A repair is a span of the operation's trace; its case keeps the trace.
+                    let span = genace_trace::stage_span(NAME, Some(&item.operation_id), None);
+                    self.store.apply(&rec, &next).instrument(span.clone()).await?;
+                    genace_trace::record_phases(
+                        &span,
+                        next.tenant_id.as_str(),
+                        rec.phase.as_str(),
+                        next.phase.as_str(),
+                        next.case.is_some(),
+                    );
+                    genace_trace::record_outcome(&span, "interrupted dispatch: case opened");
                     case_opened(&self.metrics, &next);
                     report.interrupted += 1;
                 }
@@ -194,22 +207,44 @@ impl<P: Ports> Sweeper<P> {
             Queue::Dispatch if rec.wait().is_some() => Queue::Wake,
             other => other,
         };
+        let span = genace_trace::stage_span(NAME, Some(&item.operation_id), None);
+        let requeued = self.requeue(&rec, stage, now).instrument(span.clone()).await;
+        let said = match &requeued {
+            Ok(true) => format!("requeued to {stage:?}"),
+            Ok(false) => "changed meanwhile".to_owned(),
+            Err(e) => format!("error: {e}"),
+        };
+        genace_trace::record_outcome(&span, &said);
+        if requeued? {
+            match stage {
+                Queue::Dispatch | Queue::Wake => report.dispatch += 1,
+                Queue::Poll => report.poll += 1,
+                _ => report.deliver += 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves `rec`'s due time on, then sends it to `stage` (in the
+    /// sweep's span, which the message carries): false when the record
+    /// changed meanwhile and nothing was sent.
+    async fn requeue(
+        &self,
+        rec: &OperationRecord,
+        stage: Queue,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StageError> {
         let reschedule = Event::Reschedule {
             due: now + Duration::seconds(RECHECK_SECONDS),
         };
-        let next = machine::transition(&rec, reschedule, now, &self.config.policy)
+        let next = machine::transition(rec, reschedule, now, &self.config.policy)
             .map_err(|r| StageError::Refused(r.to_string()))?;
-        match self.store.apply(&rec, &next).await {
+        match self.store.apply(rec, &next).await {
             Ok(_) => {}
-            Err(StoreError::Conflict(_)) => return Ok(()),
+            Err(StoreError::Conflict(_)) => return Ok(false),
             Err(e) => return Err(e.into()),
         }
-        self.queue.enqueue(stage, &item.operation_id, 0).await?;
-        match stage {
-            Queue::Dispatch | Queue::Wake => report.dispatch += 1,
-            Queue::Poll => report.poll += 1,
-            _ => report.deliver += 1,
-        }
-        Ok(())
+        self.queue.enqueue(stage, &rec.operation_id, 0).await?;
+        Ok(true)
     }
 }

@@ -81,7 +81,7 @@ pub async fn sweep<S: OperationStore, Q: WorkQueue>(
     };
     match raise_if_earned(store, &mut account).await {
         Ok(true) => {}
-        Ok(false) => probe(store, &mut account).await,
+        Ok(false) => probe(store, &mut account, now).await,
         Err(e) => warn!(error = %e, "the raised account limit was not saved"),
     }
     let mut tenants = None;
@@ -154,7 +154,7 @@ async fn raise_if_earned<S: OperationStore>(
         return Ok(false);
     };
     let changed = store
-        .learn_account_limit(account.learned, raised)
+        .learn_account_limit(account.learned, raised, account.raise_every, None)
         .await
         .map_err(|e| e.to_string())?;
     if changed {
@@ -342,11 +342,18 @@ fn next_turn(turns: &mut [Turn]) -> Option<&mut Turn> {
 /// A learned limit rises by one (and is forgotten at the maximum), so that
 /// slots held by operations that may never end cannot stop dispatch for
 /// good. The next 429 teaches it again. Failures are logged.
-async fn probe<S: OperationStore>(store: &S, account: &mut genace_core::ledger::AccountCapacity) {
-    let Some(probed) = account.probed() else {
+async fn probe<S: OperationStore>(
+    store: &S,
+    account: &mut genace_core::ledger::AccountCapacity,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let Some(probed) = account.probed(now.timestamp_millis()) else {
         return;
     };
-    match store.learn_account_limit(account.learned, probed).await {
+    match store
+        .learn_account_limit(account.learned, probed, account.raise_every, Some(now))
+        .await
+    {
         Ok(true) => {
             info!(from = ?account.learned, to = ?probed, "learned account limit probed upward");
             account.learned = probed;
@@ -365,13 +372,19 @@ pub async fn learn_from_429<S: OperationStore>(
     store: &S,
     account: &genace_core::ledger::AccountCapacity,
     metrics: &crate::ports::metrics::Metrics,
+    now: chrono::DateTime<chrono::Utc>,
 ) {
-    let Some(lowered) = account.lowered_after_429() else {
+    let Some(lesson) = account.lowered_after_429() else {
         return;
     };
-    match store.learn_account_limit(account.learned, Some(lowered)).await {
+    match store
+        .learn_account_limit(account.learned, Some(lesson.learned), lesson.raise_every, Some(now))
+        .await
+    {
         Ok(true) => {
-            info!(from = ?account.limit(), to = lowered, "Genace refused under our limit; learned a lower one");
+            let to = lesson.learned;
+            let raise_every = lesson.raise_every;
+            info!(from = ?account.limit(), to, ?raise_every, "Genace refused under our limit; learned a lower one");
             metrics.count("CapacityLimitLowered", &[]);
         }
         // Another 429 of the same burst taught it first.

@@ -139,15 +139,19 @@ where
     /// <endpoint id or "webhook">, "detail": ...}`.
     type Message = Value;
     type Outcome = Webhooked;
+    const NAME: &'static str = "webhook";
 
     async fn handle(&self, message: Value) -> Result<Webhooked, StageError> {
         self.handle_receipt(message, 1).await
     }
 
     async fn handle_receipt(&self, mut message: Value, receives: u32) -> Result<Webhooked, StageError> {
-        // The pipe's mark for the bus's rule is not part of the event.
+        // The pipe's mark for the bus's rule and the trace id are not part
+        // of the event.
         if let Some(d) = message.get_mut("detail").and_then(Value::as_object_mut) {
-            d.remove(genace_core::events::WEBHOOKS_MEMBER);
+            for member in genace_core::events::BUS_MEMBERS {
+                d.remove(member);
+            }
         }
         let detail = &message["detail"];
         let (Some(tenant), Some(kind), Some(id)) = (

@@ -3,18 +3,20 @@
 //! they exchange. Nothing here imports the pipeline or the API.
 //!
 //! - [`table`]: the operation table (records, ledgers, webhook settings,
-//!   the case filters) and the commit loop every state change goes through;
+//!   the case filters); [`commit`]: the loop every state change goes through;
 //!   [`list`]: what a listing selects and its order.
 //! - [`queue`]: the work queues and the recovery channel.
 //! - [`sort_keys`]: index sort keys both stores build alike.
 //! - [`outputs`]: the output bucket and its key layout.
 //! - [`genace`] and [`downloads`]: Genace's API and its output files.
 //! - [`webhooks`]: webhook secrets, the sender and the copy queue.
+//! - [`traces`]: where operators read an operation's trace.
 //! - [`clock`], [`metrics`], [`cursor`] (sealed list cursors).
 //! - [`Ports`]: the bundle every stage is generic over, and [`Parts`], its
 //!   one implementation.
 
 pub mod clock;
+pub mod commit;
 pub mod cursor;
 pub mod downloads;
 pub mod genace;
@@ -24,6 +26,7 @@ pub mod outputs;
 pub mod queue;
 pub mod sort_keys;
 pub mod table;
+pub mod traces;
 pub mod webhooks;
 
 use std::marker::PhantomData;

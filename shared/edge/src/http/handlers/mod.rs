@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod cases;
 pub mod credits;
 pub mod operations;
+pub mod trace;
 pub mod webhook;
 pub mod webhook_endpoints;
 

@@ -9,7 +9,9 @@ use genace_stages::ports::clock::Clock;
 use genace_stages::ports::list::ListFilter;
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
+use opentelemetry::KeyValue;
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use super::{json_response, ok_json};
 use crate::http::auth::Principal;
@@ -32,10 +34,33 @@ pub(crate) async fn create<P: Ports>(intake: &Intake<P>, req: Request) -> Result
     if intent.fault.is_some() && !intake.config.fault_injection {
         return Err(InvalidInput::new("fault", "fault injection is disabled in this deployment").into());
     }
-    let outcome = intake.submit(tenant, &intent, intake.clock.now()).await?;
+    // The intake's span continues the operation's root, which the intake
+    // that created the operation writes once it has (from the request's
+    // start): a replay is a span of the same trace, never a second root.
+    let started = std::time::SystemTime::now();
+    let id = OperationId::derive(tenant, &intent.operation_key);
+    let span = genace_trace::stage_span("intake", Some(&id), None);
+    let submitted = intake
+        .submit(tenant, &intent, intake.clock.now())
+        .instrument(span.clone())
+        .await;
+    let outcome = match submitted {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            genace_trace::record_outcome(&span, &format!("error: {e}"));
+            return Err(e.into());
+        }
+    };
     let (status, rec, replayed) = match &outcome {
-        Submitted::New(rec) => (StatusCode::ACCEPTED, rec, false),
-        Submitted::Replayed(rec) => (StatusCode::OK, rec, true),
+        Submitted::New(rec) => {
+            genace_trace::record_outcome(&span, "new");
+            genace_trace::root_span(&id, started, vec![KeyValue::new("tenant", tenant.as_str().to_owned())]);
+            (StatusCode::ACCEPTED, rec, false)
+        }
+        Submitted::Replayed(rec) => {
+            genace_trace::record_outcome(&span, "replayed");
+            (StatusCode::OK, rec, true)
+        }
     };
     let mut body = view(rec);
     if !replayed && intake.expects_spend_hold(rec).await {

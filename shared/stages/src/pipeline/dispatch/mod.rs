@@ -8,13 +8,14 @@ use std::time::Duration;
 use tracing::{error, info, warn};
 
 use crate::config::Config;
+use crate::pipeline::poll::FIRST_POLL_DELAY_SECONDS;
 use crate::pipeline::stage::{Stage, StageError, case_opened, commit_failure};
 use crate::ports::clock::Clock;
+use crate::ports::commit::{CommitError, commit, commit_with, write_attempts};
 use crate::ports::genace::Genace;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::{RecoveryChannel, WorkQueue};
-use crate::ports::table::write_attempts;
-use crate::ports::table::{CommitError, StoreError, commit, commit_with};
+use crate::ports::table::StoreError;
 use genace_core::domain::OperationId;
 use genace_core::machine::{self, Event, Refusal};
 use genace_core::messages::Queue;
@@ -60,7 +61,7 @@ enum Decided {
     /// Claimed: it POSTs once, firing this fault directive; it had waited since then.
     Claimed {
         fault: Option<Fault>,
-        waited_since: Option<chrono::DateTime<chrono::Utc>>,
+        waited_since: Option<(genace_core::record::WaitReason, chrono::DateTime<chrono::Utc>)>,
     },
     /// A lapsed claim: uncertain, with a case.
     Interrupted,
@@ -103,8 +104,6 @@ enum Room {
 /// Bounds applied to a 429's Retry-After.
 const MIN_RETRY: Duration = Duration::from_secs(1);
 const DEFAULT_RETRY: Duration = Duration::from_secs(30);
-/// Delay before the first poll of an accepted job.
-pub(super) const FIRST_POLL_DELAY_SECONDS: u32 = 5;
 
 /// How long after Genace's answer a job id it named may still be tried in
 /// the table while the table is busy (every try of its transaction met a
@@ -130,6 +129,7 @@ where
 {
     type Message = WorkMessage;
     type Outcome = Dispatched;
+    const NAME: &'static str = "dispatch";
 
     async fn handle(&self, message: WorkMessage) -> Result<Dispatched, StageError> {
         self.dispatch(&message.operation_id).await
@@ -246,7 +246,7 @@ where
             _ => {
                 // The fault directive the claim consumes fires in this attempt.
                 let fault = r.fault.filter(|f| self.config.fault_injection && f.fires_in_dispatch());
-                let waited_since = r.wait().map(|(_, since)| since);
+                let waited_since = r.wait();
                 machine::transition(r, Event::ClaimDispatch { token, shard }, now, &policy)
                     .map(|next| (next, Decided::Claimed { fault, waited_since }))
             }
@@ -288,12 +288,22 @@ where
         Dispatched::Expired
     }
 
-    /// A claim was admitted: counted, with how long it waited when it did.
-    fn admitted(&self, waited_since: Option<chrono::DateTime<chrono::Utc>>, now: chrono::DateTime<chrono::Utc>) {
+    /// A claim was admitted: counted, with how long it waited when it did,
+    /// and the wait a span of the operation's trace, from its start.
+    fn admitted(
+        &self,
+        waited_since: Option<(genace_core::record::WaitReason, chrono::DateTime<chrono::Utc>)>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) {
         self.metrics.count("Admitted", &[]);
-        if let Some(since) = waited_since {
+        if let Some((reason, since)) = waited_since {
             let waited = (now - since).num_milliseconds().max(0) as f64 / 1000.0;
             self.metrics.emit("WaitSeconds", waited, "Seconds", &[]);
+            let name = match reason {
+                genace_core::record::WaitReason::Capacity => "wait.capacity",
+                genace_core::record::WaitReason::SpendLimit => "wait.credits",
+            };
+            genace_trace::wait_span(name, since.into(), vec![]);
         }
     }
 
@@ -468,7 +478,7 @@ where
         let busy = match self.store.account().await {
             Ok(account) if account.in_flight > 1 => {
                 // Refused while we believed there was room: learn a lower limit.
-                crate::pipeline::wake::learn_from_429(&self.store, &account, &self.metrics).await;
+                crate::pipeline::wake::learn_from_429(&self.store, &account, &self.metrics, posted.received_at).await;
                 true
             }
             Ok(_) => false,

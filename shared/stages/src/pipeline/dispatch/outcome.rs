@@ -7,18 +7,17 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use super::{
-    Dispatcher, FIRST_POLL_DELAY_SECONDS, JOB_SAVE_PAUSE_MAX, JOB_SAVE_SECONDS, JOB_SAVE_TRY_SECONDS, PostResult,
-    Posted,
-};
+use super::{Dispatcher, JOB_SAVE_PAUSE_MAX, JOB_SAVE_SECONDS, JOB_SAVE_TRY_SECONDS, PostResult, Posted};
+use crate::pipeline::poll::{FIRST_POLL_DELAY_SECONDS, SWEEP_SLACK_SECONDS, next_look_delay, planned};
 use crate::pipeline::stage::{StageError, case_opened};
 use crate::ports::Ports;
 use crate::ports::clock::Clock;
+use crate::ports::commit::CommitError;
 use crate::ports::genace::Genace;
 use crate::ports::queue::{RecoveryChannel, WorkQueue};
-use crate::ports::table::{CommitError, StoreError};
+use crate::ports::table::StoreError;
 use genace_core::machine::{self, Event};
-use genace_core::messages::{Queue, RecoveredOutcome, RecoveryMessage};
+use genace_core::messages::{PollHistory, Queue, RecoveredOutcome, RecoveryMessage, WorkMessage};
 use genace_core::record::{Fault, OperationRecord, RemoteError};
 
 impl<P: Ports> Dispatcher<P>
@@ -53,6 +52,30 @@ where
         }
     }
 
+    /// The first poll of a job just saved: when its class's plan says (its
+    /// render times are read here, once, and carried in the message), but
+    /// before the sweep's deadline, else [`FIRST_POLL_DELAY_SECONDS`] after
+    /// the 202.
+    async fn first_look(&self, rec: &OperationRecord) -> Result<(), StageError> {
+        let max = self.config.poll_max_delay_seconds;
+        let history = planned(&self.store, rec, PollHistory::default(), max).await;
+        // Before the sweep's deadline the acceptance set (`observe_grace`,
+        // less its slack): a later first look would find a second chain of
+        // polls, started by the sweep, already looking.
+        let grace = self.config.policy.observe_grace.num_seconds() - SWEEP_SLACK_SECONDS;
+        let latest = u32::try_from(grace).unwrap_or(0).max(FIRST_POLL_DELAY_SECONDS);
+        let delay = match history.plan {
+            Some(_) => next_look_delay(rec, &history, self.clock.now(), max).min(latest),
+            None => FIRST_POLL_DELAY_SECONDS,
+        };
+        let message = WorkMessage {
+            operation_id: rec.operation_id.clone(),
+            poll: Some(history),
+        };
+        self.queue.send_work(Queue::Poll, &message, delay).await?;
+        Ok(())
+    }
+
     /// A 202: save the job id (or hand it to the recovery queue), then poll.
     pub(super) async fn accepted(
         &self,
@@ -74,9 +97,7 @@ where
                 if posted.fault == Some(Fault::DispatchAfterCommit) {
                     return Err(StageError::Crashed("dispatch.after_commit"));
                 }
-                self.queue
-                    .enqueue(Queue::Poll, &rec.operation_id, FIRST_POLL_DELAY_SECONDS)
-                    .await?;
+                self.first_look(&rec).await?;
                 Ok(PostResult::Accepted)
             }
             Err(e) => {
