@@ -174,6 +174,7 @@ async fn traces() -> Option<genace_local::traces::Receiver> {
                 endpoint: receiver.endpoint.clone(),
                 service: "genace-local".into(),
                 rate,
+                headers: Vec::new(),
             }));
             eprintln!("genace-local: spans to {} ({})", receiver.endpoint, file.display());
             Some(receiver)

@@ -115,6 +115,7 @@ impl Receiver {
             endpoint: receiver.endpoint.clone(),
             service: service.to_owned(),
             rate: 1.0,
+            headers: Vec::new(),
         }));
         Ok(receiver)
     }

@@ -443,6 +443,20 @@ fn every_function_is_traced_and_samples_by_the_parameter() {
         (otherwise[0].as_str(), otherwise[1].as_str()),
         (Some("HasTracesLayer"), Some("http://localhost:4318"))
     );
+    // A hosted receiver's key: sent only to the endpoint named, and never
+    // shown among the stack's parameters.
+    let headers = untag(&vars["OTEL_EXPORTER_OTLP_HEADERS"]);
+    assert_eq!(headers[0], "HasOtlpHeaders");
+    assert_eq!(strings(&headers[1]), ["OtlpHeaders"]);
+    assert_eq!(strings(&headers[2]), ["AWS::NoValue"]);
+    assert_eq!(t["Parameters"]["OtlpHeaders"]["NoEcho"], true);
+    assert_eq!(t["Parameters"]["OtlpHeaders"]["Default"], "");
+    let condition = strings(&t["Conditions"]["HasOtlpHeaders"]);
+    assert_eq!(
+        condition,
+        ["HasOtlpEndpoint", "OtlpHeaders", ""],
+        "headers only with the endpoint"
+    );
     let layers = untag(&globals["Layers"]);
     assert_eq!(layers[0], "HasTracesLayer");
     assert_eq!(strings(&layers[1]), ["TracesLayerArn"]);

@@ -41,6 +41,10 @@ pub struct Tracing {
     pub endpoint: String,
     pub service: String,
     pub rate: f64,
+    /// The headers each export carries, as the environment lists them
+    /// (`OTEL_EXPORTER_OTLP_HEADERS`, then `OTEL_EXPORTER_OTLP_TRACES_HEADERS`):
+    /// the variable's name and its text.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 /// [`Tracing`] from `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`
@@ -59,8 +63,15 @@ pub fn tracing_from_env() -> Option<Tracing> {
             .or_else(|| crate::env_var("AWS_LAMBDA_FUNCTION_NAME"))
             .unwrap_or_else(|| "genace".into()),
         rate: sample_rate(crate::env_var("GENACE_TRACE_SAMPLE_RATE").as_deref()),
+        headers: HEADER_VARIABLES
+            .iter()
+            .filter_map(|name| Some((*name, crate::env_var(name)?)))
+            .collect(),
     })
 }
+
+/// Where the headers of an export are listed, the general list first.
+const HEADER_VARIABLES: [&str; 2] = ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"];
 
 /// [`init`] with spans going where `tracing` says (none: no traces).
 pub fn init_with(tracing: Option<Tracing>) {
@@ -83,7 +94,7 @@ pub fn init_with(tracing: Option<Tracing>) {
     // The spans are ours (the crates named `genace…`, spans only, not log
     // lines), kept whatever `RUST_LOG` lets the logs say: that filter is
     // the log layer's alone.
-    let otel = tracing.and_then(|t| tracer(&t)).map(|provider| {
+    let otel = tracing.map(|t| tracer(&t)).map(|provider| {
         let tracer = provider.tracer(genace_trace::SCOPE);
         opentelemetry::global::set_tracer_provider(provider);
         tracing_opentelemetry::layer()
@@ -102,28 +113,36 @@ pub fn init_with(tracing: Option<Tracing>) {
 }
 
 /// The tracer provider exporting where `tracing` says, with
-/// [`genace_trace::flush`] set to export each invocation's spans; none
-/// when the exporter cannot be built (said on stderr).
-fn tracer(tracing: &Tracing) -> Option<SdkTracerProvider> {
+/// [`genace_trace::flush`] set to export each invocation's spans. An
+/// exporter that cannot be built (malformed headers) is said on stderr,
+/// and the spans are then dropped as with no receiver: the context the
+/// messages carry still travels.
+fn tracer(tracing: &Tracing) -> SdkTracerProvider {
     let collector = genace_trace::Collector::new(tracing.rate);
-    if tracing.endpoint.is_empty() {
-        // No receiver: the context still travels, the spans are dropped.
-        genace_trace::set_flush((collector.clone(), Dropped));
-    } else {
-        let exporter = match genace_outbound::otlp::OtlpExporter::new(&tracing.endpoint, tracing.service.clone()) {
-            Ok(e) => e,
-            Err(e) => {
-                eprintln!(
-                    "traces off: the OTLP exporter for {} could not be built: {e}",
-                    tracing.endpoint
-                );
-                return None;
-            }
-        };
-        genace_trace::set_flush((collector.clone(), exporter));
+    match exporter(tracing) {
+        Some(Ok(exporter)) => genace_trace::set_flush((collector.clone(), exporter)),
+        None => genace_trace::set_flush((collector.clone(), Dropped)),
+        Some(Err(e)) => {
+            eprintln!(
+                "spans not exported: the OTLP exporter for {} could not be built: {e}",
+                tracing.endpoint
+            );
+            genace_trace::set_flush((collector.clone(), Dropped));
+        }
     }
     collector.install();
-    Some(SdkTracerProvider::builder().with_span_processor(collector).build())
+    SdkTracerProvider::builder().with_span_processor(collector).build()
+}
+
+/// The exporter to `tracing`'s receiver (none without one).
+fn exporter(tracing: &Tracing) -> Option<Result<genace_outbound::otlp::OtlpExporter, String>> {
+    if tracing.endpoint.is_empty() {
+        return None;
+    }
+    let lists = tracing.headers.iter().map(|(name, list)| (*name, list.as_str()));
+    Some(genace_outbound::otlp::OtlpHeaders::parse(lists).and_then(|headers| {
+        genace_outbound::otlp::OtlpExporter::new(&tracing.endpoint, tracing.service.clone(), headers)
+    }))
 }
 
 /// The exporter of a function with no receiver: drops every span.
@@ -156,6 +175,25 @@ mod tests {
         assert_eq!(sample_rate(Some("-1")), 0.0);
         assert_eq!(sample_rate(Some("NaN")), 1.0);
         assert_eq!(sample_rate(Some("lots")), 1.0);
+    }
+
+    fn to(endpoint: &str, headers: &str) -> Tracing {
+        Tracing {
+            endpoint: endpoint.into(),
+            service: "poll".into(),
+            rate: 1.0,
+            headers: vec![("OTEL_EXPORTER_OTLP_HEADERS", headers.into())],
+        }
+    }
+
+    #[test]
+    fn the_exporter_takes_the_headers_listed_and_refuses_malformed_ones() {
+        assert!(exporter(&to("", "x-key=1")).is_none(), "no receiver, no exporter");
+        assert!(matches!(exporter(&to("http://127.0.0.1:4318", "x-key=1")), Some(Ok(_))));
+        let Some(Err(e)) = exporter(&to("http://127.0.0.1:4318", "x-key")) else {
+            panic!("a pair without a value is refused");
+        };
+        assert_eq!(e, "OTEL_EXPORTER_OTLP_HEADERS: pair 1 has no '='");
     }
 
     /// Counts its exports.

@@ -27,10 +27,12 @@ pub struct OtlpExporter {
 
 impl OtlpExporter {
     /// To `endpoint` (`OTEL_EXPORTER_OTLP_ENDPOINT`, e.g.
-    /// `http://localhost:4318`), naming the resource `service`.
-    pub fn new(endpoint: &str, service: impl Into<String>) -> Result<Self, String> {
+    /// `http://localhost:4318`), naming the resource `service`, with
+    /// `headers` on every export (a hosted receiver's key).
+    pub fn new(endpoint: &str, service: impl Into<String>, headers: OtlpHeaders) -> Result<Self, String> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(3))
+            .default_headers(headers.0)
             .build()
             .map_err(|e| e.to_string())?;
         Ok(Self {
@@ -39,6 +41,62 @@ impl OtlpExporter {
             service: service.into(),
         })
     }
+}
+
+/// The headers every export carries, as `OTEL_EXPORTER_OTLP_HEADERS` and
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` give them: `key=value` pairs
+/// separated by commas, each key and value percent-decoded and trimmed of
+/// spaces. Their values are secrets (an API key), so no error repeats
+/// one.
+#[derive(Debug, Clone, Default)]
+pub struct OtlpHeaders(reqwest::header::HeaderMap);
+
+impl OtlpHeaders {
+    /// The headers of `lists`, in order: a key a later list names again
+    /// takes the later value (the traces' own list after the general one).
+    /// A pair without `=`, an empty key, or a key or value that is not a
+    /// valid header refuses the whole setting, naming the list, the pair's
+    /// place and its key.
+    pub fn parse<'a>(lists: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, String> {
+        use reqwest::header::{HeaderName, HeaderValue};
+        let mut map = reqwest::header::HeaderMap::new();
+        for (name, list) in lists {
+            let pairs = list.split(',').filter(|p| !p.trim().is_empty());
+            for (n, pair) in pairs.enumerate() {
+                let place = n + 1;
+                let Some((key, value)) = pair.split_once('=') else {
+                    return Err(format!("{name}: pair {place} has no '='"));
+                };
+                let key = decode(key.trim());
+                if key.is_empty() {
+                    return Err(format!("{name}: pair {place} has no key"));
+                }
+                let header = HeaderName::from_bytes(key.as_bytes())
+                    .map_err(|_| format!("{name}: pair {place}: {key:?} is not a header name"))?;
+                let mut value = HeaderValue::from_str(&decode(value.trim()))
+                    .map_err(|_| format!("{name}: pair {place}: the value of {key:?} is not a header value"))?;
+                value.set_sensitive(true);
+                map.insert(header, value);
+            }
+        }
+        Ok(Self(map))
+    }
+
+    /// How many headers there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+fn decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 impl SpanExporter for OtlpExporter {
@@ -194,6 +252,71 @@ mod tests {
             status: Status::error("timed out"),
             instrumentation_scope: InstrumentationScope::builder("genace-operations").build(),
         }
+    }
+
+    fn headers(list: &str) -> Result<OtlpHeaders, String> {
+        OtlpHeaders::parse([("OTEL_EXPORTER_OTLP_HEADERS", list)])
+    }
+
+    #[test]
+    fn headers_are_pairs_percent_decoded_and_trimmed() {
+        let h = headers(" x-api-key = k%2C1 ,Authorization=Basic%20dXNlcg%3D%3D,, ").unwrap();
+        assert_eq!(h.len(), 2);
+        assert_eq!(h.0["x-api-key"], "k,1");
+        assert_eq!(h.0["authorization"], "Basic dXNlcg==");
+        assert!(h.0["authorization"].is_sensitive(), "kept out of Debug");
+        assert!(headers("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_traces_own_headers_win_over_the_general_ones() {
+        let h = OtlpHeaders::parse([
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-team=a,x-env=dev"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-team=b"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (h.0["x-team"].to_str().unwrap(), h.0["x-env"].to_str().unwrap()),
+            ("b", "dev")
+        );
+    }
+
+    #[test]
+    fn a_malformed_pair_is_refused_without_its_value() {
+        for (list, said) in [
+            ("a=b,secret", "OTEL_EXPORTER_OTLP_HEADERS: pair 2 has no '='"),
+            ("=s3cret", "OTEL_EXPORTER_OTLP_HEADERS: pair 1 has no key"),
+            (
+                "bad key=s3cret",
+                "OTEL_EXPORTER_OTLP_HEADERS: pair 1: \"bad key\" is not a header name",
+            ),
+            (
+                "x-key=s3cret%0A",
+                "OTEL_EXPORTER_OTLP_HEADERS: pair 1: the value of \"x-key\" is not a header value",
+            ),
+        ] {
+            let e = headers(list).unwrap_err();
+            assert_eq!(e, said);
+            assert!(!e.contains("s3cret"), "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn every_export_carries_the_headers() {
+        use wiremock::matchers::{header, method, path};
+        let receiver = wiremock::MockServer::start().await;
+        wiremock::Mock::given(method("POST"))
+            .and(path("/v1/traces"))
+            .and(header("x-api-key", "k=1"))
+            .respond_with(wiremock::ResponseTemplate::new(200))
+            .expect(1)
+            .mount(&receiver)
+            .await;
+        let exporter = OtlpExporter::new(&receiver.uri(), "poll", headers("x-api-key=k%3D1").unwrap()).unwrap();
+        exporter.export(vec![span(0)]).await.unwrap();
+        let without = OtlpExporter::new(&receiver.uri(), "poll", OtlpHeaders::default()).unwrap();
+        let refused = without.export(vec![span(0)]).await.unwrap_err();
+        assert!(refused.to_string().contains("404"), "{refused}");
     }
 
     #[test]
