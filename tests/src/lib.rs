@@ -31,3 +31,20 @@ pub async fn get_until(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The operation `id`'s view once its `delivery_state` is `state`, read
+/// from `api` with `token` every 200 ms for up to `within`; fails the test
+/// with the last view when it never gets there.
+pub async fn until_delivery(
+    http: &reqwest::Client,
+    api: &str,
+    token: &str,
+    id: &str,
+    state: &str,
+    within: Duration,
+) -> Value {
+    let url = format!("{api}/v1/operations/{id}");
+    let op = get_until(http, &url, token, within, |op| op["delivery_state"] == state).await;
+    assert_eq!(op["delivery_state"], state, "not {state} within {within:?}: {op}");
+    op
+}

@@ -76,26 +76,13 @@ async fn standin() -> MockServer {
     genace
 }
 
-/// Each operation's view once delivered, within 150 s.
+/// Each operation's view once delivered, within 150 s in all.
 async fn delivered(http: &reqwest::Client, api: &str, operations: &[(String, String)]) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(150);
     let mut views = Vec::new();
     for (user, id) in operations {
-        let mut op = Value::Null;
-        while op["delivery_state"] != "delivered" {
-            assert!(Instant::now() < deadline, "not delivered in time: {op}");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            op = http
-                .get(format!("{api}/v1/operations/{id}"))
-                .bearer_auth(user)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-        }
-        views.push(op);
+        let left = deadline.saturating_duration_since(Instant::now());
+        views.push(e2e::until_delivery(http, api, user, id, "delivered", left).await);
     }
     views
 }

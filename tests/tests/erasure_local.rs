@@ -4,7 +4,7 @@
 //! answers 200 with the key, and nothing is left under the operation's
 //! prefix; no delivery stores anything after it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use genace_aws::testkit::LocalAws;
 use genace_local::{devauth, runner};
@@ -71,21 +71,7 @@ async fn an_erasure_deletes_what_a_refused_delivery_left() {
         .unwrap();
     let id = created["operation_id"].as_str().unwrap().to_owned();
     let view = format!("{api}/v1/operations/{id}");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut op = Value::Null;
-    while Instant::now() < deadline && op["delivery_state"] != "delivery_failed" {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        op = http
-            .get(&view)
-            .bearer_auth(&user)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-    }
-    assert_eq!(op["delivery_state"], "delivery_failed", "{op}");
+    let op = e2e::until_delivery(&http, &api, &user, &id, "delivery_failed", Duration::from_secs(90)).await;
     assert_eq!(op["reconciliation_case"]["reason"], "output_too_large", "{op}");
     let prefix = format!("{}/{tenant}/{id}/", config.output_prefix);
     let objects = env.objects();

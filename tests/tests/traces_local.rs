@@ -74,13 +74,7 @@ async fn standin() -> MockServer {
 }
 
 async fn delivered(http: &reqwest::Client, api: &str, user: &str, id: &str) -> Value {
-    let url = format!("{api}/v1/operations/{id}");
-    let op = e2e::get_until(http, &url, user, Duration::from_secs(90), |op| {
-        op["delivery_state"] == "delivered"
-    })
-    .await;
-    assert_eq!(op["delivery_state"], "delivered", "not delivered in time: {op}");
-    op
+    e2e::until_delivery(http, api, user, id, "delivered", Duration::from_secs(90)).await
 }
 
 /// The trace's spans once `done` holds for them (the last invocations
