@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace against a private local AWS endpoint:
-# installs moto if needed, starts it on a free loopback port, runs
-# `cargo test --workspace`, and stops it again whatever the outcome.
+# installs moto if needed, starts it on a free loopback port, runs the
+# workspace's tests, and stops it again whatever the outcome. The tests run
+# with cargo-nextest when it is installed (every test in a process of its
+# own, the binaries' tests interleaved, so one long test does not hold the
+# rest of its binary back; .config/nextest.toml), then the doc tests with
+# `cargo test --doc`; without nextest, `cargo test --workspace`.
 # Every test provisions its own uniquely named resources on that endpoint.
 # Installs Chromium and ChromeDriver for the console's browser test if
 # missing. Extra arguments go to cargo test.
@@ -36,8 +40,17 @@ scripts/browser.sh
 mkdir -p .local
 log=".local/test-$MOTO_PORT.log"
 set +e
-cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  cargo test --workspace --doc "$@" 2>&1 | tee -a "$log"
+  doc_status=${PIPESTATUS[0]}
+  [ "$doc_status" = 0 ] || status=$doc_status
+else
+  echo "[test] cargo-nextest not installed: cargo test"
+  cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+fi
 set -e
 scripts/local-aws.sh stop
 trap - EXIT
@@ -60,16 +73,18 @@ if [ "${SKIP_API_CHECK:-}" != 1 ]; then
   [ "$api_status" = 0 ] || status=$api_status
 fi
 
-# One closing line for the whole run (cargo prints one per test binary, the
-# conformance suite one of its own).
+# One closing line for the whole run (nextest prints one summary, cargo test
+# one line per test binary and the doc tests', the conformance suite one of
+# its own).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     /^ *Summary \[/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed,?$/) p += $(i-1); if ($i ~ /^failed,?$/) f += $(i-1) } }
      /^conformance: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4; c += $2 + $4 }
      /^schemathesis: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4; a += $2 + $4 }
      END { printf "tests: %d passed, %d failed (%d of them conformance scenarios against the artifacts, %d schemathesis runs against the OpenAPI document)\n", p, f, c, a }' "$log"
 # A failing test's message is printed after whatever it logged, which can be
 # long; repeat each panic here, so the end of the output says what failed.
-if grep -q "^thread '.*' panicked at" "$log"; then
+if grep -Eq "^ *thread '.*' panicked at" "$log"; then
   echo "== panics"
-  grep -A4 "^thread '.*' panicked at" "$log" | grep -v '^{"' | head -60
+  grep -EA4 "^ *thread '.*' panicked at" "$log" | grep -v '^{"' | head -60
 fi
 exit "$status"
