@@ -124,10 +124,11 @@ async fn main() -> ExitCode {
         } => {
             // The functions under the emulator send their spans where this
             // process sends its own.
+            // (with the headers it sends, a hosted receiver's key).
             let spans_to = receiver
                 .as_ref()
-                .map(|r| r.endpoint.clone())
-                .or_else(|| genace_app::telemetry::tracing_from_env().map(|t| t.endpoint));
+                .map(|r| (r.endpoint.clone(), None))
+                .or_else(|| genace_app::telemetry::tracing_from_env().map(|t| (t.endpoint, t.headers)));
             run(&endpoint, artifacts.then_some(params), spans_to).await
         }
         Command::Token {
@@ -174,7 +175,7 @@ async fn traces() -> Option<genace_local::traces::Receiver> {
                 endpoint: receiver.endpoint.clone(),
                 service: "genace-local".into(),
                 rate,
-                headers: Vec::new(),
+                headers: None,
             }));
             eprintln!("genace-local: spans to {} ({})", receiver.endpoint, file.display());
             Some(receiver)
@@ -198,14 +199,18 @@ async fn provision_local(endpoint: &Endpoint) -> Result<aws_config::SdkConfig, S
     Ok(sdk)
 }
 
-async fn run(endpoint: &Endpoint, artifacts: Option<Vec<String>>, spans_to: Option<String>) -> Result<(), String> {
+async fn run(
+    endpoint: &Endpoint,
+    artifacts: Option<Vec<String>>,
+    spans_to: Option<(String, Option<genace_app::telemetry::HeaderList>)>,
+) -> Result<(), String> {
     let artifacts = match artifacts {
         Some(params) => {
             let mut settings = artifacts::ArtifactSettings::from_env(&params)?;
-            if let Some(spans_to) = spans_to {
+            if let Some((spans_to, headers)) = spans_to {
                 let rate =
                     genace_app::telemetry::sample_rate(std::env::var("GENACE_TRACE_SAMPLE_RATE").ok().as_deref());
-                settings.send_spans_to(&spans_to, rate);
+                settings.send_spans_to(&spans_to, rate, headers.map(|h| h.text));
             }
             Some(settings)
         }

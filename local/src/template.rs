@@ -422,6 +422,33 @@ mod tests {
         }
     }
 
+    /// A hosted receiver's key goes with the spans only where they go to
+    /// the endpoint named beside it, never to the layer's collector.
+    #[test]
+    fn the_otlp_headers_reach_the_functions_only_with_the_endpoint() {
+        let t = Template::parse(TEMPLATE).unwrap();
+        let env_with = |endpoint: &str, headers: &str| {
+            let mut l = locals("disabled");
+            l.params.insert("OtlpEndpoint".into(), endpoint.into());
+            l.params.insert("OtlpHeaders".into(), headers.into());
+            l.params.insert(
+                "TracesLayerArn".into(),
+                "arn:aws:lambda:us-east-1:1:layer:adot:1".into(),
+            );
+            t.function_env("PollFunction", &l).unwrap()
+        };
+        let both = env_with("https://otlp.example", "x-api-key=k");
+        assert_eq!(both["OTEL_EXPORTER_OTLP_HEADERS"], "x-api-key=k");
+        assert_eq!(both["OTEL_EXPORTER_OTLP_ENDPOINT"], "https://otlp.example");
+        // `AWS::NoValue` resolves to empty here, which the functions read
+        // as unset (CloudFormation leaves the variable out).
+        let none = |env: &BTreeMap<String, String>| env.get("OTEL_EXPORTER_OTLP_HEADERS").is_none_or(String::is_empty);
+        let layer_only = env_with("", "x-api-key=k");
+        assert!(none(&layer_only), "{layer_only:?}");
+        assert_eq!(layer_only["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://localhost:4318");
+        assert!(none(&env_with("https://otlp.example", "")));
+    }
+
     /// What `genace-local env` (and so `scripts/cold-start.sh`) resolves
     /// with: every function's environment, with every resource it names.
     #[test]

@@ -115,7 +115,7 @@ impl Receiver {
             endpoint: receiver.endpoint.clone(),
             service: service.to_owned(),
             rate: 1.0,
-            headers: Vec::new(),
+            headers: None,
         }));
         Ok(receiver)
     }

@@ -451,12 +451,7 @@ fn every_function_is_traced_and_samples_by_the_parameter() {
     assert_eq!(strings(&headers[2]), ["AWS::NoValue"]);
     assert_eq!(t["Parameters"]["OtlpHeaders"]["NoEcho"], true);
     assert_eq!(t["Parameters"]["OtlpHeaders"]["Default"], "");
-    let condition = strings(&t["Conditions"]["HasOtlpHeaders"]);
-    assert_eq!(
-        condition,
-        ["HasOtlpEndpoint", "OtlpHeaders", ""],
-        "headers only with the endpoint"
-    );
+    // When the condition holds: genace-local's template tests evaluate it.
     let layers = untag(&globals["Layers"]);
     assert_eq!(layers[0], "HasTracesLayer");
     assert_eq!(strings(&layers[1]), ["TracesLayerArn"]);

@@ -50,13 +50,18 @@ impl ArtifactSettings {
 }
 
 impl ArtifactSettings {
-    /// The functions send their spans to the OTLP/HTTP `endpoint` and keep
-    /// `rate` of the traces (the template's `OtlpEndpoint` and
-    /// `TraceSampleRate`), unless the command line named them.
-    pub fn send_spans_to(&mut self, endpoint: &str, rate: f64) {
+    /// The functions send their spans to the OTLP/HTTP `endpoint`, with
+    /// `headers` (a list as `OTEL_EXPORTER_OTLP_HEADERS` takes it), and
+    /// keep `rate` of the traces (the template's `OtlpEndpoint`,
+    /// `OtlpHeaders` and `TraceSampleRate`), unless the command line named
+    /// them.
+    pub fn send_spans_to(&mut self, endpoint: &str, rate: f64, headers: Option<String>) {
         self.params
             .entry("OtlpEndpoint".to_owned())
             .or_insert_with(|| endpoint.to_owned());
+        if let Some(headers) = headers {
+            self.params.entry("OtlpHeaders".to_owned()).or_insert(headers);
+        }
         self.params
             .entry("TraceSampleRate".to_owned())
             .or_insert_with(|| rate.to_string());

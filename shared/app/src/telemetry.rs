@@ -42,9 +42,39 @@ pub struct Tracing {
     pub service: String,
     pub rate: f64,
     /// The headers each export carries, as the environment lists them
-    /// (`OTEL_EXPORTER_OTLP_HEADERS`, then `OTEL_EXPORTER_OTLP_TRACES_HEADERS`):
-    /// the variable's name and its text.
-    pub headers: Vec<(&'static str, String)>,
+    /// ([`header_list`]).
+    pub headers: Option<HeaderList>,
+}
+
+/// A list of headers for the exports and the variable it was read from.
+/// Its text holds secrets: `Debug` shows only the variable.
+#[derive(Clone)]
+pub struct HeaderList {
+    pub variable: &'static str,
+    pub text: String,
+}
+
+impl std::fmt::Debug for HeaderList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeaderList")
+            .field("variable", &self.variable)
+            .field("text", &"(hidden)")
+            .finish_non_exhaustive()
+    }
+}
+
+/// The headers' list as OpenTelemetry's exporters choose it: the traces'
+/// own (`OTEL_EXPORTER_OTLP_TRACES_HEADERS`) when set, else the general
+/// one (`OTEL_EXPORTER_OTLP_HEADERS`); `var` reads a variable.
+pub fn header_list(var: impl Fn(&str) -> Option<String>) -> Option<HeaderList> {
+    ["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]
+        .into_iter()
+        .find_map(|variable| {
+            Some(HeaderList {
+                variable,
+                text: var(variable)?,
+            })
+        })
 }
 
 /// [`Tracing`] from `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`
@@ -63,15 +93,9 @@ pub fn tracing_from_env() -> Option<Tracing> {
             .or_else(|| crate::env_var("AWS_LAMBDA_FUNCTION_NAME"))
             .unwrap_or_else(|| "genace".into()),
         rate: sample_rate(crate::env_var("GENACE_TRACE_SAMPLE_RATE").as_deref()),
-        headers: HEADER_VARIABLES
-            .iter()
-            .filter_map(|name| Some((*name, crate::env_var(name)?)))
-            .collect(),
+        headers: header_list(crate::env_var),
     })
 }
-
-/// Where the headers of an export are listed, the general list first.
-const HEADER_VARIABLES: [&str; 2] = ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"];
 
 /// [`init`] with spans going where `tracing` says (none: no traces).
 pub fn init_with(tracing: Option<Tracing>) {
@@ -139,8 +163,11 @@ fn exporter(tracing: &Tracing) -> Option<Result<genace_outbound::otlp::OtlpExpor
     if tracing.endpoint.is_empty() {
         return None;
     }
-    let lists = tracing.headers.iter().map(|(name, list)| (*name, list.as_str()));
-    Some(genace_outbound::otlp::OtlpHeaders::parse(lists).and_then(|headers| {
+    let headers = match &tracing.headers {
+        Some(list) => genace_outbound::otlp::OtlpHeaders::parse(list.variable, &list.text),
+        None => Ok(genace_outbound::otlp::OtlpHeaders::default()),
+    };
+    Some(headers.and_then(|headers| {
         genace_outbound::otlp::OtlpExporter::new(&tracing.endpoint, tracing.service.clone(), headers)
     }))
 }
@@ -182,8 +209,31 @@ mod tests {
             endpoint: endpoint.into(),
             service: "poll".into(),
             rate: 1.0,
-            headers: vec![("OTEL_EXPORTER_OTLP_HEADERS", headers.into())],
+            headers: Some(HeaderList {
+                variable: "OTEL_EXPORTER_OTLP_HEADERS",
+                text: headers.into(),
+            }),
         }
+    }
+
+    #[test]
+    fn the_traces_own_header_list_replaces_the_general_one() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned())
+        };
+        let both = header_list(env(&[
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-team=a,x-env=dev"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-team=b"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (both.variable, both.text.as_str()),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-team=b")
+        );
+        let general = header_list(env(&[("OTEL_EXPORTER_OTLP_HEADERS", "x-team=a")])).unwrap();
+        assert_eq!(general.variable, "OTEL_EXPORTER_OTLP_HEADERS");
+        assert!(header_list(env(&[])).is_none());
+        assert!(!format!("{both:?}").contains("x-team"), "{both:?}");
     }
 
     #[test]

@@ -28,10 +28,12 @@ pub struct OtlpExporter {
 impl OtlpExporter {
     /// To `endpoint` (`OTEL_EXPORTER_OTLP_ENDPOINT`, e.g.
     /// `http://localhost:4318`), naming the resource `service`, with
-    /// `headers` on every export (a hosted receiver's key).
+    /// `headers` on every export (a hosted receiver's key). Redirects are
+    /// not followed: a key must not travel to a host nobody named.
     pub fn new(endpoint: &str, service: impl Into<String>, headers: OtlpHeaders) -> Result<Self, String> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(3))
+            .redirect(reqwest::redirect::Policy::none())
             .default_headers(headers.0)
             .build()
             .map_err(|e| e.to_string())?;
@@ -43,41 +45,45 @@ impl OtlpExporter {
     }
 }
 
-/// The headers every export carries, as `OTEL_EXPORTER_OTLP_HEADERS` and
-/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` give them: `key=value` pairs
-/// separated by commas, each key and value percent-decoded and trimmed of
-/// spaces. Their values are secrets (an API key), so no error repeats
-/// one.
+/// The headers every export carries, as `OTEL_EXPORTER_OTLP_HEADERS` (or
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`) lists them: `key=value` pairs
+/// separated by commas, trimmed of spaces, each value percent-decoded.
+/// Their values are secrets (an API key): they are marked sensitive, so
+/// `Debug` hides them, and no error repeats one or a key that did not
+/// parse (a value written without its `=` or its comma encoded would
+/// otherwise show in the key).
 #[derive(Debug, Clone, Default)]
 pub struct OtlpHeaders(reqwest::header::HeaderMap);
 
 impl OtlpHeaders {
-    /// The headers of `lists`, in order: a key a later list names again
-    /// takes the later value (the traces' own list after the general one).
-    /// A pair without `=`, an empty key, or a key or value that is not a
-    /// valid header refuses the whole setting, naming the list, the pair's
-    /// place and its key.
-    pub fn parse<'a>(lists: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, String> {
+    /// The headers of `list`, read from the variable `variable`; a key named
+    /// twice takes its last value. A pair without `=`, an empty key, or a
+    /// key or value that is not a valid header refuses the whole list,
+    /// naming the variable and the pair's place (1 for the first, empty
+    /// places counted): exporting without the key would only be refused
+    /// by the receiver, later and less clearly.
+    pub fn parse(variable: &str, list: &str) -> Result<Self, String> {
         use reqwest::header::{HeaderName, HeaderValue};
         let mut map = reqwest::header::HeaderMap::new();
-        for (name, list) in lists {
-            let pairs = list.split(',').filter(|p| !p.trim().is_empty());
-            for (n, pair) in pairs.enumerate() {
-                let place = n + 1;
-                let Some((key, value)) = pair.split_once('=') else {
-                    return Err(format!("{name}: pair {place} has no '='"));
-                };
-                let key = decode(key.trim());
-                if key.is_empty() {
-                    return Err(format!("{name}: pair {place} has no key"));
-                }
-                let header = HeaderName::from_bytes(key.as_bytes())
-                    .map_err(|_| format!("{name}: pair {place}: {key:?} is not a header name"))?;
-                let mut value = HeaderValue::from_str(&decode(value.trim()))
-                    .map_err(|_| format!("{name}: pair {place}: the value of {key:?} is not a header value"))?;
-                value.set_sensitive(true);
-                map.insert(header, value);
+        for (n, pair) in list.split(',').enumerate() {
+            let place = n + 1;
+            if pair.trim().is_empty() {
+                continue;
             }
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(format!("{variable}: pair {place} has no '='"));
+            };
+            let key = key.trim();
+            if key.is_empty() {
+                return Err(format!("{variable}: pair {place} has no key"));
+            }
+            let header = HeaderName::from_bytes(key.as_bytes())
+                .map_err(|_| format!("{variable}: pair {place}: its key is not a header name"))?;
+            let bytes: Vec<u8> = percent_encoding::percent_decode_str(value.trim()).collect();
+            let mut value = HeaderValue::from_bytes(&bytes)
+                .map_err(|_| format!("{variable}: pair {place}: the value of {header} is not a header value"))?;
+            value.set_sensitive(true);
+            map.insert(header, value);
         }
         Ok(Self(map))
     }
@@ -91,12 +97,6 @@ impl OtlpHeaders {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-}
-
-fn decode(text: &str) -> String {
-    percent_encoding::percent_decode_str(text)
-        .decode_utf8_lossy()
-        .into_owned()
 }
 
 impl SpanExporter for OtlpExporter {
@@ -255,49 +255,47 @@ mod tests {
     }
 
     fn headers(list: &str) -> Result<OtlpHeaders, String> {
-        OtlpHeaders::parse([("OTEL_EXPORTER_OTLP_HEADERS", list)])
+        OtlpHeaders::parse("OTEL_EXPORTER_OTLP_HEADERS", list)
     }
 
     #[test]
-    fn headers_are_pairs_percent_decoded_and_trimmed() {
-        let h = headers(" x-api-key = k%2C1 ,Authorization=Basic%20dXNlcg%3D%3D,, ").unwrap();
+    fn headers_are_pairs_with_values_percent_decoded_and_trimmed() {
+        let h = headers(" x-api-key = k%2C1 ,Authorization=Basic%20dXNlcg%3D%3D,, x-api-key=k2").unwrap();
         assert_eq!(h.len(), 2);
-        assert_eq!(h.0["x-api-key"], "k,1");
+        assert_eq!(h.0["x-api-key"], "k2", "a key named twice takes its last value");
         assert_eq!(h.0["authorization"], "Basic dXNlcg==");
         assert!(h.0["authorization"].is_sensitive(), "kept out of Debug");
+        assert!(!format!("{h:?}").contains("dXNlcg"), "{h:?}");
         assert!(headers("").unwrap().is_empty());
-    }
-
-    #[test]
-    fn the_traces_own_headers_win_over_the_general_ones() {
-        let h = OtlpHeaders::parse([
-            ("OTEL_EXPORTER_OTLP_HEADERS", "x-team=a,x-env=dev"),
-            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-team=b"),
-        ])
-        .unwrap();
-        assert_eq!(
-            (h.0["x-team"].to_str().unwrap(), h.0["x-env"].to_str().unwrap()),
-            ("b", "dev")
+        assert!(
+            headers("x%41=1").is_ok_and(|h| h.0.contains_key("x%41")),
+            "keys are not decoded"
         );
     }
 
     #[test]
-    fn a_malformed_pair_is_refused_without_its_value() {
+    fn a_malformed_pair_is_refused_without_any_of_its_secret() {
         for (list, said) in [
-            ("a=b,secret", "OTEL_EXPORTER_OTLP_HEADERS: pair 2 has no '='"),
+            ("a=b,,s3cret", "OTEL_EXPORTER_OTLP_HEADERS: pair 3 has no '='"),
             ("=s3cret", "OTEL_EXPORTER_OTLP_HEADERS: pair 1 has no key"),
+            // A value written without its '=', or with its comma not
+            // encoded: the secret lands in the key.
             (
-                "bad key=s3cret",
-                "OTEL_EXPORTER_OTLP_HEADERS: pair 1: \"bad key\" is not a header name",
+                "Authorization: Bearer s3cret==",
+                "OTEL_EXPORTER_OTLP_HEADERS: pair 1: its key is not a header name",
+            ),
+            (
+                "x-key=ab,s3/cret=gh",
+                "OTEL_EXPORTER_OTLP_HEADERS: pair 2: its key is not a header name",
             ),
             (
                 "x-key=s3cret%0A",
-                "OTEL_EXPORTER_OTLP_HEADERS: pair 1: the value of \"x-key\" is not a header value",
+                "OTEL_EXPORTER_OTLP_HEADERS: pair 1: the value of x-key is not a header value",
             ),
         ] {
             let e = headers(list).unwrap_err();
             assert_eq!(e, said);
-            assert!(!e.contains("s3cret"), "{e}");
+            assert!(!e.contains("s3"), "{e}");
         }
     }
 
@@ -317,6 +315,28 @@ mod tests {
         let without = OtlpExporter::new(&receiver.uri(), "poll", OtlpHeaders::default()).unwrap();
         let refused = without.export(vec![span(0)]).await.unwrap_err();
         assert!(refused.to_string().contains("404"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn the_key_does_not_follow_a_redirect() {
+        use wiremock::matchers::method;
+        let elsewhere = wiremock::MockServer::start().await;
+        wiremock::Mock::given(method("POST"))
+            .respond_with(wiremock::ResponseTemplate::new(200))
+            .expect(0)
+            .mount(&elsewhere)
+            .await;
+        let receiver = wiremock::MockServer::start().await;
+        wiremock::Mock::given(method("POST"))
+            .respond_with(
+                wiremock::ResponseTemplate::new(307)
+                    .insert_header("location", format!("{}/v1/traces", elsewhere.uri())),
+            )
+            .mount(&receiver)
+            .await;
+        let exporter = OtlpExporter::new(&receiver.uri(), "poll", headers("x-api-key=k").unwrap()).unwrap();
+        let refused = exporter.export(vec![span(0)]).await.unwrap_err();
+        assert!(refused.to_string().contains("307"), "{refused}");
     }
 
     #[test]
