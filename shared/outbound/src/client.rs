@@ -129,6 +129,19 @@ impl std::fmt::Display for BodyError {
     }
 }
 
+/// What Genace answered, recorded on the call's span: the status, and its
+/// `Retry-After` as text.
+fn answered(response: &reqwest::Response) -> (reqwest::StatusCode, Option<String>) {
+    let status = response.status();
+    tracing::Span::current().record("http.response.status_code", status.as_u16());
+    let retry_after = response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (status, retry_after)
+}
+
 /// Reads a response body of at most [`MAX_BODY_BYTES`], chunk by chunk, so
 /// an endless or huge answer never fills memory.
 async fn bounded_text(mut response: reqwest::Response) -> Result<String, BodyError> {
@@ -203,13 +216,7 @@ impl GenaceClient {
             Ok(r) => r,
             Err(e) => return transport_unknown(e),
         };
-        let status = response.status();
-        tracing::Span::current().record("http.response.status_code", status.as_u16());
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let (status, retry_after) = answered(&response);
         match bounded_text(response).await {
             Ok(text) => classify_submit(status.as_u16(), retry_after.as_deref(), &text, chrono::Utc::now()),
             Err(e) => SubmitOutcome::Unknown {
@@ -234,13 +241,7 @@ impl GenaceClient {
                 chain(&e.without_url())
             )),
             Ok(response) => {
-                let status = response.status();
-                tracing::Span::current().record("http.response.status_code", status.as_u16());
-                let retry_after = response
-                    .headers()
-                    .get(RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
+                let (status, retry_after) = answered(&response);
                 match bounded_text(response).await {
                     Ok(text) => {
                         classify_status_with(status.as_u16(), retry_after.as_deref(), &text, chrono::Utc::now())
