@@ -61,7 +61,10 @@ impl Scenario<'_> {
     /// it with reason `deadline`, and Genace sees no POST after the hold's.
     pub(crate) async fn deadline_while_held(&self) -> Outcome {
         let mut body = self.body(None);
-        body["dispatch_within_seconds"] = json!(10);
+        // Long enough that the hold comes first on a loaded machine (a
+        // dispatch that meets its deadline before the 401 cancels without
+        // a hold, and the scenario would never see one).
+        body["dispatch_within_seconds"] = json!(30);
         let id = self.create_held(&body).await?;
         let posts = self.posts().await;
         let view = self
