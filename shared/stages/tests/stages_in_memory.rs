@@ -2092,3 +2092,63 @@ async fn the_sweep_puts_tenants_waiting_outside_the_set_back_in_it() {
     assert!(sent[before].contains(waiting.as_str()));
     assert_eq!(app.store.waiting_ledgers(10).await.unwrap().len(), 1, "back in the set");
 }
+
+/// Makes every write of a record take `seconds` of the run's clock, as a
+/// slow store does.
+fn slow_writes(store: &genace_stages::memory::MemoryStore, clock: genace_stages::memory::ManualClock, seconds: i64) {
+    store.before_next_apply(move |s| {
+        clock.advance(Duration::seconds(seconds));
+        slow_writes(s, clock, seconds);
+    });
+}
+
+/// Found at scale: the sweep took one page of shard 0, then one of shard
+/// 1, and so on, so a backlog of slow items in the first shards spent its
+/// time budget run after run, and the later shards' expired claims, lost
+/// polls and deadlines waited. Now it takes one item of each shard in
+/// turn: every shard with due items is reached within two runs.
+#[tokio::test]
+async fn the_sweep_reaches_every_shard_within_two_runs_under_a_slow_backlog() {
+    use genace_core::record::DUE_SHARDS;
+    let app = app();
+    for i in 0..160 {
+        submit(&app, &format!("backlog-{i}"), None).await;
+    }
+    app.clock.advance(Duration::minutes(3));
+    let due = |app: &MemoryApp| -> std::collections::BTreeMap<String, i64> {
+        app.store
+            .records()
+            .into_iter()
+            .filter_map(|r| r.due_at_ms.map(|d| (r.operation_id.as_str().to_owned(), d)))
+            .collect()
+    };
+    let before = due(&app);
+    let shards_with_work: std::collections::BTreeSet<u32> = app
+        .store
+        .records()
+        .iter()
+        .map(|r| r.operation_id.shard(DUE_SHARDS))
+        .collect();
+    assert_eq!(shards_with_work.len(), DUE_SHARDS as usize, "a backlog in every shard");
+    let mut sweeper = app.sweeper();
+    sweeper.page_size = 10;
+    sweeper.budget = std::time::Duration::from_secs(40);
+    slow_writes(&app.store, app.clock.clone(), 1);
+    for _ in 0..2 {
+        let report = sweeper.run().await.unwrap();
+        assert!(report.truncated, "a backlog longer than a run: {report:?}");
+        app.clock.advance(Duration::minutes(1));
+    }
+    let after = due(&app);
+    let reached: std::collections::BTreeSet<u32> = app
+        .store
+        .records()
+        .iter()
+        .filter(|r| after.get(r.operation_id.as_str()) != before.get(r.operation_id.as_str()))
+        .map(|r| r.operation_id.shard(DUE_SHARDS))
+        .collect();
+    assert_eq!(
+        reached, shards_with_work,
+        "every shard's due items reached within two runs"
+    );
+}

@@ -7,11 +7,14 @@
 //!    wake-up repaired, the learned limit raised or probed (the only way
 //!    out when uncertain operations fill a learned limit), the gauges.
 //!    First, so that no backlog of due items can starve it.
-//! 2. The due items, one page of each shard in turn, oldest due first,
-//!    until none are left, the page bound, or the time budget: what is
-//!    left stays due, and the next run takes it up (a handled item's due
-//!    time moves on, so the next run starts past it). A page that cannot
-//!    be read skips the rest of that shard in this run, not the run.
+//! 2. The due items, one item of each shard in turn (oldest due first in
+//!    each, a page read at a time), from a first shard that moves on each
+//!    minute, until none are left, the page bound, or the time budget:
+//!    what is left stays due, and the next run takes it up (a handled
+//!    item's due time moves on, so the next run starts past it). So no
+//!    shard's backlog, however slow its items, keeps the sweep from the
+//!    others. A page that cannot be read skips the rest of that shard in
+//!    this run, not the run.
 //!
 //! Each part's figures go out as metrics (`SweepExamined`, `SweepRequeued`,
 //! `SweepInterrupted`, `SweepPageFailures`, `SweepTruncated`).
@@ -65,6 +68,38 @@ pub struct Sweeper<P: Ports> {
     pub metrics: Metrics,
 }
 
+/// Where one shard of the due index stands in a run: the items of its
+/// last page not yet handled, and the cursor of its next page (none before
+/// the first page; `Some(None)` once there is no next).
+struct ShardPages {
+    shard: u32,
+    items: std::collections::VecDeque<DueItem>,
+    next: Option<Option<DueCursor>>,
+    pages: usize,
+}
+
+impl ShardPages {
+    fn new(shard: u32) -> Self {
+        Self {
+            shard,
+            items: std::collections::VecDeque::new(),
+            next: None,
+            pages: 0,
+        }
+    }
+
+    /// Whether due items were left unread or unhandled.
+    fn more_left(&self) -> bool {
+        !self.items.is_empty() || matches!(self.next, Some(Some(_)))
+    }
+}
+
+/// The shard a run starting at `now` takes first: the next one each
+/// minute, the sweep's schedule.
+fn first_shard(now: chrono::DateTime<chrono::Utc>) -> u32 {
+    u32::try_from(now.timestamp().div_euclid(60).rem_euclid(i64::from(DUE_SHARDS))).unwrap_or(0)
+}
+
 /// How far the sweep pushes an item's due time after re-enqueueing it, so a
 /// slow consumer does not receive a copy every minute.
 const RECHECK_SECONDS: i64 = 300;
@@ -110,54 +145,82 @@ impl<P: Ports> Sweeper<P> {
         Ok(report)
     }
 
-    /// The due items, one page of each shard in turn, within the page
-    /// bound and the time budget.
+    /// The due items, one of each shard in turn, within the page bound and
+    /// the time budget. Items are taken across the shards in rotation, not
+    /// a page of one shard after another: a page of slow items in one
+    /// shard cannot spend the budget before the others are reached. The
+    /// rotation starts at a shard that moves on each minute, so a budget
+    /// too short for one item of each shard still reaches every shard in
+    /// turn.
     async fn due_items(&self, now: chrono::DateTime<chrono::Utc>) -> SweepReport {
         let mut report = SweepReport::default();
         let budget = Duration::from_std(self.budget).unwrap_or(Duration::MAX);
-        // Each shard's position: None before its first page, then the
-        // cursor of its next page; a shard is done once it has no next.
-        let mut shards: Vec<(u32, Option<Option<DueCursor>>)> = (0..DUE_SHARDS).map(|s| (s, None)).collect();
-        for _ in 0..self.max_pages {
-            for (shard, position) in &mut shards {
-                let cursor = match position {
-                    Some(None) => continue,
-                    Some(Some(next)) => Some(next.clone()),
-                    None => None,
-                };
+        let first = first_shard(now);
+        let mut shards: Vec<ShardPages> = (0..DUE_SHARDS)
+            .map(|k| ShardPages::new((first + k) % DUE_SHARDS))
+            .collect();
+        loop {
+            let mut handled = false;
+            for shard in &mut shards {
                 if self.clock.now() - now >= budget {
+                    // What is left stays due, for the next run.
                     report.truncated = true;
                     return report;
                 }
-                match self
-                    .store
-                    .due_page(*shard, now.timestamp_millis(), self.page_size, cursor)
-                    .await
-                {
-                    Ok(page) => {
-                        for item in &page.items {
-                            if self.clock.now() - now >= budget {
-                                // The rest of the page stays due.
-                                report.truncated = true;
-                                return report;
-                            }
-                            report.examined += 1;
-                            if let Err(e) = self.handle(item, &mut report).await {
-                                warn!(operation_id = %item.operation_id, error = %e, "sweep could not handle an item");
-                            }
-                        }
-                        *position = Some(page.next);
-                    }
-                    Err(e) => {
-                        warn!(shard = *shard, error = %e, "a due page could not be read; the shard is left for the next run");
-                        report.page_failures += 1;
-                        *position = Some(None);
-                    }
+                let Some(item) = self.next_item(shard, now, &mut report).await else {
+                    continue;
+                };
+                handled = true;
+                report.examined += 1;
+                if let Err(e) = self.handle(&item, &mut report).await {
+                    warn!(operation_id = %item.operation_id, error = %e, "sweep could not handle an item");
                 }
             }
+            if !handled {
+                break;
+            }
         }
-        report.truncated |= shards.iter().any(|(_, p)| matches!(p, Some(Some(_))));
+        report.truncated |= shards.iter().any(ShardPages::more_left);
         report
+    }
+
+    /// The next due item of `shard`, reading its next page when the last
+    /// one is used up (within `max_pages`); none once the shard is done.
+    async fn next_item(
+        &self,
+        shard: &mut ShardPages,
+        now: chrono::DateTime<chrono::Utc>,
+        report: &mut SweepReport,
+    ) -> Option<DueItem> {
+        if let Some(item) = shard.items.pop_front() {
+            return Some(item);
+        }
+        let cursor = match &shard.next {
+            Some(None) => return None,
+            Some(Some(next)) => Some(next.clone()),
+            None => None,
+        };
+        if shard.pages >= self.max_pages {
+            return None;
+        }
+        shard.pages += 1;
+        match self
+            .store
+            .due_page(shard.shard, now.timestamp_millis(), self.page_size, cursor)
+            .await
+        {
+            Ok(page) => {
+                shard.items = page.items.into();
+                shard.next = Some(page.next);
+                shard.items.pop_front()
+            }
+            Err(e) => {
+                warn!(shard = shard.shard, error = %e, "a due page could not be read; the shard is left for the next run");
+                report.page_failures += 1;
+                shard.next = Some(None);
+                None
+            }
+        }
     }
 
     async fn handle(&self, item: &DueItem, report: &mut SweepReport) -> Result<(), StageError> {
