@@ -46,6 +46,104 @@ impl Intercept for RequestCounter {
     }
 }
 
+/// Answers the next `count` requests of one DynamoDB operation (for
+/// example `UpdateItem`) as DynamoDB answers a plain write to an item that
+/// a transaction holds: HTTP 400, `TransactionConflictException`. The
+/// request is turned into a read that changes nothing before it is sent
+/// (nothing is written, as DynamoDB writes nothing), and its answer
+/// replaced, in the SDK's own pipeline, so the store's error mapping is the
+/// real one. Conflicts a test sets up this way are ones moto never makes.
+#[derive(Debug, Clone)]
+pub struct TransactionConflicts {
+    operation: &'static str,
+    left: Arc<AtomicUsize>,
+    answered: Arc<AtomicUsize>,
+}
+
+impl TransactionConflicts {
+    pub fn new(operation: &'static str, count: usize) -> Self {
+        Self {
+            operation,
+            left: Arc::new(AtomicUsize::new(count)),
+            answered: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// How many answers were replaced so far.
+    pub fn answered(&self) -> usize {
+        self.answered.load(Ordering::SeqCst)
+    }
+}
+
+impl Intercept for TransactionConflicts {
+    fn name(&self) -> &'static str {
+        "TransactionConflicts"
+    }
+
+    fn modify_before_transmit(
+        &self,
+        context: &mut aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let operation = cfg
+            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+            .map(|m| m.name().to_owned());
+        if operation.as_deref() != Some(self.operation) {
+            return Ok(());
+        }
+        let take = self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if take.is_err() {
+            return Ok(());
+        }
+        // Refused: nothing is written. The request becomes a read that
+        // changes nothing, and its answer a conflict.
+        let request = context.request_mut();
+        request
+            .headers_mut()
+            .insert("x-amz-target", "DynamoDB_20120810.ListTables");
+        request.headers_mut().insert("content-length", "2");
+        *request.body_mut() = aws_smithy_types::body::SdkBody::from("{}");
+        cfg.interceptor_state().store_put(Refused);
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if cfg.load::<Refused>().is_none() {
+            return Ok(());
+        }
+        self.answered.fetch_add(1, Ordering::SeqCst);
+        let body = r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"Transaction is ongoing for the item"}"#;
+        let mut response = aws_sdk_dynamodb::config::http::HttpResponse::new(
+            aws_smithy_runtime_api::http::StatusCode::try_from(400)?,
+            aws_smithy_types::body::SdkBody::from(body),
+        );
+        response
+            .headers_mut()
+            .insert("content-type", "application/x-amz-json-1.0");
+        response
+            .headers_mut()
+            .insert("x-amzn-errortype", "TransactionConflictException");
+        *context.response_mut() = response;
+        Ok(())
+    }
+}
+
+/// Marks a request [`TransactionConflicts`] refused.
+#[derive(Debug, Clone)]
+struct Refused;
+
+impl aws_smithy_types::config_bag::Storable for Refused {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
 impl LocalAws {
     /// Provisions a fresh set of resources. Panics with instructions when the
     /// local endpoint is not configured: run the tests through `scripts/test.sh`.
@@ -83,6 +181,15 @@ impl LocalAws {
             DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &self.names.table),
             counter,
         )
+    }
+
+    /// A store whose client answers some requests with conflicts (see
+    /// [`TransactionConflicts`]).
+    pub fn conflicting_store(&self, conflicts: &TransactionConflicts) -> DynamoStore {
+        let conf = aws_sdk_dynamodb::config::Builder::from(&self.sdk)
+            .interceptor(conflicts.clone())
+            .build();
+        DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &self.names.table)
     }
 
     /// An object store whose client counts its requests.

@@ -264,3 +264,65 @@ async fn account_limits_and_counts_survive_a_change_of_shards() {
     one.account().await.unwrap();
     assert_eq!(one.account_shards().await.unwrap().len(), 1);
 }
+
+/// Found at scale: a plain write to an item that a transaction holds is
+/// refused by DynamoDB (`TransactionConflictException`), and lessons and
+/// operators' limits written to the account item were lost to it. Now every
+/// plain write to an item that transactions also write is sent again: a
+/// lesson whose first two answers were conflicts is saved.
+#[tokio::test]
+async fn a_plain_write_refused_for_a_transaction_is_sent_again() {
+    use genace_aws::testkit::TransactionConflicts;
+    let env = LocalAws::fresh().await;
+    let conflicts = TransactionConflicts::new("UpdateItem", 2);
+    let store = env.conflicting_store(&conflicts);
+    assert!(
+        store.learn_account_limit(None, Some(3), None, None).await.unwrap(),
+        "the lesson is saved over the value seen"
+    );
+    assert_eq!(conflicts.answered(), 2, "two conflicts met first");
+    assert_eq!(env.store().account().await.unwrap().learned, Some(3));
+    // An operator's limit, and a tenant's own limit, alike.
+    let conflicts = TransactionConflicts::new("UpdateItem", 2);
+    let store = env.conflicting_store(&conflicts);
+    assert_eq!(store.set_account_limit(Some(7)).await.unwrap().set_limit, Some(7));
+    let tenant = genace_core::domain::TenantId::parse("tenant-a").unwrap();
+    let conflicts = TransactionConflicts::new("UpdateItem", 2);
+    let store = env.conflicting_store(&conflicts);
+    assert_eq!(
+        store.set_max_in_flight(&tenant, Some(2)).await.unwrap().max_in_flight,
+        Some(2)
+    );
+    assert_eq!(conflicts.answered(), 2);
+}
+
+/// Found at scale: a wake-up that found a drained tenant in the waiting set
+/// failed whole when that tenant's ledger was inside a transaction (its own
+/// jobs ending), so the freed slot idled. The removal is best effort: every
+/// try refused, the read still answers with the tenants that wait.
+#[tokio::test]
+async fn a_drained_tenant_whose_ledger_is_busy_does_not_fail_the_waiting_read() {
+    use genace_aws::testkit::TransactionConflicts;
+    use genace_core::machine::{self, Event, Policy};
+    let env = LocalAws::fresh().await;
+    let store = env.store();
+    let now = Utc::now();
+    let mut waiting = Vec::new();
+    for tenant in ["drains", "waits"] {
+        let rec = genace_aws::testkit::intent_record(tenant, "k", "p");
+        store.create(&rec, now).await.unwrap();
+        let next = machine::transition(&rec, Event::CapacityReached, now, &Policy::default()).unwrap();
+        store.apply(&rec, &next).await.unwrap();
+        waiting.push(next);
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    // The first tenant's only waiter is claimed: it has drained, and its
+    // entry waits for the next read to drop it.
+    store.apply(&waiting[0], &claimed(&waiting[0], "tok")).await.unwrap();
+    let conflicts = TransactionConflicts::new("UpdateItem", usize::MAX);
+    let busy = env.conflicting_store(&conflicts);
+    let read = busy.waiting_ledgers(10).await.unwrap();
+    let tenants: Vec<&str> = read.iter().map(|l| l.tenant_id.as_str()).collect();
+    assert_eq!(tenants, ["waits"]);
+    assert!(conflicts.answered() >= 1, "the removal met a transaction");
+}

@@ -264,7 +264,8 @@ impl DynamoStore {
                     "REMOVE max_in_flight, learned_limit, raise_every, learned_at, parts_for, max_whole, learned_whole",
                 ),
             };
-            update.send().await.map_err(service_error)?;
+            self.plain_write(|| async { update.clone().send().await.map_err(service_error) })
+                .await?;
             return self.read_account().await;
         }
         let parts_for = n(self.shards.get());
@@ -416,11 +417,14 @@ impl DynamoStore {
                 update.condition_expression("attribute_not_exists(parts_for) AND attribute_not_exists(learned_limit)")
             }
         };
-        match update.send().await {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(false),
-            Err(e) => Err(service_error(e)),
-        }
+        self.plain_write(|| async {
+            match update.clone().send().await {
+                Ok(_) => Ok(true),
+                Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(false),
+                Err(e) => Err(service_error(e)),
+            }
+        })
+        .await
     }
 }
 

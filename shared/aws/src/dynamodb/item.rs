@@ -31,6 +31,14 @@ where
     )
 }
 
+/// A failed request's modelled error, by its code (see [`refused`]).
+pub(super) fn refused_by<E>(e: &E) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error,
+{
+    refused(e.code(), aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+}
+
 /// A failed request by its error code: a plain write to an item that a
 /// transaction holds is refused (`TransactionConflictException`) with
 /// nothing written, as when a transaction meets another: the table is

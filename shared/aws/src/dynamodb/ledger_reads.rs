@@ -165,10 +165,10 @@ impl DynamoStore {
             .key("pk", AttributeValue::S(ledger_key(tenant)))
             .update_expression("REMOVE wait_pk, wait_sk")
             .condition_expression("attribute_exists(pk) AND (attribute_not_exists(waiting) OR waiting <= :zero)")
-            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
-            .send()
-            .await;
-        conditionally_applied(out).map(|_| ())
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()));
+        self.plain_write(|| async { conditionally_applied(out.clone().send().await) })
+            .await
+            .map(|_| ())
     }
 
     /// See `TenantLedgers::send_to_back`: each tenant's place in the
@@ -188,10 +188,10 @@ impl DynamoStore {
             .key("pk", AttributeValue::S(ledger_key(tenant)))
             .update_expression("SET wait_sk = :joined")
             .condition_expression("attribute_exists(wait_pk)")
-            .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")))
-            .send()
-            .await;
-        conditionally_applied(out).map(|_| ())
+            .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")));
+        self.plain_write(|| async { conditionally_applied(out.clone().send().await) })
+            .await
+            .map(|_| ())
     }
 
     /// See `TenantLedgers::rejoin_waiting_set`: the ledger listing, page by
@@ -229,10 +229,9 @@ impl DynamoStore {
                 AttributeValue::S(waiting_set_key(crate::schema::tenant_shard(tenant, WAITING_SET_SHARDS))),
             )
             .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")))
-            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
-            .send()
-            .await;
-        conditionally_applied(out)
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()));
+        self.plain_write(|| async { conditionally_applied(out.clone().send().await) })
+            .await
     }
 
     /// See `TenantLedgers::waiting_ledgers`: each shard's oldest entries
@@ -259,7 +258,11 @@ impl DynamoStore {
                     waiting.push(ledger);
                 } else {
                     drained += 1;
-                    self.leave_waiting_set(&ledger.tenant_id).await?;
+                    // Best effort: an entry left behind costs the next
+                    // read the same look, never this read.
+                    if let Err(e) = self.leave_waiting_set(&ledger.tenant_id).await {
+                        tracing::warn!(tenant = %ledger.tenant_id, error = %e, "a drained tenant stays in the waiting set");
+                    }
                 }
             }
             // Read again only while drained entries hid waiting ones; the

@@ -211,7 +211,9 @@ impl TenantLedgers for DynamoStore {
             None => update
                 .update_expression("SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero REMOVE max_in_flight"),
         };
-        let out = update.send().await.map_err(service_error)?;
+        let out = self
+            .plain_write(|| async { update.clone().send().await.map_err(service_error) })
+            .await?;
         match out.attributes() {
             Some(item) => ledger_from_item(tenant.as_str(), item),
             None => Err(StoreError::Decode("the ledger update returned nothing".into())),
@@ -244,15 +246,22 @@ impl TenantLedgers for DynamoStore {
                     "SET tenant_id = :tenant, due_pk = :ledger, due_at = :zero REMOVE spend_limit_mc",
                 ),
             };
-            match update.send().await {
-                Ok(_) => {
-                    return Ok(TenantLedger {
-                        spend_limit: limit,
-                        ..current
-                    });
-                }
-                Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => continue,
-                Err(e) => return Err(service_error(e)),
+            let sent = self
+                .plain_write(|| async {
+                    match update.clone().send().await {
+                        Ok(_) => Ok(true),
+                        Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => {
+                            Ok(false)
+                        }
+                        Err(e) => Err(service_error(e)),
+                    }
+                })
+                .await?;
+            if sent {
+                return Ok(TenantLedger {
+                    spend_limit: limit,
+                    ..current
+                });
             }
         }
         Err(StoreError::Conflict(None))

@@ -21,13 +21,13 @@ use crate::schema::CASE_PK;
 
 use super::DynamoStore;
 use super::cases::{CASE_COUNT_PAGES, CaseIndex};
-use super::item::{Item, conflict, from_item, operation_ids, service_error, to_item};
+use super::item::{Item, conflict, from_item, operation_ids, refused_by, service_error, to_item};
 use super::position::{decode_cursor, encode_cursor};
 use super::update::{VERSION_GUARD, plan_update};
 
 impl OperationRecords for DynamoStore {
     async fn create(&self, rec: &OperationRecord, now: DateTime<Utc>) -> Result<Created, StoreError> {
-        let result = self
+        let put = self
             .client
             .put_item()
             .table_name(&self.table)
@@ -35,31 +35,29 @@ impl OperationRecords for DynamoStore {
             // An item whose TTL has passed counts as absent, even before DynamoDB deletes it.
             .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
             .expression_attribute_values(":now", AttributeValue::N(now.timestamp().to_string()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(_) => {
-                self.metrics.count("PhaseEntered", &[("Phase", rec.phase.as_str())]);
-                Ok(Created::New)
-            }
-            Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
-                PutItemError::ConditionalCheckFailedException(e) => match conflict(e.item()) {
-                    // A retried put whose first attempt landed finds exactly
-                    // our record (its creation time is ours): it is new.
-                    StoreError::Conflict(Some(existing)) if *existing == *rec => Ok(Created::New),
-                    StoreError::Conflict(Some(existing)) => Ok(Created::Existing(existing)),
-                    other => Err(other),
-                },
-                other => Err(super::item::refused(
-                    aws_sdk_dynamodb::error::ProvideErrorMetadata::code(&other)
-                        .map(str::to_owned)
-                        .as_deref(),
-                    aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
-                )),
-            },
-            Err(e) => Err(service_error(e)),
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let created = self
+            .plain_write(|| async {
+                match put.clone().send().await {
+                    Ok(_) => Ok(Created::New),
+                    Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
+                        PutItemError::ConditionalCheckFailedException(e) => match conflict(e.item()) {
+                            // A retried put whose first attempt landed finds exactly
+                            // our record (its creation time is ours): it is new.
+                            StoreError::Conflict(Some(existing)) if *existing == *rec => Ok(Created::New),
+                            StoreError::Conflict(Some(existing)) => Ok(Created::Existing(existing)),
+                            other => Err(other),
+                        },
+                        other => Err(refused_by(&other)),
+                    },
+                    Err(e) => Err(service_error(e)),
+                }
+            })
+            .await?;
+        if created == Created::New {
+            self.metrics.count("PhaseEntered", &[("Phase", rec.phase.as_str())]);
         }
+        Ok(created)
     }
 
     async fn get(&self, id: &OperationId, now: DateTime<Utc>) -> Result<Option<OperationRecord>, StoreError> {
@@ -97,7 +95,7 @@ impl OperationRecords for DynamoStore {
             return Ok(Applied::Written);
         }
         let plan = plan.guarded_by(prev.version);
-        let result = self
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
@@ -106,25 +104,20 @@ impl OperationRecords for DynamoStore {
             .set_expression_attribute_names(Some(plan.names))
             .set_expression_attribute_values(Some(plan.values))
             .condition_expression(VERSION_GUARD)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(_) => {
-                phase_metrics(&self.metrics, prev, next);
-                Ok(Applied::Written)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        self.plain_write(|| async {
+            match update.clone().send().await {
+                Ok(_) => Ok(()),
+                Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
+                    UpdateItemError::ConditionalCheckFailedException(e) => Err(conflict(e.item())),
+                    other => Err(refused_by(&other)),
+                },
+                Err(e) => Err(service_error(e)),
             }
-            Err(SdkError::ServiceError(ctx)) => match ctx.into_err() {
-                UpdateItemError::ConditionalCheckFailedException(e) => Err(conflict(e.item())),
-                other => Err(super::item::refused(
-                    aws_sdk_dynamodb::error::ProvideErrorMetadata::code(&other)
-                        .map(str::to_owned)
-                        .as_deref(),
-                    aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string(),
-                )),
-            },
-            Err(e) => Err(service_error(e)),
-        }
+        })
+        .await?;
+        phase_metrics(&self.metrics, prev, next);
+        Ok(Applied::Written)
     }
 
     async fn due_page(

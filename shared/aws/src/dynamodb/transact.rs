@@ -109,6 +109,34 @@ fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, r
     }
 }
 
+impl DynamoStore {
+    /// One plain write (`PutItem`, `UpdateItem`, `DeleteItem`) to an item
+    /// that transactions also write, sent again while DynamoDB refuses it
+    /// because a transaction holds the item (`TransactionConflictException`,
+    /// [`StoreError::Contention`]): nothing was written, and the caller's
+    /// job is to retry it. Counted (`PlainWriteConflicts`); answered as
+    /// contention only when every one of [`CONFLICT_TRIES`] tries met one.
+    /// `send` builds and sends the write afresh each try.
+    pub(super) async fn plain_write<T, F, Fut>(&self, mut send: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        for attempt in 1..=CONFLICT_TRIES {
+            match send().await {
+                Err(StoreError::Contention) => {
+                    self.metrics.count("PlainWriteConflicts", &[]);
+                    if attempt < CONFLICT_TRIES {
+                        tokio::time::sleep(conflict_backoff(attempt)).await;
+                    }
+                }
+                done => return done,
+            }
+        }
+        Err(StoreError::Contention)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use aws_sdk_dynamodb::types::CancellationReason;

@@ -35,20 +35,19 @@ impl TenantLedgers for MemoryStore {
     }
 
     async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
-        let mut table = self.lock();
         // Every shard takes its part: one item a plain write, more a
         // transaction.
-        let items = table.account.items();
-        if table.contention.refuses_plain_write(&items) {
-            return Err(StoreError::Contention);
-        }
-        table.contention.written(&items, write_units(&items), false);
-        let account = &mut table.account;
-        account.limits.set_limit = limit;
-        account.limits.learned = None;
-        account.limits.raise_every = None;
-        account.limits.learned_at_ms = None;
-        Ok(account.whole())
+        let items = self.lock().account.items();
+        self.plain_write(&items, |table| {
+            table.contention.written(&items, write_units(&items), false);
+            let account = &mut table.account;
+            account.limits.set_limit = limit;
+            account.limits.learned = None;
+            account.limits.raise_every = None;
+            account.limits.learned_at_ms = None;
+            account.whole()
+        })
+        .await
     }
 
     async fn learn_account_limit(
@@ -58,24 +57,23 @@ impl TenantLedgers for MemoryStore {
         raise_every: Option<u32>,
         at: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<bool, StoreError> {
-        let mut table = self.lock();
-        let items = table.account.items();
-        if table.contention.refuses_plain_write(&items) {
-            return Err(StoreError::Contention);
-        }
-        // Charged whether or not its condition holds.
-        table.contention.written(&items, write_units(&items), false);
-        let account = &mut table.account;
-        if account.limits.learned != seen {
-            return Ok(false);
-        }
-        account.limits.learned = learned;
-        account.limits.learned_mark = account.whole().jobs_ended;
-        account.limits.raise_every = raise_every;
-        if let Some(at) = at {
-            account.limits.learned_at_ms = Some(at.timestamp_millis());
-        }
-        Ok(true)
+        let items = self.lock().account.items();
+        self.plain_write(&items, |table| {
+            // Charged whether or not its condition holds.
+            table.contention.written(&items, write_units(&items), false);
+            let account = &mut table.account;
+            if account.limits.learned != seen {
+                return false;
+            }
+            account.limits.learned = learned;
+            account.limits.learned_mark = account.whole().jobs_ended;
+            account.limits.raise_every = raise_every;
+            if let Some(at) = at {
+                account.limits.learned_at_ms = Some(at.timestamp_millis());
+            }
+            true
+        })
+        .await
     }
 
     async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
@@ -91,9 +89,13 @@ impl TenantLedgers for MemoryStore {
             }
             match tables.ledgers.get(&tenant) {
                 Some(l) if l.totals.waiting > 0 => found.push(l.clone()),
-                // Drained since it joined: dropped as it is read.
+                // Drained since it joined: dropped as it is read, unless a
+                // transaction holds its ledger (the entry stays for the
+                // next read; the read goes on).
                 _ => {
-                    tables.waiting_set.remove(&tenant);
+                    if !tables.contention.refuses_plain_write(&[format!("ledger/{tenant}")]) {
+                        tables.waiting_set.remove(&tenant);
+                    }
                 }
             }
         }
@@ -101,17 +103,16 @@ impl TenantLedgers for MemoryStore {
     }
 
     async fn send_to_back(&self, tenants: &[String]) -> Result<(), StoreError> {
-        let mut table = self.lock();
-        let tables = &mut *table;
         for tenant in tenants {
-            if tables.contention.refuses_plain_write(&[format!("ledger/{tenant}")]) {
-                return Err(StoreError::Contention);
-            }
-            if tables.waiting_set.contains_key(tenant) {
-                tables.joined += 1;
-                tables.waiting_set.insert(tenant.clone(), tables.joined);
-                tables.contention.written(&[format!("ledger/{tenant}")], 1, false);
-            }
+            let item = [format!("ledger/{tenant}")];
+            self.plain_write(&item, |tables| {
+                if tables.waiting_set.contains_key(tenant) {
+                    tables.joined += 1;
+                    tables.waiting_set.insert(tenant.clone(), tables.joined);
+                    tables.contention.written(&item, 1, false);
+                }
+            })
+            .await?;
         }
         Ok(())
     }

@@ -165,6 +165,31 @@ impl MemoryStore {
     /// A write of the record alone: refused while a transaction holds the
     /// record, tried again as the store tries a transaction, and charged
     /// one write unit when written.
+    /// A plain write to `items` (`write`, on the tables), refused while an
+    /// open transaction holds one of them, as DynamoDB refuses it with
+    /// `TransactionConflictException`, and tried again as the DynamoDB
+    /// store does: [`CONFLICT_TRIES`] tries, yielding between them, then
+    /// [`StoreError::Contention`].
+    pub(super) async fn plain_write<T>(
+        &self,
+        items: &[String],
+        mut write: impl FnMut(&mut Tables) -> T,
+    ) -> Result<T, StoreError> {
+        for attempt in 1..=CONFLICT_TRIES {
+            {
+                let mut table = self.lock();
+                if !table.contention.refuses_plain_write(items) {
+                    return Ok(write(&mut table));
+                }
+            }
+            if attempt < CONFLICT_TRIES {
+                Step::default().await;
+            }
+        }
+        self.lock().contention.contended += 1;
+        Err(StoreError::Contention)
+    }
+
     async fn write_plainly(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
         let item = [record_item(prev)];
         for attempt in 1..=CONFLICT_TRIES {
