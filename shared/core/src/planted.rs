@@ -42,9 +42,13 @@ pub const POLL_AFTER_END: u32 = 8192;
 /// The poll plan never gives way to the age-based schedule: a job is
 /// looked at every second however long it runs.
 pub const LOOKS_UNBOUNDED: u32 = 16384;
+/// A look that read nothing leaves the sweep's deadline where it was, so a
+/// long Retry-After or the age-based delay of an old job passes it and the
+/// sweep starts a second chain of looks.
+pub const DEADLINE_UNMOVED: u32 = 32768;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 15] = [
+pub const ALL: [(&str, u32); 16] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -60,6 +64,7 @@ pub const ALL: [(&str, u32); 15] = [
     ("wake-stops-at-short-head", WAKE_STOPS_AT_SHORT_HEAD),
     ("poll-after-end", POLL_AFTER_END),
     ("looks-unbounded", LOOKS_UNBOUNDED),
+    ("deadline-unmoved", DEADLINE_UNMOVED),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

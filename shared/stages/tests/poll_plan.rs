@@ -305,3 +305,51 @@ async fn a_429_on_a_look_waits_for_its_retry_after() {
     assert_eq!(next.looks, 2, "the refused look counts");
     assert!(next.plan.is_some(), "the plan is kept for the next look");
 }
+
+/// Found at scale: a look that read nothing (a 429 with a long
+/// Retry-After, a 5xx) did not move the sweep's deadline, though its next
+/// look came later than the deadline covered once a job was about 20
+/// minutes old; the sweep then started a second chain of looks, and both
+/// polled until the job ended. Now one chain lives, whatever the looks
+/// answer: followed minute by minute for three hours of a render under a
+/// 429 storm with the sweep running each minute, the sweep never sends a
+/// look, and exactly one look is ever queued.
+#[tokio::test]
+async fn one_chain_of_looks_lives_whatever_the_looks_answer() {
+    use genace_stages::pipeline::stage::handle_body;
+    let app = app();
+    let rec = accepted(&app, "storm").await;
+    let id = rec.operation_id.clone();
+    let poller = app.poller();
+    let sweeper = app.sweeper();
+    let mut looks = 0;
+    for minute in 0..180 {
+        app.clock.advance(Duration::minutes(1));
+        let report = sweeper.run().await.unwrap();
+        assert_eq!(report.poll, 0, "the sweep started a second chain at minute {minute}");
+        let queued = app
+            .queue
+            .messages()
+            .into_iter()
+            .filter(|m| m.queue == Queue::Poll)
+            .count();
+        assert_eq!(queued, 1, "one look queued at minute {minute}");
+        for m in app.queue.receive(Queue::Poll, 10, Duration::seconds(30)) {
+            looks += 1;
+            // Past 20 minutes, three looks of four meet a 429 storm with a
+            // long Retry-After, or a 503; the fourth sees the job running.
+            if minute > 20 {
+                match looks % 4 {
+                    1 => app.genace.answer_status_with(429, Some("600")),
+                    2 => app.genace.answer_status_with(503, None),
+                    3 => app.genace.answer_status_with(429, Some("900")),
+                    _ => {}
+                }
+            }
+            handle_body(&poller, &m.body).await.unwrap();
+            assert!(app.queue.delete(m.id, m.receipt));
+        }
+    }
+    assert!(looks > 20, "the chain went on: {looks} looks");
+    assert_eq!(record(&app, &id).await.phase, genace_core::record::Phase::Accepted);
+}

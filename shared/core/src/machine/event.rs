@@ -92,6 +92,11 @@ pub enum Event<'a> {
         evidence: &'a str,
         keep_due: bool,
     },
+    /// A look at the job read nothing (a timeout, a 5xx, a 429) and the
+    /// next one comes later than the sweep's deadline covers: the deadline
+    /// moves to `next_check` (never earlier), so that the sweep does not
+    /// start a second chain of looks beside the live one.
+    LookDeferred { next_check: DateTime<Utc> },
     /// The sweep moves its next look.
     Reschedule { due: DateTime<Utc> },
     /// Deliver claims a rendered operation's outputs.
@@ -150,6 +155,7 @@ impl Event<'_> {
             Event::LeaseExpired { .. } => "interrupt",
             Event::Observed { .. } => "observe",
             Event::CaseNeeded { .. } => "open a case",
+            Event::LookDeferred { .. } => "defer the next look",
             Event::Reschedule { .. } => "reschedule",
             Event::ClaimDelivery { .. } => "deliver",
             Event::DeliveryLapsed => "give up delivery",
@@ -174,6 +180,7 @@ impl Event<'_> {
             | Event::LeaseExpired { .. } => "submitting",
             Event::Accepted { .. } | Event::SubmitFailed { .. } => "submitting or uncertain",
             Event::Observed { .. } | Event::CaseNeeded { .. } => "accepted",
+            Event::LookDeferred { .. } => "accepted, or abandoned with its job observed",
             Event::Reschedule { .. } => "any phase",
             Event::ClaimDelivery { .. }
             | Event::DeliveryLapsed

@@ -134,6 +134,10 @@ pub fn transition(
                 keep_due,
             },
         ) if planted::on(planted::CASE_WITHOUT_PHASE_CHECK) => open_case(rec, reason, evidence, keep_due, now),
+        (Accepted | Abandoned, Event::LookDeferred { next_check }) if rec.due_at_ms.is_some() => {
+            let due = rec.due_at_ms.and_then(DateTime::from_timestamp_millis);
+            reschedule(rec, due.map_or(next_check, |d| d.max(next_check)))
+        }
         (_, Event::Reschedule { due }) => reschedule(rec, due),
         // ---- delivery
         (Rendered, Event::ClaimDelivery { token }) if rec.outputs_erased.is_none() => {

@@ -1925,3 +1925,17 @@ fn the_expected_phases_agree_with_the_table_for_every_pair() {
         "the table takes {taken} pairs: the sample records reach too few arms"
     );
 }
+
+#[test]
+fn a_deferred_look_moves_the_deadline_later_and_never_earlier() {
+    let r = accepted_rec();
+    let due = DateTime::from_timestamp_millis(r.due_at_ms.unwrap()).unwrap();
+    let later = due + Duration::minutes(20);
+    let event = |next_check| Event::LookDeferred { next_check };
+    let moved = transition(&r, event(later), t0(), &Policy::default()).unwrap();
+    assert_eq!(moved.due_at_ms, Some(later.timestamp_millis()));
+    let kept = transition(&moved, event(due), t0(), &Policy::default()).unwrap();
+    assert_eq!(kept.due_at_ms, Some(later.timestamp_millis()), "never earlier");
+    // Only an operation whose job is observed has looks to defer.
+    assert!(transition(&submitting(), event(later), t0(), &Policy::default()).is_err());
+}

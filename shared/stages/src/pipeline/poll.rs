@@ -164,7 +164,8 @@ where
         let history = planned(&self.store, &rec, history, self.config.poll_max_delay_seconds).await;
         let delay = next_look_delay(&rec, &history, now, self.config.poll_max_delay_seconds);
         // An unreadable status waits at least the age-based delay: the
-        // sweep's deadline covers the longer of the two.
+        // sweep's deadline covers the longer of the two (and a look that
+        // waits longer still moves it; see `unreadable`).
         let longest = delay.max(next_poll_delay(
             rec.accepted_at,
             now,
@@ -175,7 +176,6 @@ where
         let look = Look {
             now,
             delay,
-            longest,
             next_check: now + Duration::seconds(longest as i64 + SWEEP_SLACK_SECONDS),
             stalled,
             history,
@@ -396,6 +396,19 @@ where
         let id = rec.operation_id.clone();
         let rec_accepted_at = rec.accepted_at;
         warn!(operation_id = %id, remote_job_id = %job_id, %evidence, "status read failed; backing off");
+        // A read that said nothing (a 429 among them) lengthens the plan:
+        // the age-based schedule at least, and a 429's Retry-After in full
+        // (within the longest delay a poll message may carry).
+        let delay = look
+            .delay
+            .max(next_poll_delay(
+                rec_accepted_at,
+                look.now,
+                self.config.poll_max_delay_seconds,
+            ))
+            .max(asked.min(self.config.poll_max_delay_seconds.max(1)));
+        let next_check = look.now + Duration::seconds(i64::from(delay) + SWEEP_SLACK_SECONDS);
+        let mut rec = rec;
         if look.stalled {
             let evidence = format!(
                 "no terminal state {} after acceptance; last read: {evidence}",
@@ -407,22 +420,25 @@ where
                 keep_due: true,
             };
             // Another poll may have recorded a terminal state meanwhile.
-            if let Err(phase) = self.record(rec, event, look.now).await? {
-                return Ok(Polled::NotObservable(phase));
+            match self.record(rec, event, look.now).await? {
+                Ok(written) => rec = written,
+                Err(phase) => return Ok(Polled::NotObservable(phase)),
             }
         }
-        // A read that said nothing (a 429 among them) lengthens the plan:
-        // the age-based schedule at least.
-        let delay = look
-            .delay
-            .max(next_poll_delay(
-                rec_accepted_at,
-                look.now,
-                self.config.poll_max_delay_seconds,
-            ))
-            // Within what the sweep's deadline covers (half its slack
-            // kept), or it would start a second chain of polls.
-            .max(asked.min(look.longest + (SWEEP_SLACK_SECONDS / 2) as u32));
+        // The sweep's deadline must cover the next look, or the sweep
+        // would start a second chain of looks beside this one: moved on
+        // (one write) when it would come first. A running look moves it
+        // with its own write; a look that read nothing writes only then.
+        let margin = Duration::seconds(SWEEP_SLACK_SECONDS / 2);
+        let covered = rec
+            .due_at_ms
+            .is_some_and(|d| d >= (next_check - margin).timestamp_millis());
+        if !covered
+            && !genace_core::planted::on(genace_core::planted::DEADLINE_UNMOVED)
+            && let Err(phase) = self.record(rec, Event::LookDeferred { next_check }, look.now).await?
+        {
+            return Ok(Polled::NotObservable(phase));
+        }
         self.look_again(&id, look, None, delay).await?;
         Ok(Polled::BackedOff {
             next_poll_seconds: delay,
@@ -494,8 +510,6 @@ where
 struct Look {
     now: chrono::DateTime<chrono::Utc>,
     delay: u32,
-    /// The longest delay the sweep's deadline covers.
-    longest: u32,
     next_check: chrono::DateTime<chrono::Utc>,
     stalled: bool,
     /// The looks before this one, and the job's plan.
