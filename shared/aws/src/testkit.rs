@@ -136,6 +136,79 @@ impl Intercept for TransactionConflicts {
     }
 }
 
+/// Runs a rival's write once, just before the first request of one
+/// DynamoDB operation is sent: a write landing between a reader's read and
+/// its own write, which moto, answering one request at a time, never
+/// interleaves by itself. The rival runs on a thread of its own with a
+/// runtime of its own (interceptors are synchronous), and the request
+/// waits for it.
+#[derive(Clone)]
+pub struct RivalWrite {
+    operation: &'static str,
+    rival: Arc<std::sync::Mutex<Option<RivalFn>>>,
+}
+
+type RivalFn = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
+
+impl std::fmt::Debug for RivalWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RivalWrite")
+            .field("operation", &self.operation)
+            .finish()
+    }
+}
+
+impl RivalWrite {
+    pub fn new<F, Fut>(operation: &'static str, rival: F) -> Self
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let rival: RivalFn = Box::new(move || Box::pin(rival()));
+        Self {
+            operation,
+            rival: Arc::new(std::sync::Mutex::new(Some(rival))),
+        }
+    }
+
+    /// Whether the rival has run.
+    pub fn ran(&self) -> bool {
+        self.rival.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+    }
+}
+
+impl Intercept for RivalWrite {
+    fn name(&self) -> &'static str {
+        "RivalWrite"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let operation = cfg
+            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+            .map(|m| m.name().to_owned());
+        if operation.as_deref() != Some(self.operation) {
+            return Ok(());
+        }
+        let Some(rival) = self.rival.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the rival")
+                .block_on(rival());
+        })
+        .join()
+        .map_err(|_| "the rival write panicked".into())
+    }
+}
+
 /// Marks a request [`TransactionConflicts`] refused.
 #[derive(Debug, Clone)]
 struct Refused;
@@ -188,6 +261,14 @@ impl LocalAws {
     pub fn conflicting_store(&self, conflicts: &TransactionConflicts) -> DynamoStore {
         let conf = aws_sdk_dynamodb::config::Builder::from(&self.sdk)
             .interceptor(conflicts.clone())
+            .build();
+        DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &self.names.table)
+    }
+
+    /// A store whose client lets a rival write first (see [`RivalWrite`]).
+    pub fn store_with_rival(&self, rival: &RivalWrite) -> DynamoStore {
+        let conf = aws_sdk_dynamodb::config::Builder::from(&self.sdk)
+            .interceptor(rival.clone())
             .build();
         DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &self.names.table)
     }

@@ -326,3 +326,40 @@ async fn a_drained_tenant_whose_ledger_is_busy_does_not_fail_the_waiting_read() 
     assert_eq!(tenants, ["waits"]);
     assert!(conflicts.answered() >= 1, "the removal met a transaction");
 }
+
+/// Found at scale: splitting the account's limits again for a new shard
+/// count was conditional only on the count they were split for, so an
+/// operator's limit written between its read and its write was undone by
+/// the older one it had read. Now the split holds to everything it read,
+/// and reads again when a rival came between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_of_the_limits_never_undoes_a_newer_limit() {
+    use genace_aws::testkit::RivalWrite;
+    use genace_core::shard::AccountShards;
+    let env = LocalAws::fresh().await;
+    let one = env.store();
+    one.set_account_limit(Some(10)).await.unwrap();
+    // A deployment with two shards reads the limit of 10 and splits it;
+    // between its read and its split, an operator sets 4 through a
+    // deployment still on one shard.
+    let rival_store = env.store();
+    let rival = RivalWrite::new("TransactWriteItems", move || async move {
+        rival_store.set_account_limit(Some(4)).await.unwrap();
+    });
+    let two = env
+        .store_with_rival(&rival)
+        .with_account_shards(AccountShards::new(2).unwrap());
+    let account = two.account().await.unwrap();
+    assert!(rival.ran(), "the operator's write came between");
+    assert_eq!(account.set_limit, Some(4), "the split read again");
+    let fresh = env.store().with_account_shards(AccountShards::new(2).unwrap());
+    assert_eq!(fresh.account().await.unwrap().set_limit, Some(4));
+    let parts: Vec<Option<u32>> = fresh
+        .account_shards()
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.limit())
+        .collect();
+    assert_eq!(parts, [Some(2), Some(2)], "the newer limit, split");
+}

@@ -141,6 +141,18 @@ impl DynamoStore {
     /// split from the whole ones shard 0 keeps. When the limits on disk
     /// were split for another `S`, they are split again first.
     pub(super) async fn read_account_shards(&self) -> Result<Vec<AccountCapacity>, StoreError> {
+        // A split lost to a rival's write of the limits is read again.
+        for _ in 0..SPLIT_TRIES {
+            if let Some(shards) = self.read_account_shards_once().await? {
+                return Ok(shards);
+            }
+        }
+        Err(StoreError::Contention)
+    }
+
+    /// [`Self::read_account_shards`], once: none when the limits had to be
+    /// split again and a rival's write came between the read and the split.
+    async fn read_account_shards_once(&self) -> Result<Option<Vec<AccountCapacity>>, StoreError> {
         let mut items = self.shard_items(self.shards.all()).await?;
         let first = Split::read(items.get(&0))?;
         let mut span = first.span.max(self.shards.get());
@@ -155,8 +167,10 @@ impl DynamoStore {
             }
             items.extend(retired);
         }
-        if first.parts_for != Some(self.shards.get()).filter(|s| *s > 1) || span != first.span.max(1) {
-            self.split_again(&first, span).await?;
+        if (first.parts_for != Some(self.shards.get()).filter(|s| *s > 1) || span != first.span.max(1))
+            && !self.split_again(&first, span).await?
+        {
+            return Ok(None);
         }
         let whole = AccountCapacity {
             configured: self.account_limit,
@@ -174,14 +188,18 @@ impl DynamoStore {
                     ..self.shards.capacity_of(k, &whole, &counts)
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 
     /// Writes the limits' parts for this `S` (one shard: the limits whole,
     /// as before shards), and `span`, the shards that may still count
-    /// something. Conditional on the split read: a rival that split them
-    /// first wins, and this read's figures stand.
-    async fn split_again(&self, read: &Split, span: u16) -> Result<(), StoreError> {
+    /// something. Conditional on everything the split was computed from
+    /// (the whole limits, the `S` they were split for, the span): false
+    /// when a rival wrote any of them between the read and this write (an
+    /// operator's limit, a lesson, another `S`'s split), and nothing was
+    /// written; the caller reads again.
+    async fn split_again(&self, read: &Split, span: u16) -> Result<bool, StoreError> {
         let mut items = Vec::new();
         for k in self.shards.all() {
             let mut set = Vec::new();
@@ -220,12 +238,12 @@ impl DynamoStore {
                 } else {
                     remove.extend(["parts_for", "max_whole", "learned_whole"].map(str::to_owned));
                 }
-                update = match read.parts_for {
-                    Some(p) => update
-                        .condition_expression("parts_for = :was")
-                        .expression_attribute_values(":was", n(p)),
-                    None => update.condition_expression("attribute_not_exists(parts_for)"),
-                };
+                let (condition, values) = read.unchanged();
+                update = values
+                    .into_iter()
+                    .fold(update.condition_expression(condition), |u, (name, value)| {
+                        u.expression_attribute_values(name, value)
+                    });
             }
             let expression = [("SET", set), ("REMOVE", remove)]
                 .into_iter()
@@ -236,8 +254,9 @@ impl DynamoStore {
             items.push(built(update.update_expression(expression))?);
         }
         match self.transact(items, Refusals::default()).await {
-            // A rival split them first.
-            Ok(()) | Err(StoreError::Conflict(_)) => Ok(()),
+            Ok(()) => Ok(true),
+            // A rival wrote the limits (or split them) first.
+            Err(StoreError::Conflict(_)) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -436,16 +455,36 @@ struct Split {
     learned: Option<u32>,
     parts_for: Option<u16>,
     span: u16,
+    /// The attributes read, as stored: what a split's condition holds to.
+    raw: Vec<(&'static str, Option<AttributeValue>)>,
 }
+
+/// Reads of the account a split lost to a rival may take.
+const SPLIT_TRIES: usize = 4;
+
+/// The attributes of shard 0 a split is computed from.
+const SPLIT_FROM: [&str; 6] = [
+    "parts_for",
+    "span",
+    "max_in_flight",
+    "learned_limit",
+    "max_whole",
+    "learned_whole",
+];
 
 impl Split {
     fn read(item: Option<&Item>) -> Result<Self, StoreError> {
+        let raw = SPLIT_FROM
+            .iter()
+            .map(|name| (*name, item.and_then(|i| i.get(*name)).cloned()))
+            .collect();
         let Some(item) = item else {
             return Ok(Self {
                 set_limit: None,
                 learned: None,
                 parts_for: None,
                 span: 1,
+                raw,
             });
         };
         let limit = |name| number::<i64>(item, name).map(|v| v.and_then(|m| u32::try_from(m).ok()));
@@ -463,7 +502,26 @@ impl Split {
             learned,
             parts_for,
             span,
+            raw,
         })
+    }
+
+    /// A condition that shard 0 still holds what was read, and its values
+    /// (`:was0`, `:was1`...).
+    fn unchanged(&self) -> (String, Vec<(String, AttributeValue)>) {
+        let mut clauses = Vec::new();
+        let mut values = Vec::new();
+        for (i, (name, value)) in self.raw.iter().enumerate() {
+            match value {
+                Some(v) => {
+                    let placeholder = format!(":was{i}");
+                    clauses.push(format!("{name} = {placeholder}"));
+                    values.push((placeholder, v.clone()));
+                }
+                None => clauses.push(format!("attribute_not_exists({name})")),
+            }
+        }
+        (clauses.join(" AND "), values)
     }
 }
 
