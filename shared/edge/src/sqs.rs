@@ -88,7 +88,12 @@ pub async fn serve_sqs_with<S: Stage, R: ReceiptDeferral>(stage: S, deferral: R)
     let (stage, deferral) = (&stage, &deferral);
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<SqsEvent>| async move {
-            Ok::<SqsBatchResponse, lambda_runtime::Error>(process_batch_with(event.payload, stage, deferral).await)
+            // The stages see the invocation's deadline (its timeout).
+            let deadline = i64::try_from(event.context.deadline)
+                .ok()
+                .and_then(chrono::DateTime::from_timestamp_millis);
+            let batch = process_batch_with(event.payload, stage, deferral);
+            Ok::<SqsBatchResponse, lambda_runtime::Error>(genace_stages::ports::deadline::until(deadline, batch).await)
         },
     ))
     .await

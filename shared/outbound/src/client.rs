@@ -188,6 +188,10 @@ impl genace_stages::ports::genace::Genace for GenaceClient {
         outcome
     }
 
+    fn longest_submit(&self) -> Duration {
+        self.conf.connect_timeout.max(self.conf.timeout)
+    }
+
     async fn status(&self, job_id: &str) -> StatusOutcome {
         let span = call_span("genace.get", "GET");
         let outcome = self.get(job_id).instrument(span.clone()).await;

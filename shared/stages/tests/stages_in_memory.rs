@@ -2174,3 +2174,127 @@ async fn a_lesson_written_while_a_claim_holds_the_account_is_saved() {
     assert!(store.transaction_conflicts() > before, "the lesson met the claim");
     assert_eq!(store.account_now().learned, Some(3));
 }
+
+/// Genace whose POST takes `took` on the clock, and during which the
+/// table browns out: every write after it takes `each` and times out.
+struct SlowPostThenBrownout {
+    genace: genace_stages::memory::MemoryGenace,
+    store: genace_stages::memory::MemoryStore,
+    clock: genace_stages::memory::ManualClock,
+    took: Duration,
+    each: Duration,
+}
+
+impl genace_stages::ports::genace::Genace for SlowPostThenBrownout {
+    async fn submit(&self, body: &serde_json::Value) -> genace_core::remote::SubmitOutcome {
+        self.clock.advance(self.took);
+        self.store.brown_out(Some((self.clock.clone(), self.each)));
+        self.genace.submit(body).await
+    }
+
+    async fn status(&self, job_id: &str) -> genace_core::remote::StatusOutcome {
+        self.genace.status(job_id).await
+    }
+}
+
+/// A dispatcher of `app` whose Genace is `genace`.
+fn dispatcher_with<G: genace_stages::ports::genace::Genace + 'static>(
+    app: &MemoryApp,
+    genace: G,
+) -> genace_stages::pipeline::dispatch::Dispatcher<
+    genace_stages::ports::Parts<
+        genace_stages::memory::MemoryStore,
+        genace_stages::memory::MemoryQueue,
+        genace_stages::memory::MemoryObjects,
+        G,
+        genace_stages::ports::Unused,
+        genace_stages::memory::ManualClock,
+    >,
+> {
+    genace_stages::pipeline::dispatch::Dispatcher {
+        store: app.store.clone(),
+        queue: app.queue.clone(),
+        genace,
+        config: app.config.clone(),
+        clock: app.clock.clone(),
+        metrics: app.metrics.clone(),
+    }
+}
+
+/// Found at scale: the bound on saving a job id began at Genace's answer
+/// and covered only contention, so in a DynamoDB brownout (every write
+/// timing out, each tried four times) a dispatch that began late and met
+/// a slow POST was killed at its timeout before it sent the id to the
+/// recovery channel, and the id lived only in a log line. Now the save
+/// stops trying in time to send the id to the recovery queue before the
+/// invocation's deadline, whatever the store does.
+#[tokio::test]
+async fn a_job_id_reaches_the_recovery_queue_before_the_invocation_ends_in_a_brownout() {
+    use genace_stages::ports::deadline;
+    let app = app();
+    let id = submit(&app, "brownout", None).await;
+    let deadline_at = app.clock.now() + Duration::seconds(60);
+    // Time spent before the claim (a cold start, a contended read).
+    app.clock.advance(Duration::seconds(7));
+    let slow = SlowPostThenBrownout {
+        genace: app.genace.clone(),
+        store: app.store.clone(),
+        clock: app.clock.clone(),
+        took: Duration::seconds(25),
+        each: Duration::seconds(7),
+    };
+    let dispatcher = dispatcher_with(&app, slow);
+    let outcome = deadline::until(Some(deadline_at), dispatcher.dispatch(&id))
+        .await
+        .unwrap();
+    assert_eq!(outcome, Dispatched::Posted(PostResult::AcceptedUnpersisted));
+    let recovery: Vec<_> = app
+        .queue
+        .messages()
+        .into_iter()
+        .filter(|m| m.queue == Queue::Recovery)
+        .collect();
+    assert_eq!(recovery.len(), 1, "the job id is on the recovery queue");
+    assert!(recovery[0].body.contains("job-0001"));
+    let sent = recovery[0].visible_at;
+    assert!(
+        sent + Duration::seconds(5) <= deadline_at,
+        "sent at {sent}, with less than the send's 5 s before the deadline {deadline_at}"
+    );
+}
+
+/// A claim made with too little of the invocation left for a POST (its
+/// longest), a try at saving the answer and the recovery reserve is
+/// released unPOSTed, with nothing counted against the operation, and the
+/// operation is sent to dispatch again: no POST is begun that the stop
+/// could cut in half.
+#[tokio::test]
+async fn a_claim_without_time_for_its_post_is_released_unposted() {
+    use genace_stages::ports::deadline;
+    let app = app();
+    let id = submit(&app, "late", None).await;
+    let deadline_at = app.clock.now() + Duration::seconds(30);
+    let dispatched = deadline::until(Some(deadline_at), app.dispatcher().dispatch(&id))
+        .await
+        .unwrap();
+    assert_eq!(dispatched, Dispatched::Released);
+    assert!(app.genace.posts().is_empty(), "never POSTed");
+    let rec = record(&app, &id).await;
+    assert_eq!(rec.phase, Phase::Prepared);
+    assert_eq!(rec.rate_limited_count, 0, "nothing counted");
+    assert!(rec.case.is_none());
+    let ledger = app.store.ledger(&TenantId::parse("tenant-a").unwrap()).await.unwrap();
+    assert_eq!(ledger.totals.in_flight, 0, "the slot given back");
+    assert!(
+        app.queue
+            .messages()
+            .iter()
+            .any(|m| m.queue == Queue::Dispatch && m.body.contains(id.as_str()))
+    );
+    // With time enough, the next dispatch POSTs once.
+    assert_eq!(
+        app.dispatcher().dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(app.genace.posts().len(), 1);
+}

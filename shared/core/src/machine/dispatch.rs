@@ -120,6 +120,23 @@ pub(super) fn release_claim(
     Ok(next)
 }
 
+/// `submitting -> prepared` with nothing POSTed: the claimant had too
+/// little time left to POST and save the answer. Nothing is counted and no
+/// case changes; the next dispatch comes at `retry_at`.
+pub(super) fn release_unused_claim(
+    rec: &OperationRecord,
+    token: &str,
+    retry_at: DateTime<Utc>,
+) -> Result<OperationRecord, Refusal> {
+    require_claimant(rec, token)?;
+    let mut next = rec.clone();
+    next.phase = Phase::Prepared;
+    next.claim = None;
+    next.retry_at_ms = Some(retry_at.timestamp_millis());
+    next.due_at_ms = Some(retry_at.timestamp_millis());
+    Ok(next)
+}
+
 /// `prepared -> prepared`, waiting: the claim would take the tenant past
 /// its spend limit, so nothing was POSTed. The operation joins its tenant's
 /// waiting order like a capacity wait, keeping its place if it waited

@@ -72,6 +72,11 @@ pub enum Event<'a> {
     Rejected { token: &'a str, error: &'a RemoteError },
     /// Nobody knows whether Genace created a job.
     OutcomeUnknown { token: &'a str, evidence: &'a str },
+    /// The claimant POSTed nothing: too little of its invocation was left
+    /// for a POST and the save of what it answers. The claim is released
+    /// for a dispatch at `retry_at`, with nothing counted against the
+    /// operation.
+    ClaimUnused { token: &'a str, retry_at: DateTime<Utc> },
     /// A dispatcher's claim lapsed before it recorded an outcome.
     LeaseExpired { evidence: &'a str },
     /// A status snapshot of the saved job. `stalled` carries the evidence
@@ -152,6 +157,7 @@ impl Event<'_> {
             Event::SubmitFailed { .. } => "record a submission failure",
             Event::Rejected { .. } => "reject",
             Event::OutcomeUnknown { .. } => "mark uncertain",
+            Event::ClaimUnused { .. } => "release an unused claim",
             Event::LeaseExpired { .. } => "interrupt",
             Event::Observed { .. } => "observe",
             Event::CaseNeeded { .. } => "open a case",
@@ -177,6 +183,7 @@ impl Event<'_> {
             | Event::AccountRefused { .. }
             | Event::Rejected { .. }
             | Event::OutcomeUnknown { .. }
+            | Event::ClaimUnused { .. }
             | Event::LeaseExpired { .. } => "submitting",
             Event::Accepted { .. } | Event::SubmitFailed { .. } => "submitting or uncertain",
             Event::Observed { .. } | Event::CaseNeeded { .. } => "accepted",

@@ -37,8 +37,8 @@ pub use steps::OUTPUTS_REMOVED_WITHIN;
 use abandoned::{abandoned_resolution_applies, observe_abandoned};
 use deliver::{claim_delivery, delivered, delivery_attempt_failed, delivery_refused, give_up_delivery};
 use dispatch::{
-    accept, claim_dispatch, hold_for_account, interrupt, mark_uncertain, reject, release_claim, submit_failed,
-    wait_for_capacity, wait_for_spend_limit,
+    accept, claim_dispatch, hold_for_account, interrupt, mark_uncertain, reject, release_claim, release_unused_claim,
+    submit_failed, wait_for_capacity, wait_for_spend_limit,
 };
 use observe::{observe, open_case, reschedule};
 use operator::{cancel, outputs_erased, resolve};
@@ -79,6 +79,7 @@ pub fn transition(
         (Submitting, Event::RateLimited { token, retry_at, busy }) => {
             release_claim(rec, token, retry_at, busy, now, policy)?
         }
+        (Submitting, Event::ClaimUnused { token, retry_at }) => release_unused_claim(rec, token, retry_at)?,
         (Submitting, Event::AccountRefused { token, error }) => {
             hold_for_account(rec, token, error.clone(), now, policy)?
         }

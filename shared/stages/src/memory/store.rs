@@ -20,6 +20,9 @@ use crate::ports::table::{
 pub struct MemoryStore {
     table: Arc<Mutex<Tables>>,
     before_apply: Rival,
+    /// A brownout: every write takes this long on the clock, then fails as
+    /// a timed-out request does.
+    brownout: Arc<Mutex<Option<(ManualClock, chrono::Duration)>>>,
 }
 
 /// A write to make just before the next [`OperationRecords::apply`]: a
@@ -76,6 +79,13 @@ impl MemoryStore {
     /// tests of races: it may write with [`Self::apply_now`].
     pub fn before_next_apply(&self, rival: impl FnOnce(&MemoryStore) + Send + 'static) {
         *self.before_apply.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(rival));
+    }
+
+    /// From now on (none: no longer), every write of a record takes `each`
+    /// on `clock` and then fails as a request that timed out does (a
+    /// DynamoDB brownout): the table neither answers nor conflicts.
+    pub fn brown_out(&self, brownout: Option<(ManualClock, chrono::Duration)>) {
+        *self.brownout.lock().unwrap_or_else(|p| p.into_inner()) = brownout;
     }
 
     /// Every stored record (expired ones included), by key.
@@ -374,6 +384,11 @@ impl OperationRecords for MemoryStore {
     }
 
     async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
+        let brownout = self.brownout.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some((clock, each)) = brownout {
+            clock.advance(each);
+            return Err(StoreError::Service("the request timed out (a brownout)".into()));
+        }
         let rival = self.before_apply.0.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(rival) = rival {
             rival(self);

@@ -55,6 +55,24 @@ where
     S: OperationStore,
     F: Fn(&OperationRecord) -> Result<(OperationRecord, T), genace_core::machine::Refusal>,
 {
+    commit_while(store, rec, attempts, decide, || true).await
+}
+
+/// [`commit_with`], trying again after a failed write only while
+/// `time_left` says there is time for one more (a caller with a deadline:
+/// the last error is answered when there is not).
+pub async fn commit_while<S, T, F, L>(
+    store: &S,
+    rec: OperationRecord,
+    attempts: u32,
+    decide: F,
+    time_left: L,
+) -> Result<(OperationRecord, T), CommitError>
+where
+    S: OperationStore,
+    F: Fn(&OperationRecord) -> Result<(OperationRecord, T), genace_core::machine::Refusal>,
+    L: Fn() -> bool + Sync,
+{
     let stage = tracing::Span::current();
     let before = rec.phase;
     // A decision that closes a case is still of an operation that had one.
@@ -66,7 +84,7 @@ where
         tries = tracing::field::Empty,
         conflicts = tracing::field::Empty
     );
-    let written = decide_and_write(store, rec, attempts, decide, &span)
+    let written = decide_and_write(store, rec, attempts, decide, &time_left, &span)
         .instrument(span.clone())
         .await;
     if let Ok((next, _)) = &written {
@@ -87,6 +105,7 @@ async fn decide_and_write<S, T, F>(
     mut rec: OperationRecord,
     attempts: u32,
     decide: F,
+    time_left: &(dyn Fn() -> bool + Sync),
     span: &tracing::Span,
 ) -> Result<(OperationRecord, T), CommitError>
 where
@@ -98,6 +117,9 @@ where
     let mut backoff = std::time::Duration::from_millis(50);
     let attempts = attempts.max(1);
     for attempt in 1..=attempts {
+        if attempt > 1 && last.is_some() && !time_left() {
+            break;
+        }
         span.record("tries", attempt);
         let (next, said) = match decide(&rec) {
             Ok(decided) => decided,

@@ -11,13 +11,15 @@
 //! - [`genace`] and [`downloads`]: Genace's API and its output files.
 //! - [`webhooks`]: webhook secrets, the sender and the copy queue.
 //! - [`traces`]: where operators read an operation's trace.
-//! - [`clock`], [`metrics`], [`cursor`] (sealed list cursors).
+//! - [`clock`], [`deadline`] (the invocation's), [`metrics`], [`cursor`]
+//!   (sealed list cursors).
 //! - [`Ports`]: the bundle every stage is generic over, and [`Parts`], its
 //!   one implementation.
 
 pub mod clock;
 pub mod commit;
 pub mod cursor;
+pub mod deadline;
 pub mod downloads;
 pub mod genace;
 pub mod list;

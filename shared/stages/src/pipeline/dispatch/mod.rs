@@ -51,6 +51,9 @@ pub enum Dispatched {
     Posted(PostResult),
     /// Its dispatch deadline passed before any claim: cancelled, no POST.
     Expired,
+    /// Claimed, but too little of the invocation was left for the POST and
+    /// the save of its answer: released unPOSTed and sent to dispatch again.
+    Released,
 }
 
 /// Who the audit names when a deadline cancels an operation.
@@ -119,6 +122,16 @@ pub const JOB_SAVE_SECONDS: u64 = 15;
 /// [`JOB_SAVE_SECONDS`].
 pub(super) const JOB_SAVE_TRY_SECONDS: u64 = 7;
 
+/// What dispatch keeps back of its invocation for the recovery channel: the
+/// recovery send's own bound (5 s, the SQS client's operation timeout) and
+/// a margin. A job id not saved by then goes to the recovery queue.
+pub const RECOVERY_RESERVE: Duration = Duration::from_secs(8);
+
+/// The longest one write of the table takes (the DynamoDB client's
+/// operation timeout, 5 s, and a commit's pause): a write that fails is
+/// tried again only with that much left before the save's bound.
+pub(super) const WRITE_SECONDS: i64 = 6;
+
 /// The longest pause between two tries of saving a job id.
 pub(super) const JOB_SAVE_PAUSE_MAX: Duration = Duration::from_secs(2);
 
@@ -175,6 +188,9 @@ where
         match decided {
             Ok((claimed, Decided::Claimed { fault, waited_since })) => {
                 self.admitted(waited_since, now);
+                if let Some(released) = self.release_if_too_late(&claimed, &token).await? {
+                    return Ok(released);
+                }
                 // Nothing between the claim and its POST but the POST: the
                 // next waiters are woken once its outcome is committed.
                 let posted = self.submit(claimed, &token, fault).await;
@@ -408,6 +424,43 @@ where
         }
     }
 
+    /// With too little of the invocation left for the POST (its longest),
+    /// one try of saving its answer and the recovery channel's reserve, the
+    /// claim is released unPOSTed and the operation sent to dispatch again
+    /// (`ClaimsUnused`): a POST must never be cut in half by the stop, with
+    /// the job id it names known only to a log.
+    async fn release_if_too_late(
+        &self,
+        claimed: &OperationRecord,
+        token: &str,
+    ) -> Result<Option<Dispatched>, StageError> {
+        let now = self.clock.now();
+        let Some(left) = crate::ports::deadline::left(now) else {
+            return Ok(None);
+        };
+        let needed = self.genace.longest_submit() + Duration::from_secs(JOB_SAVE_TRY_SECONDS) + RECOVERY_RESERVE;
+        if left >= needed {
+            return Ok(None);
+        }
+        let id = &claimed.operation_id;
+        warn!(operation_id = %id, left_ms = left.as_millis() as u64, "too little time left to POST and save; the claim is released");
+        let policy = self.config.policy;
+        let event = Event::ClaimUnused { token, retry_at: now };
+        let (_, freed) = commit_with(&self.store, claimed.clone(), write_attempts(), |r| {
+            let next = machine::transition(r, event, now, &policy)?;
+            let freed = genace_core::ledger::frees_room(r, &next);
+            Ok((next, freed))
+        })
+        .await
+        .map_err(commit_failure)?;
+        self.metrics.count("ClaimsUnused", &[]);
+        self.queue.enqueue(Queue::Dispatch, id, 1).await?;
+        if freed {
+            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+        }
+        Ok(Some(Dispatched::Released))
+    }
+
     /// Writes `event` over the claimed record, as of when the answer came.
     async fn record(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
         let policy = self.config.policy;
@@ -426,12 +479,32 @@ where
         posted: &Posted<'_>,
         event: Event<'_>,
     ) -> Result<OperationRecord, CommitError> {
+        self.record_freeing_until(posted, event, None).await
+    }
+
+    /// [`Self::record_freeing`], trying a failed write again only while
+    /// one more can end by `until`.
+    pub(super) async fn record_freeing_until(
+        &self,
+        posted: &Posted<'_>,
+        event: Event<'_>,
+        until: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<OperationRecord, CommitError> {
         let policy = self.config.policy;
-        let (rec, freed) = commit_with(&self.store, posted.claimed.clone(), write_attempts(), |r| {
+        let write = chrono::Duration::seconds(WRITE_SECONDS);
+        let time_left = || until.is_none_or(|u| self.clock.now() + write <= u);
+        let decide = |r: &OperationRecord| {
             let next = machine::transition(r, event, posted.received_at, &policy)?;
             let freed = genace_core::ledger::frees_room(r, &next);
             Ok((next, freed))
-        })
+        };
+        let (rec, freed) = crate::ports::commit::commit_while(
+            &self.store,
+            posted.claimed.clone(),
+            write_attempts(),
+            decide,
+            time_left,
+        )
         .await?;
         if freed {
             crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use super::{Dispatcher, JOB_SAVE_PAUSE_MAX, JOB_SAVE_SECONDS, JOB_SAVE_TRY_SECONDS, PostResult, Posted};
+use super::{
+    Dispatcher, JOB_SAVE_PAUSE_MAX, JOB_SAVE_SECONDS, JOB_SAVE_TRY_SECONDS, PostResult, Posted, RECOVERY_RESERVE,
+};
 use crate::pipeline::poll::{FIRST_POLL_DELAY_SECONDS, SWEEP_SLACK_SECONDS, next_look_delay, planned};
 use crate::pipeline::stage::{StageError, case_opened};
 use crate::ports::Ports;
@@ -28,19 +30,43 @@ where
     /// [`Self::record_freeing`] for an outcome that names a Genace job: a
     /// table that is busy (every try of the transaction met a conflict) is
     /// tried again, pausing up to [`JOB_SAVE_PAUSE_MAX`], for as long as a
-    /// try can still end within [`JOB_SAVE_SECONDS`] of the answer. Only
-    /// then is the id the recovery channel's: contention is not an
-    /// incident. A table that fails otherwise (unreachable, timing out,
-    /// refusing) is one, and the id goes to the recovery channel at once.
+    /// try can still end within [`JOB_SAVE_SECONDS`] of the answer and
+    /// [`RECOVERY_RESERVE`] before the invocation's deadline. Only then is
+    /// the id the recovery channel's: contention is not an incident. A
+    /// table that fails otherwise (unreachable, timing out, refusing) is
+    /// one: its write is tried again only while a try can end by the same
+    /// bound, and a try still running at the bound is given up, so the id
+    /// reaches the recovery channel before the invocation is stopped,
+    /// however slow the store.
     async fn save_job(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
-        let last_start = chrono::Duration::seconds((JOB_SAVE_SECONDS - JOB_SAVE_TRY_SECONDS) as i64);
+        // The bound: JOB_SAVE_SECONDS after the answer, and never past the
+        // invocation's deadline less the recovery channel's reserve.
+        let after_answer = posted.received_at + chrono::Duration::seconds(JOB_SAVE_SECONDS as i64);
+        let deadline = crate::ports::deadline::current();
+        let until = deadline.map_or(after_answer, |d| {
+            after_answer.min(d - chrono::Duration::from_std(RECOVERY_RESERVE).unwrap_or_default())
+        });
+        let last_start = until - chrono::Duration::seconds(JOB_SAVE_TRY_SECONDS as i64);
         let mut pause = Duration::from_millis(100);
         loop {
-            match self.record_freeing(posted, event).await {
+            let tried = match deadline {
+                // However slow the store, the try ends by the bound: what
+                // it had not saved by then goes to the recovery channel.
+                Some(_) => {
+                    let left = (until - self.clock.now()).to_std().unwrap_or_default();
+                    tokio::time::timeout(left, self.record_freeing_until(posted, event, Some(until)))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(CommitError::Store(StoreError::Service(
+                                "saving the job id ran out of the invocation's time".into(),
+                            )))
+                        })
+                }
+                None => self.record_freeing_until(posted, event, Some(until)).await,
+            };
+            match tried {
                 Err(CommitError::Store(e @ StoreError::Contention))
-                    if self.clock.now() + chrono::Duration::from_std(pause).unwrap_or_default()
-                        - posted.received_at
-                        <= last_start =>
+                    if self.clock.now() + chrono::Duration::from_std(pause).unwrap_or_default() <= last_start =>
                 {
                     warn!(operation_id = %posted.claimed.operation_id, error = %e, "the job id is not saved yet; trying again");
                     self.metrics.count("JobSaveRetried", &[]);
