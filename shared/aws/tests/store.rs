@@ -363,3 +363,66 @@ async fn a_split_of_the_limits_never_undoes_a_newer_limit() {
         .collect();
     assert_eq!(parts, [Some(2), Some(2)], "the newer limit, split");
 }
+
+/// Claims `count` new operations of `tenant` on account shard `shard`
+/// with `store`, none of which reads the account first; how many were
+/// admitted.
+async fn claims_admitted(store: &genace_aws::DynamoStore, tenant: &str, shard: u16, count: usize) -> usize {
+    use genace_core::machine::{self, Event, Policy};
+    let now = Utc::now();
+    let mut admitted = 0;
+    for i in 0..count {
+        let rec = genace_aws::testkit::intent_record(tenant, &format!("s{shard}-{i}"), "p");
+        store.create(&rec, now).await.unwrap();
+        let event = Event::ClaimDispatch { token: "t", shard };
+        let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
+        match store.apply(&rec, &claimed).await {
+            Ok(_) => admitted += 1,
+            Err(StoreError::AccountFull) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    admitted
+}
+
+/// Found at scale: a claim's condition read the limit on its own shard
+/// item, and the limits were split for a new shard count only when the
+/// account was read, which fresh claims never do. After the count went
+/// from 1 to 4, shards 1-3 admitted without bound. Now a claim holds to
+/// limits split for its deployment's count: a shard not split for it
+/// admits nothing until a read splits the limits, in either direction.
+#[tokio::test]
+async fn no_claim_admits_past_the_limit_while_the_shard_count_changes() {
+    use genace_core::shard::AccountShards;
+    let env = LocalAws::fresh().await;
+    let one = env.store();
+    one.set_account_limit(Some(10)).await.unwrap();
+    let four = env.store().with_account_shards(AccountShards::new(4).unwrap());
+    // Raised to four shards: claims before any read of the account.
+    for shard in 1..4 {
+        assert_eq!(
+            claims_admitted(&four, "raised", shard, 5).await,
+            0,
+            "shard {shard} is not split for four yet"
+        );
+    }
+    // A read splits the limit of 10 into 3, 3, 2, 2.
+    assert_eq!(four.account().await.unwrap().set_limit, Some(10));
+    let admitted: Vec<usize> = {
+        let mut v = Vec::new();
+        for shard in 0..4 {
+            v.push(claims_admitted(&four, "split", shard, 5).await);
+        }
+        v
+    };
+    assert_eq!(admitted, [3, 3, 2, 2], "each shard under its part");
+    // Back to one item, a limit of 2: the shards of four lose their parts.
+    one.set_account_limit(Some(2)).await.unwrap();
+    // A deployment still on four shards, before it reads the account.
+    let stale = env.store().with_account_shards(AccountShards::new(4).unwrap());
+    for shard in 1..4 {
+        assert_eq!(claims_admitted(&stale, "lowered", shard, 2).await, 0, "shard {shard}");
+    }
+    let account = one.account().await.unwrap();
+    assert_eq!((account.in_flight, account.set_limit), (10, Some(2)));
+}

@@ -1558,10 +1558,17 @@ async fn shard_counts<S: OperationStore>(store: &S) -> Vec<(i64, i64, Option<u32
     shards.iter().map(|s| (s.in_flight, s.queued, s.limit())).collect()
 }
 
+/// The deployment's first read of the account, which splits the limits
+/// for its shard count: a shard not split for it admits nothing.
+async fn split_for_this_deployment<S: OperationStore>(store: &S) {
+    store.account().await.unwrap();
+}
+
 /// Two shards under a limit of 3 (parts 2 and 1): each admits its part and
 /// no more, whatever the other has free; the whole account is their sum,
 /// and a job's end frees the shard that admitted it.
 async fn each_account_shard_admits_its_part_of_the_limit<S: OperationStore>(store: S) {
+    split_for_this_deployment(&store).await;
     let now = Utc::now();
     let recs: Vec<OperationRecord> = (0..5)
         .map(|i| record_for("tenant-shards", &format!("s{i}"), "p"))
@@ -1661,6 +1668,7 @@ async fn account_limits_are_split_over_the_shards<S: OperationStore>(store: S) {
 /// operations waiting on its own shard; a woken claim may take a slot on
 /// another shard, and its wait leaves the shard that counted it.
 async fn a_woken_claim_takes_a_slot_on_another_shard<S: OperationStore>(store: S) {
+    split_for_this_deployment(&store).await;
     let now = Utc::now();
     let recs: Vec<OperationRecord> = (0..4)
         .map(|i| record_for("tenant-woken", &format!("w{i}"), "p"))
@@ -1739,6 +1747,7 @@ async fn a_wait_moved_to_its_home_shard_moves_its_counts<S: OperationStore>(stor
 /// A woken claim that moves to a full shard is refused as the account
 /// being full, and writes nothing.
 async fn a_moving_claim_to_a_full_shard_is_refused<S: OperationStore>(store: S) {
+    split_for_this_deployment(&store).await;
     let recs: Vec<OperationRecord> = (0..3)
         .map(|i| record_for("tenant-full", &format!("f{i}"), "p"))
         .collect();
@@ -1760,6 +1769,7 @@ async fn a_moving_claim_to_a_full_shard_is_refused<S: OperationStore>(store: S) 
 /// refuses even its first claim. The learned limit's mark counts the jobs
 /// ended on every shard.
 async fn a_shard_with_no_part_admits_nothing_and_the_mark_counts_every_shard<S: OperationStore>(store: S) {
+    split_for_this_deployment(&store).await;
     let recs: Vec<OperationRecord> = (0..3)
         .map(|i| record_for("tenant-none", &format!("n{i}"), "p"))
         .collect();

@@ -93,9 +93,19 @@ impl DynamoStore {
             } else {
                 ""
             };
+            // Only under limits split for this `S`: a shard the split has
+            // not reached yet (the count just raised, or lowered) holds
+            // another `S`'s parts, or none, and admits nothing until an
+            // account read splits them again.
+            let split = if self.shards.get() > 1 {
+                update = update.expression_attribute_values(":parts", n(self.shards.get()));
+                "parts_for = :parts"
+            } else {
+                "attribute_not_exists(parts_for)"
+            };
             update = update
                 .expression_attribute_values(":zero", n(0))
-                .condition_expression(format!("{maximum} AND {learned}{yields}"));
+                .condition_expression(format!("{maximum} AND {learned}{yields} AND {split}"));
         }
         update.build().map_err(|e| StoreError::Service(e.to_string()))
     }
@@ -217,6 +227,12 @@ impl DynamoStore {
                     None => remove.push(name.to_owned()),
                 }
             }
+            if k > 0 {
+                // Every shard says which `S` its parts are for: a claim
+                // on it holds to that (see `account_update`).
+                update = update.expression_attribute_values(":s", n(self.shards.get()));
+                set.push("parts_for = :s".into());
+            }
             if k == 0 {
                 update = update.expression_attribute_values(":span", n(span));
                 set.push("span = :span".into());
@@ -253,12 +269,28 @@ impl DynamoStore {
                 .join(" ");
             items.push(built(update.update_expression(expression))?);
         }
+        items.extend(self.unsplit_retired(read)?);
         match self.transact(items, Refusals::default()).await {
             Ok(()) => Ok(true),
             // A rival wrote the limits (or split them) first.
             Err(StoreError::Conflict(_)) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// The shards past this `S` that a larger one split parts onto lose
+    /// them (their counts stay, read while they count a job): a later raise
+    /// must find them unsplit, not admitting under old parts.
+    fn unsplit_retired(&self, read: &Split) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let split_before = read.span.max(read.parts_for.unwrap_or(1));
+        (self.shards.get()..split_before)
+            .map(|k| {
+                built(
+                    self.shard_update(k)
+                        .update_expression("REMOVE parts_for, max_in_flight, learned_limit"),
+                )
+            })
+            .collect()
     }
 
     /// Sets (or removes) the operator's limit and drops the learned one.
@@ -301,14 +333,18 @@ impl DynamoStore {
                         )
                         .expression_attribute_values(":whole", n(l))
                         .expression_attribute_values(":s", parts_for.clone()),
-                    (Some(_), _) => update.update_expression("SET max_in_flight = :max REMOVE learned_limit"),
+                    (Some(_), _) => update
+                        .update_expression("SET max_in_flight = :max, parts_for = :s REMOVE learned_limit")
+                        .expression_attribute_values(":s", parts_for.clone()),
                     (None, 0) => update
                         .update_expression(
                             "SET parts_for = :s \
                              REMOVE max_in_flight, learned_limit, max_whole, learned_whole, raise_every, learned_at",
                         )
                         .expression_attribute_values(":s", parts_for.clone()),
-                    (None, _) => update.update_expression("REMOVE max_in_flight, learned_limit"),
+                    (None, _) => update
+                        .update_expression("SET parts_for = :s REMOVE max_in_flight, learned_limit")
+                        .expression_attribute_values(":s", parts_for.clone()),
                 };
                 built(match limit {
                     Some(l) => update.expression_attribute_values(":max", n(self.shards.part(l, k))),
