@@ -54,6 +54,11 @@ struct Cli {
     /// meet on an item, as DynamoDB does.
     #[arg(long)]
     transactions_meet: bool,
+    /// The waiting order and waiting set (DynamoDB's global secondary
+    /// indexes) see each write up to this many milliseconds late, drawn per
+    /// write, as eventually consistent indexes do.
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=600_000))]
+    index_lag_ms: u32,
     /// Shards the account's counters are split into (GENACE_ACCOUNT_SHARDS).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=32))]
     account_shards: u16,
@@ -188,6 +193,7 @@ fn main() -> ExitCode {
         genace_limit: cli.genace_limit,
         transaction_conflicts: cli.transaction_conflicts,
         transactions_meet: cli.transactions_meet,
+        index_lag_ms: cli.index_lag_ms,
         account_shards: genace_core::shard::AccountShards::new(cli.account_shards).unwrap_or_default(),
         tenants: usize::try_from(cli.tenants).unwrap_or(usize::MAX),
         steps: cli.steps.unwrap_or(defaults.steps),

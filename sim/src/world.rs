@@ -110,6 +110,10 @@ pub struct Options {
     /// The shards the account's counters are split into
     /// (`GENACE_ACCOUNT_SHARDS`).
     pub account_shards: genace_core::shard::AccountShards,
+    /// How late, at most, the waiting order and the waiting set see a
+    /// write (milliseconds, drawn per write): eventually consistent
+    /// indexes. 0: at once.
+    pub index_lag_ms: u32,
 }
 
 impl Default for Options {
@@ -126,6 +130,7 @@ impl Default for Options {
             transactions_meet: false,
             account_shards: genace_core::shard::AccountShards::ONE,
             tenants: TENANTS.len(),
+            index_lag_ms: 0,
         }
     }
 }
@@ -212,6 +217,15 @@ fn prepared_store(store: MemoryStore, clock: &ManualClock, seed: u64, opts: &Opt
         .with_account_shards(opts.account_shards)
         .with_transaction_conflicts(opts.transaction_conflicts, seed)
         .with_write_meter(clock.clone(), Some(genace_stages::memory::ITEM_WRITE_UNITS_PER_SECOND));
+    let store = if opts.index_lag_ms > 0 {
+        store.with_index_lag(
+            clock.clone(),
+            Duration::milliseconds(i64::from(opts.index_lag_ms)),
+            seed,
+        )
+    } else {
+        store
+    };
     // Handlers run interleaved, so transactions may meet as on DynamoDB.
     if opts.transactions_meet {
         store.with_meeting_transactions()

@@ -2298,3 +2298,57 @@ async fn a_claim_without_time_for_its_post_is_released_unposted() {
     );
     assert_eq!(app.genace.posts().len(), 1);
 }
+
+/// Found at scale: the look that follows a recorded wait read two
+/// eventually consistent indexes moments after the write, and usually
+/// missed the operation that just waited, so a slot freed between its
+/// refused claim and its wait idled until the next event or the sweep. On
+/// a store whose indexes lag, the operation is woken by its id.
+#[tokio::test]
+async fn a_slot_freed_while_a_wait_is_written_wakes_the_waiter_though_the_index_lags() {
+    use genace_core::machine::{self, Event};
+    use genace_core::remote::{JobSnapshot, RenderStatus};
+    let app = app();
+    let _lagging = app
+        .store
+        .clone()
+        .with_index_lag(app.clock.clone(), Duration::seconds(2), 7);
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let running = submit(&app, "running", None).await;
+    let waiter = submit(&app, "waiter", None).await;
+    app.dispatcher().dispatch(&running).await.unwrap();
+    // The waiter's claim is refused; before its wait is written, the
+    // running job fails and frees the slot (its own wake-up found nobody).
+    let (clock, policy, ended) = (app.clock.clone(), app.config.policy, running.clone());
+    app.store.before_next_apply(move |s| {
+        s.before_next_apply(move |s| {
+            let rec = s.records().into_iter().find(|r| r.operation_id == ended).unwrap();
+            let snapshot = JobSnapshot {
+                id: Some("job-0001".into()),
+                state: "failed".into(),
+                status: RenderStatus::Failed,
+                outputs: None,
+                outputs_unreadable: None,
+                client_reference: None,
+                error: None,
+            };
+            let seen = genace_core::record::Looks::default();
+            let event = Event::Observed {
+                snapshot: &snapshot,
+                next_check: clock.now(),
+                stalled: None,
+                seen: &seen,
+            };
+            let next = machine::transition(&rec, event, clock.now(), &policy).unwrap();
+            s.apply_now(&rec, &next).unwrap();
+        });
+    });
+    assert_eq!(
+        app.dispatcher().dispatch(&waiter).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    assert_eq!(app.store.account_now().in_flight, 0, "the slot is free");
+    let woken = woken(&app);
+    assert_eq!(woken.len(), 1, "{woken:?}");
+    assert!(woken[0].contains(waiter.as_str()), "the waiter is woken by its id");
+}

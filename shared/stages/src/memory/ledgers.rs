@@ -79,7 +79,12 @@ impl TenantLedgers for MemoryStore {
     async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
         let mut table = self.lock();
         let tables = &mut *table;
-        let mut order: Vec<(u64, String)> = tables.waiting_set.iter().map(|(t, at)| (*at, t.clone())).collect();
+        let mut order: Vec<(u64, String)> = tables
+            .waiting_set
+            .iter()
+            .filter(|(t, _)| tables.index_lag.as_ref().is_none_or(|lag| lag.in_set(t)))
+            .map(|(t, at)| (*at, t.clone()))
+            .collect();
         order.sort();
         let limit = limit.clamp(1, crate::ports::table::WAITING_READ_MAX);
         let mut found = Vec::new();

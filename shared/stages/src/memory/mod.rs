@@ -21,6 +21,7 @@ mod contention;
 mod downloads;
 mod endpoints;
 mod genace;
+mod index_lag;
 mod ledgers;
 mod objects;
 mod queue;

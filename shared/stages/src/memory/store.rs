@@ -53,6 +53,8 @@ pub(super) struct Tables {
     pub(super) waiting_set: BTreeMap<String, u64>,
     /// How transactions meet, are drawn to conflict, and are metered.
     pub(super) contention: Contention,
+    /// How late the indexes see writes (none: at once).
+    pub(super) index_lag: Option<super::index_lag::IndexLag>,
     /// The order the next tenant joins the waiting set with.
     pub(super) joined: u64,
     /// Learned render times, by class of job.
@@ -145,6 +147,15 @@ impl MemoryStore {
     #[must_use]
     pub fn with_meeting_transactions(self) -> Self {
         self.lock().contention.meet();
+        self
+    }
+
+    /// The same store, whose waiting order and waiting set (DynamoDB's
+    /// global secondary indexes) see each write up to `most` late on
+    /// `clock`, the delay drawn per write from `seed`.
+    #[must_use]
+    pub fn with_index_lag(self, clock: ManualClock, most: chrono::Duration, seed: u64) -> Self {
+        self.lock().index_lag = Some(super::index_lag::IndexLag::new(clock, most, seed));
         self
     }
 
@@ -368,6 +379,9 @@ impl OperationRecords for MemoryStore {
             }
             _ => {
                 table.insert(rec.pk.clone(), rec.clone());
+                if let Some(lag) = &mut table.index_lag {
+                    lag.record_written(&rec.pk, crate::ports::table::wait_sort_key(rec));
+                }
                 Ok(Created::New)
             }
         }
@@ -463,12 +477,20 @@ impl OperationRecords for MemoryStore {
     }
 
     async fn waiting(&self, tenant: &TenantId, limit: i32) -> Result<Vec<OperationId>, StoreError> {
-        let mut waiting: Vec<(String, OperationId)> = self
-            .lock()
+        let table = self.lock();
+        let indexed = |r: &OperationRecord| {
+            let key = crate::ports::table::wait_sort_key(r);
+            match &table.index_lag {
+                Some(lag) => lag.order_key(&r.pk, key),
+                None => key,
+            }
+        };
+        let mut waiting: Vec<(String, OperationId)> = table
             .values()
             .filter(|r| r.tenant_id == *tenant)
-            .filter_map(|r| crate::ports::table::wait_sort_key(r).map(|k| (k, r.operation_id.clone())))
+            .filter_map(|r| indexed(r).map(|k| (k, r.operation_id.clone())))
             .collect();
+        drop(table);
         waiting.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(waiting
             .into_iter()
@@ -618,12 +640,19 @@ impl MemoryStore {
                     entry.totals = totals;
                     // Joins the waiting set, or keeps its place; one that
                     // stops waiting goes to the back (tenants take turns).
-                    if delta.waiting < 0 || (delta.waiting > 0 && !tables.waiting_set.contains_key(tenant)) {
+                    let joins = delta.waiting > 0 && !tables.waiting_set.contains_key(tenant);
+                    if delta.waiting < 0 || joins {
                         tables.joined += 1;
                         tables.waiting_set.insert(tenant.to_owned(), tables.joined);
                     }
+                    if let (true, Some(lag)) = (joins, &mut tables.index_lag) {
+                        lag.tenant_joined(tenant);
+                    }
                 }
                 *current = next.clone();
+                if let Some(lag) = &mut tables.index_lag {
+                    lag.record_written(&next.pk, crate::ports::table::wait_sort_key(next));
+                }
                 Ok(Applied::Written)
             }
             Some(current) => Err(StoreError::Conflict(Some(Box::new(current.clone())))),

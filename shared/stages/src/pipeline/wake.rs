@@ -61,6 +61,47 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
     wake_from(store, queue, &account, &mut tenants).await
 }
 
+/// The look after `waited` recorded its wait for a slot: a slot freed
+/// between its refused claim and that write woke nobody. The waiters are
+/// found as any wake-up finds them, oldest first, and then, if room is
+/// left, `waited` itself is woken by its id: the indexes a wake-up reads
+/// are eventually consistent and usually miss a wait written moments ago,
+/// so without this the slot would idle until the next event or the sweep.
+/// Failures are logged, as for [`wake_if_room`].
+pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
+    store: &S,
+    queue: &Q,
+    waited: &genace_core::domain::OperationId,
+) {
+    let looked = async {
+        let mut account = store.account().await.map_err(|e| e.to_string())?;
+        if let Err(e) = raise_if_earned(store, &mut account).await {
+            warn!(error = %e, "the raised account limit was not saved");
+        }
+        let room = room_of(&account).min(MAX_WAKE);
+        if room == 0 {
+            return Ok::<_, String>(());
+        }
+        let woken = wake_from(store, queue, &account, &mut None).await?;
+        if woken < room {
+            queue.enqueue(Queue::Wake, waited, 0).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    if let Err(e) = looked.await {
+        warn!(error = %e, operation_id = %waited, "the look after a wait failed; the sweep will");
+    }
+}
+
+/// The slots a wake-up may fill under `account`: its free slots, or one
+/// (a freed slot) when no limit of ours is known.
+fn room_of(account: &genace_core::ledger::AccountCapacity) -> usize {
+    match account.free_slots() {
+        Some(free) => usize::try_from(free).unwrap_or(usize::MAX),
+        None => 1,
+    }
+}
+
 /// The sweep's look at the account, for one read of it a run: the learned
 /// limit is raised if earned, else probed one higher; a lost wake-up is
 /// repaired (free slots while operations wait); and the gauges are emitted
@@ -176,11 +217,8 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
         // The common case, for one read: nobody waits.
         return Ok(0);
     }
-    let room = match account.free_slots() {
-        Some(free) => usize::try_from(free).unwrap_or(usize::MAX),
-        // No limit of ours: a 429 made these wait; one per freed slot.
-        None => 1,
-    };
+    // No limit of ours: a 429 made these wait; one per freed slot.
+    let room = room_of(account);
     if room == 0 {
         return Ok(0);
     }

@@ -358,8 +358,9 @@ where
                 info!(operation_id = %id, "the Genace account is full; the operation waits for a slot");
                 self.metrics.count("CapacityWait", &[]);
                 // A slot freed between the refusal and this write woke
-                // nobody: look once more, now that the wait is on record.
-                crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+                // nobody: look once more, now that the wait is on record
+                // (by its id too: the indexes may not show it yet).
+                crate::pipeline::wake::wake_after_wait(&self.store, &self.queue, id).await;
                 Ok(Dispatched::WaitingForCapacity)
             }
             // Claimed or moved on meanwhile: nothing to hold.
