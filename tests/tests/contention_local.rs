@@ -1,7 +1,9 @@
 //! Contention on the local stack: real DynamoDB cancels a transaction that
-//! meets another on one of its items (`TransactionConflict`), which moto
-//! never does. A fault proxy between the stack and moto cancels 60 % of
-//! every `TransactWriteItems` call that way. Every operation is still
+//! meets another on one of its items (`TransactionConflict`), and refuses a
+//! plain write to an item a transaction holds
+//! (`TransactionConflictException`), which moto never does. A fault proxy
+//! between the stack and moto cancels 60 % of every `TransactWriteItems`
+//! call that way (or refuses plain writes, and browns out). Every operation is still
 //! delivered once, with one POST each, no case, and no job id handed to the
 //! recovery channel: contention is retried, not escalated. A table that
 //! turns busy as Genace answers has the job id saved once it is quiet
@@ -87,11 +89,26 @@ async fn delivered(http: &reqwest::Client, api: &str, operations: &[(String, Str
     views
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_conflict_is_retried_never_an_incident_or_a_case() {
+/// What a burst through the fault proxy left: each operation's view once
+/// delivered, Genace's POSTs, the proxy and the stack's config.
+struct Burst {
+    views: Vec<Value>,
+    posts: usize,
+    proxy: FaultProxy,
+    config: genace_stages::config::Config,
+    /// The answers to an operator's `PUT /v1/capacity`, made mid-burst.
+    limit_set: Vec<u16>,
+}
+
+/// [`TENANTS`] × [`PER_TENANT`] images through the stack, its table behind
+/// a fault proxy cancelling `conflict_percent` of the transactions, and
+/// `during` run on the proxy as the burst begins (it returns to quiet
+/// after `quiet_after`); mid-burst, an operator sets the account's limit
+/// four times, to 4 last.
+async fn burst(conflict_percent: u64, during: impl FnOnce(&FaultProxy), quiet_after: Duration) -> Burst {
     let env = LocalAws::fresh().await;
     let upstream = std::env::var("AWS_ENDPOINT_URL").unwrap();
-    let proxy = FaultProxy::start(&upstream, 60).await.unwrap();
+    let proxy = FaultProxy::start(&upstream, conflict_percent).await.unwrap();
     // Without the environment's service config, whose AWS_ENDPOINT_URL
     // would win over the endpoint set here.
     let mut sdk = env.sdk.to_builder().endpoint_url(proxy.url.clone());
@@ -111,6 +128,7 @@ async fn a_conflict_is_retried_never_an_incident_or_a_case() {
     let running = runner::start(&sdk, config.clone(), gconf, settings).await.unwrap();
     let http = reqwest::Client::new();
     let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    during(&proxy);
     let mut operations = Vec::new();
     for t in 0..TENANTS {
         let tenant = format!("busy-{t}-{run}");
@@ -129,12 +147,23 @@ async fn a_conflict_is_retried_never_an_incident_or_a_case() {
             operations.push((user.clone(), created["operation_id"].as_str().unwrap().to_owned()));
         }
     }
+    // Mid-burst, with claims and ends writing the account item.
+    let operator = devauth::issue_operator("ops@example.com", "tenant_id", None, 600).unwrap();
+    let mut limit_set = Vec::new();
+    for limit in [3, 4, 3, 4] {
+        let put = http
+            .put(format!("{api}/v1/capacity"))
+            .bearer_auth(&operator)
+            .json(&json!({"max_in_flight": limit}))
+            .send()
+            .await
+            .unwrap();
+        limit_set.push(put.status().as_u16());
+    }
+    tokio::time::sleep(quiet_after).await;
+    proxy.set_delay(Duration::ZERO);
     let views = delivered(&http, &api, &operations).await;
     running.shutdown().await;
-    for op in &views {
-        assert_eq!(op["phase"], "rendered", "{op}");
-        assert!(op["reconciliation_case"].is_null(), "a conflict became a case: {op}");
-    }
     let posts = genace
         .received_requests()
         .await
@@ -142,20 +171,64 @@ async fn a_conflict_is_retried_never_an_incident_or_a_case() {
         .iter()
         .filter(|r| r.method == wiremock::http::Method::POST)
         .count();
-    assert_eq!(posts, TENANTS * PER_TENANT, "one POST per operation");
-    assert!(
-        proxy.cancelled() > 10,
-        "the proxy cancelled only {} transactions",
-        proxy.cancelled()
-    );
+    Burst {
+        views,
+        posts,
+        proxy,
+        config,
+        limit_set,
+    }
+}
+
+/// Every operation of `burst` delivered once: rendered, no case, one POST
+/// each, and no job id handed to the recovery channel.
+fn delivered_once_each(burst: &Burst) {
+    for op in &burst.views {
+        assert_eq!(op["phase"], "rendered", "{op}");
+        assert!(op["reconciliation_case"].is_null(), "a conflict became a case: {op}");
+    }
+    assert_eq!(burst.posts, TENANTS * PER_TENANT, "one POST per operation");
     assert_eq!(
-        proxy.sends_to(&config.queues.recovery),
+        burst.proxy.sends_to(&burst.config.queues.recovery),
         0,
         "a job id went to the recovery channel: contention became an incident"
     );
     assert!(
-        proxy.sends_to(&config.queues.poll) > 0,
+        burst.proxy.sends_to(&burst.config.queues.poll) > 0,
         "the proxy saw the stack's queue traffic"
+    );
+    assert_eq!(burst.limit_set, [200; 4], "every operator's limit was saved");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_conflict_is_retried_never_an_incident_or_a_case() {
+    let burst = burst(60, |_| {}, Duration::ZERO).await;
+    delivered_once_each(&burst);
+    assert!(
+        burst.proxy.cancelled() > 10,
+        "the proxy cancelled only {} transactions",
+        burst.proxy.cancelled()
+    );
+}
+
+/// Plain writes refused as DynamoDB refuses a write to an item a
+/// transaction holds (every one while a transaction holds it, and half of
+/// those to items transactions write), transactions cancelled at 30 %,
+/// and a brownout (every answer 250 ms late) for the burst's first 3 s:
+/// every operation is still delivered once, and an operator's limit set as
+/// the burst begins is saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refused_plain_writes_and_a_brownout_lose_nothing() {
+    let brownout = |proxy: &FaultProxy| {
+        proxy.set_plain_conflict_percent(50);
+        proxy.set_delay(Duration::from_millis(250));
+    };
+    let burst = burst(30, brownout, Duration::from_secs(3)).await;
+    delivered_once_each(&burst);
+    assert!(
+        burst.proxy.plain_refused() > 10,
+        "the proxy refused only {} plain writes",
+        burst.proxy.plain_refused()
     );
 }
 
