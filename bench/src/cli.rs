@@ -57,6 +57,10 @@ pub struct LatencyArgs {
     /// What each request takes in virtual time.
     #[arg(long, value_name = "MS", default_value_t = 5, value_parser = clap::value_parser!(i64).range(0..=10_000))]
     pub latency_ms: i64,
+    /// Jobs of 30 minutes run beside, in a 429 storm on status reads (60 %
+    /// answered 429 with Retry-After: 600); 0 skips them.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub storm_jobs: usize,
 }
 
 #[derive(Args, Clone)]

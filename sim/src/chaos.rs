@@ -53,6 +53,9 @@ pub(crate) struct ChaosState {
     pub(crate) calm: bool,
     /// The latency model: each request moves this clock on by this much.
     pub(crate) latency: Option<(genace_stages::memory::ManualClock, chrono::Duration)>,
+    /// A 429 storm on status reads: this share of GETs (percent) answered
+    /// 429 with a Retry-After of this many seconds, calm or not.
+    pub(crate) status_storm: Option<(u64, u32)>,
     /// Requests made, as DynamoDB, SQS, S3 and Genace would count them.
     pub(crate) requests: u64,
     /// Wake-ups that read the waiting set, and the requests they made.
@@ -87,6 +90,7 @@ impl Chaos {
             plants_429s: true,
             calm: false,
             latency: None,
+            status_storm: None,
             requests: 0,
             wake_ups: 0,
             wake_requests: 0,
@@ -565,6 +569,16 @@ impl Genace for Chaotic<MemoryGenace> {
             }
         }
         slow(&self.chaos).await;
+        let storm = self.chaos.lock().status_storm;
+        if let Some((percent, retry_after)) = storm
+            && self.chaos.below(100) < percent
+        {
+            let header = retry_after.to_string();
+            return port(&self.chaos, async move {
+                genace_core::remote::classify_status_with(429, Some(&header), "", chrono::Utc::now())
+            })
+            .await;
+        }
         match self.chaos.below(100) {
             _ if self.chaos.is_calm() => port(&self.chaos, self.inner.status(job_id)).await,
             0..=4 => port(&self.chaos, async { classify_status(500, "busy") }).await,

@@ -515,3 +515,34 @@ fn the_looks_at_a_job_stay_within_their_bound() {
     let violation = unbounded.violation.unwrap_or_default();
     assert!(violation.contains("over the bound"), "{violation:?}");
 }
+
+/// Genace's status reads in a 429 storm with a long Retry-After, on renders
+/// of 30 minutes that leave every plan: every job's GETs are the looks of
+/// the one chain that saw its end, within the look bound, and everything is
+/// delivered. The look that left the sweep's deadline behind, planted
+/// again, starts a second chain, and the run finds it.
+#[test]
+fn a_429_storm_on_long_renders_keeps_one_chain_of_looks() {
+    use genace_dst::{LatencyOptions, latency};
+    let storm = LatencyOptions {
+        medians: vec![1800.0],
+        spread: 0.2,
+        warmup: 0,
+        jobs: 4,
+        status_storm: Some((60, 600)),
+        ..LatencyOptions::default()
+    };
+    let figures = latency(&storm);
+    assert_eq!(figures.violation, None);
+    assert_eq!((figures.delivered, figures.cases), (figures.jobs, 0), "{figures:?}");
+    println!(
+        "30-minute renders in a 429 storm: {:.1} GETs a job, lag p50 {:.0} s",
+        figures.gets_per_job(),
+        figures.lag_quantile(0.5)
+    );
+    genace_core::planted::set(planted::DEADLINE_UNMOVED);
+    let unmoved = latency(&storm);
+    genace_core::planted::set(0);
+    let violation = unmoved.violation.unwrap_or_default();
+    assert!(violation.contains("looks in the chain"), "{violation:?}");
+}

@@ -31,6 +31,9 @@ pub struct LatencyOptions {
     pub configured: bool,
     /// How long each request takes.
     pub latency_ms: i64,
+    /// A 429 storm on status reads: this share of GETs (percent) answered
+    /// 429 with a Retry-After of this many seconds.
+    pub status_storm: Option<(u64, u32)>,
     pub seed: u64,
 }
 
@@ -44,6 +47,7 @@ impl Default for LatencyOptions {
             slots: 10,
             configured: true,
             latency_ms: 5,
+            status_storm: None,
             seed: 1,
         }
     }
@@ -140,6 +144,7 @@ pub fn latency(opts: &LatencyOptions) -> LatencyFigures {
         ..Options::default()
     };
     let (mut world, runtime) = super::burst::calm_world(opts.seed, &world_opts, Some(opts.latency_ms));
+    world.chaos.lock().status_storm = opts.status_storm;
     let _context = runtime.enter();
     let mut rng = Rng::new(opts.seed);
     let mut took = BTreeMap::new();
