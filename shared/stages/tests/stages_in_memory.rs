@@ -2263,17 +2263,38 @@ async fn a_job_id_reaches_the_recovery_queue_before_the_invocation_ends_in_a_bro
     );
 }
 
-/// A claim made with too little of the invocation left for a POST (its
-/// longest), a try at saving the answer and the recovery reserve is
-/// released unPOSTed, with nothing counted against the operation, and the
-/// operation is sent to dispatch again: no POST is begun that the stop
-/// could cut in half.
+/// With too little of the invocation left for a claim, a POST (its
+/// longest), a try at saving the answer and the recovery reserve, nothing
+/// is claimed, and the operation is sent to dispatch again; when the claim
+/// itself took the time, it is released unPOSTed, with nothing counted
+/// against the operation. No POST is begun that the stop could cut in half.
 #[tokio::test]
-async fn a_claim_without_time_for_its_post_is_released_unposted() {
+async fn a_dispatch_without_time_for_its_post_claims_nothing_or_releases_it() {
     use genace_stages::ports::deadline;
     let app = app();
+    let dispatched_again = |app: &MemoryApp, id: &OperationId| {
+        app.queue
+            .messages()
+            .iter()
+            .filter(|m| m.queue == Queue::Dispatch && m.body.contains(id.as_str()))
+            .count()
+    };
+    // 30 s left: not claimed at all.
     let id = submit(&app, "late", None).await;
+    let before = record(&app, &id).await;
+    let queued = dispatched_again(&app, &id);
     let deadline_at = app.clock.now() + Duration::seconds(30);
+    let dispatched = deadline::until(Some(deadline_at), app.dispatcher().dispatch(&id))
+        .await
+        .unwrap();
+    assert_eq!(dispatched, Dispatched::Released);
+    assert_eq!(record(&app, &id).await.version, before.version, "nothing claimed");
+    assert_eq!(dispatched_again(&app, &id), queued + 1);
+    // 55 s left, but the claim takes 12 s: claimed, then released.
+    let deadline_at = app.clock.now() + Duration::seconds(55);
+    let clock = app.clock.clone();
+    app.store
+        .before_next_apply(move |_| clock.advance(Duration::seconds(12)));
     let dispatched = deadline::until(Some(deadline_at), app.dispatcher().dispatch(&id))
         .await
         .unwrap();
@@ -2281,16 +2302,12 @@ async fn a_claim_without_time_for_its_post_is_released_unposted() {
     assert!(app.genace.posts().is_empty(), "never POSTed");
     let rec = record(&app, &id).await;
     assert_eq!(rec.phase, Phase::Prepared);
+    assert_eq!(rec.version, before.version + 2, "claimed, then released");
     assert_eq!(rec.rate_limited_count, 0, "nothing counted");
     assert!(rec.case.is_none());
     let ledger = app.store.ledger(&TenantId::parse("tenant-a").unwrap()).await.unwrap();
     assert_eq!(ledger.totals.in_flight, 0, "the slot given back");
-    assert!(
-        app.queue
-            .messages()
-            .iter()
-            .any(|m| m.queue == Queue::Dispatch && m.body.contains(id.as_str()))
-    );
+    assert_eq!(dispatched_again(&app, &id), queued + 2);
     // With time enough, the next dispatch POSTs once.
     assert_eq!(
         app.dispatcher().dispatch(&id).await.unwrap(),
@@ -2351,4 +2368,26 @@ async fn a_slot_freed_while_a_wait_is_written_wakes_the_waiter_though_the_index_
     let woken = woken(&app);
     assert_eq!(woken.len(), 1, "{woken:?}");
     assert!(woken[0].contains(waiter.as_str()), "the waiter is woken by its id");
+}
+
+/// An operation refused at its tenant's own limit of jobs in flight waits
+/// for one of its tenant's jobs to end, not for an account slot: however
+/// many account slots are free, the look after its wait does not wake it
+/// (it would only be refused again, over and over).
+#[tokio::test]
+async fn a_wait_at_the_tenants_own_limit_is_not_woken_by_free_account_slots() {
+    let app = app();
+    let tenant = TenantId::parse("tenant-a").unwrap();
+    app.store.set_max_in_flight(&tenant, Some(1)).await.unwrap();
+    let running = submit(&app, "running", None).await;
+    let waiting = submit(&app, "waiting", None).await;
+    app.dispatcher().dispatch(&running).await.unwrap();
+    assert_eq!(
+        app.dispatcher().dispatch(&waiting).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    assert!(
+        !woken(&app).iter().any(|m| m.contains(waiting.as_str())),
+        "woken though its tenant is at its own limit"
+    );
 }

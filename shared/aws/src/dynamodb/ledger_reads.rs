@@ -156,7 +156,8 @@ impl DynamoStore {
     }
 
     /// Takes a drained tenant out of the waiting set, unless an operation
-    /// of its started waiting meanwhile.
+    /// of its started waiting meanwhile. One try, not retried on
+    /// contention: the caller treats it as best effort.
     async fn leave_waiting_set(&self, tenant: &str) -> Result<(), StoreError> {
         let out = self
             .client
@@ -165,10 +166,11 @@ impl DynamoStore {
             .key("pk", AttributeValue::S(ledger_key(tenant)))
             .update_expression("REMOVE wait_pk, wait_sk")
             .condition_expression("attribute_exists(pk) AND (attribute_not_exists(waiting) OR waiting <= :zero)")
-            .expression_attribute_values(":zero", AttributeValue::N("0".into()));
-        self.plain_write(|| async { conditionally_applied(out.clone().send().await) })
-            .await
-            .map(|_| ())
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .send()
+            .await;
+        // One try: it is best effort, and a wake-up must not wait on it.
+        conditionally_applied(out).map(|_| ())
     }
 
     /// See `TenantLedgers::send_to_back`: each tenant's place in the

@@ -57,10 +57,15 @@ impl IndexLag {
 
     /// A record was written with waiting-order key `key`.
     pub(super) fn record_written(&mut self, pk: &str, key: Option<String>) {
-        let at = self.now() + self.draw();
+        let now = self.now();
+        let at = now + self.draw();
         let writes = self.order.entry(pk.to_owned()).or_default();
         let at = writes.last().map_or(at, |(last, _)| at.max(*last));
         writes.push((at, key));
+        // What arrived before the latest arrival is never read again.
+        if let Some(arrived) = writes.iter().rposition(|(at, _)| *at <= now) {
+            writes.drain(..arrived);
+        }
     }
 
     /// The record's key as the index shows it now: `current` when no write

@@ -84,7 +84,9 @@ pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
         }
         let woken = wake_from(store, queue, &account, &mut None).await?;
         if woken < room {
-            queue.enqueue(Queue::Wake, waited, 0).await.map_err(|e| e.to_string())?;
+            // A second later, not at once: whatever refuses it again (a
+            // rival's claim took the slot) never spins.
+            queue.enqueue(Queue::Wake, waited, 1).await.map_err(|e| e.to_string())?;
         }
         Ok(())
     };

@@ -51,8 +51,9 @@ pub enum Dispatched {
     Posted(PostResult),
     /// Its dispatch deadline passed before any claim: cancelled, no POST.
     Expired,
-    /// Claimed, but too little of the invocation was left for the POST and
-    /// the save of its answer: released unPOSTed and sent to dispatch again.
+    /// Too little of the invocation was left for a claim, the POST and the
+    /// save of its answer: not claimed (or, when the claim itself took the
+    /// time, released unPOSTed), and sent to dispatch again.
     Released,
 }
 
@@ -101,7 +102,11 @@ pub struct Dispatcher<P: Ports> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Room {
     Credits,
+    /// A slot of the Genace account.
     Capacity,
+    /// A slot under the tenant's own limit of jobs in flight: it waits for
+    /// capacity too, but a free slot of the account is not what it lacks.
+    TenantSlot,
 }
 
 /// Bounds applied to a 429's Retry-After.
@@ -176,6 +181,17 @@ where
             warn!(operation_id = %id, "dispatch message for a missing operation");
             return Ok(Dispatched::Missing);
         };
+        // Too little of the invocation left to claim, POST and save: a
+        // fresh invocation takes it, and nothing is claimed for nothing.
+        let claim_time = Duration::from_secs(WRITE_SECONDS.unsigned_abs());
+        if rec.phase == Phase::Prepared
+            && crate::ports::deadline::left(now).is_some_and(|left| left < self.post_time() + claim_time)
+        {
+            warn!(operation_id = %id, "too little time left to claim and POST; sent to dispatch again");
+            self.metrics.count("ClaimsUnused", &[]);
+            self.queue.enqueue(Queue::Dispatch, id, 1).await?;
+            return Ok(Dispatched::Released);
+        }
         let token = uuid::Uuid::new_v4().to_string();
         let shard = self.claim_shard(&rec).await;
         // One decision, re-made on the current record when the write loses a race.
@@ -228,9 +244,8 @@ where
                 }
             },
             Err(CommitError::Store(StoreError::SpendLimit)) => self.wait(id, now, Room::Credits).await,
-            Err(CommitError::Store(StoreError::AccountFull | StoreError::TenantFull)) => {
-                self.wait(id, now, Room::Capacity).await
-            }
+            Err(CommitError::Store(StoreError::AccountFull)) => self.wait(id, now, Room::Capacity).await,
+            Err(CommitError::Store(StoreError::TenantFull)) => self.wait(id, now, Room::TenantSlot).await,
             Err(CommitError::Store(e)) => Err(e.into()),
         }
     }
@@ -339,7 +354,7 @@ where
         };
         let event = match room {
             Room::Credits => Event::SpendLimitReached,
-            Room::Capacity => Event::CapacityReached,
+            Room::Capacity | Room::TenantSlot => Event::CapacityReached,
         };
         match commit(&self.store, rec, write_attempts(), |r| {
             machine::transition(r, event, now, &policy)
@@ -359,8 +374,14 @@ where
                 self.metrics.count("CapacityWait", &[]);
                 // A slot freed between the refusal and this write woke
                 // nobody: look once more, now that the wait is on record
-                // (by its id too: the indexes may not show it yet).
-                crate::pipeline::wake::wake_after_wait(&self.store, &self.queue, id).await;
+                // (by its id too, when an account slot is what it lacks:
+                // the indexes may not show it yet; one at its tenant's own
+                // limit would only be refused again).
+                if room == Room::Capacity {
+                    crate::pipeline::wake::wake_after_wait(&self.store, &self.queue, id).await;
+                } else {
+                    crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+                }
                 Ok(Dispatched::WaitingForCapacity)
             }
             // Claimed or moved on meanwhile: nothing to hold.
@@ -425,6 +446,12 @@ where
         }
     }
 
+    /// What a POST needs of the invocation: the POST at its longest, one
+    /// try of saving its answer, and the recovery channel's reserve.
+    fn post_time(&self) -> Duration {
+        self.genace.longest_submit() + Duration::from_secs(JOB_SAVE_TRY_SECONDS) + RECOVERY_RESERVE
+    }
+
     /// With too little of the invocation left for the POST (its longest),
     /// one try of saving its answer and the recovery channel's reserve, the
     /// claim is released unPOSTed and the operation sent to dispatch again
@@ -439,8 +466,7 @@ where
         let Some(left) = crate::ports::deadline::left(now) else {
             return Ok(None);
         };
-        let needed = self.genace.longest_submit() + Duration::from_secs(JOB_SAVE_TRY_SECONDS) + RECOVERY_RESERVE;
-        if left >= needed {
+        if left >= self.post_time() {
             return Ok(None);
         }
         let id = &claimed.operation_id;
@@ -480,17 +506,22 @@ where
         posted: &Posted<'_>,
         event: Event<'_>,
     ) -> Result<OperationRecord, CommitError> {
-        self.record_freeing_until(posted, event, None).await
+        let (rec, freed) = self.commit_freeing_until(posted, event, None).await?;
+        if freed {
+            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+        }
+        Ok(rec)
     }
 
-    /// [`Self::record_freeing`], trying a failed write again only while
-    /// one more can end by `until`.
-    pub(super) async fn record_freeing_until(
+    /// The commit of [`Self::record_freeing`], trying a failed write again
+    /// only while one more can end by `until`, and whether it freed room
+    /// (the caller wakes the next waiting operations then).
+    pub(super) async fn commit_freeing_until(
         &self,
         posted: &Posted<'_>,
         event: Event<'_>,
         until: Option<chrono::DateTime<chrono::Utc>>,
-    ) -> Result<OperationRecord, CommitError> {
+    ) -> Result<(OperationRecord, bool), CommitError> {
         let policy = self.config.policy;
         let write = chrono::Duration::seconds(WRITE_SECONDS);
         let time_left = || until.is_none_or(|u| self.clock.now() + write <= u);
@@ -499,18 +530,8 @@ where
             let freed = genace_core::ledger::frees_room(r, &next);
             Ok((next, freed))
         };
-        let (rec, freed) = crate::ports::commit::commit_while(
-            &self.store,
-            posted.claimed.clone(),
-            write_attempts(),
-            decide,
-            time_left,
-        )
-        .await?;
-        if freed {
-            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
-        }
-        Ok(rec)
+        crate::ports::commit::commit_while(&self.store, posted.claimed.clone(), write_attempts(), decide, time_left)
+            .await
     }
 
     /// Genace refused our account: hold the operation with a case, and look

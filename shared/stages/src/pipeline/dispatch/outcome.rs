@@ -54,7 +54,7 @@ where
                 // it had not saved by then goes to the recovery channel.
                 Some(_) => {
                     let left = (until - self.clock.now()).to_std().unwrap_or_default();
-                    tokio::time::timeout(left, self.record_freeing_until(posted, event, Some(until)))
+                    tokio::time::timeout(left, self.commit_freeing_until(posted, event, Some(until)))
                         .await
                         .unwrap_or_else(|_| {
                             Err(CommitError::Store(StoreError::Service(
@@ -62,9 +62,16 @@ where
                             )))
                         })
                 }
-                None => self.record_freeing_until(posted, event, Some(until)).await,
+                None => self.commit_freeing_until(posted, event, Some(until)).await,
             };
             match tried {
+                // Saved: the wake-up it owes comes after, outside the bound.
+                Ok((rec, freed)) => {
+                    if freed {
+                        crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+                    }
+                    return Ok(rec);
+                }
                 Err(CommitError::Store(e @ StoreError::Contention))
                     if self.clock.now() + chrono::Duration::from_std(pause).unwrap_or_default() <= last_start =>
                 {
@@ -73,7 +80,7 @@ where
                     self.clock.pause(pause).await;
                     pause = (pause * 2).min(JOB_SAVE_PAUSE_MAX);
                 }
-                other => return other,
+                Err(e) => return Err(e),
             }
         }
     }
