@@ -263,3 +263,25 @@ impl Contention {
         })
     }
 }
+
+/// The record's item, as the write meter names it.
+pub(super) fn record_item(rec: &genace_core::record::OperationRecord) -> String {
+    format!("record/{}", rec.pk)
+}
+
+/// The items a write of `next` over `prev` touches when it is a
+/// transaction (it moves the tenant's counters): the record, the tenant's
+/// ledger and, when it moves slots or waiters, the account's shards it
+/// moves. None for a plain write.
+pub(super) fn transaction_items(
+    prev: &genace_core::record::OperationRecord,
+    next: &genace_core::record::OperationRecord,
+) -> Option<Vec<String>> {
+    genace_core::shard::moves_counters(prev, next)
+        .ok()
+        .filter(|moves| *moves)?;
+    let mut items = vec![record_item(prev), format!("ledger/{}", prev.tenant_id.as_str())];
+    let moves = genace_core::shard::account_moves(prev, next).unwrap_or_default();
+    items.extend(moves.iter().map(|m| shard_item(m.shard)));
+    Some(items)
+}

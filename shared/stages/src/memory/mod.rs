@@ -28,6 +28,7 @@ mod queue;
 mod render_times;
 mod store;
 mod webhooks;
+mod writes;
 
 pub use clock::*;
 pub use contention::{ACCOUNT_ITEM, ITEM_WRITE_UNITS_PER_SECOND, TRANSACTION_UNITS_PER_ITEM, WriteReport};

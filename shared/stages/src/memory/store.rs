@@ -9,10 +9,10 @@ use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
 
 use super::clock::ManualClock;
-use super::contention::{Contention, TRANSACTION_UNITS_PER_ITEM, WriteReport};
+use super::contention::{Contention, TRANSACTION_UNITS_PER_ITEM, WriteReport, transaction_items};
 use crate::ports::table::{
-    Applied, CONFLICT_TRIES, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, OperationRecords,
-    StoreError, case_age_key, case_sort_key, case_tenant_prefix, count_cases,
+    Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, OperationRecords, StoreError,
+    case_age_key, case_sort_key, case_tenant_prefix, count_cases,
 };
 
 /// The operation table, in memory. Clones share the same table.
@@ -183,89 +183,6 @@ impl MemoryStore {
         self.lock().contention.contended
     }
 
-    /// A write of the record alone: refused while a transaction holds the
-    /// record, tried again as the store tries a transaction, and charged
-    /// one write unit when written.
-    /// A plain write to `items` (`write`, on the tables), refused while an
-    /// open transaction holds one of them, as DynamoDB refuses it with
-    /// `TransactionConflictException`, and tried again as the DynamoDB
-    /// store does: [`CONFLICT_TRIES`] tries, yielding between them, then
-    /// [`StoreError::Contention`].
-    pub(super) async fn plain_write<T>(
-        &self,
-        items: &[String],
-        mut write: impl FnMut(&mut Tables) -> T,
-    ) -> Result<T, StoreError> {
-        for attempt in 1..=CONFLICT_TRIES {
-            {
-                let mut table = self.lock();
-                if !table.contention.refuses_plain_write(items) {
-                    return Ok(write(&mut table));
-                }
-            }
-            if attempt < CONFLICT_TRIES {
-                Step::default().await;
-            }
-        }
-        self.lock().contention.contended += 1;
-        Err(StoreError::Contention)
-    }
-
-    async fn write_plainly(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
-        let item = [record_item(prev)];
-        for attempt in 1..=CONFLICT_TRIES {
-            if self.lock().contention.refuses_plain_write(&item) {
-                if attempt < CONFLICT_TRIES {
-                    Step::default().await;
-                }
-                continue;
-            }
-            let applied = self.apply_now(prev, next);
-            if matches!(applied, Ok(Applied::Written)) {
-                self.lock().contention.written(&item, 1, false);
-            }
-            return applied;
-        }
-        self.lock().contention.contended += 1;
-        Err(StoreError::Contention)
-    }
-
-    /// A transaction's tries: each may be cancelled (a conflict, drawn or
-    /// met, or an item past its budget); one that is not stays open for a
-    /// step when transactions meet, then is written. Every try cancelled:
-    /// [`StoreError::Contention`].
-    async fn transact(
-        &self,
-        items: &[String],
-        prev: &OperationRecord,
-        next: &OperationRecord,
-    ) -> Result<Applied, StoreError> {
-        for attempt in 1..=CONFLICT_TRIES {
-            let begun = self.lock().contention.begin(items);
-            let Ok(open) = begun else {
-                if attempt < CONFLICT_TRIES {
-                    Step::default().await;
-                }
-                continue;
-            };
-            let open = Open { store: self, open };
-            if self.lock().contention.is_meeting() {
-                Step::default().await;
-            }
-            drop(open);
-            let applied = self.apply_now(prev, next);
-            let admits = matches!(applied, Ok(Applied::Written))
-                && ledger::reserves(prev, next)
-                && ledger::share(next).in_flight > ledger::share(prev).in_flight;
-            self.lock()
-                .contention
-                .written(items, TRANSACTION_UNITS_PER_ITEM, admits);
-            return applied;
-        }
-        self.lock().contention.contended += 1;
-        Err(StoreError::Contention)
-    }
-
     /// Sets a tenant's spend limit (a simulation's starting state).
     pub fn set_spend_limit_now(&self, tenant: &str, limit: Option<Millicredits>) {
         self.lock()
@@ -296,55 +213,6 @@ impl MemoryStore {
         // A test that panicked while holding the lock leaves a usable table.
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-/// A transaction open until dropped: a handler stopped while it was open
-/// (a crash, a timeout) leaves nothing open behind.
-struct Open<'a> {
-    store: &'a MemoryStore,
-    open: u64,
-}
-
-impl Drop for Open<'_> {
-    fn drop(&mut self) {
-        self.store.lock().contention.close(self.open);
-    }
-}
-
-/// Pending once, and ready when polled again: a point where another
-/// handler may run.
-#[derive(Default)]
-struct Step(bool);
-
-impl std::future::Future for Step {
-    type Output = ();
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        if self.0 {
-            return std::task::Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    }
-}
-
-/// The record's item, as the write meter names it.
-fn record_item(rec: &OperationRecord) -> String {
-    format!("record/{}", rec.pk)
-}
-
-/// The items a write of `next` over `prev` touches when it is a
-/// transaction (it moves the tenant's counters): the record, the tenant's
-/// ledger and, when it moves slots or waiters, the account's shards it
-/// moves. None for a plain write.
-fn transaction_items(prev: &OperationRecord, next: &OperationRecord) -> Option<Vec<String>> {
-    genace_core::shard::moves_counters(prev, next)
-        .ok()
-        .filter(|moves| *moves)?;
-    let mut items = vec![record_item(prev), format!("ledger/{}", prev.tenant_id.as_str())];
-    let moves = genace_core::shard::account_moves(prev, next).unwrap_or_default();
-    items.extend(moves.iter().map(|m| super::contention::shard_item(m.shard)));
-    Some(items)
 }
 
 fn case_key(rec: &OperationRecord) -> Option<String> {

@@ -23,6 +23,7 @@ use genace_core::messages::WorkMessage;
 use genace_core::record::{CancelReason, Fault, OperationRecord, Phase, RemoteError};
 use genace_core::remote::{self as genace, SubmitOutcome};
 
+mod deadline;
 mod outcome;
 
 /// What one dispatch message led to. The message is acknowledged in every case.
@@ -181,16 +182,8 @@ where
             warn!(operation_id = %id, "dispatch message for a missing operation");
             return Ok(Dispatched::Missing);
         };
-        // Too little of the invocation left to claim, POST and save: a
-        // fresh invocation takes it, and nothing is claimed for nothing.
-        let claim_time = Duration::from_secs(WRITE_SECONDS.unsigned_abs());
-        if rec.phase == Phase::Prepared
-            && crate::ports::deadline::left(now).is_some_and(|left| left < self.post_time() + claim_time)
-        {
-            warn!(operation_id = %id, "too little time left to claim and POST; sent to dispatch again");
-            self.metrics.count("ClaimsUnused", &[]);
-            self.queue.enqueue(Queue::Dispatch, id, 1).await?;
-            return Ok(Dispatched::Released);
+        if let Some(later) = self.too_late_to_claim(&rec, now).await? {
+            return Ok(later);
         }
         let token = uuid::Uuid::new_v4().to_string();
         let shard = self.claim_shard(&rec).await;
@@ -444,48 +437,6 @@ where
                 Ok(PostResult::Uncertain)
             }
         }
-    }
-
-    /// What a POST needs of the invocation: the POST at its longest, one
-    /// try of saving its answer, and the recovery channel's reserve.
-    fn post_time(&self) -> Duration {
-        self.genace.longest_submit() + Duration::from_secs(JOB_SAVE_TRY_SECONDS) + RECOVERY_RESERVE
-    }
-
-    /// With too little of the invocation left for the POST (its longest),
-    /// one try of saving its answer and the recovery channel's reserve, the
-    /// claim is released unPOSTed and the operation sent to dispatch again
-    /// (`ClaimsUnused`): a POST must never be cut in half by the stop, with
-    /// the job id it names known only to a log.
-    async fn release_if_too_late(
-        &self,
-        claimed: &OperationRecord,
-        token: &str,
-    ) -> Result<Option<Dispatched>, StageError> {
-        let now = self.clock.now();
-        let Some(left) = crate::ports::deadline::left(now) else {
-            return Ok(None);
-        };
-        if left >= self.post_time() {
-            return Ok(None);
-        }
-        let id = &claimed.operation_id;
-        warn!(operation_id = %id, left_ms = left.as_millis() as u64, "too little time left to POST and save; the claim is released");
-        let policy = self.config.policy;
-        let event = Event::ClaimUnused { token, retry_at: now };
-        let (_, freed) = commit_with(&self.store, claimed.clone(), write_attempts(), |r| {
-            let next = machine::transition(r, event, now, &policy)?;
-            let freed = genace_core::ledger::frees_room(r, &next);
-            Ok((next, freed))
-        })
-        .await
-        .map_err(commit_failure)?;
-        self.metrics.count("ClaimsUnused", &[]);
-        self.queue.enqueue(Queue::Dispatch, id, 1).await?;
-        if freed {
-            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
-        }
-        Ok(Some(Dispatched::Released))
     }
 
     /// Writes `event` over the claimed record, as of when the answer came.
