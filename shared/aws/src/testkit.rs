@@ -86,10 +86,7 @@ impl Intercept for TransactionConflicts {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        let operation = cfg
-            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
-            .map(|m| m.name().to_owned());
-        if operation.as_deref() != Some(self.operation) {
+        if !is_operation(cfg, self.operation) {
             return Ok(());
         }
         let take = self
@@ -188,10 +185,7 @@ impl Intercept for RivalWrite {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        let operation = cfg
-            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
-            .map(|m| m.name().to_owned());
-        if operation.as_deref() != Some(self.operation) {
+        if !is_operation(cfg, self.operation) {
             return Ok(());
         }
         let Some(rival) = self.rival.lock().unwrap_or_else(|p| p.into_inner()).take() else {
@@ -207,6 +201,13 @@ impl Intercept for RivalWrite {
         .join()
         .map_err(|_| "the rival write panicked".into())
     }
+}
+
+/// Whether the request `cfg` belongs to is of the DynamoDB operation named
+/// `operation` (for example `UpdateItem`).
+fn is_operation(cfg: &ConfigBag, operation: &str) -> bool {
+    cfg.load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+        .is_some_and(|m| m.name() == operation)
 }
 
 /// Marks a request [`TransactionConflicts`] refused.

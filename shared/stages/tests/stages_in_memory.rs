@@ -1571,21 +1571,13 @@ async fn wake_ups_after_the_first_outcome(
             .count()
     };
     let before = wakes(second);
-    let mut dispatcher = genace_stages::pipeline::dispatch::Dispatcher::<
-        genace_stages::ports::Parts<_, _, genace_stages::memory::MemoryObjects, _, genace_stages::ports::Unused, _>,
-    > {
-        store: app.store.clone(),
-        queue: app.queue.clone(),
-        genace: RivalDuringPost {
-            genace: app.genace.clone(),
-            rival: app.dispatcher(),
-            rival_id: second.clone(),
-            waits: waits.clone(),
-        },
-        config: app.config.clone(),
-        clock: app.clock.clone(),
-        metrics: app.metrics.clone(),
+    let rival = RivalDuringPost {
+        genace: app.genace.clone(),
+        rival: app.dispatcher(),
+        rival_id: second.clone(),
+        waits: waits.clone(),
     };
+    let mut dispatcher = dispatcher_with(app, rival);
     dispatcher.config.fault_injection = true;
     dispatcher.dispatch(first).await.unwrap();
     assert!(record(app, second).await.waits_in_order().is_some(), "the rival waits");

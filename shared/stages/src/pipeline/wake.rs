@@ -51,12 +51,7 @@ pub async fn wake_if_room<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q)
 /// Wakes as many waiting operations as the account has free slots (at most
 /// [`MAX_WAKE`]), tenants in turn by fewest jobs in flight. Returns how many.
 pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Result<usize, String> {
-    let mut account = store.account().await.map_err(|e| e.to_string())?;
-    // A raise not saved (the account item busy) is the sweep's to make; the
-    // wake-up goes on under the limit as read.
-    if let Err(e) = raise_if_earned(store, &mut account).await {
-        warn!(error = %e, "the raised account limit was not saved");
-    }
+    let account = account_raised(store).await?;
     let mut tenants = None;
     wake_from(store, queue, &account, &mut tenants).await
 }
@@ -74,10 +69,7 @@ pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
     waited: &genace_core::domain::OperationId,
 ) {
     let looked = async {
-        let mut account = store.account().await.map_err(|e| e.to_string())?;
-        if let Err(e) = raise_if_earned(store, &mut account).await {
-            warn!(error = %e, "the raised account limit was not saved");
-        }
+        let account = account_raised(store).await?;
         let room = room_of(&account).min(MAX_WAKE);
         if room == 0 {
             return Ok::<_, String>(());
@@ -93,6 +85,17 @@ pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
     if let Err(e) = looked.await {
         warn!(error = %e, operation_id = %waited, "the look after a wait failed; the sweep will");
     }
+}
+
+/// The account as a wake-up reads it, its learned limit raised first if
+/// earned. A raise not saved (the account item busy) is the sweep's to
+/// make; the wake-up goes on under the limit as read.
+async fn account_raised<S: OperationStore>(store: &S) -> Result<genace_core::ledger::AccountCapacity, String> {
+    let mut account = store.account().await.map_err(|e| e.to_string())?;
+    if let Err(e) = raise_if_earned(store, &mut account).await {
+        warn!(error = %e, "the raised account limit was not saved");
+    }
+    Ok(account)
 }
 
 /// The slots a wake-up may fill under `account`: its free slots, or one
