@@ -11,10 +11,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+mod ledgers;
+
 use crate::rng::Rng;
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
-use genace_core::ledger::{Millicredits, TenantLedger};
 use genace_core::messages::{Queue, RecoveryMessage};
 use genace_core::record::OperationRecord;
 use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status};
@@ -25,8 +26,7 @@ use genace_stages::ports::genace::Genace;
 use genace_stages::ports::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
 use genace_stages::ports::queue::{QueueError, RecoveryChannel, WorkQueue};
 use genace_stages::ports::table::{
-    Applied, CasePage, Created, DueCursor, DuePage, LedgerPage, OperationRecords, StoreError, TenantLedgers,
-    WebhookEndpoints, WebhookSettings,
+    Applied, CasePage, Created, DueCursor, DuePage, OperationRecords, StoreError, WebhookEndpoints, WebhookSettings,
 };
 
 // ------------------------------------------------------------ crashes
@@ -304,74 +304,6 @@ impl<T: genace_stages::ports::table::RenderTimeLog> genace_stages::ports::table:
     async fn add_render_time(&self, class: &genace_core::render::RenderClass, seconds: f64) -> Result<(), StoreError> {
         self.chaos.request(1);
         self.inner.add_render_time(class, seconds).await
-    }
-}
-
-impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
-    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
-        self.chaos.lock().account_reads += 1;
-        port(&self.chaos, self.inner.account()).await
-    }
-
-    async fn account_shards(&self) -> Result<Vec<genace_core::ledger::AccountCapacity>, StoreError> {
-        self.chaos.lock().account_reads += 1;
-        port(&self.chaos, self.inner.account_shards()).await
-    }
-
-    async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
-        port(&self.chaos, self.inner.ledger(tenant)).await
-    }
-
-    async fn ledgers(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, StoreError> {
-        port(&self.chaos, self.inner.ledgers(limit, cursor)).await
-    }
-
-    async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
-        // DynamoDB reads the waiting set with one query per shard and one
-        // BatchGetItem; a wake-up read the account before it.
-        let shards = u64::from(genace_core::keys::WAITING_SET_SHARDS);
-        self.chaos.request(shards);
-        self.chaos.wake_request(shards + 2);
-        self.chaos.lock().wake_ups += 1;
-        port(&self.chaos, self.inner.waiting_ledgers(limit)).await
-    }
-
-    async fn send_to_back(&self, tenants: &[String]) -> Result<(), StoreError> {
-        port(&self.chaos, self.inner.send_to_back(tenants)).await
-    }
-
-    async fn rejoin_waiting_set(&self, pages: usize) -> Result<usize, StoreError> {
-        port(&self.chaos, self.inner.rejoin_waiting_set(pages)).await
-    }
-
-    async fn set_spend_limit(
-        &self,
-        tenant: &TenantId,
-        limit: Option<Millicredits>,
-    ) -> Result<TenantLedger, StoreError> {
-        port(&self.chaos, self.inner.set_spend_limit(tenant, limit)).await
-    }
-
-    async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
-        port(&self.chaos, self.inner.set_account_limit(limit)).await
-    }
-
-    async fn learn_account_limit(
-        &self,
-        seen: Option<u32>,
-        learned: Option<u32>,
-        raise_every: Option<u32>,
-        at: Option<chrono::DateTime<chrono::Utc>>,
-    ) -> Result<bool, StoreError> {
-        port(
-            &self.chaos,
-            self.inner.learn_account_limit(seen, learned, raise_every, at),
-        )
-        .await
-    }
-
-    async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {
-        port(&self.chaos, self.inner.set_max_in_flight(tenant, limit)).await
     }
 }
 

@@ -548,6 +548,24 @@ impl TenantLedgers for EchoingStore {
         self.0.send_to_back(tenants).await
     }
 
+    async fn park(
+        &self,
+        as_read: &[genace_core::ledger::TenantLedger],
+    ) -> Result<usize, genace_stages::ports::table::StoreError> {
+        self.0.park(as_read).await
+    }
+
+    async fn parked_ledgers(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<genace_core::ledger::TenantLedger>, genace_stages::ports::table::StoreError> {
+        self.0.parked_ledgers(limit).await
+    }
+
+    async fn unpark(&self, tenant: &str) -> Result<bool, genace_stages::ports::table::StoreError> {
+        self.0.unpark(tenant).await
+    }
+
     async fn rejoin_waiting_set(&self, pages: usize) -> Result<usize, genace_stages::ports::table::StoreError> {
         self.0.rejoin_waiting_set(pages).await
     }

@@ -426,3 +426,48 @@ async fn no_claim_admits_past_the_limit_while_the_shard_count_changes() {
     let account = one.account().await.unwrap();
     assert_eq!((account.in_flight, account.set_limit), (10, Some(2)));
 }
+
+/// Found at scale: a tenant short of credits (room under its spend limit,
+/// but less than its waiting operation's reservation) was read by every
+/// wake-up with free slots, a query and its records each, over up to four
+/// reads of the waiting set: 100 such tenants made each dispatch slower
+/// than the last. Now a wait for credits parks its tenant, out of every
+/// wake-up's read: a wake-up costs the same beside them as without them.
+#[tokio::test]
+async fn a_wake_up_costs_the_same_beside_a_hundred_tenants_short_of_credits() {
+    use genace_core::domain::TenantId;
+    use genace_core::machine::{self, Event, Policy};
+    let mut costs = Vec::new();
+    for short in [0, 100] {
+        let env = LocalAws::fresh().await;
+        let (store, counter) = env.counted_store();
+        store.set_account_limit(Some(4)).await.unwrap();
+        store.account().await.unwrap();
+        let now = Utc::now();
+        let wait = |tenant: String, event: Event<'static>| {
+            let store = store.clone();
+            async move {
+                let rec = genace_aws::testkit::intent_record(&tenant, "k", "p");
+                store.create(&rec, now).await.unwrap();
+                let next = machine::transition(&rec, event, now, &Policy::default()).unwrap();
+                store.apply(&rec, &next).await.unwrap();
+            }
+        };
+        for i in 0..short {
+            let tenant = TenantId::parse(&format!("short-{i:03}")).unwrap();
+            let limit = genace_core::ledger::millis(0.5);
+            store.set_spend_limit(&tenant, Some(limit)).await.unwrap();
+            wait(tenant.as_str().to_owned(), Event::SpendLimitReached).await;
+        }
+        wait("slot-a".to_owned(), Event::CapacityReached).await;
+        let queue = genace_stages::memory::MemoryQueue::new(genace_stages::memory::ManualClock::new(now));
+        let before = counter.get();
+        let woken = genace_stages::pipeline::wake::wake(&store, &queue).await.unwrap();
+        assert_eq!(woken, 1, "the one waiting for a slot");
+        costs.push(counter.get() - before);
+    }
+    assert!(
+        costs[1] * 10 <= costs[0] * 11,
+        "requests per wake-up without and beside them: {costs:?}"
+    );
+}

@@ -1538,6 +1538,74 @@ async fn tenants_sent_to_the_back_are_read_last<S: OperationStore>(store: S) {
     assert_eq!(names(store.waiting_ledgers(1).await.unwrap()), ["back-b"]);
 }
 
+/// A new record of `tenant` that waits for `event` (a wait for credits or
+/// for a slot).
+async fn waits<S: OperationStore>(store: &S, tenant: &str, key: &str, event: machine::Event<'_>) -> OperationRecord {
+    let t0 = Utc::now();
+    let rec = record_for(tenant, key, "p");
+    store.create(&rec, t0).await.unwrap();
+    let next = machine::transition(&rec, event, t0, &Policy::default()).unwrap();
+    store.apply(&rec, &next).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    next
+}
+
+/// Tenants held back by their own limits: a wait for credits parks a
+/// tenant in no set, out of every wake-up's read; a wake-up parks one only
+/// while its ledger is as it read it; the write that frees a tenant's room
+/// (a job Genace is done with) and `unpark` each move it back to the
+/// waiting set, keeping its place.
+async fn tenants_held_back_by_their_own_limits_are_parked<S: OperationStore>(store: S) {
+    split_for_this_deployment(&store).await;
+    let names = |ledgers: Vec<genace_core::ledger::TenantLedger>| -> Vec<String> {
+        ledgers.into_iter().map(|l| l.tenant_id).collect()
+    };
+    // park-c's job, claimed before anyone waits for a slot (a claim that
+    // did not wait yields to those).
+    let rec = record_for("park-c", "job", "p");
+    store.create(&rec, Utc::now()).await.unwrap();
+    let claim = claimed(&rec, "tok");
+    store.apply(&rec, &claim).await.unwrap();
+    let accepted = accepted_with(&claim, "job-park-c", None);
+    store.apply(&claim, &accepted).await.unwrap();
+    waits(&store, "park-a", "1", machine::Event::SpendLimitReached).await;
+    assert!(names(store.waiting_ledgers(10).await.unwrap()).is_empty());
+    assert_eq!(names(store.parked_ledgers(10).await.unwrap()), ["park-a"]);
+    waits(&store, "park-b", "1", machine::Event::CapacityReached).await;
+    let read = store.waiting_ledgers(10).await.unwrap();
+    assert_eq!(names(read.clone()), ["park-b"]);
+    // Its ledger moved after the read (another operation waits): stays.
+    waits(&store, "park-b", "2", machine::Event::CapacityReached).await;
+    assert_eq!(store.park(&read).await.unwrap(), 0);
+    assert_eq!(names(store.waiting_ledgers(10).await.unwrap()), ["park-b"]);
+    let read = store.waiting_ledgers(10).await.unwrap();
+    assert_eq!(store.park(&read).await.unwrap(), 1);
+    assert!(names(store.waiting_ledgers(10).await.unwrap()).is_empty());
+    assert_eq!(names(store.parked_ledgers(10).await.unwrap()), ["park-a", "park-b"]);
+    assert!(store.unpark("park-b").await.unwrap());
+    assert!(!store.unpark("park-b").await.unwrap(), "not parked any more");
+    assert_eq!(names(store.waiting_ledgers(10).await.unwrap()), ["park-b"]);
+    // park-c has a job in flight and one waiting for credits: parked,
+    // until the job ends and frees what it held.
+    waits(&store, "park-c", "2", machine::Event::SpendLimitReached).await;
+    assert_eq!(names(store.parked_ledgers(10).await.unwrap()), ["park-a", "park-c"]);
+    store
+        .apply(&accepted, &rendered(&accepted, "job-park-c"))
+        .await
+        .unwrap();
+    assert_eq!(names(store.parked_ledgers(10).await.unwrap()), ["park-a"]);
+    assert_eq!(names(store.waiting_ledgers(10).await.unwrap()), ["park-b", "park-c"]);
+    // Moved back, park-a keeps the place it had, before the others.
+    assert!(store.unpark("park-a").await.unwrap());
+    assert_eq!(
+        names(store.waiting_ledgers(10).await.unwrap()),
+        ["park-a", "park-b", "park-c"]
+    );
+    // A tenant that waits for nothing is in no set.
+    assert!(!store.unpark("park-idle").await.unwrap());
+    assert_eq!(names(store.waiting_ledgers(10).await.unwrap()).len(), 3);
+}
+
 /// `rec` claimed on the account's shard `shard`.
 fn claimed_on(rec: &OperationRecord, shard: u16) -> OperationRecord {
     let event = machine::Event::ClaimDispatch { token: "tok", shard };
@@ -1902,6 +1970,7 @@ genace_aws::contract_tests!(
     the_waiting_order_is_per_tenant_and_oldest_first,
     the_waiting_set_holds_only_tenants_that_wait,
     tenants_sent_to_the_back_are_read_last,
+    tenants_held_back_by_their_own_limits_are_parked,
     a_tenants_own_limit_refuses_a_claim_past_it,
     batch_yields_to_interactive_for_a_bounded_time,
     listings_are_newest_first_filtered_and_paged,

@@ -26,6 +26,11 @@ pub const LIST_PREFIX: &str = "LIST#";
 pub const LIST_ALL_PREFIX: &str = "ALL#";
 /// Key prefix of the sets of tenants with operations waiting: `WAITING#<shard>`.
 pub const WAITING_SET_PREFIX: &str = "WAITING#";
+/// Key prefix of the sets of tenants whose waiters cannot take a slot for
+/// their tenant's own limits (credits, jobs in flight): `PARKED#<shard>`.
+/// Wake-ups do not read them; the write that frees the tenant's room moves
+/// it back to the waiting set.
+pub const PARKED_SET_PREFIX: &str = "PARKED#";
 /// Key prefix of the shards that list every ledger: `LEDGER#<shard>`.
 pub const LEDGER_LIST_PREFIX: &str = "LEDGER#";
 /// The one partition every ledger was listed in before the shards; still
@@ -112,6 +117,11 @@ pub fn waiting_set_key(shard: u32) -> String {
     format!("{WAITING_SET_PREFIX}{shard}")
 }
 
+/// The parked set's partition `shard`.
+pub fn parked_set_key(shard: u32) -> String {
+    format!("{PARKED_SET_PREFIX}{shard}")
+}
+
 /// The ledger listing's partition `shard`.
 pub fn ledger_list_partition(shard: u32) -> String {
     format!("{LEDGER_LIST_PREFIX}{shard}")
@@ -145,6 +155,7 @@ mod tests {
             LIST_PREFIX,
             LIST_ALL_PREFIX,
             WAITING_SET_PREFIX,
+            PARKED_SET_PREFIX,
             LEDGER_LIST_PREFIX,
         ];
         for a in all {

@@ -1149,6 +1149,8 @@ async fn spend_limit_waits_are_woken_in_order_when_credits_free() {
     // A raised limit makes room: one wake-up, then the admitted claim wakes the next.
     app.store
         .set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(30.0)));
+    // Parked by its wait for credits, the operator's route moves it back.
+    assert!(app.store.unpark("tenant-a").await.unwrap());
     assert_eq!(
         genace_stages::pipeline::wake::wake(&app.store, &app.queue)
             .await
@@ -2381,5 +2383,124 @@ async fn a_wait_at_the_tenants_own_limit_is_not_woken_by_free_account_slots() {
     assert!(
         !woken(&app).iter().any(|m| m.contains(waiting.as_str())),
         "woken though its tenant is at its own limit"
+    );
+}
+
+/// A wait for credits recorded just after the credits were freed (here an
+/// operator's raised limit between the refused claim and the wait's write)
+/// is not left until the next write that frees credits: the look after the
+/// wait finds the room and wakes it by its id.
+#[tokio::test]
+async fn a_wait_for_credits_recorded_after_they_were_freed_is_woken() {
+    let app = app();
+    app.store
+        .set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(10.0)));
+    let first = submit(&app, "first", None).await;
+    let second = submit(&app, "second", None).await;
+    let dispatcher = app.dispatcher();
+    assert_eq!(
+        dispatcher.dispatch(&first).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    // Before the refused claim's write, then before the wait's.
+    app.store.before_next_apply(|store| {
+        store.before_next_apply(|store| {
+            store.set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(30.0)));
+        });
+    });
+    assert_eq!(
+        dispatcher.dispatch(&second).await.unwrap(),
+        Dispatched::WaitingForCredits
+    );
+    let woken: Vec<_> = app
+        .queue
+        .messages()
+        .into_iter()
+        .filter(|m| m.queue == Queue::Wake && m.body.contains(second.as_str()))
+        .collect();
+    assert_eq!(woken.len(), 1, "woken by its id");
+    assert_eq!(
+        dispatcher.dispatch(&second).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+}
+
+/// A tenant parked though it may take a slot (its order read while the
+/// index lagged, or its credits freed just before its wait was recorded)
+/// is not read by wake-ups; the sweep's look at the parked set moves it
+/// back and wakes it.
+#[tokio::test]
+async fn the_sweep_moves_back_a_parked_tenant_that_may_take_a_slot() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(1));
+    let busy = submit_as(&app, "tenant-b", "busy").await;
+    let waiter = submit(&app, "waiter", None).await;
+    let dispatcher = app.dispatcher();
+    assert_eq!(
+        dispatcher.dispatch(&busy).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(
+        dispatcher.dispatch(&waiter).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    let read = app.store.waiting_ledgers(10).await.unwrap();
+    assert_eq!(app.store.park(&read).await.unwrap(), 1);
+    let woken = |app: &MemoryApp| {
+        app.queue
+            .messages()
+            .iter()
+            .filter(|m| m.queue == Queue::Wake && m.body.contains(waiter.as_str()))
+            .count()
+    };
+    let before = woken(&app);
+    // tenant-b's job fails: its slot frees, but its wake-up reads no one.
+    fail_first_job_and_see_who_is_woken(&app, &busy).await;
+    assert_eq!(woken(&app), before, "parked: not read");
+    genace_stages::pipeline::wake::sweep(&app.store, &app.queue, &app.metrics, app.clock.now()).await;
+    assert_eq!(woken(&app), before + 1, "moved back and woken by the sweep");
+    assert!(app.store.parked_ledgers(10).await.unwrap().is_empty());
+}
+
+/// Parked tenants are looked at in turn: a sweep run looks at a bounded
+/// number of them, and sends those that still cannot take a slot to the
+/// back of the parked set, so that every parked tenant is reached.
+#[tokio::test]
+async fn the_sweep_looks_at_every_parked_tenant_in_turn() {
+    let app = app();
+    let dispatcher = app.dispatcher();
+    for i in 0..10 {
+        let tenant = format!("short-{i}");
+        app.store
+            .set_spend_limit_now(&tenant, Some(genace_core::ledger::millis(0.5)));
+        let id = submit_as(&app, &tenant, "k").await;
+        assert_eq!(dispatcher.dispatch(&id).await.unwrap(), Dispatched::WaitingForCredits);
+        app.clock.advance(Duration::seconds(1));
+    }
+    let first = |ledgers: Vec<genace_core::ledger::TenantLedger>| ledgers[0].tenant_id.clone();
+    assert_eq!(first(app.store.parked_ledgers(10).await.unwrap()), "short-0");
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..3 {
+        let front: Vec<String> = app
+            .store
+            .parked_ledgers(4)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.tenant_id)
+            .collect();
+        seen.extend(front);
+        genace_stages::pipeline::wake::sweep(&app.store, &app.queue, &app.metrics, app.clock.now()).await;
+        app.clock.advance(Duration::seconds(60));
+    }
+    assert_eq!(
+        seen.len(),
+        10,
+        "every parked tenant at the front within three runs: {seen:?}"
+    );
+    assert_eq!(
+        app.store.parked_ledgers(20).await.unwrap().len(),
+        10,
+        "none may take a slot"
     );
 }

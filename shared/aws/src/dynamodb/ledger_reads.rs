@@ -15,7 +15,7 @@ use genace_stages::ports::table::{LedgerPage, StoreError, WAITING_READ_MAX};
 
 use crate::schema::{
     DUE_INDEX, LEDGER_LIST_SHARDS, LEDGER_PREFIX, LEGACY_LEDGER_PARTITION, WAIT_INDEX, WAITING_SET_SHARDS, ledger_key,
-    ledger_list_partition, waiting_set_key,
+    ledger_list_partition, parked_set_key, waiting_set_key,
 };
 
 use super::DynamoStore;
@@ -131,16 +131,16 @@ impl DynamoStore {
             .collect())
     }
 
-    /// The first `limit` entries of the waiting set's shard: (when the
-    /// tenant joined, the tenant).
-    async fn waiting_shard(&self, shard: u32, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
+    /// The first `limit` entries of a set's partition `set` (a shard of
+    /// the waiting or the parked set): (the tenant's place, the tenant).
+    async fn set_shard(&self, set: String, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
         let out = self
             .client
             .query()
             .table_name(&self.table)
             .index_name(WAIT_INDEX)
             .key_condition_expression("wait_pk = :set")
-            .expression_attribute_values(":set", AttributeValue::S(waiting_set_key(shard)))
+            .expression_attribute_values(":set", AttributeValue::S(set))
             .limit(i32::try_from(limit).unwrap_or(i32::MAX))
             .send()
             .await
@@ -153,6 +153,79 @@ impl DynamoStore {
                 Some((joined, tenant_of(item)?.to_owned()))
             })
             .collect())
+    }
+
+    /// See `TenantLedgers::park`: one conditional update each, on the
+    /// tenant's own ledger item, that holds only while the tenant is in the
+    /// waiting set and its counters and limits are as read.
+    pub(super) async fn park_tenants(&self, as_read: &[TenantLedger]) -> Result<usize, StoreError> {
+        let parks = as_read.iter().map(|ledger| self.park_one(ledger));
+        Ok(futures_util::future::try_join_all(parks)
+            .await?
+            .into_iter()
+            .filter(|parked| *parked)
+            .count())
+    }
+
+    async fn park_one(&self, read: &TenantLedger) -> Result<bool, StoreError> {
+        let tenant = read.tenant_id.as_str();
+        let shard = crate::schema::tenant_shard(tenant, WAITING_SET_SHARDS);
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .update_expression("SET wait_pk = :parked")
+            .expression_attribute_values(":parked", AttributeValue::S(parked_set_key(shard)))
+            .expression_attribute_values(":set", AttributeValue::S(waiting_set_key(shard)))
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()));
+        let mut guards = vec!["wait_pk = :set".to_owned()];
+        let t = &read.totals;
+        let counters = [
+            ("held_mc", t.held.get()),
+            ("in_flight", t.in_flight),
+            ("waiting", t.waiting),
+            ("queued", t.queued),
+        ];
+        for (name, value) in counters {
+            // A counter never written reads as 0.
+            guards.push(format!(
+                "({name} = :{name} OR (attribute_not_exists({name}) AND :{name} = :zero))"
+            ));
+            update = update.expression_attribute_values(format!(":{name}"), AttributeValue::N(value.to_string()));
+        }
+        let limits = [
+            ("spend_limit_mc", read.spend_limit.map(Millicredits::get)),
+            ("max_in_flight", read.max_in_flight.map(i64::from)),
+        ];
+        for (name, value) in limits {
+            match value {
+                Some(v) => {
+                    guards.push(format!("{name} = :{name}"));
+                    update = update.expression_attribute_values(format!(":{name}"), AttributeValue::N(v.to_string()));
+                }
+                None => guards.push(format!("attribute_not_exists({name})")),
+            }
+        }
+        let update = update.condition_expression(guards.join(" AND "));
+        self.plain_write(|| async { conditionally_applied(update.clone().send().await) })
+            .await
+    }
+
+    /// See `TenantLedgers::unpark`.
+    pub(super) async fn unpark_tenant(&self, tenant: &str) -> Result<bool, StoreError> {
+        let shard = crate::schema::tenant_shard(tenant, WAITING_SET_SHARDS);
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .update_expression("SET wait_pk = :set")
+            .condition_expression("wait_pk = :parked")
+            .expression_attribute_values(":parked", AttributeValue::S(parked_set_key(shard)))
+            .expression_attribute_values(":set", AttributeValue::S(waiting_set_key(shard)));
+        self.plain_write(|| async { conditionally_applied(update.clone().send().await) })
+            .await
     }
 
     /// Takes a drained tenant out of the waiting set, unless an operation
@@ -189,7 +262,7 @@ impl DynamoStore {
             .table_name(&self.table)
             .key("pk", AttributeValue::S(ledger_key(tenant)))
             .update_expression("SET wait_sk = :joined")
-            .condition_expression("attribute_exists(wait_pk)")
+            .condition_expression("attribute_exists(wait_sk)")
             .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")));
         self.plain_write(|| async { conditionally_applied(out.clone().send().await) })
             .await
@@ -224,8 +297,8 @@ impl DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", AttributeValue::S(ledger_key(tenant)))
-            .update_expression("SET wait_pk = :set, wait_sk = :joined")
-            .condition_expression("attribute_not_exists(wait_pk) AND waiting > :zero")
+            .update_expression("SET wait_pk = if_not_exists(wait_pk, :set), wait_sk = :joined")
+            .condition_expression("attribute_not_exists(wait_sk) AND waiting > :zero")
             .expression_attribute_values(
                 ":set",
                 AttributeValue::S(waiting_set_key(crate::schema::tenant_shard(tenant, WAITING_SET_SHARDS))),
@@ -236,15 +309,16 @@ impl DynamoStore {
             .await
     }
 
-    /// See `TenantLedgers::waiting_ledgers`: each shard's oldest entries
-    /// (one query a shard), their ledgers in one batch, the drained ones
-    /// dropped from the set; read again only while drained entries hid
-    /// waiting ones, a bounded number of times.
-    pub(super) async fn read_waiting_set(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
+    /// See `TenantLedgers::waiting_ledgers` and `parked_ledgers`: of the
+    /// set whose shards `set` names, each shard's first entries (one query
+    /// a shard), their ledgers in one batch, the drained ones dropped from
+    /// the set; read again only while drained entries hid waiting ones, a
+    /// bounded number of times.
+    pub(super) async fn read_set(&self, set: fn(u32) -> String, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
         let limit = limit.clamp(1, WAITING_READ_MAX);
         let mut waiting = Vec::new();
         for pass in 1..=WAITING_SET_PASSES {
-            let reads = (0..WAITING_SET_SHARDS).map(|shard| self.waiting_shard(shard, limit));
+            let reads = (0..WAITING_SET_SHARDS).map(|shard| self.set_shard(set(shard), limit));
             let mut entries: Vec<(String, String)> = futures_util::future::try_join_all(reads)
                 .await?
                 .into_iter()

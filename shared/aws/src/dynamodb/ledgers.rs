@@ -10,9 +10,11 @@ use genace_core::domain::TenantId;
 use genace_core::ledger::{self, AccountCapacity, Millicredits, Shares, TenantLedger};
 use genace_core::record::OperationRecord;
 use genace_core::shard;
-use genace_stages::ports::table::{LedgerPage, StoreError, TenantLedgers};
+use genace_stages::ports::table::{LedgerPage, PlaceRule, SetMove, SetRule, StoreError, TenantLedgers};
 
-use crate::schema::{LEDGER_LIST_SHARDS, WAITING_SET_SHARDS, ledger_list_partition, tenant_shard, waiting_set_key};
+use crate::schema::{
+    LEDGER_LIST_SHARDS, WAITING_SET_SHARDS, ledger_list_partition, parked_set_key, tenant_shard, waiting_set_key,
+};
 
 use super::DynamoStore;
 use super::item::{Item, service_error};
@@ -87,22 +89,27 @@ impl DynamoStore {
     fn ledger_update(&self, prev: &OperationRecord, delta: Shares, reserves: bool) -> Result<Update, StoreError> {
         let n = |v: i64| AttributeValue::N(v.to_string());
         let mc = |v: Millicredits| n(v.get());
+        let moves = SetMove::of(&delta);
         let mut counters = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::ledger_key(prev.tenant_id.as_str())))
             .update_expression(format!(
                 "ADD held_mc :held, spent_mc :spent, pending_refund_mc :pending, settled_mc :settled, \
                  in_flight :in_flight, waiting :waiting, queued :queued, headroom_mc :room SET tenant_id = :tenant, \
-                 due_pk = :ledger, due_at = :zero{joins}",
-                // An operation starts waiting: the tenant joins the waiting
-                // set, keeping its place if it is there already. One stops
-                // waiting (claimed, or cancelled): the tenant goes to the
-                // back, so tenants take turns, and one that drained is
-                // dropped by the next read.
-                joins = match delta.waiting.signum() {
-                    1 => ", wait_pk = :set, wait_sk = if_not_exists(wait_sk, :joined)",
-                    -1 => ", wait_pk = :set, wait_sk = :joined",
-                    _ => "",
+                 due_pk = :ledger, due_at = :zero{set}{place}",
+                // The tenant's move between the waiting and parked sets
+                // (`SetMove::of`); one that drained is dropped by the next
+                // read of its set.
+                set = match moves.set {
+                    SetRule::Keep => "",
+                    SetRule::Waiting => ", wait_pk = :set",
+                    SetRule::WaitingIfNone => ", wait_pk = if_not_exists(wait_pk, :set)",
+                    SetRule::ParkedIfNone => ", wait_pk = if_not_exists(wait_pk, :parked)",
+                },
+                place = match moves.place {
+                    PlaceRule::Keep => "",
+                    PlaceRule::NowIfNone => ", wait_sk = if_not_exists(wait_sk, :joined)",
+                    PlaceRule::Now => ", wait_sk = :joined",
                 },
             ))
             .expression_attribute_values(":held", mc(delta.held))
@@ -116,15 +123,22 @@ impl DynamoStore {
             .expression_attribute_values(":tenant", AttributeValue::S(prev.tenant_id.as_str().to_owned()))
             .expression_attribute_values(":ledger", Self::ledger_partition(prev.tenant_id.as_str()))
             .expression_attribute_values(":zero", n(0));
-        if delta.waiting != 0 {
-            let tenant = prev.tenant_id.as_str();
+        let tenant = prev.tenant_id.as_str();
+        if matches!(moves.set, SetRule::Waiting | SetRule::WaitingIfNone) {
+            counters = counters.expression_attribute_values(
+                ":set",
+                AttributeValue::S(waiting_set_key(tenant_shard(tenant, WAITING_SET_SHARDS))),
+            );
+        }
+        if moves.set == SetRule::ParkedIfNone {
+            counters = counters.expression_attribute_values(
+                ":parked",
+                AttributeValue::S(parked_set_key(tenant_shard(tenant, WAITING_SET_SHARDS))),
+            );
+        }
+        if moves.place != PlaceRule::Keep {
             let joined = format!("{:015}#{tenant}", chrono::Utc::now().timestamp_millis().max(0));
-            counters = counters
-                .expression_attribute_values(
-                    ":set",
-                    AttributeValue::S(waiting_set_key(tenant_shard(tenant, WAITING_SET_SHARDS))),
-                )
-                .expression_attribute_values(":joined", AttributeValue::S(joined));
+            counters = counters.expression_attribute_values(":joined", AttributeValue::S(joined));
         }
         if reserves {
             // Room for the reservation under the spend limit, and a slot
@@ -145,6 +159,18 @@ impl DynamoStore {
 impl TenantLedgers for DynamoStore {
     async fn send_to_back(&self, tenants: &[String]) -> Result<(), StoreError> {
         self.send_to_back_of_waiting_set(tenants).await
+    }
+
+    async fn park(&self, as_read: &[TenantLedger]) -> Result<usize, StoreError> {
+        self.park_tenants(as_read).await
+    }
+
+    async fn parked_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
+        self.read_set(parked_set_key, limit).await
+    }
+
+    async fn unpark(&self, tenant: &str) -> Result<bool, StoreError> {
+        self.unpark_tenant(tenant).await
     }
 
     async fn rejoin_waiting_set(&self, pages: usize) -> Result<usize, StoreError> {
@@ -197,7 +223,7 @@ impl TenantLedgers for DynamoStore {
     }
 
     async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
-        self.read_waiting_set(limit).await
+        self.read_set(waiting_set_key, limit).await
     }
 
     async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {

@@ -67,7 +67,7 @@ impl<P: Ports> Admin<'_, P> {
         let ledger = self.intake.store.set_spend_limit(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, spend_limit_millicredits = ?limit, "spend limit set");
         // A raised (or removed) limit may make room for waiting operations.
-        crate::pipeline::wake::wake_if_room(&self.intake.store, &self.intake.queue).await;
+        crate::pipeline::wake::wake_after_limit(&self.intake.store, &self.intake.queue, tenant).await;
         Ok(ledger)
     }
 
@@ -85,7 +85,7 @@ impl<P: Ports> Admin<'_, P> {
         op_may_set_limits(op)?;
         let ledger = self.intake.store.set_max_in_flight(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, max_in_flight = ?limit, "tenant's limit of jobs in flight set");
-        crate::pipeline::wake::wake_if_room(&self.intake.store, &self.intake.queue).await;
+        crate::pipeline::wake::wake_after_limit(&self.intake.store, &self.intake.queue, tenant).await;
         Ok(ledger)
     }
 }

@@ -77,34 +77,48 @@ impl TenantLedgers for MemoryStore {
     }
 
     async fn waiting_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
-        let mut table = self.lock();
-        let tables = &mut *table;
-        let mut order: Vec<(u64, String)> = tables
-            .waiting_set
-            .iter()
-            .filter(|(t, _)| tables.index_lag.as_ref().is_none_or(|lag| lag.in_set(t)))
-            .map(|(t, at)| (*at, t.clone()))
-            .collect();
-        order.sort();
-        let limit = limit.clamp(1, crate::ports::table::WAITING_READ_MAX);
-        let mut found = Vec::new();
-        for (_, tenant) in order {
-            if found.len() >= limit {
-                break;
-            }
-            match tables.ledgers.get(&tenant) {
-                Some(l) if l.totals.waiting > 0 => found.push(l.clone()),
-                // Drained since it joined: dropped as it is read, unless a
-                // transaction holds its ledger (the entry stays for the
-                // next read; the read goes on).
-                _ => {
-                    if !tables.contention.refuses_plain_write(&[format!("ledger/{tenant}")]) {
-                        tables.waiting_set.remove(&tenant);
+        Ok(self.lock().read_set(false, limit))
+    }
+
+    async fn parked_ledgers(&self, limit: usize) -> Result<Vec<TenantLedger>, StoreError> {
+        Ok(self.lock().read_set(true, limit))
+    }
+
+    async fn park(&self, as_read: &[TenantLedger]) -> Result<usize, StoreError> {
+        let mut parked = 0;
+        for read in as_read {
+            let tenant = &read.tenant_id;
+            let item = [format!("ledger/{tenant}")];
+            let moved = self
+                .plain_write(&item, |tables| {
+                    let unchanged = tables.ledgers.get(tenant).is_some_and(|now| now == read);
+                    let waits = tables.set_of.get(tenant) == Some(&false);
+                    if unchanged && waits {
+                        tables.set_of.insert(tenant.clone(), true);
+                        tables.contention.written(&item, 1, false);
                     }
+                    unchanged && waits
+                })
+                .await?;
+            parked += usize::from(moved);
+        }
+        Ok(parked)
+    }
+
+    async fn unpark(&self, tenant: &str) -> Result<bool, StoreError> {
+        let item = [format!("ledger/{tenant}")];
+        self.plain_write(&item, |tables| {
+            let parked = tables.set_of.get(tenant) == Some(&true);
+            if parked {
+                tables.set_of.insert(tenant.to_owned(), false);
+                tables.contention.written(&item, 1, false);
+                if let Some(lag) = &mut tables.index_lag {
+                    lag.tenant_joined(tenant);
                 }
             }
-        }
-        Ok(found)
+            parked
+        })
+        .await
     }
 
     async fn send_to_back(&self, tenants: &[String]) -> Result<(), StoreError> {
@@ -135,7 +149,8 @@ impl TenantLedgers for MemoryStore {
         for (tenant, waiting) in read {
             if waiting > 0 && !tables.waiting_set.contains_key(&tenant) {
                 tables.joined += 1;
-                tables.waiting_set.insert(tenant, tables.joined);
+                tables.waiting_set.insert(tenant.clone(), tables.joined);
+                tables.set_of.entry(tenant).or_insert(false);
                 joined += 1;
             }
         }
@@ -173,6 +188,69 @@ impl MemoryStore {
     /// ledger as one written before the set existed (tests of the repair).
     pub fn forget_waiting_set_entry_now(&self, tenant: &str) {
         self.lock().waiting_set.remove(tenant);
+    }
+}
+
+impl super::store::Tables {
+    /// Applies the counters' move of a tenant between the sets.
+    pub(super) fn move_in_sets(&mut self, tenant: &str, to: crate::ports::table::SetMove) {
+        use crate::ports::table::{PlaceRule, SetRule};
+        match to.set {
+            SetRule::Keep => {}
+            SetRule::Waiting => {
+                self.set_of.insert(tenant.to_owned(), false);
+            }
+            SetRule::WaitingIfNone => {
+                self.set_of.entry(tenant.to_owned()).or_insert(false);
+            }
+            SetRule::ParkedIfNone => {
+                self.set_of.entry(tenant.to_owned()).or_insert(true);
+            }
+        }
+        let placed = match to.place {
+            PlaceRule::Keep => false,
+            PlaceRule::NowIfNone => !self.waiting_set.contains_key(tenant),
+            PlaceRule::Now => true,
+        };
+        if placed {
+            self.joined += 1;
+            self.waiting_set.insert(tenant.to_owned(), self.joined);
+        }
+        if let (true, Some(lag)) = (placed && to.place == PlaceRule::NowIfNone, &mut self.index_lag) {
+            lag.tenant_joined(tenant);
+        }
+    }
+
+    /// The first `limit` tenants of the parked set (`parked`) or the
+    /// waiting set, by place; a drained one is dropped as it is read,
+    /// unless a transaction holds its ledger (the entry stays for the next
+    /// read; the read goes on).
+    pub(super) fn read_set(&mut self, parked: bool, limit: usize) -> Vec<TenantLedger> {
+        let mut order: Vec<(u64, String)> = self
+            .waiting_set
+            .iter()
+            .filter(|(t, _)| self.set_of.get(*t) == Some(&parked))
+            .filter(|(t, _)| self.index_lag.as_ref().is_none_or(|lag| lag.in_set(t)))
+            .map(|(t, at)| (*at, t.clone()))
+            .collect();
+        order.sort();
+        let limit = limit.clamp(1, crate::ports::table::WAITING_READ_MAX);
+        let mut found = Vec::new();
+        for (_, tenant) in order {
+            if found.len() >= limit {
+                break;
+            }
+            match self.ledgers.get(&tenant) {
+                Some(l) if l.totals.waiting > 0 => found.push(l.clone()),
+                _ => {
+                    if !self.contention.refuses_plain_write(&[format!("ledger/{tenant}")]) {
+                        self.waiting_set.remove(&tenant);
+                        self.set_of.remove(&tenant);
+                    }
+                }
+            }
+        }
+        found
     }
 }
 

@@ -51,6 +51,11 @@ pub(super) struct Tables {
     /// the order it joined (DynamoDB's sparse index of the same; see
     /// `TenantLedgers::waiting_ledgers`), until a read finds it drained.
     pub(super) waiting_set: BTreeMap<String, u64>,
+    /// Each tenant's set (DynamoDB's `wait_pk`): true for the parked set,
+    /// false for the waiting set. A tenant is read in a set only with a
+    /// place in `waiting_set` too, as the sparse index holds an item only
+    /// with both of its keys.
+    pub(super) set_of: BTreeMap<String, bool>,
     /// How transactions meet, are drawn to conflict, and are metered.
     pub(super) contention: Contention,
     /// How late the indexes see writes (none: at once).
@@ -185,14 +190,9 @@ impl MemoryStore {
 
     /// Sets a tenant's spend limit (a simulation's starting state).
     pub fn set_spend_limit_now(&self, tenant: &str, limit: Option<Millicredits>) {
-        self.lock()
-            .ledgers
-            .entry(tenant.to_owned())
-            .or_insert_with(|| TenantLedger {
-                tenant_id: tenant.to_owned(),
-                ..TenantLedger::default()
-            })
-            .spend_limit = limit;
+        if let Ok(tenant) = TenantId::parse(tenant) {
+            self.with_ledger(&tenant, |l| l.spend_limit = limit);
+        }
     }
 
     /// Changes a tenant's ledger (made on first use); returns it as changed.
@@ -475,7 +475,7 @@ impl MemoryStore {
         let mut table = self.lock();
 
         let tables = &mut *table;
-        match tables.records.get_mut(&prev.pk) {
+        match tables.records.get(&prev.pk) {
             Some(current) if current.version == prev.version => {
                 debug_assert!(
                     genace_core::events::derive(Some(prev), next, &genace_core::events::Context::default()).len()
@@ -506,18 +506,11 @@ impl MemoryStore {
                         .map_err(|e| StoreError::Decode(e.to_string()))?;
                     tables.account.apply(&moves)?;
                     entry.totals = totals;
-                    // Joins the waiting set, or keeps its place; one that
-                    // stops waiting goes to the back (tenants take turns).
-                    let joins = delta.waiting > 0 && !tables.waiting_set.contains_key(tenant);
-                    if delta.waiting < 0 || joins {
-                        tables.joined += 1;
-                        tables.waiting_set.insert(tenant.to_owned(), tables.joined);
-                    }
-                    if let (true, Some(lag)) = (joins, &mut tables.index_lag) {
-                        lag.tenant_joined(tenant);
-                    }
+                    tables.move_in_sets(tenant, crate::ports::table::SetMove::of(&delta));
                 }
-                *current = next.clone();
+                if let Some(current) = tables.records.get_mut(&prev.pk) {
+                    *current = next.clone();
+                }
                 if let Some(lag) = &mut tables.index_lag {
                     lag.record_written(&next.pk, crate::ports::table::wait_sort_key(next));
                 }

@@ -179,6 +179,77 @@ pub trait OperationRecords: Send + Sync {
 /// The most ledgers one read of the waiting set returns.
 pub const WAITING_READ_MAX: usize = 100;
 
+/// Which set of waiting tenants a ledger write leaves its tenant in: the
+/// waiting set, which wake-ups read, or the parked set of tenants held back
+/// by their own limits, which they do not ([`TenantLedgers::park`]). A
+/// tenant is in a set when it has both a set (`wait_pk`) and a place in it
+/// (`wait_sk`); both stores apply this one rule in the counters' own
+/// transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetMove {
+    /// What becomes of the tenant's set.
+    pub set: SetRule,
+    /// What becomes of its place.
+    pub place: PlaceRule,
+}
+
+/// See [`SetMove::set`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetRule {
+    /// Left as it is.
+    Keep,
+    /// The waiting set, from either.
+    Waiting,
+    /// The waiting set if it had none.
+    WaitingIfNone,
+    /// The parked set if it had none.
+    ParkedIfNone,
+}
+
+/// See [`SetMove::place`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlaceRule {
+    /// Left as it is.
+    Keep,
+    /// Now, if it had none (one that waits keeps its place).
+    NowIfNone,
+    /// Now: the back of its set.
+    Now,
+}
+
+impl SetMove {
+    /// The move of a write that changes the tenant's counters by `delta`:
+    /// - an operation starts waiting for a slot: the waiting set, keeping
+    ///   the tenant's place if it has one;
+    /// - one starts waiting for credits: the parked set, unless the tenant
+    ///   is in a set already (its claim found no room under its limit);
+    /// - the write frees credits or a slot the tenant held (a job ended, a
+    ///   claim released): back to the waiting set, keeping its place,
+    ///   since its own limits may now let it take a slot;
+    /// - one stops waiting (claimed, cancelled): the back of its set, so
+    ///   tenants take turns.
+    pub fn of(delta: &genace_core::ledger::Shares) -> Self {
+        let frees = delta.in_flight < 0 || delta.held < Millicredits::ZERO;
+        let set = if delta.queued > 0 || frees {
+            SetRule::Waiting
+        } else if delta.waiting > 0 {
+            SetRule::ParkedIfNone
+        } else if delta.waiting < 0 || delta.queued < 0 {
+            SetRule::WaitingIfNone
+        } else {
+            SetRule::Keep
+        };
+        let place = if delta.queued > 0 || delta.waiting > 0 {
+            PlaceRule::NowIfNone
+        } else if delta.waiting < 0 {
+            PlaceRule::Now
+        } else {
+            PlaceRule::Keep
+        };
+        Self { set, place }
+    }
+}
+
 /// Tenants' credit ledgers and spend limits. The counters move with record
 /// writes ([`OperationRecords::apply`]); this reads them and sets limits.
 pub trait TenantLedgers: Send + Sync {
@@ -228,10 +299,28 @@ pub trait TenantLedgers: Send + Sync {
     /// waits is dropped when it is read.
     fn waiting_ledgers(&self, limit: usize) -> impl Future<Output = Result<Vec<TenantLedger>, StoreError>> + Send;
 
-    /// Sends tenants a wake-up passed over (at their own limit, out of
-    /// credits) to the back of the waiting set, so that they do not hide
-    /// those behind them. A tenant no longer in the set is left out.
+    /// Sends tenants to the back of the set they are in (the waiting set,
+    /// or the parked set), so that they do not hide those behind them. A
+    /// tenant in neither is left out.
     fn send_to_back(&self, tenants: &[String]) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Moves each tenant a wake-up found unable to take a slot for its own
+    /// limits (its credits or its jobs in flight), its ledger `as_read`,
+    /// from the waiting set to the parked set, which wake-ups do not read;
+    /// but only while its ledger is still as read (counters and limits): a
+    /// write that made room for it, or a new waiter, keeps it where it is.
+    /// The counters' own transactions move a parked tenant back when they
+    /// free its room, and a raised limit does too. How many were parked.
+    fn park(&self, as_read: &[TenantLedger]) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// The ledgers of parked tenants, parked longest first, at most `limit`
+    /// (at most [`WAITING_READ_MAX`]). An entry whose tenant no longer
+    /// waits is dropped when it is read.
+    fn parked_ledgers(&self, limit: usize) -> impl Future<Output = Result<Vec<TenantLedger>, StoreError>> + Send;
+
+    /// Moves a parked tenant back to the waiting set, keeping its place.
+    /// Whether it was parked.
+    fn unpark(&self, tenant: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Puts each tenant whose ledger counts waiters but is missing from the
     /// waiting set (it began waiting before the set existed) back in it,

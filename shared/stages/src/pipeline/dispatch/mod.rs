@@ -354,10 +354,10 @@ where
         })
         .await
         {
-            Ok(_) if room == Room::Credits => {
-                // Woken by the next write that may free credits; it wakes
-                // nobody itself (a claim short of credits woken again at
-                // once would only fail again).
+            Ok(waited) if room == Room::Credits => {
+                // Woken by the next write that frees credits, or, if one
+                // came before this wait, by its id now.
+                crate::pipeline::wake::wake_after_credit_wait(&self.store, &self.queue, &waited).await;
                 info!(operation_id = %id, "spend limit reached; the operation waits for credits");
                 self.metrics.count("SpendLimitWait", &[]);
                 Ok(Dispatched::WaitingForCredits)

@@ -19,20 +19,22 @@
 use tracing::{info, warn};
 
 use crate::ports::queue::WorkQueue;
-use crate::ports::table::{OperationStore, StoreError};
+use crate::ports::table::OperationStore;
 use genace_core::domain::TenantId;
 use genace_core::ledger::{self, TenantLedger};
 use genace_core::messages::Queue;
 use genace_core::record::OperationRecord;
+mod gauges;
+mod order;
+mod parked;
 
-/// Wake-ups sent per call at most, whatever the free slots: a call is cheap,
-/// and the woken claims free or take slots one by one anyway.
-pub const MAX_WAKE: usize = 25;
+pub use gauges::{POSITION_COUNTED, oldest_wait, queue_position};
+pub use order::{MAX_WAKE, WAKE_CANDIDATES};
+pub use parked::wake_after_credit_wait;
 
-/// Waiting tenants a wake-up weighs against each other at most (those that
-/// have waited longest): enough for [`MAX_WAKE`] turns with room to choose
-/// the one with the fewest jobs in flight.
-pub const WAKE_CANDIDATES: usize = 2 * MAX_WAKE;
+use gauges::oldest_wait_of;
+use order::{Order, Turn, fitting, waiting_tenants};
+use parked::look_at_parked;
 
 /// Whether the write of `next` over `prev` freed a slot of the account.
 pub fn frees_a_slot(prev: &OperationRecord, next: &OperationRecord) -> bool {
@@ -98,6 +100,22 @@ async fn account_raised<S: OperationStore>(store: &S) -> Result<genace_core::led
     Ok(account)
 }
 
+/// After an operator set one of `tenant`'s own limits: the tenant, if
+/// parked, goes back to the waiting set (the limit may let it take a slot
+/// now; if not, the next wake-up parks it again), and waiting operations
+/// are woken if the account has room. Failures are logged: the sweep's
+/// look at the parked set repairs a tenant left parked.
+pub async fn wake_after_limit<S: OperationStore, Q: WorkQueue>(
+    store: &S,
+    queue: &Q,
+    tenant: &genace_core::domain::TenantId,
+) {
+    if let Err(e) = store.unpark(tenant.as_str()).await {
+        warn!(error = %e, tenant = %tenant, "a tenant whose limit was set stays parked; the sweep will look");
+    }
+    wake_if_room(store, queue).await;
+}
+
 /// The slots a wake-up may fill under `account`: its free slots, or one
 /// (a freed slot) when no limit of ours is known.
 fn room_of(account: &genace_core::ledger::AccountCapacity) -> usize {
@@ -130,9 +148,19 @@ pub async fn sweep<S: OperationStore, Q: WorkQueue>(
         Ok(false) => probe(store, &mut account, now).await,
         Err(e) => warn!(error = %e, "the raised account limit was not saved"),
     }
+    let parked_waiting = look_at_parked(store).await;
     let mut tenants = None;
     match wake_from(store, queue, &account, &mut tenants).await {
-        Ok(woken) => rejoin_stranded(store, queue, &account, &mut tenants, woken, metrics).await,
+        Ok(woken) => {
+            if let Some(parked) = parked_waiting {
+                let stranded = Stranded {
+                    account: &account,
+                    parked,
+                    woken,
+                };
+                rejoin_stranded(store, queue, &stranded, &mut tenants, metrics).await;
+            }
+        }
         Err(e) => warn!(error = %e, "waking waiting operations failed; the next sweep will"),
     }
     metrics.emit("InFlight", account.in_flight as f64, "Count", &[]);
@@ -162,16 +190,16 @@ const REJOIN_PAGES: usize = 20;
 async fn rejoin_stranded<S: OperationStore, Q: WorkQueue>(
     store: &S,
     queue: &Q,
-    account: &genace_core::ledger::AccountCapacity,
+    stranded: &Stranded<'_>,
     tenants: &mut Option<Vec<Turn>>,
-    woken: usize,
     metrics: &crate::ports::metrics::Metrics,
 ) {
+    let Stranded { account, parked, woken } = *stranded;
     let Some(turns) = tenants.as_ref() else {
         return;
     };
     let in_set: i64 = turns.iter().map(|t| t.ledger.totals.waiting).sum();
-    if turns.len() >= WAKE_CANDIDATES || in_set >= account.waiting {
+    if turns.len() >= WAKE_CANDIDATES || in_set + parked >= account.waiting {
         return;
     }
     match store.rejoin_waiting_set(REJOIN_PAGES).await {
@@ -188,6 +216,16 @@ async fn rejoin_stranded<S: OperationStore, Q: WorkQueue>(
         }
         Err(e) => warn!(error = %e, "the waiting set could not be repaired; the next sweep tries again"),
     }
+}
+
+/// What the sweep read of the sets, for [`rejoin_stranded`].
+#[derive(Clone, Copy)]
+struct Stranded<'a> {
+    account: &'a genace_core::ledger::AccountCapacity,
+    /// The operations the parked set holds, read whole.
+    parked: i64,
+    /// Woken by this run's wake-up.
+    woken: usize,
 }
 
 /// Enough jobs ended under a limit learned from 429s: one slot more.
@@ -229,22 +267,18 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
     }
     let want = room.min(MAX_WAKE);
     let turns = tenants.insert(waiting_tenants(store).await.map_err(|e| e.to_string())?);
-    let mut woken = take_turns(store, queue, turns, want).await?;
-    // Tenants that cannot take a slot (at their own limit, out of credits)
-    // keep their places at the front of the waiting set; when they fill a
-    // whole read and slots are left, they go to the back and the set is
-    // read again, so that they never hide the tenants behind them.
-    let mut passed = passed_over(turns);
+    let mut looks = FITTING_LOOKS;
+    let mut woken = take_turns(store, queue, turns, want, &mut looks).await?;
+    // Tenants that cannot take a slot for their own limits (jobs in flight,
+    // credits) are parked, out of every later wake-up's read until a write
+    // frees their room; when they filled a whole read and slots are left,
+    // the set is read again, so that they never hide the tenants behind
+    // them.
+    let mut any_aside = set_aside(store, turns).await;
     let mut seen: std::collections::BTreeSet<String> = turns.iter().map(|t| t.ledger.tenant_id.clone()).collect();
     let mut full_read = turns.len() >= WAKE_CANDIDATES;
     for _ in 1..WAKE_PASSES {
-        if woken >= want || !full_read || passed.is_empty() {
-            break;
-        }
-        // Best effort: tenants left in front (a ledger busy) only cost the
-        // next wake-up the same look.
-        if let Err(e) = store.send_to_back(&passed).await {
-            warn!(error = %e, "tenants passed over stay in front of the waiting set");
+        if woken >= want || !full_read || !any_aside {
             break;
         }
         let read = waiting_tenants(store).await.map_err(|e| e.to_string())?;
@@ -256,8 +290,8 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
         if more.is_empty() {
             break;
         }
-        woken += take_turns(store, queue, &mut more, want - woken).await?;
-        passed = passed_over(&more);
+        woken += take_turns(store, queue, &mut more, want - woken, &mut looks).await?;
+        any_aside = set_aside(store, &more).await;
     }
     if woken > 0 {
         info!(woken, room, "woke operations waiting for a slot");
@@ -265,16 +299,54 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
     Ok(woken)
 }
 
+/// Tenants under a spend limit whose orders one wake-up reads at most
+/// (a query and up to [`MAX_WAKE`] records each): what a wake-up costs
+/// does not grow with the tenants short of credits. One not read keeps its
+/// place for the next.
+const FITTING_LOOKS: usize = 8;
+
+/// Parks the tenants of `turns` that took no slot for their own limits
+/// ([`Turn::parks`]), and sends to the back those whose order read nothing
+/// the ledger counts (the index lags). Whether any was set aside.
+/// Best effort: one left in front only costs the next wake-up the same
+/// look.
+async fn set_aside<S: OperationStore>(store: &S, turns: &[Turn]) -> bool {
+    let parks: Vec<TenantLedger> = turns.iter().filter(|t| t.parks()).map(|t| t.ledger.clone()).collect();
+    let lagging: Vec<String> = turns
+        .iter()
+        .filter(|t| t.lags())
+        .map(|t| t.ledger.tenant_id.clone())
+        .collect();
+    if !parks.is_empty() {
+        match store.park(&parks).await {
+            Ok(parked) => info!(parked, "tenants held back by their own limits parked"),
+            Err(e) => {
+                warn!(error = %e, "tenants held back by their own limits stay in the waiting set");
+                return false;
+            }
+        }
+    }
+    if !lagging.is_empty()
+        && let Err(e) = store.send_to_back(&lagging).await
+    {
+        warn!(error = %e, "tenants passed over stay in front of the waiting set");
+        return false;
+    }
+    !parks.is_empty() || !lagging.is_empty()
+}
+
 /// Reads of the waiting set one wake-up makes at most, when the tenants
 /// read could not take a slot.
 const WAKE_PASSES: usize = 4;
 
-/// Wakes up to `want` operations of `turns`, tenant by tenant in turn.
+/// Wakes up to `want` operations of `turns`, tenant by tenant in turn,
+/// reading at most `looks` more orders under a spend limit.
 async fn take_turns<S: OperationStore, Q: WorkQueue>(
     store: &S,
     queue: &Q,
     turns: &mut [Turn],
     want: usize,
+    looks: &mut usize,
 ) -> Result<usize, String> {
     let mut woken = 0;
     while woken < want {
@@ -282,18 +354,31 @@ async fn take_turns<S: OperationStore, Q: WorkQueue>(
         if !turn.fetched {
             // Each tenant's order is read once per call, so no operation is
             // woken twice by one call (the index may lag the count).
+            turn.fetched = true;
             let tenant = TenantId::parse(&turn.ledger.tenant_id).map_err(|e| e.to_string())?;
-            turn.heads = match turn.ledger.headroom() {
+            let order = match turn.ledger.headroom() {
                 None => {
                     let read = i32::try_from(want).unwrap_or(1);
-                    store.waiting(&tenant, read).await.map_err(|e| e.to_string())?
+                    let ids = store.waiting(&tenant, read).await.map_err(|e| e.to_string())?;
+                    Order {
+                        read: ids.len(),
+                        fit: ids,
+                    }
                 }
-                Some(credits) => fitting(store, &tenant, credits, want)
-                    .await
-                    .map_err(|e| e.to_string())?,
+                Some(_) if *looks == 0 => {
+                    turn.skipped = true;
+                    continue;
+                }
+                Some(credits) => {
+                    *looks -= 1;
+                    fitting(store, &tenant, credits, want)
+                        .await
+                        .map_err(|e| e.to_string())?
+                }
             };
+            turn.read = order.read;
+            turn.heads = order.fit;
             turn.heads.reverse();
-            turn.fetched = true;
         }
         let Some(id) = turn.heads.pop() else { continue };
         // The wake queue: never behind the fresh intents of a burst.
@@ -302,60 +387,6 @@ async fn take_turns<S: OperationStore, Q: WorkQueue>(
         woken += 1;
     }
     Ok(woken)
-}
-
-/// The tenants of `turns` that wait but took no slot: at their own limit
-/// of jobs in flight, with no credits left, or read and found with nothing
-/// that could be woken (no head fits the credits left).
-fn passed_over(turns: &[Turn]) -> Vec<String> {
-    turns
-        .iter()
-        .filter(|t| t.taken == 0 && t.ledger.totals.waiting > 0)
-        .filter(|t| !t.may_take_a_slot() || (t.fetched && t.heads.is_empty()))
-        .map(|t| t.ledger.tenant_id.clone())
-        .collect()
-}
-
-/// Of a tenant's waiting order under a spend limit, the first `want`
-/// operations, in order, whose reservations fit together in `headroom`.
-/// One that does not fit is passed over and keeps its place: it is the
-/// first looked at by the next wake-up, which the write that frees its
-/// credits sends. Reads at most [`MAX_WAKE`] of the order and one record
-/// per operation read. A record written before waits recorded their
-/// reservation counts as fitting (its claim decides, as it always did).
-async fn fitting<S: OperationStore>(
-    store: &S,
-    tenant: &TenantId,
-    mut headroom: ledger::Millicredits,
-    want: usize,
-) -> Result<Vec<genace_core::domain::OperationId>, StoreError> {
-    let read = i32::try_from(MAX_WAKE).unwrap_or(i32::MAX);
-    let mut fit = Vec::new();
-    for id in store.waiting(tenant, read).await? {
-        if fit.len() >= want || headroom <= genace_core::ledger::Millicredits::ZERO {
-            break;
-        }
-        // Expiry does not matter here: a woken record that expired is
-        // dropped by its dispatch.
-        let Some(rec) = store.get(&id, chrono::DateTime::<chrono::Utc>::MIN_UTC).await? else {
-            continue;
-        };
-        // The index may lag: one claimed meanwhile holds its credits already.
-        if crate::ports::table::wait_sort_key(&rec).is_none() {
-            continue;
-        }
-        let need = rec
-            .reserved_credits
-            .filter(|r| r.is_finite() && *r >= 0.0)
-            .map_or(ledger::Millicredits::ZERO, ledger::millis);
-        if need <= headroom {
-            headroom -= need;
-            fit.push(id);
-        } else if genace_core::planted::on(genace_core::planted::WAKE_STOPS_AT_SHORT_HEAD) {
-            break;
-        }
-    }
-    Ok(fit)
 }
 
 /// The tenant whose turn it is: of those with an operation left to wake,
@@ -434,119 +465,4 @@ pub async fn learn_from_429<S: OperationStore>(
         Ok(false) => {}
         Err(e) => warn!(error = %e, "the lowered account limit was not saved"),
     }
-}
-
-/// How far into a tenant's order a position is counted; further back, the
-/// view says only that the operation waits.
-pub const POSITION_COUNTED: i32 = 1_000;
-
-/// Where a waiting operation stands in its tenant's order (1: the next of
-/// its tenant to be woken), counted to [`POSITION_COUNTED`]. None when it
-/// does not wait for a slot, stands further back, or the order is
-/// unreadable (logged): a view is never refused for it. One keys-only read
-/// of the waiting index.
-pub async fn queue_position<S: OperationStore>(store: &S, rec: &OperationRecord) -> Option<u32> {
-    crate::ports::table::wait_sort_key(rec)?;
-    match store.waiting(&rec.tenant_id, POSITION_COUNTED).await {
-        Ok(order) => order
-            .iter()
-            .position(|id| *id == rec.operation_id)
-            .and_then(|at| u32::try_from(at + 1).ok()),
-        Err(e) => {
-            warn!(operation_id = %rec.operation_id, error = %e, "waiting order unreadable for a view");
-            None
-        }
-    }
-}
-
-/// Tenants whose heads the oldest-wait gauge reads at most.
-const OLDEST_WAIT_HEADS: usize = 8;
-
-/// Since when the longest of the waiting tenants' heads waits, the tenants
-/// as `wake` read them, else read now. Failures are logged.
-async fn oldest_wait_of<S: OperationStore>(
-    store: &S,
-    tenants: Option<Vec<Turn>>,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Option<chrono::DateTime<chrono::Utc>> {
-    let tenants = match tenants {
-        Some(tenants) => tenants,
-        None => match waiting_tenants(store).await {
-            Ok(tenants) => tenants,
-            Err(e) => {
-                warn!(error = %e, "ledgers unreadable for the gauges");
-                return None;
-            }
-        },
-    };
-    let mut oldest: Option<chrono::DateTime<chrono::Utc>> = None;
-    // The set is in the order tenants began to wait: the oldest head is
-    // among the first few, and the gauge reads no more than those.
-    for turn in tenants.iter().take(OLDEST_WAIT_HEADS) {
-        match oldest_wait(store, &turn.ledger.tenant_id, now).await {
-            Ok(Some(since)) => oldest = Some(oldest.map_or(since, |o| o.min(since))),
-            Ok(None) => {}
-            Err(e) => warn!(error = %e, "a waiting order unreadable for the gauges"),
-        }
-    }
-    oldest
-}
-
-/// Since when the head of a tenant's waiting order waits.
-pub async fn oldest_wait<S: OperationStore>(
-    store: &S,
-    tenant: &str,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-    let Ok(tenant) = TenantId::parse(tenant) else {
-        return Ok(None);
-    };
-    let Some(head) = store.waiting(&tenant, 1).await?.into_iter().next() else {
-        return Ok(None);
-    };
-    Ok(store.get(&head, now).await?.and_then(|r| r.waits_in_order()))
-}
-
-/// A waiting tenant, and what this call has taken from its order.
-struct Turn {
-    ledger: TenantLedger,
-    heads: Vec<genace_core::domain::OperationId>,
-    fetched: bool,
-    taken: i64,
-}
-
-impl Turn {
-    /// Whether the tenant may take one more slot: under its own limit of
-    /// jobs in flight (it waits for its own jobs to end otherwise), with
-    /// credits free (it waits for them to free otherwise; one with some
-    /// room may still be short for its head: that claim waits again, and
-    /// wakes nobody).
-    fn may_take_a_slot(&self) -> bool {
-        let under_own_limit = self
-            .ledger
-            .max_in_flight
-            .is_none_or(|max| self.ledger.totals.in_flight + self.taken < i64::from(max));
-        let credits_free = self
-            .ledger
-            .headroom()
-            .is_none_or(|room| room > genace_core::ledger::Millicredits::ZERO);
-        under_own_limit && credits_free
-    }
-}
-
-/// The tenants with operations waiting that a wake-up considers: those
-/// waiting longest, at most [`WAKE_CANDIDATES`], from the waiting set. Never
-/// every ledger: what a wake-up reads does not grow with the tenants.
-async fn waiting_tenants<S: OperationStore>(store: &S) -> Result<Vec<Turn>, StoreError> {
-    Ok(store
-        .waiting_ledgers(WAKE_CANDIDATES)
-        .await?
-        .into_iter()
-        .map(|ledger| Turn {
-            ledger,
-            heads: Vec::new(),
-            fetched: false,
-            taken: 0,
-        })
-        .collect())
 }
