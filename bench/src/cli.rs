@@ -175,6 +175,11 @@ pub struct ScaleArgs {
     pub ceiling_senders: usize,
     #[arg(long, value_name = "JOBS", default_value_t = 96, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub ceiling_limit: u32,
+    /// Tenants short of credits beside the most tenants, in a row of their
+    /// own: each under a spend limit below one video's estimate, with one
+    /// intent waiting for credits. 0 to skip.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub short_of_credits: usize,
 }
 
 #[derive(Args, Clone)]

@@ -7,7 +7,12 @@
 //! queues' long-poll receives), the DynamoDB reads among them, and the drain
 //! against the ideal `intents × render ÷ limit`; and it fails when the
 //! requests per operation at the most tenants are more than 10 % above the
-//! fewest: what a wake-up reads must not grow with the tenants. Then the
+//! fewest: what a wake-up reads must not grow with the tenants. A last row
+//! adds `--short-of-credits` tenants beside the most, each with one intent
+//! waiting for credits under a spend limit below its estimate; it fails
+//! when that row's requests per operation are more than 10 % above the
+//! row without them: what a wake-up reads must not grow with the tenants
+//! short of credits either. Then the
 //! same burst runs in the simulator's virtual time with up to 10,000
 //! tenants (`crate::model`).
 
@@ -28,6 +33,7 @@ const BURSTING: &str = "bench-burst";
 /// One count's figures.
 struct Figures {
     tenants: usize,
+    short: usize,
     per_operation: f64,
     reads: BTreeMap<String, f64>,
     drain: Duration,
@@ -41,7 +47,11 @@ pub(crate) async fn run(endpoint: &str, args: &ScaleArgs) -> Result<(), String> 
     }
     let mut rows = Vec::new();
     for &tenants in &args.tenants {
-        rows.push(one(endpoint, args, tenants).await?);
+        rows.push(one(endpoint, args, tenants, 0).await?);
+    }
+    let most = args.tenants[args.tenants.len() - 1];
+    if args.short_of_credits > 0 {
+        rows.push(one(endpoint, args, most, args.short_of_credits).await?);
     }
     print(args, &rows);
     // The model's rows are printed whatever the stack's gate says. It
@@ -54,18 +64,28 @@ pub(crate) async fn run(endpoint: &str, args: &ScaleArgs) -> Result<(), String> 
     if cases > 0 {
         return Err(format!("{cases} operations opened a case"));
     }
-    let (first, last) = (&rows[0], &rows[rows.len() - 1]);
+    let plain: Vec<&Figures> = rows.iter().filter(|r| r.short == 0).collect();
+    let (first, last) = (plain[0], plain[plain.len() - 1]);
     if last.per_operation > first.per_operation * 1.10 {
         return Err(format!(
             "requests per operation grew with the tenants: {:.1} with {}, {:.1} with {}",
             first.per_operation, first.tenants, last.per_operation, last.tenants
         ));
     }
+    if let Some(short) = rows.iter().find(|r| r.short > 0)
+        && short.per_operation > last.per_operation * 1.10
+    {
+        return Err(format!(
+            "requests per operation grew with tenants short of credits: {:.1} without, {:.1} beside {}",
+            last.per_operation, short.per_operation, short.short
+        ));
+    }
     modelled
 }
 
-/// The burst beside `tenants - 1` idle tenants, on a fresh stack.
-async fn one(endpoint: &str, args: &ScaleArgs, tenants: usize) -> Result<Figures, String> {
+/// The burst beside `tenants - 1` idle tenants and `short` tenants short
+/// of credits, on a fresh stack.
+async fn one(endpoint: &str, args: &ScaleArgs, tenants: usize, short: usize) -> Result<Figures, String> {
     let render = Duration::from_secs(args.render_seconds);
     let mut stack = Stack::fresh(endpoint).await?;
     stack.config.max_in_flight = Some(args.limit);
@@ -75,6 +95,7 @@ async fn one(endpoint: &str, args: &ScaleArgs, tenants: usize) -> Result<Figures
     let (running, addr) = stack.start_runner(&base, 8).await?;
     let api = format!("http://{addr}");
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    short_of_credits(&stack, &api, short, &run_id).await?;
     let intents: Vec<(usize, String)> = (0..args.intents).map(|i| (0, format!("scale-{run_id}-{i}"))).collect();
     let before = stack.meter.requests();
     let started = Instant::now();
@@ -118,6 +139,7 @@ async fn one(endpoint: &str, args: &ScaleArgs, tenants: usize) -> Result<Figures
     }
     Ok(Figures {
         tenants,
+        short,
         per_operation: counted as f64 / n,
         reads,
         drain,
@@ -145,6 +167,39 @@ async fn idle_tenants(stack: &Stack, count: usize) -> Result<(), String> {
     results.into_iter().collect()
 }
 
+/// `count` tenants, each under a spend limit of half a credit (below one
+/// video's estimate), with one intent through the API that waits for
+/// credits; returns once all of them wait. Not counted.
+async fn short_of_credits(stack: &Stack, api: &str, count: usize, run_id: &str) -> Result<(), String> {
+    if count == 0 {
+        return Ok(());
+    }
+    let names: Vec<String> = (0..count).map(|i| format!("short-{i:05}")).collect();
+    for name in &names {
+        let tenant = TenantId::parse(name).map_err(|e| e.to_string())?;
+        let limit = genace_core::ledger::millis(0.5);
+        stack
+            .observer
+            .set_spend_limit(&tenant, Some(limit))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let tenants: Vec<&str> = names.iter().map(String::as_str).collect();
+    let intents: Vec<(usize, String)> = (0..count).map(|i| (i, format!("short-{run_id}-{i}"))).collect();
+    burst(api, &tenants, &intents).await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let account = stack.observer.account().await.map_err(|e| e.to_string())?;
+        if usize::try_from(account.waiting).unwrap_or(0) >= count {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{} of {count} intents short of credits wait", account.waiting));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn print(args: &ScaleArgs, rows: &[Figures]) {
     println!("# genace-bench scale");
     println!();
@@ -160,9 +215,13 @@ fn print(args: &ScaleArgs, rows: &[Figures]) {
     println!("|---|---|---|---|---|");
     for r in rows {
         let reads: Vec<String> = r.reads.iter().map(|(call, v)| format!("{call} {v:.2}")).collect();
+        let tenants = match r.short {
+            0 => r.tenants.to_string(),
+            short => format!("{} + {short} short of credits", r.tenants),
+        };
         println!(
             "| {} | {:.1} | {} | {:.0} s, {:.2}× | {} |",
-            r.tenants,
+            tenants,
             r.per_operation,
             reads.join(", "),
             r.drain.as_secs_f64(),
