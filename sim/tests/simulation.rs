@@ -60,7 +60,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::CASE_WITHOUT_PHASE_CHECK,
             "open_case without a phase check",
-            176,
+            121,
             "case on a rendered",
         ),
         // The ledger against Genace's own books, and the slots it holds
@@ -80,7 +80,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::RENDER_FAILED_SPENT,
             "a failed render counts as spent",
-            13,
+            6,
             "spent, but Genace completed jobs worth",
         ),
         (
@@ -112,7 +112,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::RENDER_FAILED_KEEPS_SLOT,
             "a failed render keeps its slot",
-            13,
+            6,
             "jobs in flight, the records hold",
         ),
         // What a cancel promises: no POST after it wins.
@@ -338,10 +338,10 @@ fn a_freed_slot_passes_over_a_head_short_of_credits() {
         ..both.clone()
     };
     let found = (0..10_000).find(|seed| run(*seed, &planted).violation.is_some());
-    assert_eq!(found, Some(1943), "the first seed that finds it");
-    let violation = run(1943, &planted).violation.unwrap_or_default();
+    assert_eq!(found, Some(427), "the first seed that finds it");
+    let violation = run(427, &planted).violation.unwrap_or_default();
     assert!(violation.contains("waits with nothing to wake it"), "{violation}");
-    let fixed = run(1943, &both);
+    let fixed = run(427, &both);
     assert!(fixed.violation.is_none(), "{}", report(&fixed));
 }
 

@@ -2504,3 +2504,37 @@ async fn the_sweep_looks_at_every_parked_tenant_in_turn() {
         "none may take a slot"
     );
 }
+
+/// A tenant parked for credits goes back to the waiting set with the write
+/// that frees them, but the index a wake-up reads shows the move late: the
+/// wake-up after that write weighs the tenant as its ledger reads now, so
+/// its waiter is woken at once, not at the next sweep.
+#[tokio::test]
+async fn the_write_that_frees_credits_wakes_its_parked_tenant_through_index_lag() {
+    let app = app();
+    let _lagging = app
+        .store
+        .clone()
+        .with_index_lag(app.clock.clone(), Duration::minutes(10), 7);
+    app.store
+        .set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(10.0)));
+    let first = submit(&app, "first", None).await;
+    let second = submit(&app, "second", None).await;
+    let dispatcher = app.dispatcher();
+    assert_eq!(
+        dispatcher.dispatch(&first).await.unwrap(),
+        Dispatched::Posted(PostResult::Accepted)
+    );
+    assert_eq!(
+        dispatcher.dispatch(&second).await.unwrap(),
+        Dispatched::WaitingForCredits
+    );
+    // Long enough for every index to show the wait and the park.
+    app.clock.advance(Duration::minutes(11));
+    assert_eq!(app.store.parked_ledgers(10).await.unwrap().len(), 1);
+    render_first_job(&app, &first).await;
+    assert!(
+        woken(&app).iter().any(|body| body.contains(second.as_str())),
+        "woken by the write that freed its credits"
+    );
+}

@@ -230,7 +230,7 @@ impl<P: Ports> Admin<'_, P> {
         // A decision that ends a job's slot (confirm_not_created, an attach
         // elsewhere) wakes the next operation waiting for one.
         if crate::pipeline::wake::frees_a_slot(&before, &next) {
-            crate::pipeline::wake::wake_if_room(&self.intake.store, &self.intake.queue).await;
+            crate::pipeline::wake::wake_if_room_for(&self.intake.store, &self.intake.queue, &next.tenant_id).await;
         }
         Ok(next)
     }

@@ -91,11 +91,20 @@ impl TenantLedgers for MemoryStore {
             let item = [format!("ledger/{tenant}")];
             let moved = self
                 .plain_write(&item, |tables| {
-                    let unchanged = tables.ledgers.get(tenant).is_some_and(|now| now == read);
+                    // As DynamoDB's condition: the counters and limits a
+                    // park depends on, as read.
+                    let unchanged = tables.ledgers.get(tenant).is_some_and(|now| {
+                        let (a, b) = (&now.totals, &read.totals);
+                        (a.held, a.in_flight, a.waiting, a.queued) == (b.held, b.in_flight, b.waiting, b.queued)
+                            && (now.spend_limit, now.max_in_flight) == (read.spend_limit, read.max_in_flight)
+                    });
                     let waits = tables.set_of.get(tenant) == Some(&false);
                     if unchanged && waits {
                         tables.set_of.insert(tenant.clone(), true);
                         tables.contention.written(&item, 1, false);
+                        if let Some(lag) = &mut tables.index_lag {
+                            lag.tenant_joined(tenant);
+                        }
                     }
                     unchanged && waits
                 })
@@ -198,7 +207,12 @@ impl super::store::Tables {
         match to.set {
             SetRule::Keep => {}
             SetRule::Waiting => {
-                self.set_of.insert(tenant.to_owned(), false);
+                // Back from the parked set: the index shows the move late.
+                if self.set_of.insert(tenant.to_owned(), false) == Some(true)
+                    && let Some(lag) = &mut self.index_lag
+                {
+                    lag.tenant_joined(tenant);
+                }
             }
             SetRule::WaitingIfNone => {
                 self.set_of.entry(tenant.to_owned()).or_insert(false);

@@ -467,7 +467,7 @@ where
             Ok((w, frees)) => {
                 // A job Genace is done with frees its slot: wake the next waiting operation.
                 if frees {
-                    crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+                    crate::pipeline::wake::wake_if_room_for(&self.store, &self.queue, &w.tenant_id).await;
                 }
                 Ok(Ok(w))
             }

@@ -101,7 +101,7 @@ impl<P: Ports> Recovery<P> {
             Ok((rec, freed)) => {
                 info!(operation_id = %rec.operation_id, remote_job_id = ?rec.remote_job_id, phase = rec.phase.as_str(), "recovered outcome applied");
                 if freed {
-                    crate::pipeline::wake::wake_if_room(store, queue).await;
+                    crate::pipeline::wake::wake_if_room_for(store, queue, &rec.tenant_id).await;
                 }
                 if rec.phase == Phase::Accepted && rec.observed_at.is_none() {
                     queue.enqueue(Queue::Poll, &rec.operation_id, 0).await?;

@@ -81,7 +81,7 @@ where
         self.metrics.count("ClaimsUnused", &[]);
         self.queue.enqueue(Queue::Dispatch, id, 1).await?;
         if freed {
-            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+            crate::pipeline::wake::wake_if_room_for(&self.store, &self.queue, &claimed.tenant_id).await;
         }
         Ok(Some(Dispatched::Released))
     }

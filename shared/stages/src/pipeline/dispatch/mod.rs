@@ -459,7 +459,7 @@ where
     ) -> Result<OperationRecord, CommitError> {
         let (rec, freed) = self.commit_freeing_until(posted, event, None).await?;
         if freed {
-            crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+            crate::pipeline::wake::wake_if_room_for(&self.store, &self.queue, &rec.tenant_id).await;
         }
         Ok(rec)
     }

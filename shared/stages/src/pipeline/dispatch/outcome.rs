@@ -68,7 +68,7 @@ where
                 // Saved: the wake-up it owes comes after, outside the bound.
                 Ok((rec, freed)) => {
                     if freed {
-                        crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+                        crate::pipeline::wake::wake_if_room_for(&self.store, &self.queue, &rec.tenant_id).await;
                     }
                     return Ok(rec);
                 }

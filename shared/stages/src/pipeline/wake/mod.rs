@@ -50,12 +50,27 @@ pub async fn wake_if_room<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q)
     }
 }
 
+/// After a write of `tenant`'s operation that freed a slot or credits
+/// the tenant held: as [`wake_if_room`], and `tenant` itself is weighed
+/// with the waiting set as its ledger reads now. The write moved it from
+/// the parked set back to the waiting set, but the index a wake-up reads
+/// is eventually consistent and seldom shows that move yet.
+pub async fn wake_if_room_for<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q, tenant: &TenantId) {
+    let woke = async {
+        let account = account_raised(store).await?;
+        wake_from(store, queue, &account, &mut None, Some(tenant)).await
+    };
+    if let Err(e) = woke.await {
+        warn!(error = %e, tenant = %tenant, "waking waiting operations failed; the sweep will");
+    }
+}
+
 /// Wakes as many waiting operations as the account has free slots (at most
 /// [`MAX_WAKE`]), tenants in turn by fewest jobs in flight. Returns how many.
 pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Result<usize, String> {
     let account = account_raised(store).await?;
     let mut tenants = None;
-    wake_from(store, queue, &account, &mut tenants).await
+    wake_from(store, queue, &account, &mut tenants, None).await
 }
 
 /// The look after `waited` recorded its wait for a slot: a slot freed
@@ -76,7 +91,7 @@ pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
         if room == 0 {
             return Ok::<_, String>(());
         }
-        let woken = wake_from(store, queue, &account, &mut None).await?;
+        let woken = wake_from(store, queue, &account, &mut None, None).await?;
         if woken < room {
             // A second later, not at once: whatever refuses it again (a
             // rival's claim took the slot) never spins.
@@ -113,7 +128,7 @@ pub async fn wake_after_limit<S: OperationStore, Q: WorkQueue>(
     if let Err(e) = store.unpark(tenant.as_str()).await {
         warn!(error = %e, tenant = %tenant, "a tenant whose limit was set stays parked; the sweep will look");
     }
-    wake_if_room(store, queue).await;
+    wake_if_room_for(store, queue, tenant).await;
 }
 
 /// The slots a wake-up may fill under `account`: its free slots, or one
@@ -148,9 +163,15 @@ pub async fn sweep<S: OperationStore, Q: WorkQueue>(
         Ok(false) => probe(store, &mut account, now).await,
         Err(e) => warn!(error = %e, "the raised account limit was not saved"),
     }
-    let parked_waiting = look_at_parked(store).await;
+    // The parked set is looked at only while operations wait: a sweep of
+    // an idle account reads nothing more.
+    let (parked_waiting, moved_back) = if account.waiting > 0 {
+        look_at_parked(store).await
+    } else {
+        (Some(0), None)
+    };
     let mut tenants = None;
-    match wake_from(store, queue, &account, &mut tenants).await {
+    match wake_from(store, queue, &account, &mut tenants, moved_back.as_ref()).await {
         Ok(woken) => {
             if let Some(parked) = parked_waiting {
                 let stranded = Stranded {
@@ -209,7 +230,7 @@ async fn rejoin_stranded<S: OperationStore, Q: WorkQueue>(
             metrics.emit("WaitingSetRepaired", joined as f64, "Count", &[]);
             *tenants = None;
             if woken == 0
-                && let Err(e) = wake_from(store, queue, account, tenants).await
+                && let Err(e) = wake_from(store, queue, account, tenants, None).await
             {
                 warn!(error = %e, "waking the repaired waiters failed; the next sweep will");
             }
@@ -249,12 +270,15 @@ async fn raise_if_earned<S: OperationStore>(
 }
 
 /// Wakes under `account` as read. `tenants` holds the waiting tenants once
-/// read, for the caller to reuse.
+/// read, for the caller to reuse. `hint`, a tenant just moved back to the
+/// waiting set, is weighed with them as its ledger reads now (the index may
+/// not show it yet).
 async fn wake_from<S: OperationStore, Q: WorkQueue>(
     store: &S,
     queue: &Q,
     account: &genace_core::ledger::AccountCapacity,
     tenants: &mut Option<Vec<Turn>>,
+    hint: Option<&TenantId>,
 ) -> Result<usize, String> {
     if account.waiting <= 0 {
         // The common case, for one read: nobody waits.
@@ -266,7 +290,16 @@ async fn wake_from<S: OperationStore, Q: WorkQueue>(
         return Ok(0);
     }
     let want = room.min(MAX_WAKE);
-    let turns = tenants.insert(waiting_tenants(store).await.map_err(|e| e.to_string())?);
+    let mut read = waiting_tenants(store).await.map_err(|e| e.to_string())?;
+    if let Some(tenant) = hint
+        && !read.iter().any(|t| t.ledger.tenant_id == tenant.as_str())
+    {
+        let ledger = store.ledger(tenant).await.map_err(|e| e.to_string())?;
+        if ledger.totals.waiting > 0 {
+            read.push(Turn::of(ledger));
+        }
+    }
+    let turns = tenants.insert(read);
     let mut looks = FITTING_LOOKS;
     let mut woken = take_turns(store, queue, turns, want, &mut looks).await?;
     // Tenants that cannot take a slot for their own limits (jobs in flight,

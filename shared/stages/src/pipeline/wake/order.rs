@@ -63,14 +63,12 @@ pub(super) async fn fitting<S: OperationStore>(
             break;
         }
     }
-    // A full read stands for the whole order; else only those that still
-    // wait count (the index may show some claimed meanwhile).
-    let read = if order.len() >= MAX_WAKE {
-        MAX_WAKE
-    } else {
-        still_waiting
-    };
-    Ok(Order { fit, read })
+    // Only those that still wait count (the index may show some claimed
+    // meanwhile).
+    Ok(Order {
+        fit,
+        read: still_waiting,
+    })
 }
 
 /// A waiting tenant, and what this call has taken from its order.
@@ -81,7 +79,7 @@ pub(super) struct Turn {
     pub(super) fetched: bool,
     /// Its order was not read: the call's looks were used up.
     pub(super) skipped: bool,
-    /// How many of its order the read returned.
+    /// How many of its order the read found still waiting.
     pub(super) read: usize,
     pub(super) taken: i64,
 }
@@ -104,8 +102,10 @@ impl Turn {
     /// operation in it that fits the credits left.
     pub(super) fn parks(&self) -> bool {
         let waits = self.taken == 0 && self.ledger.totals.waiting > 0;
-        let read_whole =
-            usize::try_from(self.ledger.totals.waiting).is_ok_and(|w| self.read >= w) || self.read >= MAX_WAKE;
+        // As many still waiting as the ledger counts, or a full read of
+        // them: entries the index still shows for operations claimed
+        // meanwhile do not count.
+        let read_whole = usize::try_from(self.ledger.totals.waiting).is_ok_and(|w| self.read >= w.min(MAX_WAKE));
         let nothing_fits = self.fetched && !self.skipped && self.heads.is_empty() && read_whole;
         waits && (!self.may_take_a_slot() || (nothing_fits && self.ledger.headroom().is_some()))
     }

@@ -22,20 +22,26 @@ pub(super) const PARKED_LOOKS: usize = 4;
 /// parked tenant is looked at in turn. Costs at most a read of the set and,
 /// per tenant looked at, a query, `MAX_WAKE` records and one write.
 /// Returns the operations the parked set holds when it was read whole
-/// (fewer tenants than a read returns), else None. Failures are logged.
-pub(super) async fn look_at_parked<S: OperationStore>(store: &S) -> Option<i64> {
+/// (fewer tenants than a read returns), else None; and the first tenant
+/// moved back, for the wake-up after it to weigh (the index it reads may
+/// not show the move yet). Failures are logged.
+pub(super) async fn look_at_parked<S: OperationStore>(store: &S) -> (Option<i64>, Option<TenantId>) {
     let parked = match store.parked_ledgers(WAKE_CANDIDATES).await {
         Ok(parked) => parked,
         Err(e) => {
             warn!(error = %e, "the parked set is unreadable; the next sweep looks again");
-            return None;
+            return (None, None);
         }
     };
     let mut rotated = Vec::new();
+    let mut moved_back = None;
     for ledger in parked.iter().take(PARKED_LOOKS) {
         match may_take_a_slot_now(store, ledger).await {
             Ok(true) => match store.unpark(&ledger.tenant_id).await {
-                Ok(_) => info!(tenant = %ledger.tenant_id, "a parked tenant may take a slot again"),
+                Ok(_) => {
+                    info!(tenant = %ledger.tenant_id, "a parked tenant may take a slot again");
+                    moved_back = moved_back.or_else(|| TenantId::parse(&ledger.tenant_id).ok());
+                }
                 Err(e) => warn!(tenant = %ledger.tenant_id, error = %e, "a parked tenant stays parked"),
             },
             Ok(false) => rotated.push(ledger.tenant_id.clone()),
@@ -45,7 +51,8 @@ pub(super) async fn look_at_parked<S: OperationStore>(store: &S) -> Option<i64> 
     if let Err(e) = store.send_to_back(&rotated).await {
         warn!(error = %e, "parked tenants stay at the front of the parked set");
     }
-    (parked.len() < WAKE_CANDIDATES).then(|| parked.iter().map(|l| l.totals.waiting).sum())
+    let whole = (parked.len() < WAKE_CANDIDATES).then(|| parked.iter().map(|l| l.totals.waiting).sum());
+    (whole, moved_back)
 }
 
 /// Whether an operation of a parked tenant's order, `ledger` as read, fits
