@@ -41,14 +41,23 @@ fn issue_scoped(claim: &str, tenant: &str, scope: &str, ttl_seconds: i64) -> Res
     issue_claims(claims, ttl_seconds)
 }
 
-/// An operator's token (`scope` includes `genace:operator`), limited to
-/// `tenant` under `claim` when given.
+/// An operator's token (`scope` includes `genace:operator`): limited to
+/// `tenant` under `claim` when given, else marked an operator of every
+/// tenant (`genace:operator:all`).
 pub fn issue_operator(subject: &str, claim: &str, tenant: Option<&str>, ttl_seconds: i64) -> Result<String, String> {
     let mut claims = Map::new();
     claims.insert("sub".into(), json!(subject));
-    claims.insert("scope".into(), json!("operations.read genace:operator"));
-    if let Some(t) = tenant {
-        claims.insert(claim.into(), json!(t));
+    match tenant {
+        Some(t) => {
+            claims.insert("scope".into(), json!("operations.read genace:operator"));
+            claims.insert(claim.into(), json!(t));
+        }
+        None => {
+            claims.insert(
+                "scope".into(),
+                json!("operations.read genace:operator genace:operator:all"),
+            );
+        }
     }
     issue_claims(claims, ttl_seconds)
 }

@@ -71,6 +71,25 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: Option<CapacityAction>,
     },
+    /// Which kind of operator the token signs in: of one tenant, of every
+    /// tenant, or of none (the API refuses it). Read from the token's own
+    /// claims, under the deployment's claim names.
+    Whoami {
+        /// The claim that names the tenant (the deployment's TenantClaim).
+        #[arg(long, env = "GENACE_OPS_TENANT_CLAIM", default_value = "tenant_id")]
+        tenant_claim: String,
+        /// The claim that holds the operator scopes.
+        #[arg(long, env = "GENACE_OPS_OPERATOR_CLAIM", default_value = "scope")]
+        operator_claim: String,
+        /// The scope that marks an operator of every tenant (the
+        /// deployment's GlobalOperatorScope).
+        #[arg(
+            long,
+            env = "GENACE_OPS_GLOBAL_OPERATOR_SCOPE",
+            default_value = "genace:operator:all"
+        )]
+        global_scope: String,
+    },
     /// An operation's trace as a waterfall: one line per span, its offset,
     /// its time as a bar, the stage or call, and how it ended. Reads the
     /// spans the local stack's receiver wrote (needs no --url or --token).

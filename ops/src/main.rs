@@ -21,6 +21,7 @@
 //! genace-ops capacity [--json]
 //! genace-ops capacity limit <tenant> <jobs|none> [--json]
 //! genace-ops capacity account <jobs|none> [--json]
+//! genace-ops whoami [--tenant-claim C] [--global-scope S] [--json]
 //! ```
 //!
 //! Every resolution is tied to the version of the operation it was decided
@@ -55,7 +56,7 @@ async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
         Command::Endpoint { tenant, action } => commands::endpoint(api, json, &tenant, action).await,
         Command::Capacity { action } => commands::capacity(api, json, action).await,
         // Answered before the API is needed.
-        Command::Trace { .. } => Ok(()),
+        Command::Trace { .. } | Command::Whoami { .. } => Ok(()),
     }
 }
 
@@ -69,6 +70,23 @@ async fn main() -> ExitCode {
     } = &cli.command
     {
         return commands::trace(cli.json, operation_id, file, usize::from(*width));
+    }
+    if let Command::Whoami {
+        tenant_claim,
+        operator_claim,
+        global_scope,
+    } = &cli.command
+    {
+        let Some(token) = &cli.token else {
+            eprintln!("genace-ops: set --token or GENACE_OPS_TOKEN");
+            return ExitCode::from(2);
+        };
+        let names = commands::ClaimNames {
+            tenant: tenant_claim,
+            operator: operator_claim,
+            global: global_scope,
+        };
+        return commands::whoami(cli.json, token, &names);
     }
     let missing = |what: &str| -> ! {
         Cli::command()

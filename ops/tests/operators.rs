@@ -410,6 +410,65 @@ async fn an_operator_token_with_a_malformed_tenant_is_refused_not_made_global() 
     stack.stop().await;
 }
 
+/// An operator token that names no tenant is an operator of every tenant
+/// only when it carries the global-operator scope: one with neither (as
+/// when the issuer names the tenant claim differently) is refused on every
+/// operator route and may not read an operation, never made global.
+/// `whoami` says which kind each token signs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_token_with_neither_a_tenant_nor_the_global_mark_is_refused() {
+    let stack = Stack::start().await;
+    every_post_lost(&stack.genace).await;
+    let id = stack.create("tenant-a", "unscoped").await;
+    stack.wait(&id, "uncertain", |v| v["phase"] == "uncertain").await;
+    // The tenant under a claim this deployment does not read.
+    let mut claims = serde_json::Map::new();
+    claims.insert("sub".into(), json!("ops-carol"));
+    claims.insert("scope".into(), json!("genace:operator"));
+    claims.insert("custom:tenant_id".into(), json!("tenant-a"));
+    let unscoped = devauth::issue_claims(claims, 600).unwrap();
+    for args in [
+        &["cases", "list", "--json"][..],
+        &["capacity", "--json"][..],
+        &["credits", "list", "--json"][..],
+    ] {
+        let out = stack.cli(&unscoped, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            err.contains("403") && err.contains("not marked global"),
+            "{args:?}: {err}"
+        );
+    }
+    let (status, problem) = stack.view(&unscoped, &id).await;
+    assert_eq!(
+        (
+            status,
+            problem["type"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("operator-scope-unknown")
+        ),
+        (403, true),
+        "{problem}"
+    );
+    // The global mark makes it an operator of every tenant.
+    let global = operator(None);
+    let out = stack.cli(&global, &["cases", "list", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let kinds: Vec<String> = [&unscoped, &global, &operator(Some("tenant-a"))]
+        .iter()
+        .map(|token| {
+            let out = stack.cli(token, &["whoami", "--json"]);
+            assert_eq!(out.status.code(), Some(0), "{out:?}");
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            v["kind"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(kinds, ["none", "global", "tenant"]);
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn attach_refuses_a_job_id_another_operation_holds_and_ids_out_of_bounds() {
     let stack = Stack::start().await;

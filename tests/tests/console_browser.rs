@@ -314,7 +314,7 @@ async fn an_operator_signs_in_with_the_issuer_by_code_and_pkce() {
     press(&browser.find(Locator::Css("main")).await.unwrap(), "#sign-in").await;
     // Back from the issuer, signed in: the cases page and who is signed in.
     browser.wait().for_element(Locator::Id("no-cases")).await.unwrap();
-    assert_eq!(text_of(&browser, "#who").await, "ops-oidc");
+    assert_eq!(text_of(&browser, "#who").await, "ops-oidc (operator of every tenant)");
     let url = browser.current_url().await.unwrap();
     assert!(url.query().is_none(), "the code is gone from the address: {url}");
     assert_eq!(*pkce.redeemed.lock().unwrap(), 1, "one code, redeemed once");

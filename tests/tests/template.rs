@@ -976,3 +976,20 @@ fn the_console_is_static_and_signs_in_by_itself(
         assert!(t["Parameters"][param].is_mapping(), "{param}");
     }
 }
+
+/// Operators of every tenant are marked explicitly: the template names the
+/// mark by a parameter and hands it to every function, so an operator
+/// token with neither the tenant claim nor the mark is refused wherever it
+/// is read.
+#[test]
+fn the_global_operator_mark_is_a_parameter_every_function_reads() {
+    let t = template();
+    let parameter = &t["Parameters"]["GlobalOperatorScope"];
+    assert_eq!(parameter["Default"], "genace:operator:all");
+    let env = &t["Globals"]["Function"]["Environment"]["Variables"];
+    assert_eq!(strings(&env["GLOBAL_OPERATOR_VALUE"]), ["GlobalOperatorScope"]);
+    for (name, f) in functions(&t) {
+        let own = &f["Properties"]["Environment"]["Variables"]["GLOBAL_OPERATOR_VALUE"];
+        assert!(own.is_null(), "{name} overrides the global-operator mark");
+    }
+}

@@ -9,6 +9,7 @@ mod op;
 mod resolve;
 mod trace;
 mod webhook;
+mod whoami;
 
 pub(crate) use capacity::capacity;
 pub(crate) use cases::cases;
@@ -18,3 +19,4 @@ pub(crate) use op::op;
 pub(crate) use resolve::resolve;
 pub(crate) use trace::trace;
 pub(crate) use webhook::webhook;
+pub(crate) use whoami::{ClaimNames, whoami};

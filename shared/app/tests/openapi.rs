@@ -145,7 +145,7 @@ fn tenant(t: &str) -> Value {
 }
 
 fn operator() -> Value {
-    json!({"sub": "ops-1", "scope": "operations.read genace:operator"})
+    json!({"sub": "ops-1", "scope": "operations.read genace:operator genace:operator:all"})
 }
 
 fn intent(key: &str, prompt: &str) -> String {

@@ -114,7 +114,17 @@ function chrome(signedIn) {
   document.getElementById("sign-out").hidden = !signedIn;
   const c = signedIn ? claims(sessionStorage.getItem(TOKEN)) : {};
   const who = document.getElementById("who");
-  who.textContent = signedIn ? `${c.sub || "operator"}${c.tenant_id ? ` (tenant ${c.tenant_id})` : ""}` : "";
+  who.textContent = signedIn ? `${c.sub || "operator"} (${operatorKind(c)})` : "";
+}
+
+// Which kind of operator the token signs in, under the deployment's claim
+// names: the API decides the same way, and refuses the third kind.
+function operatorKind(c) {
+  const names = config.claims || { tenant: "tenant_id", operator: "scope", global_operator: "genace:operator:all" };
+  const tenant = c[names.tenant];
+  if (tenant) return `operator of tenant ${tenant}`;
+  const scopes = [].concat(c[names.operator] || []).join(" ").replace(/[[\]]/g, "").split(/[\s,]+/);
+  return scopes.includes(names.global_operator) ? "operator of every tenant" : "operator of no tenant: refused";
 }
 
 // ---- cases

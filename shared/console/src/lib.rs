@@ -50,10 +50,37 @@ pub struct Oidc {
     pub scope: String,
 }
 
+/// The claim names the API reads operators by, for the page to say which
+/// kind of operator is signed in (`TENANT_CLAIM`, `OPERATOR_CLAIM`,
+/// `GLOBAL_OPERATOR_VALUE`, as the API's configuration reads them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimNames {
+    pub tenant: String,
+    pub operator: String,
+    pub global_operator: String,
+}
+
+impl ClaimNames {
+    fn from_env() -> Self {
+        let var = |name: &str, default: &str| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .unwrap_or_else(|| default.to_owned())
+        };
+        Self {
+            tenant: var("TENANT_CLAIM", "tenant_id"),
+            operator: var("OPERATOR_CLAIM", "scope"),
+            global_operator: var("GLOBAL_OPERATOR_VALUE", "genace:operator:all"),
+        }
+    }
+}
+
 /// The console as served by one deployment.
 #[derive(Debug, Clone)]
 pub struct Console {
     sign_in: SignIn,
+    claims: ClaimNames,
     policy: String,
 }
 
@@ -69,7 +96,11 @@ impl Console {
             "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
              connect-src 'self'{token_origin}; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
         );
-        Self { sign_in, policy }
+        Self {
+            sign_in,
+            claims: ClaimNames::from_env(),
+            policy,
+        }
     }
 
     /// How operators sign in.
@@ -137,6 +168,16 @@ impl Console {
     /// What the page needs to know to sign in; never a secret (the console
     /// is a public client: PKCE, no client secret).
     fn config(&self) -> serde_json::Value {
+        let mut config = self.sign_in_config();
+        config["claims"] = json!({
+            "tenant": self.claims.tenant,
+            "operator": self.claims.operator,
+            "global_operator": self.claims.global_operator,
+        });
+        config
+    }
+
+    fn sign_in_config(&self) -> serde_json::Value {
         match &self.sign_in {
             SignIn::Oidc(o) => json!({
                 "sign_in": "oidc",
@@ -276,7 +317,9 @@ mod tests {
         let config: serde_json::Value = serde_json::from_str(&text(&r)).unwrap();
         assert_eq!(config["sign_in"], "oidc");
         assert_eq!(config["client_id"], "console-client");
-        assert_eq!(config.as_object().unwrap().len(), 5, "{config}");
+        assert_eq!(config.as_object().unwrap().len(), 6, "{config}");
+        // The claim names the page says which kind of operator is signed in by.
+        assert_eq!(config["claims"]["global_operator"], "genace:operator:all");
         let local = Console::new(SignIn::Local).answer(&Method::GET, "/console/config.json");
         assert!(header(&local, "content-security-policy").contains("connect-src 'self';"));
     }

@@ -105,6 +105,12 @@ pub struct Config {
     pub operator_claim: String,
     /// Value in that claim that makes an operator (`OPERATOR_VALUE`, default `genace:operator`).
     pub operator_value: String,
+    /// Value in the same claim that marks an operator of every tenant
+    /// (`GLOBAL_OPERATOR_VALUE`, default `genace:operator:all`). An
+    /// operator token with neither the tenant claim nor this mark is
+    /// refused: a tenant claim the issuer names differently never makes a
+    /// scoped operator global.
+    pub global_operator_value: String,
     /// Largest accepted intake body in bytes.
     pub max_body_bytes: usize,
     /// A prepared operation older than this is re-enqueued by the sweep.
@@ -336,6 +342,7 @@ impl Config {
             tenant_claim: var("TENANT_CLAIM").unwrap_or_else(|| "tenant_id".into()),
             operator_claim: var("OPERATOR_CLAIM").unwrap_or_else(|| "scope".into()),
             operator_value: var("OPERATOR_VALUE").unwrap_or_else(|| "genace:operator".into()),
+            global_operator_value: var("GLOBAL_OPERATOR_VALUE").unwrap_or_else(|| "genace:operator:all".into()),
             max_body_bytes: 64 * 1024,
             dispatch_grace: Duration::seconds(number("DISPATCH_GRACE_SECONDS", 60)?),
             policy: Policy {
@@ -398,6 +405,7 @@ impl Config {
             tenant_claim: "tenant_id".into(),
             operator_claim: "scope".into(),
             operator_value: "genace:operator".into(),
+            global_operator_value: "genace:operator:all".into(),
             max_body_bytes: 64 * 1024,
             dispatch_grace: Duration::seconds(60),
             policy: Policy::default(),

@@ -35,21 +35,37 @@ fn unauthorized(title: &'static str, detail: String) -> Problem {
 
 impl Principal {
     /// Reads the caller. No claims at all is 401. A token with the operator
-    /// value is an operator; a tenant claim on it that is not a tenant id is
-    /// refused (403), never read as "no tenant", which would make the
-    /// operator global. Any other token must name a valid tenant (401).
+    /// value is an operator: of the tenant its tenant claim names, or of
+    /// every tenant when it also carries the global-operator mark. One with
+    /// neither is refused (403), as is a tenant claim that is not a tenant
+    /// id: a claim the issuer names differently never makes an operator
+    /// global. Any other token must name a valid tenant (401).
     pub fn read(req: &Request, config: &Config) -> Result<Self, Problem> {
         let claims = claims(req).ok_or_else(|| unauthorized("No credentials", "Send a bearer token.".into()))?;
-        let is_operator = claims.get(&config.operator_claim).is_some_and(|values| {
-            values
-                .trim_matches(|c| c == '[' || c == ']')
-                .split(|c: char| c.is_whitespace() || c == ',')
-                .any(|v| v == config.operator_value)
-        });
+        let operator_claim_has = |value: &str| {
+            claims.get(&config.operator_claim).is_some_and(|values| {
+                values
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .split(|c: char| c.is_whitespace() || c == ',')
+                    .any(|v| v == value)
+            })
+        };
         let claim = &config.tenant_claim;
-        if is_operator {
+        if operator_claim_has(&config.operator_value) {
             let tenant = match claims.get(claim) {
-                None => None,
+                None if operator_claim_has(&config.global_operator_value) => None,
+                None => {
+                    return Err(Problem::new(
+                        StatusCode::FORBIDDEN,
+                        "operator-scope-unknown",
+                        "The operator token names no tenant and is not marked global",
+                        format!(
+                            "An operator token needs the {claim:?} claim (an operator of that tenant) or {:?} in \
+                             the {:?} claim (an operator of every tenant); this one has neither and is refused.",
+                            config.global_operator_value, config.operator_claim
+                        ),
+                    ));
+                }
                 Some(raw) => Some(TenantId::parse(raw).map_err(|_| {
                     Problem::new(
                         StatusCode::FORBIDDEN,
