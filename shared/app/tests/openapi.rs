@@ -1664,7 +1664,13 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     .await;
     assert_eq!(body_of(&log), json!({"attempts": [], "next_cursor": null}));
     seen.insert(doc.check(log_doc, "get", &log));
-    for bad in ["status=lost", "cursor=abc", "limit=0"] {
+    // A sealed cursor is a digest of public values: one whose position is
+    // empty (no key is) is refused before the store, never a 5xx.
+    let empty = genace_stages::ports::cursor::seal(
+        "",
+        &genace_stages::ports::cursor::binding("webhook attempts", &[id.as_str()]),
+    );
+    for bad in ["status=lost", "cursor=abc", "limit=0", &format!("cursor={empty}")] {
         let refused = call(event("GET", &format!("{one}/attempts?{bad}"), None, app.clone(), &[])).await;
         assert_eq!(refused.status(), 400, "{bad}");
         seen.insert(doc.check(log_doc, "get", &refused));
@@ -1907,4 +1913,181 @@ async fn attaching_a_held_job_is_refused_and_names_the_holder_only_in_scope() {
     assert_eq!(status, 409, "{body}");
     assert!(body["type"].as_str().unwrap().ends_with("remote-job-held"), "{body}");
     assert_eq!(body["operation_id"], tb.as_str());
+}
+
+/// Found in a security read: a cursor's seal is a digest of public values,
+/// so a client can seal any position, and some reached DynamoDB as start
+/// keys it refuses (a credits cursor's inner key of any shape, a listing
+/// position below the filter's range, a case key of another tenant), as
+/// did an inverted time range: each a 5xx. Every one is now 400 before
+/// the store sees it.
+#[tokio::test]
+async fn forged_positions_in_valid_seals_and_an_inverted_range_are_400() {
+    use base64::Engine;
+    use genace_stages::ports::cursor::{binding, seal};
+    let env = LocalAws::fresh().await;
+    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let encoded = |key: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.to_string());
+    let op_pk = format!("OP#op_{}", "a".repeat(32));
+    // Credits: the inner key must be a ledger's key in the cursor's shard.
+    let credits = binding("credits", &[]);
+    for inner in [
+        json!({"pk": ["S", "TENANT#ta"]}),
+        json!({"pk": ["S", op_pk], "due_pk": ["S", "LEDGER#3"], "due_at": ["N", "0"]}),
+        json!({"pk": ["S", "TENANT#ta"], "due_pk": ["S", "LEDGER#4"], "due_at": ["N", "0"]}),
+        json!({"pk": ["S", "TENANT#ta"], "due_pk": ["S", "LEDGER#3"], "due_at": ["S", "x"]}),
+        json!({"pk": ["S", "TENANT#ta"], "due_pk": ["S", "LEDGER#3"], "due_at": ["N", "0"], "x": ["S", "y"]}),
+    ] {
+        let cursor = seal(&format!("3.{}", encoded(inner.clone())), &credits);
+        let path = format!("/v1/credits?cursor={cursor}");
+        assert_eq!(refused_field(&intake, &path, operator()).await, "cursor", "{inner}");
+    }
+    // Operations: an inverted range, and a position below the filter's.
+    let inverted = "/v1/operations?created_after=2026-02-01T00:00:00Z&created_before=2026-01-01T00:00:00Z";
+    assert_eq!(refused_field(&intake, inverted, tenant("ta")).await, "created_after");
+    let after = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+        .unwrap()
+        .to_utc();
+    let listing = binding("operations", &["ta", "", "", &after.to_rfc3339(), "", ""]);
+    let below = seal(&format!("{:013}#op_{}", 1, "b".repeat(32)), &listing);
+    let path = format!("/v1/operations?created_after=2026-01-01T00:00:00Z&cursor={below}");
+    assert_eq!(refused_field(&intake, &path, tenant("ta")).await, "cursor");
+    // Cases: a key of another tenant's range, sealed for this one's.
+    let cases = binding("cases", &["ta", "", ""]);
+    let other = encoded(json!({"pk": ["S", op_pk], "case_pk": ["S", "CASE"], "case_sk": ["S", "tb#2026"]}));
+    let path = format!("/v1/reconciliation-cases?tenant=ta&cursor={}", seal(&other, &cases));
+    assert_eq!(refused_field(&intake, &path, operator()).await, "cursor");
+}
+
+/// Every paged route, given garbage, tampered and forged cursors (random
+/// positions sealed under the route's own public binding, random keys of
+/// every shape inside them): a 200 or a 400, never a 5xx.
+#[tokio::test]
+async fn no_cursor_a_client_can_send_makes_a_paged_route_answer_5xx() {
+    use genace_stages::ports::cursor::binding;
+    let env = LocalAws::fresh().await;
+    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let mut forger = Forger(0x9e37_79b9_7f4a_7c15);
+    let routes: [(&str, Value, String); 5] = [
+        (
+            "/v1/operations?",
+            tenant("ta"),
+            binding("operations", &["ta", "", "", "", "", ""]),
+        ),
+        (
+            "/v1/operations?",
+            operator(),
+            binding("operations", &["*", "", "", "", "", ""]),
+        ),
+        (
+            "/v1/reconciliation-cases?tenant=ta&",
+            operator(),
+            binding("cases", &["ta", "", ""]),
+        ),
+        (
+            "/v1/reconciliation-cases?",
+            operator(),
+            binding("cases", &["*", "", ""]),
+        ),
+        ("/v1/credits?", operator(), binding("credits", &[])),
+    ];
+    for (path, claims, bound) in routes {
+        for round in 0..40 {
+            let query = format!("{path}cursor={}", percent(&forger.cursor(&bound, round)));
+            let resp = Box::pin(api::handle(&intake, event("GET", &query, None, claims.clone(), &[]))).await;
+            let status = resp.status().as_u16();
+            assert!(status == 200 || status == 400, "{query}: {status} {:?}", resp.body());
+        }
+    }
+}
+
+/// Cursors a client could make, from a seed.
+struct Forger(u64);
+
+impl Forger {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[usize::try_from(self.next()).unwrap_or(0) % from.len()]
+    }
+
+    /// A store position: keys of any shape and name, a credits position
+    /// around one, or a bare string.
+    fn position(&mut self) -> String {
+        use base64::Engine;
+        const PIECES: [&str; 15] = [
+            "",
+            "TENANT#ta",
+            "TENANT#tb",
+            "OP#op_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "CASE",
+            "LEDGER#3",
+            "ta#",
+            "tb#2026",
+            "0",
+            "~",
+            "0000000000001#op_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+            "9999999999999#x",
+            "-1",
+            "1e99",
+            "\u{0}",
+        ];
+        const NAMES: [&str; 9] = [
+            "pk",
+            "due_pk",
+            "due_at",
+            "case_pk",
+            "case_sk",
+            "case_age_sk",
+            "list_pk",
+            "list_sk",
+            "x",
+        ];
+        let mut key = serde_json::Map::new();
+        for _ in 0..self.next() % 5 {
+            let name = self.pick(&NAMES);
+            let kind = if self.next().is_multiple_of(3) { "N" } else { "S" };
+            key.insert(name.into(), json!([kind, self.pick(&PIECES)]));
+        }
+        let inner = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Value::Object(key).to_string());
+        match self.next() % 4 {
+            0 => format!("{}.{inner}", self.next() % 20),
+            1 => self.pick(&PIECES).to_owned(),
+            _ => inner,
+        }
+    }
+
+    /// Round `round`'s cursor under `bound`: garbage, a tampered seal, or
+    /// a forged position in a valid seal.
+    fn cursor(&mut self, bound: &str, round: usize) -> String {
+        use genace_stages::ports::cursor::seal;
+        match round % 4 {
+            0 => self.position(),
+            1 => {
+                let mut sealed = seal(&self.position(), bound).into_bytes();
+                let at = usize::try_from(self.next()).unwrap_or(0) % sealed.len();
+                sealed[at] = b'A' + u8::try_from(self.next() % 26).unwrap_or(0);
+                String::from_utf8(sealed).unwrap()
+            }
+            _ => seal(&self.position(), bound),
+        }
+    }
+}
+
+/// `s` as a query value.
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

@@ -9,7 +9,7 @@ use genace_stages::ports::table::{CaseFilter, StoreError};
 use crate::schema::CASE_PK;
 
 use super::DynamoStore;
-use super::item::{Item, service_error};
+use super::item::{Item, start_key_refused};
 use super::position::{decode_cursor, encode_cursor};
 
 /// Index pages the case counts read at most: each page holds thousands of
@@ -50,7 +50,9 @@ impl CaseIndex {
     /// index's keys (an operation's `pk`, the case partition, a sort key
     /// and nothing else); a forged or garbled one is [`StoreError::Cursor`],
     /// never a request DynamoDB refuses.
-    fn start_key(&self, cursor: &str) -> Result<Item, StoreError> {
+    /// It must also lie inside the key range the query for `filter` reads
+    /// ([`Self::condition`]): DynamoDB refuses a start key outside it.
+    fn start_key(&self, cursor: &str, filter: CaseFilter) -> Result<Item, StoreError> {
         let key = decode_cursor(cursor)?;
         let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).map(String::as_str);
         let shaped = key.len() == 3
@@ -59,8 +61,36 @@ impl CaseIndex {
                     .is_some_and(|id| OperationId::parse(id).is_ok())
             })
             && text("case_pk") == Some(CASE_PK)
-            && text(self.sort_key()).is_some_and(|sk| !sk.is_empty());
+            && text(self.sort_key()).is_some_and(|sk| !sk.is_empty() && self.in_range(filter, sk));
         if shaped { Ok(key) } else { Err(StoreError::Cursor) }
+    }
+
+    /// Whether sort key `sk` lies inside the range [`Self::condition`]
+    /// reads for `filter`.
+    fn in_range(&self, filter: CaseFilter, sk: &str) -> bool {
+        let (low, high) = self.range(filter);
+        low.as_deref().is_none_or(|low| sk.starts_with(low))
+            && high.as_deref().is_none_or(|high| match self {
+                CaseIndex::Tenant(_) => sk <= high,
+                CaseIndex::Age => sk < high,
+            })
+    }
+
+    /// The prefix every sort key the query reads starts with, and the
+    /// bound it reads up to, each if the query has one.
+    fn range(&self, filter: CaseFilter) -> (Option<String>, Option<String>) {
+        // Each index's own spelling of a time (case_sort_key, case_age_key).
+        let before = |prefix: &str, t: DateTime<Utc>| match self {
+            CaseIndex::Tenant(_) => format!("{prefix}{}", t.format("%Y-%m-%dT%H:%M:%S%.3fZ")),
+            CaseIndex::Age => format!("{prefix}{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ")),
+        };
+        match (self, filter.opened_before) {
+            (CaseIndex::Tenant(Some(prefix)), Some(t)) => (Some(prefix.clone()), Some(before(prefix, t))),
+            (CaseIndex::Tenant(Some(prefix)), None) => (Some(prefix.clone()), None),
+            (CaseIndex::Age, Some(t)) => (None, Some(before("", t))),
+            // Across tenants on the tenant index, the time is a filter.
+            (CaseIndex::Tenant(None), _) | (CaseIndex::Age, None) => (None, None),
+        }
     }
 
     /// The key condition for `filter`: the cases opened before its time
@@ -71,30 +101,28 @@ impl CaseIndex {
         mut query: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
     ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
         let sk = self.sort_key();
-        // Each index's own spelling of a time (case_sort_key, case_age_key).
-        let before = |prefix: &str, t: DateTime<Utc>| match self {
-            CaseIndex::Tenant(_) => format!("{prefix}{}", t.format("%Y-%m-%dT%H:%M:%S%.3fZ")),
-            CaseIndex::Age => format!("{prefix}{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ")),
-        };
         query = query.expression_attribute_values(":pk", AttributeValue::S(CASE_PK.into()));
-        match (self, filter.opened_before) {
-            (CaseIndex::Tenant(Some(prefix)), Some(t)) => query
+        match (self, self.range(filter), filter.opened_before) {
+            (CaseIndex::Tenant(Some(_)), (Some(low), Some(high)), _) => query
                 .key_condition_expression(format!("case_pk = :pk AND {sk} BETWEEN :low AND :high"))
-                .expression_attribute_values(":low", AttributeValue::S(prefix.clone()))
-                .expression_attribute_values(":high", AttributeValue::S(before(prefix, t))),
-            (CaseIndex::Tenant(Some(prefix)), None) => query
+                .expression_attribute_values(":low", AttributeValue::S(low))
+                .expression_attribute_values(":high", AttributeValue::S(high)),
+            (CaseIndex::Tenant(Some(_)), (Some(low), None), _) => query
                 .key_condition_expression(format!("case_pk = :pk AND begins_with({sk}, :low)"))
-                .expression_attribute_values(":low", AttributeValue::S(prefix.clone())),
-            (CaseIndex::Age, Some(t)) => query
+                .expression_attribute_values(":low", AttributeValue::S(low)),
+            (CaseIndex::Age, (_, Some(high)), _) => query
                 .key_condition_expression(format!("case_pk = :pk AND {sk} < :high"))
-                .expression_attribute_values(":high", AttributeValue::S(before("", t))),
+                .expression_attribute_values(":high", AttributeValue::S(high)),
             // Across tenants on the tenant index, the time is a filter.
-            (CaseIndex::Tenant(None), Some(t)) => query
+            (CaseIndex::Tenant(None), _, Some(t)) => query
                 .key_condition_expression("case_pk = :pk")
                 .filter_expression("#case.opened_at < :high")
                 .expression_attribute_names("#case", "case")
-                .expression_attribute_values(":high", AttributeValue::S(before("", t))),
-            (_, None) => query.key_condition_expression("case_pk = :pk"),
+                .expression_attribute_values(
+                    ":high",
+                    AttributeValue::S(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()),
+                ),
+            _ => query.key_condition_expression("case_pk = :pk"),
         }
     }
 }
@@ -110,7 +138,7 @@ impl DynamoStore {
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<(Vec<Item>, Option<String>), StoreError> {
-        let mut start = cursor.map(|c| index.start_key(c)).transpose()?;
+        let mut start = cursor.map(|c| index.start_key(c, filter)).transpose()?;
         let mut items: Vec<Item> = Vec::new();
         let filtered =
             filter.reason.is_some() || matches!((index, filter.opened_before), (CaseIndex::Tenant(None), Some(_)));
@@ -133,7 +161,8 @@ impl DynamoStore {
             if !filtered {
                 query = query.limit(limit as i32);
             }
-            let out = query.send().await.map_err(service_error)?;
+            let from_position = cursor.is_some() && page == 1;
+            let out = query.send().await.map_err(|e| start_key_refused(e, from_position))?;
             let more = out.last_evaluated_key.clone().filter(|k| !k.is_empty());
             items.extend(out.items.unwrap_or_default().into_iter().take(limit - items.len()));
             if items.len() == limit {

@@ -209,12 +209,17 @@ impl WebhookEndpoints for DynamoStore {
             // One more than asked, to know whether more follow.
             .limit(i32::try_from(limit + 1).unwrap_or(101));
         query = match after {
+            // No key is empty: a position that is was never one of ours.
+            Some("") => return Err(StoreError::Cursor),
             Some(after) => query
                 .key_condition_expression("log_pk = :part AND log_sk < :after")
                 .expression_attribute_values(":after", AttributeValue::S(after.to_owned())),
             None => query.key_condition_expression("log_pk = :part"),
         };
-        let out = query.send().await.map_err(service_error)?;
+        let out = query
+            .send()
+            .await
+            .map_err(|e| super::item::start_key_refused(e, after.is_some()))?;
         let mut read = Vec::new();
         for item in out.items.unwrap_or_default() {
             let key = item

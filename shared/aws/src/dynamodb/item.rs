@@ -31,6 +31,23 @@ where
     )
 }
 
+/// A failed query that started at a client's position (`from_position`):
+/// DynamoDB refuses one it cannot use (outside the query's key range, of
+/// another index's shape) with `ValidationException`, which is the
+/// client's cursor at fault, [`StoreError::Cursor`], never a 5xx. Every
+/// other failure as [`service_error`].
+pub(super) fn start_key_refused<E, R>(e: SdkError<E, R>, from_position: bool) -> StoreError
+where
+    E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+    if from_position && e.code() == Some("ValidationException") {
+        return StoreError::Cursor;
+    }
+    service_error(e)
+}
+
 /// A failed request's modelled error, by its code (see [`refused`]).
 pub(super) fn refused_by<E>(e: &E) -> StoreError
 where

@@ -76,7 +76,25 @@ fn split_cursor(cursor: Option<&str>) -> Result<(u32, Option<Item>), StoreError>
         return Err(StoreError::Cursor);
     }
     let inner = (!inner.is_empty()).then(|| decode_cursor(inner)).transpose()?;
-    Ok((shard, inner))
+    match inner {
+        Some(key) if !is_listing_key(&key, shard) => Err(StoreError::Cursor),
+        key => Ok((shard, key)),
+    }
+}
+
+/// Whether `key` has the shape of a key the listing's partition `shard`
+/// returns: a ledger's `pk` (of a valid tenant), that partition, a number,
+/// and nothing else. Any other is a forged cursor: DynamoDB would refuse
+/// it as a start key.
+fn is_listing_key(key: &Item, shard: u32) -> bool {
+    let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).map(String::as_str);
+    key.len() == 3
+        && tenant_of(key).is_some_and(|t| TenantId::parse(t).is_ok())
+        && text("due_pk") == Some(list_partition(shard).as_str())
+        && key
+            .get("due_at")
+            .and_then(|v| v.as_n().ok())
+            .is_some_and(|n| n.parse::<i64>().is_ok())
 }
 
 /// The listing's partition `shard`; the last is the one from before shards.
@@ -358,6 +376,7 @@ impl DynamoStore {
         let (mut shard, mut start) = split_cursor(cursor)?;
         let mut tenants = Vec::new();
         let mut next = None;
+        let mut from_position = start.is_some();
         while shard <= LEDGER_LIST_SHARDS {
             let want = limit - i32::try_from(tenants.len()).unwrap_or(i32::MAX);
             let out = self
@@ -371,7 +390,8 @@ impl DynamoStore {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(service_error)?;
+                .map_err(|e| super::item::start_key_refused(e, from_position))?;
+            from_position = false;
             tenants.extend(out.items().iter().filter_map(|k| tenant_of(k).map(str::to_owned)));
             match out.last_evaluated_key() {
                 Some(key) => start = Some(key.clone()),

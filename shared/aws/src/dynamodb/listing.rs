@@ -17,7 +17,7 @@ use genace_stages::ports::list::{ListFilter, ListPage, ListPosition};
 use genace_stages::ports::table::StoreError;
 
 use super::DynamoStore;
-use super::item::{Item, from_item, service_error};
+use super::item::{Item, from_item, start_key_refused};
 use crate::schema::{LIST_ACROSS_SHARDS, list_all_partition, list_partition};
 
 /// What one partition gave: list keys (newest first) and, when it has more,
@@ -67,6 +67,17 @@ impl DynamoStore {
         after: Option<&ListPosition>,
     ) -> Result<Read, StoreError> {
         let (low, high) = filter.key_range();
+        // A position below the filter's range was never one of its pages
+        // (DynamoDB would refuse the inverted range it makes).
+        if after.is_some_and(|a| a.0 < low) {
+            return Err(StoreError::Cursor);
+        }
+        if low > high {
+            return Ok(Read {
+                keys: Vec::new(),
+                frontier: None,
+            });
+        }
         // BETWEEN is inclusive: the position itself was listed already, so
         // read one more and drop it.
         let high = after.map_or(high.clone(), |a| a.0.clone().min(high));
@@ -87,7 +98,7 @@ impl DynamoStore {
                 .filter_expression("begins_with(operation_key, :prefix)")
                 .expression_attribute_values(":prefix", AttributeValue::S(prefix.clone()));
         }
-        let out = query.send().await.map_err(service_error)?;
+        let out = query.send().await.map_err(|e| start_key_refused(e, after.is_some()))?;
         let sort_key = |item: &Item| item.get("list_sk").and_then(|v| v.as_s().ok()).cloned();
         let keys = out
             .items()

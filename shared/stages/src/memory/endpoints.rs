@@ -97,6 +97,10 @@ impl crate::ports::table::WebhookEndpoints for MemoryStore {
         after: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<(Vec<genace_core::webhook::WebhookAttempt>, Option<String>), StoreError> {
+        // As DynamoDB: no key is empty.
+        if after == Some("") {
+            return Err(StoreError::Cursor);
+        }
         let table = self.lock();
         let Some(log) = table.attempts.get(&format!("{}\u{0}{endpoint_id}", tenant.as_str())) else {
             return Ok((Vec::new(), None));

@@ -376,6 +376,11 @@ impl OperationRecords for MemoryStore {
         now: DateTime<Utc>,
     ) -> Result<crate::ports::list::ListPage, StoreError> {
         use crate::ports::list::{ListPage, ListPosition, list_sort_key};
+        // As DynamoDB's store: a position below the filter's range was
+        // never one of its pages.
+        if after.is_some_and(|a| a.0 < filter.key_range().0) {
+            return Err(StoreError::Cursor);
+        }
         let table = self.lock();
         let mut entries: Vec<(String, &OperationRecord)> = table
             .values()

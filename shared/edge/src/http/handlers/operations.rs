@@ -168,11 +168,19 @@ pub(crate) fn list_filter(q: &lambda_http::aws_lambda_events::query_map::QueryMa
                 })
         })
         .transpose()?;
+    let (created_after, created_before) = (time("created_after")?, time("created_before")?);
+    // An empty range is a mistake, not an empty page: the store's key range
+    // would be inverted.
+    if let (Some(after), Some(before)) = (created_after, created_before)
+        && after > before
+    {
+        return Err(InvalidInput::new("created_after", "must not be later than created_before").into());
+    }
     Ok(ListFilter {
         phase: one_of(q, "phase", &Phase::ALL, Phase::as_str)?,
         delivery_state: one_of(q, "delivery_state", &DeliveryState::ALL, DeliveryState::as_str)?,
-        created_after: time("created_after")?,
-        created_before: time("created_before")?,
+        created_after,
+        created_before,
         key_prefix,
     })
 }
