@@ -2538,3 +2538,30 @@ async fn the_write_that_frees_credits_wakes_its_parked_tenant_through_index_lag(
         "woken by the write that freed its credits"
     );
 }
+
+/// Found in a security read: tenant ids may hold `/`, so erasing tenant
+/// `a`'s operation `op_X` listed and deleted tenant `a/op_X`'s objects (its
+/// keys began with `outputs/a/op_X/`). No operation's prefix may be a
+/// prefix of another tenant's keys.
+#[tokio::test]
+async fn no_tenants_object_prefix_is_a_prefix_of_anothers() {
+    use genace_stages::ports::outputs::{object_key, operation_prefix};
+    let app = app();
+    let a = record(&app, &submit_as(&app, "a", "k").await).await;
+    let mut others = Vec::new();
+    for tenant in [format!("a/{}", a.operation_id), format!("a%2F{}", a.operation_id)] {
+        others.push(record(&app, &submit_as(&app, &tenant, "k").await).await);
+    }
+    let prefix = |r: &OperationRecord| operation_prefix(&app.config.output_prefix, r);
+    let all: Vec<&OperationRecord> = std::iter::once(&a).chain(&others).collect();
+    for r in &all {
+        for s in &all {
+            let key = object_key(&app.config.output_prefix, s, 0, "mp4");
+            assert!(
+                r.tenant_id == s.tenant_id || !key.starts_with(&prefix(r)),
+                "{key} lies under {}",
+                prefix(r)
+            );
+        }
+    }
+}

@@ -111,12 +111,20 @@ pub fn object_key(prefix: &str, rec: &OperationRecord, index: usize, ext: &str) 
 }
 
 /// `<prefix>/<tenant>/<operation_id>/`: where every object of the
-/// operation is stored, whichever attempt stored it.
+/// operation is stored, whichever attempt stored it. The tenant segment is
+/// escaped (`%` as `%25`, `/` as `%2F`): a tenant id may hold `/`, and
+/// tenant `a/op_X`'s objects must never lie under tenant `a`'s operation
+/// `op_X`, which an erase lists and deletes.
 pub fn operation_prefix(prefix: &str, rec: &OperationRecord) -> String {
     format!(
         "{}/{}/{}/",
         prefix.trim_end_matches('/'),
-        rec.tenant_id,
+        tenant_segment(rec.tenant_id.as_str()),
         rec.operation_id
     )
+}
+
+/// A tenant id as one segment of an object key: no `/` in it.
+fn tenant_segment(tenant: &str) -> String {
+    tenant.replace('%', "%25").replace('/', "%2F")
 }
