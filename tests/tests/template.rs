@@ -993,3 +993,45 @@ fn the_global_operator_mark_is_a_parameter_every_function_reads() {
         assert!(own.is_null(), "{name} overrides the global-operator mark");
     }
 }
+
+/// Nobody in the account but the bus's webhook rule and the two functions
+/// that queue copies can feed the webhook queue (its messages are signed
+/// with a tenant's secret and POSTed): an explicit Deny for every other
+/// sender, as the recovery queue has. And webhooks cannot take the
+/// pipeline's Lambda concurrency: their event source has a maximum, and
+/// intake and dispatch reserve theirs.
+#[test]
+fn the_webhook_queue_denies_other_senders_and_webhooks_cannot_starve_the_pipeline() {
+    let t = template();
+    let resources = resources(&t);
+    let statements = resources["WebhookQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    let deny = |resource: &str| {
+        statements
+            .iter()
+            .find(|s| s["Effect"] == "Deny" && strings(&s["Resource"]) == [resource.to_owned()])
+            .unwrap_or_else(|| panic!("no Deny on {resource}"))
+            .clone()
+    };
+    let queue = deny("WebhookQueue.Arn");
+    assert_eq!(queue["Principal"], "*");
+    assert_eq!(queue["Action"], "sqs:SendMessage");
+    let not = &queue["Condition"]["ArnNotEquals"];
+    assert_eq!(strings(&not["aws:SourceArn"]), ["WebhookRule.Arn"]);
+    let senders = strings(&not["aws:PrincipalArn"]);
+    assert_eq!(senders, ["EndpointsFunctionRole.Arn", "WebhookFunctionRole.Arn"]);
+    let dlq = deny("WebhookDeadLetterQueue.Arn");
+    assert_eq!(strings(&dlq["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]), ["WebhookFunctionRole.Arn"]);
+    let functions = functions(&t);
+    let source = &functions["WebhookFunction"]["Properties"]["Events"]["Work"]["Properties"];
+    assert_eq!(strings(&source["ScalingConfig"]["MaximumConcurrency"]), ["WebhookMaxConcurrency"]);
+    for (name, parameter) in [
+        ("IntakeFunction", "IntakeReservedConcurrency"),
+        ("DispatchFunction", "DispatchReservedConcurrency"),
+    ] {
+        let reserved = &functions[name]["Properties"]["ReservedConcurrentExecutions"];
+        assert_eq!(strings(reserved), [parameter.to_owned()], "{name}");
+    }
+}
