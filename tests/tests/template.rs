@@ -1023,10 +1023,16 @@ fn the_webhook_queue_denies_other_senders_and_webhooks_cannot_starve_the_pipelin
     let senders = strings(&not["aws:PrincipalArn"]);
     assert_eq!(senders, ["EndpointsFunctionRole.Arn", "WebhookFunctionRole.Arn"]);
     let dlq = deny("WebhookDeadLetterQueue.Arn");
-    assert_eq!(strings(&dlq["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]), ["WebhookFunctionRole.Arn"]);
+    assert_eq!(
+        strings(&dlq["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]),
+        ["WebhookFunctionRole.Arn"]
+    );
     let functions = functions(&t);
     let source = &functions["WebhookFunction"]["Properties"]["Events"]["Work"]["Properties"];
-    assert_eq!(strings(&source["ScalingConfig"]["MaximumConcurrency"]), ["WebhookMaxConcurrency"]);
+    assert_eq!(
+        strings(&source["ScalingConfig"]["MaximumConcurrency"]),
+        ["WebhookMaxConcurrency"]
+    );
     for (name, parameter) in [
         ("IntakeFunction", "IntakeReservedConcurrency"),
         ("DispatchFunction", "DispatchReservedConcurrency"),

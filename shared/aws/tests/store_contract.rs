@@ -1226,6 +1226,7 @@ fn test_endpoint(tenant: &str, id: &str, events: &[&str]) -> genace_core::webhoo
         disabled_at: None,
         disabled_reason: None,
         failing_since: None,
+        recovering_until: None,
     }
 }
 

@@ -89,6 +89,10 @@ pub struct WebhookEndpoint {
     /// Since when every POST to it failed; none while the last succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing_since: Option<DateTime<Utc>>,
+    /// Until when the last recovery holds the endpoint: one recovery per
+    /// endpoint in a window, so repeated calls cannot pile copies up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovering_until: Option<DateTime<Utc>>,
 }
 
 impl WebhookEndpoint {

@@ -466,3 +466,50 @@ async fn a_disabled_endpoint_is_sent_nothing_and_enabled_recovers_what_it_missed
         [json!("op:1:0:operation.accepted"), json!("op:1:1:operation.accepted")]
     );
 }
+
+/// One tenant calling recover again and again against an endpoint that
+/// keeps failing: each copy is retried for about a day on the queue every
+/// tenant shares. A recovery queues at most `RECOVER_COPIES` (the oldest
+/// first, `left` counting the rest), and holds its endpoint for
+/// `RECOVERY_WINDOW`: another call within it is refused and queues nothing.
+#[tokio::test]
+async fn recoveries_are_capped_and_one_per_endpoint_in_a_window() {
+    use genace_stages::api::webhook_endpoints::{RECOVER_COPIES, RECOVERY_WINDOW};
+    let (app, _) = app(5);
+    let intake = app.intake();
+    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let id = endpoints
+        .create(change(json!({"url": "https://hooks.acme.example/a"})))
+        .await
+        .unwrap()
+        .endpoint
+        .id;
+    let t0 = app.clock.now();
+    let keep = t0 + Duration::days(30);
+    let failed = RECOVER_COPIES + 50;
+    for n in 0..u32::try_from(failed).unwrap() {
+        let mut a = attempt(n, AttemptStatus::Failed, t0 + Duration::seconds(i64::from(n) + 1));
+        a.endpoint_id = id.clone();
+        app.store.record_attempt(&a, keep).await.unwrap();
+        let event = format!("op:1:{n}:operation.accepted");
+        let detail = json!({"id": event, "type": "operation.accepted"}).to_string();
+        app.store.keep_event(&acme(), &event, &detail, keep).await.unwrap();
+    }
+    let done = endpoints.recover(&id, t0).await.unwrap();
+    assert_eq!((done.queued, done.missing, done.left), (RECOVER_COPIES, 0, 50));
+    let copies = app.queue.webhook_copies();
+    assert_eq!(copies.len(), RECOVER_COPIES);
+    let first: serde_json::Value = serde_json::from_str(&copies[0]).unwrap();
+    assert_eq!(first["detail"]["id"], "op:1:0:operation.accepted", "the oldest first");
+    for _ in 0..5 {
+        let again = endpoints.recover(&id, t0).await;
+        assert!(
+            matches!(again, Err(EndpointError::RecoveryRunning { .. })),
+            "refused within the window: {again:?}"
+        );
+    }
+    assert!(app.queue.webhook_copies().is_empty(), "nothing more queued");
+    app.clock.advance(RECOVERY_WINDOW + Duration::seconds(1));
+    let later = endpoints.recover(&id, t0).await.unwrap();
+    assert_eq!(later.queued, RECOVER_COPIES, "{later:?}");
+}

@@ -216,6 +216,16 @@ impl From<EndpointError> for Problem {
                 "The endpoint cannot take this event now",
                 format!("{e}. Nothing was queued."),
             ),
+            EndpointError::RecoveryRunning { until } => {
+                let seconds = (until - chrono::Utc::now()).num_seconds().max(1);
+                Problem::new(
+                    StatusCode::CONFLICT,
+                    "recovery-running",
+                    "A recovery of this endpoint ran recently",
+                    format!("{e}. Nothing was queued; its copies may still be on their way."),
+                )
+                .with_header(lambda_http::http::header::RETRY_AFTER, seconds.to_string())
+            }
             EndpointError::EndpointLimit { limit } => Problem::new(
                 StatusCode::CONFLICT,
                 "endpoint-limit",

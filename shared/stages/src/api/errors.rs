@@ -114,6 +114,10 @@ pub enum EndpointError {
     /// not take events of this type. Nothing was queued.
     #[error("the event cannot be sent to this endpoint: {0}")]
     NotReplayable(String),
+    /// A recovery of this endpoint ran within the window; its copies may
+    /// still be on their way. Another may start at `until`.
+    #[error("a recovery of this endpoint ran recently; another may start at {until}")]
+    RecoveryRunning { until: chrono::DateTime<chrono::Utc> },
     /// The tenant has as many webhook endpoints as it may.
     #[error("the tenant already has {limit} webhook endpoints, the most it may have")]
     EndpointLimit { limit: usize },

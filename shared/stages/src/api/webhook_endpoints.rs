@@ -143,10 +143,23 @@ pub struct Recovered {
     pub queued: usize,
     /// Failed events whose body is kept no longer (past `WEBHOOK_LOG_DAYS`).
     pub missing: usize,
+    /// Failed events found but not queued: past [`RECOVER_COPIES`]. The
+    /// oldest are queued first; a later recovery sends the rest.
+    pub left: usize,
 }
 
 /// The most log entries one recovery reads.
 pub const RECOVER_SCAN: usize = 5_000;
+
+/// The most copies one recovery queues: each is retried for about a day
+/// against an endpoint that keeps failing, so what one call can put on the
+/// queue every tenant shares is bounded.
+pub const RECOVER_COPIES: usize = 100;
+
+/// How long a recovery holds its endpoint: another call within it is
+/// refused (409 recovery-running), so one tenant calling again and again
+/// queues at most [`RECOVER_COPIES`] copies per endpoint in this window.
+pub const RECOVERY_WINDOW: chrono::Duration = chrono::Duration::minutes(10);
 
 /// The endpoint `id` of a set being edited.
 fn named<'s>(set: &'s mut EndpointSet, id: &str) -> Result<&'s mut WebhookEndpoint, EndpointError> {
@@ -196,6 +209,7 @@ impl<P: Ports> Endpoints<'_, P> {
             disabled_at: None,
             disabled_reason: None,
             failing_since: None,
+            recovering_until: None,
         };
         change.apply(&mut endpoint, now, &self.actor);
         let limit = self.config.webhook_max_endpoints;
@@ -331,11 +345,24 @@ impl<P: Ports> Endpoints<'_, P> {
     /// through on a retry is not failed), in
     /// the order they were first tried, leaving out the types it takes no
     /// longer. Reads at most [`RECOVER_SCAN`] log
-    /// entries.
+    /// entries, and queues at most [`RECOVER_COPIES`] copies (the oldest).
     pub async fn recover(&self, id: &str, since: chrono::DateTime<chrono::Utc>) -> Result<Recovered, EndpointError> {
         let endpoint = self.get(id).await?;
         refuse_unsendable(&endpoint)?;
         let now = self.clock.now();
+        self.change(|set| {
+            let held = set
+                .endpoints
+                .iter_mut()
+                .find(|e| e.id == id)
+                .ok_or(EndpointError::NoSuchEndpoint)?;
+            if let Some(until) = held.recovering_until.filter(|until| *until > now) {
+                return Err(EndpointError::RecoveryRunning { until });
+            }
+            held.recovering_until = Some(now + RECOVERY_WINDOW);
+            Ok(())
+        })
+        .await?;
         let (mut failed, mut succeeded) = (Vec::<String>::new(), std::collections::BTreeSet::new());
         let (mut after, mut read) = (None::<String>, 0);
         'pages: loop {
@@ -363,9 +390,17 @@ impl<P: Ports> Endpoints<'_, P> {
                 None => break,
             }
         }
-        let mut done = Recovered { queued: 0, missing: 0 };
+        let mut done = Recovered {
+            queued: 0,
+            missing: 0,
+            left: 0,
+        };
         // The log is newest first; send the oldest first.
         for event_id in failed.iter().rev().filter(|e| !succeeded.contains(*e)) {
+            if done.queued >= RECOVER_COPIES {
+                done.left += 1;
+                continue;
+            }
             match self.store.kept_event(&self.tenant, event_id, now).await? {
                 Some(detail) => {
                     self.send_copy(id, &detail).await?;
@@ -375,7 +410,7 @@ impl<P: Ports> Endpoints<'_, P> {
             }
         }
         info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, queued = done.queued,
-              missing = done.missing, "failed and skipped webhook events recovered");
+              missing = done.missing, left = done.left, "failed and skipped webhook events recovered");
         Ok(done)
     }
 

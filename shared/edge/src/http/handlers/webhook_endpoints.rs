@@ -167,7 +167,7 @@ async fn recover<P: Ports>(
     let done = endpoints.recover(id, since).await?;
     Ok(answer(
         StatusCode::ACCEPTED,
-        &json!({"endpoint_id": id, "since": since, "queued": done.queued, "missing": done.missing}),
+        &json!({"endpoint_id": id, "since": since, "queued": done.queued, "missing": done.missing, "left": done.left}),
     ))
 }
 
