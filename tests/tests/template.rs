@@ -1040,4 +1040,9 @@ fn the_webhook_queue_denies_other_senders_and_webhooks_cannot_starve_the_pipelin
         let reserved = &functions[name]["Properties"]["ReservedConcurrentExecutions"];
         assert_eq!(strings(reserved), [parameter.to_owned()], "{name}");
     }
+    // Reserved concurrency also caps: intake's takes the API's burst, and
+    // dispatch's serves both of its queues at their most.
+    let default = |name: &str| t["Parameters"][name]["Default"].as_u64().unwrap();
+    assert!(default("IntakeReservedConcurrency") >= default("ApiThrottlingBurstLimit"));
+    assert!(default("DispatchReservedConcurrency") >= 2 * default("DispatchMaxConcurrency"));
 }
