@@ -189,10 +189,7 @@ impl DynamoStore {
         let tenant = read.tenant_id.as_str();
         let shard = crate::schema::tenant_shard(tenant, WAITING_SET_SHARDS);
         let mut update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .ledger_item(tenant)
             .update_expression("SET wait_pk = :parked")
             .expression_attribute_values(":parked", AttributeValue::S(parked_set_key(shard)))
             .expression_attribute_values(":set", AttributeValue::S(waiting_set_key(shard)))
@@ -230,14 +227,19 @@ impl DynamoStore {
             .await
     }
 
+    /// An update of `tenant`'s ledger item, by its key.
+    fn ledger_item(&self, tenant: &str) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(ledger_key(tenant)))
+    }
+
     /// See `TenantLedgers::unpark`.
     pub(super) async fn unpark_tenant(&self, tenant: &str) -> Result<bool, StoreError> {
         let shard = crate::schema::tenant_shard(tenant, WAITING_SET_SHARDS);
         let update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .ledger_item(tenant)
             .update_expression("SET wait_pk = :set")
             .condition_expression("wait_pk = :parked")
             .expression_attribute_values(":parked", AttributeValue::S(parked_set_key(shard)))
@@ -251,10 +253,7 @@ impl DynamoStore {
     /// contention: the caller treats it as best effort.
     async fn leave_waiting_set(&self, tenant: &str) -> Result<(), StoreError> {
         let out = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .ledger_item(tenant)
             .update_expression("REMOVE wait_pk, wait_sk")
             .condition_expression("attribute_exists(pk) AND (attribute_not_exists(waiting) OR waiting <= :zero)")
             .expression_attribute_values(":zero", AttributeValue::N("0".into()))
@@ -275,10 +274,7 @@ impl DynamoStore {
 
     async fn send_one_to_back(&self, tenant: &str, now: i64) -> Result<(), StoreError> {
         let out = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .ledger_item(tenant)
             .update_expression("SET wait_sk = :joined")
             .condition_expression("attribute_exists(wait_sk)")
             .expression_attribute_values(":joined", AttributeValue::S(format!("{now:015}#{tenant}")));
@@ -311,10 +307,7 @@ impl DynamoStore {
     async fn join_waiting_set(&self, tenant: &str) -> Result<bool, StoreError> {
         let now = chrono::Utc::now().timestamp_millis().max(0);
         let out = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(ledger_key(tenant)))
+            .ledger_item(tenant)
             .update_expression("SET wait_pk = if_not_exists(wait_pk, :set), wait_sk = :joined")
             .condition_expression("attribute_not_exists(wait_sk) AND waiting > :zero")
             .expression_attribute_values(

@@ -29,6 +29,14 @@ fn claims(req: &Request) -> Option<&HashMap<String, String>> {
     }
 }
 
+/// The values of a claim that lists several: space- or comma-separated,
+/// or `[a b]` as API Gateway renders a list.
+fn listed(values: &str) -> impl Iterator<Item = &str> {
+    values
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(|c: char| c.is_whitespace() || c == ',')
+}
+
 fn unauthorized(title: &'static str, detail: String) -> Problem {
     Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", title, detail)
 }
@@ -43,12 +51,9 @@ impl Principal {
     pub fn read(req: &Request, config: &Config) -> Result<Self, Problem> {
         let claims = claims(req).ok_or_else(|| unauthorized("No credentials", "Send a bearer token.".into()))?;
         let operator_claim_has = |value: &str| {
-            claims.get(&config.operator_claim).is_some_and(|values| {
-                values
-                    .trim_matches(|c| c == '[' || c == ']')
-                    .split(|c: char| c.is_whitespace() || c == ',')
-                    .any(|v| v == value)
-            })
+            claims
+                .get(&config.operator_claim)
+                .is_some_and(|values| listed(values).any(|v| v == value))
         };
         let claim = &config.tenant_claim;
         if operator_claim_has(&config.operator_value) {
@@ -111,12 +116,10 @@ impl Principal {
     /// space-separated, or `scp` as a list).
     pub fn has_scope(req: &Request, scope: &str) -> bool {
         claims(req).is_some_and(|c| {
-            ["scope", "scp"].iter().filter_map(|k| c.get(*k)).any(|values| {
-                values
-                    .trim_matches(|c| c == '[' || c == ']')
-                    .split(|c: char| c.is_whitespace() || c == ',')
-                    .any(|v| v == scope)
-            })
+            ["scope", "scp"]
+                .iter()
+                .filter_map(|k| c.get(*k))
+                .any(|values| listed(values).any(|v| v == scope))
         })
     }
 
