@@ -42,7 +42,10 @@ where
     R: std::fmt::Debug + Send + Sync + 'static,
 {
     use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-    if from_position && e.code() == Some("ValidationException") {
+    // Only a refusal of the start key: any other ValidationException is a
+    // fault of the query itself, and stays one.
+    let of_start_key = e.message().is_some_and(|m| m.to_ascii_lowercase().contains("start"));
+    if from_position && e.code() == Some("ValidationException") && of_start_key {
         return StoreError::Cursor;
     }
     service_error(e)
