@@ -2565,3 +2565,35 @@ async fn no_tenants_object_prefix_is_a_prefix_of_anothers() {
         }
     }
 }
+
+/// Objects stored before tenant segments were escaped: tenant `a/op_X`'s
+/// lie at `outputs/a/op_X/op_Y/…`, under tenant `a`'s operation `op_X`.
+/// Erasing `a`'s operation deletes its own objects only, directly under
+/// its prefix, never those deeper keys.
+#[tokio::test]
+async fn an_erase_deletes_only_its_own_objects_not_an_old_layouts_nested_tenant() {
+    use genace_stages::ports::outputs::{ObjectStore, b64_sha256, operation_prefix};
+    let app = app();
+    let tenant = TenantId::parse("a").unwrap();
+    let id = submit_as(&app, "a", "erase").await;
+    app.dispatcher().dispatch(&id).await.unwrap();
+    app.downloads
+        .serve("https://cdn.example/out.mp4", Some("video/mp4"), vec![7; 1024]);
+    app.genace.set_job(
+        "job-0001",
+        "completed",
+        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
+    );
+    assert_eq!(app.poller().poll(&id).await.unwrap(), Polled::Rendered);
+    app.deliverer().deliver(&id).await.unwrap();
+    let delivered = record(&app, &id).await;
+    let prefix = operation_prefix(&app.config.output_prefix, &delivered);
+    let nested = format!("{prefix}op_{}/output-0.mp4", "c".repeat(32));
+    let data = vec![9; 16];
+    app.objects
+        .put(&nested, "video/mp4", data.clone(), &b64_sha256(&data))
+        .await
+        .unwrap();
+    app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    assert_eq!(app.objects.keys(), [nested], "only the nested tenant's object is left");
+}

@@ -96,13 +96,25 @@ impl<P: Ports> Intake<P> {
             }
         }
         // Each page is deleted before the next listing, which therefore
-        // starts again from the prefix.
+        // starts again from the prefix. Only the operation's own objects,
+        // directly under its prefix: deeper keys are another tenant's,
+        // stored before tenant segments were escaped (tenant `a/op_X`'s
+        // `outputs/a/op_X/op_Y/…`, docs/decisions/0005).
         for _ in 0..ERASE_PAGES {
             let page = self.objects.list(&prefix, MAX_DELETE_KEYS).await.map_err(failed)?;
-            self.objects.delete_all(&page).await.map_err(failed)?;
-            let short = page.len() < MAX_DELETE_KEYS;
-            deleted.extend(page);
-            if short {
+            let listed = page.len();
+            let own: Vec<String> = page
+                .into_iter()
+                .filter(|key| {
+                    key.strip_prefix(prefix.as_str())
+                        .is_some_and(|rest| !rest.contains('/'))
+                })
+                .collect();
+            self.objects.delete_all(&own).await.map_err(failed)?;
+            // A full page of others' keys only: none of ours is left to find.
+            let done = listed < MAX_DELETE_KEYS || own.is_empty();
+            deleted.extend(own);
+            if done {
                 return Ok(deleted.into_iter().collect());
             }
         }
