@@ -670,3 +670,27 @@ async fn the_first_post_after_a_rotation_is_signed_with_the_new_secret() {
         "the new secret signs first, the replaced one beside it"
     );
 }
+
+/// A recovery holds its endpoint while its copies may be retried; the first
+/// POST to it that succeeds releases the hold (the endpoint takes events
+/// again, so another recovery may start), and a failure keeps it.
+#[tokio::test]
+async fn a_success_releases_a_recoverys_hold_on_its_endpoint() {
+    let rig = rig(&["operation.held"]).await;
+    add_endpoint(&rig, "ep_a", &[]).await;
+    let acme = TenantId::parse("acme").unwrap();
+    let until = rig.stage.clock.now() + chrono::Duration::hours(27);
+    let mut set = rig.stage.store.endpoints(&acme).await.unwrap();
+    for e in &mut set.endpoints {
+        e.recovering_until = Some(until);
+    }
+    set.version += 1;
+    rig.stage.store.save_endpoints(&acme, &set).await.unwrap();
+    let body = event_at(&rig, "acme", "operation.delivered", 2);
+    rig.receiver.answer(&[500]);
+    assert!(handle_body(&rig.stage, &body).await.is_err());
+    assert_eq!(endpoint_of(&rig, "ep_a").await.recovering_until, Some(until));
+    rig.receiver.answer(&[200]);
+    assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Sent(200));
+    assert_eq!(endpoint_of(&rig, "ep_a").await.recovering_until, None);
+}

@@ -156,10 +156,12 @@ pub const RECOVER_SCAN: usize = 5_000;
 /// queue every tenant shares is bounded.
 pub const RECOVER_COPIES: usize = 100;
 
-/// How long a recovery holds its endpoint: another call within it is
-/// refused (409 recovery-running), so one tenant calling again and again
-/// queues at most [`RECOVER_COPIES`] copies per endpoint in this window.
-pub const RECOVERY_WINDOW: chrono::Duration = chrono::Duration::minutes(10);
+/// How long a recovery holds its endpoint at most: as long as its copies
+/// may be retried (13 receives over about 26 hours). Another call within
+/// it is refused (409 recovery-running), so copies of one endpoint's
+/// events never pile up on the queue while it keeps failing. The first
+/// POST to it that succeeds releases the hold at once.
+pub const RECOVERY_WINDOW: chrono::Duration = chrono::Duration::hours(27);
 
 /// The endpoint `id` of a set being edited.
 fn named<'s>(set: &'s mut EndpointSet, id: &str) -> Result<&'s mut WebhookEndpoint, EndpointError> {
@@ -363,6 +365,32 @@ impl<P: Ports> Endpoints<'_, P> {
             Ok(())
         })
         .await?;
+        let queued = self.queue_failed(&endpoint, since, now).await;
+        if queued.is_err() {
+            // Nothing (or part) was queued: another recovery may try again.
+            let released = self
+                .change(|set| {
+                    if let Some(held) = set.endpoints.iter_mut().find(|e| e.id == id) {
+                        held.recovering_until = None;
+                    }
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = released {
+                warn!(tenant = %self.tenant, endpoint = %id, error = %e, "a failed recovery still holds its endpoint");
+            }
+        }
+        queued
+    }
+
+    /// The copies a recovery queues: see [`Self::recover`].
+    async fn queue_failed(
+        &self,
+        endpoint: &WebhookEndpoint,
+        since: chrono::DateTime<chrono::Utc>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Recovered, EndpointError> {
+        let id = endpoint.id.as_str();
         let (mut failed, mut succeeded) = (Vec::<String>::new(), std::collections::BTreeSet::new());
         let (mut after, mut read) = (None::<String>, 0);
         'pages: loop {
