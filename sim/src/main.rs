@@ -62,6 +62,10 @@ struct Cli {
     /// Shards the account's counters are split into (GENACE_ACCOUNT_SHARDS).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=32))]
     account_shards: u16,
+    /// Intents sent again under one key differ from its first in exactly
+    /// one member the fingerprint covers, the media type among them.
+    #[arg(long)]
+    vary_members: bool,
     /// Tenants in the run, each with a ledger; intents come from all.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=100_000))]
     tenants: u64,
@@ -194,6 +198,7 @@ fn main() -> ExitCode {
         transaction_conflicts: cli.transaction_conflicts,
         transactions_meet: cli.transactions_meet,
         index_lag_ms: cli.index_lag_ms,
+        vary_members: cli.vary_members,
         account_shards: genace_core::shard::AccountShards::new(cli.account_shards).unwrap_or_default(),
         tenants: usize::try_from(cli.tenants).unwrap_or(usize::MAX),
         steps: cli.steps.unwrap_or(defaults.steps),

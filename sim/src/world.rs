@@ -114,6 +114,12 @@ pub struct Options {
     /// write (milliseconds, drawn per write): eventually consistent
     /// indexes. 0: at once.
     pub index_lag_ms: u32,
+    /// Intents sent again under one key differ from the key's first intent
+    /// in exactly one member the fingerprint covers (the media type, the
+    /// model, the prompt and its revision, the aspect ratio, the duration,
+    /// the resolution, a parameter, the dispatch deadline), so a
+    /// fingerprint that leaves one out is found.
+    pub vary_members: bool,
 }
 
 impl Default for Options {
@@ -131,6 +137,7 @@ impl Default for Options {
             account_shards: genace_core::shard::AccountShards::ONE,
             tenants: TENANTS.len(),
             index_lag_ms: 0,
+            vary_members: false,
         }
     }
 }
@@ -177,6 +184,8 @@ pub(crate) struct World {
     answers: Arc<Mutex<Vec<Answer>>>,
     /// Per (tenant, key, specification hash): the operation id first answered.
     answered_ids: BTreeMap<(String, String, String), String>,
+    /// Whether intents under one key differ in one member ([`Options::vary_members`]).
+    vary_members: bool,
 }
 
 /// One answer intake gave a client.
@@ -186,13 +195,22 @@ pub(crate) struct Answer {
     key: String,
     /// The hash of the specification the client sent.
     sent: String,
+    /// The intent the client sent, as the simulator reads its body: the
+    /// media type, the specification and the deadline.
+    sent_intent: serde_json::Value,
     reply: Reply,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) enum Reply {
     /// 202 (new) or 200 (replay): the operation id and the specification the answer carries.
-    Operation { id: String, carried: String, replay: bool },
+    Operation {
+        id: String,
+        carried: String,
+        /// The intent the answered record holds, read as `sent_intent` is.
+        held: serde_json::Value,
+        replay: bool,
+    },
     /// 409: the key holds another specification.
     KeyReused,
     /// Anything else (a store failure): says nothing about the key.
@@ -322,6 +340,7 @@ impl World {
             answers: Arc::new(Mutex::new(Vec::new())),
             answered_ids: BTreeMap::new(),
             tenants: tenant_names(opts.tenants),
+            vary_members: opts.vary_members,
         }
     }
 

@@ -550,3 +550,35 @@ fn a_429_storm_on_long_renders_keeps_one_chain_of_looks() {
     let violation = unmoved.violation.unwrap_or_default();
     assert!(violation.contains("looks in the chain"), "{violation:?}");
 }
+
+/// Intents sent again under one key that differ from its first in exactly
+/// one member the fingerprint covers: each is a changed intent (409),
+/// never a replay. A fingerprint that leaves out the media type, planted,
+/// is found at once by this model; the runs without it change the media
+/// type only with the model, and miss it.
+#[test]
+fn an_intent_that_differs_in_one_member_is_never_a_replay() {
+    genace_dst::quiet_panics();
+    let varied = Options {
+        vary_members: true,
+        ..Options::default()
+    };
+    for seed in 0..300 {
+        let outcome = run(seed, &varied);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+    }
+    let planted = Options {
+        bugs: planted::FINGERPRINT_SKIPS_MEDIA_TYPE,
+        ..varied.clone()
+    };
+    let found = (0..10_000).find(|seed| run(*seed, &planted).violation.is_some());
+    assert_eq!(found, Some(43), "the first seed that finds it");
+    let violation = run(43, &planted).violation.unwrap_or_default();
+    assert!(violation.contains("a replay carried another intent"), "{violation}");
+    let without_model = Options {
+        vary_members: false,
+        ..planted
+    };
+    let missed = (0..300).find(|seed| run(*seed, &without_model).violation.is_some());
+    assert_eq!(missed, None, "the runs without the model find it too");
+}

@@ -46,9 +46,13 @@ pub const LOOKS_UNBOUNDED: u32 = 16384;
 /// long Retry-After or the age-based delay of an old job passes it and the
 /// sweep starts a second chain of looks.
 pub const DEADLINE_UNMOVED: u32 = 32768;
+/// The intent's fingerprint leaves out its media type, so the same key
+/// sent again as an image of the same specification is answered as a
+/// replay of the video.
+pub const FINGERPRINT_SKIPS_MEDIA_TYPE: u32 = 65536;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 16] = [
+pub const ALL: [(&str, u32); 17] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -65,6 +69,7 @@ pub const ALL: [(&str, u32); 16] = [
     ("poll-after-end", POLL_AFTER_END),
     ("looks-unbounded", LOOKS_UNBOUNDED),
     ("deadline-unmoved", DEADLINE_UNMOVED),
+    ("fingerprint-skips-media-type", FINGERPRINT_SKIPS_MEDIA_TYPE),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

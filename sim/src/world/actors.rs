@@ -12,27 +12,20 @@ impl World {
         self.intents_left -= 1;
         let tenant = self.rng.pick(&self.tenants).clone();
         let key = *self.rng.pick(&KEYS);
-        let prompt = *self.rng.pick(&PROMPTS);
-        // Videos and images under the same keys: reservations of 10 and 1
-        // credits meet under a spend limit, and a key sent again with the
-        // other media type is a changed intent (409).
-        let (media, model) = *self
-            .rng
-            .pick(&[("video", "genace-video-2"), ("image", "genace-image-1")]);
-        let mut body = serde_json::json!({"operation_key": key, "media_type": media,
-            "specification": {"model": model, "prompt": prompt}});
-        // A quarter carry a dispatch deadline, which is part of the intent.
-        if self.rng.chance(250) {
-            body["dispatch_within_seconds"] = serde_json::json!(*self.rng.pick(&[60, 600]));
-        }
+        let (body, label) = if self.vary_members {
+            self.one_member_varied(key)
+        } else {
+            self.any_intent(key)
+        };
         let intent = Intent::parse(&body, None).expect("a valid intent");
         let tenant_id = TenantId::parse(&tenant).expect("a valid tenant");
         let intake = self.app.intake();
         let now = self.now();
         let answers = self.answers.clone();
         let sent = intent.canonical.hash().as_str().to_owned();
+        let sent_intent = sent_intent(&body);
         self.spawn(
-            format!("intake {tenant}/{key} {media} {prompt:?}"),
+            format!("intake {tenant}/{key} {label}"),
             10,
             None,
             Box::pin(async move {
@@ -43,6 +36,7 @@ impl World {
                     Ok(Submitted::New(r)) | Ok(Submitted::Replayed(r)) => Reply::Operation {
                         id: r.operation_id.as_str().to_owned(),
                         carried: r.specification_hash.clone(),
+                        held: held_intent(r),
                         replay: matches!(result, Ok(Submitted::Replayed(_))),
                     },
                     Err(SubmitError::KeyReused { .. }) => Reply::KeyReused,
@@ -52,6 +46,7 @@ impl World {
                     tenant: tenant.to_owned(),
                     key: key.to_owned(),
                     sent,
+                    sent_intent,
                     reply,
                 });
                 result
@@ -62,6 +57,47 @@ impl World {
                     .map_err(|e| e.to_string())
             }),
         );
+    }
+
+    /// Any of the run's intents: videos and images under the same keys
+    /// (reservations of 10 and 1 credits meet under a spend limit, and a
+    /// key sent again with the other media type is a changed intent, 409),
+    /// a quarter with a dispatch deadline, which is part of the intent.
+    fn any_intent(&mut self, key: &str) -> (serde_json::Value, String) {
+        let prompt = *self.rng.pick(&PROMPTS);
+        let (media, model) = *self
+            .rng
+            .pick(&[("video", "genace-video-2"), ("image", "genace-image-1")]);
+        let mut body = serde_json::json!({"operation_key": key, "media_type": media,
+            "specification": {"model": model, "prompt": prompt}});
+        if self.rng.chance(250) {
+            body["dispatch_within_seconds"] = serde_json::json!(*self.rng.pick(&[60, 600]));
+        }
+        (body, format!("{media} {prompt:?}"))
+    }
+
+    /// The key's first intent, or it with exactly one member the
+    /// fingerprint covers changed ([`Options::vary_members`]).
+    fn one_member_varied(&mut self, key: &str) -> (serde_json::Value, String) {
+        let mut body = serde_json::json!({"operation_key": key, "media_type": "video",
+            "specification": {"model": "genace-video-2", "prompt": "a lighthouse",
+                "prompt_revision": 1, "aspect_ratio": "16:9", "resolution": "720p",
+                "parameters": {"seed": 7}}});
+        let member = *self.rng.pick(&VARIED_MEMBERS);
+        let spec = &mut body["specification"];
+        match member {
+            "media_type" => body["media_type"] = "image".into(),
+            "model" => spec["model"] = "genace-video-3".into(),
+            "prompt" => spec["prompt"] = "a harbour".into(),
+            "prompt_revision" => spec["prompt_revision"] = 2.into(),
+            "aspect_ratio" => spec["aspect_ratio"] = "9:16".into(),
+            "duration" => spec["duration"] = 5.5.into(),
+            "resolution" => spec["resolution"] = "1080p".into(),
+            "parameters" => spec["parameters"]["seed"] = 8.into(),
+            "dispatch_within_seconds" => body["dispatch_within_seconds"] = 600.into(),
+            _ => {}
+        }
+        (body, member.to_owned())
     }
 
     pub(crate) fn duplicate(&mut self) {
@@ -203,4 +239,40 @@ impl World {
     }
 
     // ---- the run
+}
+
+/// What [`World::one_member_varied`] may change, one at a time ("none":
+/// the key's first intent again).
+const VARIED_MEMBERS: [&str; 10] = [
+    "none",
+    "media_type",
+    "model",
+    "prompt",
+    "prompt_revision",
+    "aspect_ratio",
+    "duration",
+    "resolution",
+    "parameters",
+    "dispatch_within_seconds",
+];
+
+/// The intent a client sent, as the simulator reads its own body (not
+/// through the fingerprint it checks).
+fn sent_intent(body: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "media_type": body["media_type"],
+        "specification": body["specification"],
+        "dispatch_within_seconds": body["dispatch_within_seconds"],
+    })
+}
+
+/// The intent a record holds, read as [`sent_intent`] reads a body: its
+/// media type, and its specification and deadline from its canonical JSON.
+fn held_intent(rec: &OperationRecord) -> serde_json::Value {
+    let canonical: serde_json::Value = serde_json::from_str(&rec.specification).unwrap_or_default();
+    serde_json::json!({
+        "media_type": rec.media_type.as_str(),
+        "specification": canonical["specification"],
+        "dispatch_within_seconds": canonical["dispatch_within_seconds"],
+    })
 }

@@ -323,8 +323,19 @@ impl World {
                 .find(|r| r.tenant_id.as_str() == a.tenant && r.operation_key == a.key)
                 .map(|r| r.specification_hash.clone());
             match a.reply {
-                Reply::Operation { id, carried, replay } => {
+                Reply::Operation {
+                    id,
+                    carried,
+                    held,
+                    replay,
+                } => {
                     let answer = if replay { "a replay" } else { "a new operation" };
+                    if held != a.sent_intent {
+                        return Err(format!(
+                            "{who}: {answer} carried another intent than the one sent: {held} for {}",
+                            a.sent_intent
+                        ));
+                    }
                     if carried != a.sent {
                         return Err(format!(
                             "{who}: {answer} carried another specification than the one sent"

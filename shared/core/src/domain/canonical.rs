@@ -40,15 +40,17 @@ impl CanonicalSpec {
     pub fn with_deadline(media_type: MediaType, spec: &Specification, deadline: Option<DispatchDeadline>) -> Self {
         #[derive(Serialize)]
         struct Intent<'a> {
-            media_type: MediaType,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            media_type: Option<MediaType>,
             specification: &'a Specification,
             #[serde(skip_serializing_if = "Option::is_none")]
             dispatch_deadline: Option<String>,
             #[serde(skip_serializing_if = "Option::is_none")]
             dispatch_within_seconds: Option<u32>,
         }
+        let skips_media = crate::planted::on(crate::planted::FINGERPRINT_SKIPS_MEDIA_TYPE);
         let json = serde_jcs::to_string(&Intent {
-            media_type,
+            media_type: Some(media_type).filter(|_| !skips_media),
             specification: spec,
             dispatch_deadline: match deadline {
                 Some(DispatchDeadline::At(at)) => Some(at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
