@@ -947,6 +947,47 @@ async fn two_accepted_then_a_429(app: &MemoryApp, keys: &[&str]) -> Vec<Operatio
     ids
 }
 
+/// A 429 whose lesson cannot be saved (every plain write refused, as
+/// DynamoDB refuses one while transactions hold the account item): the
+/// account still shows the room Genace refused, so no job's end may come
+/// to wake the refused operation. It waits in its order with a look at it
+/// queued after the Retry-After, whose 429 teaches again.
+#[tokio::test]
+async fn a_429_whose_lesson_is_not_saved_queues_a_look_at_the_refused_operation() {
+    let app = app();
+    let _limited = app.store.clone().with_account_limit(Some(4));
+    let _genace = app.genace.clone().with_concurrency(2);
+    let mut ids = Vec::new();
+    for key in ["one", "two", "three"] {
+        ids.push(submit(&app, key, None).await);
+        app.clock.advance(Duration::seconds(1));
+    }
+    let dispatcher = app.dispatcher();
+    for id in &ids[..2] {
+        dispatcher.dispatch(id).await.unwrap();
+    }
+    let _busy = app.store.clone().with_plain_write_conflicts(100, 7);
+    assert_eq!(
+        dispatcher.dispatch(&ids[2]).await.unwrap(),
+        Dispatched::Posted(PostResult::RateLimited)
+    );
+    let account = app.store.account().await.unwrap();
+    assert_eq!(
+        (account.learned, account.limit()),
+        (None, Some(4)),
+        "the lesson was not saved"
+    );
+    let rec = record(&app, &ids[2]).await;
+    assert!(rec.capacity_hold.is_some() && rec.case.is_none(), "{rec:?}");
+    let looks: Vec<_> = app
+        .queue
+        .messages()
+        .into_iter()
+        .filter(|m| m.queue == Queue::Wake && m.body.contains(ids[2].as_str()))
+        .collect();
+    assert_eq!(looks.len(), 1, "a look at the refused operation: {looks:?}");
+}
+
 #[tokio::test]
 async fn a_429_under_our_limit_teaches_a_lower_one_that_ended_jobs_raise_again() {
     let app = app();

@@ -9,7 +9,9 @@
 //!   a plain write to such an item is refused the same way
 //!   (`TransactionConflictException`).
 //! - **Draws.** A share of tries is cancelled whatever else runs: the
-//!   conflicts of a busy table the run cannot show itself.
+//!   conflicts of a busy table the run cannot show itself. Plain writes
+//!   have a share of their own, refused as if a transaction held their
+//!   item.
 //! - **Write units.** Each item written by a transaction costs 2 write units
 //!   (items up to 1 KB), a plain write 1; a transaction refused by a
 //!   condition is charged as if written. An item takes at most
@@ -103,6 +105,9 @@ pub(super) struct Contention {
     /// Percent of tries cancelled by draw, and the draws' state.
     percent: u32,
     state: u64,
+    /// Percent of plain writes refused by draw, as if a transaction held
+    /// their item.
+    plain_percent: u32,
     /// Tries cancelled for a conflict (drawn or met).
     pub(super) met: u64,
     /// Transactions whose every try was cancelled.
@@ -137,6 +142,26 @@ impl Contention {
         self.state = seed;
     }
 
+    pub(super) fn draw_plain_conflicts(&mut self, percent: u32, seed: u64) {
+        self.plain_percent = percent.min(100);
+        if self.percent == 0 {
+            self.state = seed;
+        }
+    }
+
+    /// Whether the next draw of `percent` comes up: a 64-bit linear
+    /// congruential step (Knuth's MMIX constants).
+    fn draw(&mut self, percent: u32) -> bool {
+        if percent == 0 {
+            return false;
+        }
+        self.state = self
+            .state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.state >> 33) % 100 < u64::from(percent)
+    }
+
     pub(super) fn meet(&mut self) {
         self.meeting = true;
     }
@@ -169,16 +194,9 @@ impl Contention {
             }
             return Err(Cancelled::Conflict);
         }
-        if self.percent > 0 {
-            // A 64-bit linear congruential step (Knuth's MMIX constants).
-            self.state = self
-                .state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            if (self.state >> 33) % 100 < u64::from(self.percent) {
-                self.met += 1;
-                return Err(Cancelled::Conflict);
-            }
+        if self.draw(self.percent) {
+            self.met += 1;
+            return Err(Cancelled::Conflict);
         }
         if let Some(m) = &mut self.meter
             && let Some(budget) = m.budget
@@ -200,10 +218,11 @@ impl Contention {
         Ok(self.next_open)
     }
 
-    /// Whether an open transaction holds one of `items`: a plain write to
-    /// it is refused (`TransactionConflictException`), and counted.
+    /// Whether an open transaction holds one of `items` (or the draw of
+    /// plain writes says one does): a plain write to it is refused
+    /// (`TransactionConflictException`), and counted.
     pub(super) fn refuses_plain_write(&mut self, items: &[String]) -> bool {
-        let held = self.open.values().flatten().any(|i| items.contains(i));
+        let held = self.open.values().flatten().any(|i| items.contains(i)) || self.draw(self.plain_percent);
         if held {
             self.met += 1;
             if let Some(m) = &mut self.meter {

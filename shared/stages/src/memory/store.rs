@@ -144,6 +144,14 @@ impl MemoryStore {
         self
     }
 
+    /// The same store, where `percent` of plain-write tries to any item are
+    /// refused as if a transaction held it (`TransactionConflictException`),
+    /// as on a table whose items transactions keep busy.
+    pub fn with_plain_write_conflicts(self, percent: u32, seed: u64) -> Self {
+        self.lock().contention.draw_plain_conflicts(percent, seed);
+        self
+    }
+
     /// The same store, where a transaction stays open across one step (it
     /// yields between its start and its write) and a transaction that
     /// reaches an item an open one holds is cancelled, as DynamoDB cancels

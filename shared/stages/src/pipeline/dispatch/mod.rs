@@ -521,16 +521,18 @@ where
         // Other jobs of ours holding slots (the account counts this claim's
         // own): the account is full, which is not a failure. Unknown counts
         // as not busy, so a stuck limit still reaches a person.
-        let busy = match self.store.account().await {
+        let (busy, taught) = match self.store.account().await {
             Ok(account) if account.in_flight > 1 => {
                 // Refused while we believed there was room: learn a lower limit.
-                crate::pipeline::wake::learn_from_429(&self.store, &account, &self.metrics, posted.received_at).await;
-                true
+                let taught =
+                    crate::pipeline::wake::learn_from_429(&self.store, &account, &self.metrics, posted.received_at)
+                        .await;
+                (true, taught)
             }
-            Ok(_) => false,
+            Ok(_) => (false, true),
             Err(e) => {
                 warn!(operation_id = %id, error = %e, "account capacity unreadable after a 429");
-                false
+                (false, true)
             }
         };
         let event = Event::RateLimited {
@@ -545,6 +547,13 @@ where
             // Waits in its tenant's order: woken when one of our jobs ends.
             info!(operation_id = %id, "Genace's account is full of our jobs; the operation waits for a slot");
             self.metrics.count("CapacityWait", &[]);
+            if !taught {
+                // The account still shows the room Genace refused, so no
+                // end of a job may come to wake it: a look after the
+                // Retry-After, whose next 429 teaches again.
+                let delay = (wait.as_secs() as u32 + 1).min(crate::ports::queue::MAX_DELAY_SECONDS);
+                self.queue.enqueue(Queue::Wake, &id, delay).await?;
+            }
         } else {
             // One second late rather than early: an early copy is dropped.
             let delay = (wait.as_secs() as u32 + 1).min(crate::ports::queue::MAX_DELAY_SECONDS);

@@ -473,16 +473,20 @@ async fn probe<S: OperationStore>(
 /// After Genace refused a claim with 429 while jobs of ours were in flight
 /// (`account` as read then, this claim's slot counted): the real limit is
 /// lower than we believed, so the learned limit becomes what Genace was
-/// seen to take ([`genace_core::ledger::AccountCapacity::lowered_after_429`]). Failures
-/// are logged: the limit stays as it was, and the next 429 teaches again.
+/// seen to take ([`genace_core::ledger::AccountCapacity::lowered_after_429`]).
+/// Whether the account now holds the lesson (saved here, taught first by
+/// another 429, or none to teach). A failure (the account item held by
+/// transactions past every try) is logged and answers false: the account
+/// still shows the room Genace refused, so no end of a job may come to
+/// wake the refused operation, and the caller must look at it again.
 pub async fn learn_from_429<S: OperationStore>(
     store: &S,
     account: &genace_core::ledger::AccountCapacity,
     metrics: &crate::ports::metrics::Metrics,
     now: chrono::DateTime<chrono::Utc>,
-) {
+) -> bool {
     let Some(lesson) = account.lowered_after_429() else {
-        return;
+        return true;
     };
     match store
         .learn_account_limit(account.learned, Some(lesson.learned), lesson.raise_every, Some(now))
@@ -493,9 +497,13 @@ pub async fn learn_from_429<S: OperationStore>(
             let raise_every = lesson.raise_every;
             info!(from = ?account.limit(), to, ?raise_every, "Genace refused under our limit; learned a lower one");
             metrics.count("CapacityLimitLowered", &[]);
+            true
         }
         // Another 429 of the same burst taught it first.
-        Ok(false) => {}
-        Err(e) => warn!(error = %e, "the lowered account limit was not saved"),
+        Ok(false) => true,
+        Err(e) => {
+            warn!(error = %e, "the lowered account limit was not saved");
+            false
+        }
     }
 }
