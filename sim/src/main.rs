@@ -50,6 +50,12 @@ struct Cli {
     /// cancels those that meet another on one item.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
     transaction_conflicts: u32,
+    /// Percent of plain-write tries refused as if a transaction held the
+    /// item (DynamoDB's `TransactionConflictException`); with
+    /// --transactions-meet, a plain write to an item an open transaction
+    /// holds is refused too.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    plain_write_conflicts: u32,
     /// Transactions stay open for a step and cancel the later of two that
     /// meet on an item, as DynamoDB does.
     #[arg(long)]
@@ -197,6 +203,7 @@ fn main() -> ExitCode {
         genace_limit: cli.genace_limit,
         transaction_conflicts: cli.transaction_conflicts,
         transactions_meet: cli.transactions_meet,
+        plain_write_conflicts: cli.plain_write_conflicts,
         index_lag_ms: cli.index_lag_ms,
         vary_members: cli.vary_members,
         account_shards: genace_core::shard::AccountShards::new(cli.account_shards).unwrap_or_default(),

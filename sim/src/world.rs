@@ -101,6 +101,10 @@ pub struct Options {
     /// Percent of transaction tries the store cancels as DynamoDB does when
     /// two transactions meet on one item (`TransactionConflict`).
     pub transaction_conflicts: u32,
+    /// Percent of plain-write tries (to a record, a ledger, the account)
+    /// the store refuses as if a transaction held the item, as DynamoDB
+    /// refuses them with `TransactionConflictException` on a busy table.
+    pub plain_write_conflicts: u32,
     /// Whether a transaction stays open for one step, so that another
     /// reaching one of its items then is cancelled (`TransactionConflict`),
     /// as DynamoDB cancels the later of two that meet. Off by default: each
@@ -134,6 +138,7 @@ impl Default for Options {
             genace_limit: None,
             transaction_conflicts: 0,
             transactions_meet: false,
+            plain_write_conflicts: 0,
             account_shards: genace_core::shard::AccountShards::ONE,
             tenants: TENANTS.len(),
             index_lag_ms: 0,
@@ -234,6 +239,7 @@ fn prepared_store(store: MemoryStore, clock: &ManualClock, seed: u64, opts: &Opt
         .with_account_limit(opts.max_in_flight)
         .with_account_shards(opts.account_shards)
         .with_transaction_conflicts(opts.transaction_conflicts, seed)
+        .with_plain_write_conflicts(opts.plain_write_conflicts, seed)
         .with_write_meter(clock.clone(), Some(genace_stages::memory::ITEM_WRITE_UNITS_PER_SECOND));
     let store = if opts.index_lag_ms > 0 {
         store.with_index_lag(

@@ -582,3 +582,41 @@ fn an_intent_that_differs_in_one_member_is_never_a_replay() {
     let missed = (0..300).find(|seed| run(*seed, &without_model).violation.is_some());
     assert_eq!(missed, None, "the runs without the model find it too");
 }
+
+/// Contention on every write: a share of plain-write tries refused as if a
+/// transaction held the item, beside transactions that meet, under a
+/// Genace limit learned from 429s. A lesson that cannot be saved left the
+/// refused operation waiting for a job's end while the account showed a
+/// free slot (seed 107, before the look after the Retry-After). A raise
+/// that could not be saved failing its wake-up, planted, is found by this
+/// model and missed without it.
+#[test]
+fn plain_writes_refused_under_contention_lose_no_wake_up() {
+    genace_dst::quiet_panics();
+    let busy = Options {
+        plain_write_conflicts: 70,
+        transactions_meet: true,
+        max_in_flight: Some(4),
+        genace_limit: Some(2),
+        intents: 16,
+        ..Options::default()
+    };
+    for seed in (0..100).chain([107]) {
+        let outcome = run(seed, &busy);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+    }
+    let planted = Options {
+        bugs: planted::RAISE_FAILURE_ABORTS_WAKE,
+        ..busy.clone()
+    };
+    let found = (0..10_000).find(|seed| run(*seed, &planted).violation.is_some());
+    assert_eq!(found, Some(233), "the first seed that finds it");
+    let violation = run(233, &planted).violation.unwrap_or_default();
+    assert!(violation.contains("waits with nothing to wake it"), "{violation}");
+    let without_model = Options {
+        plain_write_conflicts: 0,
+        ..planted
+    };
+    let missed = (0..200).find(|seed| run(*seed, &without_model).violation.is_some());
+    assert_eq!(missed, None, "the runs without the model find it too");
+}

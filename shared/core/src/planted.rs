@@ -50,9 +50,13 @@ pub const DEADLINE_UNMOVED: u32 = 32768;
 /// sent again as an image of the same specification is answered as a
 /// replay of the video.
 pub const FINGERPRINT_SKIPS_MEDIA_TYPE: u32 = 65536;
+/// A raise of the learned account limit that could not be saved (the
+/// account item held by a transaction) fails the wake-up that tried it,
+/// instead of letting it go on under the limit as read.
+pub const RAISE_FAILURE_ABORTS_WAKE: u32 = 131_072;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 17] = [
+pub const ALL: [(&str, u32); 18] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -70,6 +74,7 @@ pub const ALL: [(&str, u32); 17] = [
     ("looks-unbounded", LOOKS_UNBOUNDED),
     ("deadline-unmoved", DEADLINE_UNMOVED),
     ("fingerprint-skips-media-type", FINGERPRINT_SKIPS_MEDIA_TYPE),
+    ("raise-failure-aborts-wake", RAISE_FAILURE_ABORTS_WAKE),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

@@ -110,6 +110,9 @@ pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
 async fn account_raised<S: OperationStore>(store: &S) -> Result<genace_core::ledger::AccountCapacity, String> {
     let mut account = store.account().await.map_err(|e| e.to_string())?;
     if let Err(e) = raise_if_earned(store, &mut account).await {
+        if genace_core::planted::on(genace_core::planted::RAISE_FAILURE_ABORTS_WAKE) {
+            return Err(e);
+        }
         warn!(error = %e, "the raised account limit was not saved");
     }
     Ok(account)
