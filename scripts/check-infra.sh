@@ -5,7 +5,8 @@
 #   - `sam validate --lint` and `cfn-lint` on infra/template.yaml;
 #   - `cargo lambda build --release --arm64` of every function, printing each
 #     stripped bootstrap's size (the goal is at most 10 MB each).
-# Pass --no-build to skip the release build.
+# Pass --no-build to skip the release build. The build goes to
+# $CARGO_TARGET_DIR when set (CI gives it a directory of its own).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,7 +41,7 @@ cargo lambda build --release --arm64 $(printf -- '-p %s ' "${functions[@]}")
 limit=$((10 * 1024 * 1024))
 status=0
 for f in "${functions[@]}"; do
-  bin="target/lambda/$f/bootstrap"
+  bin="${CARGO_TARGET_DIR:-target}/lambda/$f/bootstrap"
   size=$(stat -c %s "$bin")
   awk -v f="$f" -v s="$size" 'BEGIN { printf "[infra] %-9s %6.1f MB\n", f, s / 1048576 }'
   if [ "$size" -gt "$limit" ]; then
