@@ -551,6 +551,37 @@ fn a_429_storm_on_long_renders_keeps_one_chain_of_looks() {
     assert!(violation.contains("looks in the chain"), "{violation:?}");
 }
 
+/// A model's proof: `model` keeps every promise over `clean` seeds; with
+/// `bug` planted, its first violation is at `first_seed` and names
+/// `broken`; and the runs `without` the model miss the bug over their
+/// first `missed_over` seeds.
+fn model_finds(
+    model: &Options,
+    clean: impl Iterator<Item = u64>,
+    bug: u32,
+    first_seed: u64,
+    broken: &str,
+    without: Options,
+    missed_over: u64,
+) {
+    genace_dst::quiet_panics();
+    for seed in clean {
+        let outcome = run(seed, model);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+    }
+    let planted = Options {
+        bugs: bug,
+        ..model.clone()
+    };
+    let found = (0..10_000).find(|seed| run(*seed, &planted).violation.is_some());
+    assert_eq!(found, Some(first_seed), "the first seed that finds it");
+    let violation = run(first_seed, &planted).violation.unwrap_or_default();
+    assert!(violation.contains(broken), "{violation}");
+    let without = Options { bugs: bug, ..without };
+    let missed = (0..missed_over).find(|seed| run(*seed, &without).violation.is_some());
+    assert_eq!(missed, None, "the runs without the model find it too");
+}
+
 /// Intents sent again under one key that differ from its first in exactly
 /// one member the fingerprint covers: each is a changed intent (409),
 /// never a replay. A fingerprint that leaves out the media type, planted,
@@ -558,29 +589,19 @@ fn a_429_storm_on_long_renders_keeps_one_chain_of_looks() {
 /// type only with the model, and miss it.
 #[test]
 fn an_intent_that_differs_in_one_member_is_never_a_replay() {
-    genace_dst::quiet_panics();
     let varied = Options {
         vary_members: true,
         ..Options::default()
     };
-    for seed in 0..300 {
-        let outcome = run(seed, &varied);
-        assert!(outcome.violation.is_none(), "{}", report(&outcome));
-    }
-    let planted = Options {
-        bugs: planted::FINGERPRINT_SKIPS_MEDIA_TYPE,
-        ..varied.clone()
-    };
-    let found = (0..10_000).find(|seed| run(*seed, &planted).violation.is_some());
-    assert_eq!(found, Some(43), "the first seed that finds it");
-    let violation = run(43, &planted).violation.unwrap_or_default();
-    assert!(violation.contains("a replay carried another intent"), "{violation}");
-    let without_model = Options {
-        vary_members: false,
-        ..planted
-    };
-    let missed = (0..300).find(|seed| run(*seed, &without_model).violation.is_some());
-    assert_eq!(missed, None, "the runs without the model find it too");
+    model_finds(
+        &varied,
+        0..300,
+        planted::FINGERPRINT_SKIPS_MEDIA_TYPE,
+        43,
+        "a replay carried another intent",
+        Options::default(),
+        300,
+    );
 }
 
 /// Contention on every write: a share of plain-write tries refused as if a
@@ -592,7 +613,6 @@ fn an_intent_that_differs_in_one_member_is_never_a_replay() {
 /// model and missed without it.
 #[test]
 fn plain_writes_refused_under_contention_lose_no_wake_up() {
-    genace_dst::quiet_panics();
     let busy = Options {
         plain_write_conflicts: 70,
         transactions_meet: true,
@@ -601,22 +621,16 @@ fn plain_writes_refused_under_contention_lose_no_wake_up() {
         intents: 16,
         ..Options::default()
     };
-    for seed in (0..100).chain([107]) {
-        let outcome = run(seed, &busy);
-        assert!(outcome.violation.is_none(), "{}", report(&outcome));
-    }
-    let planted = Options {
-        bugs: planted::RAISE_FAILURE_ABORTS_WAKE,
-        ..busy.clone()
-    };
-    let found = (0..10_000).find(|seed| run(*seed, &planted).violation.is_some());
-    assert_eq!(found, Some(233), "the first seed that finds it");
-    let violation = run(233, &planted).violation.unwrap_or_default();
-    assert!(violation.contains("waits with nothing to wake it"), "{violation}");
-    let without_model = Options {
-        plain_write_conflicts: 0,
-        ..planted
-    };
-    let missed = (0..200).find(|seed| run(*seed, &without_model).violation.is_some());
-    assert_eq!(missed, None, "the runs without the model find it too");
+    model_finds(
+        &busy,
+        (0..100).chain([107]),
+        planted::RAISE_FAILURE_ABORTS_WAKE,
+        233,
+        "waits with nothing to wake it",
+        Options {
+            plain_write_conflicts: 0,
+            ..busy.clone()
+        },
+        200,
+    );
 }
