@@ -94,7 +94,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
             planted::REPLAY_CHANGED_SPEC,
             "a changed specification answered as a replay",
             3,
-            "replay carried another specification",
+            "replay carried another",
         ),
         (
             planted::CHANGED_SPEC_ANSWERED_NEW,
@@ -338,10 +338,10 @@ fn a_freed_slot_passes_over_a_head_short_of_credits() {
         ..both.clone()
     };
     let found = (0..10_000).find(|seed| run(*seed, &planted).violation.is_some());
-    assert_eq!(found, Some(427), "the first seed that finds it");
-    let violation = run(427, &planted).violation.unwrap_or_default();
+    assert_eq!(found, Some(42), "the first seed that finds it");
+    let violation = run(42, &planted).violation.unwrap_or_default();
     assert!(violation.contains("waits with nothing to wake it"), "{violation}");
-    let fixed = run(427, &both);
+    let fixed = run(42, &both);
     assert!(fixed.violation.is_none(), "{}", report(&fixed));
 }
 
@@ -625,7 +625,7 @@ fn plain_writes_refused_under_contention_lose_no_wake_up() {
         &busy,
         (0..100).chain([107]),
         planted::RAISE_FAILURE_ABORTS_WAKE,
-        233,
+        149,
         "waits with nothing to wake it",
         Options {
             plain_write_conflicts: 0,
@@ -633,4 +633,33 @@ fn plain_writes_refused_under_contention_lose_no_wake_up() {
         },
         200,
     );
+}
+
+/// Index lag: the wait indexes see each write up to 2 s late. A wait begun
+/// moments before a slot or credits were freed was missed by the freeing
+/// write's wake-up (seeds 7 and 63; seed 9 under a spend limit), and an
+/// operation claimed moments before still showed in its tenant's order and
+/// took a freed slot's wake-up (seed 178). Each wait begun now gets one
+/// look once the indexes show it, and a wake-up reads the record of each
+/// operation it wakes.
+#[test]
+fn waits_are_woken_through_index_lag() {
+    genace_dst::quiet_panics();
+    let lagging = Options {
+        index_lag_ms: 2000,
+        max_in_flight: Some(2),
+        intents: 12,
+        ..Options::default()
+    };
+    let short_of_credits = Options {
+        spend_limit: Some(10.5),
+        max_in_flight: Some(3),
+        ..lagging.clone()
+    };
+    for (opts, seeds) in [(&lagging, [7, 63, 178]), (&short_of_credits, [9, 9, 9])] {
+        for seed in (0..100).chain(seeds) {
+            let outcome = run(seed, opts);
+            assert!(outcome.violation.is_none(), "{}", report(&outcome));
+        }
+    }
 }

@@ -176,7 +176,7 @@ async fn sent(env: &LocalAws, url: &str) -> Vec<(String, i64)> {
 #[tokio::test]
 async fn the_sweep_looks_at_capacity_first_under_a_due_backlog() {
     let rig = rig(Duration::ZERO).await;
-    let [_, b, _] = rig.one_running_two_waiting().await;
+    let [_, b, c] = rig.one_running_two_waiting().await;
     for i in 0..150 {
         rig.intent(&format!("backlog-{i}")).await;
     }
@@ -210,9 +210,12 @@ async fn the_sweep_looks_at_capacity_first_under_a_due_backlog() {
         .find(|(body, _)| body.contains(b.as_str()))
         .map(|(_, at)| *at)
         .expect("woken again");
+    // The due items, not the looks the two waits queued once the indexes
+    // show them (docs/decisions/0006).
     let first_due = sent(&rig.env, &rig.env.queues.dispatch)
         .await
         .iter()
+        .filter(|(body, _)| ![&b, &c].iter().any(|w| body.contains(w.as_str())))
         .map(|(_, at)| *at)
         .min()
         .expect("due items sent on");

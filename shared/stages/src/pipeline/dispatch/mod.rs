@@ -349,6 +349,8 @@ where
             Room::Credits => Event::SpendLimitReached,
             Room::Capacity | Room::TenantSlot => Event::CapacityReached,
         };
+        // A wait that begins now reaches the wait indexes late.
+        let newly = rec.waits_in_order().is_none();
         match commit(&self.store, rec, write_attempts(), |r| {
             machine::transition(r, event, now, &policy)
         })
@@ -358,6 +360,12 @@ where
                 // Woken by the next write that frees credits, or, if one
                 // came before this wait, by its id now.
                 crate::pipeline::wake::wake_after_credit_wait(&self.store, &self.queue, &waited).await;
+                if newly {
+                    // A write that frees its credits before the waiting
+                    // order shows this wait would wake it only by the
+                    // order.
+                    crate::pipeline::wake::look_once_settled(&self.queue, id).await;
+                }
                 info!(operation_id = %id, "spend limit reached; the operation waits for credits");
                 self.metrics.count("SpendLimitWait", &[]);
                 Ok(Dispatched::WaitingForCredits)
@@ -371,9 +379,14 @@ where
                 // the indexes may not show it yet; one at its tenant's own
                 // limit would only be refused again).
                 if room == Room::Capacity {
-                    crate::pipeline::wake::wake_after_wait(&self.store, &self.queue, id).await;
+                    crate::pipeline::wake::wake_after_wait(&self.store, &self.queue, id, newly).await;
                 } else {
                     crate::pipeline::wake::wake_if_room(&self.store, &self.queue).await;
+                    if newly {
+                        // The end of one of its tenant's jobs wakes it, if
+                        // the waiting order shows it by then.
+                        crate::pipeline::wake::look_once_settled(&self.queue, id).await;
+                    }
                 }
                 Ok(Dispatched::WaitingForCapacity)
             }
@@ -547,7 +560,10 @@ where
             // Waits in its tenant's order: woken when one of our jobs ends.
             info!(operation_id = %id, "Genace's account is full of our jobs; the operation waits for a slot");
             self.metrics.count("CapacityWait", &[]);
-            if !taught {
+            if taught {
+                // The wait begins now, and reaches the wait indexes late.
+                crate::pipeline::wake::look_once_settled(&self.queue, &id).await;
+            } else {
                 // The account still shows the room Genace refused, so no
                 // end of a job may come to wake it: a look after the
                 // Retry-After, whose next 429 teaches again.
