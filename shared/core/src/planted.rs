@@ -54,9 +54,13 @@ pub const FINGERPRINT_SKIPS_MEDIA_TYPE: u32 = 65536;
 /// account item held by a transaction) fails the wake-up that tried it,
 /// instead of letting it go on under the limit as read.
 pub const RAISE_FAILURE_ABORTS_WAKE: u32 = 131_072;
+/// The look after a recorded wait for a slot finds waiters only through
+/// the wait indexes, which seldom show a wait written moments ago, and
+/// never wakes the operation that just waited by its id.
+pub const LOOK_AFTER_WAIT_BY_INDEX: u32 = 262_144;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 18] = [
+pub const ALL: [(&str, u32); 19] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -75,6 +79,7 @@ pub const ALL: [(&str, u32); 18] = [
     ("deadline-unmoved", DEADLINE_UNMOVED),
     ("fingerprint-skips-media-type", FINGERPRINT_SKIPS_MEDIA_TYPE),
     ("raise-failure-aborts-wake", RAISE_FAILURE_ABORTS_WAKE),
+    ("look-after-wait-by-index", LOOK_AFTER_WAIT_BY_INDEX),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

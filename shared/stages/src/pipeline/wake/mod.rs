@@ -95,6 +95,9 @@ pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
             0 => 0,
             _ => wake_from(store, queue, &account, &mut None, None).await?,
         };
+        if genace_core::planted::on(genace_core::planted::LOOK_AFTER_WAIT_BY_INDEX) {
+            return Ok(());
+        }
         if woken < room {
             // A second later, not at once: whatever refuses it again (a
             // rival's claim took the slot) never spins.
