@@ -73,7 +73,7 @@ pub struct OperationRecord {
     /// For an abandoned operation, the phase whose credits it keeps: where
     /// it was abandoned, or where Genace's later answer (the job rendered or
     /// failed) or an operator's decision (it never ran) moved its job. An
-    /// abandon stops our work, not Genace's: see docs/decisions.md.
+    /// abandon stops our work, not Genace's: see docs/decisions/0023-credits-ledger-and-spend-limits.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_phase: Option<Phase>,
     /// Since when dispatch has been waiting for the tenant's spend limit to

@@ -5,7 +5,7 @@
 //! The store keeps a list order per tenant and one across tenants, both
 //! keyed by [`list_sort_key`] (creation time, then id). Neither key ever
 //! changes after the create, so the orders cost one index write per
-//! operation, not one per transition (docs/decisions.md).
+//! operation, not one per transition (docs/decisions/0032-listing-operations.md).
 
 use crate::ports::Ports;
 use chrono::{DateTime, Utc};

@@ -1,5 +1,5 @@
 //! What a listing of operations selects, and the order the store keeps
-//! for it (creation time, then id; docs/decisions.md).
+//! for it (creation time, then id; docs/decisions/0032-listing-operations.md).
 
 use chrono::{DateTime, Utc};
 
