@@ -29,6 +29,11 @@ pub struct WorkMessage {
     /// A poll message: what the looks at the job saw so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll: Option<PollHistory>,
+    /// A look at a wait the operation began moments ago, once the wait
+    /// indexes show it: dispatch runs a wake-up for its tenant, which
+    /// takes turns as any wake-up does, rather than claim for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub look: bool,
 }
 
 /// What the looks at one accepted job saw so far, carried from each poll
@@ -64,6 +69,15 @@ impl WorkMessage {
         Self {
             operation_id,
             poll: None,
+            look: false,
+        }
+    }
+
+    /// A look at the wait `operation_id` just began ([`Self::look`]).
+    pub fn look_at(operation_id: OperationId) -> Self {
+        Self {
+            look: true,
+            ..Self::for_operation(operation_id)
         }
     }
 }

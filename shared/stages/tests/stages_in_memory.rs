@@ -950,10 +950,11 @@ async fn two_accepted_then_a_429(app: &MemoryApp, keys: &[&str]) -> Vec<Operatio
 /// A 429 whose lesson cannot be saved (every plain write refused, as
 /// DynamoDB refuses one while transactions hold the account item): the
 /// account still shows the room Genace refused, so no job's end may come
-/// to wake the refused operation. It waits in its order with a look at it
-/// queued after the Retry-After, whose 429 teaches again.
+/// to wake a wait. The 429 counts as one of a full Genace account's
+/// (retried after its Retry-After, toward a case if it repeats), and the
+/// retry's 429 teaches again.
 #[tokio::test]
-async fn a_429_whose_lesson_is_not_saved_queues_a_look_at_the_refused_operation() {
+async fn a_429_whose_lesson_is_not_saved_is_retried_after_its_retry_after() {
     let app = app();
     let _limited = app.store.clone().with_account_limit(Some(4));
     let _genace = app.genace.clone().with_concurrency(2);
@@ -978,14 +979,19 @@ async fn a_429_whose_lesson_is_not_saved_queues_a_look_at_the_refused_operation(
         "the lesson was not saved"
     );
     let rec = record(&app, &ids[2]).await;
-    assert!(rec.capacity_hold.is_some() && rec.case.is_none(), "{rec:?}");
-    let looks: Vec<_> = app
+    assert_eq!(
+        rec.capacity_hold, None,
+        "no wait that only a job's end would wake: {rec:?}"
+    );
+    assert_eq!(rec.rate_limited_count, 1);
+    assert!(rec.retry_at_ms.is_some() && rec.case.is_none(), "{rec:?}");
+    let retries: Vec<_> = app
         .queue
         .messages()
         .into_iter()
-        .filter(|m| m.queue == Queue::Wake && m.body.contains(ids[2].as_str()))
+        .filter(|m| m.queue == Queue::Dispatch && m.body.contains(ids[2].as_str()) && m.visible_at > app.clock.now())
         .collect();
-    assert_eq!(looks.len(), 1, "a look at the refused operation: {looks:?}");
+    assert_eq!(retries.len(), 1, "a retry after the Retry-After: {retries:?}");
 }
 
 #[tokio::test]

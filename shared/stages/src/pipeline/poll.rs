@@ -235,6 +235,7 @@ where
         let message = WorkMessage {
             operation_id: id.clone(),
             poll: Some(history),
+            look: false,
         };
         self.queue.send_work(Queue::Poll, &message, delay).await?;
         Ok(())

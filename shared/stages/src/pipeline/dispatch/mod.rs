@@ -56,6 +56,8 @@ pub enum Dispatched {
     /// save of its answer: not claimed (or, when the claim itself took the
     /// time, released unPOSTed), and sent to dispatch again.
     Released,
+    /// A look at a wait begun moments ago ran a wake-up for its tenant.
+    Looked,
 }
 
 /// Who the audit names when a deadline cancels an operation.
@@ -151,10 +153,16 @@ where
     const NAME: &'static str = "dispatch";
 
     async fn handle(&self, message: WorkMessage) -> Result<Dispatched, StageError> {
+        if message.look {
+            return self.look(&message.operation_id).await;
+        }
         self.dispatch(&message.operation_id).await
     }
 
     async fn handle_receipt(&self, message: WorkMessage, receives: u32) -> Result<Dispatched, StageError> {
+        if message.look {
+            return self.look(&message.operation_id).await;
+        }
         self.dispatch_received(&message.operation_id, receives > 1).await
     }
 }
@@ -164,6 +172,21 @@ where
     P::Queue: RecoveryChannel,
     P::Genace: Genace,
 {
+    /// A look at a wait `id` began moments ago ([`WorkMessage::look`]): a
+    /// wake-up for its tenant, whose wait the indexes now show, taking
+    /// turns as any wake-up does (one account read when no slot is free).
+    /// Nothing when it no longer waits in its tenant's order.
+    pub async fn look(&self, id: &OperationId) -> Result<Dispatched, StageError> {
+        let Some(rec) = self.store.get(id, self.clock.now()).await? else {
+            return Ok(Dispatched::Missing);
+        };
+        if rec.waits_in_order().is_none() {
+            return Ok(Dispatched::NotDispatchable(rec.phase));
+        }
+        crate::pipeline::wake::wake_if_room_for(&self.store, &self.queue, &rec.tenant_id).await;
+        Ok(Dispatched::Looked)
+    }
+
     /// Dispatches `id` for a message that may be a redelivery.
     pub async fn dispatch(&self, id: &OperationId) -> Result<Dispatched, StageError> {
         self.dispatch_received(id, true).await
@@ -534,18 +557,19 @@ where
         // Other jobs of ours holding slots (the account counts this claim's
         // own): the account is full, which is not a failure. Unknown counts
         // as not busy, so a stuck limit still reaches a person.
-        let (busy, taught) = match self.store.account().await {
+        let busy = match self.store.account().await {
+            // Refused while we believed there was room: learn a lower
+            // limit. A lesson not saved leaves the account showing the room
+            // Genace refused, so no end of a job may come to wake a wait:
+            // the 429 counts as not busy (a retry after Retry-After, and
+            // toward a case if it repeats), and its next 429 teaches again.
             Ok(account) if account.in_flight > 1 => {
-                // Refused while we believed there was room: learn a lower limit.
-                let taught =
-                    crate::pipeline::wake::learn_from_429(&self.store, &account, &self.metrics, posted.received_at)
-                        .await;
-                (true, taught)
+                crate::pipeline::wake::learn_from_429(&self.store, &account, &self.metrics, posted.received_at).await
             }
-            Ok(_) => (false, true),
+            Ok(_) => false,
             Err(e) => {
                 warn!(operation_id = %id, error = %e, "account capacity unreadable after a 429");
-                (false, true)
+                false
             }
         };
         let event = Event::RateLimited {
@@ -560,16 +584,8 @@ where
             // Waits in its tenant's order: woken when one of our jobs ends.
             info!(operation_id = %id, "Genace's account is full of our jobs; the operation waits for a slot");
             self.metrics.count("CapacityWait", &[]);
-            if taught {
-                // The wait begins now, and reaches the wait indexes late.
-                crate::pipeline::wake::look_once_settled(&self.queue, &id).await;
-            } else {
-                // The account still shows the room Genace refused, so no
-                // end of a job may come to wake it: a look after the
-                // Retry-After, whose next 429 teaches again.
-                let delay = (wait.as_secs() as u32 + 1).min(crate::ports::queue::MAX_DELAY_SECONDS);
-                self.queue.enqueue(Queue::Wake, &id, delay).await?;
-            }
+            // The wait begins now, and reaches the wait indexes late.
+            crate::pipeline::wake::look_once_settled(&self.queue, &id).await;
         } else {
             // One second late rather than early: an early copy is dropped.
             let delay = (wait.as_secs() as u32 + 1).min(crate::ports::queue::MAX_DELAY_SECONDS);

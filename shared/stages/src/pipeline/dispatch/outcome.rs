@@ -104,6 +104,7 @@ where
         let message = WorkMessage {
             operation_id: rec.operation_id.clone(),
             poll: Some(history),
+            look: false,
         };
         self.queue.send_work(Queue::Poll, &message, delay).await?;
         Ok(())

@@ -33,7 +33,7 @@ pub use order::{MAX_WAKE, WAKE_CANDIDATES};
 pub use parked::wake_after_credit_wait;
 
 use gauges::oldest_wait_of;
-use order::{Turn, fitting, waiting_tenants};
+use order::{Order, Turn, fitting, still_waits, waiting_tenants};
 use parked::look_at_parked;
 
 /// Whether the write of `next` over `prev` freed a slot of the account.
@@ -79,31 +79,30 @@ pub async fn wake<S: OperationStore, Q: WorkQueue>(store: &S, queue: &Q) -> Resu
 /// left, `waited` itself is woken by its id: the indexes a wake-up reads
 /// are eventually consistent and usually miss a wait written moments ago,
 /// so without this the slot would idle until the next event or the sweep.
-/// With no room left and a wait `newly` on the indexes, a look at it once
-/// they show it ([`look_once_settled`]). Failures are logged, as for
-/// [`wake_if_room`].
+/// A wait `newly` begun also gets a look once the indexes show it
+/// ([`look_once_settled`]), whatever this look finds. Failures are logged,
+/// as for [`wake_if_room`].
 pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
     store: &S,
     queue: &Q,
     waited: &genace_core::domain::OperationId,
     newly: bool,
 ) {
+    let planted = genace_core::planted::on(genace_core::planted::LOOK_AFTER_WAIT_BY_INDEX);
+    if newly && !planted {
+        look_once_settled(queue, waited).await;
+    }
     let looked = async {
         let account = account_raised(store).await?;
         let room = room_of(&account).min(MAX_WAKE);
-        let woken = match room {
-            0 => 0,
-            _ => wake_from(store, queue, &account, &mut None, None).await?,
-        };
-        if genace_core::planted::on(genace_core::planted::LOOK_AFTER_WAIT_BY_INDEX) {
+        if room == 0 {
             return Ok(());
         }
-        if woken < room {
+        let woken = wake_from(store, queue, &account, &mut None, None).await?;
+        if woken < room && !planted {
             // A second later, not at once: whatever refuses it again (a
             // rival's claim took the slot) never spins.
             queue.enqueue(Queue::Wake, waited, 1).await.map_err(|e| e.to_string())?;
-        } else if newly {
-            look_once_settled(queue, waited).await;
         }
         Ok::<_, String>(())
     };
@@ -116,15 +115,16 @@ pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
 /// consistent; DynamoDB's usually catch up within a second) show it.
 pub const INDEX_SETTLE_SECONDS: u32 = 5;
 
-/// One look at `waited` by its id once the wait indexes show the wait it
-/// just began: a slot freed before then woke whoever the indexes showed,
+/// One look once the wait indexes show the wait `waited` just began: a
+/// slot or credits freed before then woke whoever the indexes showed,
 /// never it, and without this look the slot would idle until the sweep.
-/// One per wait begun: a look that finds no room records the wait again
-/// in its old place, which is not a new wait, and looks no more. A
-/// failure is logged: the sweep repairs the slot.
+/// The look ([`genace_core::messages::WorkMessage::look`]) is a wake-up for
+/// the waiter's tenant, taking turns as any wake-up does, never a claim
+/// out of turn; one account read when no slot is free. One per wait
+/// begun. A failure is logged: the sweep repairs the slot.
 pub async fn look_once_settled<Q: WorkQueue>(queue: &Q, waited: &genace_core::domain::OperationId) {
-    // On the dispatch queue: a look, not a wake-up a freed slot owes it.
-    if let Err(e) = queue.enqueue(Queue::Dispatch, waited, INDEX_SETTLE_SECONDS).await {
+    let look = genace_core::messages::WorkMessage::look_at(waited.clone());
+    if let Err(e) = queue.send_work(Queue::Dispatch, &look, INDEX_SETTLE_SECONDS).await {
         warn!(error = %e, operation_id = %waited, "the look once the indexes show a wait was not queued; the sweep will");
     }
 }
@@ -417,26 +417,38 @@ async fn take_turns<S: OperationStore, Q: WorkQueue>(
             // woken twice by one call (the index may lag the count).
             turn.fetched = true;
             let tenant = TenantId::parse(&turn.ledger.tenant_id).map_err(|e| e.to_string())?;
-            let headroom = turn.ledger.headroom();
-            if headroom.is_some() {
-                if *looks == 0 {
+            let order = match turn.ledger.headroom() {
+                None => {
+                    let read = i32::try_from(MAX_WAKE).unwrap_or(i32::MAX);
+                    let ids = store.waiting(&tenant, read).await.map_err(|e| e.to_string())?;
+                    Order {
+                        read: ids.len(),
+                        fit: ids,
+                    }
+                }
+                Some(_) if *looks == 0 => {
                     turn.skipped = true;
                     continue;
                 }
-                *looks -= 1;
-            }
-            // Each operation's record is read, with or without a spend
-            // limit: the index may still show one claimed, cancelled or
-            // ended moments ago, which the wake-up passes over rather than
-            // spend a free slot on.
-            let order = fitting(store, &tenant, headroom.unwrap_or(ledger::MAX_MILLIS), want)
-                .await
-                .map_err(|e| e.to_string())?;
+                Some(credits) => {
+                    *looks -= 1;
+                    fitting(store, &tenant, credits, want)
+                        .await
+                        .map_err(|e| e.to_string())?
+                }
+            };
+            // An order read without its records may still show one
+            // claimed, cancelled or ended moments ago: each is read as it
+            // comes up, before a slot is spent on it.
+            turn.unread = turn.ledger.headroom().is_none();
             turn.read = order.read;
             turn.heads = order.fit;
             turn.heads.reverse();
         }
         let Some(id) = turn.heads.pop() else { continue };
+        if turn.unread && !still_waits(store, &id).await {
+            continue;
+        }
         // The wake queue: never behind the fresh intents of a burst.
         queue.enqueue(Queue::Wake, &id, 0).await.map_err(|e| e.to_string())?;
         turn.taken += 1;

@@ -71,6 +71,20 @@ pub(super) async fn fitting<S: OperationStore>(
     })
 }
 
+/// Whether the record of `id`, which a waiting order showed, still waits:
+/// the index may lag a claim, a cancel or an end. A record that cannot be
+/// read counts as waiting (its claim decides, as it always did).
+pub(super) async fn still_waits<S: OperationStore>(store: &S, id: &genace_core::domain::OperationId) -> bool {
+    match store.get(id, chrono::DateTime::<chrono::Utc>::MIN_UTC).await {
+        Ok(Some(rec)) => crate::ports::table::wait_sort_key(&rec).is_some(),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(operation_id = %id, error = %e, "a waiting record could not be read; woken unread");
+            true
+        }
+    }
+}
+
 /// A waiting tenant, and what this call has taken from its order.
 pub(super) struct Turn {
     pub(super) ledger: TenantLedger,
@@ -81,6 +95,9 @@ pub(super) struct Turn {
     pub(super) skipped: bool,
     /// How many of its order the read found still waiting.
     pub(super) read: usize,
+    /// Whether its heads were read from the index alone (no spend limit):
+    /// each record is read as it comes up ([`still_waits`]).
+    pub(super) unread: bool,
     pub(super) taken: i64,
 }
 
@@ -92,6 +109,7 @@ impl Turn {
             fetched: false,
             skipped: false,
             read: 0,
+            unread: false,
             taken: 0,
         }
     }
