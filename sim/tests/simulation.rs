@@ -605,33 +605,42 @@ fn an_intent_that_differs_in_one_member_is_never_a_replay() {
 }
 
 /// Contention on every write: a share of plain-write tries refused as if a
-/// transaction held the item, beside transactions that meet, under a
-/// Genace limit learned from 429s. A lesson that cannot be saved left the
-/// refused operation waiting for a job's end while the account showed a
-/// free slot (seed 107, before the look after the Retry-After). A raise
-/// that could not be saved failing its wake-up, planted, is found by this
-/// model and missed without it.
+/// transaction held the item, under a Genace limit learned from 429s. A
+/// lesson that could not be saved left the refused operation waiting for a
+/// job's end while the account showed a free slot (seed 107 with meeting
+/// transactions); such a 429 now counts as a full account's, retried after
+/// its Retry-After. A raise that could not be saved failing its wake-up,
+/// planted, is found by this model and missed without it.
 #[test]
 fn plain_writes_refused_under_contention_lose_no_wake_up() {
     let busy = Options {
         plain_write_conflicts: 70,
-        transactions_meet: true,
-        max_in_flight: Some(4),
-        genace_limit: Some(2),
+        max_in_flight: Some(3),
+        genace_limit: Some(1),
         intents: 16,
         ..Options::default()
     };
+    let meeting = Options {
+        transactions_meet: true,
+        max_in_flight: Some(4),
+        genace_limit: Some(2),
+        ..busy.clone()
+    };
+    for seed in (0..100).chain([107]) {
+        let outcome = run(seed, &meeting);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+    }
     model_finds(
         &busy,
-        (0..100).chain([107]),
+        0..100,
         planted::RAISE_FAILURE_ABORTS_WAKE,
-        149,
+        250,
         "waits with nothing to wake it",
         Options {
             plain_write_conflicts: 0,
             ..busy.clone()
         },
-        200,
+        300,
     );
 }
 

@@ -222,14 +222,13 @@ impl Contention {
     /// plain writes says one does): a plain write to it is refused
     /// (`TransactionConflictException`), and counted.
     pub(super) fn refuses_plain_write(&mut self, items: &[String]) -> bool {
-        let held = self.open.values().flatten().any(|i| items.contains(i)) || self.draw(self.plain_percent);
-        if held {
-            self.met += 1;
-            if let Some(m) = &mut self.meter {
-                m.met_open += 1;
-            }
+        let held = self.open.values().flatten().any(|i| items.contains(i));
+        if held && let Some(m) = &mut self.meter {
+            m.met_open += 1;
         }
-        held
+        let refused = held || self.draw(self.plain_percent);
+        self.met += u64::from(refused);
+        refused
     }
 
     /// The transaction `open` is over (written, refused or abandoned).
