@@ -8,6 +8,7 @@
 #   scripts/bench.sh console [--cases 10000] [--runs 10]               the console's first page of many open cases (headless Chromium)
 #   scripts/bench.sh scale [--tenants 3,100] [--model-shards 1,4,8]    requests per operation against tenants; the account's ceiling
 #   scripts/bench.sh latency [--medians 10,60,300] [--spread 0.4]      poll latency in virtual time: lag, GETs, drain, 429s
+#   scripts/bench.sh artifacts                                         the release arm64 bootstraps as deployed: sizes, at most 10 MB each
 # Installs and starts moto on a free loopback port (stopped again at the end),
 # builds genace-bench (release; BENCH_PROFILE=dev for a quick debug build) and
 # runs it from the repository root. Prices: docs/prices.json.
@@ -20,6 +21,8 @@ export MOTO_PORT
 PROFILE="${BENCH_PROFILE:-release}"
 export RUST_LOG="${RUST_LOG:-error}" METRICS_DISABLED=true LOG_FORMAT=text
 
+# The deployed artifacts: the release arm64 build and its sizes.
+[ "${1:-}" = artifacts ] && exec scripts/check-infra.sh --release
 [ "${1:-}" = console ] && scripts/browser.sh
 cargo build --quiet --profile "$PROFILE" -p genace-bench --bin genace-bench
 dir="$PROFILE"
