@@ -509,7 +509,12 @@ async fn recoveries_are_capped_and_one_per_endpoint_in_a_window() {
         );
     }
     assert!(app.queue.webhook_copies().is_empty(), "nothing more queued");
-    app.clock.advance(RECOVERY_WINDOW + Duration::seconds(1));
+    // Its copies are retried for about a day: still held a day on.
+    app.clock.advance(Duration::hours(26));
+    let held = endpoints.recover(&id, t0).await;
+    assert!(matches!(held, Err(EndpointError::RecoveryRunning { .. })), "{held:?}");
+    app.clock
+        .advance(RECOVERY_WINDOW - Duration::hours(26) + Duration::seconds(1));
     let later = endpoints.recover(&id, t0).await.unwrap();
     assert_eq!(later.queued, RECOVER_COPIES, "{later:?}");
 }

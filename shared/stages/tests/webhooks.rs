@@ -671,11 +671,12 @@ async fn the_first_post_after_a_rotation_is_signed_with_the_new_secret() {
     );
 }
 
-/// A recovery holds its endpoint while its copies may be retried; the first
-/// POST to it that succeeds releases the hold (the endpoint takes events
-/// again, so another recovery may start), and a failure keeps it.
+/// A recovery holds its endpoint while its copies may be retried, through
+/// failures and successes alike: a receiver answers success to what it
+/// likes, and one that could end the hold would let its tenant queue copy
+/// after copy of the events it keeps failing.
 #[tokio::test]
-async fn a_success_releases_a_recoverys_hold_on_its_endpoint() {
+async fn a_success_keeps_a_recoverys_hold_on_its_endpoint() {
     let rig = rig(&["operation.held"]).await;
     add_endpoint(&rig, "ep_a", &[]).await;
     let acme = TenantId::parse("acme").unwrap();
@@ -692,5 +693,10 @@ async fn a_success_releases_a_recoverys_hold_on_its_endpoint() {
     assert_eq!(endpoint_of(&rig, "ep_a").await.recovering_until, Some(until));
     rig.receiver.answer(&[200]);
     assert_eq!(handle_body(&rig.stage, &body).await.unwrap(), Webhooked::Sent(200));
-    assert_eq!(endpoint_of(&rig, "ep_a").await.recovering_until, None);
+    assert_eq!(endpoint_of(&rig, "ep_a").await.recovering_until, Some(until));
+    assert_eq!(
+        endpoint_of(&rig, "ep_a").await.failing_since,
+        None,
+        "the success ends the failing spell"
+    );
 }

@@ -350,10 +350,11 @@ impl<S: OperationRecords, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
 impl<S: WebhookEndpoints, K, W, D: WebhookQueue, C: Clock> WebhookStage<S, K, W, D, C> {
     /// Follows an endpoint's health, writing only when it changes: the
     /// first failure after a success starts `failing_since`, a success
-    /// clears it (and a recovery's hold: the endpoint takes events again,
-    /// so another recovery may start), and a failure `disable_after` past
-    /// it disables the endpoint and tells the tenant's other enabled
-    /// endpoints.
+    /// clears it, and a failure `disable_after` past it disables the
+    /// endpoint and tells the tenant's other enabled endpoints. A
+    /// recovery's hold is not the health's to end: a receiver answers
+    /// success to what it likes, and a hold it could end would let one
+    /// tenant queue copy after copy of the events it fails.
     async fn track(
         &self,
         tenant: &TenantId,
@@ -364,7 +365,7 @@ impl<S: WebhookEndpoints, K, W, D: WebhookQueue, C: Clock> WebhookStage<S, K, W,
         let wanted = |e: &WebhookEndpoint| match (ok, e.failing_since) {
             (true, Some(_)) | (false, None) => true,
             (false, Some(since)) => e.disabled_at.is_none() && now - since >= self.disable_after,
-            (true, None) => e.recovering_until.is_some(),
+            (true, None) => false,
         };
         if !wanted(seen) {
             return Ok(());
@@ -380,7 +381,6 @@ impl<S: WebhookEndpoints, K, W, D: WebhookQueue, C: Clock> WebhookStage<S, K, W,
             let disabling = match (ok, e.failing_since) {
                 (true, _) => {
                     e.failing_since = None;
-                    e.recovering_until = None;
                     false
                 }
                 (false, None) => {
