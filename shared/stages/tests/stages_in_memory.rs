@@ -2644,3 +2644,44 @@ async fn an_erase_deletes_only_its_own_objects_not_an_old_layouts_nested_tenant(
     app.intake().erase_outputs(&tenant, &id).await.unwrap();
     assert_eq!(app.objects.keys(), [nested], "only the nested tenant's object is left");
 }
+
+/// More of a nested tenant's keys than one listing page holds, sorting
+/// before the operation's own (`op_` before `output-`): an object of the
+/// operation its record does not name (a killed delivery's) is still found
+/// and erased.
+#[tokio::test]
+async fn a_page_of_a_nested_tenants_keys_does_not_hide_an_erased_operations_own() {
+    use genace_stages::ports::outputs::{ObjectStore, b64_sha256, object_key, operation_prefix};
+    let app = app();
+    let tenant = TenantId::parse("a").unwrap();
+    let id = submit_as(&app, "a", "erase").await;
+    app.dispatcher().dispatch(&id).await.unwrap();
+    app.downloads
+        .serve("https://cdn.example/out.mp4", Some("video/mp4"), vec![7; 1024]);
+    app.genace.set_job(
+        "job-0001",
+        "completed",
+        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
+    );
+    assert_eq!(app.poller().poll(&id).await.unwrap(), Polled::Rendered);
+    app.deliverer().deliver(&id).await.unwrap();
+    let delivered = record(&app, &id).await;
+    let prefix = operation_prefix(&app.config.output_prefix, &delivered);
+    let data = vec![9; 16];
+    for n in 0..1_001 {
+        let nested = format!("{prefix}op_{n:032}/output-0.mp4");
+        app.objects
+            .put(&nested, "video/mp4", data.clone(), &b64_sha256(&data))
+            .await
+            .unwrap();
+    }
+    let unnamed = object_key(&app.config.output_prefix, &delivered, 7, "mp4");
+    app.objects
+        .put(&unnamed, "video/mp4", data.clone(), &b64_sha256(&data))
+        .await
+        .unwrap();
+    app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    let left = app.objects.keys();
+    assert!(!left.contains(&unnamed), "the operation's own object is erased");
+    assert_eq!(left.len(), 1_001, "the nested tenant's objects are left");
+}

@@ -75,7 +75,11 @@ impl<P: Ports> Intake<P> {
     /// deleted, in order. Lists a page at a time until a page is short.
     async fn delete_stored(&self, rec: &OperationRecord) -> Result<Vec<String>, OperationError> {
         let failed = |e: crate::ports::outputs::StorageError| OperationError::Objects(e.to_string());
-        let prefix = crate::ports::outputs::operation_prefix(&self.config.output_prefix, rec);
+        // Only the operation's own objects: listing the operation's prefix
+        // would meet first (`op_` sorts before `output-`) any keys of a
+        // nested tenant stored before tenant segments were escaped, and a
+        // page full of them would hide ours.
+        let prefix = crate::ports::outputs::outputs_prefix(&self.config.output_prefix, rec);
         let mut deleted: std::collections::BTreeSet<String> =
             rec.delivered_objects.iter().map(|o| o.key.clone()).collect();
         let named: Vec<String> = deleted.iter().cloned().collect();
@@ -96,10 +100,8 @@ impl<P: Ports> Intake<P> {
             }
         }
         // Each page is deleted before the next listing, which therefore
-        // starts again from the prefix. Only the operation's own objects,
-        // directly under its prefix: deeper keys are another tenant's,
-        // stored before tenant segments were escaped (tenant `a/op_X`'s
-        // `outputs/a/op_X/op_Y/…`, docs/decisions/0005).
+        // starts again from the prefix. A key with a `/` after it is not
+        // one deliver wrote: it is left alone.
         for _ in 0..ERASE_PAGES {
             let page = self.objects.list(&prefix, MAX_DELETE_KEYS).await.map_err(failed)?;
             let listed = page.len();
@@ -111,7 +113,7 @@ impl<P: Ports> Intake<P> {
                 })
                 .collect();
             self.objects.delete_all(&own).await.map_err(failed)?;
-            // A full page of others' keys only: none of ours is left to find.
+            // A full page of keys not ours only: none of ours is left to find.
             let done = listed < MAX_DELETE_KEYS || own.is_empty();
             deleted.extend(own);
             if done {

@@ -107,7 +107,15 @@ pub fn composite_sha256(parts: &[PartReceipt]) -> String {
 
 /// `<prefix>/<tenant>/<operation_id>/output-<index>.<ext>`
 pub fn object_key(prefix: &str, rec: &OperationRecord, index: usize, ext: &str) -> String {
-    format!("{}output-{index}.{ext}", operation_prefix(prefix, rec))
+    format!("{}{index}.{ext}", outputs_prefix(prefix, rec))
+}
+
+/// `<prefix>/<tenant>/<operation_id>/output-`: what every output object of
+/// the operation's key begins with. Nothing else begins so: keys of a
+/// nested tenant stored before tenant segments were escaped
+/// (`<prefix>/a/op_X/op_Y/...`, docs/decisions/0005) go on with `op_`.
+pub fn outputs_prefix(prefix: &str, rec: &OperationRecord) -> String {
+    format!("{}output-", operation_prefix(prefix, rec))
 }
 
 /// `<prefix>/<tenant>/<operation_id>/`: where every object of the
