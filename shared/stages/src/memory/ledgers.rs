@@ -23,6 +23,9 @@ impl TenantLedgers for MemoryStore {
     }
 
     async fn set_max_in_flight(&self, tenant: &TenantId, limit: Option<u32>) -> Result<TenantLedger, StoreError> {
+        // A plain write to the ledger, which transactions also write.
+        self.plain_write(&[format!("ledger/{}", tenant.as_str())], |_| ())
+            .await?;
         Ok(self.with_ledger(tenant, |l| l.max_in_flight = limit))
     }
 
@@ -188,6 +191,8 @@ impl TenantLedgers for MemoryStore {
         tenant: &TenantId,
         limit: Option<Millicredits>,
     ) -> Result<TenantLedger, StoreError> {
+        self.plain_write(&[format!("ledger/{}", tenant.as_str())], |_| ())
+            .await?;
         Ok(self.with_ledger(tenant, |l| l.spend_limit = limit))
     }
 }
