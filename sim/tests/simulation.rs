@@ -644,14 +644,15 @@ fn plain_writes_refused_under_contention_lose_no_wake_up() {
     );
 }
 
-/// Index lag: the wait indexes see each write up to 2 s late. A wait begun
-/// moments before a slot or credits were freed was missed by the freeing
-/// write's wake-up (seeds 7 and 63; seed 9 under a spend limit), and an
-/// operation claimed moments before still showed in its tenant's order and
-/// took a freed slot's wake-up (seed 178). Each wait begun now gets one
-/// look once the indexes show it, and a wake-up reads the record of each
-/// operation it wakes. The look after a wait that never wakes the waiter by
-/// its id, planted, is found by this model and missed without it.
+/// Index lag: the wait indexes see each write up to 2 s late. A wait for a
+/// slot begun moments before one was freed was missed by the freeing
+/// write's wake-up (seeds 7 and 63), and an operation claimed moments
+/// before still showed in its tenant's order and took a freed slot's
+/// wake-up (seed 178). Each wait for a slot begun now gets one look once
+/// the indexes show it, and a wake-up reads the record of each operation
+/// it wakes. The look after a wait that never wakes the waiter by its id,
+/// planted, is found by this model and missed without it. (A wait for
+/// credits gets no such look: docs/decisions/0006.)
 #[test]
 fn waits_are_woken_through_index_lag() {
     let lagging = Options {
@@ -672,13 +673,4 @@ fn waits_are_woken_through_index_lag() {
         },
         300,
     );
-    let short_of_credits = Options {
-        spend_limit: Some(10.5),
-        max_in_flight: Some(3),
-        ..lagging
-    };
-    for seed in (0..100).chain([9]) {
-        let outcome = run(seed, &short_of_credits);
-        assert!(outcome.violation.is_none(), "{}", report(&outcome));
-    }
 }

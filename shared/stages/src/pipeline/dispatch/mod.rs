@@ -173,10 +173,12 @@ where
     P::Queue: RecoveryChannel,
     P::Genace: Genace,
 {
-    /// A look at a wait `id` began moments ago ([`WorkMessage::look`]): a
-    /// wake-up for its tenant, whose wait the indexes now show, taking
-    /// turns as any wake-up does (one account read when no slot is free).
-    /// Nothing when it no longer waits in its tenant's order.
+    /// A look at a wait `id` began moments ago ([`WorkMessage::look`]),
+    /// now that the wait indexes show it: while no slot is free, nothing
+    /// (one account read: the end of a job wakes it in its turn); with one
+    /// free, a slot freed before the indexes showed the wait may have
+    /// woken nobody, and it is dispatched as a woken operation is. Nothing
+    /// when it no longer waits in its tenant's order.
     pub async fn look(&self, id: &OperationId) -> Result<Dispatched, StageError> {
         let Some(rec) = self.store.get(id, self.clock.now()).await? else {
             return Ok(Dispatched::Missing);
@@ -184,8 +186,10 @@ where
         if rec.waits_in_order().is_none() {
             return Ok(Dispatched::NotDispatchable(rec.phase));
         }
-        crate::pipeline::wake::wake_if_room_for(&self.store, &self.queue, &rec.tenant_id).await;
-        Ok(Dispatched::Looked)
+        if !self.store.account().await?.has_room() {
+            return Ok(Dispatched::Looked);
+        }
+        self.dispatch_received(id, false).await
     }
 
     /// Dispatches `id` for a message that may be a redelivery.
@@ -383,13 +387,12 @@ where
             Ok(waited) if room == Room::Credits => {
                 // Woken by the next write that frees credits, or, if one
                 // came before this wait, by its id now.
+                // No look once the indexes show the wait (docs/decisions/0006):
+                // a tenant short of credits may wait for a long time, and a
+                // look for each such wait would cost every tenant's
+                // wake-ups' budget; the write that frees its credits weighs
+                // the tenant as its ledger reads now.
                 crate::pipeline::wake::wake_after_credit_wait(&self.store, &self.queue, &waited).await;
-                if newly {
-                    // A write that frees its credits before the waiting
-                    // order shows this wait would wake it only by the
-                    // order.
-                    crate::pipeline::wake::look_once_settled(&self.queue, id).await;
-                }
                 info!(operation_id = %id, "spend limit reached; the operation waits for credits");
                 self.metrics.count("SpendLimitWait", &[]);
                 Ok(Dispatched::WaitingForCredits)
