@@ -30,8 +30,8 @@ pub struct WorkMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll: Option<PollHistory>,
     /// A look at a wait the operation began moments ago, once the wait
-    /// indexes show it: dispatch runs a wake-up for its tenant, which
-    /// takes turns as any wake-up does, rather than claim for it.
+    /// indexes show it: dispatch reads the account, and claims for the
+    /// operation only when a slot is free.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub look: bool,
 }

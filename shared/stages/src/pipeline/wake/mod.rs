@@ -118,10 +118,9 @@ pub const INDEX_SETTLE_SECONDS: u32 = 5;
 /// One look once the wait indexes show the wait `waited` just began: a
 /// slot or credits freed before then woke whoever the indexes showed,
 /// never it, and without this look the slot would idle until the sweep.
-/// The look ([`genace_core::messages::WorkMessage::look`]) is a wake-up for
-/// the waiter's tenant, taking turns as any wake-up does, never a claim
-/// out of turn; one account read when no slot is free. One per wait
-/// begun. A failure is logged: the sweep repairs the slot.
+/// The look ([`genace_core::messages::WorkMessage::look`]) reads the
+/// account, and dispatches the waiter only when a slot is free. One per
+/// wait begun. A failure is logged: the sweep repairs the slot.
 pub async fn look_once_settled<Q: WorkQueue>(queue: &Q, waited: &genace_core::domain::OperationId) {
     let look = genace_core::messages::WorkMessage::look_at(waited.clone());
     if let Err(e) = queue.send_work(Queue::Dispatch, &look, INDEX_SETTLE_SECONDS).await {
@@ -419,6 +418,10 @@ async fn take_turns<S: OperationStore, Q: WorkQueue>(
             let tenant = TenantId::parse(&turn.ledger.tenant_id).map_err(|e| e.to_string())?;
             let order = match turn.ledger.headroom() {
                 None => {
+                    // Read without its records, the order may still show
+                    // one claimed, cancelled or ended moments ago: each is
+                    // read as it comes up, before a slot is spent on it.
+                    turn.unread = true;
                     let read = i32::try_from(MAX_WAKE).unwrap_or(i32::MAX);
                     let ids = store.waiting(&tenant, read).await.map_err(|e| e.to_string())?;
                     Order {
@@ -437,10 +440,6 @@ async fn take_turns<S: OperationStore, Q: WorkQueue>(
                         .map_err(|e| e.to_string())?
                 }
             };
-            // An order read without its records may still show one
-            // claimed, cancelled or ended moments ago: each is read as it
-            // comes up, before a slot is spent on it.
-            turn.unread = turn.ledger.headroom().is_none();
             turn.read = order.read;
             turn.heads = order.fit;
             turn.heads.reverse();
