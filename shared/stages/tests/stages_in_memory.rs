@@ -2613,16 +2613,10 @@ async fn no_tenants_object_prefix_is_a_prefix_of_anothers() {
     }
 }
 
-/// Objects stored before tenant segments were escaped: tenant `a/op_X`'s
-/// lie at `outputs/a/op_X/op_Y/…`, under tenant `a`'s operation `op_X`.
-/// Erasing `a`'s operation deletes its own objects only, directly under
-/// its prefix, never those deeper keys.
-#[tokio::test]
-async fn an_erase_deletes_only_its_own_objects_not_an_old_layouts_nested_tenant() {
-    use genace_stages::ports::outputs::{ObjectStore, b64_sha256, operation_prefix};
-    let app = app();
-    let tenant = TenantId::parse("a").unwrap();
-    let id = submit_as(&app, "a", "erase").await;
+/// Tenant `a`'s operation, rendered with one output and delivered: its
+/// id and its record.
+async fn delivered_for_erase(app: &MemoryApp) -> (OperationId, OperationRecord) {
+    let id = submit_as(app, "a", "erase").await;
     app.dispatcher().dispatch(&id).await.unwrap();
     app.downloads
         .serve("https://cdn.example/out.mp4", Some("video/mp4"), vec![7; 1024]);
@@ -2633,14 +2627,33 @@ async fn an_erase_deletes_only_its_own_objects_not_an_old_layouts_nested_tenant(
     );
     assert_eq!(app.poller().poll(&id).await.unwrap(), Polled::Rendered);
     app.deliverer().deliver(&id).await.unwrap();
-    let delivered = record(&app, &id).await;
-    let prefix = operation_prefix(&app.config.output_prefix, &delivered);
-    let nested = format!("{prefix}op_{}/output-0.mp4", "c".repeat(32));
+    let delivered = record(app, &id).await;
+    (id, delivered)
+}
+
+/// Stores 16 bytes at `key`.
+async fn put_object(app: &MemoryApp, key: &str) {
+    use genace_stages::ports::outputs::{ObjectStore, b64_sha256};
     let data = vec![9; 16];
     app.objects
-        .put(&nested, "video/mp4", data.clone(), &b64_sha256(&data))
+        .put(key, "video/mp4", data.clone(), &b64_sha256(&data))
         .await
         .unwrap();
+}
+
+/// Objects stored before tenant segments were escaped: tenant `a/op_X`'s
+/// lie at `outputs/a/op_X/op_Y/…`, under tenant `a`'s operation `op_X`.
+/// Erasing `a`'s operation deletes its own objects only, directly under
+/// its prefix, never those deeper keys.
+#[tokio::test]
+async fn an_erase_deletes_only_its_own_objects_not_an_old_layouts_nested_tenant() {
+    use genace_stages::ports::outputs::operation_prefix;
+    let app = app();
+    let tenant = TenantId::parse("a").unwrap();
+    let (id, delivered) = delivered_for_erase(&app).await;
+    let prefix = operation_prefix(&app.config.output_prefix, &delivered);
+    let nested = format!("{prefix}op_{}/output-0.mp4", "c".repeat(32));
+    put_object(&app, &nested).await;
     app.intake().erase_outputs(&tenant, &id).await.unwrap();
     assert_eq!(app.objects.keys(), [nested], "only the nested tenant's object is left");
 }
@@ -2651,35 +2664,16 @@ async fn an_erase_deletes_only_its_own_objects_not_an_old_layouts_nested_tenant(
 /// and erased.
 #[tokio::test]
 async fn a_page_of_a_nested_tenants_keys_does_not_hide_an_erased_operations_own() {
-    use genace_stages::ports::outputs::{ObjectStore, b64_sha256, object_key, operation_prefix};
+    use genace_stages::ports::outputs::{object_key, operation_prefix};
     let app = app();
     let tenant = TenantId::parse("a").unwrap();
-    let id = submit_as(&app, "a", "erase").await;
-    app.dispatcher().dispatch(&id).await.unwrap();
-    app.downloads
-        .serve("https://cdn.example/out.mp4", Some("video/mp4"), vec![7; 1024]);
-    app.genace.set_job(
-        "job-0001",
-        "completed",
-        Some(json!([{"url": "https://cdn.example/out.mp4"}])),
-    );
-    assert_eq!(app.poller().poll(&id).await.unwrap(), Polled::Rendered);
-    app.deliverer().deliver(&id).await.unwrap();
-    let delivered = record(&app, &id).await;
+    let (id, delivered) = delivered_for_erase(&app).await;
     let prefix = operation_prefix(&app.config.output_prefix, &delivered);
-    let data = vec![9; 16];
     for n in 0..1_001 {
-        let nested = format!("{prefix}op_{n:032}/output-0.mp4");
-        app.objects
-            .put(&nested, "video/mp4", data.clone(), &b64_sha256(&data))
-            .await
-            .unwrap();
+        put_object(&app, &format!("{prefix}op_{n:032}/output-0.mp4")).await;
     }
     let unnamed = object_key(&app.config.output_prefix, &delivered, 7, "mp4");
-    app.objects
-        .put(&unnamed, "video/mp4", data.clone(), &b64_sha256(&data))
-        .await
-        .unwrap();
+    put_object(&app, &unnamed).await;
     app.intake().erase_outputs(&tenant, &id).await.unwrap();
     let left = app.objects.keys();
     assert!(!left.contains(&unnamed), "the operation's own object is erased");
