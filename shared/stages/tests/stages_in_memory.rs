@@ -261,6 +261,40 @@ async fn polling_follows_the_job_to_rendered_and_hands_it_to_delivery() {
     );
 }
 
+/// A look whose chain another superseded while it read Genace (the sweep
+/// moved the deadline and sent a look of its own) records what it saw and
+/// sends no next look: one chain of looks per job. So for a running job,
+/// and for a 429 whose Retry-After moves the deadline. The look comes
+/// late, past the deadline, as a look the sweep restarts a chain beside.
+#[tokio::test]
+async fn a_look_another_chain_superseded_sends_no_next_look() {
+    for status in [None, Some((429, "900"))] {
+        let app = app();
+        let id = submit(&app, "k", None).await;
+        app.dispatcher().dispatch(&id).await.unwrap();
+        app.clock.advance(Duration::minutes(20));
+        if let Some((code, retry_after)) = status {
+            app.genace.answer_status_with(code, Some(retry_after));
+        }
+        let polls = |app: &MemoryApp| app.queue.messages().iter().filter(|m| m.queue == Queue::Poll).count();
+        let before = polls(&app);
+        let (store, rival) = (app.store.clone(), id.clone());
+        app.store.before_next_apply(move |_| {
+            let rec = store.records().into_iter().find(|r| r.operation_id == rival).unwrap();
+            let mut moved = rec.clone();
+            moved.due_at_ms = moved.due_at_ms.map(|d| d + 1);
+            moved.version += 1;
+            store.apply_now(&rec, &moved).unwrap();
+        });
+        assert_eq!(app.poller().poll(&id).await.unwrap(), Polled::Superseded, "{status:?}");
+        assert_eq!(
+            polls(&app),
+            before,
+            "{status:?}: a look was sent beside the other chain's"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_job_genace_does_not_know_opens_a_case() {
     let app = app();

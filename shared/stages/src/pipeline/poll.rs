@@ -38,6 +38,10 @@ pub enum Polled {
     BackedOff {
         next_poll_seconds: u32,
     },
+    /// What the look saw is recorded, and its chain ends: since it read the
+    /// record, another chain (the sweep's restart, a redelivered look)
+    /// moved the sweep's deadline, and looks on.
+    Superseded,
 }
 
 pub struct Poller<P: Ports> {
@@ -324,7 +328,7 @@ where
             stalled: stall.as_deref(),
             seen: &seen,
         };
-        let written = match self.record(rec, event, look.now).await? {
+        let (written, superseded) = match self.record(rec, event, look.now).await? {
             Ok(w) => w,
             // Another poll already recorded a terminal state.
             Err(phase) => return Ok(Polled::NotObservable(phase)),
@@ -341,6 +345,7 @@ where
             return Err(StageError::Crashed("poll.after_observe"));
         }
         match snap.status {
+            RenderStatus::Running if superseded => Ok(Polled::Superseded),
             RenderStatus::Running => {
                 self.look_again(&id, look, Some(&snap.state), look.delay).await?;
                 Ok(Polled::Running {
@@ -422,7 +427,8 @@ where
             };
             // Another poll may have recorded a terminal state meanwhile.
             match self.record(rec, event, look.now).await? {
-                Ok(written) => rec = written,
+                Ok((_, true)) => return Ok(Polled::Superseded),
+                Ok((written, false)) => rec = written,
                 Err(phase) => return Ok(Polled::NotObservable(phase)),
             }
         }
@@ -434,11 +440,12 @@ where
         let covered = rec
             .due_at_ms
             .is_some_and(|d| d >= (next_check - margin).timestamp_millis());
-        if !covered
-            && !genace_core::planted::on(genace_core::planted::DEADLINE_UNMOVED)
-            && let Err(phase) = self.record(rec, Event::LookDeferred { next_check }, look.now).await?
-        {
-            return Ok(Polled::NotObservable(phase));
+        if !covered && !genace_core::planted::on(genace_core::planted::DEADLINE_UNMOVED) {
+            match self.record(rec, Event::LookDeferred { next_check }, look.now).await? {
+                Ok((_, true)) => return Ok(Polled::Superseded),
+                Ok((_, false)) => {}
+                Err(phase) => return Ok(Polled::NotObservable(phase)),
+            }
         }
         self.look_again(&id, look, None, delay).await?;
         Ok(Polled::BackedOff {
@@ -448,29 +455,35 @@ where
 
     /// Writes `event`; `Ok(Err(phase))` when the rules refuse it because the
     /// record moved on (to `phase`), which is no failure of this poll.
+    /// With the record written, whether this look's chain is superseded:
+    /// the record it wrote over had another sweep deadline than the one
+    /// this look read, moved by another chain of looks (a sweep's restart
+    /// that sent one, or a second delivery of a look), which looks on in
+    /// its place. Ending this one keeps one chain per job.
     async fn record(
         &self,
         rec: OperationRecord,
         event: Event<'_>,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Result<OperationRecord, Phase>, StageError> {
+    ) -> Result<Result<(OperationRecord, bool), Phase>, StageError> {
         let policy = self.config.policy;
+        let read_due = rec.due_at_ms;
         // Judged on the record written over, which a lost race makes a
         // later one than `rec`.
         match commit_with(&self.store, rec, write_attempts(), |r| {
             machine::transition(r, event, now, &policy).map(|w| {
                 let frees = crate::pipeline::wake::frees_a_slot(r, &w);
-                (w, frees)
+                (w, (frees, r.due_at_ms != read_due))
             })
         })
         .await
         {
-            Ok((w, frees)) => {
+            Ok((w, (frees, superseded))) => {
                 // A job Genace is done with frees its slot: wake the next waiting operation.
                 if frees {
                     crate::pipeline::wake::wake_if_room_for(&self.store, &self.queue, &w.tenant_id).await;
                 }
-                Ok(Ok(w))
+                Ok(Ok((w, superseded)))
             }
             Err(CommitError::Refused { current, .. }) => Ok(Err(current.phase)),
             Err(CommitError::Store(e)) => Err(e.into()),
