@@ -56,6 +56,8 @@ pub(crate) struct ChaosState {
     /// A 429 storm on status reads: this share of GETs (percent) answered
     /// 429 with a Retry-After of this many seconds, calm or not.
     pub(crate) status_storm: Option<(u64, u32)>,
+    /// Percent of status reads answered 5xx (an error storm when high).
+    pub(crate) status_errors: u64,
     /// Requests made, as DynamoDB, SQS, S3 and Genace would count them.
     pub(crate) requests: u64,
     /// Wake-ups that read the waiting set, and the requests they made.
@@ -91,6 +93,7 @@ impl Chaos {
             calm: false,
             latency: None,
             status_storm: None,
+            status_errors: 5,
             requests: 0,
             wake_ups: 0,
             wake_requests: 0,
@@ -511,6 +514,7 @@ impl Genace for Chaotic<MemoryGenace> {
             })
             .await;
         }
+        let errors = self.chaos.lock().status_errors;
         match self.chaos.below(100) {
             _ if self.chaos.is_calm() => port(&self.chaos, self.inner.status(job_id)).await,
             0..=4 => port(&self.chaos, async { classify_status(500, "busy") }).await,
@@ -519,6 +523,9 @@ impl Genace for Chaotic<MemoryGenace> {
                 port(&self.chaos, async move { classify_status(200, &other) }).await
             }
             13..=14 => port(&self.chaos, async { classify_status(404, "not found") }).await,
+            n if n < 15 + errors.saturating_sub(5) => {
+                port(&self.chaos, async { classify_status(503, "overloaded") }).await
+            }
             _ => port(&self.chaos, self.inner.status(job_id)).await,
         }
     }

@@ -72,6 +72,10 @@ struct Cli {
     /// one member the fingerprint covers, the media type among them.
     #[arg(long)]
     vary_members: bool,
+    /// Genace's status reads meet storms of 429s with long Retry-After and
+    /// of 5xx, and renders last long enough to leave every poll plan.
+    #[arg(long)]
+    status_storms: bool,
     /// Tenants in the run, each with a ledger; intents come from all.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=100_000))]
     tenants: u64,
@@ -206,6 +210,7 @@ fn main() -> ExitCode {
         plain_write_conflicts: cli.plain_write_conflicts,
         index_lag_ms: cli.index_lag_ms,
         vary_members: cli.vary_members,
+        status_storms: cli.status_storms,
         account_shards: genace_core::shard::AccountShards::new(cli.account_shards).unwrap_or_default(),
         tenants: usize::try_from(cli.tenants).unwrap_or(usize::MAX),
         steps: cli.steps.unwrap_or(defaults.steps),

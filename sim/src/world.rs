@@ -31,6 +31,7 @@ use genace_stages::pipeline::stage::{Stage, handle_body};
 mod actors;
 pub(crate) mod backlog;
 pub(crate) mod burst;
+mod chains;
 mod checks;
 pub(crate) mod latency;
 mod steps;
@@ -72,6 +73,9 @@ pub(crate) struct Actor {
     deadline: DateTime<Utc>,
     /// A poll that began after its job was seen to end: it must not GET.
     after_end: bool,
+    /// When it began, and how many times its message was received.
+    started_at: DateTime<Utc>,
+    receives: u32,
 }
 
 /// What to plant and how long to run.
@@ -124,6 +128,11 @@ pub struct Options {
     /// the resolution, a parameter, the dispatch deadline), so a
     /// fingerprint that leaves one out is found.
     pub vary_members: bool,
+    /// Genace's status reads meet storms: a share of them answered 429
+    /// with a long `Retry-After`, or 5xx, drawn per seed; renders last
+    /// long enough to leave every poll plan (a floor drawn per seed), and
+    /// the clock takes long moves more often, so jobs grow old.
+    pub status_storms: bool,
 }
 
 impl Default for Options {
@@ -143,6 +152,7 @@ impl Default for Options {
             tenants: TENANTS.len(),
             index_lag_ms: 0,
             vary_members: false,
+            status_storms: false,
         }
     }
 }
@@ -191,6 +201,12 @@ pub(crate) struct World {
     answered_ids: BTreeMap<(String, String, String), String>,
     /// Whether intents under one key differ in one member ([`Options::vary_members`]).
     vary_members: bool,
+    /// The chain each poll message belongs to.
+    chains: chains::Chains,
+    /// With [`Options::status_storms`]: how long every render lasts at
+    /// least, and when each job was first seen.
+    render_floor: Option<Duration>,
+    born: BTreeMap<String, DateTime<Utc>>,
 }
 
 /// One answer intake gave a client.
@@ -258,6 +274,16 @@ fn prepared_store(store: MemoryStore, clock: &ManualClock, seed: u64, opts: &Opt
     }
 }
 
+/// Draws the seed's storms on Genace's status reads
+/// ([`Options::status_storms`]) and returns the floor of its renders.
+fn storms(seed: u64, chaos: &Chaos) -> Duration {
+    let mut rng = Rng::new(seed ^ 0x5747_0a75);
+    let mut state = chaos.lock();
+    state.status_storm = Some((20 * (1 + rng.below(4)), *rng.pick(&[60, 300, 600, 900])));
+    state.status_errors = *rng.pick(&[5, 25, 50]);
+    Duration::seconds(*rng.pick(&[1200, 2400, 3600]))
+}
+
 /// The tenants of a run of `count` (at least [`TENANTS`]).
 fn tenant_names(count: usize) -> Vec<String> {
     let mut names: Vec<String> = TENANTS.iter().map(|t| (*t).to_owned()).collect();
@@ -297,6 +323,7 @@ impl World {
             Some(jobs) => genace.with_concurrency(jobs as usize),
             None => genace,
         };
+        let render_floor = opts.status_storms.then(|| storms(seed, &chaos));
         let app = App {
             store: Chaotic {
                 inner: store.clone(),
@@ -347,6 +374,9 @@ impl World {
             answered_ids: BTreeMap::new(),
             tenants: tenant_names(opts.tenants),
             vary_members: opts.vary_members,
+            chains: chains::Chains::default(),
+            render_floor,
+            born: BTreeMap::new(),
         }
     }
 
@@ -372,6 +402,8 @@ impl World {
             message,
             deadline,
             after_end: false,
+            started_at: self.now(),
+            receives: 0,
         });
     }
 

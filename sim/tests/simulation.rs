@@ -134,6 +134,13 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
             0,
             "after its job was seen to end",
         ),
+        // One live chain of looks per job.
+        (
+            planted::DEADLINE_UNMOVED,
+            "a look that read nothing leaves the deadline",
+            68,
+            "started a second chain of polls",
+        ),
     ] {
         let planted = Options {
             bugs: bug,
@@ -549,6 +556,45 @@ fn a_429_storm_on_long_renders_keeps_one_chain_of_looks() {
     genace_core::planted::set(0);
     let violation = unmoved.violation.unwrap_or_default();
     assert!(violation.contains("looks in the chain"), "{violation:?}");
+}
+
+/// A look that came late, past the sweep's deadline, while the sweep
+/// restarted its chain (seed 3544: the sweep moved the deadline and sent
+/// a look between the late look's read and its write), sent its own next
+/// look too: two chains polled the job until it ended. Such a look now
+/// records what it saw and ends its chain.
+#[test]
+fn a_late_look_beside_a_restarted_chain_ends_its_chain() {
+    genace_dst::quiet_panics();
+    let outcome = run(3544, &Options::default());
+    assert!(outcome.violation.is_none(), "{}", report(&outcome));
+}
+
+/// Genace's status reads in storms: 429s with a Retry-After of up to 15
+/// minutes, 5xx storms, and renders of 20 to 60 minutes that leave every
+/// plan. Every look that waits longer than its plan moves the sweep's
+/// deadline past it, so the sweep never starts a second chain beside a
+/// live one. A deadline that covers the plan's delay but not a 429's
+/// Retry-After, planted, is found by this model and missed without it
+/// (the simulator's status reads answer no 429 otherwise).
+#[test]
+fn status_storms_keep_one_live_chain_of_looks() {
+    let stormy = Options {
+        status_storms: true,
+        ..Options::default()
+    };
+    model_finds(
+        &stormy,
+        0..300,
+        planted::RETRY_AFTER_UNCOVERED,
+        278,
+        "started a second chain of polls",
+        Options {
+            status_storms: false,
+            ..stormy.clone()
+        },
+        300,
+    );
 }
 
 /// A model's proof: `model` keeps every promise over `clean` seeds; with

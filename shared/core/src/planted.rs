@@ -58,9 +58,13 @@ pub const RAISE_FAILURE_ABORTS_WAKE: u32 = 131_072;
 /// the wait indexes, which seldom show a wait written moments ago, and
 /// never wakes the operation that just waited by its id.
 pub const LOOK_AFTER_WAIT_BY_INDEX: u32 = 262_144;
+/// A status read answered 429 waits its `Retry-After` for the next look,
+/// but the sweep's deadline covers only the delay the plan or the job's
+/// age asks: past it, the sweep starts a second chain of looks.
+pub const RETRY_AFTER_UNCOVERED: u32 = 524_288;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 19] = [
+pub const ALL: [(&str, u32); 20] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -80,6 +84,7 @@ pub const ALL: [(&str, u32); 19] = [
     ("fingerprint-skips-media-type", FINGERPRINT_SKIPS_MEDIA_TYPE),
     ("raise-failure-aborts-wake", RAISE_FAILURE_ABORTS_WAKE),
     ("look-after-wait-by-index", LOOK_AFTER_WAIT_BY_INDEX),
+    ("retry-after-uncovered", RETRY_AFTER_UNCOVERED),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

@@ -101,12 +101,13 @@ impl World {
     }
 
     pub(crate) fn duplicate(&mut self) {
-        let messages = self.queue.messages();
+        let messages = self.queue.messages_by_id();
         if messages.is_empty() {
             return;
         }
-        let m = self.rng.pick(&messages).clone();
-        self.queue.send(m.queue, m.body.clone(), self.rng.below(30) as u32);
+        let (original, m) = self.rng.pick(&messages).clone();
+        let copy = self.queue.send(m.queue, m.body.clone(), self.rng.below(30) as u32);
+        self.note_copy(original, copy);
         self.log(format!("duplicate a {:?} message", m.queue));
     }
 

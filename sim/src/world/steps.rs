@@ -31,6 +31,7 @@ impl World {
         self.spawn(label, timeout, message, fut);
         if let Some(actor) = self.actors.last_mut() {
             actor.after_end = after_end;
+            actor.receives = m.receives;
         }
         true
     }
@@ -61,10 +62,18 @@ impl World {
     fn poll(&mut self, index: usize) -> Result<bool, String> {
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
+        let actor = &self.actors[index];
+        let sender = chains::Sender {
+            label: format!("#{} {}", actor.id, actor.label),
+            message: actor.message.map(|(id, _)| id),
+            receives: actor.receives,
+            started_at: actor.started_at,
+        };
         self.chaos.lock().polling = Some((self.actors[index].id, self.actors[index].after_end));
         let polled = std::panic::catch_unwind(AssertUnwindSafe(|| self.actors[index].fut.as_mut().poll(&mut cx)));
         self.chaos.lock().polling = None;
         let crashed = self.chaos.take_crashed();
+        self.link_poll_sends(&sender)?;
         match polled {
             Err(panic) => {
                 let what = panic
@@ -119,13 +128,20 @@ impl World {
         }
     }
 
-    /// Genace moves one job on.
-    pub(crate) fn genace_progress(&mut self) {
+    /// Genace moves one job on; unless `hurry`, a job ends only once it
+    /// has rendered for the run's floor ([`Options::status_storms`]).
+    pub(crate) fn genace_progress(&mut self, hurry: bool) {
+        let now = self.now();
+        for job in self.genace.jobs() {
+            self.born.entry(job.id).or_insert(now);
+        }
+        let floor = self.render_floor.filter(|_| !hurry);
+        let young = |id: &str| floor.is_some_and(|f| self.born.get(id).is_some_and(|b| now - *b < f));
         let jobs: Vec<_> = self
             .genace
             .jobs()
             .into_iter()
-            .filter(|j| j.state == "queued" || j.state == "running")
+            .filter(|j| j.state == "queued" || (j.state == "running" && !young(&j.id)))
             .collect();
         if jobs.is_empty() {
             return;
@@ -200,7 +216,8 @@ impl World {
             75..=81 => {
                 // Mostly short moves, so handlers finish; now and then a long
                 // one, past leases and timeouts.
-                let seconds = if self.rng.chance(100) {
+                let long = if self.render_floor.is_some() { 300 } else { 100 };
+                let seconds = if self.rng.chance(long) {
                     *self.rng.pick(&[300, 900])
                 } else {
                     *self.rng.pick(&[1, 2, 5, 10, 30, 61, 121])
@@ -208,7 +225,7 @@ impl World {
                 self.advance(seconds);
             }
             82..=84 => self.sweep(),
-            85..=91 => self.genace_progress(),
+            85..=91 => self.genace_progress(false),
             92..=95 => self.duplicate(),
             96 if self.rng.chance(500) => self.cancel(),
             96 => self.erase(),
@@ -273,7 +290,7 @@ impl World {
     /// Moves Genace on until no job is queued or running.
     fn finish_genace_jobs(&mut self) {
         while self.genace.running() > 0 {
-            self.genace_progress();
+            self.genace_progress(true);
         }
     }
 

@@ -129,6 +129,11 @@ impl<C: crate::ports::clock::Clock> MemoryQueue<C> {
     pub fn messages(&self) -> Vec<QueuedMessage> {
         self.lock().messages.values().cloned().collect()
     }
+
+    /// Every message with its id, oldest first.
+    pub fn messages_by_id(&self) -> Vec<(u64, QueuedMessage)> {
+        self.lock().messages.iter().map(|(id, m)| (*id, m.clone())).collect()
+    }
 }
 
 impl<C: crate::ports::clock::Clock> crate::ports::queue::WorkQueue for MemoryQueue<C> {

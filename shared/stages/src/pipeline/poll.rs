@@ -405,15 +405,18 @@ where
         // A read that said nothing (a 429 among them) lengthens the plan:
         // the age-based schedule at least, and a 429's Retry-After in full
         // (within the longest delay a poll message may carry).
-        let delay = look
-            .delay
-            .max(next_poll_delay(
-                rec_accepted_at,
-                look.now,
-                self.config.poll_max_delay_seconds,
-            ))
-            .max(asked.min(self.config.poll_max_delay_seconds.max(1)));
-        let next_check = look.now + Duration::seconds(i64::from(delay) + SWEEP_SLACK_SECONDS);
+        let unasked = look.delay.max(next_poll_delay(
+            rec_accepted_at,
+            look.now,
+            self.config.poll_max_delay_seconds,
+        ));
+        let delay = unasked.max(asked.min(self.config.poll_max_delay_seconds.max(1)));
+        let covered_delay = if genace_core::planted::on(genace_core::planted::RETRY_AFTER_UNCOVERED) {
+            unasked
+        } else {
+            delay
+        };
+        let next_check = look.now + Duration::seconds(i64::from(covered_delay) + SWEEP_SLACK_SECONDS);
         let mut rec = rec;
         if look.stalled {
             let evidence = format!(
