@@ -77,6 +77,8 @@ pub(crate) struct ChaosState {
     pub(crate) gets_by_actor: BTreeMap<usize, u32>,
     /// GETs made by polls that began after their job was seen to end.
     pub(crate) gets_after_end: Vec<String>,
+    /// The shards of the due index each handler read a page of, by actor id.
+    pub(crate) due_reads: BTreeMap<usize, std::collections::BTreeSet<u32>>,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -103,6 +105,7 @@ impl Chaos {
             polling: None,
             gets_by_actor: BTreeMap::new(),
             gets_after_end: Vec::new(),
+            due_reads: BTreeMap::new(),
         })))
     }
 
@@ -238,7 +241,12 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
             let reads = chaos.account_reads;
             chaos.reads_at_first_due_page.get_or_insert(reads);
         }
-        port(&self.chaos, self.inner.due_page(shard, before_ms, limit, cursor)).await
+        let page = port(&self.chaos, self.inner.due_page(shard, before_ms, limit, cursor)).await;
+        let mut chaos = self.chaos.lock();
+        if let Some((actor, _)) = chaos.polling {
+            chaos.due_reads.entry(actor).or_default().insert(shard);
+        }
+        page
     }
 
     async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, StoreError> {

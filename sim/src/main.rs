@@ -76,6 +76,10 @@ struct Cli {
     /// of 5xx, and renders last long enough to leave every poll plan.
     #[arg(long)]
     status_storms: bool,
+    /// The sweep reads one item a page and one or two pages of a shard a
+    /// run, so its due items fill more than a page of each shard.
+    #[arg(long)]
+    backlog_pages: bool,
     /// Tenants in the run, each with a ledger; intents come from all.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=100_000))]
     tenants: u64,
@@ -211,6 +215,7 @@ fn main() -> ExitCode {
         index_lag_ms: cli.index_lag_ms,
         vary_members: cli.vary_members,
         status_storms: cli.status_storms,
+        backlog_pages: cli.backlog_pages,
         account_shards: genace_core::shard::AccountShards::new(cli.account_shards).unwrap_or_default(),
         tenants: usize::try_from(cli.tenants).unwrap_or(usize::MAX),
         steps: cli.steps.unwrap_or(defaults.steps),

@@ -34,6 +34,7 @@ pub(crate) mod burst;
 mod chains;
 mod checks;
 pub(crate) mod latency;
+mod reach;
 mod steps;
 mod trace;
 
@@ -128,6 +129,10 @@ pub struct Options {
     /// the resolution, a parameter, the dispatch deadline), so a
     /// fingerprint that leaves one out is found.
     pub vary_members: bool,
+    /// The sweep reads one item a page, and one or two pages of a shard a
+    /// run (drawn per seed), so its due items fill more than a page of
+    /// each shard: a sweep that loses its place among the shards is found.
+    pub backlog_pages: bool,
     /// Genace's status reads meet storms: a share of them answered 429
     /// with a long `Retry-After`, or 5xx, drawn per seed; renders last
     /// long enough to leave every poll plan (a floor drawn per seed), and
@@ -153,6 +158,7 @@ impl Default for Options {
             index_lag_ms: 0,
             vary_members: false,
             status_storms: false,
+            backlog_pages: false,
         }
     }
 }
@@ -207,6 +213,10 @@ pub(crate) struct World {
     /// least, and when each job was first seen.
     render_floor: Option<Duration>,
     born: BTreeMap<String, DateTime<Utc>>,
+    /// The sweep's page size and pages per shard, when the model sets them
+    /// ([`Options::backlog_pages`]); each sweep in flight, by actor id.
+    sweep_pages: Option<(i32, usize)>,
+    sweeps: BTreeMap<usize, reach::SweepStart>,
 }
 
 /// One answer intake gave a client.
@@ -284,6 +294,20 @@ fn storms(seed: u64, chaos: &Chaos) -> Duration {
     Duration::seconds(*rng.pick(&[1200, 2400, 3600]))
 }
 
+/// `inner` under the seed's `chaos`.
+fn chaotic<T: Clone>(inner: &T, chaos: &Chaos) -> Chaotic<T> {
+    Chaotic {
+        inner: inner.clone(),
+        chaos: chaos.clone(),
+    }
+}
+
+/// The seed's sweep pages ([`Options::backlog_pages`]): one item a page,
+/// and one or two pages of a shard a run.
+fn sweep_pages(seed: u64) -> (i32, usize) {
+    (1, 1 + Rng::new(seed ^ 0x00ba_6109).below(2) as usize)
+}
+
 /// The tenants of a run of `count` (at least [`TENANTS`]).
 fn tenant_names(count: usize) -> Vec<String> {
     let mut names: Vec<String> = TENANTS.iter().map(|t| (*t).to_owned()).collect();
@@ -325,26 +349,11 @@ impl World {
         };
         let render_floor = opts.status_storms.then(|| storms(seed, &chaos));
         let app = App {
-            store: Chaotic {
-                inner: store.clone(),
-                chaos: chaos.clone(),
-            },
-            queue: Chaotic {
-                inner: queue.clone(),
-                chaos: chaos.clone(),
-            },
-            objects: Chaotic {
-                inner: objects.clone(),
-                chaos: chaos.clone(),
-            },
-            genace: Chaotic {
-                inner: genace.clone(),
-                chaos: chaos.clone(),
-            },
-            downloads: Chaotic {
-                inner: downloads.clone(),
-                chaos: chaos.clone(),
-            },
+            store: chaotic(&store, &chaos),
+            queue: chaotic(&queue, &chaos),
+            objects: chaotic(&objects, &chaos),
+            genace: chaotic(&genace, &chaos),
+            downloads: chaotic(&downloads, &chaos),
             clock: clock.clone(),
             config,
             metrics: genace_stages::ports::metrics::Metrics::off(),
@@ -377,6 +386,8 @@ impl World {
             chains: chains::Chains::default(),
             render_floor,
             born: BTreeMap::new(),
+            sweep_pages: opts.backlog_pages.then(|| sweep_pages(seed)),
+            sweeps: BTreeMap::new(),
         }
     }
 

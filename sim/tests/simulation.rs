@@ -597,6 +597,33 @@ fn status_storms_keep_one_live_chain_of_looks() {
     );
 }
 
+/// A backlog longer than a page: the sweep reads one item a page and one
+/// or two pages of a shard a run, so due items fill more than a page of
+/// each shard. Every sweep that ends within its budget has reached every
+/// shard that held due items. A page bound that counts the items of all
+/// shards together, planted, stops runs before the later shards and is
+/// found by this model; with pages of 100 it never binds.
+#[test]
+fn a_sweep_reaches_every_shard_under_a_backlog_longer_than_a_page() {
+    let backlog = Options {
+        backlog_pages: true,
+        intents: 16,
+        ..Options::default()
+    };
+    model_finds(
+        &backlog,
+        0..300,
+        planted::PAGE_BOUND_ACROSS_SHARDS,
+        0,
+        "without reaching shard",
+        Options {
+            backlog_pages: false,
+            ..backlog.clone()
+        },
+        300,
+    );
+}
+
 /// A model's proof: `model` keeps every promise over `clean` seeds; with
 /// `bug` planted, its first violation is at `first_seed` and names
 /// `broken`; and the runs `without` the model miss the bug over their

@@ -62,9 +62,13 @@ pub const LOOK_AFTER_WAIT_BY_INDEX: u32 = 262_144;
 /// but the sweep's deadline covers only the delay the plan or the job's
 /// age asks: past it, the sweep starts a second chain of looks.
 pub const RETRY_AFTER_UNCOVERED: u32 = 524_288;
+/// The sweep's page bound counts the items of every shard together, not
+/// the pages of each: under a backlog longer than a page, a run stops
+/// before it reaches the later shards.
+pub const PAGE_BOUND_ACROSS_SHARDS: u32 = 1_048_576;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 20] = [
+pub const ALL: [(&str, u32); 21] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -85,6 +89,7 @@ pub const ALL: [(&str, u32); 20] = [
     ("raise-failure-aborts-wake", RAISE_FAILURE_ABORTS_WAKE),
     ("look-after-wait-by-index", LOOK_AFTER_WAIT_BY_INDEX),
     ("retry-after-uncovered", RETRY_AFTER_UNCOVERED),
+    ("page-bound-across-shards", PAGE_BOUND_ACROSS_SHARDS),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

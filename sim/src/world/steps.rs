@@ -48,7 +48,13 @@ impl World {
     }
 
     pub(crate) fn sweep(&mut self) {
-        let sweeper = self.app.sweeper();
+        let mut sweeper = self.app.sweeper();
+        if let Some((page_size, max_pages)) = self.sweep_pages {
+            sweeper.page_size = page_size;
+            sweeper.max_pages = max_pages;
+        }
+        let start = self.sweep_start(sweeper.budget);
+        self.sweeps.insert(self.next_actor, start);
         self.spawn(
             "sweep".into(),
             55,
@@ -87,6 +93,7 @@ impl World {
             Ok(Poll::Ready(result)) => {
                 let actor = self.actors.remove(index);
                 let ok = result.is_ok();
+                self.check_sweep_reach(actor.id, ok)?;
                 self.log(format!(
                     "end #{} {}",
                     actor.id,

@@ -203,6 +203,11 @@ impl<P: Ports> Sweeper<P> {
         if shard.pages >= self.max_pages {
             return None;
         }
+        if genace_core::planted::on(genace_core::planted::PAGE_BOUND_ACROSS_SHARDS)
+            && report.examined >= self.max_pages * self.page_size.max(1) as usize
+        {
+            return None;
+        }
         shard.pages += 1;
         match self
             .store
