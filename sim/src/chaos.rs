@@ -79,6 +79,10 @@ pub(crate) struct ChaosState {
     pub(crate) gets_after_end: Vec<String>,
     /// The shards of the due index each handler read a page of, by actor id.
     pub(crate) due_reads: BTreeMap<usize, std::collections::BTreeSet<u32>>,
+    /// Requests each handler made, by actor id, and the handlers that read
+    /// the waiting set (a wake-up).
+    pub(crate) requests_by_actor: BTreeMap<usize, u64>,
+    pub(crate) waking: std::collections::BTreeSet<usize>,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -106,6 +110,8 @@ impl Chaos {
             gets_by_actor: BTreeMap::new(),
             gets_after_end: Vec::new(),
             due_reads: BTreeMap::new(),
+            requests_by_actor: BTreeMap::new(),
+            waking: std::collections::BTreeSet::new(),
         })))
     }
 
@@ -147,6 +153,9 @@ impl Chaos {
     pub(crate) fn request(&self, n: u64) {
         let mut s = self.lock();
         s.requests += n;
+        if let Some((actor, _)) = s.polling {
+            *s.requests_by_actor.entry(actor).or_default() += n;
+        }
         if let Some((clock, latency)) = &s.latency {
             for _ in 0..n {
                 clock.advance(*latency);
@@ -157,6 +166,21 @@ impl Chaos {
     /// `n` of those requests were a wake-up's.
     fn wake_request(&self, n: u64) {
         self.lock().wake_requests += n;
+    }
+
+    /// The handler being polled reads the waiting set: it wakes.
+    pub(crate) fn waking(&self) {
+        let mut s = self.lock();
+        if let Some((actor, _)) = s.polling {
+            s.waking.insert(actor);
+        }
+    }
+
+    /// Actor `id` ended: the requests it made, if it woke operations.
+    pub(crate) fn woke_with(&self, id: usize) -> Option<u64> {
+        let mut s = self.lock();
+        let made = s.requests_by_actor.remove(&id).unwrap_or(0);
+        s.waking.remove(&id).then_some(made)
     }
 
     fn is_calm(&self) -> bool {

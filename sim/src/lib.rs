@@ -76,6 +76,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
     Outcome {
         seed,
         violation,
+        wake_max: world.wake_max,
         trace: world.trace,
         writes,
     }

@@ -146,6 +146,7 @@ fn first_violation(
                     }
                     let outcome = run(seed, opts);
                     totals.add(&outcome.writes);
+                    totals.wake_max.fetch_max(outcome.wake_max, Ordering::Relaxed);
                     bar.inc(1);
                     if outcome.violation.is_some() {
                         let mut slot = found.lock().unwrap_or_else(|e| e.into_inner());
@@ -170,6 +171,8 @@ struct Totals {
     /// The account item's write units and the jobs admitted.
     account_units: AtomicU64,
     admitted: AtomicU64,
+    /// The most requests a handler that woke operations made.
+    wake_max: AtomicU64,
 }
 
 impl Totals {
@@ -190,6 +193,10 @@ impl Totals {
             self.seeds_met.load(Ordering::Relaxed),
             self.met_open.load(Ordering::Relaxed)
         );
+        line.push_str(&format!(
+            "; a wake-up's handler made at most {} store requests",
+            self.wake_max.load(Ordering::Relaxed)
+        ));
         if admitted > 0 {
             let per_job = self.account_units.load(Ordering::Relaxed) as f64 / admitted as f64;
             line.push_str(&format!(

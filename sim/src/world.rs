@@ -173,6 +173,8 @@ pub struct Outcome {
     pub trace: Vec<String>,
     /// The write units the busiest item took, and the jobs admitted.
     pub writes: genace_stages::memory::WriteReport,
+    /// The most requests a handler that woke operations made.
+    pub wake_max: u64,
 }
 
 pub(crate) struct World {
@@ -217,6 +219,8 @@ pub(crate) struct World {
     /// ([`Options::backlog_pages`]); each sweep in flight, by actor id.
     sweep_pages: Option<(i32, usize)>,
     sweeps: BTreeMap<usize, reach::SweepStart>,
+    /// The most store requests a handler that woke operations made.
+    pub(crate) wake_max: u64,
 }
 
 /// One answer intake gave a client.
@@ -388,6 +392,7 @@ impl World {
             born: BTreeMap::new(),
             sweep_pages: opts.backlog_pages.then(|| sweep_pages(seed)),
             sweeps: BTreeMap::new(),
+            wake_max: 0,
         }
     }
 

@@ -33,6 +33,7 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
         self.chaos.request(shards);
         self.chaos.wake_request(shards + 2);
         self.chaos.lock().wake_ups += 1;
+        self.chaos.waking();
         port(&self.chaos, self.inner.waiting_ledgers(limit)).await
     }
 

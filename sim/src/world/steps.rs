@@ -94,6 +94,7 @@ impl World {
                 let actor = self.actors.remove(index);
                 let ok = result.is_ok();
                 self.check_sweep_reach(actor.id, ok)?;
+                self.check_wake_cost(actor.id)?;
                 self.log(format!(
                     "end #{} {}",
                     actor.id,
@@ -113,6 +114,7 @@ impl World {
             Ok(Poll::Pending) if crashed => {
                 let actor = self.actors.remove(index);
                 self.log(format!("crash #{} {}", actor.id, actor.label));
+                self.check_wake_cost(actor.id)?;
                 Ok(true)
             }
             Ok(Poll::Pending) => Ok(false),
