@@ -83,6 +83,8 @@ pub(crate) struct ChaosState {
     /// the waiting set (a wake-up).
     pub(crate) requests_by_actor: BTreeMap<usize, u64>,
     pub(crate) waking: std::collections::BTreeSet<usize>,
+    /// The job ids Genace's answers gave each handler, by actor id.
+    pub(crate) returned_ids: BTreeMap<usize, Vec<String>>,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -112,6 +114,7 @@ impl Chaos {
             due_reads: BTreeMap::new(),
             requests_by_actor: BTreeMap::new(),
             waking: std::collections::BTreeSet::new(),
+            returned_ids: BTreeMap::new(),
         })))
     }
 
@@ -521,7 +524,17 @@ impl Genace for Chaotic<MemoryGenace> {
             },
         };
         slow(&self.chaos).await;
-        port(&self.chaos, async { self.inner.submit_by(Some(plan), body) }).await
+        let outcome = port(&self.chaos, async { self.inner.submit_by(Some(plan), body) }).await;
+        let returned = match &outcome {
+            SubmitOutcome::Accepted { job, .. } => Some(job.job_id.clone()),
+            SubmitOutcome::FailedWithJob { job_id, .. } => Some(job_id.clone()),
+            _ => None,
+        };
+        let mut chaos = self.chaos.lock();
+        if let (Some(job_id), Some((actor, _))) = (returned, chaos.polling) {
+            chaos.returned_ids.entry(actor).or_default().push(job_id);
+        }
+        outcome
     }
 
     async fn status(&self, job_id: &str) -> StatusOutcome {

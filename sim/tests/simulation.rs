@@ -624,6 +624,34 @@ fn a_sweep_reaches_every_shard_under_a_backlog_longer_than_a_page() {
     );
 }
 
+/// Every job id Genace's answers gave a handler that ends on its own
+/// (not killed) is on a record, on the recovery queue or in a case's
+/// evidence when it ends: never only in its log. With 95 % of transaction
+/// tries cancelled, acceptances often cannot be saved and go to the
+/// recovery queue; a dispatch that logs such an id without sending it
+/// there, planted, is found.
+#[test]
+fn a_job_id_genace_returned_never_lives_only_in_a_log() {
+    genace_dst::quiet_panics();
+    let unsavable = Options {
+        transaction_conflicts: 95,
+        max_in_flight: Some(3),
+        ..Options::default()
+    };
+    for seed in 0..200 {
+        let outcome = run(seed, &unsavable);
+        assert!(outcome.violation.is_none(), "{}", report(&outcome));
+    }
+    let planted = Options {
+        bugs: planted::RECOVERY_SKIPPED,
+        ..unsavable
+    };
+    let found = (0..10_000).find(|seed| run(*seed, &planted).violation.is_some());
+    assert_eq!(found, Some(96), "the first seed that finds it");
+    let violation = run(96, &planted).violation.unwrap_or_default();
+    assert!(violation.contains("only in a log"), "{violation}");
+}
+
 /// A model's proof: `model` keeps every promise over `clean` seeds; with
 /// `bug` planted, its first violation is at `first_seed` and names
 /// `broken`; and the runs `without` the model miss the bug over their

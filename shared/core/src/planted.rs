@@ -66,9 +66,12 @@ pub const RETRY_AFTER_UNCOVERED: u32 = 524_288;
 /// the pages of each: under a backlog longer than a page, a run stops
 /// before it reaches the later shards.
 pub const PAGE_BOUND_ACROSS_SHARDS: u32 = 1_048_576;
+/// A job id whose acceptance could not be saved goes to the log alone,
+/// not to the recovery queue.
+pub const RECOVERY_SKIPPED: u32 = 2_097_152;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 21] = [
+pub const ALL: [(&str, u32); 22] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -90,6 +93,7 @@ pub const ALL: [(&str, u32); 21] = [
     ("look-after-wait-by-index", LOOK_AFTER_WAIT_BY_INDEX),
     ("retry-after-uncovered", RETRY_AFTER_UNCOVERED),
     ("page-bound-across-shards", PAGE_BOUND_ACROSS_SHARDS),
+    ("recovery-skipped", RECOVERY_SKIPPED),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

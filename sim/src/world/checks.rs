@@ -49,6 +49,37 @@ impl World {
         Ok(())
     }
 
+    /// A handler (actor `id`) ended on its own: every job id Genace's
+    /// answers gave it is on a record, on the recovery queue, or in an open
+    /// case's evidence, never only in its log.
+    pub(crate) fn check_ids_kept(&mut self, id: usize, label: &str) -> Result<(), String> {
+        let returned = self.chaos.lock().returned_ids.remove(&id).unwrap_or_default();
+        if returned.is_empty() {
+            return Ok(());
+        }
+        let records = self.store.records();
+        let recovery: Vec<String> = self
+            .queue
+            .messages()
+            .into_iter()
+            .filter(|m| m.queue == Queue::Recovery)
+            .map(|m| m.body)
+            .collect();
+        for job in returned {
+            let saved = records.iter().any(|r| {
+                r.remote_job_id.as_deref() == Some(job.as_str())
+                    || r.case.as_ref().is_some_and(|c| c.evidence.contains(&job))
+            });
+            let recovering = recovery.iter().any(|b| b.contains(&format!("\"{job}\"")));
+            if !(saved || recovering) {
+                return Err(format!(
+                    "#{id} {label} ended, and job {job} that Genace returned to it is on no record, no recovery message and no case: only in a log"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Polls look at a job only while its end is unseen, one GET each, and
     /// a chain of them within the look bound
     /// ([`genace_core::render::look_bound`]): no poll that began after the

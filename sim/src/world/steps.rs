@@ -95,6 +95,7 @@ impl World {
                 let ok = result.is_ok();
                 self.check_sweep_reach(actor.id, ok)?;
                 self.check_wake_cost(actor.id)?;
+                self.check_ids_kept(actor.id, &actor.label)?;
                 self.log(format!(
                     "end #{} {}",
                     actor.id,
@@ -115,6 +116,10 @@ impl World {
                 let actor = self.actors.remove(index);
                 self.log(format!("crash #{} {}", actor.id, actor.label));
                 self.check_wake_cost(actor.id)?;
+                // Killed: what it was told may be only in its log, as a
+                // Lambda killed mid-flight; the case for an uncertain
+                // outcome covers it.
+                self.chaos.lock().returned_ids.remove(&actor.id);
                 Ok(true)
             }
             Ok(Poll::Pending) => Ok(false),
@@ -131,6 +136,11 @@ impl World {
             if self.actors[i].deadline <= now {
                 let actor = self.actors.remove(i);
                 self.log(format!("timeout #{} {}", actor.id, actor.label));
+                // Killed at its timeout by a move of the clock it could not
+                // see coming: what it was told may be only in its log. (A
+                // handler that sees time pass must save it first: that
+                // needs calls that take time.)
+                self.chaos.lock().returned_ids.remove(&actor.id);
             } else {
                 i += 1;
             }

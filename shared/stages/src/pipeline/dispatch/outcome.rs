@@ -189,7 +189,14 @@ where
     /// applies it, or its lease expires and it becomes a case.
     async fn unpersisted(&self, rec: &OperationRecord, token: &str, msg: RecoveryMessage, cause: &CommitError) {
         self.metrics.count("AcceptedJobUnpersisted", &[]);
-        let sent = self.queue.send_recovery(&msg).await;
+        let sent = if genace_core::planted::on(genace_core::planted::RECOVERY_SKIPPED) {
+            Err(crate::ports::queue::QueueError {
+                queue: genace_core::messages::Queue::Recovery,
+                detail: "planted: not sent".into(),
+            })
+        } else {
+            self.queue.send_recovery(&msg).await
+        };
         error!(
             operation_id = %rec.operation_id,
             tenant = %rec.tenant_id,
