@@ -49,6 +49,16 @@ impl World {
         Ok(())
     }
 
+    /// The bodies of the messages on the recovery queue.
+    fn recovery_bodies(&self) -> Vec<String> {
+        self.queue
+            .messages()
+            .into_iter()
+            .filter(|m| m.queue == Queue::Recovery)
+            .map(|m| m.body)
+            .collect()
+    }
+
     /// A handler (actor `id`) ended on its own: every job id Genace's
     /// answers gave it is on a record, on the recovery queue, or in an open
     /// case's evidence, never only in its log.
@@ -58,13 +68,7 @@ impl World {
             return Ok(());
         }
         let records = self.store.records();
-        let recovery: Vec<String> = self
-            .queue
-            .messages()
-            .into_iter()
-            .filter(|m| m.queue == Queue::Recovery)
-            .map(|m| m.body)
-            .collect();
+        let recovery = self.recovery_bodies();
         for job in returned {
             let saved = records.iter().any(|r| {
                 r.remote_job_id.as_deref() == Some(job.as_str())
@@ -557,13 +561,7 @@ impl World {
                 account.in_flight
             ));
         }
-        let recovery: Vec<String> = self
-            .queue
-            .messages()
-            .into_iter()
-            .filter(|m| m.queue == Queue::Recovery)
-            .map(|m| m.body)
-            .collect();
+        let recovery = self.recovery_bodies();
         for job in self.genace.jobs() {
             let op = job.client_reference.clone().unwrap_or_default();
             let rec = self.store.records().into_iter().find(|r| r.operation_id.as_str() == op);
