@@ -169,7 +169,7 @@ where
             Err(e) => {
                 last = Some(e);
                 if attempt < attempts {
-                    tokio::time::sleep(backoff).await;
+                    store.pause_before_retry(backoff).await;
                     backoff *= 4;
                 }
             }

@@ -112,6 +112,12 @@ pub trait OperationRecords: Send + Sync {
         next: &OperationRecord,
     ) -> impl Future<Output = Result<Applied, StoreError>> + Send;
 
+    /// Waits `pause` before a write that failed is tried again: a sleep,
+    /// unless the store's time is simulated.
+    fn pause_before_retry(&self, pause: std::time::Duration) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(pause)
+    }
+
     /// One page of the sparse due-time index: operations of `shard` whose
     /// `due_at` is at or before `before_ms`, oldest first.
     fn due_page(
