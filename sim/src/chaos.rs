@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 mod ledgers;
+pub(crate) mod time;
 
 use crate::rng::Rng;
 use chrono::{DateTime, Utc};
@@ -85,6 +86,8 @@ pub(crate) struct ChaosState {
     pub(crate) waking: std::collections::BTreeSet<usize>,
     /// The job ids Genace's answers gave each handler, by actor id.
     pub(crate) returned_ids: BTreeMap<usize, Vec<String>>,
+    /// Calls that take time.
+    pub(crate) time: time::TimeState,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -115,6 +118,7 @@ impl Chaos {
             requests_by_actor: BTreeMap::new(),
             waking: std::collections::BTreeSet::new(),
             returned_ids: BTreeMap::new(),
+            time: time::TimeState::default(),
         })))
     }
 
@@ -145,6 +149,7 @@ impl Chaos {
 
     pub(crate) fn quiet(&self) {
         self.lock().crash_per_mille = 0;
+        self.calm_time();
     }
 
     pub(crate) fn below(&self, n: u64) -> u64 {
@@ -209,6 +214,7 @@ impl Future for YieldOnce {
 /// A slow call (Genace over the network): several switch points, so other
 /// handlers run while it waits.
 pub(crate) async fn slow(chaos: &Chaos) {
+    chaos.spend(time::Call::Genace);
     if chaos.is_calm() {
         return;
     }
@@ -222,6 +228,7 @@ pub(crate) async fn slow(chaos: &Chaos) {
 pub(crate) async fn port<T>(chaos: &Chaos, effect: impl Future<Output = T>) -> T {
     YieldOnce(false).await;
     chaos.request(1);
+    chaos.spend(time::Call::Aws);
     match chaos.fate() {
         Fate::Proceed => effect.await,
         Fate::CrashBefore => {
@@ -252,7 +259,19 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
         port(&self.chaos, self.inner.get(id, now)).await
     }
 
+    async fn pause_before_retry(&self, pause: std::time::Duration) {
+        if !self.chaos.spend_pause(pause) {
+            tokio::time::sleep(pause).await;
+        }
+    }
+
     async fn apply(&self, prev: &OperationRecord, next: &OperationRecord) -> Result<Applied, StoreError> {
+        if self.chaos.timed_out_write() {
+            return port(&self.chaos, async {
+                Err(StoreError::Service("the request timed out (a brownout)".into()))
+            })
+            .await;
+        }
         port(&self.chaos, self.inner.apply(prev, next)).await
     }
 

@@ -80,6 +80,10 @@ struct Cli {
     /// run, so its due items fill more than a page of each shard.
     #[arg(long)]
     backlog_pages: bool,
+    /// Every call takes time, with brownouts where AWS calls take up to
+    /// 5 s; a handler is killed when its own time passes its timeout.
+    #[arg(long)]
+    calls_take_time: bool,
     /// Tenants in the run, each with a ledger; intents come from all.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=100_000))]
     tenants: u64,
@@ -223,6 +227,7 @@ fn main() -> ExitCode {
         vary_members: cli.vary_members,
         status_storms: cli.status_storms,
         backlog_pages: cli.backlog_pages,
+        calls_take_time: cli.calls_take_time,
         account_shards: genace_core::shard::AccountShards::new(cli.account_shards).unwrap_or_default(),
         tenants: usize::try_from(cli.tenants).unwrap_or(usize::MAX),
         steps: cli.steps.unwrap_or(defaults.steps),

@@ -48,7 +48,7 @@ pub(crate) type SimApp = App<
     Chaotic<MemoryObjects>,
     Chaotic<MemoryGenace>,
     Chaotic<MemoryDownloads>,
-    ManualClock,
+    crate::chaos::time::SimClock,
 >;
 
 pub(crate) type Handler = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
@@ -129,6 +129,11 @@ pub struct Options {
     /// the resolution, a parameter, the dispatch deadline), so a
     /// fingerprint that leaves one out is found.
     pub vary_members: bool,
+    /// Every call takes time, with brownouts where AWS calls take up to
+    /// 5 s; each handler runs under its function's timeout by its own
+    /// time and is killed mid-flight when it passes, and a job id Genace
+    /// returned must be kept before that.
+    pub calls_take_time: bool,
     /// The sweep reads one item a page, and one or two pages of a shard a
     /// run (drawn per seed), so its due items fill more than a page of
     /// each shard: a sweep that loses its place among the shards is found.
@@ -159,6 +164,7 @@ impl Default for Options {
             vary_members: false,
             status_storms: false,
             backlog_pages: false,
+            calls_take_time: false,
         }
     }
 }
@@ -352,13 +358,19 @@ impl World {
             None => genace,
         };
         let render_floor = opts.status_storms.then(|| storms(seed, &chaos));
+        if opts.calls_take_time {
+            chaos.take_time(clock.clone(), seed, 10 + Rng::new(seed ^ 0x7173).below(21));
+        }
         let app = App {
             store: chaotic(&store, &chaos),
             queue: chaotic(&queue, &chaos),
             objects: chaotic(&objects, &chaos),
             genace: chaotic(&genace, &chaos),
             downloads: chaotic(&downloads, &chaos),
-            clock: clock.clone(),
+            clock: crate::chaos::time::SimClock {
+                run: clock.clone(),
+                chaos: chaos.clone(),
+            },
             config,
             metrics: genace_stages::ports::metrics::Metrics::off(),
             vault: std::sync::Arc::new(genace_stages::ports::webhooks::NoVault),
@@ -401,6 +413,12 @@ impl World {
         self.clock.now()
     }
 
+    /// The time as actor `id` sees it: the run's clock and what it has
+    /// spent in its calls.
+    pub(crate) fn local_now(&self, id: usize) -> DateTime<Utc> {
+        self.now() + self.chaos.spent_by(id)
+    }
+
     pub(crate) fn log(&mut self, line: String) {
         let at = (self.now() - start()).num_seconds();
         self.trace.push(format!("{:>5} t+{at:>6}s {line}", self.trace.len()));
@@ -411,6 +429,12 @@ impl World {
         self.next_actor += 1;
         self.log(format!("start #{id} {label}"));
         let deadline = self.now() + Duration::seconds(timeout_seconds);
+        // Its runner tells a handler its deadline, as Lambda's context does.
+        let fut: Handler = if self.chaos.takes_time() {
+            Box::pin(genace_stages::ports::deadline::until(Some(deadline), fut))
+        } else {
+            fut
+        };
         self.actors.push(Actor {
             id,
             label,

@@ -652,6 +652,34 @@ fn a_job_id_genace_returned_never_lives_only_in_a_log() {
     assert!(violation.contains("only in a log"), "{violation}");
 }
 
+/// Calls that take time: every call takes a drawn time, AWS calls up to
+/// 5 s in brownouts (where four writes of a record in five time out), a
+/// tenth of Genace's answers up to 30 s; each handler is told its
+/// deadline and killed when its own time passes it. Every job id Genace
+/// returned is kept before the kill. A dispatch that never reads its
+/// deadline, planted, POSTs with too little time left and is killed with
+/// the id in its log alone: found by this model, and by no run without it
+/// (nothing sets a deadline there).
+#[test]
+fn calls_that_take_time_keep_every_job_id_before_the_kill() {
+    let timed = Options {
+        calls_take_time: true,
+        ..Options::default()
+    };
+    model_finds(
+        &timed,
+        0..300,
+        planted::DEADLINE_UNREAD,
+        68,
+        "only in a log",
+        Options {
+            calls_take_time: false,
+            ..timed.clone()
+        },
+        300,
+    );
+}
+
 /// A model's proof: `model` keeps every promise over `clean` seeds; with
 /// `bug` planted, its first violation is at `first_seed` and names
 /// `broken`; and the runs `without` the model miss the bug over their

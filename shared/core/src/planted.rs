@@ -69,9 +69,12 @@ pub const PAGE_BOUND_ACROSS_SHARDS: u32 = 1_048_576;
 /// A job id whose acceptance could not be saved goes to the log alone,
 /// not to the recovery queue.
 pub const RECOVERY_SKIPPED: u32 = 2_097_152;
+/// The invocation's deadline is never read: a claim, a POST and the save
+/// of its answer start however little of the invocation is left.
+pub const DEADLINE_UNREAD: u32 = 4_194_304;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 22] = [
+pub const ALL: [(&str, u32); 23] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -94,6 +97,7 @@ pub const ALL: [(&str, u32); 22] = [
     ("retry-after-uncovered", RETRY_AFTER_UNCOVERED),
     ("page-bound-across-shards", PAGE_BOUND_ACROSS_SHARDS),
     ("recovery-skipped", RECOVERY_SKIPPED),
+    ("deadline-unread", DEADLINE_UNREAD),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

@@ -50,6 +50,7 @@ struct Link {
 /// The handler that was polled: what its message was.
 #[derive(Debug, Clone)]
 pub(crate) struct Sender {
+    pub(crate) id: usize,
     pub(crate) label: String,
     pub(crate) message: Option<u64>,
     pub(crate) receives: u32,
@@ -90,7 +91,7 @@ impl World {
         let queue_made = sender
             .message
             .is_some_and(|id| sender.receives > 1 || self.chains.copies.contains(&id));
-        let late = now - sender.started_at > Duration::seconds(LATE_SECONDS);
+        let late = self.local_now(sender.id) - sender.started_at > Duration::seconds(LATE_SECONDS);
         for (id, operation) in fresh {
             let parent = sender
                 .message

@@ -49,6 +49,17 @@ impl World {
         Ok(())
     }
 
+    /// Actor `actor`'s own time passed its function's timeout: killed
+    /// mid-flight. A handler that sees its time pass must have kept every
+    /// job id Genace returned to it by then.
+    pub(crate) fn timed_out(&mut self, actor: &Actor) -> Result<(), String> {
+        self.log(format!("timeout #{} {} (its own time)", actor.id, actor.label));
+        self.check_wake_cost(actor.id)?;
+        self.check_ids_kept(actor.id, &actor.label)?;
+        self.chaos.forget_time(actor.id);
+        Ok(())
+    }
+
     /// The bodies of the messages on the recovery queue.
     fn recovery_bodies(&self) -> Vec<String> {
         self.queue

@@ -47,7 +47,7 @@ impl World {
         let Some(start) = self.sweeps.remove(&id) else {
             return Ok(());
         };
-        if !ok || self.now() - start.at >= start.budget {
+        if !ok || self.local_now(id) - start.at >= start.budget {
             return Ok(());
         }
         match start.due_shards.iter().find(|k| !read.contains(k)) {

@@ -70,6 +70,7 @@ impl World {
         let mut cx = Context::from_waker(waker);
         let actor = &self.actors[index];
         let sender = chains::Sender {
+            id: actor.id,
             label: format!("#{} {}", actor.id, actor.label),
             message: actor.message.map(|(id, _)| id),
             receives: actor.receives,
@@ -80,6 +81,9 @@ impl World {
         self.chaos.lock().polling = None;
         let crashed = self.chaos.take_crashed();
         self.link_poll_sends(&sender)?;
+        // Its own time passed its function's timeout within this poll: it
+        // was killed mid-flight, whatever the poll came to.
+        let overtime = self.local_now(sender.id) >= self.actors[index].deadline;
         match polled {
             Err(panic) => {
                 let what = panic
@@ -90,12 +94,18 @@ impl World {
                 let actor = self.actors.remove(index);
                 Err(format!("#{} {} panicked: {what}", actor.id, actor.label))
             }
+            Ok(_) if overtime && !crashed => {
+                let actor = self.actors.remove(index);
+                self.timed_out(&actor)?;
+                Ok(true)
+            }
             Ok(Poll::Ready(result)) => {
                 let actor = self.actors.remove(index);
                 let ok = result.is_ok();
                 self.check_sweep_reach(actor.id, ok)?;
                 self.check_wake_cost(actor.id)?;
                 self.check_ids_kept(actor.id, &actor.label)?;
+                self.chaos.forget_time(actor.id);
                 self.log(format!(
                     "end #{} {}",
                     actor.id,
@@ -120,6 +130,7 @@ impl World {
                 // Lambda killed mid-flight; the case for an uncertain
                 // outcome covers it.
                 self.chaos.lock().returned_ids.remove(&actor.id);
+                self.chaos.forget_time(actor.id);
                 Ok(true)
             }
             Ok(Poll::Pending) => Ok(false),
@@ -133,14 +144,14 @@ impl World {
         let now = self.now();
         let mut i = 0;
         while i < self.actors.len() {
-            if self.actors[i].deadline <= now {
+            if self.actors[i].deadline <= now + self.chaos.spent_by(self.actors[i].id) {
                 let actor = self.actors.remove(i);
+                // Killed at its timeout by a move of the run's clock it
+                // could not see coming: what it was told may be only in
+                // its log.
                 self.log(format!("timeout #{} {}", actor.id, actor.label));
-                // Killed at its timeout by a move of the clock it could not
-                // see coming: what it was told may be only in its log. (A
-                // handler that sees time pass must save it first: that
-                // needs calls that take time.)
                 self.chaos.lock().returned_ids.remove(&actor.id);
+                self.chaos.forget_time(actor.id);
             } else {
                 i += 1;
             }
@@ -213,6 +224,9 @@ impl World {
 
     pub(crate) fn step(&mut self) -> Result<(), String> {
         let roll = self.rng.below(100);
+        // When calls take time, time passes for a handler only in its
+        // calls: the run's clock moves only while none is in flight.
+        let frozen = self.chaos.takes_time() && !self.actors.is_empty();
         match roll {
             0..=9 if self.intents_left > 0 => self.intake(),
             10..=34 => {
@@ -229,6 +243,10 @@ impl World {
                 }
             }
             35..=74 if !self.actors.is_empty() => {
+                let i = self.rng.below(self.actors.len() as u64) as usize;
+                self.poll(i)?;
+            }
+            75..=81 if frozen => {
                 let i = self.rng.below(self.actors.len() as u64) as usize;
                 self.poll(i)?;
             }
@@ -249,6 +267,10 @@ impl World {
             96 if self.rng.chance(500) => self.cancel(),
             96 => self.erase(),
             97..=99 => self.operator(),
+            _ if frozen => {
+                let i = self.rng.below(self.actors.len() as u64) as usize;
+                self.poll(i)?;
+            }
             _ => {
                 let seconds = 1 + self.rng.below(10) as i64;
                 self.advance(seconds);
