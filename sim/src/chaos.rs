@@ -11,19 +11,19 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+mod genace;
 mod ledgers;
 pub(crate) mod time;
+mod timing;
 
 use crate::rng::Rng;
 use chrono::{DateTime, Utc};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::messages::{Queue, RecoveryMessage};
 use genace_core::record::OperationRecord;
-use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status};
 use genace_core::webhook::{AttemptStatus, EndpointSet, WebhookAttempt, WebhookConfig};
-use genace_stages::memory::{MemoryBody, MemoryDownloads, MemoryGenace, SubmitPlan};
+use genace_stages::memory::{MemoryBody, MemoryDownloads};
 use genace_stages::ports::downloads::{Download, DownloadError, Downloads};
-use genace_stages::ports::genace::Genace;
 use genace_stages::ports::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
 use genace_stages::ports::queue::{QueueError, RecoveryChannel, WorkQueue};
 use genace_stages::ports::table::{
@@ -87,7 +87,7 @@ pub(crate) struct ChaosState {
     /// The job ids Genace's answers gave each handler, by actor id.
     pub(crate) returned_ids: BTreeMap<usize, Vec<String>>,
     /// Calls that take time.
-    pub(crate) time: time::TimeState,
+    pub(crate) time: timing::TimeState,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -118,7 +118,7 @@ impl Chaos {
             requests_by_actor: BTreeMap::new(),
             waking: std::collections::BTreeSet::new(),
             returned_ids: BTreeMap::new(),
-            time: time::TimeState::default(),
+            time: timing::TimeState::default(),
         })))
     }
 
@@ -214,7 +214,7 @@ impl Future for YieldOnce {
 /// A slow call (Genace over the network): several switch points, so other
 /// handlers run while it waits.
 pub(crate) async fn slow(chaos: &Chaos) {
-    chaos.spend(time::Call::Genace);
+    chaos.spend(timing::Call::Genace);
     if chaos.is_calm() {
         return;
     }
@@ -228,7 +228,7 @@ pub(crate) async fn slow(chaos: &Chaos) {
 pub(crate) async fn port<T>(chaos: &Chaos, effect: impl Future<Output = T>) -> T {
     YieldOnce(false).await;
     chaos.request(1);
-    chaos.spend(time::Call::Aws);
+    chaos.spend(timing::Call::Aws);
     match chaos.fate() {
         Fate::Proceed => effect.await,
         Fate::CrashBefore => {
@@ -490,108 +490,6 @@ impl<T: ObjectStore> ObjectStore for Chaotic<T> {
     }
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StorageError> {
         port(&self.chaos, self.inner.list(prefix, limit)).await
-    }
-}
-
-/// Genace answers each POST with an outcome class drawn from the seed.
-impl Genace for Chaotic<MemoryGenace> {
-    async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
-        let reporting = |held: &str| SubmitPlan::AcceptReporting {
-            state: "queued".into(),
-            held_credits: held.into(),
-        };
-        let plan = match self.chaos.below(100) {
-            _ if self.chaos.is_calm() => SubmitPlan::Accept { state: "queued".into() },
-            0..=34 => SubmitPlan::Accept { state: "queued".into() },
-            // Genace's own figure (what it charges for the job's media
-            // type), and figures nobody can mean: the ledger must believe
-            // the first and not the others.
-            35..=39 => match body.get("media_type").and_then(|m| m.as_str()) {
-                Some("image") => reporting("1"),
-                _ => reporting("10"),
-            },
-            40..=42 => reporting("-50"),
-            43 => reporting("1e400"),
-            44 => reporting("250000"),
-            45..=54 => SubmitPlan::Accept {
-                state: "running".into(),
-            },
-            55..=61 => SubmitPlan::FailWithJob,
-            62..=64 => SubmitPlan::BadGateway,
-            65..=67 => SubmitPlan::Answer {
-                status: 503,
-                body: "upstream unavailable".into(),
-            },
-            68..=74 => SubmitPlan::LostAfterCreate,
-            75..=79 => SubmitPlan::Unreachable,
-            80..=83 => SubmitPlan::Answer {
-                status: 202,
-                body: r#"{"accepted":true}"#.into(),
-            },
-            84..=91 if self.chaos.lock().plants_429s => SubmitPlan::Answer {
-                status: 429,
-                body: "slow down".into(),
-            },
-            84..=91 => SubmitPlan::Accept { state: "queued".into() },
-            92..=95 => SubmitPlan::Answer {
-                status: 401,
-                body: "bad key".into(),
-            },
-            _ => SubmitPlan::Answer {
-                status: 403,
-                body: "forbidden".into(),
-            },
-        };
-        slow(&self.chaos).await;
-        let outcome = port(&self.chaos, async { self.inner.submit_by(Some(plan), body) }).await;
-        let returned = match &outcome {
-            SubmitOutcome::Accepted { job, .. } => Some(job.job_id.clone()),
-            SubmitOutcome::FailedWithJob { job_id, .. } => Some(job_id.clone()),
-            _ => None,
-        };
-        let mut chaos = self.chaos.lock();
-        if let (Some(job_id), Some((actor, _))) = (returned, chaos.polling) {
-            chaos.returned_ids.entry(actor).or_default().push(job_id);
-        }
-        outcome
-    }
-
-    async fn status(&self, job_id: &str) -> StatusOutcome {
-        {
-            let mut chaos = self.chaos.lock();
-            *chaos.gets.entry(job_id.to_owned()).or_default() += 1;
-            if let Some((actor, after_end)) = chaos.polling {
-                *chaos.gets_by_actor.entry(actor).or_default() += 1;
-                if after_end {
-                    chaos.gets_after_end.push(format!("#{actor} read job {job_id}"));
-                }
-            }
-        }
-        slow(&self.chaos).await;
-        let storm = self.chaos.lock().status_storm;
-        if let Some((percent, retry_after)) = storm
-            && self.chaos.below(100) < percent
-        {
-            let header = retry_after.to_string();
-            return port(&self.chaos, async move {
-                genace_core::remote::classify_status_with(429, Some(&header), "", chrono::Utc::now())
-            })
-            .await;
-        }
-        let errors = self.chaos.lock().status_errors;
-        match self.chaos.below(100) {
-            _ if self.chaos.is_calm() => port(&self.chaos, self.inner.status(job_id)).await,
-            0..=4 => port(&self.chaos, async { classify_status(500, "busy") }).await,
-            5..=12 => {
-                let other = serde_json::json!({"id": "job-foreign", "state": "running"}).to_string();
-                port(&self.chaos, async move { classify_status(200, &other) }).await
-            }
-            13..=14 => port(&self.chaos, async { classify_status(404, "not found") }).await,
-            n if n < 15 + errors.saturating_sub(5) => {
-                port(&self.chaos, async { classify_status(503, "overloaded") }).await
-            }
-            _ => port(&self.chaos, self.inner.status(job_id)).await,
-        }
     }
 }
 

@@ -33,10 +33,12 @@ pub(crate) mod backlog;
 pub(crate) mod burst;
 mod chains;
 mod checks;
+mod kept;
 pub(crate) mod latency;
 mod reach;
 mod steps;
 mod trace;
+mod tracking;
 
 pub(crate) use trace::{short, state_line};
 
@@ -216,7 +218,7 @@ pub(crate) struct World {
     /// Whether intents under one key differ in one member ([`Options::vary_members`]).
     vary_members: bool,
     /// The chain each poll message belongs to.
-    chains: chains::Chains,
+    chains: tracking::Chains,
     /// With [`Options::status_storms`]: how long every render lasts at
     /// least, and when each job was first seen.
     render_floor: Option<Duration>,
@@ -224,7 +226,7 @@ pub(crate) struct World {
     /// The sweep's page size and pages per shard, when the model sets them
     /// ([`Options::backlog_pages`]); each sweep in flight, by actor id.
     sweep_pages: Option<(i32, usize)>,
-    sweeps: BTreeMap<usize, reach::SweepStart>,
+    sweeps: BTreeMap<usize, tracking::SweepStart>,
     /// The most store requests a handler that woke operations made.
     pub(crate) wake_max: u64,
 }
@@ -399,7 +401,7 @@ impl World {
             answered_ids: BTreeMap::new(),
             tenants: tenant_names(opts.tenants),
             vary_members: opts.vary_members,
-            chains: chains::Chains::default(),
+            chains: tracking::Chains::default(),
             render_floor,
             born: BTreeMap::new(),
             sweep_pages: opts.backlog_pages.then(|| sweep_pages(seed)),

@@ -15,47 +15,16 @@
 //! covers its next look from the look's start, as a handler that takes
 //! seconds needs.
 
+use super::tracking::{Link, Sender};
 #[allow(
     unused_imports,
     reason = "the crate root's imports, shared by every file of the simulator"
 )]
 use super::*;
-use std::collections::BTreeSet;
 
 /// A handler that sends its next look this long after it began may send
 /// it past the deadline its look wrote.
 const LATE_SECONDS: i64 = 60;
-
-/// What the simulator knows of each poll message.
-#[derive(Debug, Default)]
-pub(crate) struct Chains {
-    links: BTreeMap<u64, Link>,
-    /// Messages the simulator duplicated (copies of any queue).
-    copies: BTreeSet<u64>,
-    /// Chains the queue forked: a copy was made of one of their messages,
-    /// or a redelivered message's handler continued them beside the
-    /// continuation its earlier receive sent.
-    forked: BTreeSet<u64>,
-    next: u64,
-}
-
-#[derive(Debug, Clone)]
-struct Link {
-    operation: String,
-    chain: u64,
-    /// Sent more than [`LATE_SECONDS`] after its handler began.
-    late: bool,
-}
-
-/// The handler that was polled: what its message was.
-#[derive(Debug, Clone)]
-pub(crate) struct Sender {
-    pub(crate) id: usize,
-    pub(crate) label: String,
-    pub(crate) message: Option<u64>,
-    pub(crate) receives: u32,
-    pub(crate) started_at: DateTime<Utc>,
-}
 
 fn operation_of(body: &str) -> String {
     genace_core::messages::WorkMessage::parse(body)

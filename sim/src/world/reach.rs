@@ -4,20 +4,12 @@
 //! run the budget cut short leaves the rest to the next, which starts at
 //! another shard; that needs time in the model, and is not checked here.)
 
+use super::tracking::SweepStart;
 #[allow(
     unused_imports,
     reason = "the crate root's imports, shared by every file of the simulator"
 )]
 use super::*;
-use std::collections::BTreeSet;
-
-/// A sweep in flight: when it began, and the shards that held due items.
-#[derive(Debug, Clone)]
-pub(crate) struct SweepStart {
-    at: DateTime<Utc>,
-    budget: Duration,
-    due_shards: BTreeSet<u32>,
-}
 
 impl World {
     /// The shards of the due index with an item due now, for a sweep with

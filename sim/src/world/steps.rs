@@ -69,7 +69,7 @@ impl World {
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
         let actor = &self.actors[index];
-        let sender = chains::Sender {
+        let sender = tracking::Sender {
             id: actor.id,
             label: format!("#{} {}", actor.id, actor.label),
             message: actor.message.map(|(id, _)| id),
