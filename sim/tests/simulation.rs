@@ -131,7 +131,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::POLL_AFTER_END,
             "a poll reads Genace after the end was seen",
-            0,
+            2,
             "after its job was seen to end",
         ),
         // One live chain of looks per job.
@@ -568,6 +568,16 @@ fn a_late_look_beside_a_restarted_chain_ends_its_chain() {
     genace_dst::quiet_panics();
     let outcome = run(3544, &Options::default());
     assert!(outcome.violation.is_none(), "{}", report(&outcome));
+    // A case opened between two chains, and a person's attach: the record
+    // names the chain that looks on (docs/decisions/0039).
+    let timed = Options {
+        calls_take_time: true,
+        transaction_conflicts: 60,
+        max_in_flight: Some(3),
+        ..Options::default()
+    };
+    let outcome = run(5569, &timed);
+    assert!(outcome.violation.is_none(), "{}", report(&outcome));
 }
 
 /// Genace's status reads in storms: 429s with a Retry-After of up to 15
@@ -763,7 +773,7 @@ fn plain_writes_refused_under_contention_lose_no_wake_up() {
         &busy,
         0..100,
         planted::RAISE_FAILURE_ABORTS_WAKE,
-        250,
+        581,
         "waits with nothing to wake it",
         Options {
             plain_write_conflicts: 0,

@@ -61,6 +61,10 @@ pub struct PollHistory {
     /// the end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub looked_at_ms: Vec<i64>,
+    /// The chain these looks belong to ([`OperationRecord::poll_chain`]);
+    /// none in a message from before chains were named: it looks on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<u64>,
 }
 
 impl WorkMessage {
@@ -70,6 +74,18 @@ impl WorkMessage {
             operation_id,
             poll: None,
             look: false,
+        }
+    }
+
+    /// The first look of the chain of looks `rec` names
+    /// ([`OperationRecord::poll_chain`]).
+    pub fn first_look(rec: &OperationRecord) -> Self {
+        Self {
+            poll: Some(PollHistory {
+                chain: rec.poll_chain,
+                ..PollHistory::default()
+            }),
+            ..Self::for_operation(rec.operation_id.clone())
         }
     }
 

@@ -261,6 +261,38 @@ async fn polling_follows_the_job_to_rendered_and_hands_it_to_delivery() {
     );
 }
 
+/// The sweep restarted the looks at a job whose look came late (its
+/// message was held past the sweep's deadline): the late look, of the
+/// chain the restart replaced, ends before it reads Genace, and the
+/// restarted chain looks on. One chain of looks per job, whatever the late
+/// look would have read.
+#[tokio::test]
+async fn a_look_of_a_chain_the_sweep_replaced_ends_unread() {
+    let app = app();
+    let id = submit(&app, "k", None).await;
+    app.dispatcher().dispatch(&id).await.unwrap();
+    app.clock.advance(Duration::seconds(30));
+    let late = app.queue.receive(Queue::Poll, 10, Duration::hours(1));
+    assert_eq!(late.len(), 1, "the first look");
+    app.clock.advance(Duration::minutes(20));
+    assert_eq!(
+        app.sweeper().run().await.unwrap().poll,
+        1,
+        "the sweep restarted the looks"
+    );
+    // What the next read of Genace answers.
+    app.genace.answer_status_with(404, None);
+    assert_eq!(
+        handle_body(&app.poller(), &late[0].body).await.unwrap(),
+        Polled::Superseded
+    );
+    let restarted = drain(&app, Queue::Poll, &app.poller()).await;
+    assert!(
+        matches!(restarted[..], [Ok(Polled::CaseOpened(CaseReason::RemoteJobMissing))]),
+        "the restarted chain read Genace: {restarted:?}"
+    );
+}
+
 /// A look whose chain another superseded while it read Genace (the sweep
 /// moved the deadline and sent a look of its own) records what it saw and
 /// sends no next look: one chain of looks per job. So for a running job,

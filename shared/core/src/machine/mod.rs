@@ -63,6 +63,7 @@ pub fn transition(
     use CaseReason::{AccountProblem, RateLimited, RemoteJobMissing};
     use Phase::*;
     use Resolution::*;
+    let restart = matches!(event, Event::Reschedule { .. });
     let next = match (rec.phase, event) {
         // ---- dispatch
         (Prepared, Event::ClaimDispatch { token, shard }) => claim_dispatch(rec, token, shard, now, policy)?,
@@ -254,12 +255,27 @@ pub fn transition(
             });
         }
     };
-    Ok(versioned(rec, next, now))
+    Ok(versioned(rec, next, now, restart))
+}
+
+/// Whether looks at `rec`'s job go on: a saved job that runs for an
+/// accepted operation, or for an abandoned one whose credits wait on it,
+/// and no person asked to find it.
+pub fn looked_at(rec: &OperationRecord) -> bool {
+    let missing = rec
+        .case
+        .as_ref()
+        .is_some_and(|c| c.reason == CaseReason::RemoteJobMissing);
+    let observed =
+        rec.phase == Phase::Accepted || (rec.phase == Phase::Abandoned && rec.ledger_phase == Some(Phase::Accepted));
+    rec.remote_job_id.is_some() && observed && !missing
 }
 
 /// `next` with the version moved by one and `updated_at` set, or `rec`
-/// itself when nothing but those would differ.
-fn versioned(rec: &OperationRecord, next: OperationRecord, now: DateTime<Utc>) -> OperationRecord {
+/// itself when nothing but those would differ. A write that makes a job
+/// looked at (saved, attached, a person's search over) or that restarts
+/// its looks (the sweep's `restart`) names a new chain of looks.
+fn versioned(rec: &OperationRecord, next: OperationRecord, now: DateTime<Utc>, restart: bool) -> OperationRecord {
     let mut next = next.due_by_its_deadline();
     next.version = rec.version;
     next.updated_at = rec.updated_at;
@@ -268,6 +284,9 @@ fn versioned(rec: &OperationRecord, next: OperationRecord, now: DateTime<Utc>) -
     }
     next.version = rec.version + 1;
     next.updated_at = now;
+    if looked_at(&next) && (restart || !looked_at(rec) || rec.remote_job_id != next.remote_job_id) {
+        next.poll_chain = Some(next.version);
+    }
     debug_assert!(
         check_invariants(&next).is_ok(),
         "a transition broke an invariant: {:?}",

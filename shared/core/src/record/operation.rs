@@ -138,6 +138,12 @@ pub struct OperationRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "due_at")]
     pub due_at_ms: Option<i64>,
+    /// The chain of looks at its job that may look on: the version of the
+    /// write that started it (the job saved or attached, the sweep's
+    /// restart). A look of an older chain ends before it reads Genace, so
+    /// one chain of looks runs per job. Absent before any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_chain: Option<u64>,
     /// TTL (epoch seconds), set only once the operation is finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "expires_at")]
@@ -205,6 +211,7 @@ impl OperationRecord {
             audit: Vec::new(),
             dispatch_deadline: intent.deadline.map(|d| d.resolve(now)),
             due_at_ms: Some((now + dispatch_grace).timestamp_millis()),
+            poll_chain: None,
             expires_at_seconds: None,
         }
         .due_by_its_deadline()

@@ -221,8 +221,12 @@ impl<P: Ports> Admin<'_, P> {
             Resolution::RedriveDelivery => Some(Queue::Deliver),
             Resolution::MarkSettled | Resolution::Abandon => None,
         };
+        let message = match stage {
+            Some(Queue::Poll) => genace_core::messages::WorkMessage::first_look(&next),
+            _ => genace_core::messages::WorkMessage::for_operation(id.clone()),
+        };
         if let Some(stage) = stage
-            && let Err(e) = self.intake.queue.enqueue(stage, id, 0).await
+            && let Err(e) = self.intake.queue.send_work(stage, &message, 0).await
         {
             // The record is due now; the sweep re-enqueues it.
             warn!(operation_id = %id, error = %e, "enqueue after resolution failed; the sweep will pick it up");

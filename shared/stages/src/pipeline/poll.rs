@@ -38,9 +38,9 @@ pub enum Polled {
     BackedOff {
         next_poll_seconds: u32,
     },
-    /// What the look saw is recorded, and its chain ends: since it read the
-    /// record, another chain (the sweep's restart, a redelivered look)
-    /// moved the sweep's deadline, and looks on.
+    /// The chain of looks ends: another replaced it (the record names
+    /// another chain, and the look read nothing), or moved the sweep's
+    /// deadline since the look read the record (what it saw is recorded).
     Superseded,
 }
 
@@ -99,6 +99,15 @@ pub(crate) async fn planned<S: RenderTimeLog>(
     history
 }
 
+/// Whether `history`'s look is of a chain another replaced (the sweep
+/// restarted the looks, a person attached the job again): it ends unread.
+/// A look of no named chain (sent before chains were named) looks on.
+fn of_a_replaced_chain(history: &PollHistory, rec: &OperationRecord) -> bool {
+    history
+        .chain
+        .is_some_and(|c| rec.poll_chain.is_some_and(|current| current != c))
+}
+
 /// Seconds until the look after the `history.looks` before it: the
 /// plan's, else the age-based schedule, within `max` (`POLL_MAX_DELAY_SECONDS`).
 pub(crate) fn next_look_delay(rec: &OperationRecord, history: &PollHistory, now: DateTime<Utc>, max: u32) -> u32 {
@@ -146,25 +155,20 @@ where
         let Some(rec) = self.store.get(id, now).await? else {
             return Ok(Polled::Missing);
         };
-        let waiting_for_person = rec
-            .case
-            .as_ref()
-            .is_some_and(|c| c.reason == CaseReason::RemoteJobMissing);
-        // An abandoned operation whose job may still run is observed too, so
-        // its hold becomes spent or released when Genace says the job is over.
-        let abandoned = rec.phase == Phase::Abandoned && rec.ledger_phase == Some(Phase::Accepted);
-        let job_id = match (&rec.phase, &rec.remote_job_id) {
-            (Phase::Accepted, Some(job_id)) if !waiting_for_person => job_id.clone(),
-            (Phase::Abandoned, Some(job_id)) if abandoned && !waiting_for_person => job_id.clone(),
-            _ => {
-                if genace_core::planted::on(genace_core::planted::POLL_AFTER_END)
-                    && let Some(job_id) = &rec.remote_job_id
-                {
-                    let _ = self.genace.status(job_id).await;
-                }
-                return Ok(Polled::NotObservable(rec.phase));
+        // Looked at: a saved job of an accepted operation, or of an abandoned
+        // one whose hold waits on it (spent or released when Genace says
+        // the job is over), and no person asked to find it.
+        let Some(job_id) = rec.remote_job_id.clone().filter(|_| machine::looked_at(&rec)) else {
+            if genace_core::planted::on(genace_core::planted::POLL_AFTER_END)
+                && let Some(job_id) = &rec.remote_job_id
+            {
+                let _ = self.genace.status(job_id).await;
             }
+            return Ok(Polled::NotObservable(rec.phase));
         };
+        if of_a_replaced_chain(&history, &rec) {
+            return Ok(Polled::Superseded);
+        }
         let history = planned(&self.store, &rec, history, self.config.poll_max_delay_seconds).await;
         let delay = next_look_delay(&rec, &history, now, self.config.poll_max_delay_seconds);
         // An unreadable status waits at least the age-based delay: the
@@ -176,7 +180,7 @@ where
             self.config.poll_max_delay_seconds,
         ));
         // Nobody waits for an abandoned job's outputs: it is never stalled.
-        let stalled = !abandoned && rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
+        let stalled = rec.phase != Phase::Abandoned && rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
         let look = Look {
             now,
             delay,

@@ -104,7 +104,8 @@ impl<P: Ports> Recovery<P> {
                     crate::pipeline::wake::wake_if_room_for(store, queue, &rec.tenant_id).await;
                 }
                 if rec.phase == Phase::Accepted && rec.observed_at.is_none() {
-                    queue.enqueue(Queue::Poll, &rec.operation_id, 0).await?;
+                    let first = genace_core::messages::WorkMessage::first_look(&rec);
+                    queue.send_work(Queue::Poll, &first, 0).await?;
                 }
                 Ok(RecoveryOutcome::Applied(rec.phase))
             }

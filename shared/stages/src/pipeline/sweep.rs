@@ -312,7 +312,13 @@ impl<P: Ports> Sweeper<P> {
             Err(StoreError::Conflict(_)) => return Ok(false),
             Err(e) => return Err(e.into()),
         }
-        self.queue.enqueue(stage, &rec.operation_id, 0).await?;
+        // A restarted chain of looks is named by the write above: a look
+        // of the chain it replaces ends before it reads Genace.
+        let message = match stage {
+            Queue::Poll => genace_core::messages::WorkMessage::first_look(&next),
+            _ => genace_core::messages::WorkMessage::for_operation(rec.operation_id.clone()),
+        };
+        self.queue.send_work(stage, &message, 0).await?;
         Ok(true)
     }
 }

@@ -259,7 +259,10 @@ where
                 _ => {
                     if received_again && current.phase == Phase::Accepted && current.observed_at.is_none() {
                         // Resume after a stop between the commit and the poll enqueue.
-                        self.queue.enqueue(Queue::Poll, id, FIRST_POLL_DELAY_SECONDS).await?;
+                        let first = genace_core::messages::WorkMessage::first_look(&current);
+                        self.queue
+                            .send_work(Queue::Poll, &first, FIRST_POLL_DELAY_SECONDS)
+                            .await?;
                     }
                     Ok(Dispatched::NotDispatchable(current.phase))
                 }

@@ -91,7 +91,11 @@ where
     /// the 202.
     async fn first_look(&self, rec: &OperationRecord) -> Result<(), StageError> {
         let max = self.config.poll_max_delay_seconds;
-        let history = planned(&self.store, rec, PollHistory::default(), max).await;
+        let chain = PollHistory {
+            chain: rec.poll_chain,
+            ..PollHistory::default()
+        };
+        let history = planned(&self.store, rec, chain, max).await;
         // Before the sweep's deadline the acceptance set (`observe_grace`,
         // less its slack): a later first look would find a second chain of
         // polls, started by the sweep, already looking.
