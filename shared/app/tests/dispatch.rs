@@ -135,12 +135,14 @@ async fn an_accepted_job_is_saved_then_polled() {
     let sent: Value = serde_json::from_slice(&rig.genace.received_requests().await.unwrap()[0].body).unwrap();
     assert_eq!(sent["prompt"], "a lighthouse");
     assert_eq!(sent["client_reference"], id.as_str());
-    // Poll is enqueued (delayed), carrying the operation id and the plan
-    // dispatch read for it: none yet, with no render of its class learned.
+    // Poll is enqueued (delayed), carrying the operation id, the plan
+    // dispatch read for it (none yet, with no render of its class learned)
+    // and the chain of looks the acceptance named.
+    assert_eq!(rec.poll_chain, Some(rec.version));
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(
         rig.queued(&rig.env.queues.poll).await,
-        vec![json!({"operation_id": id, "poll": {"looks": 0, "planned": true}})]
+        vec![json!({"operation_id": id, "poll": {"looks": 0, "planned": true, "chain": rec.version}})]
     );
     // A message received again changes nothing and never POSTs again.
     assert_eq!(
@@ -814,9 +816,12 @@ async fn a_crash_after_the_commit_resumes_polling_on_redelivery() {
         Dispatched::NotDispatchable(Phase::Accepted)
     );
     tokio::time::sleep(Duration::from_secs(6)).await;
+    // The first look of the chain the acceptance named.
+    let chain = rig.record(&id).await.poll_chain;
+    assert!(chain.is_some());
     assert_eq!(
         rig.queued(&rig.env.queues.poll).await,
-        vec![json!({"operation_id": id})]
+        vec![json!({"operation_id": id, "poll": {"looks": 0, "planned": false, "chain": chain}})]
     );
     assert_eq!(rig.posts().await, 1);
 }

@@ -180,7 +180,8 @@ where
             self.config.poll_max_delay_seconds,
         ));
         // Nobody waits for an abandoned job's outputs: it is never stalled.
-        let stalled = rec.phase != Phase::Abandoned && rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
+        let stalled =
+            rec.phase != Phase::Abandoned && rec.accepted_at.is_some_and(|a| now - a > self.config.stall_after);
         let look = Look {
             now,
             delay,
