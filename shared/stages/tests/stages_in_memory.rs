@@ -293,6 +293,32 @@ async fn a_look_of_a_chain_the_sweep_replaced_ends_unread() {
     );
 }
 
+/// An accepted job 20 minutes old, Genace's next status read answering
+/// `status` (none: running), and a rival that moves the deadline (and,
+/// if `renames`, names a new chain of looks, as the sweep's restart does)
+/// just before the look's first write.
+async fn late_look_beside_a_rival(status: Option<(u16, &str)>, renames: bool) -> (MemoryApp, OperationId) {
+    let app = app();
+    let id = submit(&app, "k", None).await;
+    app.dispatcher().dispatch(&id).await.unwrap();
+    app.clock.advance(Duration::minutes(20));
+    if let Some((code, retry_after)) = status {
+        app.genace.answer_status_with(code, Some(retry_after));
+    }
+    let (store, rival) = (app.store.clone(), id.clone());
+    app.store.before_next_apply(move |_| {
+        let rec = store.records().into_iter().find(|r| r.operation_id == rival).unwrap();
+        let mut moved = rec.clone();
+        moved.due_at_ms = moved.due_at_ms.map(|d| d + 1);
+        moved.version += 1;
+        if renames {
+            moved.poll_chain = Some(moved.version);
+        }
+        store.apply_now(&rec, &moved).unwrap();
+    });
+    (app, id)
+}
+
 /// A look whose chain another superseded while it read Genace (the sweep
 /// moved the deadline and sent a look of its own) records what it saw and
 /// sends no next look: one chain of looks per job. So for a running job,
@@ -301,28 +327,36 @@ async fn a_look_of_a_chain_the_sweep_replaced_ends_unread() {
 #[tokio::test]
 async fn a_look_another_chain_superseded_sends_no_next_look() {
     for status in [None, Some((429, "900"))] {
-        let app = app();
-        let id = submit(&app, "k", None).await;
-        app.dispatcher().dispatch(&id).await.unwrap();
-        app.clock.advance(Duration::minutes(20));
-        if let Some((code, retry_after)) = status {
-            app.genace.answer_status_with(code, Some(retry_after));
-        }
+        let (app, id) = late_look_beside_a_rival(status, false).await;
         let polls = |app: &MemoryApp| app.queue.messages().iter().filter(|m| m.queue == Queue::Poll).count();
         let before = polls(&app);
-        let (store, rival) = (app.store.clone(), id.clone());
-        app.store.before_next_apply(move |_| {
-            let rec = store.records().into_iter().find(|r| r.operation_id == rival).unwrap();
-            let mut moved = rec.clone();
-            moved.due_at_ms = moved.due_at_ms.map(|d| d + 1);
-            moved.version += 1;
-            store.apply_now(&rec, &moved).unwrap();
-        });
         assert_eq!(app.poller().poll(&id).await.unwrap(), Polled::Superseded, "{status:?}");
         assert_eq!(
             polls(&app),
             before,
             "{status:?}: a look was sent beside the other chain's"
+        );
+    }
+}
+
+/// A look of a chain the sweep replaced while it read Genace writes
+/// nothing of a running job: the deadline and the stall are the new
+/// chain's to write, and a write of them would end that chain too.
+#[tokio::test]
+async fn a_late_look_of_a_replaced_chain_writes_nothing_of_a_running_job() {
+    for status in [None, Some((429, "900")), Some((503, "1"))] {
+        let (app, id) = late_look_beside_a_rival(status, true).await;
+        let history = genace_core::messages::PollHistory {
+            chain: record(&app, &id).await.poll_chain,
+            ..Default::default()
+        };
+        let polled = app.poller().poll_after(&id, history).await.unwrap();
+        assert_eq!(polled, Polled::Superseded, "{status:?}");
+        let after = record(&app, &id).await;
+        assert_eq!(
+            (after.version, after.poll_chain),
+            (after.poll_chain.unwrap(), Some(after.version)),
+            "{status:?}: the late look wrote over the restarted chain's record"
         );
     }
 }

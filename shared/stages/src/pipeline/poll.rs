@@ -333,7 +333,8 @@ where
             stalled: stall.as_deref(),
             seen: &seen,
         };
-        let (written, superseded) = match self.record(rec, event, look.now).await? {
+        let end = snap.status != RenderStatus::Running;
+        let (written, superseded) = match self.record(rec, event, look, end).await? {
             Ok(w) => w,
             // Another poll already recorded a terminal state.
             Err(phase) => return Ok(Polled::NotObservable(phase)),
@@ -434,7 +435,7 @@ where
                 keep_due: true,
             };
             // Another poll may have recorded a terminal state meanwhile.
-            match self.record(rec, event, look.now).await? {
+            match self.record(rec, event, look, false).await? {
                 Ok((_, true)) => return Ok(Polled::Superseded),
                 Ok((written, false)) => rec = written,
                 Err(phase) => return Ok(Polled::NotObservable(phase)),
@@ -449,7 +450,10 @@ where
             .due_at_ms
             .is_some_and(|d| d >= (next_check - margin).timestamp_millis());
         if !covered && !genace_core::planted::on(genace_core::planted::DEADLINE_UNMOVED) {
-            match self.record(rec, Event::LookDeferred { next_check }, look.now).await? {
+            match self
+                .record(rec, Event::LookDeferred { next_check }, look, false)
+                .await?
+            {
                 Ok((_, true)) => return Ok(Polled::Superseded),
                 Ok((_, false)) => {}
                 Err(phase) => return Ok(Polled::NotObservable(phase)),
@@ -468,17 +472,26 @@ where
     /// this look read, moved by another chain of looks (a sweep's restart
     /// that sent one, or a second delivery of a look), which looks on in
     /// its place. Ending this one keeps one chain per job.
+    ///
+    /// A look of a chain the record no longer names (`look`'s) writes
+    /// only an end it saw: what it would write of a running job (the
+    /// deadline, a stall) is the chain that replaced it's to write, and
+    /// would end that one too.
     async fn record(
         &self,
         rec: OperationRecord,
         event: Event<'_>,
-        now: chrono::DateTime<chrono::Utc>,
+        look: &Look,
+        end: bool,
     ) -> Result<Result<(OperationRecord, bool), Phase>, StageError> {
-        let policy = self.config.policy;
+        let (policy, now) = (self.config.policy, look.now);
         let read_due = rec.due_at_ms;
         // Judged on the record written over, which a lost race makes a
         // later one than `rec`.
         match commit_with(&self.store, rec, write_attempts(), |r| {
+            if !end && of_a_replaced_chain(&look.history, r) {
+                return Ok((r.clone(), (false, true)));
+            }
             machine::transition(r, event, now, &policy).map(|w| {
                 let frees = crate::pipeline::wake::frees_a_slot(r, &w);
                 (w, (frees, r.due_at_ms != read_due))
