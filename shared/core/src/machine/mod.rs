@@ -284,7 +284,11 @@ fn versioned(rec: &OperationRecord, next: OperationRecord, now: DateTime<Utc>, r
     }
     next.version = rec.version + 1;
     next.updated_at = now;
-    if looked_at(&next) && (restart || !looked_at(rec) || rec.remote_job_id != next.remote_job_id) {
+    // A phase that changes under a looked-at job (an operator's abandon of
+    // a stalled one) renames the chain too: the message sent after it
+    // carries the new name, and the old chain ends.
+    let moved_on = rec.phase != next.phase || rec.remote_job_id != next.remote_job_id;
+    if looked_at(&next) && (restart || moved_on || !looked_at(rec)) {
         next.poll_chain = Some(next.version);
     }
     debug_assert!(

@@ -415,6 +415,26 @@ fn observe_records_progress_and_skips_writes_that_change_nothing() {
 }
 
 #[test]
+fn a_write_that_moves_a_looked_at_job_on_names_a_new_chain() {
+    let p = Policy::default();
+    let accepted = accepted_rec();
+    let first = accepted.poll_chain.expect("saving the job names a chain");
+    assert_eq!(first, accepted.version);
+    // A look that only moves the deadline keeps the chain.
+    let beyond = t0() + p.observe_grace + Duration::seconds(60);
+    let looked = observe(&accepted, &snap("running", RenderStatus::Running), t0(), beyond, &p).unwrap();
+    assert_eq!((looked.version, looked.poll_chain), (accepted.version + 1, Some(first)));
+    // An operator's abandon of a stalled job: the chain the resolution
+    // starts is not the one that looked before.
+    let stalled = open_case(&looked, CaseReason::RenderStalled, "slow", true, t0()).unwrap();
+    assert_eq!(stalled.poll_chain, Some(first), "a case alone keeps the chain");
+    let abandoned = resolve(&stalled, &Resolution::Abandon, "ops", "user left", t0(), &p).unwrap();
+    assert!(looked_at(&abandoned));
+    assert_eq!(abandoned.poll_chain, Some(abandoned.version));
+    assert_ne!(abandoned.poll_chain, Some(first));
+}
+
+#[test]
 fn the_end_keeps_the_last_looks_of_its_chain() {
     let later = t0() + Duration::seconds(100);
     let seen = crate::record::Looks {
