@@ -137,7 +137,7 @@ impl World {
         }
     }
 
-    pub(crate) fn advance(&mut self, seconds: i64) {
+    pub(crate) fn advance(&mut self, seconds: i64) -> Result<(), String> {
         self.clock.advance(Duration::seconds(seconds));
         self.log(format!("clock +{seconds}s"));
         // Lambda ends an invocation at its timeout.
@@ -150,12 +150,15 @@ impl World {
                 // could not see coming: what it was told may be only in
                 // its log.
                 self.log(format!("timeout #{} {}", actor.id, actor.label));
+                // A wake-up cut off still made its requests.
+                self.check_wake_cost(actor.id)?;
                 self.chaos.lock().returned_ids.remove(&actor.id);
                 self.chaos.forget_time(actor.id);
             } else {
                 i += 1;
             }
         }
+        Ok(())
     }
 
     /// Genace moves one job on; unless `hurry`, a job ends only once it
@@ -259,7 +262,7 @@ impl World {
                 } else {
                     *self.rng.pick(&[1, 2, 5, 10, 30, 61, 121])
                 };
-                self.advance(seconds);
+                self.advance(seconds)?;
             }
             82..=84 => self.sweep(),
             85..=91 => self.genace_progress(false),
@@ -273,7 +276,7 @@ impl World {
             }
             _ => {
                 let seconds = 1 + self.rng.below(10) as i64;
-                self.advance(seconds);
+                self.advance(seconds)?;
             }
         }
         Ok(())
@@ -302,7 +305,7 @@ impl World {
             self.finish_actors()?;
             self.finish_genace_jobs();
             self.heal_downloads();
-            self.advance(1200);
+            self.advance(1200)?;
             // From the second round, wake-ups lost to faults before the
             // quiet phase are repaired, and none may be lost since.
             if round > 0 {
@@ -318,10 +321,10 @@ impl World {
             if !self.store.records().iter().any(|r| r.capacity_hold.is_some()) {
                 break;
             }
-            self.advance(60);
+            self.advance(60)?;
             self.drain_queues()?;
             self.finish_genace_jobs();
-            self.advance(60);
+            self.advance(60)?;
             self.drain_queues()?;
         }
         self.check_step()?;
