@@ -427,6 +427,43 @@ async fn no_claim_admits_past_the_limit_while_the_shard_count_changes() {
     assert_eq!((account.in_flight, account.set_limit), (10, Some(2)));
 }
 
+/// The split for a new shard count, and an operator's limit, are over the
+/// jobs each shard already counts. An even split let the new shards admit
+/// their parts beside a full shard 0 (17 jobs against 10 after a raise
+/// from one shard to four), and a lowered limit let an emptier shard admit
+/// while the account was already at it.
+#[tokio::test]
+async fn a_split_over_the_jobs_counted_admits_nothing_past_the_limit() {
+    use genace_core::shard::AccountShards;
+    let env = LocalAws::fresh().await;
+    let one = env.store();
+    one.set_account_limit(Some(10)).await.unwrap();
+    assert_eq!(claims_admitted(&one, "before", 0, 12).await, 10);
+    let four = env.store().with_account_shards(AccountShards::new(4).unwrap());
+    let parts: Vec<Option<u32>> = four.account_shards().await.unwrap().iter().map(|s| s.limit()).collect();
+    assert_eq!(
+        parts,
+        [Some(10), Some(0), Some(0), Some(0)],
+        "shard 0 keeps its jobs' slots"
+    );
+    for shard in 1..4 {
+        assert_eq!(claims_admitted(&four, "raised", shard, 3).await, 0, "shard {shard}");
+    }
+    let account = four.account().await.unwrap();
+    assert_eq!((account.in_flight, account.set_limit), (10, Some(10)));
+    // On two shards under a fresh limit of 10: 5 jobs on shard 0, 1 on
+    // shard 1; then lowered to 6, which the account holds already.
+    let fresh = LocalAws::fresh().await;
+    let two = fresh.store().with_account_shards(AccountShards::new(2).unwrap());
+    two.set_account_limit(Some(10)).await.unwrap();
+    assert_eq!(claims_admitted(&two, "first", 0, 5).await, 5);
+    assert_eq!(claims_admitted(&two, "first", 1, 1).await, 1);
+    two.set_account_limit(Some(6)).await.unwrap();
+    assert_eq!(claims_admitted(&two, "lowered", 1, 3).await, 0, "the emptier shard");
+    assert_eq!(claims_admitted(&two, "lowered", 0, 3).await, 0);
+    assert_eq!(two.account().await.unwrap().in_flight, 6);
+}
+
 /// Found at scale: a tenant short of credits (room under its spend limit,
 /// but less than its waiting operation's reservation) was read by every
 /// wake-up with free slots, a query and its records each, over up to four

@@ -72,9 +72,13 @@ pub const RECOVERY_SKIPPED: u32 = 2_097_152;
 /// The invocation's deadline is never read: a claim, a POST and the save
 /// of its answer start however little of the invocation is left.
 pub const DEADLINE_UNREAD: u32 = 4_194_304;
+/// A split of the account's limits for a new shard count, or of an
+/// operator's limit, is even, whatever jobs each shard counts: the new
+/// shards admit their parts beside a full one.
+pub const SPLIT_EVEN: u32 = 8_388_608;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 23] = [
+pub const ALL: [(&str, u32); 24] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -98,6 +102,7 @@ pub const ALL: [(&str, u32); 23] = [
     ("page-bound-across-shards", PAGE_BOUND_ACROSS_SHARDS),
     ("recovery-skipped", RECOVERY_SKIPPED),
     ("deadline-unread", DEADLINE_UNREAD),
+    ("split-even", SPLIT_EVEN),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

@@ -76,6 +76,72 @@ impl AccountShards {
         limit / n + u32::from(u32::from(shard) < limit % n)
     }
 
+    /// The parts of `limit` for this `S`, split over the jobs each shard
+    /// counts now (`in_flight[k]` is shard `k`'s, for every shard that may
+    /// count one, those a lower `S` left among them). Every shard in use
+    /// keeps room for its own jobs, and the headroom left raises the lowest
+    /// parts first (an even split when no shard holds more than its even
+    /// part); the jobs of shards out of use are charged to the limit until
+    /// they end. So the parts add up to the limit less those jobs, and no
+    /// claim under them takes the account past `limit`, whatever `S` was.
+    /// When the jobs already pass the limit (it was lowered), no part
+    /// exceeds its shard's jobs: a shard admits again only once it has shed
+    /// its share of the excess, so the account's jobs never rise while
+    /// they are over the limit.
+    pub fn split(self, limit: u32, in_flight: &[i64]) -> Vec<u32> {
+        let n = usize::from(self.0);
+        if crate::planted::on(crate::planted::SPLIT_EVEN) {
+            return self.all().map(|k| self.part(limit, k)).collect();
+        }
+        let count = |k: usize| u64::try_from(in_flight.get(k).copied().unwrap_or(0)).unwrap_or(0);
+        let retired: u64 = (n..in_flight.len()).map(count).sum();
+        let room_for_use = u64::from(limit).saturating_sub(retired);
+        let used: Vec<u64> = (0..n).map(count).collect();
+        let total: u64 = used.iter().sum();
+        let parts: Vec<u64> = if total <= room_for_use {
+            // The headroom fills the lowest parts first, so parts stay as
+            // even as the jobs allow (an even split where every shard is
+            // within its even part): claims come to each shard alike.
+            let mut parts = used.clone();
+            let mut headroom = room_for_use - total;
+            while headroom > 0 {
+                let low = *parts.iter().min().unwrap_or(&0);
+                let next = parts.iter().filter(|p| **p > low).min().copied().unwrap_or(u64::MAX);
+                let lowest: Vec<usize> = (0..n).filter(|k| parts[*k] == low).collect();
+                // Raise every lowest part to the next level, or share
+                // what is left among them, the first shards first.
+                let each = (next - low).min(headroom / lowest.len() as u64);
+                if each == 0 {
+                    for k in lowest.into_iter().take(headroom as usize) {
+                        parts[k] += 1;
+                    }
+                    break;
+                }
+                for k in lowest {
+                    parts[k] += each;
+                    headroom -= each;
+                }
+            }
+            parts
+        } else {
+            // Over the limit: each shard keeps a share of it in proportion
+            // to its jobs, never more than its jobs.
+            let mut parts: Vec<u64> = used.iter().map(|c| c * room_for_use / total).collect();
+            let mut left = room_for_use - parts.iter().sum::<u64>();
+            for k in 0..n {
+                if left > 0 && parts[k] < used[k] {
+                    parts[k] += 1;
+                    left -= 1;
+                }
+            }
+            parts
+        };
+        parts
+            .into_iter()
+            .map(|p| u32::try_from(p).unwrap_or(u32::MAX))
+            .collect()
+    }
+
     /// The shard's capacity: its own counts (`counts`' counters), under its
     /// part of each of the account's limits (`whole`'s).
     pub fn capacity_of(self, shard: u16, whole: &AccountCapacity, counts: &AccountCapacity) -> AccountCapacity {
@@ -210,6 +276,59 @@ mod tests {
         assert_eq!(shards(4).part(10, 0), 3);
         assert_eq!(shards(4).part(10, 3), 2);
         assert!(AccountShards::new(0).is_none() && AccountShards::new(MAX_ACCOUNT_SHARDS + 1).is_none());
+    }
+
+    /// The split over counts never lets a claim take the account past the
+    /// limit: after it, each shard in use admits up to its part, so the
+    /// account's jobs reach at most the parts plus the jobs of shards out
+    /// of use, which is the limit, or, over it, what they were.
+    #[test]
+    fn a_split_over_counts_holds_the_account_to_its_limit() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut draw = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..20_000 {
+            let s = shards(1 + draw(6) as u16);
+            let span = usize::from(s.get()).max(1 + draw(6) as usize);
+            let limit = draw(30) as u32;
+            let counts: Vec<i64> = (0..span).map(|_| draw(8) as i64).collect();
+            let parts = s.split(limit, &counts);
+            assert_eq!(parts.len(), usize::from(s.get()));
+            let total: i64 = counts.iter().sum();
+            let most: i64 = parts
+                .iter()
+                .enumerate()
+                .map(|(k, p)| counts[k].max(i64::from(*p)))
+                .sum::<i64>()
+                + counts[usize::from(s.get())..].iter().sum::<i64>();
+            assert!(
+                most <= i64::from(limit).max(total),
+                "{s:?} limit {limit} counts {counts:?}: parts {parts:?} admit to {most}"
+            );
+            if total <= i64::from(limit) {
+                // Nothing is lost but the jobs of shards out of use.
+                let retired: i64 = counts[usize::from(s.get())..].iter().sum();
+                assert_eq!(
+                    parts.iter().map(|p| i64::from(*p)).sum::<i64>(),
+                    i64::from(limit) - retired
+                );
+            }
+        }
+        // The example of decision 3: from one shard to four while shard 0
+        // holds 10 of 10 jobs, the new shards admit nothing.
+        assert_eq!(shards(4).split(10, &[10]), vec![10, 0, 0, 0]);
+        assert_eq!(shards(4).split(10, &[4]), vec![4, 2, 2, 2]);
+        assert_eq!(shards(4).split(10, &[]), vec![3, 3, 2, 2], "even, as before");
+        assert_eq!(shards(4).split(10, &[1, 2, 0, 1]), vec![3, 3, 2, 2]);
+        // Lowered to 4 under 10 jobs: no shard admits until it sheds.
+        assert_eq!(shards(2).split(4, &[6, 4]), vec![3, 1]);
+        // From four to two: the jobs of shards 2 and 3 are charged.
+        assert_eq!(shards(2).split(10, &[1, 1, 3, 2]), vec![3, 2]);
+        assert_eq!(shards(3).split(100_000, &[5, 0, 0]), vec![33_334, 33_333, 33_333]);
     }
 
     #[test]

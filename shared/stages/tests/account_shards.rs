@@ -14,8 +14,9 @@ use genace_stages::ports::clock::Clock;
 use genace_stages::ports::table::prelude::*;
 use serde_json::json;
 
-/// An app whose account of two slots is split into two shards of one.
-fn sharded_app() -> (MemoryApp, AccountShards) {
+/// An app whose account of two slots is split into two shards of one: the
+/// limits split by a first read of the account, as on a new table.
+async fn sharded_app() -> (MemoryApp, AccountShards) {
     let shards = AccountShards::new(2).unwrap();
     let mut app = memory_app(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
     app.config.policy.account_shards = shards;
@@ -24,6 +25,7 @@ fn sharded_app() -> (MemoryApp, AccountShards) {
         .clone()
         .with_account_limit(Some(2))
         .with_account_shards(shards);
+    app.store.account_shards().await.unwrap();
     (app, shards)
 }
 
@@ -58,7 +60,7 @@ async fn same_home(app: &MemoryApp, shards: AccountShards) -> (OperationId, Oper
 /// that slot at once instead of waiting for the first job to end.
 #[tokio::test]
 async fn a_woken_operation_takes_a_free_slot_on_another_shard() {
-    let (app, shards) = sharded_app();
+    let (app, shards) = sharded_app().await;
     let (first, second, home) = same_home(&app, shards).await;
     let dispatcher = app.dispatcher();
     assert_eq!(
@@ -98,7 +100,7 @@ async fn a_woken_operation_takes_a_free_slot_on_another_shard() {
 /// A fresh claim goes to its home shard, and its record says which.
 #[tokio::test]
 async fn a_fresh_claim_is_admitted_on_its_home_shard() {
-    let (app, shards) = sharded_app();
+    let (app, shards) = sharded_app().await;
     let id = submit(&app, "fresh").await;
     let rec = app.store.get(&id, app.clock.now()).await.unwrap().unwrap();
     let home = shards.home(&rec);

@@ -20,8 +20,9 @@ use genace_stages::ports::table::StoreError;
 use crate::schema::account_shard_key;
 
 use super::DynamoStore;
+use super::account_clauses::Clauses;
+use super::account_parts::{Parts, SPLIT_TRIES, Split, counts_from};
 use super::item::{Item, service_error};
-use super::ledger_reads::number;
 use super::transact::Refusals;
 
 fn n(v: impl ToString) -> AttributeValue {
@@ -140,29 +141,44 @@ impl DynamoStore {
             .collect())
     }
 
-    /// The whole account: its shards added up.
+    /// The whole account: its shards' counters added up, under the whole
+    /// limits (the parts of a split over counts add up to less while
+    /// shards a lower `S` left count jobs).
     pub(super) async fn read_account(&self) -> Result<AccountCapacity, StoreError> {
-        Ok(shard::summed(&self.read_account_shards().await?))
+        let (shards, whole) = self.read_account_split().await?;
+        Ok(AccountCapacity {
+            configured: whole.configured,
+            set_limit: whole.set_limit,
+            learned: whole.learned,
+            ..shard::summed(&shards)
+        })
     }
 
     /// Every shard that may count something, in order: those in use, then
     /// those a lower `S` left (`span`), which admit nothing and are read
-    /// until their counts are gone. Each under its part of the limits
-    /// split from the whole ones shard 0 keeps. When the limits on disk
-    /// were split for another `S`, they are split again first.
+    /// until their counts are gone. Each under its part of the limits as
+    /// split for this `S` (one shard: the limits whole on shard 0). When
+    /// the limits on disk were split for another `S` (or another
+    /// deployment's limit), they are split again first, over the jobs
+    /// each shard counts.
     pub(super) async fn read_account_shards(&self) -> Result<Vec<AccountCapacity>, StoreError> {
-        // A split lost to a rival's write of the limits is read again.
+        Ok(self.read_account_split().await?.0)
+    }
+
+    /// [`Self::read_account_shards`], and the whole limits.
+    async fn read_account_split(&self) -> Result<(Vec<AccountCapacity>, AccountCapacity), StoreError> {
+        // A split lost to a rival's write is read again.
         for _ in 0..SPLIT_TRIES {
-            if let Some(shards) = self.read_account_shards_once().await? {
-                return Ok(shards);
+            if let Some(read) = self.read_account_shards_once().await? {
+                return Ok(read);
             }
         }
         Err(StoreError::Contention)
     }
 
-    /// [`Self::read_account_shards`], once: none when the limits had to be
+    /// [`Self::read_account_split`], once: none when the limits had to be
     /// split again and a rival's write came between the read and the split.
-    async fn read_account_shards_once(&self) -> Result<Option<Vec<AccountCapacity>>, StoreError> {
+    async fn read_account_shards_once(&self) -> Result<Option<(Vec<AccountCapacity>, AccountCapacity)>, StoreError> {
         let mut items = self.shard_items(self.shards.all()).await?;
         let first = Split::read(items.get(&0))?;
         let mut span = first.span.max(self.shards.get());
@@ -177,102 +193,91 @@ impl DynamoStore {
             }
             items.extend(retired);
         }
-        if (first.parts_for != Some(self.shards.get()).filter(|s| *s > 1) || span != first.span.max(1))
-            && !self.split_again(&first, span).await?
-        {
-            return Ok(None);
-        }
+        let counts = (0..span)
+            .map(|k| counts_from(items.get(&k)))
+            .collect::<Result<Vec<_>, _>>()?;
         let whole = AccountCapacity {
             configured: self.account_limit,
             set_limit: first.set_limit,
             learned: first.learned,
             ..AccountCapacity::default()
         };
-        (0..span)
-            .map(|k| {
-                let counts = counts_from(items.get(&k))?;
-                Ok(AccountCapacity {
+        let split_for = Some(self.shards.get()).filter(|s| *s > 1);
+        let deployed = if split_for.is_some() { self.account_limit } else { None };
+        let stored = if first.parts_for != split_for || span != first.span.max(1) || first.deployed != deployed {
+            let parts = Parts::over(self.shards, &whole, &counts);
+            if !self.split_again(&first, span, &parts).await? {
+                return Ok(None);
+            }
+            split_for.map(|_| parts)
+        } else if split_for.is_some() {
+            Some(Parts::stored(self.shards, &items)?)
+        } else {
+            None
+        };
+        let shards = counts
+            .into_iter()
+            .enumerate()
+            .map(|(k, counts)| {
+                let k = k as u16;
+                let limits = match &stored {
+                    Some(parts) => parts.capacity_of(k, &whole),
+                    None => self.shards.capacity_of(k, &whole, &AccountCapacity::default()),
+                };
+                AccountCapacity {
+                    in_flight: counts.in_flight,
+                    waiting: counts.waiting,
+                    queued: counts.queued,
+                    jobs_ended: counts.jobs_ended,
                     learned_mark: if k == 0 { counts.learned_mark } else { 0 },
                     raise_every: if k == 0 { counts.raise_every } else { None },
                     learned_at_ms: if k == 0 { counts.learned_at_ms } else { None },
-                    ..self.shards.capacity_of(k, &whole, &counts)
-                })
+                    ..limits
+                }
             })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
+            .collect();
+        Ok(Some((shards, whole)))
     }
 
-    /// Writes the limits' parts for this `S` (one shard: the limits whole,
-    /// as before shards), and `span`, the shards that may still count
-    /// something. Conditional on everything the split was computed from
-    /// (the whole limits, the `S` they were split for, the span): false
-    /// when a rival wrote any of them between the read and this write (an
-    /// operator's limit, a lesson, another `S`'s split), and nothing was
-    /// written; the caller reads again.
-    async fn split_again(&self, read: &Split, span: u16) -> Result<bool, StoreError> {
+    /// Writes the limits' `parts` for this `S` (one shard: the limits
+    /// whole, as before shards), and `span`, the shards that may still
+    /// count something. Conditional on everything the split was computed
+    /// from (the whole limits, the `S` they were split for, the span, the
+    /// deployment's limit) and on no shard in use counting more jobs than
+    /// its part allows ([`Parts::bound`]): false when a rival wrote any of
+    /// them between the read and this write (an operator's limit, a
+    /// lesson, another `S`'s split, a claim under the old parts), and
+    /// nothing was written; the caller reads again.
+    async fn split_again(&self, read: &Split, span: u16, parts: &Parts) -> Result<bool, StoreError> {
+        let many = self.shards.get() > 1;
         let mut items = Vec::new();
         for k in self.shards.all() {
-            let mut set = Vec::new();
-            let mut remove = Vec::new();
-            let mut update = self.shard_update(k);
-            for (name, whole, part) in [
-                ("max_in_flight", read.set_limit, ":max"),
-                ("learned_limit", read.learned, ":learned"),
-            ] {
-                match whole {
-                    Some(l) => {
-                        set.push(format!("{name} = {part}"));
-                        update = update.expression_attribute_values(part, n(self.shards.part(l, k)));
-                    }
-                    None => remove.push(name.to_owned()),
-                }
-            }
-            if k > 0 {
+            let mut c = Clauses::parts(k, self.shard_update(k), parts);
+            if k > 0 || many {
                 // Every shard says which `S` its parts are for: a claim
                 // on it holds to that (see `account_update`).
-                update = update.expression_attribute_values(":s", n(self.shards.get()));
-                set.push("parts_for = :s".into());
+                c = c.set_or_remove("parts_for", ":s", Some(self.shards.get()));
             }
             if k == 0 {
-                update = update.expression_attribute_values(":span", n(span));
-                set.push("span = :span".into());
-                if self.shards.get() > 1 {
-                    update = update.expression_attribute_values(":s", n(self.shards.get()));
-                    set.push("parts_for = :s".into());
-                    for (name, whole, value) in [
-                        ("max_whole", read.set_limit, ":wmax"),
-                        ("learned_whole", read.learned, ":wlearned"),
-                    ] {
-                        match whole {
-                            Some(l) => {
-                                set.push(format!("{name} = {value}"));
-                                update = update.expression_attribute_values(value, n(l));
-                            }
-                            None => remove.push(name.to_owned()),
-                        }
-                    }
+                c = c.set_or_remove("span", ":span", Some(span));
+                c = if many {
+                    c.set_or_remove("max_whole", ":wmax", read.set_limit)
+                        .set_or_remove("learned_whole", ":wlearned", read.learned)
+                        .set_or_remove("deployed_whole", ":wdeployed", self.account_limit)
                 } else {
-                    remove.extend(["parts_for", "max_whole", "learned_whole"].map(str::to_owned));
-                }
+                    c.remove(&["parts_for", "max_whole", "learned_whole", "deployed_whole"])
+                };
                 let (condition, values) = read.unchanged();
-                update = values
+                c = values
                     .into_iter()
-                    .fold(update.condition_expression(condition), |u, (name, value)| {
-                        u.expression_attribute_values(name, value)
-                    });
+                    .fold(c.condition(&condition), |c, (name, value)| c.attribute(&name, value));
             }
-            let expression = [("SET", set), ("REMOVE", remove)]
-                .into_iter()
-                .filter(|(_, names)| !names.is_empty())
-                .map(|(action, names)| format!("{action} {}", names.join(", ")))
-                .collect::<Vec<_>>()
-                .join(" ");
-            items.push(built(update.update_expression(expression))?);
+            items.push(c.built()?);
         }
         items.extend(self.unsplit_retired(read)?);
         match self.transact(items, Refusals::default()).await {
             Ok(()) => Ok(true),
-            // A rival wrote the limits (or split them) first.
+            // A rival wrote the limits (or split them, or claimed) first.
             Err(StoreError::Conflict(_)) => Ok(false),
             Err(e) => Err(e),
         }
@@ -295,10 +300,10 @@ impl DynamoStore {
 
     /// Sets (or removes) the operator's limit and drops the learned one.
     pub(super) async fn write_account_limit(&self, limit: Option<u32>) -> Result<AccountCapacity, StoreError> {
-        // The limits split for this `S` first, so the shards a lower `S`
-        // left are remembered.
-        self.read_account_shards().await?;
         if self.shards.get() == 1 {
+            // The limits split for this `S` first, so the shards a lower
+            // `S` left are remembered.
+            self.read_account_shards().await?;
             let update = self
                 .client
                 .update_item()
@@ -319,41 +324,52 @@ impl DynamoStore {
                 .await?;
             return self.read_account().await;
         }
-        let parts_for = n(self.shards.get());
+        for _ in 0..SPLIT_TRIES {
+            if self.write_limit_parts(limit).await? {
+                return self.read_account().await;
+            }
+        }
+        Err(StoreError::Contention)
+    }
+
+    /// Writes the operator's `limit` (none: removes it) as parts over the
+    /// jobs each shard counts now, and drops the learned limit: one
+    /// transaction over the shards in use, conditional on each shard
+    /// counting no more than its part allows ([`Parts::bound`]). False when
+    /// a claim came between the read and the write; nothing was written.
+    async fn write_limit_parts(&self, limit: Option<u32>) -> Result<bool, StoreError> {
+        let read = self.read_account_shards().await?;
+        let whole = AccountCapacity {
+            configured: self.account_limit,
+            set_limit: limit,
+            ..AccountCapacity::default()
+        };
+        let parts = Parts::over(self.shards, &whole, &read);
         let items = self
             .shards
             .all()
             .map(|k| {
-                let update = self.shard_update(k);
-                let update = match (limit, k) {
-                    (Some(l), 0) => update
-                        .update_expression(
-                            "SET max_in_flight = :max, max_whole = :whole, parts_for = :s \
-                             REMOVE learned_limit, learned_whole, raise_every, learned_at",
-                        )
-                        .expression_attribute_values(":whole", n(l))
-                        .expression_attribute_values(":s", parts_for.clone()),
-                    (Some(_), _) => update
-                        .update_expression("SET max_in_flight = :max, parts_for = :s REMOVE learned_limit")
-                        .expression_attribute_values(":s", parts_for.clone()),
-                    (None, 0) => update
-                        .update_expression(
-                            "SET parts_for = :s \
-                             REMOVE max_in_flight, learned_limit, max_whole, learned_whole, raise_every, learned_at",
-                        )
-                        .expression_attribute_values(":s", parts_for.clone()),
-                    (None, _) => update
-                        .update_expression("SET parts_for = :s REMOVE max_in_flight, learned_limit")
-                        .expression_attribute_values(":s", parts_for.clone()),
-                };
-                built(match limit {
-                    Some(l) => update.expression_attribute_values(":max", n(self.shards.part(l, k))),
-                    None => update,
-                })
+                let c = Clauses::parts(k, self.shard_update(k), &parts).set_or_remove(
+                    "parts_for",
+                    ":s",
+                    Some(self.shards.get()),
+                );
+                match k {
+                    0 => c.set_or_remove("max_whole", ":whole", limit).remove(&[
+                        "learned_whole",
+                        "raise_every",
+                        "learned_at",
+                    ]),
+                    _ => c,
+                }
+                .built()
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.transact(items, Refusals::default()).await?;
-        self.read_account().await
+        match self.transact(items, Refusals::default()).await {
+            Ok(()) => Ok(true),
+            Err(StoreError::Conflict(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Replaces the learned limit if it is still `seen`; false when it is
@@ -369,65 +385,62 @@ impl DynamoStore {
         if self.shards.get() == 1 {
             return self.write_learned_whole(seen, learned, raise_every, at).await;
         }
+        // A claim between the read and the write: read again.
+        for _ in 0..SPLIT_TRIES {
+            if let Some(saved) = self.write_lesson_parts(seen, learned, raise_every, at).await? {
+                return Ok(saved);
+            }
+        }
+        Err(StoreError::Contention)
+    }
+
+    /// The lesson over more than one shard: the whole learned limit on
+    /// shard 0, and the limit claims are admitted under split again over
+    /// the jobs each shard counts, as for an operator's limit. False when
+    /// the learned limit is no longer `seen`; none when a claim came
+    /// between the read and the write (nothing was written).
+    async fn write_lesson_parts(
+        &self,
+        seen: Option<u32>,
+        learned: Option<u32>,
+        raise_every: Option<u32>,
+        at: Option<i64>,
+    ) -> Result<Option<bool>, StoreError> {
+        let (read, whole) = self.read_account_split().await?;
+        if whole.learned != seen {
+            return Ok(Some(false));
+        }
         // Jobs ended on the other shards, as read now; shard 0's are read
         // by the write itself.
-        let others: i64 = self
-            .read_account_shards()
-            .await?
-            .iter()
-            .skip(1)
-            .map(|s| s.jobs_ended)
-            .sum();
-        let first = self
-            .shard_update(0)
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":others", n(others))
-            .expression_attribute_values(":s", n(self.shards.get()));
-        let (every_set, every_remove) = lesson_clauses(raise_every, at);
-        let first = match raise_every {
-            Some(w) => first.expression_attribute_values(":every", n(w)),
-            None => first,
-        };
-        let first = match at {
-            Some(t) => first.expression_attribute_values(":at", n(t)),
-            None => first,
-        };
-        let first = match learned {
-            Some(l) => first
-                .update_expression(format!(
-                    "SET learned_whole = :whole, learned_limit = :part, \
-                     learned_mark = if_not_exists(jobs_ended, :zero) + :others{every_set}{every_remove}"
-                ))
-                .expression_attribute_values(":whole", n(l))
-                .expression_attribute_values(":part", n(self.shards.part(l, 0))),
-            None => first.update_expression(format!(
-                "SET learned_mark = if_not_exists(jobs_ended, :zero) + :others{every_set} \
-                 REMOVE learned_whole, learned_limit{}",
-                every_remove.replace(" REMOVE", ",")
-            )),
-        };
-        // Only over the limits as split for this `S` (the read above split
-        // them again if they were not), and over the value seen.
-        let first = match seen {
-            Some(s) => first
-                .condition_expression("parts_for = :s AND learned_whole = :seen")
-                .expression_attribute_values(":seen", n(s)),
-            None => first.condition_expression("parts_for = :s AND attribute_not_exists(learned_whole)"),
-        };
-        let mut items = vec![built(first)?];
-        for k in self.shards.all().skip(1) {
-            let update = self.shard_update(k);
-            items.push(built(match learned {
-                Some(l) => update
-                    .update_expression("SET learned_limit = :part")
-                    .expression_attribute_values(":part", n(self.shards.part(l, k))),
-                None => update.update_expression("REMOVE learned_limit"),
-            })?);
+        let others: i64 = read.iter().skip(1).map(|s| s.jobs_ended).sum();
+        let parts = Parts::over(self.shards, &AccountCapacity { learned, ..whole }, &read);
+        let mut items = Vec::new();
+        for k in self.shards.all() {
+            let mut c = Clauses::parts(k, self.shard_update(k), &parts);
+            if k == 0 {
+                c = c
+                    .value(":zero", 0)
+                    .value(":others", others)
+                    .value(":s", self.shards.get())
+                    .set("learned_mark = if_not_exists(jobs_ended, :zero) + :others")
+                    .set_or_remove("raise_every", ":every", raise_every)
+                    .set_if("learned_at", ":at", at)
+                    .set_or_remove("learned_whole", ":whole", learned)
+                    // Only over the limits as split for this `S` (the read
+                    // above split them again if they were not), and over
+                    // the value seen.
+                    .condition("parts_for = :s");
+                c = match seen {
+                    Some(s) => c.value(":seen", s).condition("learned_whole = :seen"),
+                    None => c.condition("attribute_not_exists(learned_whole)"),
+                };
+            }
+            items.push(c.built()?);
         }
         match self.transact(items, Refusals::default()).await {
-            Ok(()) => Ok(true),
-            // Shard 0's condition: the limit moved on since `seen`.
-            Err(StoreError::Conflict(_)) => Ok(false),
+            Ok(()) => Ok(Some(true)),
+            // The limit moved on since `seen`, or a claim came between.
+            Err(StoreError::Conflict(_)) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -483,84 +496,6 @@ impl DynamoStore {
     }
 }
 
-/// Shard 0's record of how the limits are split: the whole limits, the `S`
-/// they were split for (none: one item, the limits whole on it, as before
-/// shards), and the shards that may still count something.
-struct Split {
-    set_limit: Option<u32>,
-    learned: Option<u32>,
-    parts_for: Option<u16>,
-    span: u16,
-    /// The attributes read, as stored: what a split's condition holds to.
-    raw: Vec<(&'static str, Option<AttributeValue>)>,
-}
-
-/// Reads of the account a split lost to a rival may take.
-const SPLIT_TRIES: usize = 4;
-
-/// The attributes of shard 0 a split is computed from.
-const SPLIT_FROM: [&str; 6] = [
-    "parts_for",
-    "span",
-    "max_in_flight",
-    "learned_limit",
-    "max_whole",
-    "learned_whole",
-];
-
-impl Split {
-    fn read(item: Option<&Item>) -> Result<Self, StoreError> {
-        let raw = SPLIT_FROM
-            .iter()
-            .map(|name| (*name, item.and_then(|i| i.get(*name)).cloned()))
-            .collect();
-        let Some(item) = item else {
-            return Ok(Self {
-                set_limit: None,
-                learned: None,
-                parts_for: None,
-                span: 1,
-                raw,
-            });
-        };
-        let limit = |name| number::<i64>(item, name).map(|v| v.and_then(|m| u32::try_from(m).ok()));
-        let parts_for = number::<u16>(item, "parts_for")?;
-        let (set_limit, learned) = match parts_for {
-            Some(_) => (limit("max_whole")?, limit("learned_whole")?),
-            None => (limit("max_in_flight")?, limit("learned_limit")?),
-        };
-        let span = number::<u16>(item, "span")?
-            .unwrap_or(1)
-            .max(parts_for.unwrap_or(1))
-            .min(shard::MAX_ACCOUNT_SHARDS);
-        Ok(Self {
-            set_limit,
-            learned,
-            parts_for,
-            span,
-            raw,
-        })
-    }
-
-    /// A condition that shard 0 still holds what was read, and its values
-    /// (`:was0`, `:was1`...).
-    fn unchanged(&self) -> (String, Vec<(String, AttributeValue)>) {
-        let mut clauses = Vec::new();
-        let mut values = Vec::new();
-        for (i, (name, value)) in self.raw.iter().enumerate() {
-            match value {
-                Some(v) => {
-                    let placeholder = format!(":was{i}");
-                    clauses.push(format!("{name} = {placeholder}"));
-                    values.push((placeholder, v.clone()));
-                }
-                None => clauses.push(format!("attribute_not_exists({name})")),
-            }
-        }
-        (clauses.join(" AND "), values)
-    }
-}
-
 /// The clauses a lesson adds: set `raise_every` to `:every` and
 /// `learned_at` to `:at` (after a `SET` list), or remove `raise_every`
 /// (` REMOVE raise_every`; after another `REMOVE` list, with its keyword
@@ -571,22 +506,4 @@ fn lesson_clauses(raise_every: Option<u32>, at: Option<i64>) -> (String, &'stati
         Some(_) => (format!(", raise_every = :every{at}"), ""),
         None => (at.to_owned(), " REMOVE raise_every"),
     }
-}
-
-/// A shard item's counters (and shard 0's learned mark and raise window).
-fn counts_from(item: Option<&Item>) -> Result<AccountCapacity, StoreError> {
-    let Some(item) = item else {
-        return Ok(AccountCapacity::default());
-    };
-    let count = |name| number::<i64>(item, name).map(Option::unwrap_or_default);
-    Ok(AccountCapacity {
-        in_flight: count("in_flight")?,
-        waiting: count("waiting")?,
-        queued: count("queued")?,
-        jobs_ended: count("jobs_ended")?,
-        learned_mark: count("learned_mark")?,
-        raise_every: number::<u32>(item, "raise_every")?,
-        learned_at_ms: number::<i64>(item, "learned_at")?,
-        ..AccountCapacity::default()
-    })
 }

@@ -18,6 +18,8 @@ use aws_sdk_dynamodb::Client;
 use genace_stages::ports::metrics::Metrics;
 
 mod account;
+mod account_clauses;
+mod account_parts;
 mod cases;
 mod endpoints;
 mod item;

@@ -30,11 +30,13 @@ impl TenantLedgers for MemoryStore {
     }
 
     async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
-        Ok(self.lock().account.whole())
+        let mut table = self.lock();
+        table.account.read_for(self.shards);
+        Ok(table.account.whole())
     }
 
     async fn account_shards(&self) -> Result<Vec<genace_core::ledger::AccountCapacity>, StoreError> {
-        Ok(self.lock().account.per_shard())
+        Ok(self.lock().account.read_for(self.shards))
     }
 
     async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
@@ -43,12 +45,7 @@ impl TenantLedgers for MemoryStore {
         let items = self.lock().account.items();
         self.plain_write(&items, |table| {
             table.contention.written(&items, write_units(&items), false);
-            let account = &mut table.account;
-            account.limits.set_limit = limit;
-            account.limits.learned = None;
-            account.limits.raise_every = None;
-            account.limits.learned_at_ms = None;
-            account.whole()
+            table.account.set_limit(self.shards, limit)
         })
         .await
     }
@@ -65,10 +62,9 @@ impl TenantLedgers for MemoryStore {
             // Charged whether or not its condition holds.
             table.contention.written(&items, write_units(&items), false);
             let account = &mut table.account;
-            if account.limits.learned != seen {
+            if !account.learn(self.shards, seen, learned) {
                 return false;
             }
-            account.limits.learned = learned;
             account.limits.learned_mark = account.whole().jobs_ended;
             account.limits.raise_every = raise_every;
             if let Some(at) = at {

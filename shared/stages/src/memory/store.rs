@@ -23,6 +23,10 @@ pub struct MemoryStore {
     /// A brownout: every write takes this long on the clock, then fails as
     /// a timed-out request does.
     brownout: Arc<Mutex<Option<(ManualClock, chrono::Duration)>>>,
+    /// The account's shard count of this handle's deployment (the
+    /// deployed store's `GENACE_ACCOUNT_SHARDS`): its own, not the
+    /// table's, so two deployments may share a table.
+    pub(super) shards: genace_core::shard::AccountShards,
 }
 
 /// A write to make just before the next [`OperationRecords::apply`]: a
@@ -123,11 +127,13 @@ impl MemoryStore {
         self
     }
 
-    /// The same table, with the account's counters split into `shards`
-    /// (the deployed store's `GENACE_ACCOUNT_SHARDS`).
+    /// The same table, seen by a deployment whose account counters are
+    /// split into `shards` (the deployed store's `GENACE_ACCOUNT_SHARDS`).
+    /// Handles with other counts may share the table, as deployments in a
+    /// rolling change do.
     #[must_use]
-    pub fn with_account_shards(self, shards: genace_core::shard::AccountShards) -> Self {
-        self.lock().account.shards = shards;
+    pub fn with_account_shards(mut self, shards: genace_core::shard::AccountShards) -> Self {
+        self.shards = shards;
         self
     }
 
@@ -512,7 +518,7 @@ impl MemoryStore {
                     if claim && delta.in_flight > 0 && !entry.has_a_slot() {
                         return Err(StoreError::TenantFull);
                     }
-                    tables.account.admits(&moves)?;
+                    tables.account.admits(self.shards, &moves)?;
                     let totals = entry
                         .totals
                         .plus(&delta)
