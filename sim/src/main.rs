@@ -68,6 +68,11 @@ struct Cli {
     /// Shards the account's counters are split into (GENACE_ACCOUNT_SHARDS).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=32))]
     account_shards: u16,
+    /// While work runs, deployments change the account's shard count (2
+    /// to 4) and operators set or remove the account's limit (at most
+    /// --max-in-flight, else 4).
+    #[arg(long)]
+    reconfigure: bool,
     /// Intents sent again under one key differ from its first in exactly
     /// one member the fingerprint covers, the media type among them.
     #[arg(long)]
@@ -229,6 +234,7 @@ fn main() -> ExitCode {
         backlog_pages: cli.backlog_pages,
         calls_take_time: cli.calls_take_time,
         account_shards: genace_core::shard::AccountShards::new(cli.account_shards).unwrap_or_default(),
+        reconfigure: cli.reconfigure,
         tenants: usize::try_from(cli.tenants).unwrap_or(usize::MAX),
         steps: cli.steps.unwrap_or(defaults.steps),
         intents: cli.intents.unwrap_or(defaults.intents),

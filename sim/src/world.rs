@@ -36,6 +36,7 @@ mod checks;
 mod kept;
 pub(crate) mod latency;
 mod reach;
+mod reconfig;
 mod steps;
 mod trace;
 mod tracking;
@@ -121,6 +122,9 @@ pub struct Options {
     /// The shards the account's counters are split into
     /// (`GENACE_ACCOUNT_SHARDS`).
     pub account_shards: genace_core::shard::AccountShards,
+    /// Reconfiguration while work runs: deployments with another shard
+    /// count, and operators' limits (`world/reconfig.rs`).
+    pub reconfigure: bool,
     /// How late, at most, the waiting order and the waiting set see a
     /// write (milliseconds, drawn per write): eventually consistent
     /// indexes. 0: at once.
@@ -161,6 +165,7 @@ impl Default for Options {
             transactions_meet: false,
             plain_write_conflicts: 0,
             account_shards: genace_core::shard::AccountShards::ONE,
+            reconfigure: false,
             tenants: TENANTS.len(),
             index_lag_ms: 0,
             vary_members: false,
@@ -229,6 +234,10 @@ pub(crate) struct World {
     sweeps: BTreeMap<usize, tracking::SweepStart>,
     /// The most store requests a handler that woke operations made.
     pub(crate) wake_max: u64,
+    /// With [`Options::reconfigure`]: the most an operator's limit may be.
+    reconfigure: Option<u32>,
+    /// The account's jobs in flight, and each shard's, at the last check.
+    counted: (i64, Vec<i64>),
 }
 
 /// One answer intake gave a client.
@@ -407,6 +416,8 @@ impl World {
             sweep_pages: opts.backlog_pages.then(|| sweep_pages(seed)),
             sweeps: BTreeMap::new(),
             wake_max: 0,
+            reconfigure: opts.reconfigure.then(|| opts.max_in_flight.unwrap_or(4)),
+            counted: (0, Vec::new()),
         }
     }
 

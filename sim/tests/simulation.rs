@@ -690,6 +690,38 @@ fn calls_that_take_time_keep_every_job_id_before_the_kill() {
     );
 }
 
+/// Reconfiguration while work runs: deployments change the account's shard
+/// count (2 to 4) and operators set or remove its limit. The account's
+/// jobs, and each shard's, never rise past the limit or their part of it,
+/// nor at all while over it. An even split of the limit for a new count,
+/// planted (as before splits were over the jobs each shard counts), lets
+/// the new shards admit beside a full one: found by this model, missed by
+/// the same runs without it (nothing changes the count or the limit
+/// there). The model also found parts of the learned limit split evenly
+/// beside parts of the operator's split over counts, whose minimum left a
+/// slot no shard admitted (seed 354, a waiter at rest beside a free slot).
+#[test]
+fn reconfiguration_admits_nothing_past_the_limit() {
+    let reconfigured = Options {
+        reconfigure: true,
+        max_in_flight: Some(4),
+        intents: 16,
+        ..Options::default()
+    };
+    model_finds(
+        &reconfigured,
+        (0..100).chain([354]),
+        planted::SPLIT_EVEN,
+        11,
+        "past the limit",
+        Options {
+            reconfigure: false,
+            ..reconfigured.clone()
+        },
+        300,
+    );
+}
+
 /// A model's proof: `model` keeps every promise over `clean` seeds; with
 /// `bug` planted, its first violation is at `first_seed` and names
 /// `broken`; and the runs `without` the model miss the bug over their

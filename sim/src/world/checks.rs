@@ -21,6 +21,7 @@ impl World {
         }
         let ledgers = self.check_counters(&records)?;
         self.check_job_counts()?;
+        self.check_no_rise_past_limits()?;
         self.check_looks(&records)?;
         self.check_books(&records, &ledgers)
     }
@@ -228,17 +229,12 @@ impl World {
                 short(rec.operation_id.as_str())
             ));
         }
-        if let Some(max) = account.max_in_flight()
-            && account.in_flight > i64::from(max)
-        {
-            return Err(format!("{} jobs in flight past the limit of {max}", account.in_flight));
-        }
+        // Past the limit: `check_no_rise_past_limits`.
         self.check_shards(records, holds)
     }
 
     /// Each of the account's shards counts exactly the slots and the waits
-    /// of the records that name it, and admits no more than its part of
-    /// the limit.
+    /// of the records that name it.
     fn check_shards(&self, records: &[OperationRecord], holds: impl Fn(Phase) -> bool) -> Result<(), String> {
         for (k, shard) in self.store.account_shards_now().iter().enumerate() {
             let on: Vec<&OperationRecord> = records
@@ -262,14 +258,6 @@ impl World {
                     "account shard {k} counts {} jobs in flight, {} waiting for a slot and {} waiting in all; its \
                      records hold {slots}, {queued} and {waiting}",
                     shard.in_flight, shard.queued, shard.waiting
-                ));
-            }
-            if let Some(max) = shard.max_in_flight()
-                && shard.in_flight > i64::from(max)
-            {
-                return Err(format!(
-                    "account shard {k}: {} jobs in flight past its part, {max}",
-                    shard.in_flight
                 ));
             }
         }

@@ -226,6 +226,9 @@ impl World {
     }
 
     pub(crate) fn step(&mut self) -> Result<(), String> {
+        if self.maybe_reconfigure() {
+            return Ok(());
+        }
         let roll = self.rng.below(100);
         // When calls take time, time passes for a handler only in its
         // calls: the run's clock moves only while none is in flight.
