@@ -1897,6 +1897,27 @@ async fn attaching_a_held_job_is_refused_and_names_the_holder_only_in_scope() {
     assert_eq!(status, 200, "{body}");
 
     let scoped_ta = json!({"sub": "ops-a", "scope": "genace:operator", "tenant_id": "ta"});
+    // A job id that the operation's evidence does not name: refused to a
+    // scoped operator, whoever holds it.
+    let (status, body) = resolve(ta, ta_version, scoped_ta.clone()).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["type"].as_str().unwrap().ends_with("remote-job-not-in-evidence"),
+        "{body}"
+    );
+    assert!(!body.to_string().contains(tb.as_str()), "{body}");
+    // Named by its evidence, but held by another tenant's operation.
+    let mut ta_rec = env
+        .store()
+        .get(&genace_core::domain::OperationId::parse(ta).unwrap(), Utc::now())
+        .await
+        .unwrap()
+        .unwrap();
+    let read = ta_rec.clone();
+    ta_rec.case.as_mut().unwrap().evidence = "timed out; Genace lists job-shared".into();
+    ta_rec.version += 1;
+    env.store().apply(&read, &ta_rec).await.unwrap();
+    let ta_version = &format!("\"{}\"", ta_rec.version);
     let (status, body) = resolve(ta, ta_version, scoped_ta).await;
     assert_eq!(status, 409, "{body}");
     assert!(

@@ -1663,7 +1663,7 @@ async fn a_held_job_is_refused_without_naming_another_tenant() {
     }
     for job in [their_job, own_job] {
         match attach(scoped.clone(), job.clone()).await {
-            Err(e @ OperationError::JobNotAttachable { .. }) => {
+            Err(e @ (OperationError::JobNotAttachable { .. } | OperationError::JobNotInEvidence { .. })) => {
                 assert!(!e.to_string().contains(theirs.as_str()), "{e}");
                 assert!(!e.to_string().contains(own.as_str()), "{e}");
             }
@@ -1671,6 +1671,75 @@ async fn a_held_job_is_refused_without_naming_another_tenant() {
         }
     }
     assert_eq!(record(&app, &lost).await, rec, "nothing was changed");
+}
+
+/// An operator scoped to one tenant attaches only a job id the operation's
+/// own evidence names: one read elsewhere (the recovery queue, an expired
+/// record, another tenant's console) could take another tenant's outputs.
+/// An operator of every tenant may attach any job it has checked.
+#[tokio::test]
+async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
+    use genace_core::machine::Resolution;
+    use genace_stages::api::admin::Operator;
+    use genace_stages::api::errors::OperationError;
+    let app = app();
+    app.genace.plan([SubmitPlan::LostAfterCreate]);
+    let lost = submit_as(&app, "tb", "lost").await;
+    app.dispatcher().dispatch(&lost).await.unwrap();
+    let mut rec = record(&app, &lost).await;
+    assert_eq!(rec.phase, Phase::Uncertain);
+    let before = rec.clone();
+    let case = rec.case.as_mut().unwrap();
+    case.evidence = format!("{}; the log names job-7f3a2", case.evidence);
+    rec.version += 1;
+    app.store.apply(&before, &rec).await.unwrap();
+    let attach = |op: Operator, job: &str| {
+        let (app, lost, version) = (&app, lost.clone(), rec.version);
+        let job_id = job.to_owned();
+        async move {
+            app.intake()
+                .admin(&op)
+                .resolve(&lost, &Resolution::AttachRemoteJob { job_id }, "found it", version)
+                .await
+        }
+    };
+    let scoped = Operator {
+        actor: "ops-b".into(),
+        tenant: Some(TenantId::parse("tb").unwrap()),
+    };
+    for unnamed in ["job-elsewhere", "job-7f3a", "job-7f3a2x"] {
+        match attach(scoped.clone(), unnamed).await {
+            Err(OperationError::JobNotInEvidence { job_id }) => assert_eq!(job_id, unnamed),
+            other => panic!("{unnamed}: expected a refusal, got {other:?}"),
+        }
+    }
+    assert_eq!(record(&app, &lost).await, rec, "nothing was changed");
+    let attached = attach(scoped, "job-7f3a2").await.unwrap();
+    assert_eq!(attached.remote_job_id.as_deref(), Some("job-7f3a2"));
+    // An operator of every tenant is not held to the evidence.
+    let app2 = self::app();
+    app2.genace.plan([SubmitPlan::LostAfterCreate]);
+    let other = submit_as(&app2, "tb", "lost").await;
+    app2.dispatcher().dispatch(&other).await.unwrap();
+    let version = record(&app2, &other).await.version;
+    let everyone = Operator {
+        actor: "ops-1".into(),
+        tenant: None,
+    };
+    let attached = app2
+        .intake()
+        .admin(&everyone)
+        .resolve(
+            &other,
+            &Resolution::AttachRemoteJob {
+                job_id: "job-elsewhere".into(),
+            },
+            "checked at Genace",
+            version,
+        )
+        .await
+        .unwrap();
+    assert_eq!(attached.remote_job_id.as_deref(), Some("job-elsewhere"));
 }
 
 /// Genace as a stand-in whose POST, before it answers, lets a rival

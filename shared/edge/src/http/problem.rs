@@ -133,6 +133,12 @@ impl From<OperationError> for Problem {
                 "The remote job cannot be attached to this operation",
                 format!("{e}: another operation holds it."),
             ),
+            OperationError::JobNotInEvidence { .. } => Problem::new(
+                StatusCode::FORBIDDEN,
+                "remote-job-not-in-evidence",
+                "An operator scoped to one tenant may attach only a job the operation's evidence names",
+                format!("{e}; an operator of every tenant may attach it after checking it."),
+            ),
             OperationError::TooLateToCancel { phase } => too_late_to_cancel(phase),
             OperationError::CannotErase { phase, delivery_state } => erasure_refused(phase, delivery_state),
             OperationError::Objects(ref inner) => {

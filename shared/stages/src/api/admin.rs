@@ -180,6 +180,14 @@ impl<P: Ports> Admin<'_, P> {
             return Err(stale(rec.version));
         }
         if let Resolution::AttachRemoteJob { job_id } = resolution {
+            // A scoped operator could otherwise name a job id it read
+            // anywhere (the recovery queue, an expired record) and take
+            // another tenant's outputs.
+            if op.tenant.is_some() && !named_by_evidence(&rec, job_id) {
+                return Err(OperationError::JobNotInEvidence {
+                    job_id: job_id.to_owned(),
+                });
+            }
             self.refuse_held_job(id, job_id).await?;
         }
         let now = self.intake.clock.now();
@@ -238,4 +246,23 @@ impl<P: Ports> Admin<'_, P> {
         }
         Ok(next)
     }
+}
+
+/// Whether `job_id` is named, as a whole word, by what the operation itself
+/// recorded of its jobs: its case's evidence, its saved job, or a Genace
+/// error it kept. Job ids Genace mints are opaque tokens; a word boundary
+/// keeps `J1` from matching `J12`.
+fn named_by_evidence(rec: &OperationRecord, job_id: &str) -> bool {
+    let names = |text: &str| {
+        text.match_indices(job_id).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + job_id.len()..].chars().next();
+            let part_of_id = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-');
+            !part_of_id(before) && !part_of_id(after)
+        })
+    };
+    !job_id.is_empty()
+        && (rec.remote_job_id.as_deref() == Some(job_id)
+            || rec.case.as_ref().is_some_and(|c| names(&c.evidence))
+            || rec.last_error.as_ref().is_some_and(|e| names(&e.detail)))
 }

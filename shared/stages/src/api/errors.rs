@@ -42,6 +42,11 @@ pub enum OperationError {
     /// operation outside the operator's scope, which is not named.
     #[error("remote job {job_id} cannot be attached to this operation")]
     JobNotAttachable { job_id: String },
+    /// An operator scoped to one tenant named a job id that the
+    /// operation's own evidence does not: only a global operator may
+    /// attach a job found elsewhere.
+    #[error("remote job {job_id} is not named by this operation's evidence")]
+    JobNotInEvidence { job_id: String },
     /// The operation was claimed for dispatch (or is past it): a Genace job
     /// may exist, and Genace cannot stop one it accepted.
     #[error("the operation is {} and can no longer be cancelled", .phase.as_str())]
