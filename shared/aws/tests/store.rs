@@ -464,6 +464,78 @@ async fn a_split_over_the_jobs_counted_admits_nothing_past_the_limit() {
     assert_eq!(two.account().await.unwrap().in_flight, 6);
 }
 
+/// A claim on another shard than 0, landing between an operator's read of
+/// the account and the write of the new parts, cancels the write on that
+/// shard's condition: the write reads again and lands over the new counts
+/// (it answered a service error before). Over the new limit, every part is
+/// 0, so the account admits nothing more.
+#[tokio::test]
+async fn a_claim_between_the_read_and_the_parts_is_read_again() {
+    use genace_core::shard::AccountShards;
+    let env = LocalAws::fresh().await;
+    let shards = AccountShards::new(2).unwrap();
+    let two = env.store().with_account_shards(shards);
+    two.set_account_limit(Some(10)).await.unwrap();
+    assert_eq!(claims_admitted(&two, "first", 0, 5).await, 5);
+    assert_eq!(claims_admitted(&two, "first", 1, 1).await, 1);
+    let rival_store = env.store().with_account_shards(shards);
+    let rival = genace_aws::testkit::RivalWrite::new("TransactWriteItems", move || async move {
+        assert_eq!(claims_admitted(&rival_store, "between", 1, 1).await, 1);
+    });
+    let operator = env.store_with_rival(&rival).with_account_shards(shards);
+    let account = operator.set_account_limit(Some(6)).await.unwrap();
+    assert!(rival.ran(), "the claim came between");
+    assert_eq!((account.in_flight, account.set_limit), (7, Some(6)));
+    let parts: Vec<Option<u32>> = two.account_shards().await.unwrap().iter().map(|s| s.limit()).collect();
+    assert_eq!(parts, [Some(0), Some(0)], "over the limit: nothing admitted");
+    for shard in 0..2 {
+        assert_eq!(claims_admitted(&two, "over", shard, 2).await, 0, "shard {shard}");
+    }
+}
+
+/// Parts split over counts are split again when they hold back what the
+/// account may admit: once the jobs of the shards a lower count left have
+/// ended, and once the account is back under a lowered limit.
+#[tokio::test]
+async fn parts_that_hold_back_slots_are_split_again() {
+    use genace_core::machine::{self, Event, Policy};
+    use genace_core::shard::AccountShards;
+    let env = LocalAws::fresh().await;
+    let two = env.store().with_account_shards(AccountShards::new(2).unwrap());
+    two.set_account_limit(Some(6)).await.unwrap();
+    let now = Utc::now();
+    // Three jobs on each shard, then the limit lowered to 4: parts 0, 0.
+    let mut running = Vec::new();
+    for shard in 0..2 {
+        for i in 0..3 {
+            let rec = genace_aws::testkit::intent_record("t", &format!("r{shard}-{i}"), "p");
+            two.create(&rec, now).await.unwrap();
+            let event = Event::ClaimDispatch { token: "t", shard };
+            let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
+            two.apply(&rec, &claimed).await.unwrap();
+            running.push(claimed);
+        }
+    }
+    two.set_account_limit(Some(4)).await.unwrap();
+    assert_eq!(claims_admitted(&two, "over", 0, 1).await, 0);
+    // Three jobs end (released): 3 in flight under a limit of 4.
+    for claimed in running.drain(..3) {
+        let event = Event::ClaimUnused {
+            token: "t",
+            retry_at: now,
+        };
+        let released = machine::transition(&claimed, event, now, &Policy::default()).unwrap();
+        two.apply(&claimed, &released).await.unwrap();
+    }
+    let shards = two.account_shards().await.unwrap();
+    let free: u64 = shards.iter().filter_map(|s| s.free_slots()).sum();
+    assert_eq!(free, 1, "the read split the parts again: {shards:?}");
+    assert_eq!(
+        claims_admitted(&two, "under", 0, 1).await + claims_admitted(&two, "under", 1, 1).await,
+        1
+    );
+}
+
 /// Found at scale: a tenant short of credits (room under its spend limit,
 /// but less than its waiting operation's reservation) was read by every
 /// wake-up with free slots, a query and its records each, over up to four

@@ -84,10 +84,8 @@ impl AccountShards {
     /// part); the jobs of shards out of use are charged to the limit until
     /// they end. So the parts add up to the limit less those jobs, and no
     /// claim under them takes the account past `limit`, whatever `S` was.
-    /// When the jobs already pass the limit (it was lowered), no part
-    /// exceeds its shard's jobs: a shard admits again only once it has shed
-    /// its share of the excess, so the account's jobs never rise while
-    /// they are over the limit.
+    /// When the jobs already pass the limit (it was lowered), every part
+    /// is 0: the account's jobs never rise while they are over the limit.
     pub fn split(self, limit: u32, in_flight: &[i64]) -> Vec<u32> {
         let n = usize::from(self.0);
         if crate::planted::on(crate::planted::SPLIT_EVEN) {
@@ -124,22 +122,50 @@ impl AccountShards {
             }
             parts
         } else {
-            // Over the limit: each shard keeps a share of it in proportion
-            // to its jobs, never more than its jobs.
-            let mut parts: Vec<u64> = used.iter().map(|c| c * room_for_use / total).collect();
-            let mut left = room_for_use - parts.iter().sum::<u64>();
-            for k in 0..n {
-                if left > 0 && parts[k] < used[k] {
-                    parts[k] += 1;
-                    left -= 1;
-                }
-            }
-            parts
+            // Over the limit (it was lowered): no shard admits until the
+            // account is under it again, when a read finds the parts stale
+            // ([`Self::stale`]) and splits them again.
+            vec![0; n]
         };
         parts
             .into_iter()
             .map(|p| u32::try_from(p).unwrap_or(u32::MAX))
             .collect()
+    }
+
+    /// Whether parts as stored (`parts[k]`, shard `k`'s, for the shards in
+    /// use) should be split again over the jobs counted now (`in_flight`,
+    /// every shard that may count one) under `limit`:
+    /// - they admit fewer jobs than the account has room for (jobs of
+    ///   shards a lower `S` left have ended, or the account fell back under
+    ///   a lowered limit), or
+    /// - a shard is full under a part below its even one, and a split over
+    ///   these counts would give it room (parts a split over uneven counts
+    ///   left, as after `S` was raised beside a full shard).
+    ///
+    /// Never for parts as a split over these counts writes them, and not
+    /// for a shard full under its even part: a read splits again only
+    /// while the parts hold back what the account may admit.
+    pub fn stale(self, limit: Option<u32>, parts: &[Option<u32>], in_flight: &[i64]) -> bool {
+        let Some(limit) = limit else {
+            return false;
+        };
+        let count = |k: usize| in_flight.get(k).copied().unwrap_or(0).max(0);
+        let total: i64 = (0..in_flight.len()).map(count).sum();
+        let room = i64::from(limit) - total;
+        if room <= 0 {
+            return false;
+        }
+        let part = |k: u16| i64::from(parts.get(usize::from(k)).copied().flatten().unwrap_or(0));
+        let jobs = |k: u16| count(usize::from(k));
+        let admits: i64 = self.all().map(|k| (part(k) - jobs(k)).max(0)).sum();
+        if admits < room {
+            return true;
+        }
+        let fresh = self.split(limit, in_flight);
+        self.all().any(|k| {
+            part(k) <= jobs(k) && part(k) < i64::from(self.part(limit, k)) && i64::from(fresh[usize::from(k)]) > jobs(k)
+        })
     }
 
     /// The shard's capacity: its own counts (`counts`' counters), under its
@@ -298,6 +324,11 @@ mod tests {
             let counts: Vec<i64> = (0..span).map(|_| draw(8) as i64).collect();
             let parts = s.split(limit, &counts);
             assert_eq!(parts.len(), usize::from(s.get()));
+            let stored: Vec<Option<u32>> = parts.iter().map(|p| Some(*p)).collect();
+            assert!(
+                !s.stale(Some(limit), &stored, &counts),
+                "{s:?} {limit} {counts:?}: {parts:?}"
+            );
             let total: i64 = counts.iter().sum();
             let most: i64 = parts
                 .iter()
@@ -318,14 +349,35 @@ mod tests {
                 );
             }
         }
+        // Stale: after the retired shards' jobs end, after the account falls
+        // back under a lowered limit, and while a raise's uneven parts keep
+        // a shard full that a split would open; never right after a split.
+        let four = shards(4);
+        let some = |v: &[u32]| v.iter().map(|p| Some(*p)).collect::<Vec<_>>();
+        assert!(four.stale(Some(10), &some(&[10, 0, 0, 0]), &[9, 0, 0, 0]));
+        assert!(!four.stale(Some(10), &some(&[10, 0, 0, 0]), &[10, 0, 0, 0]));
+        assert!(
+            !four.stale(Some(10), &some(&[1, 0, 0, 9]), &[0, 0, 0, 9]),
+            "a split gives the same"
+        );
+        assert!(
+            shards(2).stale(Some(10), &some(&[3, 2]), &[1, 1, 0, 0]),
+            "retired jobs ended"
+        );
+        assert!(
+            shards(2).stale(Some(4), &some(&[0, 0]), &[2, 1]),
+            "back under a lowered limit"
+        );
+        assert!(!shards(2).stale(Some(4), &some(&[0, 0]), &[3, 2]), "still over it");
+        assert!(!four.stale(None, &some(&[0, 0, 0, 0]), &[0, 0, 0, 0]), "no limit");
         // The example of decision 3: from one shard to four while shard 0
         // holds 10 of 10 jobs, the new shards admit nothing.
         assert_eq!(shards(4).split(10, &[10]), vec![10, 0, 0, 0]);
         assert_eq!(shards(4).split(10, &[4]), vec![4, 2, 2, 2]);
         assert_eq!(shards(4).split(10, &[]), vec![3, 3, 2, 2], "even, as before");
         assert_eq!(shards(4).split(10, &[1, 2, 0, 1]), vec![3, 3, 2, 2]);
-        // Lowered to 4 under 10 jobs: no shard admits until it sheds.
-        assert_eq!(shards(2).split(4, &[6, 4]), vec![3, 1]);
+        // Lowered to 4 under 10 jobs: no shard admits while over it.
+        assert_eq!(shards(2).split(4, &[6, 4]), vec![0, 0]);
         // From four to two: the jobs of shards 2 and 3 are charged.
         assert_eq!(shards(2).split(10, &[1, 1, 3, 2]), vec![3, 2]);
         assert_eq!(shards(3).split(100_000, &[5, 0, 0]), vec![33_334, 33_333, 33_333]);

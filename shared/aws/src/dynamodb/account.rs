@@ -21,17 +21,12 @@ use crate::schema::account_shard_key;
 
 use super::DynamoStore;
 use super::account_clauses::Clauses;
-use super::account_parts::{Parts, SPLIT_TRIES, Split, counts_from};
+use super::account_parts::{AccountRead, Parts, SPLIT_TRIES, Split, counts_from};
 use super::item::{Item, service_error};
 use super::transact::Refusals;
 
 fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
-}
-
-fn built(update: aws_sdk_dynamodb::types::builders::UpdateBuilder) -> Result<TransactWriteItem, StoreError> {
-    let update = update.build().map_err(|e| StoreError::Service(e.to_string()))?;
-    Ok(TransactWriteItem::builder().update(update).build())
 }
 
 impl DynamoStore {
@@ -167,10 +162,19 @@ impl DynamoStore {
 
     /// [`Self::read_account_shards`], and the whole limits.
     async fn read_account_split(&self) -> Result<(Vec<AccountCapacity>, AccountCapacity), StoreError> {
+        let read = self.read_account_parts(false).await?;
+        Ok((read.shards, read.whole))
+    }
+
+    /// The account as read, split again first if it had to be; with
+    /// `settled`, read again after a split, so that shard 0 is known as
+    /// stored (what a write of the parts holds to).
+    async fn read_account_parts(&self, settled: bool) -> Result<AccountRead, StoreError> {
         // A split lost to a rival's write is read again.
         for _ in 0..SPLIT_TRIES {
-            if let Some(read) = self.read_account_shards_once().await? {
-                return Ok(read);
+            match self.read_account_shards_once().await? {
+                Some(read) if !settled || read.unchanged.is_some() => return Ok(read),
+                _ => {}
             }
         }
         Err(StoreError::Contention)
@@ -178,7 +182,7 @@ impl DynamoStore {
 
     /// [`Self::read_account_split`], once: none when the limits had to be
     /// split again and a rival's write came between the read and the split.
-    async fn read_account_shards_once(&self) -> Result<Option<(Vec<AccountCapacity>, AccountCapacity)>, StoreError> {
+    async fn read_account_shards_once(&self) -> Result<Option<AccountRead>, StoreError> {
         let mut items = self.shard_items(self.shards.all()).await?;
         let first = Split::read(items.get(&0))?;
         let mut span = first.span.max(self.shards.get());
@@ -204,25 +208,61 @@ impl DynamoStore {
         };
         let split_for = Some(self.shards.get()).filter(|s| *s > 1);
         let deployed = if split_for.is_some() { self.account_limit } else { None };
-        let stored = if first.parts_for != split_for || span != first.span.max(1) || first.deployed != deployed {
-            let parts = Parts::over(self.shards, &whole, &counts);
-            if !self.split_again(&first, span, &parts).await? {
-                return Ok(None);
-            }
-            split_for.map(|_| parts)
-        } else if split_for.is_some() {
-            Some(Parts::stored(self.shards, &items)?)
-        } else {
-            None
+        // Another deployment's limit matters only while no operator's
+        // limit replaces it (two deployments in a rolling change would
+        // otherwise split again at each other's every read).
+        let redeployed = first.set_limit.is_none() && first.deployed != deployed;
+        let moved = first.parts_for != split_for || span != first.span.max(1) || redeployed;
+        let stored = match split_for {
+            Some(_) if !moved => Some(Parts::stored(self.shards, &items)?),
+            _ => None,
         };
-        let shards = counts
+        // Parts that hold back what the account may admit (the jobs they
+        // were split over have ended) are split again too.
+        let in_flight: Vec<i64> = counts.iter().map(|c| c.in_flight).collect();
+        let stale = stored
+            .as_ref()
+            .is_some_and(|p| self.shards.stale(whole.limit(), &p.max, &in_flight));
+        let (stored, unchanged) = if moved || stale {
+            let parts = Parts::over(self.shards, &whole, &counts);
+            if self.split_again(&first, span, &parts, &in_flight).await? {
+                (split_for.map(|_| parts), None)
+            } else if moved {
+                return Ok(None);
+            } else {
+                // Best effort: the parts as stored stand, and the next read
+                // tries again (a writer that needs shard 0 as stored reads
+                // again now).
+                (stored, None)
+            }
+        } else {
+            (stored, Some(first))
+        };
+        let shards = self.shard_views(counts, stored.as_ref(), &whole);
+        Ok(Some(AccountRead {
+            shards,
+            whole,
+            unchanged,
+        }))
+    }
+
+    /// Each shard's counts under its limits: the parts as stored (or
+    /// written), or, with one shard and no parts, the whole limits on
+    /// shard 0.
+    fn shard_views(
+        &self,
+        counts: Vec<AccountCapacity>,
+        stored: Option<&Parts>,
+        whole: &AccountCapacity,
+    ) -> Vec<AccountCapacity> {
+        counts
             .into_iter()
             .enumerate()
             .map(|(k, counts)| {
                 let k = k as u16;
-                let limits = match &stored {
-                    Some(parts) => parts.capacity_of(k, &whole),
-                    None => self.shards.capacity_of(k, &whole, &AccountCapacity::default()),
+                let limits = match stored {
+                    Some(parts) => parts.capacity_of(k, whole),
+                    None => self.shards.capacity_of(k, whole, &AccountCapacity::default()),
                 };
                 AccountCapacity {
                     in_flight: counts.in_flight,
@@ -235,8 +275,7 @@ impl DynamoStore {
                     ..limits
                 }
             })
-            .collect();
-        Ok(Some((shards, whole)))
+            .collect()
     }
 
     /// Writes the limits' `parts` for this `S` (one shard: the limits
@@ -248,7 +287,7 @@ impl DynamoStore {
     /// them between the read and this write (an operator's limit, a
     /// lesson, another `S`'s split, a claim under the old parts), and
     /// nothing was written; the caller reads again.
-    async fn split_again(&self, read: &Split, span: u16, parts: &Parts) -> Result<bool, StoreError> {
+    async fn split_again(&self, read: &Split, span: u16, parts: &Parts, in_flight: &[i64]) -> Result<bool, StoreError> {
         let many = self.shards.get() > 1;
         let mut items = Vec::new();
         for k in self.shards.all() {
@@ -274,8 +313,8 @@ impl DynamoStore {
             }
             items.push(c.built()?);
         }
-        items.extend(self.unsplit_retired(read)?);
-        match self.transact(items, Refusals::default()).await {
+        items.extend(self.unsplit_retired(read, in_flight)?);
+        match self.transact(items, Refusals::PARTS).await {
             Ok(()) => Ok(true),
             // A rival wrote the limits (or split them, or claimed) first.
             Err(StoreError::Conflict(_)) => Ok(false),
@@ -283,17 +322,24 @@ impl DynamoStore {
         }
     }
 
-    /// The shards past this `S` that a larger one split parts onto lose
-    /// them (their counts stay, read while they count a job): a later raise
-    /// must find them unsplit, not admitting under old parts.
-    fn unsplit_retired(&self, read: &Split) -> Result<Vec<TransactWriteItem>, StoreError> {
+    /// The shards past this `S`: those a larger one split parts onto lose
+    /// them (their counts stay, read while they count a job), so a later
+    /// raise finds them unsplit, not admitting under old parts; and those
+    /// that count jobs (`in_flight`, as read) hold no more when the split
+    /// lands, so none admitted under old parts goes uncharged.
+    fn unsplit_retired(&self, read: &Split, in_flight: &[i64]) -> Result<Vec<TransactWriteItem>, StoreError> {
         let split_before = read.span.max(read.parts_for.unwrap_or(1));
-        (self.shards.get()..split_before)
+        let counted = u16::try_from(in_flight.len()).unwrap_or(u16::MAX);
+        (self.shards.get()..split_before.max(counted))
             .map(|k| {
-                built(
-                    self.shard_update(k)
-                        .update_expression("REMOVE parts_for, max_in_flight, learned_limit"),
-                )
+                let c = Clauses::new(self.shard_update(k)).remove(&["parts_for", "max_in_flight", "learned_limit"]);
+                match in_flight.get(usize::from(k)) {
+                    Some(jobs) => c
+                        .value(":was", (*jobs).max(0))
+                        .condition("(attribute_not_exists(in_flight) OR in_flight <= :was)"),
+                    None => c,
+                }
+                .built()
             })
             .collect()
     }
@@ -338,13 +384,14 @@ impl DynamoStore {
     /// counting no more than its part allows ([`Parts::bound`]). False when
     /// a claim came between the read and the write; nothing was written.
     async fn write_limit_parts(&self, limit: Option<u32>) -> Result<bool, StoreError> {
-        let read = self.read_account_shards().await?;
+        let read = self.read_account_parts(true).await?;
         let whole = AccountCapacity {
             configured: self.account_limit,
             set_limit: limit,
             ..AccountCapacity::default()
         };
-        let parts = Parts::over(self.shards, &whole, &read);
+        let parts = Parts::over(self.shards, &whole, &read.shards);
+        let first = read.unchanged.ok_or(StoreError::Contention)?;
         let items = self
             .shards
             .all()
@@ -355,7 +402,9 @@ impl DynamoStore {
                     Some(self.shards.get()),
                 );
                 match k {
-                    0 => c.set_or_remove("max_whole", ":whole", limit).remove(&[
+                    // Over the split as read: a rival's limit, lesson or
+                    // split between the read and this write cancels it.
+                    0 => first.hold(c).set_or_remove("max_whole", ":whole", limit).remove(&[
                         "learned_whole",
                         "raise_every",
                         "learned_at",
@@ -365,7 +414,7 @@ impl DynamoStore {
                 .built()
             })
             .collect::<Result<Vec<_>, _>>()?;
-        match self.transact(items, Refusals::default()).await {
+        match self.transact(items, Refusals::PARTS).await {
             Ok(()) => Ok(true),
             Err(StoreError::Conflict(_)) => Ok(false),
             Err(e) => Err(e),
@@ -406,7 +455,12 @@ impl DynamoStore {
         raise_every: Option<u32>,
         at: Option<i64>,
     ) -> Result<Option<bool>, StoreError> {
-        let (read, whole) = self.read_account_split().await?;
+        let AccountRead {
+            shards: read,
+            whole,
+            unchanged,
+        } = self.read_account_parts(true).await?;
+        let first = unchanged.ok_or(StoreError::Contention)?;
         if whole.learned != seen {
             return Ok(Some(false));
         }
@@ -421,23 +475,18 @@ impl DynamoStore {
                 c = c
                     .value(":zero", 0)
                     .value(":others", others)
-                    .value(":s", self.shards.get())
                     .set("learned_mark = if_not_exists(jobs_ended, :zero) + :others")
                     .set_or_remove("raise_every", ":every", raise_every)
                     .set_if("learned_at", ":at", at)
-                    .set_or_remove("learned_whole", ":whole", learned)
-                    // Only over the limits as split for this `S` (the read
-                    // above split them again if they were not), and over
-                    // the value seen.
-                    .condition("parts_for = :s");
-                c = match seen {
-                    Some(s) => c.value(":seen", s).condition("learned_whole = :seen"),
-                    None => c.condition("attribute_not_exists(learned_whole)"),
-                };
+                    .set_or_remove("learned_whole", ":whole", learned);
+                // Only over the split as read (the read above split the
+                // limits again if they were not for this `S`), and so over
+                // the value seen.
+                c = first.hold(c);
             }
             items.push(c.built()?);
         }
-        match self.transact(items, Refusals::default()).await {
+        match self.transact(items, Refusals::PARTS).await {
             Ok(()) => Ok(Some(true)),
             // The limit moved on since `seen`, or a claim came between.
             Err(StoreError::Conflict(_)) => Ok(None),

@@ -78,6 +78,16 @@ impl Split {
         })
     }
 
+    /// `clauses` (shard 0's) only while shard 0 still holds what was read.
+    pub(super) fn hold(&self, clauses: super::account_clauses::Clauses) -> super::account_clauses::Clauses {
+        let (condition, values) = self.unchanged();
+        values
+            .into_iter()
+            .fold(clauses.condition(&condition), |c, (name, value)| {
+                c.attribute(&name, value)
+            })
+    }
+
     /// A condition that shard 0 still holds what was read, and its values
     /// (`:was0`, `:was1`...).
     pub(super) fn unchanged(&self) -> (String, Vec<(String, AttributeValue)>) {
@@ -215,4 +225,15 @@ pub(super) fn counts_from(item: Option<&Item>) -> Result<AccountCapacity, StoreE
         learned_at_ms: number::<i64>(item, "learned_at")?,
         ..AccountCapacity::default()
     })
+}
+
+/// One read of the account's shards.
+pub(super) struct AccountRead {
+    /// Every shard that may count something, under its part of the limits.
+    pub(super) shards: Vec<AccountCapacity>,
+    /// The whole limits.
+    pub(super) whole: AccountCapacity,
+    /// Shard 0's record of the split as stored; none when this read split
+    /// the limits again (stored now is what it wrote).
+    pub(super) unchanged: Option<Split>,
 }

@@ -81,7 +81,15 @@ impl DynamoStore {
             }
             items.push(TransactWriteItem::builder().update(self.account_update(&m)?).build());
         }
-        self.transact(items, Refusals { reserves, admits }).await
+        self.transact(
+            items,
+            Refusals {
+                reserves,
+                admits,
+                parts: false,
+            },
+        )
+        .await
     }
 
     /// The tenant's counters move by `delta`; a claim (`reserves`) only

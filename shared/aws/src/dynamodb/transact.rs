@@ -18,6 +18,19 @@ use super::ledger_reads::ledger_from_item;
 pub(super) struct Refusals {
     pub(super) reserves: bool,
     pub(super) admits: Option<usize>,
+    /// A write of the account's parts: a condition that failed on any of
+    /// its items (a rival's limit, a claim past a part) is a conflict, and
+    /// the writer reads again.
+    pub(super) parts: bool,
+}
+
+impl Refusals {
+    /// For a write of the account's parts over its shard items.
+    pub(super) const PARTS: Self = Self {
+        reserves: false,
+        admits: None,
+        parts: true,
+    };
 }
 
 impl DynamoStore {
@@ -80,7 +93,9 @@ fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, r
             .get(i)
             .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
     };
-    if failed(0) {
+    if refusals.parts && (0..reasons.len()).any(failed) {
+        StoreError::Conflict(None)
+    } else if failed(0) {
         conflict(reasons[0].item())
     } else if failed(1) && reserves {
         // Which of the tenant's limits: its counters as they were say.
@@ -158,6 +173,7 @@ mod tests {
             Refusals {
                 reserves,
                 admits: Some(2),
+                parts: false,
             },
         )
     }

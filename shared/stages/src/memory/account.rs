@@ -63,7 +63,14 @@ impl Account {
         }
         let split_for = self.parts.as_ref().map(|p| p.split_for);
         let wanted = (s.get() > 1).then_some(s);
-        if split_for != wanted || span != self.span.max(1) {
+        // Parts that hold back what the account may admit are split again
+        // too ([`AccountShards::stale`]).
+        let in_flight: Vec<i64> = (0..span).map(|k| self.counts_of(k).in_flight).collect();
+        let stale = self
+            .parts
+            .as_ref()
+            .is_some_and(|p| split_for == wanted && s.stale(self.limits.limit(), &p.max, &in_flight));
+        if split_for != wanted || span != self.span.max(1) || stale {
             self.span = span;
             self.split(s);
         }
