@@ -1690,7 +1690,7 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
     assert_eq!(rec.phase, Phase::Uncertain);
     let before = rec.clone();
     let case = rec.case.as_mut().unwrap();
-    case.evidence = format!("{}; the log names job-7f3a2", case.evidence);
+    case.evidence = format!("{}; the log names job-7f3a2. See x/job-7f3a2x", case.evidence);
     rec.version += 1;
     app.store.apply(&before, &rec).await.unwrap();
     let attach = |op: Operator, job: &str| {
@@ -1707,7 +1707,7 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
         actor: "ops-b".into(),
         tenant: Some(TenantId::parse("tb").unwrap()),
     };
-    for unnamed in ["job-elsewhere", "job-7f3a", "job-7f3a2x"] {
+    for unnamed in ["job-elsewhere", "job-7f3a", "job-7f3a2x", "7f3a2"] {
         match attach(scoped.clone(), unnamed).await {
             Err(OperationError::JobNotInEvidence { job_id }) => assert_eq!(job_id, unnamed),
             other => panic!("{unnamed}: expected a refusal, got {other:?}"),

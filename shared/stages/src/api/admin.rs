@@ -248,21 +248,26 @@ impl<P: Ports> Admin<'_, P> {
     }
 }
 
-/// Whether `job_id` is named, as a whole word, by what the operation itself
-/// recorded of its jobs: its case's evidence, its saved job, or a Genace
-/// error it kept. Job ids Genace mints are opaque tokens; a word boundary
-/// keeps `J1` from matching `J12`.
+/// Whether `job_id` is named, as a whole token, by what the operation
+/// itself recorded of its jobs: its saved job, or its case's evidence.
+/// (Not the Genace error it kept: a refusal may quote the request, which
+/// the tenant wrote.) A token ends at a space, a quote, a bracket, a comma,
+/// a semicolon, or a full stop that ends a sentence: `J1` does not match
+/// `J12`, `J1.5` or `x/J1`.
 fn named_by_evidence(rec: &OperationRecord, job_id: &str) -> bool {
+    let delimiter = |c: char| c.is_whitespace() || "\"'`()[]{}<>,;".contains(c);
     let names = |text: &str| {
         text.match_indices(job_id).any(|(at, _)| {
             let before = text[..at].chars().next_back();
-            let after = text[at + job_id.len()..].chars().next();
-            let part_of_id = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-');
-            !part_of_id(before) && !part_of_id(after)
+            let mut after = text[at + job_id.len()..].chars();
+            let ends = match after.next() {
+                None => true,
+                Some('.') => after.next().is_none_or(delimiter),
+                Some(c) => delimiter(c),
+            };
+            before.is_none_or(delimiter) && ends
         })
     };
     !job_id.is_empty()
-        && (rec.remote_job_id.as_deref() == Some(job_id)
-            || rec.case.as_ref().is_some_and(|c| names(&c.evidence))
-            || rec.last_error.as_ref().is_some_and(|e| names(&e.detail)))
+        && (rec.remote_job_id.as_deref() == Some(job_id) || rec.case.as_ref().is_some_and(|c| names(&c.evidence)))
 }
