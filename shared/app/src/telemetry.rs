@@ -147,10 +147,8 @@ fn tracer(tracing: &Tracing) -> SdkTracerProvider {
         Some(Ok(exporter)) => genace_trace::set_flush((collector.clone(), exporter)),
         None => genace_trace::set_flush((collector.clone(), Dropped)),
         Some(Err(e)) => {
-            eprintln!(
-                "spans not exported: the OTLP exporter for {} could not be built: {e}",
-                tracing.endpoint
-            );
+            // The endpoint is not repeated: a URL may carry a credential.
+            eprintln!("spans not exported: the OTLP exporter could not be built: {e}");
             genace_trace::set_flush((collector.clone(), Dropped));
         }
     }

@@ -29,8 +29,13 @@ impl OtlpExporter {
     /// To `endpoint` (`OTEL_EXPORTER_OTLP_ENDPOINT`, e.g.
     /// `http://localhost:4318`), naming the resource `service`, with
     /// `headers` on every export (a hosted receiver's key). Redirects are
-    /// not followed: a key must not travel to a host nobody named.
+    /// not followed: a key must not travel to a host nobody named. The
+    /// endpoint is `https`, or `http` on a loopback host (the collector's
+    /// Lambda extension, the local stack): spans and the key never cross a
+    /// network in the clear. No error names the endpoint (a URL may carry
+    /// a credential).
     pub fn new(endpoint: &str, service: impl Into<String>, headers: OtlpHeaders) -> Result<Self, String> {
+        check_endpoint(endpoint)?;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(3))
             .redirect(reqwest::redirect::Policy::none())
@@ -42,6 +47,24 @@ impl OtlpExporter {
             url: format!("{}/v1/traces", endpoint.trim_end_matches('/')),
             service: service.into(),
         })
+    }
+}
+
+/// Refuses an endpoint that is not an `https` URL, nor `http` on a
+/// loopback host (`localhost`, `127.0.0.0/8`, `::1`), without repeating it.
+pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    let url = reqwest::Url::parse(endpoint).map_err(|_| "OTEL_EXPORTER_OTLP_ENDPOINT is not a URL".to_owned())?;
+    let host = url.host_str().unwrap_or_default();
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match url.scheme() {
+        "https" if !host.is_empty() => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => Err("OTEL_EXPORTER_OTLP_ENDPOINT must be https, or http on a loopback host".to_owned()),
     }
 }
 
@@ -109,7 +132,7 @@ impl SpanExporter for OtlpExporter {
             .body(body.to_string())
             .send()
             .await
-            .map_err(|e| OTelSdkError::InternalFailure(e.to_string()))?;
+            .map_err(|e| OTelSdkError::InternalFailure(e.without_url().to_string()))?;
         if !sent.status().is_success() {
             return Err(OTelSdkError::InternalFailure(format!(
                 "the OTLP receiver answered {}",
@@ -225,6 +248,41 @@ mod tests {
     use opentelemetry::InstrumentationScope;
     use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
     use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
+
+    /// Spans and the receiver's key cross no network in the clear: the
+    /// endpoint is https, or http on a loopback host; the refusal never
+    /// repeats the URL, which may carry a credential.
+    #[test]
+    fn an_endpoint_is_https_or_http_on_loopback() {
+        for ok in [
+            "https://collector.example:4318",
+            "https://user:pw@otlp.example/",
+            "http://localhost:4318",
+            "http://LOCALHOST:4318",
+            "http://127.0.0.1:4318",
+            "http://127.8.9.10",
+            "http://[::1]:4318",
+        ] {
+            assert_eq!(check_endpoint(ok), Ok(()), "{ok}");
+            assert!(OtlpExporter::new(ok, "svc", OtlpHeaders::default()).is_ok(), "{ok}");
+        }
+        for refused in [
+            "http://collector.example:4318",
+            "http://user:s3cret@10.0.0.5:4318",
+            "http://[::2]:4318",
+            "http://localhost.evil.example",
+            "ftp://localhost",
+            "s3cret-not-a-url",
+            "",
+        ] {
+            let e = OtlpExporter::new(refused, "svc", OtlpHeaders::default()).unwrap_err();
+            assert!(e.starts_with("OTEL_EXPORTER_OTLP_ENDPOINT"), "{refused}: {e}");
+            assert!(
+                !e.contains("s3cret") && !e.contains("example") && !e.contains("10.0.0.5"),
+                "{e}"
+            );
+        }
+    }
 
     fn span(parent: u64) -> SpanData {
         SpanData {
