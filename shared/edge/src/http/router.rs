@@ -23,10 +23,23 @@ pub async fn handle<P: Ports>(intake: &Intake<P>, req: Request) -> Response<Body
         Ok(resp) => resp,
         Err(problem) => problem.into_response(&instance),
     };
-    // The request's spans leave before the function is frozen.
-    genace_trace::flush().await;
+    // The request's spans leave before the function is frozen, within a
+    // bound: a slow or unreachable receiver delays no answer by more, and
+    // what it has not taken by then is dropped.
+    if tokio::time::timeout(SPAN_EXPORT_BOUND, genace_trace::flush())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            bound_ms = SPAN_EXPORT_BOUND.as_millis() as u64,
+            "the trace receiver took longer than the bound; the request's spans were dropped"
+        );
+    }
     response
 }
+
+/// The longest an API response waits for its spans to leave.
+pub const SPAN_EXPORT_BOUND: std::time::Duration = std::time::Duration::from_millis(250);
 
 async fn route_request<P: Ports>(intake: &Intake<P>, req: Request) -> Result<Response<Body>, Problem> {
     let found = find(req.method(), req.uri().path()).map_err(|miss| match miss {
