@@ -298,6 +298,32 @@ async fn an_event_the_table_did_not_commit_is_never_signed() {
     assert!(rig.receiver.received().is_empty());
 }
 
+/// A forged event for a tenant with endpoints is dead-lettered before it
+/// is kept: nothing to replay later, and no POST, whoever receives it.
+#[tokio::test]
+async fn a_forged_event_is_never_kept_for_replay() {
+    let rig = rig(&[]).await;
+    add_endpoint(&rig, "ep_one", &[]).await;
+    add_endpoint(&rig, "ep_two", &[]).await;
+    let forged = event_at(&rig, "acme", "operation.delivered", 9);
+    let outcome = handle_body(&rig.stage, &forged).await.unwrap();
+    assert!(matches!(outcome, Webhooked::DeadLettered(_)), "{outcome:?}");
+    let id = serde_json::from_str::<Value>(&forged).unwrap()["detail"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let acme = TenantId::parse("acme").unwrap();
+    let kept = rig
+        .stage
+        .store
+        .kept_event(&acme, &id, rig.stage.clock.now())
+        .await
+        .unwrap();
+    assert_eq!(kept, None, "a forged event was kept for replay");
+    assert!(rig.receiver.received().is_empty());
+    assert_eq!(rig.queue.letters().len(), 1, "one dead letter, no copies fanned out");
+}
+
 /// An endpoint of acme's, as the service saves it, with its secret.
 async fn add_endpoint(rig: &Rig, id: &str, events: &[&str]) -> genace_core::webhook::WebhookEndpoint {
     let acme = TenantId::parse("acme").unwrap();

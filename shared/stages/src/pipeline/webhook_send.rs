@@ -168,10 +168,17 @@ where
         let config = self.store.webhook(&tenant_id).await?;
         let endpoints = self.store.endpoints(&tenant_id).await?.endpoints;
         let configured = config.is_some() || !endpoints.is_empty();
-        if !endpoints.is_empty() && message.get("to").is_none() {
+        let to = message.get("to").and_then(Value::as_str);
+        // An event off the bus, for a tenant with endpoints, is kept for
+        // replay, and only once the table is seen to have committed it: a
+        // forged one is dead-lettered with nothing kept.
+        let keeps = !endpoints.is_empty() && to.is_none();
+        if keeps {
+            if let Err(why) = self.verified(kind, detail, &tenant_id, &endpoints).await? {
+                return self.give_up(&message, tenant, id, "unverified", why).await;
+            }
             self.keep(&tenant_id, id, detail).await;
         }
-        let to = message.get("to").and_then(Value::as_str);
         self.log_skipped(&endpoints, to, &tenant_id, kind, detail).await?;
         let mut receivers: Vec<Receiver> = config
             .filter(|c| c.wants(kind))
@@ -203,11 +210,8 @@ where
             [receiver] => {
                 // Sign only what the table committed: the bus's policy admits only
                 // the pipe, and this check holds even if that policy is changed.
-                let verified = match kind {
-                    ENDPOINT_DISABLED => disabled_as_told(detail, &endpoints),
-                    _ => self.committed(detail, &tenant_id).await?,
-                };
-                if let Err(why) = verified {
+                // (An event kept above was checked there.)
+                if !keeps && let Err(why) = self.verified(kind, detail, &tenant_id, &endpoints).await? {
                     return self.give_up(&message, tenant, id, "unverified", why).await;
                 }
                 self.send(&message, &tenant_id, receiver, receives).await
@@ -321,6 +325,22 @@ impl<S: OperationRecords, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
     /// operation is live, belongs to the event's tenant, is the same
     /// incarnation (the id's creation time) and has reached the event's
     /// version. `Ok(Err(why))` when it does not; a store failure is retried.
+    /// Whether the table committed the event `detail` of `kind` says: an
+    /// endpoint disabled as it says, or an operation's change
+    /// ([`Self::committed`]).
+    async fn verified(
+        &self,
+        kind: &str,
+        detail: &Value,
+        tenant: &TenantId,
+        endpoints: &[WebhookEndpoint],
+    ) -> Result<Result<(), String>, StageError> {
+        match kind {
+            ENDPOINT_DISABLED => Ok(disabled_as_told(detail, endpoints)),
+            _ => self.committed(detail, tenant).await,
+        }
+    }
+
     async fn committed(&self, detail: &Value, tenant: &TenantId) -> Result<Result<(), String>, StageError> {
         let op = detail["operation_id"].as_str().unwrap_or_default();
         let Ok(op_id) = genace_core::domain::OperationId::parse(op) else {
