@@ -225,7 +225,16 @@ impl DynamoStore {
             .is_some_and(|p| self.shards.stale(whole.limit(), &p.max, &in_flight));
         let (stored, unchanged) = if moved || stale {
             let parts = Parts::over(self.shards, &whole, &counts);
-            if self.split_again(&first, span, &parts, &in_flight).await? {
+            // A stale re-split that fails (contention past every try, a
+            // service error) fails no read: the parts as stored stand.
+            let written = match self.split_again(&first, span, &parts, &in_flight).await {
+                Err(e) if !moved => {
+                    tracing::warn!(error = %e, "stale account parts not split again; they stand until the next read");
+                    false
+                }
+                written => written?,
+            };
+            if written {
                 (split_for.map(|_| parts), None)
             } else if moved {
                 return Ok(None);
