@@ -321,10 +321,6 @@ where
 }
 
 impl<S: OperationRecords, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
-    /// Whether the event describes a change the table committed: its
-    /// operation is live, belongs to the event's tenant, is the same
-    /// incarnation (the id's creation time) and has reached the event's
-    /// version. `Ok(Err(why))` when it does not; a store failure is retried.
     /// Whether the table committed the event `detail` of `kind` says: an
     /// endpoint disabled as it says, or an operation's change
     /// ([`Self::committed`]).
@@ -341,6 +337,10 @@ impl<S: OperationRecords, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
         }
     }
 
+    /// Whether the event describes a change the table committed: its
+    /// operation is live, belongs to the event's tenant, is the same
+    /// incarnation (the id's creation time) and has reached the event's
+    /// version. `Ok(Err(why))` when it does not; a store failure is retried.
     async fn committed(&self, detail: &Value, tenant: &TenantId) -> Result<Result<(), String>, StageError> {
         let op = detail["operation_id"].as_str().unwrap_or_default();
         let Ok(op_id) = genace_core::domain::OperationId::parse(op) else {
