@@ -315,10 +315,7 @@ impl DynamoStore {
                 } else {
                     c.remove(&["parts_for", "max_whole", "learned_whole", "deployed_whole"])
                 };
-                let (condition, values) = read.unchanged();
-                c = values
-                    .into_iter()
-                    .fold(c.condition(&condition), |c, (name, value)| c.attribute(&name, value));
+                c = c.held_to(read);
             }
             items.push(c.built()?);
         }
@@ -413,7 +410,7 @@ impl DynamoStore {
                 match k {
                     // Over the split as read: a rival's limit, lesson or
                     // split between the read and this write cancels it.
-                    0 => first.hold(c).set_or_remove("max_whole", ":whole", limit).remove(&[
+                    0 => c.held_to(&first).set_or_remove("max_whole", ":whole", limit).remove(&[
                         "learned_whole",
                         "raise_every",
                         "learned_at",
@@ -491,7 +488,7 @@ impl DynamoStore {
                 // Only over the split as read (the read above split the
                 // limits again if they were not for this `S`), and so over
                 // the value seen.
-                c = first.hold(c);
+                c = c.held_to(&first);
             }
             items.push(c.built()?);
         }

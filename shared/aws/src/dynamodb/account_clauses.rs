@@ -5,7 +5,7 @@ use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use genace_stages::ports::table::StoreError;
 
-use super::account_parts::Parts;
+use super::account_parts::{Parts, Split};
 
 /// A shard item's `SET` and `REMOVE` clauses, its values and conditions.
 pub(super) struct Clauses {
@@ -38,6 +38,15 @@ impl Clauses {
                 .condition("(attribute_not_exists(in_flight) OR in_flight <= :bound)"),
             None => clauses,
         }
+    }
+
+    /// These clauses (shard 0's) only while shard 0 still holds what
+    /// `read` found: the split, the whole limits and the span.
+    pub(super) fn held_to(self, read: &Split) -> Self {
+        let (condition, values) = read.unchanged();
+        values
+            .into_iter()
+            .fold(self.condition(&condition), |c, (name, value)| c.attribute(&name, value))
     }
 
     /// `SET name = placeholder` with `value`, or `REMOVE name` without one.

@@ -78,16 +78,6 @@ impl Split {
         })
     }
 
-    /// `clauses` (shard 0's) only while shard 0 still holds what was read.
-    pub(super) fn hold(&self, clauses: super::account_clauses::Clauses) -> super::account_clauses::Clauses {
-        let (condition, values) = self.unchanged();
-        values
-            .into_iter()
-            .fold(clauses.condition(&condition), |c, (name, value)| {
-                c.attribute(&name, value)
-            })
-    }
-
     /// A condition that shard 0 still holds what was read, and its values
     /// (`:was0`, `:was1`...).
     pub(super) fn unchanged(&self) -> (String, Vec<(String, AttributeValue)>) {
