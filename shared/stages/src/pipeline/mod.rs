@@ -8,7 +8,8 @@
 //!   one operation; [`sweep`]: the periodic repair of what a crash left.
 //! - [`wake`]: waking operations that wait for a slot or for credits.
 //! - [`webhook_send`]: signed webhook POSTs, their retries and log, each
-//!   signed by [`signature`];
+//!   signed by [`signature`], each checked first against what the table
+//!   committed (`webhook_verify`);
 //!   [`events`]: which lifecycle changes become webhook events.
 
 pub mod deliver;
@@ -21,3 +22,4 @@ pub mod stage;
 pub mod sweep;
 pub mod wake;
 pub mod webhook_send;
+mod webhook_verify;

@@ -51,20 +51,6 @@ pub enum Webhooked {
     DeadLettered(String),
 }
 
-/// Whether an `endpoint.disabled` event tells what the table holds: the
-/// endpoint it names is disabled, at the time it says.
-fn disabled_as_told(detail: &Value, endpoints: &[WebhookEndpoint]) -> Result<(), String> {
-    let named = detail["data"]["endpoint_id"].as_str().unwrap_or_default();
-    let at = detail["data"]["disabled_at"]
-        .as_str()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.with_timezone(&chrono::Utc));
-    match endpoints.iter().find(|e| e.id == named) {
-        Some(e) if e.disabled_at.is_some() && e.disabled_at == at => Ok(()),
-        _ => Err(format!("endpoint {named:?} is not disabled as the event says")),
-    }
-}
-
 /// `to` of a copy for the tenant's operator-set webhook.
 pub const TENANT_WEBHOOK: &str = "webhook";
 
@@ -317,53 +303,6 @@ where
                 Err(StageError::Remote(e))
             }
         }
-    }
-}
-
-impl<S: OperationRecords, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
-    /// Whether the table committed the event `detail` of `kind` says: an
-    /// endpoint disabled as it says, or an operation's change
-    /// ([`Self::committed`]).
-    async fn verified(
-        &self,
-        kind: &str,
-        detail: &Value,
-        tenant: &TenantId,
-        endpoints: &[WebhookEndpoint],
-    ) -> Result<Result<(), String>, StageError> {
-        match kind {
-            ENDPOINT_DISABLED => Ok(disabled_as_told(detail, endpoints)),
-            _ => self.committed(detail, tenant).await,
-        }
-    }
-
-    /// Whether the event describes a change the table committed: its
-    /// operation is live, belongs to the event's tenant, is the same
-    /// incarnation (the id's creation time) and has reached the event's
-    /// version. `Ok(Err(why))` when it does not; a store failure is retried.
-    async fn committed(&self, detail: &Value, tenant: &TenantId) -> Result<Result<(), String>, StageError> {
-        let op = detail["operation_id"].as_str().unwrap_or_default();
-        let Ok(op_id) = genace_core::domain::OperationId::parse(op) else {
-            return Ok(Err(format!("{op:?} is not an operation id")));
-        };
-        let version = detail["version"].as_u64().unwrap_or(u64::MAX);
-        let incarnation = detail["id"].as_str().and_then(|id| id.split(':').nth(1));
-        let Some(rec) = self.store.get(&op_id, self.clock.now()).await? else {
-            return Ok(Err(format!("operation {op} is not in the table")));
-        };
-        if rec.tenant_id != *tenant {
-            return Ok(Err(format!("operation {op} belongs to another tenant")));
-        }
-        if incarnation != Some(rec.created_at.timestamp_millis().to_string().as_str()) {
-            return Ok(Err(format!("the event names another incarnation of operation {op}")));
-        }
-        if rec.version < version {
-            return Ok(Err(format!(
-                "operation {op} is at version {}, the event claims {version}",
-                rec.version
-            )));
-        }
-        Ok(Ok(()))
     }
 }
 
