@@ -1512,6 +1512,26 @@ async fn the_waiting_set_holds_only_tenants_that_wait<S: OperationStore>(store: 
     );
 }
 
+/// A tenant whose last waiter was claimed, and whose entry no read has
+/// dropped yet, waits again behind the tenants that joined after it: the
+/// place of its last wait is not kept.
+async fn a_tenant_that_waits_again_joins_behind_those_that_joined_since<S: OperationStore>(store: S) {
+    let pause = || tokio::time::sleep(std::time::Duration::from_millis(3));
+    let first = waits(&store, "again-a", "1", machine::Event::CapacityReached).await;
+    store.apply(&first, &claimed(&first, "tok")).await.unwrap();
+    pause().await;
+    waits(&store, "again-b", "1", machine::Event::CapacityReached).await;
+    waits(&store, "again-a", "2", machine::Event::CapacityReached).await;
+    let names: Vec<String> = store
+        .waiting_ledgers(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.tenant_id)
+        .collect();
+    assert_eq!(names, ["again-b", "again-a"]);
+}
+
 /// A wake-up that passed over tenants sends them to the back of the
 /// waiting set: the next read finds those behind them first. A tenant not
 /// in the set is not added.
@@ -1970,6 +1990,7 @@ genace_aws::contract_tests!(
     without_an_account_limit_slots_are_only_counted,
     the_waiting_order_is_per_tenant_and_oldest_first,
     the_waiting_set_holds_only_tenants_that_wait,
+    a_tenant_that_waits_again_joins_behind_those_that_joined_since,
     tenants_sent_to_the_back_are_read_last,
     tenants_held_back_by_their_own_limits_are_parked,
     a_tenants_own_limit_refuses_a_claim_past_it,

@@ -48,6 +48,10 @@ impl DynamoStore {
     }
 
     /// The record's update and the tenant's counters, in one transaction.
+    /// A tenant that begins to wait keeps its place in its set only while
+    /// it still waits: a place left by its last wait (its entry not yet
+    /// dropped by a read) fails the first try, and the second places it
+    /// at the back.
     pub(super) async fn apply_with_ledger(
         &self,
         prev: &OperationRecord,
@@ -56,18 +60,40 @@ impl DynamoStore {
         delta: Shares,
     ) -> Result<(), StoreError> {
         let plan = plan.guarded_by(prev.version);
+        let moves = SetMove::of(&delta);
+        let first = self.ledger_transaction(prev, next, &plan, delta, moves).await;
+        match first {
+            Err(StoreError::Conflict(None)) if moves.place == PlaceRule::NowIfNone => {
+                let anew = SetMove {
+                    place: PlaceRule::Now,
+                    ..moves
+                };
+                self.ledger_transaction(prev, next, &plan, delta, anew).await
+            }
+            done => done,
+        }
+    }
+
+    async fn ledger_transaction(
+        &self,
+        prev: &OperationRecord,
+        next: &OperationRecord,
+        plan: &UpdatePlan,
+        delta: Shares,
+        moves: SetMove,
+    ) -> Result<(), StoreError> {
         let record = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::key(&prev.operation_id)))
-            .update_expression(plan.expression)
-            .set_expression_attribute_names(Some(plan.names))
-            .set_expression_attribute_values(Some(plan.values))
+            .update_expression(plan.expression.clone())
+            .set_expression_attribute_names(Some(plan.names.clone()))
+            .set_expression_attribute_values(Some(plan.values.clone()))
             .condition_expression(VERSION_GUARD)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| StoreError::Service(e.to_string()))?;
         let reserves = ledger::reserves(prev, next);
-        let counters = self.ledger_update(prev, delta, reserves)?;
+        let counters = self.ledger_update(prev, delta, moves, reserves)?;
         let mut items = vec![
             TransactWriteItem::builder().update(record).build(),
             TransactWriteItem::builder().update(counters).build(),
@@ -87,6 +113,7 @@ impl DynamoStore {
                 reserves,
                 admits,
                 parts: false,
+                places: moves.place == PlaceRule::NowIfNone,
             },
         )
         .await
@@ -94,10 +121,15 @@ impl DynamoStore {
 
     /// The tenant's counters move by `delta`; a claim (`reserves`) only
     /// while the spend limit leaves room for its reservation.
-    fn ledger_update(&self, prev: &OperationRecord, delta: Shares, reserves: bool) -> Result<Update, StoreError> {
+    fn ledger_update(
+        &self,
+        prev: &OperationRecord,
+        delta: Shares,
+        moves: SetMove,
+        reserves: bool,
+    ) -> Result<Update, StoreError> {
         let n = |v: i64| AttributeValue::N(v.to_string());
         let mc = |v: Millicredits| n(v.get());
-        let moves = SetMove::of(&delta);
         let mut counters = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::ledger_key(prev.tenant_id.as_str())))
@@ -159,6 +191,10 @@ impl DynamoStore {
                 )
                 .expression_attribute_values(":need", mc(delta.held))
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        } else if moves.place == PlaceRule::NowIfNone {
+            // A place kept only while the tenant waits (see
+            // `apply_with_ledger`).
+            counters = counters.condition_expression("attribute_not_exists(wait_sk) OR waiting > :zero");
         }
         counters.build().map_err(|e| StoreError::Service(e.to_string()))
     }

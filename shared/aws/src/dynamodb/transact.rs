@@ -22,6 +22,11 @@ pub(super) struct Refusals {
     /// its items (a rival's limit, a claim past a part) is a conflict, and
     /// the writer reads again.
     pub(super) parts: bool,
+    /// The tenant's counters (item 1) keep its place in its set only while
+    /// it waits: a failed condition there, on a write that is not a claim,
+    /// says the place is stale ([`StoreError::Conflict`] with no record),
+    /// and the writer places it anew.
+    pub(super) places: bool,
 }
 
 impl Refusals {
@@ -30,6 +35,7 @@ impl Refusals {
         reserves: false,
         admits: None,
         parts: true,
+        places: false,
     };
 }
 
@@ -97,6 +103,8 @@ fn cancelled(e: &aws_sdk_dynamodb::types::error::TransactionCanceledException, r
         StoreError::Conflict(None)
     } else if failed(0) {
         conflict(reasons[0].item())
+    } else if failed(1) && refusals.places && !reserves {
+        StoreError::Conflict(None)
     } else if failed(1) && reserves {
         // Which of the tenant's limits: its counters as they were say.
         let ledger = reasons[1].item().and_then(|item| ledger_from_item("", item).ok());
@@ -174,6 +182,7 @@ mod tests {
                 reserves,
                 admits: Some(2),
                 parts: false,
+                places: false,
             },
         )
     }

@@ -202,8 +202,10 @@ impl MemoryStore {
 }
 
 impl super::store::Tables {
-    /// Applies the counters' move of a tenant between the sets.
-    pub(super) fn move_in_sets(&mut self, tenant: &str, to: crate::ports::table::SetMove) {
+    /// Applies the counters' move of a tenant between the sets; `waited`:
+    /// it had operations waiting before the move (a place is kept only
+    /// while it waits, as DynamoDB's condition keeps it).
+    pub(super) fn move_in_sets(&mut self, tenant: &str, to: crate::ports::table::SetMove, waited: bool) {
         use crate::ports::table::{PlaceRule, SetRule};
         match to.set {
             SetRule::Keep => {}
@@ -224,7 +226,7 @@ impl super::store::Tables {
         }
         let placed = match to.place {
             PlaceRule::Keep => false,
-            PlaceRule::NowIfNone => !self.waiting_set.contains_key(tenant),
+            PlaceRule::NowIfNone => !waited || !self.waiting_set.contains_key(tenant),
             PlaceRule::Now => true,
         };
         if placed {

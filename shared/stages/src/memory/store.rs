@@ -524,8 +524,9 @@ impl MemoryStore {
                         .plus(&delta)
                         .map_err(|e| StoreError::Decode(e.to_string()))?;
                     tables.account.apply(&moves)?;
+                    let waited = entry.totals.waiting > 0;
                     entry.totals = totals;
-                    tables.move_in_sets(tenant, crate::ports::table::SetMove::of(&delta));
+                    tables.move_in_sets(tenant, crate::ports::table::SetMove::of(&delta), waited);
                 }
                 if let Some(current) = tables.records.get_mut(&prev.pk) {
                     *current = next.clone();
