@@ -690,8 +690,18 @@ fn calls_that_take_time_keep_every_job_id_before_the_kill() {
     );
 }
 
+/// The reconfiguration model as CI runs it.
+fn reconfigured() -> Options {
+    Options {
+        reconfigure: true,
+        max_in_flight: Some(4),
+        intents: 16,
+        ..Options::default()
+    }
+}
+
 /// Reconfiguration while work runs: deployments change the account's shard
-/// count (2 to 4) and operators set or remove its limit. The account's
+/// count (1 to 4) and operators set or remove its limit. The account's
 /// jobs, and each shard's, never rise past the limit or their part of it,
 /// nor at all while over it. An even split of the limit for a new count,
 /// planted (as before splits were over the jobs each shard counts), lets
@@ -702,17 +712,34 @@ fn calls_that_take_time_keep_every_job_id_before_the_kill() {
 /// slot no shard admitted (seed 354, a waiter at rest beside a free slot).
 #[test]
 fn reconfiguration_admits_nothing_past_the_limit() {
-    let reconfigured = Options {
-        reconfigure: true,
-        max_in_flight: Some(4),
-        intents: 16,
-        ..Options::default()
-    };
+    let reconfigured = reconfigured();
     model_finds(
         &reconfigured,
         (0..100).chain([354]),
         planted::SPLIT_EVEN,
-        11,
+        9,
+        "past the limit",
+        Options {
+            reconfigure: false,
+            ..reconfigured.clone()
+        },
+        300,
+    );
+}
+
+/// Lowered to one shard while the shards a larger count used still count
+/// jobs: shard 0 admits the limit less those jobs until they end. Planted,
+/// the limits written whole on one shard (as before this was mended) let
+/// it admit the whole limit beside them: found by the reconfiguration
+/// model, which lowers the count to one, and missed without it.
+#[test]
+fn lowered_to_one_shard_the_account_charges_the_others_jobs() {
+    let reconfigured = reconfigured();
+    model_finds(
+        &reconfigured,
+        std::iter::empty(),
+        planted::ONE_SHARD_WHOLE,
+        110,
         "past the limit",
         Options {
             reconfigure: false,

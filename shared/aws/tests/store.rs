@@ -493,40 +493,102 @@ async fn a_claim_between_the_read_and_the_parts_is_read_again() {
     }
 }
 
-/// Parts split over counts are split again when they hold back what the
-/// account may admit: once the jobs of the shards a lower count left have
-/// ended, and once the account is back under a lowered limit.
-#[tokio::test]
-async fn parts_that_hold_back_slots_are_split_again() {
+/// Claims `per_shard` new operations of tenant `t` on each of `shards`,
+/// every one admitted; the claimed records.
+async fn running_on(
+    store: &genace_aws::DynamoStore,
+    shards: std::ops::Range<u16>,
+    per_shard: usize,
+) -> Vec<genace_core::record::OperationRecord> {
     use genace_core::machine::{self, Event, Policy};
-    use genace_core::shard::AccountShards;
-    let env = LocalAws::fresh().await;
-    let two = env.store().with_account_shards(AccountShards::new(2).unwrap());
-    two.set_account_limit(Some(6)).await.unwrap();
     let now = Utc::now();
-    // Three jobs on each shard, then the limit lowered to 4: parts 0, 0.
     let mut running = Vec::new();
-    for shard in 0..2 {
-        for i in 0..3 {
+    for shard in shards {
+        for i in 0..per_shard {
             let rec = genace_aws::testkit::intent_record("t", &format!("r{shard}-{i}"), "p");
-            two.create(&rec, now).await.unwrap();
+            store.create(&rec, now).await.unwrap();
             let event = Event::ClaimDispatch { token: "t", shard };
             let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
-            two.apply(&rec, &claimed).await.unwrap();
+            store.apply(&rec, &claimed).await.unwrap();
             running.push(claimed);
         }
     }
-    two.set_account_limit(Some(4)).await.unwrap();
-    assert_eq!(claims_admitted(&two, "over", 0, 1).await, 0);
-    // Three jobs end (released): 3 in flight under a limit of 4.
-    for claimed in running.drain(..3) {
+    running
+}
+
+/// Releases each of `claimed` (Genace never took its job): its slot is
+/// free again.
+async fn release_all(store: &genace_aws::DynamoStore, claimed: Vec<genace_core::record::OperationRecord>) {
+    use genace_core::machine::{self, Event, Policy};
+    let now = Utc::now();
+    for claimed in claimed {
         let event = Event::ClaimUnused {
             token: "t",
             retry_at: now,
         };
         let released = machine::transition(&claimed, event, now, &Policy::default()).unwrap();
-        two.apply(&claimed, &released).await.unwrap();
+        store.apply(&claimed, &released).await.unwrap();
     }
+}
+
+/// Lowered to one shard, the account charges the jobs the shards it left
+/// still count until they end: shard 0 admits only the limit less those
+/// jobs, under the limit it had, an operator's new one and a lesson; once
+/// they end, it admits the whole limit again. One shard wrote the limits
+/// whole and admitted up to the limit beside those jobs.
+#[tokio::test]
+async fn lowered_to_one_shard_the_account_charges_the_jobs_the_others_count() {
+    use genace_core::shard::AccountShards;
+    let env = LocalAws::fresh().await;
+    let four = env.store().with_account_shards(AccountShards::new(4).unwrap());
+    four.set_account_limit(Some(10)).await.unwrap();
+    let running = running_on(&four, 1..4, 2).await;
+    let one = env.store();
+    assert_eq!(one.account().await.unwrap().in_flight, 6);
+    assert_eq!(
+        claims_admitted(&one, "lowered", 0, 6).await,
+        4,
+        "10 less the 6 the others count"
+    );
+    one.set_account_limit(Some(12)).await.unwrap();
+    assert_eq!(
+        claims_admitted(&one, "raised", 0, 4).await,
+        2,
+        "an operator's limit of 12"
+    );
+    let seen = one.account().await.unwrap().learned;
+    assert!(one.learn_account_limit(seen, Some(11), None, None).await.unwrap());
+    assert_eq!(
+        claims_admitted(&one, "learned", 0, 2).await,
+        0,
+        "a lesson of 11, 12 running"
+    );
+    // The others' jobs end (released): shard 0 alone counts 6 of 12.
+    release_all(&four, running).await;
+    let account = one.account().await.unwrap();
+    assert_eq!((account.in_flight, account.limit()), (6, Some(11)));
+    assert_eq!(
+        claims_admitted(&one, "drained", 0, 6).await,
+        5,
+        "the whole lesson again"
+    );
+}
+
+/// Parts split over counts are split again when they hold back what the
+/// account may admit: once the jobs of the shards a lower count left have
+/// ended, and once the account is back under a lowered limit.
+#[tokio::test]
+async fn parts_that_hold_back_slots_are_split_again() {
+    use genace_core::shard::AccountShards;
+    let env = LocalAws::fresh().await;
+    let two = env.store().with_account_shards(AccountShards::new(2).unwrap());
+    two.set_account_limit(Some(6)).await.unwrap();
+    // Three jobs on each shard, then the limit lowered to 4: parts 0, 0.
+    let mut running = running_on(&two, 0..2, 3).await;
+    two.set_account_limit(Some(4)).await.unwrap();
+    assert_eq!(claims_admitted(&two, "over", 0, 1).await, 0);
+    // Three jobs end (released): 3 in flight under a limit of 4.
+    release_all(&two, running.drain(..3).collect()).await;
     let shards = two.account_shards().await.unwrap();
     let free: u64 = shards.iter().filter_map(|s| s.free_slots()).sum();
     assert_eq!(free, 1, "the read split the parts again: {shards:?}");

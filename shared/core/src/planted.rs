@@ -76,9 +76,13 @@ pub const DEADLINE_UNREAD: u32 = 4_194_304;
 /// operator's limit, is even, whatever jobs each shard counts: the new
 /// shards admit their parts beside a full one.
 pub const SPLIT_EVEN: u32 = 8_388_608;
+/// Lowered to one shard, the account's limits are written whole on it:
+/// the jobs that the shards a larger count left still count are not
+/// charged to them, and shard 0 admits the whole limit beside them.
+pub const ONE_SHARD_WHOLE: u32 = 16_777_216;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 24] = [
+pub const ALL: [(&str, u32); 25] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -103,6 +107,7 @@ pub const ALL: [(&str, u32); 24] = [
     ("recovery-skipped", RECOVERY_SKIPPED),
     ("deadline-unread", DEADLINE_UNREAD),
     ("split-even", SPLIT_EVEN),
+    ("one-shard-whole", ONE_SHARD_WHOLE),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

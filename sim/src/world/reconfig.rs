@@ -19,9 +19,8 @@ const PER_MILLE: u64 = 25;
 
 impl World {
     /// With the model on, now and then: a deployment with another shard
-    /// count (2 to 4: lowering to one shard does not yet charge the jobs
-    /// of the shards it leaves), or an operator's limit (1 to the run's
-    /// limit, or none: the deployment's again). True when it did either.
+    /// count (1 to 4), or an operator's limit (1 to the run's limit, or
+    /// none: the deployment's again). True when it did either.
     pub(crate) fn maybe_reconfigure(&mut self) -> bool {
         let Some(most) = self.reconfigure else {
             return false;
@@ -30,7 +29,7 @@ impl World {
             return false;
         }
         if self.rng.chance(500) {
-            let shards = AccountShards::new(2 + self.rng.below(3) as u16).unwrap_or_default();
+            let shards = AccountShards::new(1 + self.rng.below(4) as u16).unwrap_or_default();
             self.app.store = chaotic(&self.store.clone().with_account_shards(shards), &self.chaos);
             self.app.config.policy.account_shards = shards;
             self.log(format!("deploy: the account in {} shards", shards.get()));

@@ -8,10 +8,11 @@
 //! (`max_in_flight`) and of the learned one (`learned_limit`); a change of
 //! either is one transaction over every shard, and shard 0 also keeps the
 //! learned limit whole (`learned_whole`), which a lesson's condition reads.
+//! One shard holds parts too while shards a larger `S` left count jobs, so
+//! that those jobs are charged to the limit until they end.
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use genace_core::ledger::AccountCapacity;
 use genace_core::shard::{self, AccountMove};
@@ -30,11 +31,11 @@ fn n(v: impl ToString) -> AttributeValue {
 }
 
 impl DynamoStore {
-    fn account_key(shard: u16) -> Item {
+    pub(super) fn account_key(shard: u16) -> Item {
         HashMap::from([("pk".to_owned(), AttributeValue::S(account_shard_key(shard)))])
     }
 
-    fn shard_update(&self, shard: u16) -> aws_sdk_dynamodb::types::builders::UpdateBuilder {
+    pub(super) fn shard_update(&self, shard: u16) -> aws_sdk_dynamodb::types::builders::UpdateBuilder {
         Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::account_key(shard)))
@@ -93,11 +94,14 @@ impl DynamoStore {
             // not reached yet (the count just raised, or lowered) holds
             // another `S`'s parts, or none, and admits nothing until an
             // account read splits them again.
+            // One shard holds the limits whole (no `parts_for`), or, while
+            // shards a larger `S` left still count jobs, its part of them
+            // split for one.
+            update = update.expression_attribute_values(":parts", n(self.shards.get()));
             let split = if self.shards.get() > 1 {
-                update = update.expression_attribute_values(":parts", n(self.shards.get()));
                 "parts_for = :parts"
             } else {
-                "attribute_not_exists(parts_for)"
+                "(attribute_not_exists(parts_for) OR parts_for = :parts)"
             };
             update = update
                 .expression_attribute_values(":zero", n(0))
@@ -169,7 +173,7 @@ impl DynamoStore {
     /// The account as read, split again first if it had to be; with
     /// `settled`, read again after a split, so that shard 0 is known as
     /// stored (what a write of the parts holds to).
-    async fn read_account_parts(&self, settled: bool) -> Result<AccountRead, StoreError> {
+    pub(super) async fn read_account_parts(&self, settled: bool) -> Result<AccountRead, StoreError> {
         // A split lost to a rival's write is read again.
         for _ in 0..SPLIT_TRIES {
             match self.read_account_shards_once().await? {
@@ -206,7 +210,9 @@ impl DynamoStore {
             learned: first.learned,
             ..AccountCapacity::default()
         };
-        let split_for = Some(self.shards.get()).filter(|s| *s > 1);
+        // Parts for one shard too while the shards a larger `S` left count
+        // jobs: shard 0 admits the limit less those jobs until they end.
+        let split_for = Some(self.shards.get()).filter(|s| *s > 1 || span > *s);
         let deployed = if split_for.is_some() { self.account_limit } else { None };
         // Another deployment's limit matters only while no operator's
         // limit replaces it (two deployments in a rolling change would
@@ -227,7 +233,10 @@ impl DynamoStore {
             let parts = Parts::over(self.shards, &whole, &counts);
             // A stale re-split that fails (contention past every try, a
             // service error) fails no read: the parts as stored stand.
-            let written = match self.split_again(&first, span, &parts, &in_flight).await {
+            let written = match self
+                .split_again(&first, span, &parts, &in_flight, split_for.is_some())
+                .await
+            {
                 Err(e) if !moved => {
                     tracing::warn!(error = %e, "stale account parts not split again; they stand until the next read");
                     false
@@ -296,8 +305,14 @@ impl DynamoStore {
     /// them between the read and this write (an operator's limit, a
     /// lesson, another `S`'s split, a claim under the old parts), and
     /// nothing was written; the caller reads again.
-    async fn split_again(&self, read: &Split, span: u16, parts: &Parts, in_flight: &[i64]) -> Result<bool, StoreError> {
-        let many = self.shards.get() > 1;
+    async fn split_again(
+        &self,
+        read: &Split,
+        span: u16,
+        parts: &Parts,
+        in_flight: &[i64],
+        many: bool,
+    ) -> Result<bool, StoreError> {
         let mut items = Vec::new();
         for k in self.shards.all() {
             let mut c = Clauses::parts(k, self.shard_update(k), parts);
@@ -348,217 +363,5 @@ impl DynamoStore {
                 .built()
             })
             .collect()
-    }
-
-    /// Sets (or removes) the operator's limit and drops the learned one.
-    pub(super) async fn write_account_limit(&self, limit: Option<u32>) -> Result<AccountCapacity, StoreError> {
-        if self.shards.get() == 1 {
-            // The limits split for this `S` first, so the shards a lower
-            // `S` left are remembered.
-            self.read_account_shards().await?;
-            let update = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(Self::account_key(0)));
-            let update = match limit {
-                Some(l) => update
-                    .update_expression(
-                        "SET max_in_flight = :max \
-                         REMOVE learned_limit, raise_every, learned_at, parts_for, max_whole, learned_whole",
-                    )
-                    .expression_attribute_values(":max", n(l)),
-                None => update.update_expression(
-                    "REMOVE max_in_flight, learned_limit, raise_every, learned_at, parts_for, max_whole, learned_whole",
-                ),
-            };
-            self.plain_write(|| async { update.clone().send().await.map_err(service_error) })
-                .await?;
-            return self.read_account().await;
-        }
-        for _ in 0..SPLIT_TRIES {
-            if self.write_limit_parts(limit).await? {
-                return self.read_account().await;
-            }
-        }
-        Err(StoreError::Contention)
-    }
-
-    /// Writes the operator's `limit` (none: removes it) as parts over the
-    /// jobs each shard counts now, and drops the learned limit: one
-    /// transaction over the shards in use, conditional on each shard
-    /// counting no more than its part allows ([`Parts::bound`]). False when
-    /// a claim came between the read and the write; nothing was written.
-    async fn write_limit_parts(&self, limit: Option<u32>) -> Result<bool, StoreError> {
-        let read = self.read_account_parts(true).await?;
-        let whole = AccountCapacity {
-            configured: self.account_limit,
-            set_limit: limit,
-            ..AccountCapacity::default()
-        };
-        let parts = Parts::over(self.shards, &whole, &read.shards);
-        let first = read.unchanged.ok_or(StoreError::Contention)?;
-        let items = self
-            .shards
-            .all()
-            .map(|k| {
-                let c = Clauses::parts(k, self.shard_update(k), &parts).set_or_remove(
-                    "parts_for",
-                    ":s",
-                    Some(self.shards.get()),
-                );
-                match k {
-                    // Over the split as read: a rival's limit, lesson or
-                    // split between the read and this write cancels it.
-                    0 => c.held_to(&first).set_or_remove("max_whole", ":whole", limit).remove(&[
-                        "learned_whole",
-                        "raise_every",
-                        "learned_at",
-                    ]),
-                    _ => c,
-                }
-                .built()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        match self.transact(items, Refusals::PARTS).await {
-            Ok(()) => Ok(true),
-            Err(StoreError::Conflict(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Replaces the learned limit if it is still `seen`; false when it is
-    /// not. The mark (jobs ended when it changed) is the account's.
-    pub(super) async fn write_learned_limit(
-        &self,
-        seen: Option<u32>,
-        learned: Option<u32>,
-        raise_every: Option<u32>,
-        at: Option<chrono::DateTime<chrono::Utc>>,
-    ) -> Result<bool, StoreError> {
-        let at = at.map(|t| t.timestamp_millis());
-        if self.shards.get() == 1 {
-            return self.write_learned_whole(seen, learned, raise_every, at).await;
-        }
-        // A claim between the read and the write: read again.
-        for _ in 0..SPLIT_TRIES {
-            if let Some(saved) = self.write_lesson_parts(seen, learned, raise_every, at).await? {
-                return Ok(saved);
-            }
-        }
-        Err(StoreError::Contention)
-    }
-
-    /// The lesson over more than one shard: the whole learned limit on
-    /// shard 0, and the limit claims are admitted under split again over
-    /// the jobs each shard counts, as for an operator's limit. False when
-    /// the learned limit is no longer `seen`; none when a claim came
-    /// between the read and the write (nothing was written).
-    async fn write_lesson_parts(
-        &self,
-        seen: Option<u32>,
-        learned: Option<u32>,
-        raise_every: Option<u32>,
-        at: Option<i64>,
-    ) -> Result<Option<bool>, StoreError> {
-        let AccountRead {
-            shards: read,
-            whole,
-            unchanged,
-        } = self.read_account_parts(true).await?;
-        let first = unchanged.ok_or(StoreError::Contention)?;
-        if whole.learned != seen {
-            return Ok(Some(false));
-        }
-        // Jobs ended on the other shards, as read now; shard 0's are read
-        // by the write itself.
-        let others: i64 = read.iter().skip(1).map(|s| s.jobs_ended).sum();
-        let parts = Parts::over(self.shards, &AccountCapacity { learned, ..whole }, &read);
-        let mut items = Vec::new();
-        for k in self.shards.all() {
-            let mut c = Clauses::parts(k, self.shard_update(k), &parts);
-            if k == 0 {
-                c = c
-                    .value(":zero", 0)
-                    .value(":others", others)
-                    .set("learned_mark = if_not_exists(jobs_ended, :zero) + :others")
-                    .set_or_remove("raise_every", ":every", raise_every)
-                    .set_if("learned_at", ":at", at)
-                    .set_or_remove("learned_whole", ":whole", learned);
-                // Only over the split as read (the read above split the
-                // limits again if they were not for this `S`), and so over
-                // the value seen.
-                c = c.held_to(&first);
-            }
-            items.push(c.built()?);
-        }
-        match self.transact(items, Refusals::PARTS).await {
-            Ok(()) => Ok(Some(true)),
-            // The limit moved on since `seen`, or a claim came between.
-            Err(StoreError::Conflict(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// One item: the learned limit whole on it, a plain conditional write.
-    async fn write_learned_whole(
-        &self,
-        seen: Option<u32>,
-        learned: Option<u32>,
-        raise_every: Option<u32>,
-        at: Option<i64>,
-    ) -> Result<bool, StoreError> {
-        let mut update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::account_key(0)))
-            .expression_attribute_values(":zero", n(0));
-        let (every_set, every_remove) = lesson_clauses(raise_every, at);
-        if let Some(w) = raise_every {
-            update = update.expression_attribute_values(":every", n(w));
-        }
-        if let Some(t) = at {
-            update = update.expression_attribute_values(":at", n(t));
-        }
-        update = match learned {
-            Some(l) => update
-                .update_expression(format!(
-                    "SET learned_limit = :learned, learned_mark = if_not_exists(jobs_ended, :zero){every_set}{every_remove}"
-                ))
-                .expression_attribute_values(":learned", n(l)),
-            None => update.update_expression(format!(
-                "SET learned_mark = if_not_exists(jobs_ended, :zero){every_set} REMOVE learned_limit{}",
-                every_remove.replace(" REMOVE", ",")
-            )),
-        };
-        update = match seen {
-            Some(s) => update
-                .condition_expression("attribute_not_exists(parts_for) AND learned_limit = :seen")
-                .expression_attribute_values(":seen", n(s)),
-            None => {
-                update.condition_expression("attribute_not_exists(parts_for) AND attribute_not_exists(learned_limit)")
-            }
-        };
-        self.plain_write(|| async {
-            match update.clone().send().await {
-                Ok(_) => Ok(true),
-                Err(SdkError::ServiceError(ctx)) if ctx.err().is_conditional_check_failed_exception() => Ok(false),
-                Err(e) => Err(service_error(e)),
-            }
-        })
-        .await
-    }
-}
-
-/// The clauses a lesson adds: set `raise_every` to `:every` and
-/// `learned_at` to `:at` (after a `SET` list), or remove `raise_every`
-/// (` REMOVE raise_every`; after another `REMOVE` list, with its keyword
-/// replaced by a comma).
-fn lesson_clauses(raise_every: Option<u32>, at: Option<i64>) -> (String, &'static str) {
-    let at = if at.is_some() { ", learned_at = :at" } else { "" };
-    match raise_every {
-        Some(_) => (format!(", raise_every = :every{at}"), ""),
-        None => (at.to_owned(), " REMOVE raise_every"),
     }
 }

@@ -97,7 +97,8 @@ impl Split {
     }
 }
 
-/// Each shard's part of the limits, for an `S` above one: of the limit
+/// Each shard's part of the limits, for an `S` above one (or one while
+/// shards a larger `S` left count jobs): of the limit
 /// claims are admitted under, the operator's (else the deployment's) or
 /// the learned one where lower (`max_in_flight`). Parts stored before
 /// splits were over counts may also hold a part of the learned limit
@@ -115,10 +116,11 @@ pub(super) struct Parts {
 impl Parts {
     /// The parts a split writes, over the jobs each shard counts
     /// (`counts`, every shard that may count one;
-    /// [`shard::AccountShards::split`]). One shard: the limits whole, as
-    /// before shards (the operator's, the deployment's is the claim's).
+    /// [`shard::AccountShards::split`]). One shard that alone may count
+    /// jobs: the limits whole, as before shards (the operator's, the
+    /// deployment's is the claim's).
     pub(super) fn over(shards: shard::AccountShards, whole: &AccountCapacity, counts: &[AccountCapacity]) -> Self {
-        if shards.get() == 1 {
+        if shards.get() == 1 && counts.len() <= 1 {
             return Self {
                 shards,
                 max: vec![whole.set_limit],

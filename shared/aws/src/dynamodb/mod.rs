@@ -19,6 +19,7 @@ use genace_stages::ports::metrics::Metrics;
 
 mod account;
 mod account_clauses;
+mod account_limits;
 mod account_parts;
 mod cases;
 mod endpoints;

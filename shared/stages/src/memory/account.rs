@@ -40,6 +40,13 @@ struct Parts {
     max: Vec<Option<u32>>,
 }
 
+/// Whether a deployment of `S` keeps parts: with more than one shard, and
+/// with one while shards a larger `S` left (`span`) count jobs, as in
+/// DynamoDB, so that those jobs are charged to the limit until they end.
+fn parted(s: AccountShards, span: u16) -> bool {
+    s.get() > 1 || (span > s.get() && !genace_core::planted::on(genace_core::planted::ONE_SHARD_WHOLE))
+}
+
 impl Account {
     /// Every shard that counts or may count something, each under its
     /// part of the limits as stored, without a split: the simulator's view
@@ -62,7 +69,7 @@ impl Account {
             span = s.get();
         }
         let split_for = self.parts.as_ref().map(|p| p.split_for);
-        let wanted = (s.get() > 1).then_some(s);
+        let wanted = parted(s, span).then_some(s);
         // Parts that hold back what the account may admit are split again
         // too ([`AccountShards::stale`]).
         let in_flight: Vec<i64> = (0..span).map(|k| self.counts_of(k).in_flight).collect();
@@ -78,11 +85,10 @@ impl Account {
     }
 
     /// Writes the parts of the limit claims are admitted under for `S`,
-    /// over the counts of every shard that may count a job. One shard: the
-    /// limits whole, as before shards (and as the DynamoDB store, which does
-    /// not yet charge the jobs of the shards a larger `S` left to them).
+    /// over the counts of every shard that may count a job. One shard that
+    /// alone may count jobs: the limits whole, as before shards.
     fn split(&mut self, s: AccountShards) {
-        if s.get() == 1 {
+        if !parted(s, self.span) {
             self.parts = None;
             return;
         }
@@ -114,11 +120,10 @@ impl Account {
     /// limit claims are admitted under again over the counts: false when
     /// it is not `seen`, or the parts are not split for `S`.
     pub(super) fn learn(&mut self, s: AccountShards, seen: Option<u32>, learned: Option<u32>) -> bool {
-        if s.get() > 1 {
+        if s.get() > 1 || self.parts.is_some() {
             self.read_for(s);
         }
-        let split_for = self.parts.as_ref().map(|p| p.split_for);
-        if self.limits.learned != seen || split_for != (s.get() > 1).then_some(s) {
+        if self.limits.learned != seen || !self.split_for(s) {
             return false;
         }
         self.limits.learned = learned;
@@ -126,6 +131,15 @@ impl Account {
             self.split(s);
         }
         true
+    }
+
+    /// The limits as stored are for a deployment of `S`: parts split for
+    /// it, or, with one shard, the limits whole.
+    fn split_for(&self, s: AccountShards) -> bool {
+        match &self.parts {
+            Some(parts) => parts.split_for == s,
+            None => s.get() == 1,
+        }
     }
 
     fn counts_of(&self, k: u16) -> AccountCapacity {
@@ -184,8 +198,7 @@ impl Account {
     /// claim that did not wait, has operations waiting for a slot
     /// ([`AccountCapacity::yields`]).
     pub(super) fn admits(&self, s: AccountShards, moves: &[AccountMove]) -> Result<(), StoreError> {
-        let split_for = self.parts.as_ref().map(|p| p.split_for);
-        let split_here = split_for == (s.get() > 1).then_some(s);
+        let split_here = self.split_for(s);
         for m in moves.iter().filter(|m| m.admits) {
             let shard = self.shard(m.shard);
             if !split_here || !shard.has_room() || (m.yields && shard.yields()) {
