@@ -1,8 +1,9 @@
 //! Every shard's due items reached: a sweep that ends within its time
 //! budget has read a page of every shard of the due index that held due
 //! items when it began, whatever the backlog in the shards before it. (A
-//! run the budget cut short leaves the rest to the next, which starts at
-//! another shard; that needs time in the model, and is not checked here.)
+//! run the budget cut short leaves the rest to the next, which starts
+//! among them; `a_run_cut_short_leaves_the_rest_to_the_next` in the stage
+//! tests holds that, and it is not checked here.)
 
 use super::tracking::SweepStart;
 #[allow(

@@ -9,7 +9,8 @@
 //!    First, so that no backlog of due items can starve it.
 //! 2. The due items, one item of each shard in turn (oldest due first in
 //!    each, a page read at a time), from a first shard that moves on each
-//!    minute, until none are left, the page bound, or the time budget:
+//!    minute by just over half the shards, until none are left, the page
+//!    bound, or the time budget:
 //!    what is left stays due, and the next run takes it up (a handled
 //!    item's due time moves on, so the next run starts past it). So no
 //!    shard's backlog, however slow its items, keeps the sweep from the
@@ -94,10 +95,16 @@ impl ShardPages {
     }
 }
 
-/// The shard a run starting at `now` takes first: the next one each
-/// minute, the sweep's schedule.
+/// The shard a run starting at `now` takes first, moved on each minute
+/// (the sweep's schedule) by just over half the shards: a run the budget
+/// cuts short before one item of every shard leaves the rest to the next,
+/// which starts among them. Two runs in a row that each reach just over
+/// half the shards reach them all; the step is odd, so prime to the
+/// power-of-two shard count, and every shard starts a run in turn.
 fn first_shard(now: chrono::DateTime<chrono::Utc>) -> u32 {
-    u32::try_from(now.timestamp().div_euclid(60).rem_euclid(i64::from(DUE_SHARDS))).unwrap_or(0)
+    let step = i64::from(DUE_SHARDS / 2 + 1);
+    let minute = now.timestamp().div_euclid(60);
+    u32::try_from((minute * step).rem_euclid(i64::from(DUE_SHARDS))).unwrap_or(0)
 }
 
 /// How far the sweep pushes an item's due time after re-enqueueing it, so a
@@ -149,9 +156,9 @@ impl<P: Ports> Sweeper<P> {
     /// the time budget. Items are taken across the shards in rotation, not
     /// a page of one shard after another: a page of slow items in one
     /// shard cannot spend the budget before the others are reached. The
-    /// rotation starts at a shard that moves on each minute, so a budget
-    /// too short for one item of each shard still reaches every shard in
-    /// turn.
+    /// rotation starts at a shard that moves on each minute by just over
+    /// half the shards ([`first_shard`]), so a budget too short for one
+    /// item of each shard leaves the rest to the next run's first turns.
     async fn due_items(&self, now: chrono::DateTime<chrono::Utc>) -> SweepReport {
         let mut report = SweepReport::default();
         let budget = Duration::from_std(self.budget).unwrap_or(Duration::MAX);
