@@ -60,7 +60,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::CASE_WITHOUT_PHASE_CHECK,
             "open_case without a phase check",
-            121,
+            218,
             "case on a rendered",
         ),
         // The ledger against Genace's own books, and the slots it holds
@@ -74,7 +74,7 @@ fn a_thousand_seeds_keep_every_promise_and_planted_bugs_are_found() {
         (
             planted::TRUST_NEGATIVE_CREDITS,
             "a negative held_credits is believed",
-            12,
+            0,
             "counter is negative",
         ),
         (
@@ -680,7 +680,7 @@ fn calls_that_take_time_keep_every_job_id_before_the_kill() {
         &timed,
         0..300,
         planted::DEADLINE_UNREAD,
-        68,
+        250,
         "only in a log",
         Options {
             calls_take_time: false,
@@ -739,7 +739,7 @@ fn lowered_to_one_shard_the_account_charges_the_others_jobs() {
         &reconfigured,
         std::iter::empty(),
         planted::ONE_SHARD_WHOLE,
-        110,
+        9,
         "past the limit",
         Options {
             reconfigure: false,
@@ -849,8 +849,10 @@ fn plain_writes_refused_under_contention_lose_no_wake_up() {
 /// wake-up (seed 178). Each wait for a slot begun now gets one look once
 /// the indexes show it, and a wake-up reads the record of each operation
 /// it wakes. The look after a wait that never wakes the waiter by its id,
-/// planted, is found by this model and missed without it. (A wait for
-/// credits gets no such look: docs/decisions/0006.)
+/// planted, is found by this model and missed without it. A wait for
+/// credits begun while its tenant's jobs run gets such a look too: the end
+/// of one of them just after the wait missed it (seed 12 of the run
+/// below).
 #[test]
 fn waits_are_woken_through_index_lag() {
     let lagging = Options {
@@ -863,7 +865,35 @@ fn waits_are_woken_through_index_lag() {
         &lagging,
         (0..200).chain([7, 63, 178]),
         planted::LOOK_AFTER_WAIT_BY_INDEX,
-        7,
+        20,
+        "waits with nothing to wake it",
+        Options {
+            index_lag_ms: 0,
+            ..lagging.clone()
+        },
+        300,
+    );
+}
+
+/// Index lag and a spend limit: a wait for credits begun while its
+/// tenant's jobs run, and a job's end just after it, whose wake-up read
+/// indexes that did not show the wait yet: the waiter sat beside a free
+/// slot and credits until the sweep. Planted, the look once the indexes
+/// show the wait left out, found at seed 12; missed without the lag.
+#[test]
+fn a_wait_for_credits_is_woken_through_index_lag() {
+    let lagging = Options {
+        index_lag_ms: 2000,
+        max_in_flight: Some(3),
+        spend_limit: Some(10.5),
+        intents: 12,
+        ..Options::default()
+    };
+    model_finds(
+        &lagging,
+        (0..100).chain([12]),
+        planted::CREDIT_WAIT_UNSETTLED,
+        12,
         "waits with nothing to wake it",
         Options {
             index_lag_ms: 0,

@@ -80,9 +80,14 @@ pub const SPLIT_EVEN: u32 = 8_388_608;
 /// the jobs that the shards a larger count left still count are not
 /// charged to them, and shard 0 admits the whole limit beside them.
 pub const ONE_SHARD_WHOLE: u32 = 16_777_216;
+/// A wait for credits begun while its tenant's jobs run gets no look once
+/// the wait indexes show it: a job's end just after the wait frees the
+/// credits, and its wake-up, reading indexes that do not show the wait
+/// yet, wakes nobody.
+pub const CREDIT_WAIT_UNSETTLED: u32 = 33_554_432;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 25] = [
+pub const ALL: [(&str, u32); 26] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -108,6 +113,7 @@ pub const ALL: [(&str, u32); 25] = [
     ("deadline-unread", DEADLINE_UNREAD),
     ("split-even", SPLIT_EVEN),
     ("one-shard-whole", ONE_SHARD_WHOLE),
+    ("credit-wait-unsettled", CREDIT_WAIT_UNSETTLED),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

@@ -389,13 +389,10 @@ where
         {
             Ok(waited) if room == Room::Credits => {
                 // Woken by the next write that frees credits, or, if one
-                // came before this wait, by its id now.
-                // No look once the indexes show the wait (docs/decisions/0006):
-                // a tenant short of credits may wait for a long time, and a
-                // look for each such wait would cost every tenant's
-                // wake-ups' budget; the write that frees its credits weighs
-                // the tenant as its ledger reads now.
-                crate::pipeline::wake::wake_after_credit_wait(&self.store, &self.queue, &waited).await;
+                // came before this wait, by its id now; a wait begun while
+                // its tenant's jobs run also gets a look once the indexes
+                // show it (docs/decisions/0006).
+                crate::pipeline::wake::wake_after_credit_wait(&self.store, &self.queue, &waited, newly).await;
                 info!(operation_id = %id, "spend limit reached; the operation waits for credits");
                 self.metrics.count("SpendLimitWait", &[]);
                 Ok(Dispatched::WaitingForCredits)

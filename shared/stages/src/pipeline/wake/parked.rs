@@ -87,6 +87,7 @@ pub async fn wake_after_credit_wait<S: OperationStore, Q: crate::ports::queue::W
     store: &S,
     queue: &Q,
     waited: &genace_core::record::OperationRecord,
+    newly: bool,
 ) {
     let looked = async {
         let ledger = store.ledger(&waited.tenant_id).await.map_err(|e| e.to_string())?;
@@ -95,7 +96,18 @@ pub async fn wake_after_credit_wait<S: OperationStore, Q: crate::ports::queue::W
             .filter(|r| r.is_finite() && *r >= 0.0)
             .map_or(genace_core::ledger::Millicredits::ZERO, genace_core::ledger::millis);
         let fits = ledger.headroom().is_none_or(|room| need <= room);
-        if !fits || !Turn::of(ledger).may_take_a_slot() {
+        if !fits || !Turn::of(ledger.clone()).may_take_a_slot() {
+            // The end of one of its tenant's jobs frees credits: if it
+            // comes before the indexes show this wait, its wake-up misses
+            // it, so a wait begun while they run gets one look once they
+            // do. A tenant with none running waits for an operator or a
+            // top-up, and costs no look.
+            if newly
+                && ledger.totals.in_flight > 0
+                && !genace_core::planted::on(genace_core::planted::CREDIT_WAIT_UNSETTLED)
+            {
+                super::look_once_settled(queue, &waited.operation_id).await;
+            }
             return Ok::<_, String>(());
         }
         store
