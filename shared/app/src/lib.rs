@@ -218,7 +218,7 @@ impl Enrichment {
         Enrichment {
             store: DynamoStore::new(genace_aws::clients::dynamodb(sdk), &config.table),
             ctx: genace_core::events::Context {
-                bucket: Some(config.bucket.clone()),
+                bucket: config.events_name_bucket.then(|| config.bucket.clone()),
             },
             metrics,
         }

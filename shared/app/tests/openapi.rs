@@ -390,6 +390,15 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let done_body: Value = serde_json::from_slice(done.body().as_ref()).unwrap();
     assert_eq!(done_body["audit"][0]["actor"], "ops-1");
     seen.insert(doc.check(res, "post", &done));
+    // Its tenant reads the decision under a pseudonym, in the view and in
+    // its listing: never the operator's subject.
+    let path = format!("/v1/operations/{uncertain_id}");
+    for read in [path.as_str(), "/v1/operations"] {
+        let shown = call(event("GET", read, None, tenant("t1"), &[])).await;
+        let text = String::from_utf8_lossy(shown.body().as_ref()).into_owned();
+        assert!(text.contains("\"actor\":\"operator-1\""), "{read}: {text}");
+        assert!(!text.contains("ops-1"), "{read}: {text}");
+    }
     // The same decision replayed on the version it was made on: 412, nothing changes.
     let replayed = call(event("POST", &rpath, Some(&abandon), operator(), &if_match)).await;
     assert_eq!(replayed.status(), 412);
@@ -1555,6 +1564,21 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     assert_eq!(body_of(&read)["enabled"], json!(true));
     assert!(body_of(&read).get("secret").is_none());
     seen.insert(doc.check(one_doc, "get", &read));
+    // An operator disables it: the tenant's views name no operator.
+    let as_operator = format!("{one}?tenant=wh-acme");
+    let off = r#"{"enabled": false}"#;
+    let disabled = call(event("PATCH", &as_operator, Some(off), operator(), &[])).await;
+    assert_eq!(body_of(&disabled)["updated_by"], json!("operator:ops-1"));
+    for path in [one.as_str(), hooks] {
+        let shown = body_of(&call(event("GET", path, None, app.clone(), &[])).await).to_string();
+        assert!(!shown.contains("ops-1"), "{shown}");
+        assert!(shown.contains("an operator"), "{shown}");
+    }
+    let on = r#"{"enabled": true}"#;
+    assert_eq!(
+        call(event("PATCH", &one, Some(on), app.clone(), &[])).await.status(),
+        200
+    );
 
     // On every route of one endpoint: no credentials (401), no scope
     // (403), an operator naming no tenant (400).

@@ -194,6 +194,8 @@ pub fn derive(old: Option<&OperationRecord>, new: &OperationRecord, ctx: &Contex
     if old.version == new.version {
         return Vec::new();
     }
+    // Events reach the tenant: its view of both records.
+    let (old, new) = (&old.for_tenant(), &new.for_tenant());
     let case_changed = !same_case(old.case.as_ref(), new.case.as_ref());
     let mut out = Vec::new();
     if let (true, Some(closed)) = (case_changed, &old.case) {
@@ -435,6 +437,8 @@ mod tests {
         assert_eq!(events[0].data["reason"], "unknown_submit_outcome");
         assert_eq!(events[0].data["decision"]["action"], "attach_remote_job");
         assert_eq!(events[0].data["decision"]["reason"], "found it");
+        // Events reach the tenant: the operator under a pseudonym.
+        assert_eq!(events[0].data["decision"]["actor"], "operator-1");
     }
 
     #[test]

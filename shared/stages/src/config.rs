@@ -133,6 +133,9 @@ pub struct Config {
     pub webhook_log_days: Duration,
     /// Whether per-operation fault directives are honoured (never in production).
     pub fault_injection: bool,
+    /// Whether `operation.delivered` names the bucket (`EVENTS_NAME_BUCKET`,
+    /// default false: tenants fetch through the API's links).
+    pub events_name_bucket: bool,
     /// Longest delay between two polls of a running job (SQS allows 900 s).
     pub poll_max_delay_seconds: u32,
     /// A job with no terminal state this long after acceptance opens a stall case.
@@ -370,6 +373,7 @@ impl Config {
             webhook_log_days: Duration::days(within(vars, "WEBHOOK_LOG_DAYS", 30, 365)?),
             webhook_disable_after: Duration::hours(within(vars, "WEBHOOK_DISABLE_AFTER_HOURS", 72, 720)?),
             fault_injection: flag("FAULT_INJECTION")?,
+            events_name_bucket: flag("EVENTS_NAME_BUCKET")?,
             poll_max_delay_seconds: number("POLL_MAX_DELAY_SECONDS", MAX_DELAY)?.min(MAX_DELAY) as u32,
             stall_after: Duration::seconds(number("RENDER_STALL_SECONDS", 6 * 3600)?),
             output_prefix: var("OUTPUT_PREFIX").unwrap_or_else(|| "outputs".into()),
@@ -415,6 +419,7 @@ impl Config {
             webhook_log_days: Duration::days(30),
             webhook_disable_after: Duration::hours(72),
             fault_injection: false,
+            events_name_bucket: false,
             poll_max_delay_seconds: crate::ports::queue::MAX_DELAY_SECONDS,
             stall_after: Duration::seconds(6 * 3600),
             output_prefix: "outputs".into(),

@@ -62,7 +62,7 @@ pub(crate) async fn create<P: Ports>(intake: &Intake<P>, req: Request) -> Result
             (StatusCode::OK, rec, true)
         }
     };
-    let mut body = view(rec);
+    let mut body = view(&rec.for_tenant());
     if !replayed && intake.expects_spend_hold(rec).await {
         body["hold"] = expected_spend_hold();
     }
@@ -82,7 +82,8 @@ pub(crate) async fn read<P: Ports>(intake: &Intake<P>, req: &Request, raw_id: &s
         Principal::Operator(op) => (intake.admin(&op).get(&id).await?, true),
         Principal::Tenant(tenant) => (intake.get(&tenant, &id, intake.clock.now()).await?, false),
     };
-    let mut body = view_with_links(&rec, &intake.links(&rec).await);
+    let shown = if operator { rec.clone() } else { rec.for_tenant() };
+    let mut body = view_with_links(&shown, &intake.links(&rec).await);
     if operator {
         body["tenant_id"] = serde_json::json!(rec.tenant_id);
         // The decisions this version takes, from the lifecycle's own table.
@@ -124,13 +125,21 @@ pub(crate) async fn change<P: Ports>(
     change: Change,
 ) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
-    let rec = match (Principal::read(req, &intake.config)?, change) {
-        (Principal::Operator(op), Change::Cancel) => intake.admin(&op).cancel(&id).await?,
-        (Principal::Operator(op), Change::EraseOutputs) => intake.admin(&op).erase_outputs(&id).await?,
-        (Principal::Tenant(tenant), Change::Cancel) => intake.cancel(&tenant, &id).await?,
-        (Principal::Tenant(tenant), Change::EraseOutputs) => intake.erase_outputs(&tenant, &id).await?,
+    let (rec, shown) = match (Principal::read(req, &intake.config)?, change) {
+        (Principal::Operator(op), Change::Cancel) => intake.admin(&op).cancel(&id).await.map(|r| (r.clone(), r))?,
+        (Principal::Operator(op), Change::EraseOutputs) => {
+            intake.admin(&op).erase_outputs(&id).await.map(|r| (r.clone(), r))?
+        }
+        (Principal::Tenant(tenant), Change::Cancel) => intake.cancel(&tenant, &id).await.map(|r| {
+            let shown = r.for_tenant();
+            (r, shown)
+        })?,
+        (Principal::Tenant(tenant), Change::EraseOutputs) => intake.erase_outputs(&tenant, &id).await.map(|r| {
+            let shown = r.for_tenant();
+            (r, shown)
+        })?,
     };
-    Ok(operation_response(&rec, &view_with_links(&rec, &[])))
+    Ok(operation_response(&rec, &view_with_links(&shown, &[])))
 }
 
 /// The filter of a listing, from its query: each value parsed, or 400
@@ -207,11 +216,13 @@ pub(crate) async fn list<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<
         .records
         .iter()
         .map(|rec| {
-            let mut v = view(rec);
             if operator {
+                let mut v = view(rec);
                 v["tenant_id"] = json!(rec.tenant_id);
+                v
+            } else {
+                view(&rec.for_tenant())
             }
-            v
         })
         .collect();
     Ok(ok_json(

@@ -19,8 +19,9 @@ use crate::http::problem::Problem;
 use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, page_limit, tenant_param};
 use crate::http::routes::EndpointHandler;
 
-/// The tenant whose endpoints the caller manages, and who it is.
-fn caller<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<(TenantId, String), Problem> {
+/// The tenant whose endpoints the caller manages, who it is, and whether
+/// an operator.
+fn caller<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<(TenantId, String, bool), Problem> {
     let asked = tenant_param(&req.query_string_parameters_ref().cloned().unwrap_or_default())?;
     match Principal::read(req, &intake.config)? {
         Principal::Tenant(own) => {
@@ -37,7 +38,7 @@ fn caller<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<(TenantId, Stri
                 return Err(InvalidInput::new("tenant", "an application manages only its own endpoints").into());
             }
             let actor = Principal::subject(req).unwrap_or_else(|| own.as_str().to_owned());
-            Ok((own, actor))
+            Ok((own, actor, false))
         }
         Principal::Operator(op) => {
             let tenant = asked.or_else(|| op.tenant.clone()).ok_or_else(|| {
@@ -49,13 +50,23 @@ fn caller<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<(TenantId, Stri
             if !op.may_see(&tenant) {
                 return Err(EndpointError::NoSuchEndpoint.into());
             }
-            Ok((tenant, op.actor.clone()))
+            // Marked as an operator's, so that its tenant's views name
+            // no operator ([`endpoint_view`]).
+            Ok((tenant, format!("{OPERATOR_MARK}{}", op.actor), true))
         }
     }
 }
 
-/// An endpoint as the API shows it: never its secret.
-pub fn endpoint_view(e: &WebhookEndpoint) -> Value {
+/// What an operator's subject is stored behind on an endpoint.
+const OPERATOR_MARK: &str = "operator:";
+
+/// An endpoint as the API shows it: never its secret, and, to its tenant
+/// (`operator` false), no operator's subject: "an operator" instead.
+pub fn endpoint_view(e: &WebhookEndpoint, operator: bool) -> Value {
+    let shown = |text: &str| match text.find(OPERATOR_MARK) {
+        Some(at) if !operator => format!("{}an operator", &text[..at]),
+        _ => text.to_owned(),
+    };
     json!({
         "id": e.id,
         "url": e.url,
@@ -63,17 +74,17 @@ pub fn endpoint_view(e: &WebhookEndpoint) -> Value {
         "events": e.events,
         "enabled": e.disabled_at.is_none(),
         "disabled_at": e.disabled_at,
-        "disabled_reason": e.disabled_reason,
+        "disabled_reason": e.disabled_reason.as_deref().map(shown),
         "failing_since": e.failing_since,
         "created_at": e.created_at,
         "updated_at": e.updated_at,
-        "updated_by": e.updated_by,
+        "updated_by": shown(&e.updated_by),
     })
 }
 
 /// The one answer that shows the secret.
-fn with_secret(created: &WithSecret) -> Value {
-    let mut view = endpoint_view(&created.endpoint);
+fn with_secret(created: &WithSecret, operator: bool) -> Value {
+    let mut view = endpoint_view(&created.endpoint, operator);
     view["secret"] = json!(created.secret);
     view
 }
@@ -179,28 +190,36 @@ pub async fn handle<P: Ports>(
     handler: EndpointHandler,
     id: &str,
 ) -> Result<Response<Body>, Problem> {
-    let (tenant, actor) = caller(intake, &req)?;
+    let (tenant, actor, operator) = caller(intake, &req)?;
     let endpoints = intake.endpoints(tenant, actor);
     let policy = intake.config.webhook_url_policy();
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
     match handler {
         EndpointHandler::List => {
-            let all: Vec<Value> = endpoints.list().await?.iter().map(endpoint_view).collect();
+            let all: Vec<Value> = endpoints
+                .list()
+                .await?
+                .iter()
+                .map(|e| endpoint_view(e, operator))
+                .collect();
             Ok(answer(StatusCode::OK, &json!({"endpoints": all})))
         }
         EndpointHandler::Create => {
             let change = EndpointChange::parse(&body(&req)?, &policy, true)?;
             Ok(answer(
                 StatusCode::CREATED,
-                &with_secret(&endpoints.create(change).await?),
+                &with_secret(&endpoints.create(change).await?, operator),
             ))
         }
-        EndpointHandler::Read => Ok(answer(StatusCode::OK, &endpoint_view(&endpoints.get(id).await?))),
+        EndpointHandler::Read => Ok(answer(
+            StatusCode::OK,
+            &endpoint_view(&endpoints.get(id).await?, operator),
+        )),
         EndpointHandler::Update => {
             let change = EndpointChange::parse(&body(&req)?, &policy, false)?;
             Ok(answer(
                 StatusCode::OK,
-                &endpoint_view(&endpoints.update(id, change).await?),
+                &endpoint_view(&endpoints.update(id, change).await?, operator),
             ))
         }
         EndpointHandler::Delete => {
@@ -210,7 +229,10 @@ pub async fn handle<P: Ports>(
                 .body(Body::Empty)
                 .expect("valid response"))
         }
-        EndpointHandler::Rotate => Ok(answer(StatusCode::OK, &with_secret(&endpoints.rotate(id).await?))),
+        EndpointHandler::Rotate => Ok(answer(
+            StatusCode::OK,
+            &with_secret(&endpoints.rotate(id).await?, operator),
+        )),
         EndpointHandler::Attempts => {
             let (status, limit, after) = log_query(&q, id)?;
             let page = endpoints.attempts(id, status, limit, after.as_deref()).await?;

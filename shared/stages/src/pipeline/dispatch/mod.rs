@@ -62,7 +62,7 @@ pub enum Dispatched {
 }
 
 /// Who the audit names when a deadline cancels an operation.
-pub const DEADLINE_ACTOR: &str = "dispatch_deadline";
+pub use genace_core::record::DEADLINE_ACTOR;
 
 /// What one dispatch decided, as written.
 enum Decided {
