@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 
 use crate::provision;
 use crate::{DynamoStore, S3Store, SqsQueue, clients as aws};
+use genace_core::record::OperationRecord;
 use genace_stages::config::{Config, QueueUrls, ResourceNames};
 
 pub struct LocalAws {
@@ -405,4 +406,55 @@ macro_rules! contract_tests {
             )*
         }
     };
+}
+
+/// `claimed`, accepted by Genace as job `job_id` holding `held` credits.
+pub fn accepted_with(claimed: &OperationRecord, job_id: &str, held: Option<f64>) -> OperationRecord {
+    let job = genace_core::machine::AcceptedJob {
+        job_id: job_id.into(),
+        state: Some("queued".into()),
+        model: None,
+        created_at: None,
+        held_credits: held,
+    };
+    let event = genace_core::machine::Event::Accepted {
+        token: "tok",
+        job: &job,
+    };
+    genace_core::machine::transition(
+        claimed,
+        event,
+        chrono::Utc::now(),
+        &genace_core::machine::Policy::default(),
+    )
+    .unwrap()
+}
+
+/// A job of Genace's, rendered: the slot it held is free.
+pub fn rendered(accepted: &OperationRecord, job_id: &str) -> OperationRecord {
+    let snapshot = genace_core::remote::JobSnapshot {
+        id: Some(job_id.into()),
+        state: "completed".into(),
+        status: genace_core::remote::RenderStatus::Succeeded,
+        outputs: Some(vec![genace_core::record::OutputRef {
+            url: "https://cdn.example/a.mp4".into(),
+            content_type: None,
+        }]),
+        outputs_unreadable: None,
+        client_reference: None,
+        error: None,
+    };
+    let observed = genace_core::machine::Event::Observed {
+        snapshot: &snapshot,
+        next_check: chrono::Utc::now(),
+        stalled: None,
+        seen: &Default::default(),
+    };
+    genace_core::machine::transition(
+        accepted,
+        observed,
+        chrono::Utc::now(),
+        &genace_core::machine::Policy::default(),
+    )
+    .unwrap()
 }

@@ -507,7 +507,7 @@ async fn running_on(
         for i in 0..per_shard {
             let rec = genace_aws::testkit::intent_record("t", &format!("r{shard}-{i}"), "p");
             store.create(&rec, now).await.unwrap();
-            let event = Event::ClaimDispatch { token: "t", shard };
+            let event = Event::ClaimDispatch { token: "tok", shard };
             let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
             store.apply(&rec, &claimed).await.unwrap();
             running.push(claimed);
@@ -523,7 +523,7 @@ async fn release_all(store: &genace_aws::DynamoStore, claimed: Vec<genace_core::
     let now = Utc::now();
     for claimed in claimed {
         let event = Event::ClaimUnused {
-            token: "t",
+            token: "tok",
             retry_at: now,
         };
         let released = machine::transition(&claimed, event, now, &Policy::default()).unwrap();
@@ -563,10 +563,23 @@ async fn lowered_to_one_shard_the_account_charges_the_jobs_the_others_count() {
         0,
         "a lesson of 11, 12 running"
     );
-    // The others' jobs end (released): shard 0 alone counts 6 of 12.
-    release_all(&four, running).await;
+    // The others' jobs render: shard 0 alone counts 6 of 12, and the jobs
+    // ended on the shards the read drops are still counted (a lesson's
+    // mark is set against their sum).
+    for (i, claimed) in running.into_iter().enumerate() {
+        let job = format!("job-{i}");
+        let accepted = genace_aws::testkit::accepted_with(&claimed, &job, None);
+        four.apply(&claimed, &accepted).await.unwrap();
+        let done = genace_aws::testkit::rendered(&accepted, &job);
+        four.apply(&accepted, &done).await.unwrap();
+    }
     let account = one.account().await.unwrap();
     assert_eq!((account.in_flight, account.limit()), (6, Some(11)));
+    assert_eq!(
+        one.account().await.unwrap().jobs_ended,
+        6,
+        "ended on the dropped shards"
+    );
     assert_eq!(
         claims_admitted(&one, "drained", 0, 6).await,
         5,

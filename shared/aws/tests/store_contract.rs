@@ -21,7 +21,7 @@ use genace_stages::ports::table::Created;
 use genace_stages::ports::table::OperationStore;
 use genace_stages::ports::table::StoreError;
 
-use genace_aws::testkit::{claimed, intent_record as record_for, uncertain};
+use genace_aws::testkit::{accepted_with, claimed, intent_record as record_for, rendered, uncertain};
 
 fn record(key: &str, prompt: &str) -> OperationRecord {
     record_for("tenant-a", key, prompt)
@@ -470,21 +470,6 @@ async fn the_job_index_finds_the_holder<S: OperationStore>(store: S) {
     assert!(store.holders_of_remote_job("job-unknown").await.unwrap().is_empty());
 }
 
-fn accepted_with(claimed: &OperationRecord, job_id: &str, held: Option<f64>) -> OperationRecord {
-    let job = machine::AcceptedJob {
-        job_id: job_id.into(),
-        state: Some("queued".into()),
-        model: None,
-        created_at: None,
-        held_credits: held,
-    };
-    let event = machine::Event::Accepted {
-        token: "tok",
-        job: &job,
-    };
-    machine::transition(claimed, event, Utc::now(), &Policy::default()).unwrap()
-}
-
 fn millis_held<S: OperationStore>(store: &S, tenant: &str) -> impl std::future::Future<Output = ledger::Shares> {
     let tenant = TenantId::parse(tenant).unwrap();
     async move { store.ledger(&tenant).await.unwrap().totals }
@@ -784,29 +769,6 @@ async fn a_tenants_webhook_is_set_read_and_removed<S: OperationStore>(store: S) 
     assert_eq!(store.webhook(&tenant).await.unwrap(), Some(moved));
     store.set_webhook(&tenant, None).await.unwrap();
     assert_eq!(store.webhook(&tenant).await.unwrap(), None);
-}
-
-/// A job of Genace's, rendered: the slot it held is free.
-fn rendered(accepted: &OperationRecord, job_id: &str) -> OperationRecord {
-    let snapshot = genace_core::remote::JobSnapshot {
-        id: Some(job_id.into()),
-        state: "completed".into(),
-        status: genace_core::remote::RenderStatus::Succeeded,
-        outputs: Some(vec![genace_core::record::OutputRef {
-            url: "https://cdn.example/a.mp4".into(),
-            content_type: None,
-        }]),
-        outputs_unreadable: None,
-        client_reference: None,
-        error: None,
-    };
-    let observed = machine::Event::Observed {
-        snapshot: &snapshot,
-        next_check: Utc::now(),
-        stalled: None,
-        seen: &Default::default(),
-    };
-    machine::transition(accepted, observed, Utc::now(), &Policy::default()).unwrap()
 }
 
 /// With an account limit of 2: slots are counted over every tenant, a claim

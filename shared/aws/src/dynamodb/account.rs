@@ -30,6 +30,18 @@ fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
+/// How a read splits the limits again: the shards that may still count
+/// something (`span`), the jobs each counts, whether this `S` keeps parts
+/// (`many`), and the retired shards the read dropped from the span, with
+/// the jobs each has ended.
+#[derive(Clone, Copy)]
+struct Resplit<'a> {
+    span: u16,
+    in_flight: &'a [i64],
+    many: bool,
+    dropped: &'a [(u16, i64)],
+}
+
 impl DynamoStore {
     pub(super) fn account_key(shard: u16) -> Item {
         HashMap::from([("pk".to_owned(), AttributeValue::S(account_shard_key(shard)))])
@@ -190,6 +202,8 @@ impl DynamoStore {
         let mut items = self.shard_items(self.shards.all()).await?;
         let first = Split::read(items.get(&0))?;
         let mut span = first.span.max(self.shards.get());
+        // The jobs each retired shard dropped from the span has ended.
+        let mut dropped = Vec::new();
         if span > self.shards.get() {
             let retired = self.shard_items(self.shards.get()..span).await?;
             if retired
@@ -198,6 +212,9 @@ impl DynamoStore {
             {
                 // What a lower `S` left has drained: read no further.
                 span = self.shards.get();
+                for (k, item) in &retired {
+                    dropped.push((*k, counts_from(Some(item))?.jobs_ended));
+                }
             }
             items.extend(retired);
         }
@@ -233,10 +250,13 @@ impl DynamoStore {
             let parts = Parts::over(self.shards, &whole, &counts);
             // A stale re-split that fails (contention past every try, a
             // service error) fails no read: the parts as stored stand.
-            let written = match self
-                .split_again(&first, span, &parts, &in_flight, split_for.is_some())
-                .await
-            {
+            let how = Resplit {
+                span,
+                in_flight: &in_flight,
+                many: split_for.is_some(),
+                dropped: &dropped,
+            };
+            let written = match self.split_again(&first, &parts, &how).await {
                 Err(e) if !moved => {
                     tracing::warn!(error = %e, "stale account parts not split again; they stand until the next read");
                     false
@@ -305,14 +325,12 @@ impl DynamoStore {
     /// them between the read and this write (an operator's limit, a
     /// lesson, another `S`'s split, a claim under the old parts), and
     /// nothing was written; the caller reads again.
-    async fn split_again(
-        &self,
-        read: &Split,
-        span: u16,
-        parts: &Parts,
-        in_flight: &[i64],
-        many: bool,
-    ) -> Result<bool, StoreError> {
+    async fn split_again(&self, read: &Split, parts: &Parts, how: &Resplit<'_>) -> Result<bool, StoreError> {
+        let Resplit { span, many, .. } = *how;
+        // The jobs ended on shards dropped from the span move to shard 0,
+        // so that the account's sum (what a lesson's mark is set against)
+        // does not fall.
+        let moved: i64 = how.dropped.iter().map(|(_, ended)| ended).sum();
         let mut items = Vec::new();
         for k in self.shards.all() {
             let mut c = Clauses::parts(k, self.shard_update(k), parts);
@@ -331,10 +349,16 @@ impl DynamoStore {
                     c.remove(&["parts_for", "max_whole", "learned_whole", "deployed_whole"])
                 };
                 c = c.held_to(read);
+                if moved > 0 {
+                    c = c
+                        .value(":ended_in", moved)
+                        .value(":ended_none", 0)
+                        .set("jobs_ended = if_not_exists(jobs_ended, :ended_none) + :ended_in");
+                }
             }
             items.push(c.built()?);
         }
-        items.extend(self.unsplit_retired(read, in_flight)?);
+        items.extend(self.unsplit_retired(read, how)?);
         match self.transact(items, Refusals::PARTS).await {
             Ok(()) => Ok(true),
             // A rival wrote the limits (or split them, or claimed) first.
@@ -347,18 +371,29 @@ impl DynamoStore {
     /// them (their counts stay, read while they count a job), so a later
     /// raise finds them unsplit, not admitting under old parts; and those
     /// that count jobs (`in_flight`, as read) hold no more when the split
-    /// lands, so none admitted under old parts goes uncharged.
-    fn unsplit_retired(&self, read: &Split, in_flight: &[i64]) -> Result<Vec<TransactWriteItem>, StoreError> {
+    /// lands, so none admitted under old parts goes uncharged. Those read
+    /// idle and left out of the span (`in_flight` stops before them) are
+    /// still idle when it lands: a claim of a deployment of the old `S`
+    /// between the read and the split cancels it, since no later read
+    /// would count that job.
+    /// The jobs those ended move to shard 0 ([`Resplit::dropped`]).
+    fn unsplit_retired(&self, read: &Split, how: &Resplit<'_>) -> Result<Vec<TransactWriteItem>, StoreError> {
         let split_before = read.span.max(read.parts_for.unwrap_or(1));
-        let counted = u16::try_from(in_flight.len()).unwrap_or(u16::MAX);
+        let counted = u16::try_from(how.in_flight.len()).unwrap_or(u16::MAX);
         (self.shards.get()..split_before.max(counted))
             .map(|k| {
-                let c = Clauses::new(self.shard_update(k)).remove(&["parts_for", "max_in_flight", "learned_limit"]);
-                match in_flight.get(usize::from(k)) {
-                    Some(jobs) => c
-                        .value(":was", (*jobs).max(0))
-                        .condition("(attribute_not_exists(in_flight) OR in_flight <= :was)"),
-                    None => c,
+                let jobs = how.in_flight.get(usize::from(k)).copied().unwrap_or(0);
+                let c = Clauses::new(self.shard_update(k))
+                    .remove(&["parts_for", "max_in_flight", "learned_limit"])
+                    .value(":was", jobs.max(0))
+                    .condition("(attribute_not_exists(in_flight) OR in_flight <= :was)");
+                match how.dropped.iter().find(|(d, _)| *d == k) {
+                    Some((_, ended)) if *ended > 0 => c
+                        .value(":ended", *ended)
+                        .value(":ended_none", 0)
+                        .set("jobs_ended = :ended_none")
+                        .condition("jobs_ended = :ended"),
+                    _ => c,
                 }
                 .built()
             })
