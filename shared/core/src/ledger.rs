@@ -115,6 +115,15 @@ pub const MAX_HELD_CREDITS: f64 = 100_000.0;
 /// such figures are checked, never wrapped.
 pub const MAX_MILLIS: Millicredits = Millicredits(1_000_000_000_000_000);
 
+/// What a claim of `rec` reserves under its tenant's spend limit: its
+/// recorded reservation, or nothing (a record written before waits
+/// recorded one: its claim decides).
+pub fn reservation(rec: &OperationRecord) -> Millicredits {
+    rec.reserved_credits
+        .filter(|r| r.is_finite() && *r >= 0.0)
+        .map_or(Millicredits::ZERO, millis)
+}
+
 /// Converts a credit amount to millicredits, rounding to the nearest and
 /// clamping into `-MAX_MILLIS..=MAX_MILLIS`; a non-finite amount is 0.
 /// Callers bound their inputs first ([`credible_held`], the spend-limit

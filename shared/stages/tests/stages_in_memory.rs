@@ -1235,6 +1235,47 @@ async fn waits_are_measured_for_the_dashboards_and_the_oldest_wait_alarm() {
     assert_eq!((last("Waiting"), last("OldestWaitSeconds")), (Some(0.0), Some(0.0)));
 }
 
+/// A wait for credits begun while its tenant's job runs gets one look once
+/// the wait indexes show it (the job's end may come first and miss it),
+/// and that look claims nothing while the credits are still short: a
+/// refused claim would cost a cancelled transaction and a rewrite.
+#[tokio::test]
+async fn a_wait_for_credits_beside_a_running_job_is_looked_at_once() {
+    let app = app();
+    app.store
+        .set_spend_limit_now("tenant-a", Some(genace_core::ledger::millis(10.0)));
+    let running = submit(&app, "running", None).await;
+    let waits = submit(&app, "waits", None).await;
+    let dispatcher = app.dispatcher();
+    dispatcher.dispatch(&running).await.unwrap();
+    assert_eq!(
+        dispatcher.dispatch(&waits).await.unwrap(),
+        Dispatched::WaitingForCredits
+    );
+    let looks = || {
+        app.queue
+            .messages()
+            .into_iter()
+            .filter(|m| m.queue == Queue::Dispatch && m.body.contains(waits.as_str()))
+            .filter(|m| serde_json::from_str::<serde_json::Value>(&m.body).is_ok_and(|b| b["look"] == json!(true)))
+            .count()
+    };
+    assert_eq!(looks(), 1, "one look once the indexes show the wait");
+    let before = record(&app, &waits).await;
+    assert_eq!(dispatcher.look(&waits).await.unwrap(), Dispatched::Looked);
+    assert_eq!(
+        record(&app, &waits).await.version,
+        before.version,
+        "no claim, no rewrite"
+    );
+    // Waiting again (a duplicate message) is no new wait: no second look.
+    assert_eq!(
+        dispatcher.dispatch(&waits).await.unwrap(),
+        Dispatched::WaitingForCredits
+    );
+    assert_eq!(looks(), 1);
+}
+
 /// Spend-limit waits use the same order as capacity waits: nothing polls,
 /// the job whose end frees credits wakes the oldest waiter, and a woken
 /// claim that is admitted wakes the next, which waits again (waking nobody)

@@ -189,6 +189,15 @@ where
         if !self.store.account().await?.has_room() {
             return Ok(Dispatched::Looked);
         }
+        // A wait for credits is dispatched only once they fit: a claim
+        // refused for them would cost a cancelled transaction.
+        if rec.spend_hold.is_some() {
+            let ledger = self.store.ledger(&rec.tenant_id).await?;
+            let need = genace_core::ledger::reservation(&rec);
+            if ledger.headroom().is_some_and(|room| room < need) {
+                return Ok(Dispatched::Looked);
+            }
+        }
         self.dispatch_received(id, false).await
     }
 

@@ -52,10 +52,7 @@ pub(super) async fn fitting<S: OperationStore>(
             continue;
         }
         still_waiting += 1;
-        let need = rec
-            .reserved_credits
-            .filter(|r| r.is_finite() && *r >= 0.0)
-            .map_or(ledger::Millicredits::ZERO, ledger::millis);
+        let need = genace_core::ledger::reservation(&rec);
         if need <= headroom {
             headroom -= need;
             fit.push(id.clone());

@@ -91,10 +91,7 @@ pub async fn wake_after_credit_wait<S: OperationStore, Q: crate::ports::queue::W
 ) {
     let looked = async {
         let ledger = store.ledger(&waited.tenant_id).await.map_err(|e| e.to_string())?;
-        let need = waited
-            .reserved_credits
-            .filter(|r| r.is_finite() && *r >= 0.0)
-            .map_or(genace_core::ledger::Millicredits::ZERO, genace_core::ledger::millis);
+        let need = genace_core::ledger::reservation(waited);
         let fits = ledger.headroom().is_none_or(|room| need <= room);
         if !fits || !Turn::of(ledger.clone()).may_take_a_slot() {
             // The end of one of its tenant's jobs frees credits: if it
