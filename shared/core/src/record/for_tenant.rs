@@ -13,7 +13,8 @@
 //!   the account, its plan or its balance) is replaced by a fixed sentence,
 //!   in the last error and in the case's evidence.
 
-use super::{CaseReason, OperationRecord};
+use super::case::CaseReason;
+use super::operation::OperationRecord;
 
 /// Actors that are the service itself, named as they are.
 pub const SERVICE_ACTORS: [&str; 1] = [DEADLINE_ACTOR];
@@ -72,8 +73,10 @@ impl OperationRecord {
 
 #[cfg(test)]
 mod tests {
+    use super::super::case::ReconciliationCase;
+    use super::super::operation::sample_prepared;
+    use super::super::parts::{AuditEntry, CancelReason, Cancellation, RemoteError};
     use super::*;
-    use crate::record::{AuditEntry, CancelReason, Cancellation, ReconciliationCase, RemoteError, sample_prepared};
 
     fn entry(actor: &str) -> AuditEntry {
         AuditEntry {

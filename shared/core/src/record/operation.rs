@@ -88,7 +88,7 @@ pub struct OperationRecord {
     /// How the job's end was seen by the polls (set with the terminal
     /// observation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detection: Option<super::Detection>,
+    pub detection: Option<super::parts::Detection>,
     /// The shard of the Genace account that counts this operation's slot or
     /// its wait ([`crate::shard`]): set by the claim that admitted it or the
     /// wait that queued it, and kept, so that its end frees the shard that

@@ -27,10 +27,12 @@ use genace_core::record::OperationRecord;
 mod gauges;
 mod order;
 mod parked;
+mod settle;
 
 pub use gauges::{POSITION_COUNTED, oldest_wait, queue_position};
 pub use order::{MAX_WAKE, WAKE_CANDIDATES};
 pub use parked::wake_after_credit_wait;
+pub use settle::{INDEX_SETTLE_SECONDS, look_once_settled};
 
 use gauges::oldest_wait_of;
 use order::{Order, Turn, fitting, still_waits, waiting_tenants};
@@ -108,23 +110,6 @@ pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
     };
     if let Err(e) = looked.await {
         warn!(error = %e, operation_id = %waited, "the look after a wait failed; the sweep will");
-    }
-}
-
-/// Seconds after a wait is written by which the wait indexes (eventually
-/// consistent; DynamoDB's usually catch up within a second) show it.
-pub const INDEX_SETTLE_SECONDS: u32 = 5;
-
-/// One look once the wait indexes show the wait `waited` just began: a
-/// slot or credits freed before then woke whoever the indexes showed,
-/// never it, and without this look the slot would idle until the sweep.
-/// The look ([`genace_core::messages::WorkMessage::look`]) reads the
-/// account, and dispatches the waiter only when a slot is free. One per
-/// wait begun. A failure is logged: the sweep repairs the slot.
-pub async fn look_once_settled<Q: WorkQueue>(queue: &Q, waited: &genace_core::domain::OperationId) {
-    let look = genace_core::messages::WorkMessage::look_at(waited.clone());
-    if let Err(e) = queue.send_work(Queue::Dispatch, &look, INDEX_SETTLE_SECONDS).await {
-        warn!(error = %e, operation_id = %waited, "the look once the indexes show a wait was not queued; the sweep will");
     }
 }
 

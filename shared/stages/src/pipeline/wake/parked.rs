@@ -103,7 +103,7 @@ pub async fn wake_after_credit_wait<S: OperationStore, Q: crate::ports::queue::W
                 && ledger.totals.in_flight > 0
                 && !genace_core::planted::on(genace_core::planted::CREDIT_WAIT_UNSETTLED)
             {
-                super::look_once_settled(queue, &waited.operation_id).await;
+                super::settle::look_once_settled(queue, &waited.operation_id).await;
             }
             return Ok::<_, String>(());
         }
