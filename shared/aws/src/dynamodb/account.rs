@@ -201,23 +201,7 @@ impl DynamoStore {
     async fn read_account_shards_once(&self) -> Result<Option<AccountRead>, StoreError> {
         let mut items = self.shard_items(self.shards.all()).await?;
         let first = Split::read(items.get(&0))?;
-        let mut span = first.span.max(self.shards.get());
-        // The jobs each retired shard dropped from the span has ended.
-        let mut dropped = Vec::new();
-        if span > self.shards.get() {
-            let retired = self.shard_items(self.shards.get()..span).await?;
-            if retired
-                .values()
-                .all(|item| counts_from(Some(item)).is_ok_and(|c| c.is_idle()))
-            {
-                // What a lower `S` left has drained: read no further.
-                span = self.shards.get();
-                for (k, item) in &retired {
-                    dropped.push((*k, counts_from(Some(item))?.jobs_ended));
-                }
-            }
-            items.extend(retired);
-        }
+        let (span, dropped) = self.read_retired(&first, &mut items).await?;
         let counts = (0..span)
             .map(|k| counts_from(items.get(&k)))
             .collect::<Result<Vec<_>, _>>()?;
@@ -282,6 +266,33 @@ impl DynamoStore {
             whole,
             unchanged,
         }))
+    }
+
+    /// The shards that may still count something, reading those a larger
+    /// `S` left into `items`: all of them while any is busy, else only
+    /// those in use, with the jobs each one dropped has ended.
+    async fn read_retired(
+        &self,
+        first: &Split,
+        items: &mut HashMap<u16, Item>,
+    ) -> Result<(u16, Vec<(u16, i64)>), StoreError> {
+        let span = first.span.max(self.shards.get());
+        if span == self.shards.get() {
+            return Ok((span, Vec::new()));
+        }
+        let retired = self.shard_items(self.shards.get()..span).await?;
+        let idle = retired
+            .values()
+            .all(|item| counts_from(Some(item)).is_ok_and(|c| c.is_idle()));
+        let mut dropped = Vec::new();
+        if idle {
+            // What a lower `S` left has drained: read no further.
+            for (k, item) in &retired {
+                dropped.push((*k, counts_from(Some(item))?.jobs_ended));
+            }
+        }
+        items.extend(retired);
+        Ok((if idle { self.shards.get() } else { span }, dropped))
     }
 
     /// Each shard's counts under its limits: the parts as stored (or
