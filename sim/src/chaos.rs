@@ -295,6 +295,14 @@ impl<T: OperationRecords> OperationRecords for Chaotic<T> {
         page
     }
 
+    async fn sweep_start(&self) -> Result<Option<u32>, StoreError> {
+        port(&self.chaos, self.inner.sweep_start()).await
+    }
+
+    async fn set_sweep_start(&self, shard: u32) -> Result<(), StoreError> {
+        port(&self.chaos, self.inner.set_sweep_start(shard)).await
+    }
+
     async fn holders_of_remote_job(&self, job_id: &str) -> Result<Vec<OperationId>, StoreError> {
         port(&self.chaos, self.inner.holders_of_remote_job(job_id)).await
     }

@@ -443,6 +443,14 @@ impl OperationRecords for EchoingStore {
         self.0.due_page(shard, before_ms, limit, cursor).await
     }
 
+    async fn sweep_start(&self) -> Result<Option<u32>, genace_stages::ports::table::StoreError> {
+        self.0.sweep_start().await
+    }
+
+    async fn set_sweep_start(&self, shard: u32) -> Result<(), genace_stages::ports::table::StoreError> {
+        self.0.set_sweep_start(shard).await
+    }
+
     async fn holders_of_remote_job(
         &self,
         job_id: &str,

@@ -1851,6 +1851,16 @@ async fn a_shard_with_no_part_admits_nothing_and_the_mark_counts_every_shard<S: 
     );
 }
 
+/// Where the next sweep run starts: none until a run cut short records
+/// one, then the last recorded.
+async fn the_sweep_start_is_the_last_recorded<S: OperationStore>(store: S) {
+    assert_eq!(store.sweep_start().await.unwrap(), None);
+    store.set_sweep_start(5).await.unwrap();
+    assert_eq!(store.sweep_start().await.unwrap(), Some(5));
+    store.set_sweep_start(2).await.unwrap();
+    assert_eq!(store.sweep_start().await.unwrap(), Some(2));
+}
+
 genace_aws::contract_tests!(
     memory_sharded => genace_stages::memory::MemoryStore::default()
         .with_account_limit(Some(3))
@@ -1963,4 +1973,5 @@ genace_aws::contract_tests!(
     delivery_logs_page_newest_first_per_endpoint,
     kept_events_are_per_tenant_and_expire,
     render_times_are_counted_per_class,
+    the_sweep_start_is_the_last_recorded,
 );

@@ -52,6 +52,10 @@ pub fn account_shard_key(shard: u16) -> String {
         k => format!("{ACCOUNT_ITEM}#{k}"),
     }
 }
+/// The key of the item that says which due shard the next sweep run takes
+/// first.
+pub const SWEEP_START_ITEM: &str = "SWEEP#start";
+
 /// Partition of the sparse open-case index; cases are rare, so one suffices.
 pub const CASE_PK: &str = "CASE";
 

@@ -85,9 +85,13 @@ pub const ONE_SHARD_WHOLE: u32 = 16_777_216;
 /// credits, and its wake-up, reading indexes that do not show the wait
 /// yet, wakes nobody.
 pub const CREDIT_WAIT_UNSETTLED: u32 = 33_554_432;
+/// A sweep run its time budget cuts short does not record where it
+/// stopped: the next starts at the minute's shard, and a shard both pass
+/// over waits a third run.
+pub const SWEEP_START_UNSAVED: u32 = 67_108_864;
 
 /// Every planted bug by the name `scripts/simulate.sh --bug` takes.
-pub const ALL: [(&str, u32); 26] = [
+pub const ALL: [(&str, u32); 27] = [
     ("repost", REPOST_AFTER_LEASE),
     ("case", CASE_WITHOUT_PHASE_CHECK),
     ("abandon-erases-credits", ABANDON_ERASES_CREDITS),
@@ -114,6 +118,7 @@ pub const ALL: [(&str, u32); 26] = [
     ("split-even", SPLIT_EVEN),
     ("one-shard-whole", ONE_SHARD_WHOLE),
     ("credit-wait-unsettled", CREDIT_WAIT_UNSETTLED),
+    ("sweep-start-unsaved", SWEEP_START_UNSAVED),
 ];
 
 // Per thread: a simulation runs its world on one thread (a current-thread

@@ -2362,13 +2362,13 @@ async fn the_sweep_reaches_every_shard_within_two_runs_under_a_slow_backlog() {
     sweeps_reach_every_shard_within_two_runs(1).await;
 }
 
-/// Items so slow (8 s each) that a run's budget of 40 s ends before it
-/// takes one item of every shard: the next run starts among the shards it
-/// left. A start that moved on by one shard a minute left two shards of
-/// eight unreached by both runs.
+/// Items so slow (10 s each) that a run's budget of 40 s ends after four
+/// of the eight shards: the next run starts at the shard whose turn it
+/// was. A start that moved on by one shard a minute left three shards
+/// unreached by both runs, and one that moved on by five left one.
 #[tokio::test]
 async fn a_run_cut_short_leaves_the_rest_to_the_next() {
-    sweeps_reach_every_shard_within_two_runs(8).await;
+    sweeps_reach_every_shard_within_two_runs(10).await;
 }
 
 /// Two sweeps of a backlog in every shard, with every write taking

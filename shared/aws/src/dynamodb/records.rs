@@ -120,6 +120,38 @@ impl OperationRecords for DynamoStore {
         Ok(Applied::Written)
     }
 
+    async fn sweep_start(&self) -> Result<Option<u32>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(crate::schema::SWEEP_START_ITEM.into()))
+            .send()
+            .await
+            .map_err(service_error)?;
+        Ok(out
+            .item
+            .as_ref()
+            .and_then(|item| item.get("start_shard"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse().ok()))
+    }
+
+    async fn set_sweep_start(&self, shard: u32) -> Result<(), StoreError> {
+        // Only the sweep writes it, one run at a time (its reserved
+        // concurrency is 1): a plain write, an update as its role allows.
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(crate::schema::SWEEP_START_ITEM.into()))
+            .update_expression("SET start_shard = :shard")
+            .expression_attribute_values(":shard", AttributeValue::N(shard.to_string()))
+            .send()
+            .await
+            .map_err(service_error)?;
+        Ok(())
+    }
+
     async fn due_page(
         &self,
         shard: u32,

@@ -70,6 +70,8 @@ pub(super) struct Tables {
     pub(super) render_times: BTreeMap<genace_core::render::RenderClass, genace_core::render::RenderTimes>,
     /// Kept events by `<tenant>\u{0}<event id>`, with when each expires.
     pub(super) kept: BTreeMap<String, (DateTime<Utc>, String)>,
+    /// The due shard the next sweep run takes first.
+    pub(super) sweep_start: Option<u32>,
 }
 
 impl std::ops::Deref for Tables {
@@ -107,6 +109,11 @@ impl MemoryStore {
     /// The account's jobs in flight and limit, now.
     pub fn account_now(&self) -> genace_core::ledger::AccountCapacity {
         self.lock().account.whole()
+    }
+
+    /// The due shard the next sweep run takes first, now.
+    pub fn sweep_start_now(&self) -> Option<u32> {
+        self.lock().sweep_start
     }
 
     /// Each shard of the account in use, now.
@@ -304,6 +311,15 @@ impl OperationRecords for MemoryStore {
             }
             None => self.write_plainly(prev, next).await,
         }
+    }
+
+    async fn sweep_start(&self) -> Result<Option<u32>, StoreError> {
+        Ok(self.lock().sweep_start)
+    }
+
+    async fn set_sweep_start(&self, shard: u32) -> Result<(), StoreError> {
+        self.lock().sweep_start = Some(shard);
+        Ok(())
     }
 
     async fn due_page(

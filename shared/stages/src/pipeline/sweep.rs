@@ -8,9 +8,9 @@
 //!    out when uncertain operations fill a learned limit), the gauges.
 //!    First, so that no backlog of due items can starve it.
 //! 2. The due items, one item of each shard in turn (oldest due first in
-//!    each, a page read at a time), from a first shard that moves on each
-//!    minute by just over half the shards, until none are left, the page
-//!    bound, or the time budget:
+//!    each, a page read at a time), from where the last run its budget cut
+//!    short stopped (else a shard that moves on each minute), until none
+//!    are left, the page bound, or the time budget:
 //!    what is left stays due, and the next run takes it up (a handled
 //!    item's due time moves on, so the next run starts past it). So no
 //!    shard's backlog, however slow its items, keeps the sweep from the
@@ -95,12 +95,10 @@ impl ShardPages {
     }
 }
 
-/// The shard a run starting at `now` takes first, moved on each minute
-/// (the sweep's schedule) by just over half the shards: a run the budget
-/// cuts short before one item of every shard leaves the rest to the next,
-/// which starts among them. Two runs in a row that each reach just over
-/// half the shards reach them all; the step is odd, so prime to the
-/// power-of-two shard count, and every shard starts a run in turn.
+/// The shard a run starting at `now` takes first when no run cut short
+/// left one, moved on each minute (the sweep's schedule) by just over half
+/// the shards; the step is odd, so prime to the power-of-two shard count,
+/// and every shard starts a run in turn.
 fn first_shard(now: chrono::DateTime<chrono::Utc>) -> u32 {
     let step = i64::from(DUE_SHARDS / 2 + 1);
     let minute = now.timestamp().div_euclid(60);
@@ -155,14 +153,14 @@ impl<P: Ports> Sweeper<P> {
     /// The due items, one of each shard in turn, within the page bound and
     /// the time budget. Items are taken across the shards in rotation, not
     /// a page of one shard after another: a page of slow items in one
-    /// shard cannot spend the budget before the others are reached. The
-    /// rotation starts at a shard that moves on each minute by just over
-    /// half the shards ([`first_shard`]), so a budget too short for one
-    /// item of each shard leaves the rest to the next run's first turns.
+    /// shard cannot spend the budget before the others are reached. A run
+    /// the budget cuts short records the shard whose turn it was, and the
+    /// next run starts there, so two runs reach every shard whenever
+    /// together they have time for one item of each.
     async fn due_items(&self, now: chrono::DateTime<chrono::Utc>) -> SweepReport {
         let mut report = SweepReport::default();
         let budget = Duration::from_std(self.budget).unwrap_or(Duration::MAX);
-        let first = first_shard(now);
+        let first = self.first_shard(now).await;
         let mut shards: Vec<ShardPages> = (0..DUE_SHARDS)
             .map(|k| ShardPages::new((first + k) % DUE_SHARDS))
             .collect();
@@ -170,8 +168,10 @@ impl<P: Ports> Sweeper<P> {
             let mut handled = false;
             for shard in &mut shards {
                 if self.clock.now() - now >= budget {
-                    // What is left stays due, for the next run.
+                    // What is left stays due, for the next run, which
+                    // starts at the shard whose turn this was.
                     report.truncated = true;
+                    self.start_next_at(shard.shard).await;
                     return report;
                 }
                 let Some(item) = self.next_item(shard, now, &mut report).await else {
@@ -189,6 +189,31 @@ impl<P: Ports> Sweeper<P> {
         }
         report.truncated |= shards.iter().any(ShardPages::more_left);
         report
+    }
+
+    /// The shard this run takes first: where the last run its budget cut
+    /// short stopped, else the one for this minute. A start that cannot
+    /// be read is the minute's.
+    async fn first_shard(&self, now: chrono::DateTime<chrono::Utc>) -> u32 {
+        match self.store.sweep_start().await {
+            Ok(Some(k)) if k < DUE_SHARDS => k,
+            Ok(_) => first_shard(now),
+            Err(e) => {
+                warn!(error = %e, "the sweep's start could not be read; it starts at the minute's shard");
+                first_shard(now)
+            }
+        }
+    }
+
+    /// Records `shard` as where the next run starts. A failure is logged:
+    /// the next run then starts at the minute's shard.
+    async fn start_next_at(&self, shard: u32) {
+        if genace_core::planted::on(genace_core::planted::SWEEP_START_UNSAVED) {
+            return;
+        }
+        if let Err(e) = self.store.set_sweep_start(shard).await {
+            warn!(error = %e, shard, "where the next sweep starts was not saved");
+        }
     }
 
     /// The next due item of `shard`, reading its next page when the last

@@ -128,6 +128,13 @@ pub trait OperationRecords: Send + Sync {
         cursor: Option<DueCursor>,
     ) -> impl Future<Output = Result<DuePage, StoreError>> + Send;
 
+    /// The due shard the next sweep run takes first, where the last run its
+    /// time budget cut short stopped; none when no run left one.
+    fn sweep_start(&self) -> impl Future<Output = Result<Option<u32>, StoreError>> + Send;
+
+    /// Records `shard` as the one the next sweep run takes first.
+    fn set_sweep_start(&self, shard: u32) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// The operations whose saved remote job id is `job_id` (at most a few;
     /// more than one would be a bug or a mistaken attach).
     fn holders_of_remote_job(&self, job_id: &str) -> impl Future<Output = Result<Vec<OperationId>, StoreError>> + Send;
