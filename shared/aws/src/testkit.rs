@@ -458,3 +458,90 @@ pub fn rendered(accepted: &OperationRecord, job_id: &str) -> OperationRecord {
     )
     .unwrap()
 }
+
+// Claims `count` new operations of `tenant` on account shard `shard`
+/// with `store`, none of which reads the account first; how many were
+/// admitted.
+pub async fn claims_admitted<S: genace_stages::ports::table::OperationStore>(
+    store: &S,
+    tenant: &str,
+    shard: u16,
+    count: usize,
+) -> usize {
+    use genace_core::machine::{self, Event, Policy};
+    let now = chrono::Utc::now();
+    let mut admitted = 0;
+    for i in 0..count {
+        let rec = intent_record(tenant, &format!("s{shard}-{i}"), "p");
+        store.create(&rec, now).await.unwrap();
+        let event = Event::ClaimDispatch { token: "t", shard };
+        let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
+        match store.apply(&rec, &claimed).await {
+            Ok(_) => admitted += 1,
+            Err(genace_stages::ports::table::StoreError::AccountFull) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    admitted
+}
+
+/// Claims `per_shard` new operations of tenant `t` on each of `shards`,
+/// every one admitted; the claimed records.
+pub async fn running_on<S: genace_stages::ports::table::OperationStore>(
+    store: &S,
+    shards: std::ops::Range<u16>,
+    per_shard: usize,
+) -> Vec<genace_core::record::OperationRecord> {
+    use genace_core::machine::{self, Event, Policy};
+    let now = chrono::Utc::now();
+    let mut running = Vec::new();
+    for shard in shards {
+        for i in 0..per_shard {
+            let rec = intent_record("t", &format!("r{shard}-{i}"), "p");
+            store.create(&rec, now).await.unwrap();
+            let event = Event::ClaimDispatch { token: "tok", shard };
+            let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
+            store.apply(&rec, &claimed).await.unwrap();
+            running.push(claimed);
+        }
+    }
+    running
+}
+
+/// Releases each of `claimed` (Genace never took its job): its slot is
+/// free again.
+pub async fn release_all<S: genace_stages::ports::table::OperationStore>(
+    store: &S,
+    claimed: Vec<genace_core::record::OperationRecord>,
+) {
+    use genace_core::machine::{self, Event, Policy};
+    let now = chrono::Utc::now();
+    for claimed in claimed {
+        let event = Event::ClaimUnused {
+            token: "tok",
+            retry_at: now,
+        };
+        let released = machine::transition(&claimed, event, now, &Policy::default()).unwrap();
+        store.apply(&claimed, &released).await.unwrap();
+    }
+}
+
+/// A handle on the same table for a deployment with `shards` account
+/// shards (a rolling change of the count has two alive at once).
+pub trait Deployed: Sized {
+    fn deployed_with(&self, shards: u16) -> Self;
+}
+
+impl Deployed for DynamoStore {
+    fn deployed_with(&self, shards: u16) -> Self {
+        self.clone()
+            .with_account_shards(genace_core::shard::AccountShards::new(shards).expect("1 to the most shards"))
+    }
+}
+
+impl Deployed for genace_stages::memory::MemoryStore {
+    fn deployed_with(&self, shards: u16) -> Self {
+        self.clone()
+            .with_account_shards(genace_core::shard::AccountShards::new(shards).expect("1 to the most shards"))
+    }
+}

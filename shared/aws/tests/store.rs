@@ -364,69 +364,6 @@ async fn a_split_of_the_limits_never_undoes_a_newer_limit() {
     assert_eq!(parts, [Some(2), Some(2)], "the newer limit, split");
 }
 
-/// Claims `count` new operations of `tenant` on account shard `shard`
-/// with `store`, none of which reads the account first; how many were
-/// admitted.
-async fn claims_admitted(store: &genace_aws::DynamoStore, tenant: &str, shard: u16, count: usize) -> usize {
-    use genace_core::machine::{self, Event, Policy};
-    let now = Utc::now();
-    let mut admitted = 0;
-    for i in 0..count {
-        let rec = genace_aws::testkit::intent_record(tenant, &format!("s{shard}-{i}"), "p");
-        store.create(&rec, now).await.unwrap();
-        let event = Event::ClaimDispatch { token: "t", shard };
-        let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
-        match store.apply(&rec, &claimed).await {
-            Ok(_) => admitted += 1,
-            Err(StoreError::AccountFull) => {}
-            Err(e) => panic!("{e:?}"),
-        }
-    }
-    admitted
-}
-
-/// Found at scale: a claim's condition read the limit on its own shard
-/// item, and the limits were split for a new shard count only when the
-/// account was read, which fresh claims never do. After the count went
-/// from 1 to 4, shards 1-3 admitted without bound. Now a claim holds to
-/// limits split for its deployment's count: a shard not split for it
-/// admits nothing until a read splits the limits, in either direction.
-#[tokio::test]
-async fn no_claim_admits_past_the_limit_while_the_shard_count_changes() {
-    use genace_core::shard::AccountShards;
-    let env = LocalAws::fresh().await;
-    let one = env.store();
-    one.set_account_limit(Some(10)).await.unwrap();
-    let four = env.store().with_account_shards(AccountShards::new(4).unwrap());
-    // Raised to four shards: claims before any read of the account.
-    for shard in 1..4 {
-        assert_eq!(
-            claims_admitted(&four, "raised", shard, 5).await,
-            0,
-            "shard {shard} is not split for four yet"
-        );
-    }
-    // A read splits the limit of 10 into 3, 3, 2, 2.
-    assert_eq!(four.account().await.unwrap().set_limit, Some(10));
-    let admitted: Vec<usize> = {
-        let mut v = Vec::new();
-        for shard in 0..4 {
-            v.push(claims_admitted(&four, "split", shard, 5).await);
-        }
-        v
-    };
-    assert_eq!(admitted, [3, 3, 2, 2], "each shard under its part");
-    // Back to one item, a limit of 2: the shards of four lose their parts.
-    one.set_account_limit(Some(2)).await.unwrap();
-    // A deployment still on four shards, before it reads the account.
-    let stale = env.store().with_account_shards(AccountShards::new(4).unwrap());
-    for shard in 1..4 {
-        assert_eq!(claims_admitted(&stale, "lowered", shard, 2).await, 0, "shard {shard}");
-    }
-    let account = one.account().await.unwrap();
-    assert_eq!((account.in_flight, account.set_limit), (10, Some(2)));
-}
-
 /// The split for a new shard count, and an operator's limit, are over the
 /// jobs each shard already counts. An even split let the new shards admit
 /// their parts beside a full shard 0 (17 jobs against 10 after a raise
@@ -438,7 +375,7 @@ async fn a_split_over_the_jobs_counted_admits_nothing_past_the_limit() {
     let env = LocalAws::fresh().await;
     let one = env.store();
     one.set_account_limit(Some(10)).await.unwrap();
-    assert_eq!(claims_admitted(&one, "before", 0, 12).await, 10);
+    assert_eq!(genace_aws::testkit::claims_admitted(&one, "before", 0, 12).await, 10);
     let four = env.store().with_account_shards(AccountShards::new(4).unwrap());
     let parts: Vec<Option<u32>> = four.account_shards().await.unwrap().iter().map(|s| s.limit()).collect();
     assert_eq!(
@@ -447,7 +384,11 @@ async fn a_split_over_the_jobs_counted_admits_nothing_past_the_limit() {
         "shard 0 keeps its jobs' slots"
     );
     for shard in 1..4 {
-        assert_eq!(claims_admitted(&four, "raised", shard, 3).await, 0, "shard {shard}");
+        assert_eq!(
+            genace_aws::testkit::claims_admitted(&four, "raised", shard, 3).await,
+            0,
+            "shard {shard}"
+        );
     }
     let account = four.account().await.unwrap();
     assert_eq!((account.in_flight, account.set_limit), (10, Some(10)));
@@ -456,11 +397,15 @@ async fn a_split_over_the_jobs_counted_admits_nothing_past_the_limit() {
     let fresh = LocalAws::fresh().await;
     let two = fresh.store().with_account_shards(AccountShards::new(2).unwrap());
     two.set_account_limit(Some(10)).await.unwrap();
-    assert_eq!(claims_admitted(&two, "first", 0, 5).await, 5);
-    assert_eq!(claims_admitted(&two, "first", 1, 1).await, 1);
+    assert_eq!(genace_aws::testkit::claims_admitted(&two, "first", 0, 5).await, 5);
+    assert_eq!(genace_aws::testkit::claims_admitted(&two, "first", 1, 1).await, 1);
     two.set_account_limit(Some(6)).await.unwrap();
-    assert_eq!(claims_admitted(&two, "lowered", 1, 3).await, 0, "the emptier shard");
-    assert_eq!(claims_admitted(&two, "lowered", 0, 3).await, 0);
+    assert_eq!(
+        genace_aws::testkit::claims_admitted(&two, "lowered", 1, 3).await,
+        0,
+        "the emptier shard"
+    );
+    assert_eq!(genace_aws::testkit::claims_admitted(&two, "lowered", 0, 3).await, 0);
     assert_eq!(two.account().await.unwrap().in_flight, 6);
 }
 
@@ -476,11 +421,14 @@ async fn a_claim_between_the_read_and_the_parts_is_read_again() {
     let shards = AccountShards::new(2).unwrap();
     let two = env.store().with_account_shards(shards);
     two.set_account_limit(Some(10)).await.unwrap();
-    assert_eq!(claims_admitted(&two, "first", 0, 5).await, 5);
-    assert_eq!(claims_admitted(&two, "first", 1, 1).await, 1);
+    assert_eq!(genace_aws::testkit::claims_admitted(&two, "first", 0, 5).await, 5);
+    assert_eq!(genace_aws::testkit::claims_admitted(&two, "first", 1, 1).await, 1);
     let rival_store = env.store().with_account_shards(shards);
     let rival = genace_aws::testkit::RivalWrite::new("TransactWriteItems", move || async move {
-        assert_eq!(claims_admitted(&rival_store, "between", 1, 1).await, 1);
+        assert_eq!(
+            genace_aws::testkit::claims_admitted(&rival_store, "between", 1, 1).await,
+            1
+        );
     });
     let operator = env.store_with_rival(&rival).with_account_shards(shards);
     let account = operator.set_account_limit(Some(6)).await.unwrap();
@@ -489,126 +437,12 @@ async fn a_claim_between_the_read_and_the_parts_is_read_again() {
     let parts: Vec<Option<u32>> = two.account_shards().await.unwrap().iter().map(|s| s.limit()).collect();
     assert_eq!(parts, [Some(0), Some(0)], "over the limit: nothing admitted");
     for shard in 0..2 {
-        assert_eq!(claims_admitted(&two, "over", shard, 2).await, 0, "shard {shard}");
+        assert_eq!(
+            genace_aws::testkit::claims_admitted(&two, "over", shard, 2).await,
+            0,
+            "shard {shard}"
+        );
     }
-}
-
-/// Claims `per_shard` new operations of tenant `t` on each of `shards`,
-/// every one admitted; the claimed records.
-async fn running_on(
-    store: &genace_aws::DynamoStore,
-    shards: std::ops::Range<u16>,
-    per_shard: usize,
-) -> Vec<genace_core::record::OperationRecord> {
-    use genace_core::machine::{self, Event, Policy};
-    let now = Utc::now();
-    let mut running = Vec::new();
-    for shard in shards {
-        for i in 0..per_shard {
-            let rec = genace_aws::testkit::intent_record("t", &format!("r{shard}-{i}"), "p");
-            store.create(&rec, now).await.unwrap();
-            let event = Event::ClaimDispatch { token: "tok", shard };
-            let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
-            store.apply(&rec, &claimed).await.unwrap();
-            running.push(claimed);
-        }
-    }
-    running
-}
-
-/// Releases each of `claimed` (Genace never took its job): its slot is
-/// free again.
-async fn release_all(store: &genace_aws::DynamoStore, claimed: Vec<genace_core::record::OperationRecord>) {
-    use genace_core::machine::{self, Event, Policy};
-    let now = Utc::now();
-    for claimed in claimed {
-        let event = Event::ClaimUnused {
-            token: "tok",
-            retry_at: now,
-        };
-        let released = machine::transition(&claimed, event, now, &Policy::default()).unwrap();
-        store.apply(&claimed, &released).await.unwrap();
-    }
-}
-
-/// Lowered to one shard, the account charges the jobs the shards it left
-/// still count until they end: shard 0 admits only the limit less those
-/// jobs, under the limit it had, an operator's new one and a lesson; once
-/// they end, it admits the whole limit again. One shard wrote the limits
-/// whole and admitted up to the limit beside those jobs.
-#[tokio::test]
-async fn lowered_to_one_shard_the_account_charges_the_jobs_the_others_count() {
-    use genace_core::shard::AccountShards;
-    let env = LocalAws::fresh().await;
-    let four = env.store().with_account_shards(AccountShards::new(4).unwrap());
-    four.set_account_limit(Some(10)).await.unwrap();
-    let running = running_on(&four, 1..4, 2).await;
-    let one = env.store();
-    assert_eq!(one.account().await.unwrap().in_flight, 6);
-    assert_eq!(
-        claims_admitted(&one, "lowered", 0, 6).await,
-        4,
-        "10 less the 6 the others count"
-    );
-    one.set_account_limit(Some(12)).await.unwrap();
-    assert_eq!(
-        claims_admitted(&one, "raised", 0, 4).await,
-        2,
-        "an operator's limit of 12"
-    );
-    let seen = one.account().await.unwrap().learned;
-    assert!(one.learn_account_limit(seen, Some(11), None, None).await.unwrap());
-    assert_eq!(
-        claims_admitted(&one, "learned", 0, 2).await,
-        0,
-        "a lesson of 11, 12 running"
-    );
-    // The others' jobs render: shard 0 alone counts 6 of 12, and the jobs
-    // ended on the shards the read drops are still counted (a lesson's
-    // mark is set against their sum).
-    for (i, claimed) in running.into_iter().enumerate() {
-        let job = format!("job-{i}");
-        let accepted = genace_aws::testkit::accepted_with(&claimed, &job, None);
-        four.apply(&claimed, &accepted).await.unwrap();
-        let done = genace_aws::testkit::rendered(&accepted, &job);
-        four.apply(&accepted, &done).await.unwrap();
-    }
-    let account = one.account().await.unwrap();
-    assert_eq!((account.in_flight, account.limit()), (6, Some(11)));
-    assert_eq!(
-        one.account().await.unwrap().jobs_ended,
-        6,
-        "ended on the dropped shards"
-    );
-    assert_eq!(
-        claims_admitted(&one, "drained", 0, 6).await,
-        5,
-        "the whole lesson again"
-    );
-}
-
-/// Parts split over counts are split again when they hold back what the
-/// account may admit: once the jobs of the shards a lower count left have
-/// ended, and once the account is back under a lowered limit.
-#[tokio::test]
-async fn parts_that_hold_back_slots_are_split_again() {
-    use genace_core::shard::AccountShards;
-    let env = LocalAws::fresh().await;
-    let two = env.store().with_account_shards(AccountShards::new(2).unwrap());
-    two.set_account_limit(Some(6)).await.unwrap();
-    // Three jobs on each shard, then the limit lowered to 4: parts 0, 0.
-    let mut running = running_on(&two, 0..2, 3).await;
-    two.set_account_limit(Some(4)).await.unwrap();
-    assert_eq!(claims_admitted(&two, "over", 0, 1).await, 0);
-    // Three jobs end (released): 3 in flight under a limit of 4.
-    release_all(&two, running.drain(..3).collect()).await;
-    let shards = two.account_shards().await.unwrap();
-    let free: u64 = shards.iter().filter_map(|s| s.free_slots()).sum();
-    assert_eq!(free, 1, "the read split the parts again: {shards:?}");
-    assert_eq!(
-        claims_admitted(&two, "under", 0, 1).await + claims_admitted(&two, "under", 1, 1).await,
-        1
-    );
 }
 
 /// Found at scale: a tenant short of credits (room under its spend limit,

@@ -21,7 +21,10 @@ use genace_stages::ports::table::Created;
 use genace_stages::ports::table::OperationStore;
 use genace_stages::ports::table::StoreError;
 
-use genace_aws::testkit::{accepted_with, claimed, intent_record as record_for, rendered, uncertain};
+use genace_aws::testkit::{
+    Deployed, accepted_with, claimed, claims_admitted, intent_record as record_for, release_all, rendered, running_on,
+    uncertain,
+};
 
 fn record(key: &str, prompt: &str) -> OperationRecord {
     record_for("tenant-a", key, prompt)
@@ -1861,6 +1864,119 @@ async fn the_sweep_start_is_the_last_recorded<S: OperationStore>(store: S) {
     assert_eq!(store.sweep_start().await.unwrap(), Some(2));
 }
 
+/// Found at scale: a claim's condition read the limit on its own shard
+/// item, and the limits were split for a new shard count only when the
+/// account was read, which fresh claims never do. After the count went
+/// from 1 to 4, shards 1-3 admitted without bound. Now a claim holds to
+/// limits split for its deployment's count: a shard not split for it
+/// admits nothing until a read splits the limits, in either direction.
+async fn no_claim_admits_past_the_limit_while_the_shard_count_changes<S: OperationStore + Deployed>(store: S) {
+    let one = store.deployed_with(1);
+    one.set_account_limit(Some(10)).await.unwrap();
+    let four = store.deployed_with(4);
+    // Raised to four shards: claims before any read of the account.
+    for shard in 1..4 {
+        assert_eq!(
+            claims_admitted(&four, "raised", shard, 5).await,
+            0,
+            "shard {shard} is not split for four yet"
+        );
+    }
+    // A read splits the limit of 10 into 3, 3, 2, 2.
+    assert_eq!(four.account().await.unwrap().set_limit, Some(10));
+    let admitted: Vec<usize> = {
+        let mut v = Vec::new();
+        for shard in 0..4 {
+            v.push(claims_admitted(&four, "split", shard, 5).await);
+        }
+        v
+    };
+    assert_eq!(admitted, [3, 3, 2, 2], "each shard under its part");
+    // Back to one item, a limit of 2: the shards of four lose their parts.
+    one.set_account_limit(Some(2)).await.unwrap();
+    // A deployment still on four shards, before it reads the account.
+    let stale = store.deployed_with(4);
+    for shard in 1..4 {
+        assert_eq!(claims_admitted(&stale, "lowered", shard, 2).await, 0, "shard {shard}");
+    }
+    let account = one.account().await.unwrap();
+    assert_eq!((account.in_flight, account.set_limit), (10, Some(2)));
+}
+
+/// Lowered to one shard, the account charges the jobs the shards it left
+/// still count until they end: shard 0 admits only the limit less those
+/// jobs, under the limit it had, an operator's new one and a lesson; once
+/// they end, it admits the whole limit again. One shard wrote the limits
+/// whole and admitted up to the limit beside those jobs.
+async fn lowered_to_one_shard_the_account_charges_the_jobs_the_others_count<S: OperationStore + Deployed>(store: S) {
+    let four = store.deployed_with(4);
+    four.set_account_limit(Some(10)).await.unwrap();
+    let running = running_on(&four, 1..4, 2).await;
+    let one = store.deployed_with(1);
+    assert_eq!(one.account().await.unwrap().in_flight, 6);
+    assert_eq!(
+        claims_admitted(&one, "lowered", 0, 6).await,
+        4,
+        "10 less the 6 the others count"
+    );
+    one.set_account_limit(Some(12)).await.unwrap();
+    assert_eq!(
+        claims_admitted(&one, "raised", 0, 4).await,
+        2,
+        "an operator's limit of 12"
+    );
+    let seen = one.account().await.unwrap().learned;
+    assert!(one.learn_account_limit(seen, Some(11), None, None).await.unwrap());
+    assert_eq!(
+        claims_admitted(&one, "learned", 0, 2).await,
+        0,
+        "a lesson of 11, 12 running"
+    );
+    // The others' jobs render: shard 0 alone counts 6 of 12, and the jobs
+    // ended on the shards the read drops are still counted (a lesson's
+    // mark is set against their sum).
+    for (i, claimed) in running.into_iter().enumerate() {
+        let job = format!("job-{i}");
+        let accepted = genace_aws::testkit::accepted_with(&claimed, &job, None);
+        four.apply(&claimed, &accepted).await.unwrap();
+        let done = genace_aws::testkit::rendered(&accepted, &job);
+        four.apply(&accepted, &done).await.unwrap();
+    }
+    let account = one.account().await.unwrap();
+    assert_eq!((account.in_flight, account.limit()), (6, Some(11)));
+    assert_eq!(
+        one.account().await.unwrap().jobs_ended,
+        6,
+        "ended on the dropped shards"
+    );
+    assert_eq!(
+        claims_admitted(&one, "drained", 0, 6).await,
+        5,
+        "the whole lesson again"
+    );
+}
+
+/// Parts split over counts are split again when they hold back what the
+/// account may admit: once the jobs of the shards a lower count left have
+/// ended, and once the account is back under a lowered limit.
+async fn parts_that_hold_back_slots_are_split_again<S: OperationStore + Deployed>(store: S) {
+    let two = store.deployed_with(2);
+    two.set_account_limit(Some(6)).await.unwrap();
+    // Three jobs on each shard, then the limit lowered to 4: parts 0, 0.
+    let mut running = running_on(&two, 0..2, 3).await;
+    two.set_account_limit(Some(4)).await.unwrap();
+    assert_eq!(claims_admitted(&two, "over", 0, 1).await, 0);
+    // Three jobs end (released): 3 in flight under a limit of 4.
+    release_all(&two, running.drain(..3).collect()).await;
+    let shards = two.account_shards().await.unwrap();
+    let free: u64 = shards.iter().filter_map(|s| s.free_slots()).sum();
+    assert_eq!(free, 1, "the read split the parts again: {shards:?}");
+    assert_eq!(
+        claims_admitted(&two, "under", 0, 1).await + claims_admitted(&two, "under", 1, 1).await,
+        1
+    );
+}
+
 genace_aws::contract_tests!(
     memory_sharded => genace_stages::memory::MemoryStore::default()
         .with_account_limit(Some(3))
@@ -1974,4 +2090,7 @@ genace_aws::contract_tests!(
     kept_events_are_per_tenant_and_expire,
     render_times_are_counted_per_class,
     the_sweep_start_is_the_last_recorded,
+    no_claim_admits_past_the_limit_while_the_shard_count_changes,
+    lowered_to_one_shard_the_account_charges_the_jobs_the_others_count,
+    parts_that_hold_back_slots_are_split_again,
 );
