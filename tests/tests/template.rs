@@ -1046,3 +1046,57 @@ fn the_webhook_queue_denies_other_senders_and_webhooks_cannot_starve_the_pipelin
     assert!(default("IntakeReservedConcurrency") >= default("ApiThrottlingBurstLimit"));
     assert!(default("DispatchReservedConcurrency") >= 2 * default("DispatchMaxConcurrency"));
 }
+
+/// Least privilege inside the table: every statement that lets a function
+/// write the operations table (`PutItem`, `UpdateItem`, `DeleteItem`) holds
+/// it to the key prefixes it owns (`dynamodb:LeadingKeys`), and those are
+/// exactly the function's: no pipeline stage may write a tenant's webhook
+/// settings, and no webhook function an operation or a ledger.
+#[test]
+fn every_table_write_is_held_to_the_key_prefixes_its_function_owns() {
+    const LIFE: [&str; 3] = ["OP#*", "TENANT#*", "ACCOUNT#*"];
+    let owned = |extra: &[&str]| -> BTreeSet<String> { LIFE.iter().chain(extra).map(|p| p.to_string()).collect() };
+    let only = |ps: &[&str]| -> BTreeSet<String> { ps.iter().map(|p| p.to_string()).collect() };
+    let expected: BTreeMap<&str, BTreeSet<String>> = BTreeMap::from([
+        ("IntakeFunction", only(&["OP#*"])),
+        ("CancelFunction", owned(&[])),
+        ("EraseFunction", only(&["OP#*"])),
+        ("OperatorFunction", owned(&["WEBHOOK#*"])),
+        ("EndpointsFunction", only(&["ENDPOINTS#*"])),
+        ("DispatchFunction", owned(&[])),
+        ("PollFunction", owned(&["RENDERTIME#*"])),
+        ("DeliverFunction", owned(&[])),
+        ("RecoveryFunction", owned(&[])),
+        ("SweepFunction", owned(&["SWEEP#*"])),
+        ("WebhookFunction", only(&["ENDPOINTS#*", "WHEVENT#*", "WHLOG#*"])),
+    ]);
+    let t = template();
+    let writes = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"];
+    let mut writers = BTreeSet::new();
+    for (name, f) in functions(&t) {
+        for policy in untag(&f["Properties"]["Policies"]).as_sequence().into_iter().flatten() {
+            for stmt in untag(&policy["Statement"]).as_sequence().into_iter().flatten() {
+                let acts = strings(&stmt["Action"]);
+                if !acts.iter().any(|a| writes.contains(&a.as_str())) {
+                    continue;
+                }
+                assert!(
+                    format!("{:?}", stmt["Resource"]).contains("OperationsTable"),
+                    "{name}: {acts:?}"
+                );
+                writers.insert(name.clone());
+                let keys: BTreeSet<String> =
+                    strings(&stmt["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
+                        .into_iter()
+                        .collect();
+                assert_eq!(Some(&keys), expected.get(name.as_str()), "{name}: {acts:?}");
+                assert!(
+                    acts.iter().all(|a| writes.contains(&a.as_str())),
+                    "{name}: reads share a statement with writes: {acts:?}"
+                );
+            }
+        }
+    }
+    let named: BTreeSet<String> = expected.keys().map(|k| k.to_string()).collect();
+    assert_eq!(writers, named, "the functions that write the table");
+}
