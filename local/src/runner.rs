@@ -164,38 +164,59 @@ pub async fn start(
         let sweeper = sweeper.clone();
         async move { sweeper.run().await.map(|_| ()).map_err(|e| e.to_string()) }
     });
+    // The events pipe seals what the webhook stage checks, as deployed;
+    // both run here, so the key is drawn here.
+    let seal = genace_stages::pipeline::event_seal::EventSeal::random()?;
+    let mut webhooks = genace_app::webhooks(sdk, &config, metrics.clone())?;
+    webhooks.seal = Some(seal.clone());
     consumer.spawn_deferring(
         &mut tasks,
         &config.queues.webhooks,
-        genace_app::webhooks(sdk, &config, metrics.clone())?,
+        webhooks,
         genace_app::webhook_deferral(sdk, &config)?,
     );
     if let Some(file) = settings.events_file.clone() {
-        let rule = Some(config.queues.webhooks.clone());
-        let enrichment = Arc::new(genace_app::Enrichment::new(sdk, &config, metrics.clone()));
-        let unfiltered = settings.webhook_rule_unfiltered;
-        crate::events::spawn_pipe(&mut tasks, sdk, config.table.clone(), file, rule, move |batch| {
-            let enrichment = enrichment.clone();
-            async move {
-                let events = if unfiltered {
-                    // No look at receivers: every event marked.
-                    let mut events = genace_aws::stream::lifecycle_events(&batch, &enrichment.ctx);
-                    for e in events.iter_mut().flatten() {
-                        e.webhooks = true;
-                    }
-                    events
-                } else {
-                    enrichment.enrich(&batch).await
-                };
-                let events = events.map_err(|e| e.to_string())?;
-                Ok(events.iter().filter_map(|e| serde_json::to_value(e).ok()).collect())
-            }
-        });
+        let mut enrichment = genace_app::Enrichment::new(sdk, &config, metrics.clone());
+        enrichment.seal = Some(seal);
+        spawn_events_pipe(
+            &mut tasks,
+            sdk,
+            &config,
+            file,
+            enrichment,
+            settings.webhook_rule_unfiltered,
+        );
     }
     if settings.phase_log {
         tasks.spawn(phase_log(aws::dynamodb(sdk), config.table.clone()));
     }
     Ok(Running { tasks })
+}
+
+/// The events pipe: the table's stream through `enrichment` to the bus
+/// file and the webhook queue (every event marked when `unfiltered`).
+fn spawn_events_pipe(
+    tasks: &mut JoinSet<()>,
+    sdk: &SdkConfig,
+    config: &Config,
+    file: std::path::PathBuf,
+    enrichment: genace_app::Enrichment,
+    unfiltered: bool,
+) {
+    let rule = Some(config.queues.webhooks.clone());
+    let enrichment = Arc::new(enrichment);
+    crate::events::spawn_pipe(tasks, sdk, config.table.clone(), file, rule, move |batch| {
+        let enrichment = enrichment.clone();
+        async move {
+            let events = if unfiltered {
+                enrichment.enrich_unfiltered(&batch)
+            } else {
+                enrichment.enrich(&batch).await
+            };
+            let events = events.map_err(|e| e.to_string())?;
+            Ok(events.iter().filter_map(|e| serde_json::to_value(e).ok()).collect())
+        }
+    });
 }
 
 /// One SQS queue consumed the way Lambda's event source mapping does it:

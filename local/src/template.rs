@@ -34,6 +34,7 @@ impl Locals {
             ("WebhookQueue", &queues.webhooks),
             ("WebhookDeadLetterQueue", &queues.webhook_dead_letters),
             ("WakeQueue", &queues.wake),
+            ("EventsSealSecret", &genace_aws::provision::events_seal_name(table)),
         ]
         .into_iter()
         .map(|(id, value)| (id.to_owned(), value.to_owned()))

@@ -189,7 +189,10 @@ fn every_function_has_only_the_actions_it_uses() {
         ),
         // The pipe's enrichment reads tenants' receivers to mark events for
         // the webhook rule, and nothing else.
-        ("EventsFunction", &["dynamodb:BatchGetItem"][..]),
+        (
+            "EventsFunction",
+            &["dynamodb:BatchGetItem", "secretsmanager:GetSecretValue"][..],
+        ),
         (
             "WebhookFunction",
             &[
@@ -775,6 +778,10 @@ fn committed_changes_reach_the_bus_through_a_least_privilege_pipe() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 fn webhooks_take_the_marked_events_from_the_bus_and_read_only_their_secrets() {
     let t = template();
     let res = resources(&t);
@@ -837,22 +844,10 @@ fn webhooks_take_the_marked_events_from_the_bus_and_read_only_their_secrets() {
         batch * genace_outbound::webhook::POST_TIMEOUT.as_secs() < timeout(&t, function),
         "{batch} POSTs do not fit the webhook function's timeout"
     );
-    // The function reads webhook secrets only, never the Genace key.
-    let grants = grants(&fns["WebhookFunction"]);
-    let secrets: Vec<&String> = grants
-        .iter()
-        .filter(|(a, _)| a == "secretsmanager:GetSecretValue")
-        .map(|(_, r)| r)
-        .collect();
-    assert_eq!(secrets.len(), 1);
-    assert!(
-        secrets[0].contains("secret:genace/webhooks/*/*\""),
-        "only secrets inside a tenant's folder: {}",
-        secrets[0]
-    );
+    let allowed = grants(&fns["WebhookFunction"]);
     // It may send to its dead-letter queue (an undeliverable event goes there
     // at once), and to no other queue.
-    let sends: Vec<&String> = grants
+    let sends: Vec<&String> = allowed
         .iter()
         .filter(|(a, _)| a == "sqs:SendMessage")
         .map(|(_, r)| r)
@@ -878,7 +873,7 @@ fn webhooks_take_the_marked_events_from_the_bus_and_read_only_their_secrets() {
         "{statement:?}"
     );
     assert!(
-        !grants.iter().any(|(_, r)| r.contains("GenaceApiKeySecretArn")),
+        !allowed.iter().any(|(_, r)| r.contains("GenaceApiKeySecretArn")),
         "the webhook function cannot read the Genace key"
     );
     let alarm = format!("{:?}", res["DeadLetterAlarms"]["Properties"]["Metrics"]);
@@ -1099,4 +1094,52 @@ fn every_table_write_is_held_to_the_key_prefixes_its_function_owns() {
     }
     let named: BTreeSet<String> = expected.keys().map(|k| k.to_string()).collect();
     assert_eq!(writers, named, "the functions that write the table");
+}
+
+/// The events pipe seals what the webhook function checks, under one
+/// generated key only those two read (docs/decisions/0042).
+#[test]
+fn only_the_events_pipe_and_the_webhook_function_read_the_seal() {
+    let t = template();
+    let res = resources(&t);
+    let fns = functions(&t);
+    let allowed = grants(&fns["WebhookFunction"]);
+    // The function reads webhook secrets and the events pipe's seal only,
+    // never the Genace key.
+    let secrets: Vec<&String> = allowed
+        .iter()
+        .filter(|(a, _)| a == "secretsmanager:GetSecretValue")
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(secrets.len(), 2);
+    assert!(
+        secrets.iter().any(|r| r.contains("secret:genace/webhooks/*/*\"")),
+        "only secrets inside a tenant's folder: {secrets:?}"
+    );
+    assert!(
+        secrets
+            .iter()
+            .all(|r| r.contains("secret:genace/webhooks/*/*\"") || r.contains("EventsSealSecret")),
+        "{secrets:?}"
+    );
+    for function in ["EventsFunction", "WebhookFunction"] {
+        assert_eq!(
+            strings(&fns[function]["Properties"]["Environment"]["Variables"]["EVENTS_SEAL_SECRET_ARN"]),
+            ["EventsSealSecret"],
+            "{function}"
+        );
+    }
+    for (name, f) in &fns {
+        let reads_seal = grants(f).iter().any(|(_, r)| r.contains("EventsSealSecret"));
+        assert_eq!(
+            reads_seal,
+            ["EventsFunction", "WebhookFunction"].contains(&name.as_str()),
+            "{name}"
+        );
+    }
+    assert!(
+        res["EventsSealSecret"]["Properties"]["GenerateSecretString"]["PasswordLength"]
+            .as_u64()
+            .is_some_and(|n| n >= 32)
+    );
 }

@@ -2,7 +2,8 @@
 //! the API, the operator keeps its secret in Secrets Manager (moto), and one
 //! operation's lifecycle reaches the receiver as signed POSTs, taken off the
 //! table's stream by the events pipe and queued as the bus's rule does. A
-//! refused POST is deferred on the queue by the retry schedule.
+//! refused POST is deferred on the queue by the retry schedule. A message
+//! put on the webhook queue by hand is dead-lettered unsigned.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -402,6 +403,12 @@ async fn a_disabled_endpoint_enabled_again_recovers_what_it_missed() {
         got = receiver.received_requests().await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    forged_delivery_is_dead_lettered(&env, &events, &op_id, &tenant).await;
+    assert_eq!(
+        receiver.received_requests().await.unwrap().len(),
+        got.len(),
+        "no POST for the forged message"
+    );
     running.shutdown().await;
     let _ = std::fs::remove_file(&events);
     let mut sent: Vec<(String, String)> = got
@@ -423,4 +430,52 @@ async fn a_disabled_endpoint_enabled_again_recovers_what_it_missed() {
         ]
     );
     verify_with_standard_webhooks(&got, &[secret.as_str()]);
+}
+
+/// A message put on the webhook queue by hand, as any principal allowed to
+/// send could: the real `operation.delivered` of `op_id` off the bus file,
+/// its objects changed and its id with them. The events pipe's seal does
+/// not hold: it is dead-lettered once, and nothing is kept for replay.
+async fn forged_delivery_is_dead_lettered(env: &LocalAws, bus: &std::path::Path, op_id: &str, tenant: &str) {
+    use genace_stages::ports::table::WebhookEndpoints as _;
+    let genuine: Value = std::fs::read_to_string(bus)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["detail"]["operation_id"] == op_id && e["detail"]["type"] == "operation.delivered")
+        .expect("the delivered event on the bus");
+    assert!(genuine["detail"]["mac"].is_string(), "the pipe seals: {genuine}");
+    let mut forged = genuine.clone();
+    let id = format!("{}-forged", genuine["detail"]["id"].as_str().unwrap());
+    forged["detail"]["id"] = json!(id);
+    forged["detail"]["data"]["objects"] = json!([{"key": "forged/elsewhere.png", "bytes": 1, "sha256": "00"}]);
+    let sqs = genace_aws::clients::sqs(&env.sdk);
+    sqs.send_message()
+        .queue_url(&env.config.queues.webhooks)
+        .message_body(forged.to_string())
+        .send()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut letters = Vec::new();
+    while Instant::now() < deadline && letters.is_empty() {
+        let out = sqs
+            .receive_message()
+            .queue_url(&env.config.queues.webhook_dead_letters)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        letters.extend(
+            out.messages()
+                .iter()
+                .filter_map(|m| m.body().map(str::to_owned))
+                .filter(|b| b.contains(&id)),
+        );
+    }
+    assert_eq!(letters.len(), 1, "one dead letter for the forged message");
+    let tenant = genace_core::domain::TenantId::parse(tenant).unwrap();
+    let kept = env.store().kept_event(&tenant, &id, chrono::Utc::now()).await.unwrap();
+    assert_eq!(kept, None, "nothing kept for replay");
 }

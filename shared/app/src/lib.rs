@@ -19,6 +19,7 @@ use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue, SqsReceiptDefer
 use genace_outbound::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
 use genace_stages::config::Config;
+use genace_stages::pipeline::event_seal::{EventSeal, MIN_KEY_BYTES};
 use genace_stages::pipeline::webhook_send::WebhookStage;
 use genace_stages::ports::clock::SystemClock;
 use genace_stages::ports::metrics::{EmfLines, Metrics};
@@ -135,6 +136,7 @@ pub fn webhooks(sdk: &SdkConfig, config: &Config, metrics: Metrics) -> Result<Aw
         log_for: config.webhook_log_days,
         disable_after: config.webhook_disable_after,
         metrics,
+        seal: None,
     })
 }
 
@@ -155,10 +157,9 @@ pub fn webhook_deferral(sdk: &SdkConfig, config: &Config) -> Result<SqsReceiptDe
 pub async fn webhooks_from_env() -> Result<(AwsWebhooks, SqsReceiptDeferral), String> {
     let config = config_from_env()?;
     let sdk = genace_aws::clients::load().await;
-    Ok((
-        webhooks(&sdk, &config, metrics_from_env())?,
-        webhook_deferral(&sdk, &config)?,
-    ))
+    let mut stage = webhooks(&sdk, &config, metrics_from_env())?;
+    stage.seal = event_seal(&sdk).await?;
+    Ok((stage, webhook_deferral(&sdk, &config)?))
 }
 
 /// The download client behind the output URL guard of `config`.
@@ -182,22 +183,40 @@ pub async fn from_env_with_genace() -> Result<AwsApp<GenaceClient, Unused>, Stri
 pub async fn genace_config(sdk: &SdkConfig) -> Result<GenaceConfig, String> {
     let mut conf = GenaceConfig::from_vars(&env_var)?;
     if let Some(arn) = env_var("GENACE_API_KEY_SECRET_ARN") {
-        let secret = aws_sdk_secretsmanager::Client::new(sdk)
-            .get_secret_value()
-            .secret_id(&arn)
-            .send()
-            .await
-            .map_err(|e| {
-                format!(
-                    "reading the Genace API key secret: {}",
-                    aws_sdk_secretsmanager::error::DisplayErrorContext(e)
-                )
-            })?
-            .secret_string
-            .ok_or("the Genace API key secret has no string value")?;
-        conf.api_key = api_key_from_secret(&secret);
+        conf.api_key = api_key_from_secret(&secret_string(sdk, &arn, "the Genace API key").await?);
     }
     Ok(conf)
+}
+
+/// The events pipe's seal, from the secret `EVENTS_SEAL_SECRET_ARN` names
+/// (the template generates it; only the events and webhook functions may
+/// read it). None when the variable is unset: events are not sealed, and
+/// the webhook stage checks them against the table alone.
+pub async fn event_seal(sdk: &SdkConfig) -> Result<Option<EventSeal>, String> {
+    let Some(arn) = env_var("EVENTS_SEAL_SECRET_ARN") else {
+        return Ok(None);
+    };
+    let key = secret_string(sdk, &arn, "the events seal").await?;
+    EventSeal::new(key.trim().as_bytes())
+        .map(Some)
+        .ok_or_else(|| format!("the events seal is shorter than {MIN_KEY_BYTES} bytes"))
+}
+
+/// The string value of the secret `arn`, `what` it is named in errors.
+async fn secret_string(sdk: &SdkConfig, arn: &str, what: &str) -> Result<String, String> {
+    aws_sdk_secretsmanager::Client::new(sdk)
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "reading {what} secret: {}",
+                aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+            )
+        })?
+        .secret_string
+        .ok_or_else(|| format!("{what} secret has no string value"))
 }
 
 /// The lifecycle events of one batch of the table's stream records.
@@ -210,6 +229,8 @@ pub struct Enrichment<S = DynamoStore> {
     pub store: S,
     pub ctx: genace_core::events::Context,
     pub metrics: Metrics,
+    /// Seals each event for the webhook stage ([`EventSeal`]).
+    pub seal: Option<EventSeal>,
 }
 
 impl Enrichment {
@@ -221,16 +242,16 @@ impl Enrichment {
                 bucket: config.events_name_bucket.then(|| config.bucket.clone()),
             },
             metrics,
+            seal: None,
         }
     }
 
     /// What the events function runs.
     pub async fn from_env() -> Result<Self, String> {
-        Ok(Self::new(
-            &genace_aws::clients::load().await,
-            &config_from_env()?,
-            metrics_from_env(),
-        ))
+        let sdk = genace_aws::clients::load().await;
+        let mut enrichment = Self::new(&sdk, &config_from_env()?, metrics_from_env());
+        enrichment.seal = event_seal(&sdk).await?;
+        Ok(enrichment)
     }
 }
 
@@ -241,6 +262,25 @@ impl<S: genace_stages::ports::table::WebhookEndpoints> Enrichment<S> {
     ) -> Result<Vec<genace_core::events::LifecycleEvent>, genace_aws::stream::StreamError> {
         let mut events = lifecycle_events(batch, &self.ctx)?;
         genace_stages::pipeline::events::mark_for_webhooks(&self.store, &self.metrics, &mut events).await;
+        if let Some(seal) = &self.seal {
+            seal.seal_all(&mut events);
+        }
+        Ok(events)
+    }
+
+    /// [`Self::enrich`] with no look at receivers: every event marked for
+    /// the webhook rule (a local stack's unfiltered rule).
+    pub fn enrich_unfiltered(
+        &self,
+        batch: &[Value],
+    ) -> Result<Vec<genace_core::events::LifecycleEvent>, genace_aws::stream::StreamError> {
+        let mut events = lifecycle_events(batch, &self.ctx)?;
+        for e in &mut events {
+            e.webhooks = true;
+        }
+        if let Some(seal) = &self.seal {
+            seal.seal_all(&mut events);
+        }
         Ok(events)
     }
 }

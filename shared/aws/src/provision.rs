@@ -39,6 +39,7 @@ fn fail(resource: &str, e: impl std::fmt::Display) -> ProvisionError {
 pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> Result<QueueUrls, ProvisionError> {
     ensure_table(&crate::clients::dynamodb(sdk), &names.table).await?;
     ensure_bucket(&crate::clients::s3(sdk), &names.bucket).await?;
+    ensure_events_seal(&crate::clients::secrets(sdk), &events_seal_name(&names.table)).await?;
     let sqs = crate::clients::sqs(sdk);
     let mut urls = Vec::new();
     for q in names.queues() {
@@ -62,6 +63,27 @@ pub async fn ensure_all(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> R
         webhook_dead_letters,
         wake,
     })
+}
+
+/// The name of a local stack's events seal secret, beside its table (the
+/// template generates the deployed one, `EventsSealSecret`).
+pub fn events_seal_name(table: &str) -> String {
+    format!("genace/events-seal/{table}")
+}
+
+/// Creates the events seal secret `name` with a random value unless it
+/// exists: the events pipe and the webhook function read it.
+async fn ensure_events_seal(client: &aws_sdk_secretsmanager::Client, name: &str) -> Result<(), ProvisionError> {
+    if client.describe_secret().secret_id(name).send().await.is_ok() {
+        return Ok(());
+    }
+    let value = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    match client.create_secret().name(name).secret_string(value).send().await {
+        Ok(_) => Ok(()),
+        // Created by another process meanwhile.
+        Err(e) if e.as_service_error().is_some_and(|e| e.is_resource_exists_exception()) => Ok(()),
+        Err(e) => Err(fail(name, aws_sdk_secretsmanager::error::DisplayErrorContext(e))),
+    }
 }
 
 fn key(name: &str, kind: KeyType) -> KeySchemaElement {

@@ -120,7 +120,15 @@ pub struct LifecycleEvent {
     /// webhook stage keeps its spans too. On the bus only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trace_kept: bool,
+    /// The events pipe's seal over the event ([`SEAL_MEMBER`]), which the
+    /// webhook stage checks: on the bus and the webhook queue only;
+    /// receivers' POSTs never carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
+
+/// The member of a bus event's `detail` holding [`LifecycleEvent::mac`].
+pub const SEAL_MEMBER: &str = "mac";
 
 /// The member of a bus event's `detail` that [`LifecycleEvent::webhooks`]
 /// sets, which the webhook rule matches.
@@ -166,6 +174,7 @@ fn event(rec: &OperationRecord, kind: Kind, data: Value) -> LifecycleEvent {
         webhooks: false,
         trace_id: Some(crate::trace::TraceId::of(&rec.operation_id).to_hex()),
         trace_kept: false,
+        mac: None,
     }
 }
 

@@ -92,6 +92,7 @@ async fn rig(events: &[&str]) -> Rig {
             log_for: chrono::Duration::days(30),
             disable_after: chrono::Duration::hours(72),
             metrics: genace_stages::ports::metrics::Metrics::to(metrics.clone()),
+            seal: None,
         },
         receiver,
         queue,
@@ -322,6 +323,55 @@ async fn a_forged_event_is_never_kept_for_replay() {
     assert_eq!(kept, None, "a forged event was kept for replay");
     assert!(rig.receiver.received().is_empty());
     assert_eq!(rig.queue.letters().len(), 1, "one dead letter, no copies fanned out");
+}
+
+/// With the events pipe's seal, a message that names a real operation,
+/// its tenant and a version it reached, but a type or data the pipe did
+/// not seal, is dead-lettered: never signed, kept or copied. A sealed
+/// event, and a copy of one, are posted without the seal.
+#[tokio::test]
+async fn an_event_whose_type_or_data_the_pipe_did_not_seal_is_never_signed() {
+    use genace_stages::pipeline::event_seal::EventSeal;
+    let mut rig = rig(&[]).await;
+    let seal = EventSeal::new(&[9; 32]).unwrap();
+    rig.stage.seal = Some(seal.clone());
+    let sealed = |body: String| -> Value {
+        let mut v: Value = serde_json::from_str(&body).unwrap();
+        v["detail"]["mac"] = json!(seal.seal_value(&v["detail"]));
+        v
+    };
+    let genuine = sealed(event_of(&rig, "acme", "operation.delivered"));
+    let mut retyped = genuine.clone();
+    retyped["detail"]["type"] = json!("operation.rendered");
+    let mut redata = genuine.clone();
+    redata["detail"]["data"] = json!({"objects": [{"key": "elsewhere"}]});
+    let mut unsealed = genuine.clone();
+    unsealed["detail"].as_object_mut().unwrap().remove("mac");
+    for forged in [&retyped, &redata, &unsealed] {
+        let outcome = handle_body(&rig.stage, &forged.to_string()).await.unwrap();
+        assert!(
+            matches!(outcome, Webhooked::DeadLettered(ref why) if why.contains("seal")),
+            "{outcome:?}\n{forged}"
+        );
+    }
+    assert!(rig.receiver.received().is_empty());
+    assert_eq!(
+        handle_body(&rig.stage, &genuine.to_string()).await.unwrap(),
+        Webhooked::Sent(200)
+    );
+    let posted: Value = serde_json::from_str(&rig.receiver.received()[0].body).unwrap();
+    assert!(posted.get("mac").is_none(), "{posted}");
+    // Copies for each of two endpoints: a genuine copy is sent, a forged one is not.
+    add_endpoint(&rig, "ep_one", &[]).await;
+    let copy = |detail: &Value| json!({"to": "ep_one", "detail": detail["detail"]}).to_string();
+    assert!(matches!(
+        handle_body(&rig.stage, &copy(&redata)).await.unwrap(),
+        Webhooked::DeadLettered(_)
+    ));
+    assert_eq!(
+        handle_body(&rig.stage, &copy(&genuine)).await.unwrap(),
+        Webhooked::Sent(200)
+    );
 }
 
 /// An endpoint of acme's, as the service saves it, with its secret.

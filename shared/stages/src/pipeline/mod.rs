@@ -14,6 +14,7 @@
 
 pub mod deliver;
 pub mod dispatch;
+pub mod event_seal;
 pub mod events;
 pub mod poll;
 pub mod recovery;

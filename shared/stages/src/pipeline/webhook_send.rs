@@ -110,6 +110,9 @@ pub struct WebhookStage<S, K, W, D, C = SystemClock> {
     pub disable_after: chrono::Duration,
     /// Where the stage counts what happened.
     pub metrics: Metrics,
+    /// The events pipe's seal: with one, an operation's event is signed,
+    /// kept or copied only when it holds it ([`EventSeal`]).
+    pub seal: Option<crate::pipeline::event_seal::EventSeal>,
 }
 
 impl<S, K, W, D, C> Stage for WebhookStage<S, K, W, D, C>
@@ -260,7 +263,12 @@ where
             .map_err(StageError::Remote)?
             .filter(|s| !s.is_empty())
             .ok_or_else(|| StageError::Remote(format!("the webhook secret {} does not exist", receiver.secret_id())))?;
-        let body = detail.to_string();
+        // The seal is the bus's, not the event's.
+        let mut shown = detail.clone();
+        if let Some(members) = shown.as_object_mut() {
+            members.remove(genace_core::events::SEAL_MEMBER);
+        }
+        let body = shown.to_string();
         let now = self.clock.now();
         let timestamp = now.timestamp();
         let headers = vec![

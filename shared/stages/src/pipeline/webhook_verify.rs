@@ -42,11 +42,18 @@ impl<S: OperationRecords, K, W, D, C: Clock> WebhookStage<S, K, W, D, C> {
         }
     }
 
-    /// Whether the event describes a change the table committed: its
-    /// operation is live, belongs to the event's tenant, is the same
-    /// incarnation (the id's creation time) and has reached the event's
-    /// version. `Ok(Err(why))` when it does not; a store failure is retried.
+    /// Whether the event describes a change the table committed: it holds
+    /// the events pipe's seal (when the stage has one: nobody else can
+    /// choose its type or data), and its operation is live, belongs to the
+    /// event's tenant, is the same incarnation (the id's creation time) and
+    /// has reached the event's version. `Ok(Err(why))` when it does not; a
+    /// store failure is retried.
     pub(super) async fn committed(&self, detail: &Value, tenant: &TenantId) -> Result<Result<(), String>, StageError> {
+        if let Some(seal) = &self.seal
+            && !seal.holds(detail)
+        {
+            return Ok(Err("the event does not hold the events pipe's seal".into()));
+        }
         let op = detail["operation_id"].as_str().unwrap_or_default();
         let Ok(op_id) = genace_core::domain::OperationId::parse(op) else {
             return Ok(Err(format!("{op:?} is not an operation id")));
