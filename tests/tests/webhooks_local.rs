@@ -479,3 +479,172 @@ async fn forged_delivery_is_dead_lettered(env: &LocalAws, bus: &std::path::Path,
     let kept = env.store().kept_event(&tenant, &id, chrono::Utc::now()).await.unwrap();
     assert_eq!(kept, None, "nothing kept for replay");
 }
+
+/// A Genace stand-in that takes any number of jobs, each with an id of its
+/// own, and renders each at once to one image.
+async fn genace_rendering_many() -> MockServer {
+    #[derive(Clone, Default)]
+    struct Mints(Arc<Mutex<u32>>);
+    impl Respond for Mints {
+        fn respond(&self, _: &Request) -> ResponseTemplate {
+            let mut n = self.0.lock().unwrap();
+            *n += 1;
+            ResponseTemplate::new(202).set_body_json(json!({"job_id": format!("job-many-{n}"), "state": "queued"}))
+        }
+    }
+    let genace = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/jobs"))
+        .respond_with(Mints::default())
+        .mount(&genace)
+        .await;
+    let output = format!("{}/outputs/many.png", genace.uri());
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path_regex(r"^/v1/jobs/job-many-[0-9]+$"))
+        .respond_with(move |r: &Request| {
+            let id = r.url.path().rsplit('/').next().unwrap_or_default().to_owned();
+            ResponseTemplate::new(200).set_body_json(json!({
+                "id": id, "state": "completed", "error": null,
+                "outputs": [{"url": output, "content_type": "image/png"}]
+            }))
+        })
+        .mount(&genace)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/outputs/many.png"))
+        .respond_with(ResponseTemplate::new(200).set_body_bytes(b"rendered".to_vec()))
+        .mount(&genace)
+        .await;
+    genace
+}
+
+/// How long another tenant's events may take from its submit to its
+/// receiver while one tenant recovers against a failing endpoint: the
+/// pipeline's own time (claim, poll, delivery, the events pipe), with room.
+const NEIGHBOUR_BOUND: Duration = Duration::from_secs(45);
+
+/// One tenant calls recover over and over against an endpoint that fails;
+/// another tenant's webhooks flow meanwhile. The first call queues at most
+/// the cap of copies, every other is refused while it runs (409), and the
+/// second tenant's events reach its receiver within the stated bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
+async fn one_tenants_recoveries_do_not_hold_back_anothers_webhooks() {
+    let env = LocalAws::fresh().await;
+    let genace = genace_rendering_many().await;
+    let failing = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(500))
+        .mount(&failing)
+        .await;
+    let healthy = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&healthy)
+        .await;
+    let (running, api, events) = start_stack(&env, env.config.clone(), &genace).await;
+    let http = reqwest::Client::new();
+    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let endpoint_of = |tenant: &str, receiver: &MockServer| {
+        let app = devauth::issue_with_webhooks("tenant_id", tenant, 600).unwrap();
+        let url = receiver.uri();
+        let http = http.clone();
+        let api = api.clone();
+        async move {
+            let created: Value = http
+                .post(format!("{api}/v1/webhooks/endpoints"))
+                .bearer_auth(&app)
+                .json(&json!({"url": format!("{url}/hook"), "events": ["operation.accepted", "operation.delivered"]}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let endpoint = format!("{api}/v1/webhooks/endpoints/{}", created["id"].as_str().unwrap());
+            (app, endpoint)
+        }
+    };
+    let submit = |app: String, key: String| {
+        let http = http.clone();
+        let api = api.clone();
+        async move {
+            let r = http
+                .post(format!("{api}/v1/operations"))
+                .bearer_auth(&app)
+                .json(&json!({"operation_key": key, "media_type": "image",
+                              "specification": {"model": "genace-image-1", "prompt": "a quay"}}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 202, "accepted for processing");
+        }
+    };
+    // The noisy tenant: three operations whose events its endpoint fails.
+    let noisy = format!("noisy-{run}");
+    let (noisy_app, noisy_endpoint) = endpoint_of(&noisy, &failing).await;
+    for i in 0..3 {
+        submit(noisy_app.clone(), format!("noisy-{i}")).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut failed = 0;
+    while Instant::now() < deadline && failed < 6 {
+        let log: Value = http
+            .get(format!("{noisy_endpoint}/attempts?status=failed"))
+            .bearer_auth(&noisy_app)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        failed = log["attempts"].as_array().map_or(0, Vec::len);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        failed >= 6,
+        "each of the noisy tenant's six events failed once: {failed}"
+    );
+
+    // Recover, again and again, while the neighbour's operation runs.
+    let neighbour = format!("neighbour-{run}");
+    let (neighbour_app, _) = endpoint_of(&neighbour, &healthy).await;
+    let submitted = Instant::now();
+    submit(neighbour_app, "neighbour-1".into()).await;
+    let (mut queued, mut refused) = (0, 0);
+    for _ in 0..10 {
+        let r = http
+            .post(format!("{noisy_endpoint}/recover?since={since}"))
+            .bearer_auth(&noisy_app)
+            .send()
+            .await
+            .unwrap();
+        match r.status().as_u16() {
+            202 => queued += r.json::<Value>().await.unwrap()["queued"].as_u64().unwrap(),
+            409 => refused += 1,
+            other => panic!("recover answered {other}"),
+        }
+    }
+    assert!(
+        queued <= genace_stages::api::webhook_endpoints::RECOVER_COPIES as u64,
+        "{queued} copies"
+    );
+    assert_eq!(refused, 9, "one recovery of an endpoint at a time");
+    let mut neighbours = 0;
+    while submitted.elapsed() < NEIGHBOUR_BOUND && neighbours < 2 {
+        neighbours = healthy.received_requests().await.unwrap().len();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let took = submitted.elapsed();
+    eprintln!("the neighbour's events in {took:?}; recover queued {queued} copies, refused {refused} calls");
+    running.shutdown().await;
+    let _ = std::fs::remove_file(&events);
+    assert_eq!(
+        neighbours, 2,
+        "the neighbour's accepted and delivered events within {NEIGHBOUR_BOUND:?} (took {took:?})"
+    );
+}
