@@ -428,23 +428,28 @@ mod tests {
     #[test]
     fn the_otlp_headers_reach_the_functions_only_with_the_endpoint() {
         let t = Template::parse(TEMPLATE).unwrap();
-        let env_with = |endpoint: &str, headers: &str| {
+        let env_with = |endpoint: &str, secret: &str| {
             let mut l = locals("disabled");
             l.params.insert("OtlpEndpoint".into(), endpoint.into());
-            l.params.insert("OtlpHeaders".into(), headers.into());
+            l.params.insert("OtlpHeadersSecretArn".into(), secret.into());
             l.params.insert(
                 "TracesLayerArn".into(),
                 "arn:aws:lambda:us-east-1:1:layer:adot:1".into(),
             );
             t.function_env("PollFunction", &l).unwrap()
         };
-        let both = env_with("https://otlp.example", "x-api-key=k");
-        assert_eq!(both["OTEL_EXPORTER_OTLP_HEADERS"], "x-api-key=k");
+        let arn = "arn:aws:secretsmanager:us-east-1:1:secret:otlp";
+        let both = env_with("https://otlp.example", arn);
+        assert_eq!(both["OTEL_EXPORTER_OTLP_HEADERS_SECRET_ARN"], arn);
+        assert!(!both.contains_key("OTEL_EXPORTER_OTLP_HEADERS"), "{both:?}");
         assert_eq!(both["OTEL_EXPORTER_OTLP_ENDPOINT"], "https://otlp.example");
         // `AWS::NoValue` resolves to empty here, which the functions read
         // as unset (CloudFormation leaves the variable out).
-        let none = |env: &BTreeMap<String, String>| env.get("OTEL_EXPORTER_OTLP_HEADERS").is_none_or(String::is_empty);
-        let layer_only = env_with("", "x-api-key=k");
+        let none = |env: &BTreeMap<String, String>| {
+            env.get("OTEL_EXPORTER_OTLP_HEADERS_SECRET_ARN")
+                .is_none_or(String::is_empty)
+        };
+        let layer_only = env_with("", arn);
         assert!(none(&layer_only), "{layer_only:?}");
         assert_eq!(layer_only["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://localhost:4318");
         assert!(none(&env_with("https://otlp.example", "")));

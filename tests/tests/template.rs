@@ -446,14 +446,35 @@ fn every_function_is_traced_and_samples_by_the_parameter() {
         (otherwise[0].as_str(), otherwise[1].as_str()),
         (Some("HasTracesLayer"), Some("http://localhost:4318"))
     );
-    // A hosted receiver's key: sent only to the endpoint named, and never
-    // shown among the stack's parameters.
-    let headers = untag(&vars["OTEL_EXPORTER_OTLP_HEADERS"]);
+    // A hosted receiver's key: sent only to the endpoint named, kept in
+    // Secrets Manager (the settings name the secret, never the headers),
+    // and readable by the functions that export alone.
+    assert!(vars["OTEL_EXPORTER_OTLP_HEADERS"].is_null());
+    let headers = untag(&vars["OTEL_EXPORTER_OTLP_HEADERS_SECRET_ARN"]);
     assert_eq!(headers[0], "HasOtlpHeaders");
-    assert_eq!(strings(&headers[1]), ["OtlpHeaders"]);
+    assert_eq!(strings(&headers[1]), ["OtlpHeadersSecretArn"]);
     assert_eq!(strings(&headers[2]), ["AWS::NoValue"]);
-    assert_eq!(t["Parameters"]["OtlpHeaders"]["NoEcho"], true);
-    assert_eq!(t["Parameters"]["OtlpHeaders"]["Default"], "");
+    assert_eq!(t["Parameters"]["OtlpHeadersSecretArn"]["Default"], "");
+    let read = &resources(&t)["OtlpHeadersReadPolicy"];
+    assert_eq!(read["Condition"], "HasOtlpHeaders");
+    assert_eq!(
+        format!("{:?}", read["Properties"]["PolicyDocument"])
+            .matches("secretsmanager:GetSecretValue")
+            .count(),
+        1
+    );
+    for (name, f) in functions(&t) {
+        let exports = name != "ConsoleFunction";
+        let reads = untag(&f["Properties"]["Policies"])
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .any(|p| format!("{p:?}").contains("OtlpHeadersReadPolicy"));
+        assert_eq!(
+            reads, exports,
+            "{name}: only the functions that export read the headers"
+        );
+    }
     // When the condition holds: genace-local's template tests evaluate it.
     let layers = untag(&globals["Layers"]);
     assert_eq!(layers[0], "HasTracesLayer");

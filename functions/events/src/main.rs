@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    genace_app::telemetry::init();
+    genace_app::telemetry::init_with_secrets().await;
     let enrichment = Arc::new(genace_app::Enrichment::from_env().await?);
     genace_edge::pipe::serve_enrichment(move |batch| {
         let enrichment = enrichment.clone();

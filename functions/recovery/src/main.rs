@@ -3,6 +3,6 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    genace_app::telemetry::init();
+    genace_app::telemetry::init_with_secrets().await;
     genace_edge::sqs::serve_sqs(genace_app::from_env().await?.recovery()).await
 }

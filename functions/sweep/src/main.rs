@@ -9,7 +9,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    genace_app::telemetry::init();
+    genace_app::telemetry::init_with_secrets().await;
     let sweeper = &genace_app::from_env().await?.sweeper();
     run(service_fn(move |_event: LambdaEvent<Value>| async move {
         // The repairs' spans leave before the function is frozen.

@@ -4,7 +4,7 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    genace_app::telemetry::init();
+    genace_app::telemetry::init_with_secrets().await;
     let (stage, deferral) = genace_app::webhooks_from_env().await?;
     genace_edge::sqs::serve_sqs_with(stage, deferral).await
 }

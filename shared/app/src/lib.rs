@@ -203,7 +203,7 @@ pub async fn event_seal(sdk: &SdkConfig) -> Result<Option<EventSeal>, String> {
 }
 
 /// The string value of the secret `arn`, `what` it is named in errors.
-async fn secret_string(sdk: &SdkConfig, arn: &str, what: &str) -> Result<String, String> {
+pub(crate) async fn secret_string(sdk: &SdkConfig, arn: &str, what: &str) -> Result<String, String> {
     aws_sdk_secretsmanager::Client::new(sdk)
         .get_secret_value()
         .secret_id(arn)

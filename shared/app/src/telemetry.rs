@@ -24,6 +24,41 @@ pub fn init() {
     init_with(tracing_from_env());
 }
 
+/// [`init`], the headers for the exports read first from the secret
+/// [`HEADERS_SECRET_VARIABLE`] names, once, when the environment lists
+/// none: what a deployed function runs (the template never puts the
+/// headers in a function's settings).
+pub async fn init_with_secrets() {
+    init_with(with_secret_headers(tracing_from_env()).await);
+}
+
+/// The variable naming the secret whose value is the exports' header list.
+pub const HEADERS_SECRET_VARIABLE: &str = "OTEL_EXPORTER_OTLP_HEADERS_SECRET_ARN";
+
+/// `tracing` with its headers from the secret [`HEADERS_SECRET_VARIABLE`]
+/// names, when it exports to a receiver and the environment lists no
+/// headers. A secret that cannot be read is said on stderr, and the spans
+/// go without headers (the receiver may refuse them; nothing else stops).
+pub async fn with_secret_headers(mut tracing: Option<Tracing>) -> Option<Tracing> {
+    if let Some(t) = &mut tracing
+        && t.headers.is_none()
+        && !t.endpoint.is_empty()
+        && let Some(arn) = crate::env_var(HEADERS_SECRET_VARIABLE)
+    {
+        let sdk = genace_aws::clients::load().await;
+        match crate::secret_string(&sdk, &arn, "the OTLP headers").await {
+            Ok(text) => {
+                t.headers = Some(HeaderList {
+                    variable: HEADERS_SECRET_VARIABLE,
+                    text: text.trim().to_owned(),
+                });
+            }
+            Err(e) => eprintln!("spans exported without headers: {e}"),
+        }
+    }
+    tracing
+}
+
 /// `invocation`, then the export of the spans it finished: what a
 /// function that is neither an API nor a queue consumer (the sweep's
 /// schedule) runs each time, as the router and the queue runner do after
