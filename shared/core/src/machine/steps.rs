@@ -70,3 +70,8 @@ pub(super) fn consume_fault(next: &mut OperationRecord, here: fn(Fault) -> bool)
 pub(super) fn case_is(rec: &OperationRecord, reasons: &[CaseReason]) -> bool {
     rec.case.as_ref().is_some_and(|c| reasons.contains(&c.reason))
 }
+
+/// Whether a dispatcher's claim on `rec` is still live at `now`.
+pub(super) fn lease_live(rec: &OperationRecord, now: DateTime<Utc>) -> bool {
+    rec.claim.as_ref().is_some_and(|c| c.lease_expires_at > now)
+}

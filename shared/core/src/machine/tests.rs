@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::domain::Fault;
-use crate::record::{CancelReason, Claim, MAX_ERASED_KEYS, ReconciliationCase, RemoteError};
+use crate::record::{CancelReason, Claim, DeliveryState, MAX_ERASED_KEYS, ReconciliationCase, RemoteError, Settlement};
 use crate::record::{DeliveredObject, OutputRef};
 pub use crate::remote::AcceptedJob;
 use crate::remote::{JobSnapshot, RenderStatus};
