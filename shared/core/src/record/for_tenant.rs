@@ -8,10 +8,11 @@
 //!   record's audit trail, so one operator is one name across a record's
 //!   views and events, and nothing a tenant reads can be turned back into
 //!   the subject.
-//! - **Account-wide refusals are not quoted.** A 401, 402 or 403 from
-//!   Genace is about our account, not the intent: its body (which can name
-//!   the account, its plan or its balance) is replaced by a fixed sentence,
-//!   in the last error and in the case's evidence.
+//! - **Account-wide refusals are not quoted.** A 4xx from Genace other
+//!   than 400, 409, 422 and 429 (401, 402, 403, a 404 or 405 from a wrong
+//!   path) is about our account or deployment, not the intent: its body
+//!   (which can name the account, its plan or its balance) is replaced by a
+//!   fixed sentence, in the last error and in the case's evidence.
 
 use super::case::CaseReason;
 use super::operation::OperationRecord;
@@ -26,8 +27,12 @@ pub const DEADLINE_ACTOR: &str = "dispatch_deadline";
 pub const ACCOUNT_REFUSED: &str =
     "Genace refused the service's account, not this operation; the operators are told and the operation is held.";
 
-/// Statuses of Genace's answers about our whole account.
-const ACCOUNT_STATUSES: [u16; 3] = [401, 402, 403];
+/// Whether a status of Genace's answer is about our whole account or
+/// deployment, as `remote::classify_submit` sorts them: a 4xx that neither
+/// refuses the request itself (400, 409, 422) nor limits its rate (429).
+fn about_the_account(status: u16) -> bool {
+    (400..500).contains(&status) && ![400, 409, 422, 429].contains(&status)
+}
 
 impl OperationRecord {
     /// This record as its tenant's views and lifecycle events show it.
@@ -58,7 +63,7 @@ impl OperationRecord {
             e.by = name(&e.by);
         }
         if let Some(err) = &mut shown.last_error
-            && err.status.is_some_and(|s| ACCOUNT_STATUSES.contains(&s))
+            && err.status.is_some_and(about_the_account)
         {
             err.detail = ACCOUNT_REFUSED.to_owned();
         }
@@ -116,7 +121,17 @@ mod tests {
     #[test]
     fn genace_s_words_about_the_account_are_not_quoted() {
         let mut rec = sample_prepared(chrono::Utc::now());
-        for (status, quoted) in [(402, false), (401, false), (403, false), (400, true), (500, true)] {
+        for (status, quoted) in [
+            (402, false),
+            (401, false),
+            (403, false),
+            (404, false),
+            (405, false),
+            (400, true),
+            (422, true),
+            (429, true),
+            (500, true),
+        ] {
             rec.last_error = Some(RemoteError {
                 kind: format!("http_{status}"),
                 status: Some(status),
