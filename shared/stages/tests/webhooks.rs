@@ -674,12 +674,22 @@ async fn an_endpoint_failing_for_its_hours_is_disabled_and_the_others_are_told()
             .contains(&("genace-event-type".to_owned(), "endpoint.disabled".to_owned()))
     );
     // A forged announcement (the endpoint is not disabled at that time) is never signed.
-    let mut forged = copy.clone();
-    forged["detail"]["data"]["disabled_at"] = json!("2026-01-01T00:00:00Z");
-    assert!(matches!(
-        handle_body(&rig.stage, &forged.to_string()).await.unwrap(),
-        Webhooked::DeadLettered(_)
-    ));
+    // Nor one that tells another URL or failing time than the table holds.
+    for (member, told) in [
+        ("disabled_at", json!("2026-01-01T00:00:00Z")),
+        ("url", json!("https://elsewhere.example/hook")),
+        ("failing_since", json!("2026-01-01T00:00:00Z")),
+    ] {
+        let mut forged = copy.clone();
+        forged["detail"]["data"][member] = told;
+        assert!(
+            matches!(
+                handle_body(&rig.stage, &forged.to_string()).await.unwrap(),
+                Webhooked::DeadLettered(_)
+            ),
+            "{member}"
+        );
+    }
     // Disabled, it receives nothing; its queued copies are dropped.
     let posts = rig.receiver.received().len();
     assert_eq!(

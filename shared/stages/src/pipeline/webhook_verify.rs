@@ -12,15 +12,26 @@ use genace_core::domain::TenantId;
 use genace_core::webhook::{ENDPOINT_DISABLED, WebhookEndpoint};
 
 /// Whether an `endpoint.disabled` event tells what the table holds: the
-/// endpoint it names is disabled, at the time it says.
+/// endpoint it names is disabled, at the time it says, with the URL and
+/// the failing time it says (everything the event's data tells).
 fn disabled_as_told(detail: &Value, endpoints: &[WebhookEndpoint]) -> Result<(), String> {
-    let named = detail["data"]["endpoint_id"].as_str().unwrap_or_default();
-    let at = detail["data"]["disabled_at"]
-        .as_str()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.with_timezone(&chrono::Utc));
+    let data = &detail["data"];
+    let named = data["endpoint_id"].as_str().unwrap_or_default();
+    let time = |member: &str| {
+        data[member]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc))
+    };
     match endpoints.iter().find(|e| e.id == named) {
-        Some(e) if e.disabled_at.is_some() && e.disabled_at == at => Ok(()),
+        Some(e)
+            if e.disabled_at.is_some()
+                && e.disabled_at == time("disabled_at")
+                && data["url"].as_str() == Some(e.url.as_str())
+                && e.failing_since == time("failing_since") =>
+        {
+            Ok(())
+        }
         _ => Err(format!("endpoint {named:?} is not disabled as the event says")),
     }
 }
