@@ -159,8 +159,8 @@ pub const RECOVER_COPIES: usize = 100;
 /// How long a recovery holds its endpoint at most: as long as its copies
 /// may be retried (13 receives over about 26 hours). Another call within
 /// it is refused (409 recovery-running), so copies of one endpoint's
-/// events never pile up on the queue while it keeps failing. The first
-/// POST to it that succeeds releases the hold at once.
+/// events never pile up on the queue while it keeps failing; the hold
+/// lasts its whole window, whatever the endpoint answers meanwhile.
 pub const RECOVERY_WINDOW: chrono::Duration = chrono::Duration::hours(27);
 
 /// The endpoint `id` of a set being edited.
