@@ -674,6 +674,22 @@ async fn an_endpoint_failing_for_its_hours_is_disabled_and_the_others_are_told()
             .contains(&("genace-event-type".to_owned(), "endpoint.disabled".to_owned()))
     );
     // A forged announcement (the endpoint is not disabled at that time) is never signed.
+    // Nor one off the bus (no `to`): it is the webhook function's own, sent
+    // only as copies; nothing is kept of it.
+    let bare = json!({"detail": copy["detail"]});
+    assert!(matches!(
+        handle_body(&rig.stage, &bare.to_string()).await.unwrap(),
+        Webhooked::DeadLettered(ref why) if why.contains("only as a copy")
+    ));
+    let kept_id = copy["detail"]["id"].as_str().unwrap();
+    let acme = TenantId::parse("acme").unwrap();
+    let kept = rig
+        .stage
+        .store
+        .kept_event(&acme, kept_id, rig.stage.clock.now())
+        .await
+        .unwrap();
+    assert_eq!(kept, None);
     // Nor one that tells another URL or failing time than the table holds.
     for (member, told) in [
         ("disabled_at", json!("2026-01-01T00:00:00Z")),

@@ -158,6 +158,12 @@ where
         let endpoints = self.store.endpoints(&tenant_id).await?.endpoints;
         let configured = config.is_some() || !endpoints.is_empty();
         let to = message.get("to").and_then(Value::as_str);
+        // The webhook function announces a disabled endpoint only as
+        // copies for the others: one off the bus is forged.
+        if kind == ENDPOINT_DISABLED && to.is_none() {
+            let why = "an endpoint.disabled event comes only as a copy for one endpoint".to_owned();
+            return self.give_up(&message, tenant, id, "unverified", why).await;
+        }
         // An event off the bus, for a tenant with endpoints, is kept for
         // replay, and only once the table is seen to have committed it: a
         // forged one is dead-lettered with nothing kept.
