@@ -175,23 +175,7 @@ where
             self.keep(&tenant_id, id, detail).await;
         }
         self.log_skipped(&endpoints, to, &tenant_id, kind, detail).await?;
-        let mut receivers: Vec<Receiver> = config
-            .filter(|c| c.wants(kind))
-            .map(Receiver::Tenant)
-            .into_iter()
-            .chain(
-                endpoints
-                    .iter()
-                    // An endpoint disabled for failing is news for every
-                    // other enabled endpoint, whatever types it takes.
-                    .filter(|e| match kind {
-                        ENDPOINT_DISABLED => e.disabled_at.is_none(),
-                        _ => e.wants(kind),
-                    })
-                    .cloned()
-                    .map(Receiver::Endpoint),
-            )
-            .collect();
+        let mut receivers = receivers_of(config, &endpoints, kind);
         if let Some(to) = message.get("to").and_then(Value::as_str) {
             receivers.retain(|r| r.to() == to);
             if receivers.is_empty() {
@@ -562,4 +546,29 @@ impl<S, K, W, D: WebhookQueue, C> WebhookStage<S, K, W, D, C> {
         self.metrics.count("WebhookRefused", &[("Cause", cause)]);
         Ok(Webhooked::DeadLettered(why))
     }
+}
+
+/// Who takes an event of `kind`: the tenant's webhook if it wants it, and
+/// each endpoint that does. An endpoint disabled for failing is news for
+/// every other enabled endpoint, whatever types it takes.
+fn receivers_of(
+    config: Option<WebhookConfig>,
+    endpoints: &[WebhookEndpoint],
+    kind: &str,
+) -> Vec<Receiver> {
+    config
+        .filter(|c| c.wants(kind))
+        .map(Receiver::Tenant)
+        .into_iter()
+        .chain(
+            endpoints
+                .iter()
+                .filter(|e| match kind {
+                    ENDPOINT_DISABLED => e.disabled_at.is_none(),
+                    _ => e.wants(kind),
+                })
+                .cloned()
+                .map(Receiver::Endpoint),
+        )
+        .collect()
 }
