@@ -551,11 +551,7 @@ impl<S, K, W, D: WebhookQueue, C> WebhookStage<S, K, W, D, C> {
 /// Who takes an event of `kind`: the tenant's webhook if it wants it, and
 /// each endpoint that does. An endpoint disabled for failing is news for
 /// every other enabled endpoint, whatever types it takes.
-fn receivers_of(
-    config: Option<WebhookConfig>,
-    endpoints: &[WebhookEndpoint],
-    kind: &str,
-) -> Vec<Receiver> {
+fn receivers_of(config: Option<WebhookConfig>, endpoints: &[WebhookEndpoint], kind: &str) -> Vec<Receiver> {
     config
         .filter(|c| c.wants(kind))
         .map(Receiver::Tenant)
