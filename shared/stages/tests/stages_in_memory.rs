@@ -1783,6 +1783,81 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
     assert_eq!(attached.remote_job_id.as_deref(), Some("job-elsewhere"));
 }
 
+/// A job that reached only the recovery queue: its claim was taken back
+/// (the lease lapsed, an operator confirmed nothing was created, and a
+/// second POST's outcome is unknown too), so the record refuses the
+/// message. The refusal leaves the job id on the record, once however
+/// often the message is read, and the tenant's own operator may then
+/// attach it; an id no message carried is still refused.
+#[tokio::test]
+async fn a_job_only_the_recovery_queue_held_is_kept_and_attachable_in_scope() {
+    use genace_core::machine::Resolution;
+    use genace_stages::api::admin::Operator;
+    use genace_stages::api::errors::OperationError;
+    let app = app();
+    let id = submit(&app, "k", Some("dispatch.persist_fails")).await;
+    assert_eq!(
+        app.dispatcher().dispatch(&id).await.unwrap(),
+        Dispatched::Posted(PostResult::AcceptedUnpersisted)
+    );
+    app.clock.advance(Duration::minutes(10));
+    app.sweeper().run().await.unwrap();
+    let interrupted = record(&app, &id).await;
+    assert_eq!(interrupted.phase, Phase::Uncertain);
+    let everyone = Operator {
+        actor: "ops-1".into(),
+        tenant: None,
+    };
+    let decide = |op: Operator, resolution: Resolution, version: u64| {
+        let (app, id) = (&app, id.clone());
+        async move {
+            app.intake()
+                .admin(&op)
+                .resolve(&id, &resolution, "checked", version)
+                .await
+        }
+    };
+    decide(everyone, Resolution::ConfirmNotCreated, interrupted.version)
+        .await
+        .unwrap();
+    app.genace.plan([SubmitPlan::LostAfterCreate]);
+    app.dispatcher().dispatch(&id).await.unwrap();
+    assert_eq!(record(&app, &id).await.phase, Phase::Uncertain);
+    assert_eq!(app.genace.posts().len(), 2);
+
+    let outcomes = drain(&app, Queue::Recovery, &app.recovery()).await;
+    assert!(matches!(outcomes[..], [Err(StageError::Refused(_))]), "{outcomes:?}");
+    let kept = record(&app, &id).await;
+    assert_eq!(kept.unsaved_jobs, ["job-0001"]);
+    assert_eq!(kept.remote_job_id, None);
+    // Read again (it stays on the queue): nothing more is written.
+    app.clock.advance(Duration::minutes(1));
+    drain(&app, Queue::Recovery, &app.recovery()).await;
+    assert_eq!(record(&app, &id).await, kept);
+
+    let scoped = Operator {
+        actor: "ops-a".into(),
+        tenant: Some(TenantId::parse("tenant-a").unwrap()),
+    };
+    let unknown = Resolution::AttachRemoteJob {
+        job_id: "job-0003".into(),
+    };
+    assert!(matches!(
+        decide(scoped.clone(), unknown, kept.version).await,
+        Err(OperationError::JobNotInEvidence { .. })
+    ));
+    let found = Resolution::AttachRemoteJob {
+        job_id: "job-0001".into(),
+    };
+    let attached = decide(scoped, found, kept.version).await.unwrap();
+    assert_eq!(attached.remote_job_id.as_deref(), Some("job-0001"));
+    assert!(
+        attached.unsaved_jobs.is_empty(),
+        "saved now: {:?}",
+        attached.unsaved_jobs
+    );
+}
+
 /// Genace as a stand-in whose POST, before it answers, lets a rival
 /// dispatch run: the rival finds the claim's slot or credits taken, and
 /// records its wait while the POST is in flight.

@@ -343,3 +343,16 @@ fn open_uncertain(rec: &OperationRecord, reason: CaseReason, evidence: &str, now
     });
     next
 }
+
+/// A job id a recovery message carried that the record refused, kept
+/// beside it: once, never the saved job, and at most
+/// [`MAX_UNSAVED_JOBS`](crate::record::MAX_UNSAVED_JOBS) (the recovery
+/// dead-letter queue keeps any beyond). Nothing else changes.
+pub(super) fn keep_unsaved_job(rec: &OperationRecord, job_id: &str) -> OperationRecord {
+    let known = rec.remote_job_id.as_deref() == Some(job_id) || rec.unsaved_jobs.iter().any(|j| j == job_id);
+    let mut next = rec.clone();
+    if !known && !job_id.is_empty() && rec.unsaved_jobs.len() < crate::record::MAX_UNSAVED_JOBS {
+        next.unsaved_jobs.push(job_id.to_owned());
+    }
+    next
+}

@@ -79,6 +79,10 @@ pub enum Event<'a> {
     ClaimUnused { token: &'a str, retry_at: DateTime<Utc> },
     /// A dispatcher's claim lapsed before it recorded an outcome.
     LeaseExpired { evidence: &'a str },
+    /// A recovery message carried job `job_id`, and the record refused it
+    /// (another claim, another job, a person's decision): the id is kept
+    /// beside the record, for a person to attach or account for.
+    JobUnsaved { job_id: &'a str },
     /// A status snapshot of the saved job. `stalled` carries the evidence
     /// when the job is silent past the deadline: the stall case rides on
     /// the same write.
@@ -159,6 +163,7 @@ impl Event<'_> {
             Event::OutcomeUnknown { .. } => "mark uncertain",
             Event::ClaimUnused { .. } => "release an unused claim",
             Event::LeaseExpired { .. } => "interrupt",
+            Event::JobUnsaved { .. } => "keep an unsaved job id",
             Event::Observed { .. } => "observe",
             Event::CaseNeeded { .. } => "open a case",
             Event::LookDeferred { .. } => "defer the next look",
@@ -188,7 +193,7 @@ impl Event<'_> {
             Event::Accepted { .. } | Event::SubmitFailed { .. } => "submitting or uncertain",
             Event::Observed { .. } | Event::CaseNeeded { .. } => "accepted",
             Event::LookDeferred { .. } => "accepted, or abandoned with its job observed",
-            Event::Reschedule { .. } => "any phase",
+            Event::Reschedule { .. } | Event::JobUnsaved { .. } => "any phase",
             Event::ClaimDelivery { .. }
             | Event::DeliveryLapsed
             | Event::DeliveryFailed { .. }

@@ -27,6 +27,7 @@ pub(super) fn resolve(
         Resolution::AttachRemoteJob { job_id } if rec.phase == Phase::Abandoned => {
             next.ledger_phase = Some(Phase::Accepted);
             next.remote_job_id = Some(job_id.clone());
+            next.unsaved_jobs.retain(|j| j != job_id);
             next.remote_state = None;
             next.observed_at = None;
             next.accepted_at = Some(rec.accepted_at.unwrap_or(now));
@@ -40,6 +41,7 @@ pub(super) fn resolve(
         Resolution::AttachRemoteJob { job_id } => {
             next.phase = Phase::Accepted;
             next.remote_job_id = Some(job_id.clone());
+            next.unsaved_jobs.retain(|j| j != job_id);
             next.remote_state = None;
             next.observed_at = None;
             next.accepted_at = Some(rec.accepted_at.unwrap_or(now));

@@ -9,8 +9,8 @@ use crate::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlemen
 use super::abandoned::{abandoned_resolution_applies, observe_abandoned};
 use super::deliver::{claim_delivery, delivered, delivery_attempt_failed, delivery_refused, give_up_delivery};
 use super::dispatch::{
-    accept, claim_dispatch, hold_for_account, interrupt, mark_uncertain, reject, release_claim, release_unused_claim,
-    submit_failed, wait_for_capacity, wait_for_spend_limit,
+    accept, claim_dispatch, hold_for_account, interrupt, keep_unsaved_job, mark_uncertain, reject, release_claim,
+    release_unused_claim, submit_failed, wait_for_capacity, wait_for_spend_limit,
 };
 use super::event::{Event, Resolution};
 use super::observe::{observe, open_case, reschedule};
@@ -49,6 +49,7 @@ pub(super) fn next(
 fn dispatching(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::{Prepared, SubmitFailed, Submitting, Uncertain};
     Some(match (rec.phase, event) {
+        (_, Event::JobUnsaved { job_id }) => Ok(keep_unsaved_job(rec, job_id)),
         (Prepared, Event::ClaimDispatch { token, shard }) => claim_dispatch(rec, token, shard, now, policy),
         (Prepared, Event::SpendLimitReached) => wait_for_spend_limit(rec, now, policy),
         (Prepared, Event::CapacityReached) => wait_for_capacity(rec, now, policy),

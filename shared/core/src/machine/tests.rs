@@ -1959,3 +1959,42 @@ fn a_deferred_look_moves_the_deadline_later_and_never_earlier() {
     // Only an operation whose job is observed has looks to defer.
     assert!(transition(&submitting(), event(later), t0(), &Policy::default()).is_err());
 }
+
+/// A refused recovery message's job id is kept beside the record in any
+/// phase: once, never the saved job, at most `MAX_UNSAVED_JOBS`, and
+/// nothing else moves. Attaching it takes it off the list.
+#[test]
+fn an_unsaved_job_id_is_kept_once_and_attaching_it_saves_it() {
+    let p = Policy::default();
+    let uncertain = mark_uncertain(&submitting(), "tok", "timed out", t0()).unwrap();
+    let saved = accept(&submitting(), "tok", &job("J0"), t0(), &p).unwrap();
+    for r in [prepared(), submitting(), uncertain.clone(), saved.clone()] {
+        let phase = r.phase;
+        let kept = transition(&r, Event::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
+        assert_eq!(kept.unsaved_jobs, ["J1"], "{phase:?}");
+        assert_eq!((kept.phase, kept.version), (phase, r.version + 1));
+        let again = transition(&kept, Event::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
+        assert_eq!(again, kept, "a repeat changes nothing");
+    }
+    assert_eq!(
+        transition(&saved, Event::JobUnsaved { job_id: "J0" }, t0(), &p).unwrap(),
+        saved
+    );
+    let mut full = uncertain.clone();
+    for i in 0..crate::record::MAX_UNSAVED_JOBS + 3 {
+        let job_id = format!("J{i}");
+        full = transition(&full, Event::JobUnsaved { job_id: &job_id }, t0(), &p).unwrap();
+    }
+    assert_eq!(full.unsaved_jobs.len(), crate::record::MAX_UNSAVED_JOBS);
+
+    let kept = transition(&uncertain, Event::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
+    let resolution = Resolution::AttachRemoteJob { job_id: "J1".into() };
+    let decision = Event::Resolved(Decision {
+        resolution: &resolution,
+        actor: "ops",
+        reason: "found",
+    });
+    let attached = transition(&kept, decision, t0(), &p).unwrap();
+    assert_eq!(attached.remote_job_id.as_deref(), Some("J1"));
+    assert!(attached.unsaved_jobs.is_empty());
+}

@@ -17,7 +17,7 @@ pub use case::{CaseReason, ReconciliationCase, Runbook};
 pub use for_tenant::{ACCOUNT_REFUSED, DEADLINE_ACTOR, SERVICE_ACTORS};
 #[cfg(test)]
 pub use operation::sample_prepared;
-pub use operation::{DUE_SHARDS, OperationRecord};
+pub use operation::{DUE_SHARDS, MAX_UNSAVED_JOBS, OperationRecord};
 pub use parts::{
     AuditEntry, CancelReason, Cancellation, Claim, DeliveredObject, Detection, Erasure, Looks, MAX_ERASED_KEYS,
     MAX_LOOKS_KEPT, OutputRef, RemoteError, Settlement, WaitReason, bucket_rule_deletes,

@@ -17,6 +17,11 @@ use super::phase::{DeliveryState, Phase};
 /// items in shards the sweep no longer reads, so it is a constant.
 pub const DUE_SHARDS: u32 = 8;
 
+/// The most unsaved job ids a record keeps ([`OperationRecord::unsaved_jobs`]):
+/// each claim POSTs at most once, so more means a fault to look at
+/// anyway, and the recovery queue's dead-letter queue keeps the rest.
+pub const MAX_UNSAVED_JOBS: usize = 8;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperationRecord {
     pub pk: String,
@@ -130,6 +135,13 @@ pub struct OperationRecord {
     pub fault: Option<Fault>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit: Vec<AuditEntry>,
+    /// Job ids Genace gave this operation that a recovery message carried
+    /// but the record could not take (another claim, another job, a
+    /// person's decision), at most [`MAX_UNSAVED_JOBS`]: each is a job to
+    /// attach or account for. Only dispatch writes recovery messages, so
+    /// each is this operation's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsaved_jobs: Vec<String>,
 
     /// Partition of the sparse due-time index (`DUE#<n>`), fixed at creation.
     pub due_pk: String,
@@ -209,6 +221,7 @@ impl OperationRecord {
             case: None,
             fault,
             audit: Vec::new(),
+            unsaved_jobs: Vec::new(),
             dispatch_deadline: intent.deadline.map(|d| d.resolve(now)),
             due_at_ms: Some((now + dispatch_grace).timestamp_millis()),
             poll_chain: None,

@@ -64,6 +64,9 @@ pub fn view(rec: &OperationRecord) -> Value {
     if !rec.audit.is_empty() {
         obj.insert("audit".into(), json!(rec.audit));
     }
+    if !rec.unsaved_jobs.is_empty() {
+        obj.insert("unsaved_job_ids".into(), json!(rec.unsaved_jobs));
+    }
     if rec.held_credits.is_some() {
         obj.insert("held_credits".into(), json!(rec.held_credits));
     }
@@ -215,6 +218,7 @@ pub fn case_view(rec: &OperationRecord) -> Value {
         "phase": rec.phase,
         "delivery_state": rec.delivery_state,
         "remote_job_id": rec.remote_job_id,
+        "unsaved_job_ids": rec.unsaved_jobs,
         "trace_id": genace_core::trace::TraceId::of(&rec.operation_id).to_hex(),
         "reason": rec.case.as_ref().map(|c| c.reason),
         "opened_at": rec.case.as_ref().map(|c| c.opened_at),

@@ -4,11 +4,11 @@
 
 use crate::ports::Ports;
 use crate::ports::table::prelude::*;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::pipeline::stage::{Stage, StageError};
 use crate::ports::clock::Clock;
-use crate::ports::commit::{CommitError, commit_with, write_attempts};
+use crate::ports::commit::{CommitError, commit, commit_with, write_attempts};
 use crate::ports::queue::WorkQueue;
 use genace_core::machine::{self, AcceptedJob, Event, Policy};
 use genace_core::messages::Queue;
@@ -111,9 +111,28 @@ impl<P: Ports> Recovery<P> {
             }
             Err(CommitError::Refused { refusal, current }) => {
                 error!(operation_id = %current.operation_id, phase = current.phase.as_str(), %refusal, raw_response = %msg.raw_response, "recovery message refused");
+                self.keep_unsaved(*current, msg).await;
                 Err(StageError::Refused(refusal.to_string()))
             }
             Err(CommitError::Store(e)) => Err(e.into()),
+        }
+    }
+
+    /// Keeps the job id of a refused message on its record, where the case
+    /// views show it and a scoped operator may attach it. The message
+    /// stays too: it ends in the dead-letter queue, whose alarm brings a
+    /// person. A failure here loses nothing (the message is read again).
+    async fn keep_unsaved(&self, current: OperationRecord, msg: &RecoveryMessage) {
+        let job_id = match &msg.outcome {
+            RecoveredOutcome::Accepted { job_id, .. } | RecoveredOutcome::FailedWithJob { job_id, .. } => job_id,
+        };
+        let (now, policy) = (self.clock.now(), &self.policy);
+        let kept = commit(&self.store, current, write_attempts(), |r| {
+            machine::transition(r, Event::JobUnsaved { job_id }, now, policy)
+        })
+        .await;
+        if let Err(e) = kept {
+            warn!(operation_id = %msg.operation_id, remote_job_id = %job_id, error = %e, "the unsaved job id could not be kept on the record");
         }
     }
 }
