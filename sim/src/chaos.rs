@@ -451,8 +451,8 @@ impl<T: WorkQueue> WorkQueue for Chaotic<T> {
         port(&self.chaos, self.inner.send_work(queue, message, delay_seconds)).await
     }
 
-    async fn send_webhook_copy(&self, body: String) -> Result<(), String> {
-        self.inner.send_webhook_copy(body).await
+    async fn send_webhook_copies(&self, bodies: Vec<String>) -> Result<(), String> {
+        self.inner.send_webhook_copies(bodies).await
     }
 }
 

@@ -3,7 +3,10 @@
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::operation::send_message::builders::SendMessageFluentBuilder;
-use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeNameForSends, MessageSystemAttributeValue};
+use aws_sdk_sqs::types::{
+    MessageAttributeValue, MessageSystemAttributeNameForSends, MessageSystemAttributeValue,
+    SendMessageBatchRequestEntry,
+};
 use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 use genace_stages::config::QueueUrls;
 use genace_stages::ports::queue::{
@@ -88,17 +91,91 @@ impl WorkQueue for SqsQueue {
         self.send(queue, body, delay_seconds).await
     }
 
-    async fn send_webhook_copy(&self, body: String) -> Result<(), String> {
+    async fn send_webhook_copies(&self, bodies: Vec<String>) -> Result<(), String> {
         if self.urls.webhooks.is_empty() {
             return Err("WEBHOOK_QUEUE_URL is not set".into());
         }
-        traced(self.client.send_message())
-            .queue_url(&self.urls.webhooks)
-            .message_body(body)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())
+        for batch in batches(&bodies) {
+            self.send_batch(batch).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The most messages one `SendMessageBatch` takes.
+const BATCH_ENTRIES: usize = 10;
+
+/// The most bytes of bodies one batch carries: SQS's limit on a whole
+/// batch, the smaller of its two historical sizes, less room for the
+/// trace attributes each entry carries.
+const BATCH_BYTES: usize = 256 * 1024 - BATCH_ENTRIES * 512;
+
+/// `bodies` in order, cut into batches of at most [`BATCH_ENTRIES`]
+/// messages and [`BATCH_BYTES`] bytes (a body larger than that alone).
+fn batches(bodies: &[String]) -> Vec<&[String]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, body) in bodies.iter().enumerate() {
+        if i > start && (i - start == BATCH_ENTRIES || bytes + body.len() > BATCH_BYTES) {
+            out.push(&bodies[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += body.len();
+    }
+    if start < bodies.len() {
+        out.push(&bodies[start..]);
+    }
+    out
+}
+
+impl SqsQueue {
+    /// One `SendMessageBatch` of webhook copies; the entries SQS failed for
+    /// its own reasons are sent once more, and any still failed are an error.
+    async fn send_batch(&self, bodies: &[String]) -> Result<(), String> {
+        let attributes = trace_attributes();
+        let mut entries: Vec<SendMessageBatchRequestEntry> = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, body)| {
+                let entry = SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body);
+                let entry = match &attributes {
+                    Some((w3c, xray)) => entry
+                        .message_attributes(TRACEPARENT, w3c.clone())
+                        .message_system_attributes(MessageSystemAttributeNameForSends::AwsTraceHeader, xray.clone()),
+                    None => entry,
+                };
+                entry.build().map_err(|e| e.to_string())
+            })
+            .collect::<Result<_, _>>()?;
+        for last in [false, true] {
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.urls.webhooks)
+                .set_entries(Some(entries.clone()))
+                .send()
+                .await
+                .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+            let failed = out.failed();
+            if failed.is_empty() {
+                return Ok(());
+            }
+            // A fault of the request itself would fail again.
+            if last || failed.iter().any(|f| f.sender_fault()) {
+                let first = &failed[0];
+                return Err(format!(
+                    "{} of {} copies were not queued ({}: {})",
+                    failed.len(),
+                    entries.len(),
+                    first.code(),
+                    first.message().unwrap_or_default()
+                ));
+            }
+            entries.retain(|e| failed.iter().any(|f| f.id() == e.id()));
+        }
+        Ok(())
     }
 }
 
@@ -217,5 +294,29 @@ impl genace_stages::ports::webhooks::WebhookQueue for SqsWebhookQueue {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_go_in_batches_of_ten_and_under_the_batch_size() {
+        let small: Vec<String> = (0..25).map(|i| format!("copy {i}")).collect();
+        let sizes: Vec<usize> = batches(&small).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, [10, 10, 5]);
+        assert_eq!(batches(&small).concat(), small, "in order, each once");
+        assert!(batches(&[]).is_empty());
+        // Large bodies: as many as fit, and one too large for any batch alone.
+        let large: Vec<String> = [100_000, 100_000, 100_000, 300_000, 10]
+            .iter()
+            .map(|n| "x".repeat(*n))
+            .collect();
+        let sizes: Vec<usize> = batches(&large).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, [2, 1, 1, 1]);
+        for batch in batches(&large).iter().filter(|b| b.len() > 1) {
+            assert!(batch.iter().map(String::len).sum::<usize>() <= BATCH_BYTES);
+        }
     }
 }

@@ -21,7 +21,7 @@ pub struct LocalAws {
     pub config: Config,
 }
 
-/// Counts the DynamoDB requests a client sends (one per attempt).
+/// Counts the requests a client sends (one per attempt).
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter(Arc<AtomicUsize>);
 
@@ -294,6 +294,18 @@ impl LocalAws {
 
     pub fn queue(&self) -> SqsQueue {
         SqsQueue::new(aws::sqs(&self.sdk), self.queues.clone())
+    }
+
+    /// A queue whose client counts its requests.
+    pub fn counted_queue(&self) -> (SqsQueue, RequestCounter) {
+        let counter = RequestCounter::default();
+        let conf = aws_sdk_sqs::config::Builder::from(&self.sdk)
+            .interceptor(counter.clone())
+            .build();
+        (
+            SqsQueue::new(aws_sdk_sqs::Client::from_conf(conf), self.queues.clone()),
+            counter,
+        )
     }
 
     /// Receives (and deletes) every message currently visible on a queue.

@@ -1,6 +1,7 @@
 //! Deferred redelivery on SQS (moto over HTTP, through the real SDK): a
 //! received message's visibility is changed, so it comes back sooner or
-//! later than the queue's timeout says.
+//! later than the queue's timeout says. And copies of webhook events
+//! go in batches.
 
 use std::time::Duration;
 
@@ -50,4 +51,26 @@ async fn a_deferred_message_comes_back_when_asked_and_not_before() {
 
     // A receipt SQS never issued is an error, not a silent success.
     assert!(redelivery.defer_receipt("not-a-receipt", 10).await.is_err());
+}
+
+/// A recovery's copies go to the webhook queue ten to a request, each
+/// once and in order.
+#[tokio::test]
+async fn webhook_copies_go_ten_to_a_request() {
+    use genace_stages::ports::queue::WorkQueue;
+    let env = LocalAws::fresh().await;
+    let (queue, requests) = env.counted_queue();
+    let copies: Vec<String> = (0..25).map(|i| format!("{{\"to\":\"e\",\"n\":{i}}}")).collect();
+    queue.send_webhook_copies(copies.clone()).await.unwrap();
+    assert_eq!(requests.get(), 3);
+    let mut got = Vec::new();
+    while got.len() < copies.len() {
+        let drained = env.drain(&env.queues.webhooks).await;
+        assert!(!drained.is_empty(), "only {} of the copies arrived", got.len());
+        got.extend(drained);
+    }
+    got.sort();
+    let mut sent = copies;
+    sent.sort();
+    assert_eq!(got, sent);
 }

@@ -337,7 +337,7 @@ impl<P: Ports> Endpoints<'_, P> {
                 "the endpoint does not take events of type {kind}"
             )));
         }
-        self.send_copy(id, &detail).await?;
+        self.send_copies(vec![copy_of(id, &detail)?]).await?;
         info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, event_id, "webhook event replayed");
         Ok(())
     }
@@ -423,31 +423,31 @@ impl<P: Ports> Endpoints<'_, P> {
             missing: 0,
             left: 0,
         };
-        // The log is newest first; send the oldest first.
+        // The log is newest first; send the oldest first, in batches.
+        let mut copies = Vec::new();
         for event_id in failed.iter().rev().filter(|e| !succeeded.contains(*e)) {
-            if done.queued >= RECOVER_COPIES {
+            if copies.len() >= RECOVER_COPIES {
                 done.left += 1;
                 continue;
             }
             match self.store.kept_event(&self.tenant, event_id, now).await? {
-                Some(detail) => {
-                    self.send_copy(id, &detail).await?;
-                    done.queued += 1;
-                }
+                Some(detail) => copies.push(copy_of(id, &detail)?),
                 None => done.missing += 1,
             }
         }
+        done.queued = copies.len();
+        self.send_copies(copies).await?;
         info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, queued = done.queued,
               missing = done.missing, left = done.left, "failed and skipped webhook events recovered");
         Ok(done)
     }
 
-    async fn send_copy(&self, id: &str, detail: &str) -> Result<(), EndpointError> {
-        let detail: Value =
-            serde_json::from_str(detail).map_err(|e| StoreError::Decode(format!("a kept event: {e}")))?;
-        let copy = serde_json::json!({"to": id, "detail": detail}).to_string();
+    async fn send_copies(&self, copies: Vec<String>) -> Result<(), EndpointError> {
+        if copies.is_empty() {
+            return Ok(());
+        }
         self.queue
-            .send_webhook_copy(copy)
+            .send_webhook_copies(copies)
             .await
             .map_err(|e| EndpointError::Store(StoreError::Service(format!("the webhook queue: {e}"))))
     }
@@ -503,4 +503,11 @@ impl<P: Ports> Intake<P> {
             actor,
         }
     }
+}
+
+/// The webhook queue's message for a copy of kept event `detail` to
+/// endpoint `id`.
+fn copy_of(id: &str, detail: &str) -> Result<String, EndpointError> {
+    let detail: Value = serde_json::from_str(detail).map_err(|e| StoreError::Decode(format!("a kept event: {e}")))?;
+    Ok(serde_json::json!({"to": id, "detail": detail}).to_string())
 }

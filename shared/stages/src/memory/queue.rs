@@ -151,8 +151,8 @@ impl<C: crate::ports::clock::Clock> crate::ports::queue::WorkQueue for MemoryQue
     }
 
     /// Kept apart from the work queues: [`MemoryQueue::webhook_copies`].
-    async fn send_webhook_copy(&self, body: String) -> Result<(), String> {
-        self.lock().webhook_copies.push(body);
+    async fn send_webhook_copies(&self, bodies: Vec<String>) -> Result<(), String> {
+        self.lock().webhook_copies.extend(bodies);
         Ok(())
     }
 }

@@ -43,9 +43,11 @@ pub trait WorkQueue: Send + Sync {
         async move { self.send_work(queue, &message, delay_seconds).await }
     }
 
-    /// Puts one copy of a lifecycle event for one webhook receiver on the
-    /// webhook queue (`{"to": ..., "detail": ...}`): a replay.
-    fn send_webhook_copy(&self, body: String) -> impl Future<Output = Result<(), String>> + Send;
+    /// Puts copies of lifecycle events for webhook receivers on the
+    /// webhook queue (each `{"to": ..., "detail": ...}`): one for a
+    /// replay, up to a hundred for a recovery, in as few requests as the
+    /// queue takes. An error when any copy was not queued.
+    fn send_webhook_copies(&self, bodies: Vec<String>) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// SQS keeps a received message hidden for at most 12 hours, counted from
