@@ -2005,47 +2005,252 @@ async fn forged_positions_in_valid_seals_and_an_inverted_range_are_400() {
     assert_eq!(refused_field(&intake, &path, operator()).await, "cursor");
 }
 
-/// Every paged route, given garbage, tampered and forged cursors (random
-/// positions sealed under the route's own public binding, random keys of
-/// every shape inside them): a 200 or a 400, never a 5xx.
+/// Every paged route, with its filters and on both case indexes, given
+/// cursors a client could make:
+/// - garbage (not a cursor), and a real position sealed for another
+///   scope, filter or list (tampered): 400 `cursor`;
+/// - the route's own real position, changed into one outside the range
+///   of the query that would use it (an attribute dropped, added,
+///   retyped or emptied, another partition, another index's key, a time
+///   outside the filter, a shard that does not exist): 400 `cursor`;
+/// - random positions sealed under the route's own binding: 200 or 400,
+///   never a 5xx, and a 200 page holds only the caller's scope.
+///
+/// The real next cursor of each route is 200 (the test can tell).
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario reads top to bottom, one step after another"
+)]
 async fn no_cursor_a_client_can_send_makes_a_paged_route_answer_5xx() {
-    use genace_stages::ports::cursor::binding;
+    use genace_aws::testkit::{claimed, intent_record, uncertain};
+    use genace_stages::ports::cursor::{binding, open, seal};
+    use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
     let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
         Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
-    let mut forger = Forger(0x9e37_79b9_7f4a_7c15);
-    let routes: [(&str, Value, String); 5] = [
+    create_listed(&intake).await;
+    for (tenant, key) in [("ta", "c1"), ("tb", "c2"), ("ta", "c3"), ("ta", "c4"), ("tb", "c5")] {
+        let rec = intent_record(tenant, key, "p");
+        env.store().create(&rec, Utc::now()).await.unwrap();
+        let taken = claimed(&rec, "tok");
+        env.store().apply(&rec, &taken).await.unwrap();
+        let case = uncertain(&taken, "tok", "timed out");
+        env.store().apply(&taken, &case).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    for t in ["ta", "tb", "tc"] {
+        let path = format!("/v1/tenants/{t}/spend-limit");
+        let body = json!({"spend_limit": 50}).to_string();
+        let resp = Box::pin(api::handle(&intake, event("PUT", &path, Some(&body), operator(), &[]))).await;
+        assert_eq!(resp.status(), 200, "{:?}", resp.body());
+    }
+    let after = "2000-01-01T00:00:00Z";
+    let (after_t, before_t) = (
+        "2000-01-01T00:00:00+00:00".to_owned(),
+        "2100-01-01T00:00:00+00:00".to_owned(),
+    );
+    let opened = before_t.clone();
+    let ops = |scope: &str, filter: [&str; 5]| {
+        let mut parts = vec![scope];
+        parts.extend(filter);
+        binding("operations", &parts)
+    };
+    let scoped_ta = json!({"sub": "ops-a", "scope": "genace:operator", "tenant_id": "ta"});
+    // (query, caller, the binding its cursors are sealed under, whether
+    // it reads a time range, the tenants a page may hold)
+    let none = ["", "", "", "", ""];
+    let routes: Vec<(String, Value, String, bool, &[&str])> = vec![
+        ("/v1/operations?limit=2".into(), tenant("ta"), ops("ta", none), false, &["ta"]),
         (
-            "/v1/operations?",
+            format!("/v1/operations?limit=2&phase=prepared&created_after={after}&created_before=2100-01-01T00:00:00Z&key_prefix=k"),
             tenant("ta"),
-            binding("operations", &["ta", "", "", "", "", ""]),
+            ops("ta", ["prepared", "", &after_t, &before_t, "k"]),
+            true,
+            &["ta"],
         ),
+        ("/v1/operations?limit=2".into(), operator(), ops("*", none), false, &["ta", "tb"]),
         (
-            "/v1/operations?",
+            format!("/v1/operations?limit=2&tenant=ta&created_after={after}"),
             operator(),
-            binding("operations", &["*", "", "", "", "", ""]),
+            ops("ta", ["", "", &after_t, "", ""]),
+            true,
+            &["ta"],
         ),
+        ("/v1/operations?limit=2".into(), scoped_ta.clone(), ops("ta", none), false, &["ta"]),
+        ("/v1/reconciliation-cases?tenant=ta&limit=1".into(), operator(), binding("cases", &["ta", "", ""]), false, &["ta"]),
         (
-            "/v1/reconciliation-cases?tenant=ta&",
+            "/v1/reconciliation-cases?tenant=ta&reason=unknown_submit_outcome&opened_before=2100-01-01T00:00:00Z&limit=1".into(),
             operator(),
-            binding("cases", &["ta", "", ""]),
+            binding("cases", &["ta", "unknown_submit_outcome", &opened]),
+            true,
+            &["ta"],
         ),
+        ("/v1/reconciliation-cases?limit=1".into(), operator(), binding("cases", &["*", "", ""]), false, &["ta", "tb"]),
         (
-            "/v1/reconciliation-cases?",
+            "/v1/reconciliation-cases?reason=unknown_submit_outcome&opened_before=2100-01-01T00:00:00Z&limit=1".into(),
             operator(),
-            binding("cases", &["*", "", ""]),
+            binding("cases", &["*", "unknown_submit_outcome", &opened]),
+            true,
+            &["ta", "tb"],
         ),
-        ("/v1/credits?", operator(), binding("credits", &[])),
+        ("/v1/credits?limit=1".into(), operator(), binding("credits", &[]), false, &["ta", "tb", "tc"]),
     ];
-    for (path, claims, bound) in routes {
-        for round in 0..40 {
-            let query = format!("{path}cursor={}", percent(&forger.cursor(&bound, round)));
-            let resp = Box::pin(api::handle(&intake, event("GET", &query, None, claims.clone(), &[]))).await;
-            let status = resp.status().as_u16();
-            assert!(status == 200 || status == 400, "{query}: {status} {:?}", resp.body());
+    let get = |path: String, claims: Value| {
+        let intake = &intake;
+        async move {
+            let resp = Box::pin(api::handle(intake, event("GET", &path, None, claims, &[]))).await;
+            let body: Value = serde_json::from_slice(resp.body().as_ref()).unwrap_or(Value::Null);
+            (resp.status().as_u16(), body)
+        }
+    };
+    let mut forger = Forger(0x9e37_79b9_7f4a_7c15);
+    let other_binding = binding("operations", &["tb", "", "", "", "", ""]);
+    for (query, claims, bound, timed, scope) in &routes {
+        let (status, first) = get(query.clone(), claims.clone()).await;
+        assert_eq!(status, 200, "{query}: {first}");
+        let real = first["next_cursor"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{query}: a next page"))
+            .to_owned();
+        let (status, body) = get(format!("{query}&cursor={real}"), claims.clone()).await;
+        assert_eq!(status, 200, "{query}: the real cursor: {body}");
+        let position = open(&real, bound).unwrap_or_else(|_| panic!("{query}: the test's binding is the route's"));
+        let mut refused: Vec<String> = out_of_range(&position, *timed).iter().map(|p| seal(p, bound)).collect();
+        refused.extend(
+            [
+                &other_binding,
+                &binding("cases", &["tb", "", ""]),
+                &binding("credits", &["x"]),
+            ]
+            .map(|b| seal(&position, b)),
+        );
+        refused.extend((0..20).map(|_| forger.position()));
+        for cursor in refused {
+            let path = format!("{query}&cursor={}", percent(&cursor));
+            let (status, body) = get(path.clone(), claims.clone()).await;
+            assert_eq!((status, &body["field"]), (400, &json!("cursor")), "{path}: {body}");
+        }
+        for _ in 0..30 {
+            let path = format!("{query}&cursor={}", percent(&seal(&forger.position(), bound)));
+            let (status, body) = get(path.clone(), claims.clone()).await;
+            assert!(
+                status == 200 || (status, &body["field"]) == (400, &json!("cursor")),
+                "{path}: {status} {body}"
+            );
+            for item in ["operations", "cases", "tenants"]
+                .iter()
+                .filter_map(|m| body[m].as_array())
+                .flatten()
+            {
+                let t = item["tenant_id"].as_str().unwrap_or_default();
+                assert!(scope.contains(&t), "{path}: {t} is outside the scope");
+            }
         }
     }
+}
+
+/// A store position's key (base64url JSON of `name: [type, value]`).
+type PositionKey = serde_json::Map<String, Value>;
+
+fn key_of(text: &str) -> Option<PositionKey> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).ok()?;
+    serde_json::from_slice(&raw).ok()
+}
+
+fn encode_key(key: &PositionKey) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Value::Object(key.clone()).to_string())
+}
+
+/// Positions outside the query's range made from `real`, a position of
+/// the route: its shape broken in each way a client could break it, and
+/// (when the query reads a time range, `timed`) a time outside it.
+fn out_of_range(real: &str, timed: bool) -> Vec<String> {
+    // A credits position: `shard.key`.
+    if let Some((shard, inner)) = real.split_once('.') {
+        let mut out: Vec<String> = ["99", "-1", "", "x", "3.5"]
+            .iter()
+            .map(|s| format!("{s}.{inner}"))
+            .collect();
+        // A key of one shard's partition under another shard's number.
+        if let Some(mut moved) = key_of(inner) {
+            out.extend(out_of_range(inner, timed).into_iter().map(|k| format!("{shard}.{k}")));
+            out.push(format!("{}.{inner}", shard.parse::<u32>().unwrap() + 1));
+            moved.insert("due_pk".into(), json!(["S", "LEDGER#x"]));
+            out.push(format!("{shard}.{}", encode_key(&moved)));
+        }
+        return out;
+    }
+    let Some(key) = key_of(real) else {
+        // A listing position: `millis#operation id`, here after 2000.
+        let (_, id) = real.split_once('#').expect("a listing position");
+        let mut out = vec![
+            String::new(),
+            format!("123#{id}"),
+            format!("{:013}#op_short", 4_102_444_800_000_u64),
+            format!("{:013}", 4_102_444_800_000_u64),
+            format!("{real}#"),
+        ];
+        if timed {
+            out.push(format!("0000000000001#{id}"));
+        }
+        return out;
+    };
+    let mut out = vec![String::new(), encode_key(&PositionKey::new())];
+    out.extend(key_broken(&key, timed).iter().map(encode_key));
+    out
+}
+
+/// `key` with each attribute dropped, retyped, emptied or malformed, an
+/// attribute added, the other case index's sort key in place of its own,
+/// and (on a tenant's case index) another tenant's case or (when `timed`)
+/// a case opened after the filter's time.
+fn key_broken(key: &PositionKey, timed: bool) -> Vec<PositionKey> {
+    let mut out = Vec::new();
+    let with = |name: &str, value: Value| {
+        let mut changed = key.clone();
+        changed.insert(name.into(), value);
+        changed
+    };
+    for (name, value) in key {
+        let mut dropped = key.clone();
+        dropped.remove(name);
+        out.push(dropped);
+        let text = value[1].as_str().unwrap_or_default().to_owned();
+        let retyped = if value[0] == "S" { "N" } else { "S" };
+        out.extend([
+            with(name, json!([retyped, text])),
+            with(name, json!([value[0], ""])),
+            with(name, json!(["B", text])),
+            with(name, json!([value[0]])),
+        ]);
+        // Any text sorts inside an unfiltered age index.
+        if name != "case_age_sk" || timed {
+            out.push(with(name, json!([value[0], format!("tb#{text}")])));
+        }
+    }
+    out.push(with("list_pk", json!(["S", "LIST#ta"])));
+    for (from, to) in [("case_sk", "case_age_sk"), ("case_age_sk", "case_sk")] {
+        if let Some(v) = key.get(from) {
+            let mut swapped = key.clone();
+            swapped.remove(from);
+            swapped.insert(to.into(), v.clone());
+            out.push(swapped);
+        }
+    }
+    let moves = [
+        ("case_sk", "tb#2026-01-01T00:00:00.000Z", false),
+        ("case_sk", "ta#2200-01-01T00:00:00.000Z", true),
+        ("case_age_sk", "2200-01-01T00:00:00.000000Z", true),
+    ];
+    for (name, value, needs_time) in moves {
+        if key.contains_key(name) && (timed || !needs_time) {
+            out.push(with(name, json!(["S", value])));
+        }
+    }
+    out
 }
 
 /// Cursors a client could make, from a seed.
@@ -2107,22 +2312,6 @@ impl Forger {
             0 => format!("{}.{inner}", self.next() % 20),
             1 => self.pick(&PIECES).to_owned(),
             _ => inner,
-        }
-    }
-
-    /// Round `round`'s cursor under `bound`: garbage, a tampered seal, or
-    /// a forged position in a valid seal.
-    fn cursor(&mut self, bound: &str, round: usize) -> String {
-        use genace_stages::ports::cursor::seal;
-        match round % 4 {
-            0 => self.position(),
-            1 => {
-                let mut sealed = seal(&self.position(), bound).into_bytes();
-                let at = usize::try_from(self.next()).unwrap_or(0) % sealed.len();
-                sealed[at] = b'A' + u8::try_from(self.next() % 26).unwrap_or(0);
-                String::from_utf8(sealed).unwrap()
-            }
-            _ => seal(&self.position(), bound),
         }
     }
 }
