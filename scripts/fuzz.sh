@@ -3,6 +3,7 @@
 #   intake     body bytes -> Intent -> fingerprint (stable under reordering and respelling)
 #   classify   Genace status, Retry-After and body -> outcome (Accepted only with a usable job id)
 #   url_guard  the output URL guard (production policy lets through only https:443 to public addresses)
+#   cursors    every paged route through the HTTP handler: no 5xx for any cursor or time range
 # Installs cargo-fuzz into ./.tools if missing. Uses the nightly toolchain
 # with AddressSanitizer when it is installed; otherwise the stable one
 # (RUSTC_BOOTSTRAP, no sanitizer). Seeds are read from fuzz/corpus/<target>;
@@ -32,7 +33,7 @@ else
   export RUSTC_BOOTSTRAP=1
 fi
 
-targets=(intake classify url_guard)
+targets=(intake classify url_guard cursors)
 echo "[fuzz] building ${targets[*]} (sanitizer: $sanitizer)"
 cargo "${toolchain[@]}" fuzz build --sanitizer "$sanitizer" --fuzz-dir fuzz
 # The targets run side by side (libFuzzer uses one core each); each still
