@@ -14,7 +14,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use genace_core::machine::{Event, Policy, transition};
 use genace_edge::http::handle;
 use genace_stages::api::intake::Intake;
-use genace_stages::memory::{MemoryApp, memory_app};
+use genace_memory::{MemoryApp, memory_app};
 use genace_stages::ports::Ports;
 use genace_stages::ports::clock::Clock;
 use genace_stages::ports::cursor::{binding, seal};

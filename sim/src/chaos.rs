@@ -22,7 +22,7 @@ use genace_core::domain::{OperationId, TenantId};
 use genace_core::messages::{Queue, RecoveryMessage};
 use genace_core::record::OperationRecord;
 use genace_core::webhook::{AttemptStatus, EndpointSet, WebhookAttempt, WebhookConfig};
-use genace_stages::memory::{MemoryBody, MemoryDownloads};
+use genace_memory::{MemoryBody, MemoryDownloads};
 use genace_stages::ports::downloads::{Download, DownloadError, Downloads};
 use genace_stages::ports::outputs::{ObjectHead, ObjectStore, PartReceipt, StorageError};
 use genace_stages::ports::queue::{QueueError, RecoveryChannel, WorkQueue};
@@ -53,7 +53,7 @@ pub(crate) struct ChaosState {
     /// allows and answers every read truly, at once.
     pub(crate) calm: bool,
     /// The latency model: each request moves this clock on by this much.
-    pub(crate) latency: Option<(genace_stages::memory::ManualClock, chrono::Duration)>,
+    pub(crate) latency: Option<(genace_memory::ManualClock, chrono::Duration)>,
     /// A 429 storm on status reads: this share of GETs (percent) answered
     /// 429 with a Retry-After of this many seconds, calm or not.
     pub(crate) status_storm: Option<(u64, u32)>,

@@ -185,7 +185,7 @@ struct Totals {
 }
 
 impl Totals {
-    fn add(&self, w: &genace_stages::memory::WriteReport) {
+    fn add(&self, w: &genace_memory::WriteReport) {
         self.seeds_met.fetch_add(u64::from(w.met_open > 0), Ordering::Relaxed);
         self.met_open.fetch_add(w.met_open, Ordering::Relaxed);
         self.account_units.fetch_add(w.account_units, Ordering::Relaxed);
@@ -210,7 +210,7 @@ impl Totals {
             let per_job = self.account_units.load(Ordering::Relaxed) as f64 / admitted as f64;
             line.push_str(&format!(
                 "; busiest account shard: {per_job:.2} write units per admitted job, a ceiling of {:.0} admitted jobs/s",
-                genace_stages::memory::ITEM_WRITE_UNITS_PER_SECOND as f64 / per_job
+                genace_memory::ITEM_WRITE_UNITS_PER_SECOND as f64 / per_job
             ));
         }
         line

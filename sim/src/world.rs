@@ -23,9 +23,9 @@ use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::machine::{self, Resolution};
 use genace_core::messages::Queue;
 use genace_core::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlement};
+use genace_memory::{ManualClock, MemoryDownloads, MemoryGenace, MemoryObjects, MemoryQueue, MemoryStore};
 use genace_stages::api::admin::Operator;
 use genace_stages::app::App;
-use genace_stages::memory::{ManualClock, MemoryDownloads, MemoryGenace, MemoryObjects, MemoryQueue, MemoryStore};
 use genace_stages::pipeline::stage::{Stage, handle_body};
 
 mod actors;
@@ -185,7 +185,7 @@ pub struct Outcome {
     /// One line per step.
     pub trace: Vec<String>,
     /// The write units the busiest item took, and the jobs admitted.
-    pub writes: genace_stages::memory::WriteReport,
+    pub writes: genace_memory::WriteReport,
     /// The most requests a handler that woke operations made.
     pub wake_max: u64,
 }
@@ -287,7 +287,7 @@ fn prepared_store(store: MemoryStore, clock: &ManualClock, seed: u64, opts: &Opt
         .with_account_shards(opts.account_shards)
         .with_transaction_conflicts(opts.transaction_conflicts, seed)
         .with_plain_write_conflicts(opts.plain_write_conflicts, seed)
-        .with_write_meter(clock.clone(), Some(genace_stages::memory::ITEM_WRITE_UNITS_PER_SECOND));
+        .with_write_meter(clock.clone(), Some(genace_memory::ITEM_WRITE_UNITS_PER_SECOND));
     let store = if opts.index_lag_ms > 0 {
         store.with_index_lag(
             clock.clone(),
@@ -345,7 +345,7 @@ impl World {
     }
 
     /// What the store's write meter saw.
-    pub(crate) fn writes(&self) -> genace_stages::memory::WriteReport {
+    pub(crate) fn writes(&self) -> genace_memory::WriteReport {
         self.store.write_report().unwrap_or_default()
     }
 }
@@ -356,7 +356,7 @@ impl World {
         // Learning Genace's limit: every 429 is the account's, so none may
         // reach a person.
         chaos.lock().plants_429s = opts.genace_limit.is_none();
-        let mem = genace_stages::memory::memory_app(start());
+        let mem = genace_memory::memory_app(start());
         let clock = mem.clock.clone();
         let (store, objects, genace, downloads) = (mem.store, mem.objects, mem.genace, mem.downloads);
         let queue = mem.queue.clone();

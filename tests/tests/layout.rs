@@ -327,8 +327,8 @@ fn stages_room(file: &str) -> &str {
 /// `shared/stages` in rooms by role, each importing only from below:
 /// `ports` nothing above it; `config` the ports, `urlguard` the config;
 /// `pipeline` the ports, the settings and itself; `api` the ports, the
-/// settings, itself and, of the pipeline, only the wake-up. `app` and
-/// `memory` (wiring and adapters) stand above them all.
+/// settings, itself and, of the pipeline, only the wake-up. `app`
+/// (wiring) stands above them all.
 #[test]
 fn the_stages_rooms_import_only_downward() {
     let allowed = |from: &str, to: &str| -> bool {
@@ -342,7 +342,7 @@ fn the_stages_rooms_import_only_downward() {
                 matches!(room, "ports" | "config" | "urlguard" | "api")
                     || to == "shared/stages/src/pipeline/wake/mod.rs"
             }
-            "app" | "memory" | "lib" => true,
+            "app" | "lib" => true,
             other => panic!("{from}: a file of no known room ({other}); give it one here"),
         }
     };

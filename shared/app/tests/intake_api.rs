@@ -441,7 +441,7 @@ async fn a_wrong_method_answers_405_with_allow() {
 /// judged against the time; a changed one under the key is 409.
 #[tokio::test]
 async fn a_retry_after_its_deadline_is_a_replay_not_a_400() {
-    use genace_stages::memory::ManualClock;
+    use genace_memory::ManualClock;
     let env = LocalAws::fresh().await;
     let start = chrono::Utc::now();
     let clock = ManualClock::new(start);

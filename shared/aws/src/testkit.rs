@@ -537,23 +537,3 @@ pub async fn release_all<S: genace_stages::ports::table::OperationStore>(
         store.apply(&claimed, &released).await.unwrap();
     }
 }
-
-/// A handle on the same table for a deployment with `shards` account
-/// shards (a rolling change of the count has two alive at once).
-pub trait Deployed: Sized {
-    fn deployed_with(&self, shards: u16) -> Self;
-}
-
-impl Deployed for DynamoStore {
-    fn deployed_with(&self, shards: u16) -> Self {
-        self.clone()
-            .with_account_shards(genace_core::shard::AccountShards::new(shards).expect("1 to the most shards"))
-    }
-}
-
-impl Deployed for genace_stages::memory::MemoryStore {
-    fn deployed_with(&self, shards: u16) -> Self {
-        self.clone()
-            .with_account_shards(genace_core::shard::AccountShards::new(shards).expect("1 to the most shards"))
-    }
-}

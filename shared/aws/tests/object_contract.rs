@@ -175,7 +175,7 @@ async fn incomplete_uploads_under_a_prefix_are_aborted<O: ObjectStore>(objects: 
 }
 
 genace_aws::contract_tests!(
-    memory => genace_stages::memory::MemoryObjects::default(),
+    memory => genace_memory::MemoryObjects::default(),
     s3 => |env| env.objects();
     a_whole_put_is_read_back_with_its_checksum,
     a_multipart_upload_is_one_object_with_the_composite_checksum,
@@ -188,7 +188,7 @@ genace_aws::contract_tests!(
 
 #[tokio::test]
 async fn the_memory_bucket_refuses_a_body_that_does_not_match_its_checksum() {
-    let objects = genace_stages::memory::MemoryObjects::default();
+    let objects = genace_memory::MemoryObjects::default();
     let sha = b64_sha256(b"body");
     objects
         .put("outputs/e/0.mp4", "video/mp4", b"body".to_vec(), &sha)

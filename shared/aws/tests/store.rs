@@ -478,7 +478,7 @@ async fn a_wake_up_costs_the_same_beside_a_hundred_tenants_short_of_credits() {
             wait(tenant.as_str().to_owned(), Event::SpendLimitReached).await;
         }
         wait("slot-a".to_owned(), Event::CapacityReached).await;
-        let queue = genace_stages::memory::MemoryQueue::new(genace_stages::memory::ManualClock::new(now));
+        let queue = genace_memory::MemoryQueue::new(genace_memory::ManualClock::new(now));
         let before = counter.get();
         let woken = genace_stages::pipeline::wake::wake(&store, &queue).await.unwrap();
         assert_eq!(woken, 1, "the one waiting for a slot");

@@ -22,8 +22,7 @@ use genace_stages::ports::table::OperationStore;
 use genace_stages::ports::table::StoreError;
 
 use genace_aws::testkit::{
-    Deployed, accepted_with, claimed, claims_admitted, intent_record as record_for, release_all, rendered, running_on,
-    uncertain,
+    accepted_with, claimed, claims_admitted, intent_record as record_for, release_all, rendered, running_on, uncertain,
 };
 
 fn record(key: &str, prompt: &str) -> OperationRecord {
@@ -1978,7 +1977,7 @@ async fn parts_that_hold_back_slots_are_split_again<S: OperationStore + Deployed
 }
 
 genace_aws::contract_tests!(
-    memory_sharded => genace_stages::memory::MemoryStore::default()
+    memory_sharded => genace_memory::MemoryStore::default()
         .with_account_limit(Some(3))
         .with_account_shards(genace_core::shard::AccountShards::new(2).unwrap()),
     dynamodb_sharded => |env| env
@@ -2023,7 +2022,7 @@ async fn a_lesson_keeps_its_raise_window_and_time<S: OperationStore>(store: S) {
 }
 
 genace_aws::contract_tests!(
-    memory_limited => genace_stages::memory::MemoryStore::default().with_account_limit(Some(2)),
+    memory_limited => genace_memory::MemoryStore::default().with_account_limit(Some(2)),
     dynamodb_limited => |env| env.store().with_account_limit(Some(2));
     the_account_admits_claims_while_it_has_a_free_slot,
     claims_of_many_tenants_race_for_the_last_slots,
@@ -2056,7 +2055,7 @@ async fn render_times_are_counted_per_class<S: OperationStore>(store: S) {
 }
 
 genace_aws::contract_tests!(
-    memory => genace_stages::memory::MemoryStore::default(),
+    memory => genace_memory::MemoryStore::default(),
     dynamodb => |env| env.store();
     a_duplicate_create_returns_the_stored_record,
     a_retried_create_that_landed_is_new,
@@ -2094,3 +2093,23 @@ genace_aws::contract_tests!(
     lowered_to_one_shard_the_account_charges_the_jobs_the_others_count,
     parts_that_hold_back_slots_are_split_again,
 );
+
+/// A handle on the same table for a deployment with `shards` account
+/// shards (a rolling change of the count has two alive at once).
+pub trait Deployed: Sized {
+    fn deployed_with(&self, shards: u16) -> Self;
+}
+
+impl Deployed for genace_aws::DynamoStore {
+    fn deployed_with(&self, shards: u16) -> Self {
+        self.clone()
+            .with_account_shards(genace_core::shard::AccountShards::new(shards).expect("1 to the most shards"))
+    }
+}
+
+impl Deployed for genace_memory::MemoryStore {
+    fn deployed_with(&self, shards: u16) -> Self {
+        self.clone()
+            .with_account_shards(genace_core::shard::AccountShards::new(shards).expect("1 to the most shards"))
+    }
+}

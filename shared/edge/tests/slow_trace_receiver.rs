@@ -22,7 +22,7 @@ impl genace_trace::Flush for SlowReceiver {
 #[tokio::test]
 async fn a_slow_trace_receiver_delays_no_response_past_the_bound() {
     genace_trace::set_flush(SlowReceiver);
-    let app = genace_stages::memory::memory_app(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
+    let app = genace_memory::memory_app(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
     let intake = app.intake();
     let request = lambda_http::http::Request::builder()
         .method("GET")

@@ -15,10 +15,10 @@
 //!   pipeline only the wake-up.
 //!
 //! Beside them: [`app::App`] (every port in one place, and each stage made
-//! from it), [`config`] (settings, given as values), [`urlguard`] (which
-//! URLs a policy allows; pure) and `memory` (feature `testkit`: in-memory
-//! adapters of every port and a manual clock). `tests/tests/layout.rs`
-//! keeps the rule.
+//! from it), [`config`] (settings, given as values) and [`urlguard`] (which
+//! URLs a policy allows; pure). The in-memory adapters of every port live
+//! on the adapter floor beside the AWS ones, in `genace-memory`.
+//! `tests/tests/layout.rs` keeps the rule.
 //!
 //! Depends on `genace-core` only among this workspace's crates. It must not
 //! import AWS, HTTP or Lambda crates: adapters implement its ports from
@@ -28,8 +28,6 @@
 pub mod api;
 pub mod app;
 pub mod config;
-#[cfg(feature = "testkit")]
-pub mod memory;
 pub mod pipeline;
 pub mod ports;
 pub mod urlguard;

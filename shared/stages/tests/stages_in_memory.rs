@@ -11,10 +11,10 @@ use genace_core::messages::Queue;
 use genace_core::record::CaseReason;
 use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
+use genace_memory::MemoryApp;
+use genace_memory::SubmitPlan;
+use genace_memory::memory_app;
 use genace_stages::api::intake::Submitted;
-use genace_stages::memory::MemoryApp;
-use genace_stages::memory::SubmitPlan;
-use genace_stages::memory::memory_app;
 use genace_stages::pipeline::dispatch::Dispatched;
 use genace_stages::pipeline::dispatch::PostResult;
 use genace_stages::pipeline::poll::Polled;
@@ -792,7 +792,7 @@ async fn an_item_past_its_write_budget_is_throttled_until_the_next_second() {
     assert_eq!(report.admitted, 2);
     assert!(report.throttled >= u64::from(genace_stages::ports::table::CONFLICT_TRIES));
     assert_eq!(report.peak_units_per_second, 2, "{report:?}");
-    assert_eq!(report.busiest_item, genace_stages::memory::ACCOUNT_ITEM, "{report:?}");
+    assert_eq!(report.busiest_item, genace_memory::ACCOUNT_ITEM, "{report:?}");
     assert_eq!(report.busiest_units, 4, "two claims, two units each: {report:?}");
     assert!((report.ceiling_jobs_per_second() - 500.0).abs() < 1e-9);
 }
@@ -1862,15 +1862,15 @@ async fn a_job_only_the_recovery_queue_held_is_kept_and_attachable_in_scope() {
 /// dispatch run: the rival finds the claim's slot or credits taken, and
 /// records its wait while the POST is in flight.
 struct RivalDuringPost {
-    genace: genace_stages::memory::MemoryGenace,
+    genace: genace_memory::MemoryGenace,
     rival: genace_stages::pipeline::dispatch::Dispatcher<
         genace_stages::ports::Parts<
-            genace_stages::memory::MemoryStore,
-            genace_stages::memory::MemoryQueue,
-            genace_stages::memory::MemoryObjects,
-            genace_stages::memory::MemoryGenace,
+            genace_memory::MemoryStore,
+            genace_memory::MemoryQueue,
+            genace_memory::MemoryObjects,
+            genace_memory::MemoryGenace,
             genace_stages::ports::Unused,
-            genace_stages::memory::ManualClock,
+            genace_memory::ManualClock,
         >,
     >,
     rival_id: OperationId,
@@ -2420,7 +2420,7 @@ async fn the_sweep_puts_tenants_waiting_outside_the_set_back_in_it() {
 
 /// Makes every write of a record take `seconds` of the run's clock, as a
 /// slow store does.
-fn slow_writes(store: &genace_stages::memory::MemoryStore, clock: genace_stages::memory::ManualClock, seconds: i64) {
+fn slow_writes(store: &genace_memory::MemoryStore, clock: genace_memory::ManualClock, seconds: i64) {
     store.before_next_apply(move |s| {
         clock.advance(Duration::seconds(seconds));
         slow_writes(s, clock, seconds);
@@ -2519,9 +2519,9 @@ async fn a_lesson_written_while_a_claim_holds_the_account_is_saved() {
 /// Genace whose POST takes `took` on the clock, and during which the
 /// table browns out: every write after it takes `each` and times out.
 struct SlowPostThenBrownout {
-    genace: genace_stages::memory::MemoryGenace,
-    store: genace_stages::memory::MemoryStore,
-    clock: genace_stages::memory::ManualClock,
+    genace: genace_memory::MemoryGenace,
+    store: genace_memory::MemoryStore,
+    clock: genace_memory::ManualClock,
     took: Duration,
     each: Duration,
 }
@@ -2544,12 +2544,12 @@ fn dispatcher_with<G: genace_stages::ports::genace::Genace + 'static>(
     genace: G,
 ) -> genace_stages::pipeline::dispatch::Dispatcher<
     genace_stages::ports::Parts<
-        genace_stages::memory::MemoryStore,
-        genace_stages::memory::MemoryQueue,
-        genace_stages::memory::MemoryObjects,
+        genace_memory::MemoryStore,
+        genace_memory::MemoryQueue,
+        genace_memory::MemoryObjects,
         G,
         genace_stages::ports::Unused,
-        genace_stages::memory::ManualClock,
+        genace_memory::ManualClock,
     >,
 > {
     genace_stages::pipeline::dispatch::Dispatcher {

@@ -6,8 +6,8 @@
 use chrono::{Duration, TimeZone, Utc};
 use genace_core::domain::{Intent, OperationId, TenantId};
 use genace_core::messages::Queue;
+use genace_memory::{MemoryApp, memory_app};
 use genace_stages::api::intake::Submitted;
-use genace_stages::memory::{MemoryApp, memory_app};
 use genace_stages::ports::clock::Clock;
 use serde_json::json;
 

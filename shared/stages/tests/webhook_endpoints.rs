@@ -6,10 +6,10 @@
 use chrono::{Duration, TimeZone, Utc};
 use genace_core::domain::TenantId;
 use genace_core::webhook::{AttemptStatus, WebhookAttempt};
+use genace_memory::{MemoryApp, MemorySecrets, memory_app};
 use genace_stages::api::errors::EndpointError;
 use genace_stages::api::webhook_endpoints::EndpointChange;
 use genace_stages::config::UrlPolicy;
-use genace_stages::memory::{MemoryApp, MemorySecrets, memory_app};
 use genace_stages::ports::clock::Clock;
 use genace_stages::ports::table::prelude::*;
 use genace_stages::ports::webhooks::SecretStore;

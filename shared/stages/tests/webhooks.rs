@@ -6,8 +6,8 @@ use chrono::{TimeZone, Utc};
 use genace_core::domain::TenantId;
 
 use genace_core::webhook::{AttemptStatus, WebhookConfig};
+use genace_memory::{ManualClock, MemoryReceiver, MemorySecrets, MemoryStore, MemoryWebhookQueue};
 use genace_stages::config::RetrySchedule;
-use genace_stages::memory::{ManualClock, MemoryReceiver, MemorySecrets, MemoryStore, MemoryWebhookQueue};
 use genace_stages::pipeline::signature::signature;
 use genace_stages::pipeline::stage::{Stage, StageError, handle_body};
 use genace_stages::pipeline::webhook_send::{WebhookStage, Webhooked};
@@ -456,7 +456,7 @@ async fn each_receiver_gets_its_own_copy_and_its_own_retries() {
         .unwrap()
         .1
         .clone();
-    let signed = |p: &genace_stages::memory::ReceivedPost| {
+    let signed = |p: &genace_memory::ReceivedPost| {
         p.headers
             .iter()
             .find(|(k, _)| k == "webhook-signature")
@@ -719,7 +719,7 @@ async fn an_endpoint_failing_for_its_hours_is_disabled_and_the_others_are_told()
 }
 
 /// The webhook-signature header of a post.
-fn signature_of(post: &genace_stages::memory::ReceivedPost) -> String {
+fn signature_of(post: &genace_memory::ReceivedPost) -> String {
     let header = post.headers.iter().find(|(k, _)| k == "webhook-signature");
     header.map(|(_, v)| v.clone()).unwrap_or_default()
 }
@@ -740,7 +740,7 @@ async fn the_first_post_after_a_rotation_is_signed_with_the_new_secret() {
     let first = event_at(&rig, "acme", "operation.accepted", 1);
     assert_eq!(handle_body(&rig.stage, &first).await.unwrap(), Webhooked::Sent(200));
 
-    let mut api = genace_stages::memory::memory_app(rig.stage.clock.now());
+    let mut api = genace_memory::memory_app(rig.stage.clock.now());
     api.store = rig.stage.store.clone();
     api.vault = std::sync::Arc::new(rig.stage.secrets.clone());
     let intake = api.intake();
@@ -755,7 +755,7 @@ async fn the_first_post_after_a_rotation_is_signed_with_the_new_secret() {
     let posts = rig.receiver.received();
     assert_eq!(posts.len(), 2);
     let t = rig.stage.clock.now().timestamp();
-    let id = |p: &genace_stages::memory::ReceivedPost| {
+    let id = |p: &genace_memory::ReceivedPost| {
         serde_json::from_str::<Value>(&p.body).unwrap()["id"]
             .as_str()
             .unwrap()

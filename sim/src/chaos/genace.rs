@@ -2,7 +2,7 @@
 //! from the seed, status reads with moving states, storms and odd answers.
 
 use genace_core::remote::{StatusOutcome, SubmitOutcome, classify_status};
-use genace_stages::memory::{MemoryGenace, SubmitPlan};
+use genace_memory::{MemoryGenace, SubmitPlan};
 use genace_stages::ports::genace::Genace;
 
 use super::{Chaotic, port, slow};

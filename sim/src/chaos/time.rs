@@ -9,7 +9,7 @@
 //! killed mid-flight.
 
 use chrono::{DateTime, Duration, Utc};
-use genace_stages::memory::ManualClock;
+use genace_memory::ManualClock;
 use genace_stages::ports::clock::Clock;
 
 use super::Chaos;

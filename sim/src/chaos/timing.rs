@@ -2,7 +2,7 @@
 //! time, each handler's spent time, and which windows are brownouts.
 
 use chrono::{DateTime, Duration, Utc};
-use genace_stages::memory::ManualClock;
+use genace_memory::ManualClock;
 
 use crate::rng::Rng;
 

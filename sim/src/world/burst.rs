@@ -69,7 +69,7 @@ pub struct BurstFigures {
     /// `intents × render ÷ limit`.
     pub ideal_seconds: f64,
     /// What the store's write meter saw.
-    pub writes: genace_stages::memory::WriteReport,
+    pub writes: genace_memory::WriteReport,
 }
 
 impl BurstFigures {

@@ -194,7 +194,7 @@ impl World {
                     if self.rng.chance(150) {
                         self.downloads.answer(
                             &url,
-                            genace_stages::memory::ServedFile {
+                            genace_memory::ServedFile {
                                 status: 503,
                                 content_type: None,
                                 data: Vec::new(),

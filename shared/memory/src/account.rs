@@ -16,7 +16,7 @@ use genace_core::ledger::AccountCapacity;
 use genace_core::shard::{self, AccountMove, AccountShards};
 
 use super::contention::shard_item;
-use crate::ports::table::StoreError;
+use genace_stages::ports::table::StoreError;
 
 #[derive(Debug, Default)]
 pub(super) struct Account {

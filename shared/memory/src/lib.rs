@@ -1,5 +1,7 @@
-//! In-memory adapters for stage-logic tests and simulation (feature
-//! `testkit`). [`MemoryStore`] keeps DynamoDB's semantics as the stages rely
+//! The in-memory adapters of every port of `genace-stages`, on the adapter
+//! floor beside `genace-aws` and `genace-outbound`: for stage-logic tests,
+//! the contract suite, the simulator and the benchmarks, never a deployed
+//! function. [`MemoryStore`] keeps DynamoDB's semantics as the stages rely
 //! on them: a create conditional on absence (an expired record counts as
 //! absent), an update conditional on the version read, the current record
 //! returned with a lost condition (`ALL_OLD`), no write when nothing changed,
@@ -10,8 +12,8 @@
 //!
 //! One file per adapter: [`store`] (with DynamoDB's concurrency in
 //! [`contention`]), [`clock`], [`queue`], [`objects`],
-//! [`genace`], [`downloads`] and [`webhooks`]; this module re-exports them
-//! all and builds the whole in-memory [`App`](crate::app::App).
+//! [`genace`], [`downloads`] and [`webhooks`]; the crate re-exports them
+//! all and builds the whole in-memory [`App`](genace_stages::app::App).
 
 use chrono::{DateTime, Utc};
 
@@ -41,24 +43,24 @@ pub use webhooks::*;
 
 /// Every adapter in memory, on a manual clock.
 pub type MemoryApp =
-    crate::app::App<MemoryStore, MemoryQueue, MemoryObjects, MemoryGenace, MemoryDownloads, ManualClock>;
+    genace_stages::app::App<MemoryStore, MemoryQueue, MemoryObjects, MemoryGenace, MemoryDownloads, ManualClock>;
 
 /// An app on in-memory adapters whose clock starts at `start`, with the
 /// default configuration (fault injection off).
 pub fn memory_app(start: DateTime<Utc>) -> MemoryApp {
-    let names = crate::config::ResourceNames::with_prefix("memory-");
-    let queues = crate::config::QueueUrls::under("http://memory.invalid", &names);
+    let names = genace_stages::config::ResourceNames::with_prefix("memory-");
+    let queues = genace_stages::config::QueueUrls::under("http://memory.invalid", &names);
     let clock = ManualClock::new(start);
-    crate::app::App {
+    genace_stages::app::App {
         store: MemoryStore::default(),
         queue: MemoryQueue::new(clock.clone()),
         objects: MemoryObjects::default(),
         genace: MemoryGenace::default(),
         downloads: MemoryDownloads::default(),
         clock,
-        config: crate::config::Config::for_resources(&names, queues),
-        metrics: crate::ports::metrics::Metrics::off(),
+        config: genace_stages::config::Config::for_resources(&names, queues),
+        metrics: genace_stages::ports::metrics::Metrics::off(),
         vault: std::sync::Arc::new(MemorySecrets::default()),
-        traces: std::sync::Arc::new(crate::ports::traces::NoTraces),
+        traces: std::sync::Arc::new(genace_stages::ports::traces::NoTraces),
     }
 }

@@ -45,7 +45,7 @@ impl MemorySecrets {
     }
 }
 
-impl crate::ports::webhooks::SecretStore for MemorySecrets {
+impl genace_stages::ports::webhooks::SecretStore for MemorySecrets {
     /// The live values of the keys stored (or a plain value put with
     /// [`MemorySecrets::put`]), from this copy's cache while `version` is
     /// the one it read under.
@@ -71,8 +71,8 @@ impl crate::ports::webhooks::SecretStore for MemorySecrets {
 /// A written value becomes the current one, and the one it replaces
 /// signs for [`MemorySecrets::overlap`], as in Secrets Manager; deleting
 /// removes the secret.
-impl crate::ports::webhooks::SecretVault for MemorySecrets {
-    fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> crate::ports::webhooks::VaultFuture<'a> {
+impl genace_stages::ports::webhooks::SecretVault for MemorySecrets {
+    fn store_secret<'a>(&'a self, name: &'a str, value: &'a str) -> genace_stages::ports::webhooks::VaultFuture<'a> {
         Box::pin(async move {
             let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
             let keys = genace_core::webhook::SigningKeys::rotate(
@@ -89,7 +89,7 @@ impl crate::ports::webhooks::SecretVault for MemorySecrets {
         })
     }
 
-    fn delete_secret<'a>(&'a self, name: &'a str) -> crate::ports::webhooks::VaultFuture<'a> {
+    fn delete_secret<'a>(&'a self, name: &'a str) -> genace_stages::ports::webhooks::VaultFuture<'a> {
         Box::pin(async move {
             self.values.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
             self.forget(name);
@@ -126,15 +126,15 @@ impl MemoryReceiver {
 
 /// The receiver applies the production webhook URL policy (https, public
 /// addresses, port 443), as the HTTP adapter does before connecting.
-impl crate::ports::webhooks::WebhookSender for MemoryReceiver {
+impl genace_stages::ports::webhooks::WebhookSender for MemoryReceiver {
     async fn post(
         &self,
         url: &str,
         headers: Vec<(String, String)>,
         body: String,
-    ) -> Result<u16, crate::ports::webhooks::PostError> {
-        crate::urlguard::check_url_text(url, &crate::config::UrlPolicy::default())
-            .map_err(crate::ports::webhooks::PostError::Refused)?;
+    ) -> Result<u16, genace_stages::ports::webhooks::PostError> {
+        genace_stages::urlguard::check_url_text(url, &genace_stages::config::UrlPolicy::default())
+            .map_err(genace_stages::ports::webhooks::PostError::Refused)?;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.1.push(ReceivedPost {
             url: url.to_owned(),
@@ -165,7 +165,7 @@ impl MemoryWebhookQueue {
     }
 }
 
-impl crate::ports::webhooks::WebhookQueue for MemoryWebhookQueue {
+impl genace_stages::ports::webhooks::WebhookQueue for MemoryWebhookQueue {
     async fn dead_letter(&self, body: String, reason: String) -> Result<(), String> {
         self.letters
             .lock()

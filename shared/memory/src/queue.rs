@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use genace_core::messages::{Queue, RecoveryMessage, WorkMessage};
 
 use super::clock::ManualClock;
-use crate::ports::queue::QueueError;
+use genace_stages::ports::queue::QueueError;
 
 /// One message on a [`MemoryQueue`].
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +48,7 @@ pub struct Received {
     pub receives: u32,
 }
 
-impl<C: crate::ports::clock::Clock> MemoryQueue<C> {
+impl<C: genace_stages::ports::clock::Clock> MemoryQueue<C> {
     pub fn new(clock: C) -> Self {
         Self {
             clock,
@@ -63,7 +63,7 @@ impl<C: crate::ports::clock::Clock> MemoryQueue<C> {
     /// Adds a message, visible after `delay_seconds` (at most 900, as SQS).
     pub fn send(&self, queue: Queue, body: String, delay_seconds: u32) -> u64 {
         let visible_at = self.clock.now()
-            + chrono::Duration::seconds(delay_seconds.min(crate::ports::queue::MAX_DELAY_SECONDS) as i64);
+            + chrono::Duration::seconds(delay_seconds.min(genace_stages::ports::queue::MAX_DELAY_SECONDS) as i64);
         let mut state = self.lock();
         state.next += 1;
         let id = state.next;
@@ -136,10 +136,10 @@ impl<C: crate::ports::clock::Clock> MemoryQueue<C> {
     }
 }
 
-impl<C: crate::ports::clock::Clock> crate::ports::queue::WorkQueue for MemoryQueue<C> {
-    /// Refuses a delay SQS would refuse (over [`crate::ports::queue::MAX_DELAY_SECONDS`]).
+impl<C: genace_stages::ports::clock::Clock> genace_stages::ports::queue::WorkQueue for MemoryQueue<C> {
+    /// Refuses a delay SQS would refuse (over [`genace_stages::ports::queue::MAX_DELAY_SECONDS`]).
     async fn send_work(&self, queue: Queue, message: &WorkMessage, delay_seconds: u32) -> Result<(), QueueError> {
-        if delay_seconds > crate::ports::queue::MAX_DELAY_SECONDS {
+        if delay_seconds > genace_stages::ports::queue::MAX_DELAY_SECONDS {
             return Err(QueueError {
                 queue,
                 detail: format!("DelaySeconds {delay_seconds} is over SQS's 900"),
@@ -157,7 +157,7 @@ impl<C: crate::ports::clock::Clock> crate::ports::queue::WorkQueue for MemoryQue
     }
 }
 
-impl<C: crate::ports::clock::Clock> crate::ports::queue::RecoveryChannel for MemoryQueue<C> {
+impl<C: genace_stages::ports::clock::Clock> genace_stages::ports::queue::RecoveryChannel for MemoryQueue<C> {
     async fn send_recovery(&self, message: &RecoveryMessage) -> Result<(), QueueError> {
         let body = serde_json::to_string(message).expect("a recovery message serializes");
         self.send(Queue::Recovery, body, 0);

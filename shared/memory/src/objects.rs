@@ -47,17 +47,17 @@ impl MemoryObjects {
     }
 }
 
-impl crate::ports::outputs::ObjectStore for MemoryObjects {
+impl genace_stages::ports::outputs::ObjectStore for MemoryObjects {
     async fn put(
         &self,
         key: &str,
         content_type: &str,
         data: Vec<u8>,
         sha256: &str,
-    ) -> Result<(), crate::ports::outputs::StorageError> {
-        let checksum = crate::ports::outputs::b64_sha256(&data);
+    ) -> Result<(), genace_stages::ports::outputs::StorageError> {
+        let checksum = genace_stages::ports::outputs::b64_sha256(&data);
         if checksum != sha256 {
-            return Err(crate::ports::outputs::StorageError(
+            return Err(genace_stages::ports::outputs::StorageError(
                 "the SHA-256 does not match the body".into(),
             ));
         }
@@ -72,7 +72,11 @@ impl crate::ports::outputs::ObjectStore for MemoryObjects {
         Ok(())
     }
 
-    async fn begin(&self, key: &str, content_type: &str) -> Result<String, crate::ports::outputs::StorageError> {
+    async fn begin(
+        &self,
+        key: &str,
+        content_type: &str,
+    ) -> Result<String, genace_stages::ports::outputs::StorageError> {
         let mut state = self.lock();
         state.next_upload += 1;
         let id = format!("upload-{}", state.next_upload);
@@ -93,16 +97,16 @@ impl crate::ports::outputs::ObjectStore for MemoryObjects {
         upload_id: &str,
         number: i32,
         data: Vec<u8>,
-    ) -> Result<crate::ports::outputs::PartReceipt, crate::ports::outputs::StorageError> {
-        let sha256 = crate::ports::outputs::b64_sha256(&data);
+    ) -> Result<genace_stages::ports::outputs::PartReceipt, genace_stages::ports::outputs::StorageError> {
+        let sha256 = genace_stages::ports::outputs::b64_sha256(&data);
         let mut state = self.lock();
         let upload = state
             .uploads
             .get_mut(upload_id)
             .filter(|u| u.key == key)
-            .ok_or_else(|| crate::ports::outputs::StorageError(format!("no upload {upload_id} for {key}")))?;
+            .ok_or_else(|| genace_stages::ports::outputs::StorageError(format!("no upload {upload_id} for {key}")))?;
         upload.parts.insert(number, data);
-        Ok(crate::ports::outputs::PartReceipt {
+        Ok(genace_stages::ports::outputs::PartReceipt {
             number,
             etag: format!("\"{upload_id}-{number}\""),
             sha256,
@@ -113,8 +117,8 @@ impl crate::ports::outputs::ObjectStore for MemoryObjects {
         &self,
         key: &str,
         upload_id: &str,
-        parts: &[crate::ports::outputs::PartReceipt],
-    ) -> Result<(), crate::ports::outputs::StorageError> {
+        parts: &[genace_stages::ports::outputs::PartReceipt],
+    ) -> Result<(), genace_stages::ports::outputs::StorageError> {
         let mut state = self.lock();
         let Upload {
             key: upload_key,
@@ -123,19 +127,19 @@ impl crate::ports::outputs::ObjectStore for MemoryObjects {
         } = state
             .uploads
             .remove(upload_id)
-            .ok_or_else(|| crate::ports::outputs::StorageError(format!("no upload {upload_id}")))?;
+            .ok_or_else(|| genace_stages::ports::outputs::StorageError(format!("no upload {upload_id}")))?;
         if upload_key != key {
-            return Err(crate::ports::outputs::StorageError(format!(
+            return Err(genace_stages::ports::outputs::StorageError(format!(
                 "upload {upload_id} is not for {key}"
             )));
         }
         let mut data = Vec::new();
         for p in parts {
-            let part = stored
-                .get(&p.number)
-                .ok_or_else(|| crate::ports::outputs::StorageError(format!("part {} was never uploaded", p.number)))?;
-            if crate::ports::outputs::b64_sha256(part) != p.sha256 {
-                return Err(crate::ports::outputs::StorageError(format!(
+            let part = stored.get(&p.number).ok_or_else(|| {
+                genace_stages::ports::outputs::StorageError(format!("part {} was never uploaded", p.number))
+            })?;
+            if genace_stages::ports::outputs::b64_sha256(part) != p.sha256 {
+                return Err(genace_stages::ports::outputs::StorageError(format!(
                     "part {} checksum mismatch",
                     p.number
                 )));
@@ -147,23 +151,23 @@ impl crate::ports::outputs::ObjectStore for MemoryObjects {
             StoredObject {
                 content_type,
                 data,
-                checksum_sha256: crate::ports::outputs::composite_sha256(parts),
+                checksum_sha256: genace_stages::ports::outputs::composite_sha256(parts),
             },
         );
         Ok(())
     }
 
-    async fn abort(&self, _key: &str, upload_id: &str) -> Result<(), crate::ports::outputs::StorageError> {
+    async fn abort(&self, _key: &str, upload_id: &str) -> Result<(), genace_stages::ports::outputs::StorageError> {
         self.lock().uploads.remove(upload_id);
         Ok(())
     }
 
-    async fn delete_all(&self, keys: &[String]) -> Result<(), crate::ports::outputs::StorageError> {
-        if keys.len() > crate::ports::outputs::MAX_DELETE_KEYS {
-            return Err(crate::ports::outputs::StorageError(format!(
+    async fn delete_all(&self, keys: &[String]) -> Result<(), genace_stages::ports::outputs::StorageError> {
+        if keys.len() > genace_stages::ports::outputs::MAX_DELETE_KEYS {
+            return Err(genace_stages::ports::outputs::StorageError(format!(
                 "{} keys in one delete, more than {}",
                 keys.len(),
-                crate::ports::outputs::MAX_DELETE_KEYS
+                genace_stages::ports::outputs::MAX_DELETE_KEYS
             )));
         }
         let mut state = self.lock();
@@ -173,7 +177,11 @@ impl crate::ports::outputs::ObjectStore for MemoryObjects {
         Ok(())
     }
 
-    async fn abort_uploads(&self, prefix: &str, limit: usize) -> Result<usize, crate::ports::outputs::StorageError> {
+    async fn abort_uploads(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<usize, genace_stages::ports::outputs::StorageError> {
         let mut state = self.lock();
         let left: Vec<String> = state
             .uploads
@@ -188,7 +196,11 @@ impl crate::ports::outputs::ObjectStore for MemoryObjects {
         Ok(left.len())
     }
 
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<String>, crate::ports::outputs::StorageError> {
+    async fn list(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, genace_stages::ports::outputs::StorageError> {
         let state = self.lock();
         Ok(state
             .objects
@@ -202,19 +214,23 @@ impl crate::ports::outputs::ObjectStore for MemoryObjects {
     async fn head(
         &self,
         key: &str,
-    ) -> Result<Option<crate::ports::outputs::ObjectHead>, crate::ports::outputs::StorageError> {
-        Ok(self.lock().objects.get(key).map(|o| crate::ports::outputs::ObjectHead {
-            bytes: o.data.len() as u64,
-            content_type: Some(o.content_type.clone()),
-            checksum_sha256: Some(o.checksum_sha256.clone()),
-        }))
+    ) -> Result<Option<genace_stages::ports::outputs::ObjectHead>, genace_stages::ports::outputs::StorageError> {
+        Ok(self
+            .lock()
+            .objects
+            .get(key)
+            .map(|o| genace_stages::ports::outputs::ObjectHead {
+                bytes: o.data.len() as u64,
+                content_type: Some(o.content_type.clone()),
+                checksum_sha256: Some(o.checksum_sha256.clone()),
+            }))
     }
 
     async fn presign_get(
         &self,
         key: &str,
         expiry: std::time::Duration,
-    ) -> Result<String, crate::ports::outputs::StorageError> {
+    ) -> Result<String, genace_stages::ports::outputs::StorageError> {
         Ok(format!("memory://outputs/{key}?expires-in={}", expiry.as_secs()))
     }
 }

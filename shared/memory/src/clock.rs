@@ -22,7 +22,7 @@ impl ManualClock {
     }
 }
 
-impl crate::ports::clock::Clock for ManualClock {
+impl genace_stages::ports::clock::Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
         *self.0.lock().unwrap_or_else(|p| p.into_inner())
     }

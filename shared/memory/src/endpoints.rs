@@ -5,9 +5,9 @@ use chrono::{DateTime, Utc};
 use genace_core::domain::TenantId;
 
 use super::store::MemoryStore;
-use crate::ports::table::{StoreError, WebhookSettings};
+use genace_stages::ports::table::{StoreError, WebhookSettings};
 
-impl crate::ports::table::WebhookEndpoints for MemoryStore {
+impl genace_stages::ports::table::WebhookEndpoints for MemoryStore {
     async fn endpoints(&self, tenant: &TenantId) -> Result<genace_core::webhook::EndpointSet, StoreError> {
         Ok(self.lock().endpoints.get(tenant.as_str()).cloned().unwrap_or_default())
     }
@@ -114,7 +114,7 @@ impl crate::ports::table::WebhookEndpoints for MemoryStore {
             .take(limit + 1)
             .map(|(key, (until, a))| (key.clone(), *until > now, a.clone()))
             .collect();
-        Ok(crate::ports::table::log_page(read, limit, status))
+        Ok(genace_stages::ports::table::log_page(read, limit, status))
     }
 }
 

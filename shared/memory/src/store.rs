@@ -10,7 +10,7 @@ use genace_core::record::OperationRecord;
 
 use super::clock::ManualClock;
 use super::contention::{Contention, TRANSACTION_UNITS_PER_ITEM, WriteReport, transaction_items};
-use crate::ports::table::{
+use genace_stages::ports::table::{
     Applied, CaseCount, CaseFilter, CasePage, Created, DueCursor, DueItem, DuePage, OperationRecords, StoreError,
     case_age_key, case_sort_key, case_tenant_prefix, count_cases,
 };
@@ -269,7 +269,7 @@ impl OperationRecords for MemoryStore {
             _ => {
                 table.insert(rec.pk.clone(), rec.clone());
                 if let Some(lag) = &mut table.index_lag {
-                    lag.record_written(&rec.pk, crate::ports::table::wait_sort_key(rec));
+                    lag.record_written(&rec.pk, genace_stages::ports::table::wait_sort_key(rec));
                 }
                 Ok(Created::New)
             }
@@ -377,7 +377,7 @@ impl OperationRecords for MemoryStore {
     async fn waiting(&self, tenant: &TenantId, limit: i32) -> Result<Vec<OperationId>, StoreError> {
         let table = self.lock();
         let indexed = |r: &OperationRecord| {
-            let key = crate::ports::table::wait_sort_key(r);
+            let key = genace_stages::ports::table::wait_sort_key(r);
             match &table.index_lag {
                 Some(lag) => lag.order_key(&r.pk, key),
                 None => key,
@@ -400,12 +400,12 @@ impl OperationRecords for MemoryStore {
     async fn list(
         &self,
         tenant: Option<&TenantId>,
-        filter: &crate::ports::list::ListFilter,
+        filter: &genace_stages::ports::list::ListFilter,
         limit: i32,
-        after: Option<&crate::ports::list::ListPosition>,
+        after: Option<&genace_stages::ports::list::ListPosition>,
         now: DateTime<Utc>,
-    ) -> Result<crate::ports::list::ListPage, StoreError> {
-        use crate::ports::list::{ListPage, ListPosition, list_sort_key};
+    ) -> Result<genace_stages::ports::list::ListPage, StoreError> {
+        use genace_stages::ports::list::{ListPage, ListPosition, list_sort_key};
         // As DynamoDB's store: a position below the filter's range was
         // never one of its pages.
         if after.is_some_and(|a| a.0 < filter.key_range().0) {
@@ -542,13 +542,13 @@ impl MemoryStore {
                     tables.account.apply(&moves)?;
                     let waited = entry.totals.waiting > 0;
                     entry.totals = totals;
-                    tables.move_in_sets(tenant, crate::ports::table::SetMove::of(&delta), waited);
+                    tables.move_in_sets(tenant, genace_stages::ports::table::SetMove::of(&delta), waited);
                 }
                 if let Some(current) = tables.records.get_mut(&prev.pk) {
                     *current = next.clone();
                 }
                 if let Some(lag) = &mut tables.index_lag {
-                    lag.record_written(&next.pk, crate::ports::table::wait_sort_key(next));
+                    lag.record_written(&next.pk, genace_stages::ports::table::wait_sort_key(next));
                 }
                 Ok(Applied::Written)
             }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 
 use super::clock::ManualClock;
-use crate::ports::clock::Clock;
+use genace_stages::ports::clock::Clock;
 
 /// One record's writes as the waiting order sees them: when each arrives,
 /// and the key it carries (none: not in the order).

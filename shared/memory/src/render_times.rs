@@ -3,7 +3,7 @@
 use genace_core::render::{RenderClass, RenderTimes};
 
 use super::store::MemoryStore;
-use crate::ports::table::{RenderTimeLog, StoreError};
+use genace_stages::ports::table::{RenderTimeLog, StoreError};
 
 impl RenderTimeLog for MemoryStore {
     async fn render_times(&self, class: &RenderClass) -> Result<RenderTimes, StoreError> {

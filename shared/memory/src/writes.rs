@@ -10,7 +10,7 @@ use genace_core::record::OperationRecord;
 
 use super::contention::{TRANSACTION_UNITS_PER_ITEM, record_item};
 use super::store::{MemoryStore, Tables};
-use crate::ports::table::{Applied, CONFLICT_TRIES, StoreError};
+use genace_stages::ports::table::{Applied, CONFLICT_TRIES, StoreError};
 
 impl MemoryStore {
     /// A plain write to `items` (`write`, on the tables), refused while an

@@ -47,8 +47,8 @@ pub struct MemoryBody {
     at: usize,
 }
 
-impl crate::ports::downloads::DownloadBody for MemoryBody {
-    async fn chunk(&mut self) -> Result<Option<Vec<u8>>, crate::ports::downloads::DownloadError> {
+impl genace_stages::ports::downloads::DownloadBody for MemoryBody {
+    async fn chunk(&mut self) -> Result<Option<Vec<u8>>, genace_stages::ports::downloads::DownloadError> {
         if self.at >= self.data.len() {
             return Ok(None);
         }
@@ -59,19 +59,20 @@ impl crate::ports::downloads::DownloadBody for MemoryBody {
     }
 }
 
-impl crate::ports::downloads::Downloads for MemoryDownloads {
+impl genace_stages::ports::downloads::Downloads for MemoryDownloads {
     type Body = MemoryBody;
 
     async fn open(
         &self,
         url: &str,
-    ) -> Result<crate::ports::downloads::Download<MemoryBody>, crate::ports::downloads::DownloadError> {
+    ) -> Result<genace_stages::ports::downloads::Download<MemoryBody>, genace_stages::ports::downloads::DownloadError>
+    {
         let file = self
             .lock()
             .get(url)
             .cloned()
-            .ok_or_else(|| crate::ports::downloads::DownloadError::Failed("connection refused".into()))?;
-        Ok(crate::ports::downloads::Download {
+            .ok_or_else(|| genace_stages::ports::downloads::DownloadError::Failed("connection refused".into()))?;
+        Ok(genace_stages::ports::downloads::Download {
             status: file.status,
             content_length: Some(file.data.len() as u64),
             content_type: file.content_type,

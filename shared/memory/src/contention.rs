@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::clock::ManualClock;
-use crate::ports::clock::Clock;
+use genace_stages::ports::clock::Clock;
 
 /// The most write units DynamoDB lets one item take in a second.
 pub const ITEM_WRITE_UNITS_PER_SECOND: u64 = 1_000;

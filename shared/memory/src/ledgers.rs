@@ -7,7 +7,7 @@ use genace_core::ledger::{Millicredits, TenantLedger};
 
 use super::contention::TRANSACTION_UNITS_PER_ITEM;
 use super::store::MemoryStore;
-use crate::ports::table::{LedgerPage, StoreError, TenantLedgers};
+use genace_stages::ports::table::{LedgerPage, StoreError, TenantLedgers};
 
 impl TenantLedgers for MemoryStore {
     async fn ledger(&self, tenant: &TenantId) -> Result<TenantLedger, StoreError> {
@@ -205,8 +205,8 @@ impl super::store::Tables {
     /// Applies the counters' move of a tenant between the sets; `waited`:
     /// it had operations waiting before the move (a place is kept only
     /// while it waits, as DynamoDB's condition keeps it).
-    pub(super) fn move_in_sets(&mut self, tenant: &str, to: crate::ports::table::SetMove, waited: bool) {
-        use crate::ports::table::{PlaceRule, SetRule};
+    pub(super) fn move_in_sets(&mut self, tenant: &str, to: genace_stages::ports::table::SetMove, waited: bool) {
+        use genace_stages::ports::table::{PlaceRule, SetRule};
         match to.set {
             SetRule::Keep => {}
             SetRule::Waiting => {
@@ -251,7 +251,7 @@ impl super::store::Tables {
             .map(|(t, at)| (*at, t.clone()))
             .collect();
         order.sort();
-        let limit = limit.clamp(1, crate::ports::table::WAITING_READ_MAX);
+        let limit = limit.clamp(1, genace_stages::ports::table::WAITING_READ_MAX);
         let mut found = Vec::new();
         for (_, tenant) in order {
             if found.len() >= limit {

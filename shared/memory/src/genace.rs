@@ -217,7 +217,7 @@ impl MemoryGenace {
     }
 }
 
-impl crate::ports::genace::Genace for MemoryGenace {
+impl genace_stages::ports::genace::Genace for MemoryGenace {
     async fn submit(&self, body: &serde_json::Value) -> SubmitOutcome {
         self.submit_by(None, body)
     }
