@@ -1731,7 +1731,12 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
     assert_eq!(rec.phase, Phase::Uncertain);
     let before = rec.clone();
     let case = rec.case.as_mut().unwrap();
-    case.evidence = format!("{}; the log names job-7f3a2. See x/job-7f3a2x", case.evidence);
+    // What follows a quoted Genace body is Genace's text, which may echo
+    // the request: not evidence.
+    case.evidence = format!(
+        "{}; the log names job-7f3a2. See x/job-7f3a2x; body: {{\"detail\": \"unknown job-quoted\"}}",
+        case.evidence
+    );
     rec.version += 1;
     app.store.apply(&before, &rec).await.unwrap();
     let attach = |op: Operator, job: &str| {
@@ -1748,7 +1753,7 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
         actor: "ops-b".into(),
         tenant: Some(TenantId::parse("tb").unwrap()),
     };
-    for unnamed in ["job-elsewhere", "job-7f3a", "job-7f3a2x", "7f3a2"] {
+    for unnamed in ["job-elsewhere", "job-7f3a", "job-7f3a2x", "7f3a2", "job-quoted"] {
         match attach(scoped.clone(), unnamed).await {
             Err(OperationError::JobNotInEvidence { job_id }) => assert_eq!(job_id, unnamed),
             other => panic!("{unnamed}: expected a refusal, got {other:?}"),

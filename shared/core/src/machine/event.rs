@@ -202,7 +202,7 @@ impl Event<'_> {
             Event::OutputsErased { .. } => "finished, or rendered with its delivery over",
             Event::Resolved(d) => match d.resolution {
                 Resolution::AttachRemoteJob { .. } => "uncertain, or accepted with its remote job missing",
-                Resolution::ConfirmNotCreated => "uncertain",
+                Resolution::ConfirmNotCreated => "uncertain, with no unsaved job id",
                 Resolution::ReleaseHold => "prepared and held (account_problem or rate_limited)",
                 Resolution::MarkSettled => "submit_failed with settlement pending",
                 Resolution::RedriveDelivery => "rendered with delivery_failed",

@@ -152,7 +152,11 @@ fn resolving(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy
         return None;
     };
     let applies = match rec.phase {
-        Uncertain => matches!(d.resolution, AttachRemoteJob { .. } | ConfirmNotCreated),
+        // Not "nothing was created" while a recovery message named a job.
+        Uncertain => {
+            matches!(d.resolution, AttachRemoteJob { .. })
+                || (*d.resolution == ConfirmNotCreated && rec.unsaved_jobs.is_empty())
+        }
         Accepted => matches!(d.resolution, AttachRemoteJob { .. }) && case_is(rec, &[RemoteJobMissing]),
         Prepared => *d.resolution == ReleaseHold && case_is(rec, &[AccountProblem, RateLimited]),
         SubmitFailed => *d.resolution == MarkSettled && rec.settlement == Some(Settlement::Pending),

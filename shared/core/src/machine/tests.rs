@@ -1988,6 +1988,17 @@ fn an_unsaved_job_id_is_kept_once_and_attaching_it_saves_it() {
     assert_eq!(full.unsaved_jobs.len(), crate::record::MAX_UNSAVED_JOBS);
 
     let kept = transition(&uncertain, Event::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
+    // Not "nothing was created" while a job is known to exist.
+    let confirm = Event::Resolved(Decision {
+        resolution: &Resolution::ConfirmNotCreated,
+        actor: "ops",
+        reason: "not found",
+    });
+    assert!(matches!(
+        transition(&kept, confirm, t0(), &p),
+        Err(Refusal::WrongPhase { .. })
+    ));
+    assert!(transition(&uncertain, confirm, t0(), &p).is_ok());
     let resolution = Resolution::AttachRemoteJob { job_id: "J1".into() };
     let decision = Event::Resolved(Decision {
         resolution: &resolution,

@@ -251,8 +251,9 @@ impl<P: Ports> Admin<'_, P> {
 /// Whether `job_id` is named, as a whole token, by what the operation
 /// itself recorded of its jobs: its saved job, a job a refused recovery
 /// message left on it ([`OperationRecord::unsaved_jobs`]), or its case's
-/// evidence. (Not the Genace error it kept: a refusal may quote the request, which
-/// the tenant wrote.) A token ends at a space, a quote, a bracket, a comma,
+/// evidence in the service's own words ([`own_words`]). (Not the Genace
+/// error it kept, nor a Genace body quoted in the evidence: either may
+/// quote the request, which the tenant wrote.) A token ends at a space, a quote, a bracket, a comma,
 /// a semicolon, or a full stop that ends a sentence: `J1` does not match
 /// `J12`, `J1.5` or `x/J1`.
 fn named_by_evidence(rec: &OperationRecord, job_id: &str) -> bool {
@@ -272,5 +273,12 @@ fn named_by_evidence(rec: &OperationRecord, job_id: &str) -> bool {
     !job_id.is_empty()
         && (rec.remote_job_id.as_deref() == Some(job_id)
             || rec.unsaved_jobs.iter().any(|j| j == job_id)
-            || rec.case.as_ref().is_some_and(|c| names(&c.evidence)))
+            || rec.case.as_ref().is_some_and(|c| names(own_words(&c.evidence))))
+}
+
+/// A case's evidence up to the first Genace body it quotes (`; body: `,
+/// as `genace_core::remote` writes it): what follows is Genace's text,
+/// which may echo the tenant's request.
+fn own_words(evidence: &str) -> &str {
+    evidence.split("; body: ").next().unwrap_or_default()
 }

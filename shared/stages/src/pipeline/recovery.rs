@@ -131,8 +131,16 @@ impl<P: Ports> Recovery<P> {
             machine::transition(r, Event::JobUnsaved { job_id }, now, policy)
         })
         .await;
-        if let Err(e) = kept {
-            warn!(operation_id = %msg.operation_id, remote_job_id = %job_id, error = %e, "the unsaved job id could not be kept on the record");
+        match kept {
+            Ok(rec)
+                if !rec.unsaved_jobs.iter().any(|j| j == job_id) && rec.remote_job_id.as_deref() != Some(job_id) =>
+            {
+                warn!(operation_id = %msg.operation_id, remote_job_id = %job_id, kept = rec.unsaved_jobs.len(), "the record keeps no more unsaved job ids; this one is on the recovery queue only");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(operation_id = %msg.operation_id, remote_job_id = %job_id, error = %e, "the unsaved job id could not be kept on the record");
+            }
         }
     }
 }
