@@ -2027,8 +2027,10 @@ async fn no_cursor_a_client_can_send_makes_a_paged_route_answer_5xx() {
     use genace_stages::ports::cursor::{binding, open, seal};
     use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
-    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
+    let mut intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
         Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let vault = genace_aws::SecretsManager::new(genace_aws::clients::secrets(&env.sdk), chrono::Duration::hours(24));
+    intake.vault = std::sync::Arc::new(vault);
     create_listed(&intake).await;
     for (tenant, key) in [("ta", "c1"), ("tb", "c2"), ("ta", "c3"), ("ta", "c4"), ("tb", "c5")] {
         let rec = intent_record(tenant, key, "p");
@@ -2104,6 +2106,63 @@ async fn no_cursor_a_client_can_send_makes_a_paged_route_answer_5xx() {
             (resp.status().as_u16(), body)
         }
     };
+    // An endpoint of ta's with a log of three attempts: its own route.
+    let hooks = json!({"sub": "dev-1", "tenant_id": "ta", "scope": "operations.read operations.webhooks"});
+    let made = json!({"url": "https://hooks.acme.example/a"}).to_string();
+    let resp = Box::pin(api::handle(
+        &intake,
+        event("POST", "/v1/webhooks/endpoints", Some(&made), hooks.clone(), &[]),
+    ))
+    .await;
+    assert_eq!(resp.status(), 201, "{:?}", resp.body());
+    let endpoint = serde_json::from_slice::<Value>(resp.body().as_ref()).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for n in 0..3 {
+        let attempt = genace_core::webhook::WebhookAttempt {
+            tenant_id: "ta".into(),
+            endpoint_id: endpoint.clone(),
+            event_id: format!("op_1:1:{n}:operation.accepted"),
+            event_type: "operation.accepted".into(),
+            at: Utc::now() - chrono::Duration::minutes(10 - n),
+            attempt: 1,
+            status: genace_core::webhook::AttemptStatus::Failed,
+            http_status: Some(500),
+            error: None,
+            latency_ms: 5,
+        };
+        env.store()
+            .record_attempt(&attempt, Utc::now() + chrono::Duration::days(1))
+            .await
+            .unwrap();
+    }
+    let attempts = binding("webhook attempts", &[&endpoint]);
+    let mut routes = routes;
+    routes.push((
+        format!("/v1/webhooks/endpoints/{endpoint}/attempts?limit=1"),
+        hooks,
+        attempts,
+        false,
+        &["ta"],
+    ));
+    let owners = owners_of(&env).await;
+    let in_scope = |path: &str, body: &Value, scope: &[&str]| -> usize {
+        let items: Vec<&Value> = ["operations", "cases", "tenants", "attempts"]
+            .iter()
+            .filter_map(|m| body[m].as_array())
+            .flatten()
+            .collect();
+        for item in &items {
+            let id = item["operation_id"].as_str().unwrap_or_default();
+            let t = item["tenant_id"]
+                .as_str()
+                .or(owners.get(id).map(String::as_str))
+                .unwrap_or("ta");
+            assert!(scope.contains(&t), "{path}: {t} is outside the scope");
+        }
+        items.len()
+    };
     let mut forger = Forger(0x9e37_79b9_7f4a_7c15);
     let other_binding = binding("operations", &["tb", "", "", "", "", ""]);
     for (query, claims, bound, timed, scope) in &routes {
@@ -2113,8 +2172,13 @@ async fn no_cursor_a_client_can_send_makes_a_paged_route_answer_5xx() {
             .as_str()
             .unwrap_or_else(|| panic!("{query}: a next page"))
             .to_owned();
-        let (status, body) = get(format!("{query}&cursor={real}"), claims.clone()).await;
+        let path = format!("{query}&cursor={real}");
+        let (status, body) = get(path.clone(), claims.clone()).await;
         assert_eq!(status, 200, "{query}: the real cursor: {body}");
+        assert!(
+            in_scope(&path, &body, scope) > 0,
+            "{path}: the next page holds something: {body}"
+        );
         let position = open(&real, bound).unwrap_or_else(|_| panic!("{query}: the test's binding is the route's"));
         let mut refused: Vec<String> = out_of_range(&position, *timed).iter().map(|p| seal(p, bound)).collect();
         refused.extend(
@@ -2138,16 +2202,33 @@ async fn no_cursor_a_client_can_send_makes_a_paged_route_answer_5xx() {
                 status == 200 || (status, &body["field"]) == (400, &json!("cursor")),
                 "{path}: {status} {body}"
             );
-            for item in ["operations", "cases", "tenants"]
-                .iter()
-                .filter_map(|m| body[m].as_array())
-                .flatten()
-            {
-                let t = item["tenant_id"].as_str().unwrap_or_default();
-                assert!(scope.contains(&t), "{path}: {t} is outside the scope");
-            }
+            in_scope(&path, &body, scope);
+        }
+        // An inverted time range, wherever the route takes one.
+        if query.starts_with("/v1/operations") && !timed {
+            let path = format!("{query}&created_after=2026-02-01T00:00:00Z&created_before=2026-01-01T00:00:00Z");
+            let (status, body) = get(path.clone(), claims.clone()).await;
+            assert_eq!(
+                (status, &body["field"]),
+                (400, &json!("created_after")),
+                "{path}: {body}"
+            );
         }
     }
+}
+
+/// Each operation's tenant, as the table holds them (an application's own
+/// views do not name it).
+async fn owners_of(env: &LocalAws) -> std::collections::HashMap<String, String> {
+    env.scan()
+        .await
+        .iter()
+        .filter_map(|item| {
+            let id = item.get("operation_id")?.as_s().ok()?;
+            let tenant = item.get("tenant_id")?.as_s().ok()?;
+            Some((id.clone(), tenant.clone()))
+        })
+        .collect()
 }
 
 /// A store position's key (base64url JSON of `name: [type, value]`).
@@ -2184,14 +2265,17 @@ fn out_of_range(real: &str, timed: bool) -> Vec<String> {
         return out;
     }
     let Some(key) = key_of(real) else {
-        // A listing position: `millis#operation id`, here after 2000.
-        let (_, id) = real.split_once('#').expect("a listing position");
+        // A listing position (`millis#operation id`, here after 2000) or a
+        // log position (`millis#event id#attempt`).
+        let (ms, id) = real.split_once('#').expect("a listing or log position");
         let mut out = vec![
             String::new(),
             format!("123#{id}"),
             format!("{:013}#op_short", 4_102_444_800_000_u64),
             format!("{:013}", 4_102_444_800_000_u64),
             format!("{real}#"),
+            // Of the right shape, but longer than a sort key may be.
+            format!("{ms}#{}#0001", "e".repeat(1100)),
         ];
         if timed {
             out.push(format!("0000000000001#{id}"));
@@ -2225,6 +2309,8 @@ fn key_broken(key: &PositionKey, timed: bool) -> Vec<PositionKey> {
             with(name, json!([value[0], ""])),
             with(name, json!(["B", text])),
             with(name, json!([value[0]])),
+            // In range, but longer than a key may be.
+            with(name, json!([value[0], format!("{text}{}", "0".repeat(1100))])),
         ]);
         // Any text sorts inside an unfiltered age index.
         if name != "case_age_sk" || timed {

@@ -226,11 +226,54 @@ impl WebhookAttempt {
             self.attempt.min(9999)
         )
     }
+
+    /// Whether `key` has the shape of a [`Self::sort_key`] and fits a
+    /// DynamoDB sort key (1,024 bytes): a log position a client sends
+    /// back is checked with it before any query uses it.
+    pub fn is_sort_key(key: &str) -> bool {
+        let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+        key.len() <= 1024
+            && key.split_once('#').is_some_and(|(ms, rest)| {
+                digits(ms, 13)
+                    && rest
+                        .rsplit_once('#')
+                        .is_some_and(|(event, n)| !event.is_empty() && digits(n, 4))
+            })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_position_has_the_sort_keys_shape_and_size() {
+        let attempt = WebhookAttempt {
+            tenant_id: "t".into(),
+            endpoint_id: "e".into(),
+            event_id: "op_1:1:2:operation.accepted".into(),
+            event_type: "operation.accepted".into(),
+            at: DateTime::from_timestamp_millis(1_796_126_400_000).unwrap(),
+            attempt: 3,
+            status: AttemptStatus::Failed,
+            http_status: None,
+            error: None,
+            latency_ms: 1,
+        };
+        assert!(WebhookAttempt::is_sort_key(&attempt.sort_key()));
+        let long = format!("1796126400000#{}#0001", "e".repeat(1006));
+        for key in [
+            "",
+            "x",
+            "1796126400000",
+            "1796126400000##0001",
+            "179612640000#e#0001",
+            "1796126400000#e#1",
+            &long,
+        ] {
+            assert!(!WebhookAttempt::is_sort_key(key), "{key:?}");
+        }
+    }
 
     #[test]
     fn a_secret_belongs_to_one_tenant_only() {

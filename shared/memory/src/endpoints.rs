@@ -97,8 +97,8 @@ impl genace_stages::ports::table::WebhookEndpoints for MemoryStore {
         after: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<(Vec<genace_core::webhook::WebhookAttempt>, Option<String>), StoreError> {
-        // As DynamoDB: no key is empty.
-        if after == Some("") {
+        // As DynamoDB's store: a position of another shape is refused.
+        if after.is_some_and(|a| !genace_core::webhook::WebhookAttempt::is_sort_key(a)) {
             return Err(StoreError::Cursor);
         }
         let table = self.lock();

@@ -209,8 +209,9 @@ impl WebhookEndpoints for DynamoStore {
             // One more than asked, to know whether more follow.
             .limit(i32::try_from(limit + 1).unwrap_or(101));
         query = match after {
-            // No key is empty: a position that is was never one of ours.
-            Some("") => return Err(StoreError::Cursor),
+            // A position of another shape (or too long for a sort key,
+            // which DynamoDB refuses) was never one of ours.
+            Some(after) if !genace_core::webhook::WebhookAttempt::is_sort_key(after) => return Err(StoreError::Cursor),
             Some(after) => query
                 .key_condition_expression("log_pk = :part AND log_sk < :after")
                 .expression_attribute_values(":after", AttributeValue::S(after.to_owned())),

@@ -24,6 +24,11 @@ pub(super) fn encode_cursor(key: &Item) -> Option<String> {
     Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json))
 }
 
+/// The longest attribute value a position may carry: a sort key's limit
+/// (1,024 bytes; a partition key's is 2,048). A longer one is refused as
+/// a cursor before DynamoDB refuses the query.
+const MAX_KEY_BYTES: usize = 1024;
+
 pub(super) fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
     use base64::Engine;
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -33,6 +38,7 @@ pub(super) fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
     plain
         .into_iter()
         .map(|(k, (kind, v))| match kind.as_str() {
+            _ if v.len() > MAX_KEY_BYTES || k.len() > 255 => Err(StoreError::Cursor),
             "S" => Ok((k, AttributeValue::S(v))),
             "N" => Ok((k, AttributeValue::N(v))),
             _ => Err(StoreError::Cursor),
