@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 use chrono::{DateTime, TimeZone, Utc};
 use genace_core::machine::{Event, Policy, transition};
 use genace_edge::http::handle;
-use genace_stages::api::intake::Intake;
 use genace_memory::{MemoryApp, memory_app};
+use genace_stages::api::intake::Intake;
 use genace_stages::ports::Ports;
 use genace_stages::ports::clock::Clock;
 use genace_stages::ports::cursor::{binding, seal};
@@ -28,16 +28,23 @@ struct Stack {
     endpoint: String,
     /// Each operation's tenant (an application's own views do not say).
     owners: HashMap<String, String>,
+    /// Each route's real second-page position, for inputs to change.
+    real: Vec<String>,
 }
 
 /// A route: its path and fixed query, the caller, the binding its cursors
-/// are sealed under, and the tenants a page may hold.
+/// are sealed under (given the endpoint and the listing's time range, as
+/// `to_rfc3339` writes them, empty when absent), and the tenants a page
+/// may hold.
 struct Route {
     query: &'static str,
     caller: fn() -> Value,
-    bound: fn() -> String,
+    bound: fn(&str, &str, &str) -> String,
     scope: &'static [&'static str],
 }
+
+/// The time the filtered case routes read before, as the binding spells it.
+const OPENED_BEFORE: &str = "2026-12-01T13:00:00+00:00";
 
 fn tenant_a() -> Value {
     json!({"sub": "user-1", "tenant_id": "ta", "scope": "operations.write operations.read operations.webhooks"})
@@ -51,48 +58,60 @@ fn scoped_a() -> Value {
     json!({"sub": "ops-a", "scope": "genace:operator", "tenant_id": "ta"})
 }
 
-const ROUTES: [Route; 7] = [
+const ROUTES: [Route; 9] = [
     Route {
         query: "/v1/operations?limit=2",
         caller: tenant_a,
-        bound: || binding("operations", &["ta", "", "", "", "", ""]),
+        bound: |_, after, before| binding("operations", &["ta", "", "", after, before, ""]),
         scope: &["ta"],
     },
     Route {
         query: "/v1/operations?limit=2",
         caller: every_tenant,
-        bound: || binding("operations", &["*", "", "", "", "", ""]),
+        bound: |_, after, before| binding("operations", &["*", "", "", after, before, ""]),
         scope: &["ta", "tb"],
     },
     Route {
         query: "/v1/operations?limit=2",
         caller: scoped_a,
-        bound: || binding("operations", &["ta", "", "", "", "", ""]),
+        bound: |_, after, before| binding("operations", &["ta", "", "", after, before, ""]),
         scope: &["ta"],
     },
     Route {
         query: "/v1/reconciliation-cases?tenant=ta&limit=1",
         caller: every_tenant,
-        bound: || binding("cases", &["ta", "", ""]),
+        bound: |_, _, _| binding("cases", &["ta", "", ""]),
         scope: &["ta"],
     },
     Route {
         query: "/v1/reconciliation-cases?limit=1",
         caller: every_tenant,
-        bound: || binding("cases", &["*", "", ""]),
+        bound: |_, _, _| binding("cases", &["*", "", ""]),
         scope: &["ta", "tb"],
     },
     Route {
         query: "/v1/credits?limit=1",
         caller: every_tenant,
-        bound: || binding("credits", &[]),
+        bound: |_, _, _| binding("credits", &[]),
         scope: &["ta", "tb", "tc"],
     },
     Route {
         query: "/v1/webhooks/endpoints/{endpoint}/attempts?limit=1",
         caller: tenant_a,
-        bound: || String::new(),
+        bound: |endpoint, _, _| binding("webhook attempts", &[endpoint]),
         scope: &["ta"],
+    },
+    Route {
+        query: "/v1/reconciliation-cases?tenant=ta&reason=unknown_submit_outcome&opened_before=2026-12-01T13:00:00Z&limit=1",
+        caller: every_tenant,
+        bound: |_, _, _| binding("cases", &["ta", "unknown_submit_outcome", OPENED_BEFORE]),
+        scope: &["ta"],
+    },
+    Route {
+        query: "/v1/reconciliation-cases?reason=unknown_submit_outcome&opened_before=2026-12-01T13:00:00Z&limit=1",
+        caller: every_tenant,
+        bound: |_, _, _| binding("cases", &["*", "unknown_submit_outcome", OPENED_BEFORE]),
+        scope: &["ta", "tb"],
     },
 ];
 
@@ -129,7 +148,8 @@ async fn call<P: Ports>(api: &Intake<P>, method: &str, path: &str, body: Option<
 }
 
 /// Operations of two tenants, open cases of both, three ledgers and a
-/// webhook endpoint: every route has more than one page.
+/// webhook endpoint with a log of three attempts: every route has more
+/// than one page.
 fn stack() -> &'static Stack {
     static STACK: OnceLock<Stack> = OnceLock::new();
     STACK.get_or_init(|| {
@@ -139,11 +159,13 @@ fn stack() -> &'static Stack {
             .expect("a runtime");
         let app = memory_app(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
         let (endpoint, owners) = runtime.block_on(seed(&app));
+        let real = runtime.block_on(real_positions(&app, &endpoint));
         Stack {
             runtime,
             app,
             endpoint,
             owners,
+            real,
         }
     })
 }
@@ -176,7 +198,53 @@ async fn seed(app: &MemoryApp) -> (String, HashMap<String, String>) {
     let body = json!({"url": "https://hooks.example.com/genace"}).to_string();
     let (status, view) = call(&api, "POST", "/v1/webhooks/endpoints", Some(&body), tenant_a()).await;
     assert_eq!(status, 201, "{view}");
-    (view["id"].as_str().expect("an endpoint id").to_owned(), owners)
+    let endpoint = view["id"].as_str().expect("an endpoint id").to_owned();
+    for n in 0..3 {
+        let attempt = genace_core::webhook::WebhookAttempt {
+            tenant_id: "ta".into(),
+            endpoint_id: endpoint.clone(),
+            event_id: format!("op_1:1:{n}:operation.accepted"),
+            event_type: "operation.accepted".into(),
+            at: app.clock.now() + chrono::Duration::seconds(n),
+            attempt: 1,
+            status: genace_core::webhook::AttemptStatus::Failed,
+            http_status: Some(500),
+            error: None,
+            latency_ms: 5,
+        };
+        let keep = app.clock.now() + chrono::Duration::days(1);
+        app.store.record_attempt(&attempt, keep).await.expect("recorded");
+    }
+    (endpoint, owners)
+}
+
+/// Each route's first next cursor, opened: its real page must hold
+/// something, so that a binding the target gets wrong (every input a 400)
+/// stops the run instead of passing it.
+async fn real_positions(app: &MemoryApp, endpoint: &str) -> Vec<String> {
+    let api = app.intake();
+    let mut out = Vec::new();
+    for route in &ROUTES {
+        let query = route.query.replace("{endpoint}", endpoint);
+        let (status, first) = call(&api, "GET", &query, None, (route.caller)()).await;
+        let next = first["next_cursor"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{query}: {status} {first}"));
+        let path = format!(
+            "{query}&cursor={}",
+            url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
+        );
+        let (status, page) = call(&api, "GET", &path, None, (route.caller)()).await;
+        let items = ["operations", "cases", "tenants", "attempts"]
+            .iter()
+            .filter_map(|m| page[m].as_array())
+            .flatten()
+            .count();
+        assert!(status == 200 && items > 0, "{path}: {status} {page}");
+        let bound = (route.bound)(endpoint, "", "");
+        out.push(genace_stages::ports::cursor::open(next, &bound).unwrap_or_else(|_| panic!("{query}: the binding")));
+    }
+    out
 }
 
 /// The operation `id`, claimed and left with an unknown outcome: a case.
@@ -205,27 +273,34 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let stack = stack();
-    let route = &ROUTES[usize::from(*route) % ROUTES.len()];
+    let at = usize::from(*route) % ROUTES.len();
+    let route = &ROUTES[at];
     let text = String::from_utf8_lossy(rest);
     let mut query = route.query.replace("{endpoint}", &stack.endpoint);
-    let bound = match (route.bound)() {
-        b if b.is_empty() => binding("webhook attempts", &[&stack.endpoint]),
-        b => b,
+    // An inverted, empty or ordinary time range on the listing, now and then.
+    let timed = mode % 4 == 3 && query.starts_with("/v1/operations");
+    let (low, high) = (time(*after), time(*before));
+    let (after_part, before_part) = if timed {
+        let stamp = |t: DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        query.push_str(&format!("&created_after={}&created_before={}", stamp(low), stamp(high)));
+        (low.to_rfc3339(), high.to_rfc3339())
+    } else {
+        (String::new(), String::new())
     };
+    let bound = (route.bound)(&stack.endpoint, &after_part, &before_part);
     let cursor = match mode % 4 {
         0 => text.into_owned(),
+        // The route's real position, its tail written by the input.
+        2 => {
+            let real = &stack.real[at];
+            let mut keep = usize::from(*after) % (real.len() + 1);
+            while !real.is_char_boundary(keep) {
+                keep -= 1;
+            }
+            seal(&format!("{}{text}", &real[..keep]), &bound)
+        }
         _ => seal(&text, &bound),
     };
-    // An inverted or empty time range on the listing, now and then.
-    let timed = mode % 4 == 3 && query.starts_with("/v1/operations");
-    if timed {
-        let stamp = |t: DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%SZ").to_string();
-        query.push_str(&format!(
-            "&created_after={}&created_before={}",
-            stamp(time(*after)),
-            stamp(time(*before))
-        ));
-    }
     let cursor: String = url::form_urlencoded::byte_serialize(cursor.as_bytes()).collect();
     let path = format!("{query}&cursor={cursor}");
     let api = stack.app.intake();
@@ -233,6 +308,8 @@ fuzz_target!(|data: &[u8]| {
     assert!(status < 500, "{path}: {status} {body}");
     match status {
         200 => {
+            // An endpoint's log is the caller's by its path: only the
+            // lists that name an operation or a tenant are checked.
             for item in ["operations", "cases", "tenants"]
                 .iter()
                 .filter_map(|m| body[m].as_array())
