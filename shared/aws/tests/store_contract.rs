@@ -1191,6 +1191,7 @@ fn test_endpoint(tenant: &str, id: &str, events: &[&str]) -> genace_core::webhoo
         disabled_reason: None,
         failing_since: None,
         recovering_until: None,
+        replays: None,
     }
 }
 

@@ -93,9 +93,39 @@ pub struct WebhookEndpoint {
     /// endpoint in a window, so repeated calls cannot pile copies up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovering_until: Option<DateTime<Utc>>,
+    /// The replays of the endpoint in the current window: a bounded
+    /// number per window, so repeated calls cannot pile copies up either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replays: Option<ReplayWindow>,
+}
+
+/// Replays of one endpoint since a window began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayWindow {
+    pub since: DateTime<Utc>,
+    pub count: u32,
 }
 
 impl WebhookEndpoint {
+    /// Counts one more replay at `now`, at most `most` in a `window` that
+    /// begins with the first replay after the last window ended; the end
+    /// of the current window when it has had them all (nothing counted).
+    pub fn count_replay(
+        &mut self,
+        now: DateTime<Utc>,
+        most: u32,
+        window: chrono::Duration,
+    ) -> Result<(), DateTime<Utc>> {
+        let current = self.replays.filter(|w| now < w.since + window);
+        let mut w = current.unwrap_or(ReplayWindow { since: now, count: 0 });
+        if w.count >= most {
+            return Err(w.since + window);
+        }
+        w.count += 1;
+        self.replays = Some(w);
+        Ok(())
+    }
+
     /// Whether an event of `kind` is sent to this endpoint now.
     pub fn wants(&self, kind: &str) -> bool {
         self.disabled_at.is_none() && self.filter_takes(kind)

@@ -518,3 +518,42 @@ async fn recoveries_are_capped_and_one_per_endpoint_in_a_window() {
     let later = endpoints.recover(&id, t0).await.unwrap();
     assert_eq!(later.queued, RECOVER_COPIES, "{later:?}");
 }
+
+/// Replays of one endpoint are bounded like its recoveries: at most
+/// `REPLAY_COPIES` in a window, the next refused with the window's end and
+/// nothing queued, and a new window once it has passed.
+#[tokio::test]
+async fn replays_of_an_endpoint_are_bounded_per_window() {
+    use genace_stages::api::webhook_endpoints::{RECOVERY_WINDOW, REPLAY_COPIES};
+    let (app, _) = app(5);
+    let intake = app.intake();
+    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let id = endpoints
+        .create(change(json!({"url": "https://hooks.acme.example/a"})))
+        .await
+        .unwrap()
+        .endpoint
+        .id;
+    let t0 = app.clock.now();
+    let event_id = "op:1:2:operation.accepted";
+    let detail = json!({"id": event_id, "type": "operation.accepted"}).to_string();
+    app.store
+        .keep_event(&acme(), event_id, &detail, t0 + Duration::days(30))
+        .await
+        .unwrap();
+    for _ in 0..REPLAY_COPIES {
+        endpoints.replay(&id, event_id).await.unwrap();
+        app.clock.advance(Duration::minutes(1));
+    }
+    let queued = app.queue.webhook_copies().len();
+    assert_eq!(queued, REPLAY_COPIES as usize);
+    match endpoints.replay(&id, event_id).await {
+        Err(EndpointError::ReplayLimit { until, .. }) => assert_eq!(until, t0 + RECOVERY_WINDOW),
+        other => panic!("expected the limit, got {other:?}"),
+    }
+    // (Each read takes the copies queued since the last.)
+    assert!(app.queue.webhook_copies().is_empty(), "nothing more was queued");
+    app.clock.set(t0 + RECOVERY_WINDOW);
+    endpoints.replay(&id, event_id).await.unwrap();
+    assert_eq!(app.queue.webhook_copies().len(), 1);
+}

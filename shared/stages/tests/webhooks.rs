@@ -392,6 +392,7 @@ async fn add_endpoint(rig: &Rig, id: &str, events: &[&str]) -> genace_core::webh
         disabled_reason: None,
         failing_since: None,
         recovering_until: None,
+        replays: None,
     };
     rig.stage.secrets.put(&endpoint.secret_id, &format!("whsec_{id}"));
     set.endpoints.push(endpoint.clone());

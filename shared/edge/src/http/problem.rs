@@ -232,6 +232,16 @@ impl From<EndpointError> for Problem {
                 )
                 .with_header(lambda_http::http::header::RETRY_AFTER, seconds.to_string())
             }
+            EndpointError::ReplayLimit { until, .. } => {
+                let seconds = (until - chrono::Utc::now()).num_seconds().max(1);
+                Problem::new(
+                    StatusCode::CONFLICT,
+                    "replay-limit",
+                    "This endpoint had as many replays as a window allows",
+                    format!("{e}. Nothing was queued."),
+                )
+                .with_header(lambda_http::http::header::RETRY_AFTER, seconds.to_string())
+            }
             EndpointError::EndpointLimit { limit } => Problem::new(
                 StatusCode::CONFLICT,
                 "endpoint-limit",

@@ -123,6 +123,13 @@ pub enum EndpointError {
     /// still be on their way. Another may start at `until`.
     #[error("a recovery of this endpoint ran recently; another may start at {until}")]
     RecoveryRunning { until: chrono::DateTime<chrono::Utc> },
+    /// The endpoint had as many replays as a window allows; the next may
+    /// come at `until`.
+    #[error("this endpoint had {most} replays in the last window; the next may come at {until}")]
+    ReplayLimit {
+        most: u32,
+        until: chrono::DateTime<chrono::Utc>,
+    },
     /// The tenant has as many webhook endpoints as it may.
     #[error("the tenant already has {limit} webhook endpoints, the most it may have")]
     EndpointLimit { limit: usize },

@@ -156,6 +156,12 @@ pub const RECOVER_SCAN: usize = 5_000;
 /// queue every tenant shares is bounded.
 pub const RECOVER_COPIES: usize = 100;
 
+/// The most replays of one endpoint in a [`RECOVERY_WINDOW`]: each queues
+/// a copy retried for about a day, so, with a recovery's
+/// [`RECOVER_COPIES`], one endpoint puts at most 200 copies a window on
+/// the queue every tenant shares.
+pub const REPLAY_COPIES: u32 = 100;
+
 /// How long a recovery holds its endpoint at most: as long as its copies
 /// may be retried (13 receives over about 26 hours). Another call within
 /// it is refused (409 recovery-running), so copies of one endpoint's
@@ -212,6 +218,7 @@ impl<P: Ports> Endpoints<'_, P> {
             disabled_reason: None,
             failing_since: None,
             recovering_until: None,
+            replays: None,
         };
         change.apply(&mut endpoint, now, &self.actor);
         let limit = self.config.webhook_max_endpoints;
@@ -337,6 +344,20 @@ impl<P: Ports> Endpoints<'_, P> {
                 "the endpoint does not take events of type {kind}"
             )));
         }
+        let now = self.clock.now();
+        self.change(|set| {
+            let held = set
+                .endpoints
+                .iter_mut()
+                .find(|e| e.id == id)
+                .ok_or(EndpointError::NoSuchEndpoint)?;
+            held.count_replay(now, REPLAY_COPIES, RECOVERY_WINDOW)
+                .map_err(|until| EndpointError::ReplayLimit {
+                    most: REPLAY_COPIES,
+                    until,
+                })
+        })
+        .await?;
         self.send_copies(vec![copy_of(id, &detail)?]).await?;
         info!(actor = %self.actor, tenant = %self.tenant, endpoint = %id, event_id, "webhook event replayed");
         Ok(())
