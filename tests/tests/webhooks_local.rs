@@ -524,9 +524,10 @@ async fn genace_rendering_many() -> MockServer {
 const NEIGHBOUR_BOUND: Duration = Duration::from_secs(45);
 
 /// One tenant calls recover over and over against an endpoint that fails;
-/// another tenant's webhooks flow meanwhile. The first call queues at most
-/// the cap of copies, every other is refused while it runs (409), and the
-/// second tenant's events reach its receiver within the stated bound.
+/// another tenant's webhooks flow meanwhile. With the cap set below the
+/// six failed events, the first call queues the cap's copies (the oldest)
+/// and leaves the rest; every other call is refused while it runs (409);
+/// the second tenant's events reach its receiver within the stated bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[allow(
     clippy::too_many_lines,
@@ -545,7 +546,10 @@ async fn one_tenants_recoveries_do_not_hold_back_anothers_webhooks() {
         .respond_with(ResponseTemplate::new(200))
         .mount(&healthy)
         .await;
-    let (running, api, events) = start_stack(&env, env.config.clone(), &genace).await;
+    // A cap below the noisy tenant's six failed events, so it is reached.
+    let mut config = env.config.clone();
+    config.webhook_recover_copies = 4;
+    let (running, api, events) = start_stack(&env, config, &genace).await;
     let http = reqwest::Client::new();
     let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
@@ -615,7 +619,7 @@ async fn one_tenants_recoveries_do_not_hold_back_anothers_webhooks() {
     let (neighbour_app, _) = endpoint_of(&neighbour, &healthy).await;
     let submitted = Instant::now();
     submit(neighbour_app, "neighbour-1".into()).await;
-    let (mut queued, mut refused) = (0, 0);
+    let (mut queued, mut left, mut refused) = (0, 0, 0);
     for _ in 0..10 {
         let r = http
             .post(format!("{noisy_endpoint}/recover?since={since}"))
@@ -624,14 +628,19 @@ async fn one_tenants_recoveries_do_not_hold_back_anothers_webhooks() {
             .await
             .unwrap();
         match r.status().as_u16() {
-            202 => queued += r.json::<Value>().await.unwrap()["queued"].as_u64().unwrap(),
+            202 => {
+                let done: Value = r.json().await.unwrap();
+                queued += done["queued"].as_u64().unwrap();
+                left += done["left"].as_u64().unwrap();
+            }
             409 => refused += 1,
             other => panic!("recover answered {other}"),
         }
     }
-    assert!(
-        queued <= genace_stages::api::webhook_endpoints::RECOVER_COPIES as u64,
-        "{queued} copies"
+    assert_eq!(
+        (queued, left),
+        (4, 2),
+        "the cap's copies, the oldest, and the rest left"
     );
     assert_eq!(refused, 9, "one recovery of an endpoint at a time");
     let mut neighbours = 0;
@@ -640,7 +649,9 @@ async fn one_tenants_recoveries_do_not_hold_back_anothers_webhooks() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let took = submitted.elapsed();
-    eprintln!("the neighbour's events in {took:?}; recover queued {queued} copies, refused {refused} calls");
+    eprintln!(
+        "the neighbour's events in {took:?}; recover queued {queued} copies (left {left}), refused {refused} calls"
+    );
     running.shutdown().await;
     let _ = std::fs::remove_file(&events);
     assert_eq!(

@@ -8,6 +8,10 @@ use chrono::Duration;
 
 use genace_core::machine::Policy;
 
+/// The most copies one recovery of an endpoint queues unless the
+/// deployment says otherwise (`WEBHOOK_RECOVER_COPIES`).
+pub const DEFAULT_RECOVER_COPIES: usize = 100;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("configuration: {0}")]
 pub struct ConfigError(pub String);
@@ -125,6 +129,10 @@ pub struct Config {
     /// The most webhook endpoints one tenant may have (`WEBHOOK_MAX_ENDPOINTS`,
     /// default 5, 1 to 100).
     pub webhook_max_endpoints: usize,
+    /// The most copies one recovery of an endpoint queues
+    /// (`WEBHOOK_RECOVER_COPIES`, default [`DEFAULT_RECOVER_COPIES`], 1 to
+    /// 1,000).
+    pub webhook_recover_copies: usize,
     /// How long an endpoint may fail without one success before it is
     /// disabled (`WEBHOOK_DISABLE_AFTER_HOURS`, default 72, 1 to 720).
     pub webhook_disable_after: Duration,
@@ -370,6 +378,8 @@ impl Config {
             },
             webhook_secret_overlap: Duration::hours(number("WEBHOOK_SECRET_OVERLAP_HOURS", 24)?),
             webhook_max_endpoints: within(vars, "WEBHOOK_MAX_ENDPOINTS", 5, 100)? as usize,
+            webhook_recover_copies: within(vars, "WEBHOOK_RECOVER_COPIES", DEFAULT_RECOVER_COPIES as i64, 1000)?
+                as usize,
             webhook_log_days: Duration::days(within(vars, "WEBHOOK_LOG_DAYS", 30, 365)?),
             webhook_disable_after: Duration::hours(within(vars, "WEBHOOK_DISABLE_AFTER_HOURS", 72, 720)?),
             fault_injection: flag("FAULT_INJECTION")?,
@@ -416,6 +426,7 @@ impl Config {
             webhook_retry: RetrySchedule::default(),
             webhook_secret_overlap: Duration::hours(24),
             webhook_max_endpoints: 5,
+            webhook_recover_copies: DEFAULT_RECOVER_COPIES,
             webhook_log_days: Duration::days(30),
             webhook_disable_after: Duration::hours(72),
             fault_injection: false,

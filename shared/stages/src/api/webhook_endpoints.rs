@@ -154,7 +154,7 @@ pub const RECOVER_SCAN: usize = 5_000;
 /// The most copies one recovery queues: each is retried for about a day
 /// against an endpoint that keeps failing, so what one call can put on the
 /// queue every tenant shares is bounded.
-pub const RECOVER_COPIES: usize = 100;
+pub const RECOVER_COPIES: usize = crate::config::DEFAULT_RECOVER_COPIES;
 
 /// The most replays of one endpoint in a [`RECOVERY_WINDOW`]: each queues
 /// a copy retried for about a day, so, with a recovery's
@@ -368,7 +368,8 @@ impl<P: Ports> Endpoints<'_, P> {
     /// through on a retry is not failed), in
     /// the order they were first tried, leaving out the types it takes no
     /// longer. Reads at most [`RECOVER_SCAN`] log
-    /// entries, and queues at most [`RECOVER_COPIES`] copies (the oldest).
+    /// entries, and queues at most `webhook_recover_copies` copies (the
+    /// oldest; [`RECOVER_COPIES`] unless the deployment says otherwise).
     pub async fn recover(&self, id: &str, since: chrono::DateTime<chrono::Utc>) -> Result<Recovered, EndpointError> {
         let endpoint = self.get(id).await?;
         refuse_unsendable(&endpoint)?;
@@ -447,7 +448,7 @@ impl<P: Ports> Endpoints<'_, P> {
         // The log is newest first; send the oldest first, in batches.
         let mut copies = Vec::new();
         for event_id in failed.iter().rev().filter(|e| !succeeded.contains(*e)) {
-            if copies.len() >= RECOVER_COPIES {
+            if copies.len() >= self.config.webhook_recover_copies {
                 done.left += 1;
                 continue;
             }
