@@ -9,8 +9,8 @@ use std::time::Duration;
 use conformance::api::Api;
 use conformance::genace::GenaceDouble;
 use conformance::{Context, run_scenarios, summary};
-use genace_aws::testkit::LocalAws;
 use genace_local::{devauth, runner};
+use genace_localaws::LocalAws;
 use genace_outbound::GenaceConfig;
 
 fn free_addr() -> SocketAddr {

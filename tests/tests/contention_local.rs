@@ -11,9 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use genace_aws::testkit::LocalAws;
 use genace_local::faults::FaultProxy;
 use genace_local::{devauth, runner};
+use genace_localaws::LocalAws;
 use genace_outbound::GenaceConfig;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path, path_regex};

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use genace_aws::testkit::LocalAws;
 use genace_local::{devauth, runner};
+use genace_localaws::LocalAws;
 use genace_outbound::GenaceConfig;
 use genace_stages::ports::outputs::ObjectStore;
 use serde_json::{Value, json};

@@ -7,11 +7,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::Utc;
-use genace_aws::testkit::{LocalAws, intent_record};
 use genace_core::events::Kind;
 use genace_core::machine::{self, AcceptedJob, Decision, Event, Policy, Resolution};
 use genace_core::record::{DeliveredObject, OperationRecord, OutputRef, RemoteError};
 use genace_core::remote::{JobSnapshot, RenderStatus};
+use genace_localaws::{LocalAws, intent_record};
 use genace_stages::ports::table::prelude::*;
 use serde_json::Value;
 

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use genace_aws::testkit::LocalAws;
+use genace_localaws::LocalAws;
 use serde_json::{Value, json};
 
 /// Strips CloudFormation tags down to their values.

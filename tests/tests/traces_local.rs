@@ -12,11 +12,11 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use genace_aws::testkit::LocalAws;
 use genace_core::domain::OperationId;
 use genace_core::trace::TraceId;
 use genace_local::traces::{Receiver, read_trace};
 use genace_local::{devauth, runner};
+use genace_localaws::LocalAws;
 use genace_outbound::GenaceConfig;
 use genace_trace::lines::{SpanLine, in_order};
 use serde_json::{Value, json};

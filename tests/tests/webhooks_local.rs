@@ -8,8 +8,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use genace_aws::testkit::LocalAws;
 use genace_local::{devauth, runner};
+use genace_localaws::LocalAws;
 use genace_outbound::GenaceConfig;
 use genace_stages::config::RetrySchedule;
 use serde_json::{Value, json};

@@ -4,8 +4,8 @@
 use genace_aws::DynamoStore;
 use genace_aws::S3Store;
 use genace_aws::SqsQueue;
-use genace_aws::testkit::LocalAws;
 use genace_edge::http as api;
+use genace_localaws::LocalAws;
 use genace_stages::api::intake::Intake;
 use genace_stages::config::QueueUrls;
 use genace_stages::ports::Parts;

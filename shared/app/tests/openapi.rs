@@ -9,12 +9,12 @@ use chrono::Utc;
 use genace_aws::DynamoStore;
 use genace_aws::S3Store;
 use genace_aws::SqsQueue;
-use genace_aws::testkit::LocalAws;
 use genace_core::record::DeliveredObject;
 use genace_core::record::DeliveryState;
 use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
 use genace_edge::http as api;
+use genace_localaws::LocalAws;
 use genace_stages::api::intake::Intake;
 use genace_stages::ports::table::prelude::*;
 use lambda_http::{Body, Response};
@@ -1400,7 +1400,7 @@ async fn a_listing_pages_through_one_tenant_and_its_cursor_serves_no_other() {
     reason = "a scenario reads top to bottom, one step after another"
 )]
 async fn a_case_cursor_serves_only_its_own_scope_and_filter() {
-    use genace_aws::testkit::{claimed, intent_record, uncertain};
+    use genace_localaws::{claimed, intent_record, uncertain};
     use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
     let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
@@ -1884,7 +1884,7 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
 /// document says.
 #[tokio::test]
 async fn attaching_a_held_job_is_refused_and_names_the_holder_only_in_scope() {
-    use genace_aws::testkit::{claimed, intent_record, uncertain};
+    use genace_localaws::{claimed, intent_record, uncertain};
     use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
     let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
@@ -2023,7 +2023,7 @@ async fn forged_positions_in_valid_seals_and_an_inverted_range_are_400() {
     reason = "a scenario reads top to bottom, one step after another"
 )]
 async fn no_cursor_a_client_can_send_makes_a_paged_route_answer_5xx() {
-    use genace_aws::testkit::{claimed, intent_record, uncertain};
+    use genace_localaws::{claimed, intent_record, uncertain};
     use genace_stages::ports::cursor::{binding, open, seal};
     use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;

@@ -4,7 +4,7 @@
 //! in its own binary: it sets a process-wide variable.
 
 use genace_app::telemetry::{HEADERS_SECRET_VARIABLE, Tracing, with_secret_headers};
-use genace_aws::testkit::LocalAws;
+use genace_localaws::LocalAws;
 
 fn exporting(headers: Option<genace_app::telemetry::HeaderList>) -> Option<Tracing> {
     Some(Tracing {

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use genace_aws::testkit::LocalAws;
 use genace_aws::{DynamoStore, S3Store, SqsQueue};
 use genace_core::domain::{Intent, OperationId, TenantId};
+use genace_localaws::LocalAws;
 use genace_memory::ManualClock;
 use genace_outbound::{GenaceClient, GenaceConfig};
 use genace_stages::api::intake::{Intake, Submitted};

@@ -9,7 +9,8 @@
 //! - [`stream`]: the table's change stream, decoded into lifecycle events.
 //! - [`schema`]: the table's keys, indexes and key prefixes, named once.
 //! - [`provision`]: creating the table, queues and bucket (local runs, tests).
-//! - `testkit` (feature): a fresh set of resources on the local endpoint.
+//!
+//! Test helpers against the local endpoint live in `genace-localaws`.
 //!
 //! Depends on `genace-core` and `genace-stages`; must not import the Genace
 //! HTTP adapter, the edge or Lambda crates.
@@ -22,8 +23,6 @@ pub mod schema;
 pub mod secrets;
 pub mod sqs;
 pub mod stream;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 
 pub use dynamodb::DynamoStore;
 pub use s3::S3Store;

@@ -98,13 +98,13 @@ mod tests {
     use genace_core::events::Kind;
 
     fn record() -> OperationRecord {
-        crate::testkit::intent_record("t", "k", "p")
+        genace_localaws::intent_record("t", "k", "p")
     }
 
     #[test]
     fn a_modify_of_an_operation_announces_its_events() {
         let old = record();
-        let mut new = crate::testkit::claimed(&old, "tok");
+        let mut new = genace_localaws::claimed(&old, "tok");
         new.phase = genace_core::record::Phase::Accepted;
         new.claim = None;
         new.remote_job_id = Some("J".into());

@@ -174,7 +174,7 @@ async fn incomplete_uploads_under_a_prefix_are_aborted<O: ObjectStore>(objects: 
     );
 }
 
-genace_aws::contract_tests!(
+genace_localaws::contract_tests!(
     memory => genace_memory::MemoryObjects::default(),
     s3 => |env| env.objects();
     a_whole_put_is_read_back_with_its_checksum,

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use genace_aws::testkit::LocalAws;
 use genace_aws::{SqsReceiptDeferral, clients};
+use genace_localaws::LocalAws;
 use genace_stages::ports::queue::ReceiptDeferral;
 
 async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, visibility: i32) -> Option<(String, String)> {

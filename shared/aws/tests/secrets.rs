@@ -3,7 +3,7 @@
 
 use genace_aws::SecretsManager;
 use genace_aws::clients;
-use genace_aws::testkit::LocalAws;
+use genace_localaws::LocalAws;
 use genace_stages::ports::webhooks::{SecretStore, SecretVault};
 
 fn values(v: &[&str]) -> Option<Vec<String>> {

@@ -6,15 +6,15 @@ use chrono::Utc;
 use genace_aws::clients as aws;
 use genace_aws::provision;
 use genace_aws::schema::DUE_INDEX;
-use genace_aws::testkit::{LocalAws, claimed};
 use genace_core::record::OperationRecord;
+use genace_localaws::{LocalAws, claimed};
 use genace_stages::ports::table::Applied;
 use genace_stages::ports::table::Created;
 use genace_stages::ports::table::StoreError;
 use genace_stages::ports::table::prelude::*;
 
 fn record(key: &str, prompt: &str) -> OperationRecord {
-    genace_aws::testkit::intent_record("tenant-a", key, prompt)
+    genace_localaws::intent_record("tenant-a", key, prompt)
 }
 
 #[tokio::test]
@@ -166,7 +166,7 @@ async fn wake_requests_beside(idle: usize) -> usize {
         store.set_max_in_flight(&tenant, Some(4)).await.unwrap();
     }
     for key in ["w1", "w2"] {
-        let rec = genace_aws::testkit::intent_record("waits", key, "p");
+        let rec = genace_localaws::intent_record("waits", key, "p");
         store.create(&rec, now).await.unwrap();
         let next = machine::transition(&rec, Event::CapacityReached, now, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
@@ -225,7 +225,7 @@ async fn account_limits_and_counts_survive_a_change_of_shards() {
     );
     // A job on shard 1, then back to one item.
     let now = Utc::now();
-    let rec = genace_aws::testkit::intent_record("tenant-resharded", "r1", "p");
+    let rec = genace_localaws::intent_record("tenant-resharded", "r1", "p");
     two.create(&rec, now).await.unwrap();
     let claimed = machine::transition(
         &rec,
@@ -272,7 +272,7 @@ async fn account_limits_and_counts_survive_a_change_of_shards() {
 /// lesson whose first two answers were conflicts is saved.
 #[tokio::test]
 async fn a_plain_write_refused_for_a_transaction_is_sent_again() {
-    use genace_aws::testkit::TransactionConflicts;
+    use genace_localaws::TransactionConflicts;
     let env = LocalAws::fresh().await;
     let conflicts = TransactionConflicts::new("UpdateItem", 2);
     let store = env.conflicting_store(&conflicts);
@@ -302,14 +302,14 @@ async fn a_plain_write_refused_for_a_transaction_is_sent_again() {
 /// try refused, the read still answers with the tenants that wait.
 #[tokio::test]
 async fn a_drained_tenant_whose_ledger_is_busy_does_not_fail_the_waiting_read() {
-    use genace_aws::testkit::TransactionConflicts;
     use genace_core::machine::{self, Event, Policy};
+    use genace_localaws::TransactionConflicts;
     let env = LocalAws::fresh().await;
     let store = env.store();
     let now = Utc::now();
     let mut waiting = Vec::new();
     for tenant in ["drains", "waits"] {
-        let rec = genace_aws::testkit::intent_record(tenant, "k", "p");
+        let rec = genace_localaws::intent_record(tenant, "k", "p");
         store.create(&rec, now).await.unwrap();
         let next = machine::transition(&rec, Event::CapacityReached, now, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
@@ -334,8 +334,8 @@ async fn a_drained_tenant_whose_ledger_is_busy_does_not_fail_the_waiting_read() 
 /// and reads again when a rival came between.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_split_of_the_limits_never_undoes_a_newer_limit() {
-    use genace_aws::testkit::RivalWrite;
     use genace_core::shard::AccountShards;
+    use genace_localaws::RivalWrite;
     let env = LocalAws::fresh().await;
     let one = env.store();
     one.set_account_limit(Some(10)).await.unwrap();
@@ -375,7 +375,7 @@ async fn a_split_over_the_jobs_counted_admits_nothing_past_the_limit() {
     let env = LocalAws::fresh().await;
     let one = env.store();
     one.set_account_limit(Some(10)).await.unwrap();
-    assert_eq!(genace_aws::testkit::claims_admitted(&one, "before", 0, 12).await, 10);
+    assert_eq!(genace_localaws::claims_admitted(&one, "before", 0, 12).await, 10);
     let four = env.store().with_account_shards(AccountShards::new(4).unwrap());
     let parts: Vec<Option<u32>> = four.account_shards().await.unwrap().iter().map(|s| s.limit()).collect();
     assert_eq!(
@@ -385,7 +385,7 @@ async fn a_split_over_the_jobs_counted_admits_nothing_past_the_limit() {
     );
     for shard in 1..4 {
         assert_eq!(
-            genace_aws::testkit::claims_admitted(&four, "raised", shard, 3).await,
+            genace_localaws::claims_admitted(&four, "raised", shard, 3).await,
             0,
             "shard {shard}"
         );
@@ -397,15 +397,15 @@ async fn a_split_over_the_jobs_counted_admits_nothing_past_the_limit() {
     let fresh = LocalAws::fresh().await;
     let two = fresh.store().with_account_shards(AccountShards::new(2).unwrap());
     two.set_account_limit(Some(10)).await.unwrap();
-    assert_eq!(genace_aws::testkit::claims_admitted(&two, "first", 0, 5).await, 5);
-    assert_eq!(genace_aws::testkit::claims_admitted(&two, "first", 1, 1).await, 1);
+    assert_eq!(genace_localaws::claims_admitted(&two, "first", 0, 5).await, 5);
+    assert_eq!(genace_localaws::claims_admitted(&two, "first", 1, 1).await, 1);
     two.set_account_limit(Some(6)).await.unwrap();
     assert_eq!(
-        genace_aws::testkit::claims_admitted(&two, "lowered", 1, 3).await,
+        genace_localaws::claims_admitted(&two, "lowered", 1, 3).await,
         0,
         "the emptier shard"
     );
-    assert_eq!(genace_aws::testkit::claims_admitted(&two, "lowered", 0, 3).await, 0);
+    assert_eq!(genace_localaws::claims_admitted(&two, "lowered", 0, 3).await, 0);
     assert_eq!(two.account().await.unwrap().in_flight, 6);
 }
 
@@ -421,14 +421,11 @@ async fn a_claim_between_the_read_and_the_parts_is_read_again() {
     let shards = AccountShards::new(2).unwrap();
     let two = env.store().with_account_shards(shards);
     two.set_account_limit(Some(10)).await.unwrap();
-    assert_eq!(genace_aws::testkit::claims_admitted(&two, "first", 0, 5).await, 5);
-    assert_eq!(genace_aws::testkit::claims_admitted(&two, "first", 1, 1).await, 1);
+    assert_eq!(genace_localaws::claims_admitted(&two, "first", 0, 5).await, 5);
+    assert_eq!(genace_localaws::claims_admitted(&two, "first", 1, 1).await, 1);
     let rival_store = env.store().with_account_shards(shards);
-    let rival = genace_aws::testkit::RivalWrite::new("TransactWriteItems", move || async move {
-        assert_eq!(
-            genace_aws::testkit::claims_admitted(&rival_store, "between", 1, 1).await,
-            1
-        );
+    let rival = genace_localaws::RivalWrite::new("TransactWriteItems", move || async move {
+        assert_eq!(genace_localaws::claims_admitted(&rival_store, "between", 1, 1).await, 1);
     });
     let operator = env.store_with_rival(&rival).with_account_shards(shards);
     let account = operator.set_account_limit(Some(6)).await.unwrap();
@@ -438,7 +435,7 @@ async fn a_claim_between_the_read_and_the_parts_is_read_again() {
     assert_eq!(parts, [Some(0), Some(0)], "over the limit: nothing admitted");
     for shard in 0..2 {
         assert_eq!(
-            genace_aws::testkit::claims_admitted(&two, "over", shard, 2).await,
+            genace_localaws::claims_admitted(&two, "over", shard, 2).await,
             0,
             "shard {shard}"
         );
@@ -465,7 +462,7 @@ async fn a_wake_up_costs_the_same_beside_a_hundred_tenants_short_of_credits() {
         let wait = |tenant: String, event: Event<'static>| {
             let store = store.clone();
             async move {
-                let rec = genace_aws::testkit::intent_record(&tenant, "k", "p");
+                let rec = genace_localaws::intent_record(&tenant, "k", "p");
                 store.create(&rec, now).await.unwrap();
                 let next = machine::transition(&rec, event, now, &Policy::default()).unwrap();
                 store.apply(&rec, &next).await.unwrap();

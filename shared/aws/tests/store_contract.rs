@@ -21,7 +21,7 @@ use genace_stages::ports::table::Created;
 use genace_stages::ports::table::OperationStore;
 use genace_stages::ports::table::StoreError;
 
-use genace_aws::testkit::{
+use genace_localaws::{
     accepted_with, claimed, claims_admitted, intent_record as record_for, release_all, rendered, running_on, uncertain,
 };
 
@@ -89,7 +89,7 @@ async fn writes_are_conditional_on_the_version_read<S: OperationStore>(store: S)
     );
 
     // A rival decided on the stale version: refused, with the record as it now is.
-    let rival = genace_aws::testkit::claimed(&rec, "rival");
+    let rival = genace_localaws::claimed(&rec, "rival");
     match store.apply(&rec, &rival).await {
         Err(StoreError::Conflict(Some(current))) => assert_eq!(*current, claimed),
         other => panic!("expected a conflict with the current record, got {other:?}"),
@@ -1937,9 +1937,9 @@ async fn lowered_to_one_shard_the_account_charges_the_jobs_the_others_count<S: O
     // mark is set against their sum).
     for (i, claimed) in running.into_iter().enumerate() {
         let job = format!("job-{i}");
-        let accepted = genace_aws::testkit::accepted_with(&claimed, &job, None);
+        let accepted = genace_localaws::accepted_with(&claimed, &job, None);
         four.apply(&claimed, &accepted).await.unwrap();
-        let done = genace_aws::testkit::rendered(&accepted, &job);
+        let done = genace_localaws::rendered(&accepted, &job);
         four.apply(&accepted, &done).await.unwrap();
     }
     let account = one.account().await.unwrap();
@@ -1977,7 +1977,7 @@ async fn parts_that_hold_back_slots_are_split_again<S: OperationStore + Deployed
     );
 }
 
-genace_aws::contract_tests!(
+genace_localaws::contract_tests!(
     memory_sharded => genace_memory::MemoryStore::default()
         .with_account_limit(Some(3))
         .with_account_shards(genace_core::shard::AccountShards::new(2).unwrap()),
@@ -2022,7 +2022,7 @@ async fn a_lesson_keeps_its_raise_window_and_time<S: OperationStore>(store: S) {
     assert_eq!((back.learned, back.raise_every, back.learned_at_ms), (None, None, None));
 }
 
-genace_aws::contract_tests!(
+genace_localaws::contract_tests!(
     memory_limited => genace_memory::MemoryStore::default().with_account_limit(Some(2)),
     dynamodb_limited => |env| env.store().with_account_limit(Some(2));
     the_account_admits_claims_while_it_has_a_free_slot,
@@ -2055,7 +2055,7 @@ async fn render_times_are_counted_per_class<S: OperationStore>(store: S) {
     assert_eq!(store.render_times(&long).await.unwrap().samples(), 1);
 }
 
-genace_aws::contract_tests!(
+genace_localaws::contract_tests!(
     memory => genace_memory::MemoryStore::default(),
     dynamodb => |env| env.store();
     a_duplicate_create_returns_the_stored_record,

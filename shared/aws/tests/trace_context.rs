@@ -3,11 +3,11 @@
 //! `traceparent` attribute and as X-Ray's `AWSTraceHeader`; one sent with
 //! no traced span carries neither.
 
-use genace_aws::testkit::LocalAws;
 use genace_aws::{SqsQueue, clients};
 use genace_core::domain::OperationId;
 use genace_core::messages::{Queue, WorkMessage};
 use genace_core::trace::{TraceId, TraceParent};
+use genace_localaws::LocalAws;
 use genace_stages::ports::queue::WorkQueue;
 use opentelemetry::trace::TracerProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;

@@ -1,5 +1,6 @@
 //! Helpers for tests that run against the local AWS endpoint (moto over
-//! HTTP). Each call to [`LocalAws::fresh`] provisions its own uniquely named
+//! HTTP), beside the adapters they test (`genace-aws`) and never in a
+//! deployed function. Each call to [`LocalAws::fresh`] provisions its own uniquely named
 //! table, queues and bucket, so tests never share state.
 
 use std::sync::Arc;
@@ -9,8 +10,8 @@ use aws_config::SdkConfig;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 
-use crate::provision;
-use crate::{DynamoStore, S3Store, SqsQueue, clients as aws};
+use genace_aws::provision;
+use genace_aws::{DynamoStore, S3Store, SqsQueue, clients as aws};
 use genace_core::record::OperationRecord;
 use genace_stages::config::{Config, QueueUrls, ResourceNames};
 
@@ -412,7 +413,7 @@ macro_rules! contract_tests {
             $(
                 #[tokio::test]
                 async fn $case() {
-                    let $env = genace_aws::testkit::LocalAws::fresh().await;
+                    let $env = $crate::LocalAws::fresh().await;
                     super::$case($make_b).await;
                 }
             )*
