@@ -174,7 +174,7 @@ async fn an_operation_is_one_trace_with_its_stages_its_wait_and_its_posts() {
         .map(|(_, s)| s.attribute("outcome").unwrap_or_default())
         .collect();
     let crash = dispatches.iter().position(|o| o.starts_with("error: injected crash"));
-    let again = dispatches.iter().rposition(|o| o.starts_with("NotDispatchable"));
+    let again = dispatches.iter().rposition(|o| o.starts_with("nothing to dispatch"));
     assert!(
         crash.zip(again).is_some_and(|(c, a)| c < a),
         "the crashed dispatch, then the redelivered one, in the same trace: {dispatches:?}"

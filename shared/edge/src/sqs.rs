@@ -110,11 +110,11 @@ mod tests {
 
     impl Stage for Flaky {
         type Message = serde_json::Value;
-        type Outcome = ();
+        type Outcome = &'static str;
 
-        async fn handle(&self, message: serde_json::Value) -> Result<(), StageError> {
+        async fn handle(&self, message: serde_json::Value) -> Result<&'static str, StageError> {
             match message["ok"].as_bool() {
-                Some(true) => Ok(()),
+                Some(true) => Ok("ok"),
                 _ => Err(StageError::Remote("down".into())),
             }
         }
@@ -172,9 +172,9 @@ mod tests {
 
     impl Stage for Greedy {
         type Message = serde_json::Value;
-        type Outcome = ();
+        type Outcome = &'static str;
 
-        async fn handle(&self, _message: serde_json::Value) -> Result<(), StageError> {
+        async fn handle(&self, _message: serde_json::Value) -> Result<&'static str, StageError> {
             Err(StageError::Remote("down".into()))
         }
 

@@ -23,12 +23,12 @@ struct Traced(Mutex<Option<genace_core::trace::TraceParent>>);
 
 impl Stage for Traced {
     type Message = serde_json::Value;
-    type Outcome = ();
+    type Outcome = &'static str;
     const NAME: &'static str = "traced";
 
-    async fn handle(&self, _message: serde_json::Value) -> Result<(), StageError> {
+    async fn handle(&self, _message: serde_json::Value) -> Result<&'static str, StageError> {
         *self.0.lock().unwrap() = genace_trace::current_parent();
-        Ok(())
+        Ok("ok")
     }
 }
 

@@ -186,7 +186,7 @@ mod tests {
             "scopeSpans": [{"scope": {"name": "genace-operations"}, "spans": [
                 {"traceId": "t", "spanId": "b", "parentSpanId": "a", "name": "dispatch", "kind": 1,
                  "startTimeUnixNano": "2000000000", "endTimeUnixNano": "3000000000",
-                 "attributes": [{"key": "outcome", "value": {"stringValue": "Posted(Accepted)"}}]},
+                 "attributes": [{"key": "outcome", "value": {"stringValue": "posted once: accepted"}}]},
                 {"traceId": "t", "spanId": "c", "parentSpanId": "b", "name": "genace.post", "kind": 3,
                  "startTimeUnixNano": "2100000000", "endTimeUnixNano": "2200000000",
                  "attributes": [{"key": "http.response.status_code", "value": {"intValue": "202"}}]},
@@ -208,6 +208,6 @@ mod tests {
         assert_eq!(rows.len(), 4);
         assert!(rows[0].starts_with("    0.000 s     0.500 s █·······"), "{drawn}");
         assert!(rows[2].contains("    genace.post 202"), "{drawn}");
-        assert!(rows[1].ends_with("  dispatch Posted(Accepted)"), "{drawn}");
+        assert!(rows[1].ends_with("  dispatch posted once: accepted"), "{drawn}");
     }
 }

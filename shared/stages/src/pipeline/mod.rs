@@ -11,11 +11,13 @@
 //!   signed by [`signature`], each checked first against what the table
 //!   committed (`webhook_verify`);
 //!   [`events`]: which lifecycle changes become webhook events.
+//! - [`outcomes`]: each stage's outcome in words, for its span.
 
 pub mod deliver;
 pub mod dispatch;
 pub mod event_seal;
 pub mod events;
+pub mod outcomes;
 pub mod poll;
 pub mod recovery;
 pub mod signature;

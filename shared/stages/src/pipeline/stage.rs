@@ -39,7 +39,9 @@ pub trait Stage: Send + Sync {
     /// The message body, parsed; a body that does not parse is malformed.
     type Message: serde::de::DeserializeOwned + Send;
     /// What the stage made of one message (for tests and logs).
-    type Outcome: std::fmt::Debug + Send;
+    /// What became of the message; its `Display` is the words its span
+    /// shows ([`crate::pipeline::outcomes`]).
+    type Outcome: std::fmt::Debug + std::fmt::Display + Send;
     /// The stage's name on its spans.
     const NAME: &'static str = "stage";
 
@@ -117,7 +119,7 @@ pub async fn handle_traced<S: Stage>(
     let span = genace_trace::stage_span(S::NAME, operation.as_ref(), parent);
     let handled = handle_received(stage, body, receives).instrument(span.clone()).await;
     let outcome = match &handled {
-        Ok(o) => format!("{o:?}"),
+        Ok(o) => o.to_string(),
         Err(e) => format!("error: {e}"),
     };
     genace_trace::record_outcome(&span, &outcome);
