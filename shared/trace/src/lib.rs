@@ -60,10 +60,11 @@ pub fn root_parent(id: &OperationId) -> TraceParent {
 }
 
 /// The span of one stage invocation for one message: named `stage`, with
-/// the operation's id and trace id, continuing `parent` when it is of the
-/// operation's trace (a sender of another trace is linked instead), else
-/// the operation's root; without an operation, `parent` or a trace of its
-/// own. Its `tenant`,
+/// the operation's id and trace id, under the operation's root, with the
+/// span that sent the message (`parent`) as a link. So an operation's
+/// waterfall is flat: twenty looks at a render are twenty siblings, not
+/// twenty levels. Without an operation, it continues `parent`, or begins
+/// a trace of its own. Its `tenant`,
 /// `phase_before`, `phase_after` and `outcome` are recorded as the stage
 /// learns them ([`record_phases`], [`record_outcome`]).
 pub fn stage_span(stage: &'static str, id: Option<&OperationId>, parent: Option<TraceParent>) -> tracing::Span {
@@ -96,7 +97,7 @@ pub fn stage_span(stage: &'static str, id: Option<&OperationId>, parent: Option<
         mark_kept(p.trace_id.to_bytes());
     }
     let (parent, link) = match (parent, id) {
-        (Some(p), Some(id)) if p.trace_id != TraceId::of(id) => (Some(root_parent(id)), Some(p)),
+        (Some(p), Some(id)) => (Some(root_parent(id)), Some(p)),
         (p, id) => (p.or_else(|| id.map(root_parent)), None),
     };
     if let Some(parent) = parent {
@@ -104,9 +105,14 @@ pub fn stage_span(stage: &'static str, id: Option<&OperationId>, parent: Option<
         let _ = span.set_parent(remote(parent));
     }
     if let Some(sender) = link {
+        let by = if id.is_some_and(|id| sender.trace_id == TraceId::of(id)) {
+            "sent by the operation's stage before"
+        } else {
+            "sent by another operation's stage"
+        };
         span.add_link_with_attributes(
             remote(sender).span().span_context().clone(),
-            vec![KeyValue::new("genace.link", "sent by another operation's stage")],
+            vec![KeyValue::new("genace.link", by)],
         );
     }
     span

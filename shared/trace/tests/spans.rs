@@ -85,9 +85,12 @@ async fn an_operations_spans_join_its_trace_and_only_kept_traces_are_exported() 
     assert_eq!(dispatch.parent_span_id, root.span_context.span_id());
     assert_eq!(wait.parent_span_id, dispatch.span_context.span_id());
     assert_eq!(wait.start_time, started, "the wait runs from its start");
-    // A stage continues the span that sent its message.
+    // A stage sits under the root, beside the stage that sent its
+    // message, which it links: the waterfall stays flat.
     assert_eq!(sent.span_id.to_bytes(), dispatch.span_context.span_id().to_bytes());
-    assert_eq!(poll.parent_span_id, dispatch.span_context.span_id());
+    assert_eq!(poll.parent_span_id, root.span_context.span_id());
+    let poll_links: Vec<[u8; 8]> = poll.links.iter().map(|l| l.span_context.span_id().to_bytes()).collect();
+    assert_eq!(poll_links, [sent.span_id.to_bytes()]);
     let attribute = |s: &SpanData, k: &str| {
         s.attributes
             .iter()
