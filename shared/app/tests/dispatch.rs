@@ -522,13 +522,13 @@ impl genace_stages::ports::table::RenderTimeLog for EchoingStore {
 }
 
 impl TenantLedgers for EchoingStore {
-    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, genace_stages::ports::table::StoreError> {
+    async fn account(&self) -> Result<genace_core::capacity::AccountCapacity, genace_stages::ports::table::StoreError> {
         self.0.account().await
     }
 
     async fn account_shards(
         &self,
-    ) -> Result<Vec<genace_core::ledger::AccountCapacity>, genace_stages::ports::table::StoreError> {
+    ) -> Result<Vec<genace_core::capacity::AccountCapacity>, genace_stages::ports::table::StoreError> {
         self.0.account_shards().await
     }
 
@@ -583,7 +583,7 @@ impl TenantLedgers for EchoingStore {
     async fn set_account_limit(
         &self,
         limit: Option<u32>,
-    ) -> Result<genace_core::ledger::AccountCapacity, genace_stages::ports::table::StoreError> {
+    ) -> Result<genace_core::capacity::AccountCapacity, genace_stages::ports::table::StoreError> {
         self.0.set_account_limit(limit).await
     }
 

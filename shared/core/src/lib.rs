@@ -9,6 +9,7 @@
 //!   status read, and the submission body.
 //! - [`keys`]: every key prefix of the operations table, spelt once.
 //! - [`ledger`]: each operation's share of its tenant's credits.
+//! - [`capacity`]: the Genace account's capacity and its limits.
 //! - [`shard`]: the Genace account's counters split over shards.
 //! - [`render`]: learned render times and the poll plan drawn from them.
 //! - [`events`]: the lifecycle events a committed change announces.
@@ -20,6 +21,7 @@
 //! This crate does no I/O. It must not import AWS, HTTP or Lambda crates, nor
 //! any other crate of this workspace: every other crate depends on it.
 
+pub mod capacity;
 pub mod domain;
 pub mod events;
 pub mod keys;

@@ -18,7 +18,8 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::ledger::{self, AccountCapacity, Overflow, Shares};
+use crate::capacity::AccountCapacity;
+use crate::ledger::{self, Overflow, Shares};
 use crate::record::OperationRecord;
 
 /// The most shards an account may be split into.

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use genace_core::ledger::AccountCapacity;
+use genace_core::capacity::AccountCapacity;
 use genace_core::shard::{self, AccountMove, AccountShards};
 
 use super::contention::shard_item;

@@ -29,17 +29,20 @@ impl TenantLedgers for MemoryStore {
         Ok(self.with_ledger(tenant, |l| l.max_in_flight = limit))
     }
 
-    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+    async fn account(&self) -> Result<genace_core::capacity::AccountCapacity, StoreError> {
         let mut table = self.lock();
         table.account.read_for(self.shards);
         Ok(table.account.whole())
     }
 
-    async fn account_shards(&self) -> Result<Vec<genace_core::ledger::AccountCapacity>, StoreError> {
+    async fn account_shards(&self) -> Result<Vec<genace_core::capacity::AccountCapacity>, StoreError> {
         Ok(self.lock().account.read_for(self.shards))
     }
 
-    async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+    async fn set_account_limit(
+        &self,
+        limit: Option<u32>,
+    ) -> Result<genace_core::capacity::AccountCapacity, StoreError> {
         // Every shard takes its part: one item a plain write, more a
         // transaction.
         let items = self.lock().account.items();

@@ -107,7 +107,7 @@ impl MemoryStore {
     }
 
     /// The account's jobs in flight and limit, now.
-    pub fn account_now(&self) -> genace_core::ledger::AccountCapacity {
+    pub fn account_now(&self) -> genace_core::capacity::AccountCapacity {
         self.lock().account.whole()
     }
 
@@ -117,7 +117,7 @@ impl MemoryStore {
     }
 
     /// Each shard of the account in use, now.
-    pub fn account_shards_now(&self) -> Vec<genace_core::ledger::AccountCapacity> {
+    pub fn account_shards_now(&self) -> Vec<genace_core::capacity::AccountCapacity> {
         self.lock().account.per_shard()
     }
 

@@ -268,7 +268,7 @@ fn number(vars: Vars<'_>, name: &str, default: i64) -> Result<i64, ConfigError> 
 }
 
 /// `GENACE_MAX_IN_FLIGHT`: unset or empty for no limit, else 1 to
-/// [`genace_core::ledger::MAX_IN_FLIGHT_LIMIT`].
+/// [`genace_core::capacity::MAX_IN_FLIGHT_LIMIT`].
 fn in_flight_limit(vars: Vars<'_>) -> Result<Option<u32>, ConfigError> {
     let Some(v) = var(vars, "GENACE_MAX_IN_FLIGHT") else {
         return Ok(None);
@@ -276,7 +276,7 @@ fn in_flight_limit(vars: Vars<'_>) -> Result<Option<u32>, ConfigError> {
     v.trim()
         .parse::<u32>()
         .ok()
-        .filter(|n| (1..=genace_core::ledger::MAX_IN_FLIGHT_LIMIT).contains(n))
+        .filter(|n| (1..=genace_core::capacity::MAX_IN_FLIGHT_LIMIT).contains(n))
         .map(Some)
         .ok_or_else(|| {
             ConfigError(format!(

@@ -1164,7 +1164,7 @@ async fn a_stuck_account_is_probed_and_a_refused_probe_waits_twice_as_long() {
     // Stuck for 5 minutes: the sweep probes one higher, and the waiting
     // operation is woken into Genace's full account.
     app.clock
-        .advance(Duration::seconds(genace_core::ledger::PROBE_AFTER_SECONDS));
+        .advance(Duration::seconds(genace_core::capacity::PROBE_AFTER_SECONDS));
     app.sweeper().run().await.unwrap();
     assert_eq!(app.store.account().await.unwrap().learned, Some(3));
     assert_eq!(
@@ -1182,12 +1182,12 @@ async fn a_stuck_account_is_probed_and_a_refused_probe_waits_twice_as_long() {
     // limit (6 jobs over 2: 15 minutes), not 5 or 10.
     for _ in 0..2 {
         app.clock
-            .advance(Duration::seconds(genace_core::ledger::PROBE_AFTER_SECONDS));
+            .advance(Duration::seconds(genace_core::capacity::PROBE_AFTER_SECONDS));
         app.sweeper().run().await.unwrap();
         assert_eq!(app.store.account().await.unwrap().learned, Some(2));
     }
     app.clock
-        .advance(Duration::seconds(genace_core::ledger::PROBE_AFTER_SECONDS));
+        .advance(Duration::seconds(genace_core::capacity::PROBE_AFTER_SECONDS));
     app.sweeper().run().await.unwrap();
     assert_eq!(app.store.account().await.unwrap().learned, Some(3));
     for id in &ids {

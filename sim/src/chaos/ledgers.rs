@@ -8,12 +8,12 @@ use genace_stages::ports::table::{LedgerPage, StoreError, TenantLedgers};
 use super::{Chaotic, port};
 
 impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
-    async fn account(&self) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+    async fn account(&self) -> Result<genace_core::capacity::AccountCapacity, StoreError> {
         self.chaos.lock().account_reads += 1;
         port(&self.chaos, self.inner.account()).await
     }
 
-    async fn account_shards(&self) -> Result<Vec<genace_core::ledger::AccountCapacity>, StoreError> {
+    async fn account_shards(&self) -> Result<Vec<genace_core::capacity::AccountCapacity>, StoreError> {
         self.chaos.lock().account_reads += 1;
         port(&self.chaos, self.inner.account_shards()).await
     }
@@ -72,7 +72,10 @@ impl<T: TenantLedgers> TenantLedgers for Chaotic<T> {
         port(&self.chaos, self.inner.set_spend_limit(tenant, limit)).await
     }
 
-    async fn set_account_limit(&self, limit: Option<u32>) -> Result<genace_core::ledger::AccountCapacity, StoreError> {
+    async fn set_account_limit(
+        &self,
+        limit: Option<u32>,
+    ) -> Result<genace_core::capacity::AccountCapacity, StoreError> {
         port(&self.chaos, self.inner.set_account_limit(limit)).await
     }
 

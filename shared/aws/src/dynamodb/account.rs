@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use genace_core::ledger::AccountCapacity;
+use genace_core::capacity::AccountCapacity;
 use genace_core::shard::{self, AccountMove};
 use genace_stages::ports::table::StoreError;
 

@@ -5,7 +5,7 @@
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use genace_core::ledger::AccountCapacity;
+use genace_core::capacity::AccountCapacity;
 use genace_stages::ports::table::StoreError;
 
 use super::DynamoStore;

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use genace_core::ledger::AccountCapacity;
+use genace_core::capacity::AccountCapacity;
 use genace_core::shard;
 use genace_stages::ports::table::StoreError;
 

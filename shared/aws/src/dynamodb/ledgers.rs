@@ -6,8 +6,9 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use genace_core::capacity::AccountCapacity;
 use genace_core::domain::TenantId;
-use genace_core::ledger::{self, AccountCapacity, Millicredits, Shares, TenantLedger};
+use genace_core::ledger::{self, Millicredits, Shares, TenantLedger};
 use genace_core::record::OperationRecord;
 use genace_core::shard;
 use genace_stages::ports::table::{LedgerPage, PlaceRule, SetMove, SetRule, StoreError, TenantLedgers};

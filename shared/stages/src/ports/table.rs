@@ -271,13 +271,13 @@ pub trait TenantLedgers: Send + Sync {
 
     /// The Genace account's jobs in flight and its limit: its shards
     /// added up ([`genace_core::shard::summed`]).
-    fn account(&self) -> impl Future<Output = Result<genace_core::ledger::AccountCapacity, StoreError>> + Send;
+    fn account(&self) -> impl Future<Output = Result<genace_core::capacity::AccountCapacity, StoreError>> + Send;
 
     /// Each shard of the account in use, in order: its own counters under
     /// its part of every limit. One read, however many shards.
     fn account_shards(
         &self,
-    ) -> impl Future<Output = Result<Vec<genace_core::ledger::AccountCapacity>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<genace_core::capacity::AccountCapacity>, StoreError>> + Send;
 
     /// Sets (or, with `None`, removes) an operator's limit of the account's
     /// jobs in flight, which replaces the deployment's while set, and
@@ -286,12 +286,12 @@ pub trait TenantLedgers: Send + Sync {
     fn set_account_limit(
         &self,
         limit: Option<u32>,
-    ) -> impl Future<Output = Result<genace_core::ledger::AccountCapacity, StoreError>> + Send;
+    ) -> impl Future<Output = Result<genace_core::capacity::AccountCapacity, StoreError>> + Send;
 
     /// Replaces the account's learned limit if it is still `seen`, marks
     /// the jobs ended so far as its start (`None` forgets it), sets how
     /// many must end before it is raised
-    /// ([`genace_core::ledger::AccountCapacity::raise_every`]) and, for a
+    /// ([`genace_core::capacity::AccountCapacity::raise_every`]) and, for a
     /// lesson or a probe, when it was (`at`; none keeps the time before).
     /// False when another writer changed the limit first: theirs stands.
     fn learn_account_limit(

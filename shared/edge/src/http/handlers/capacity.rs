@@ -26,7 +26,7 @@ pub(crate) async fn capacity<P: Ports>(
 pub(crate) fn in_flight_limit(req: &Request) -> Result<Option<u32>, Problem> {
     let body = json_body(req, "limit", MAX_SMALL_BODY_BYTES)?;
     only_members(&body, &["max_in_flight"])?;
-    let bound = genace_core::ledger::MAX_IN_FLIGHT_LIMIT;
+    let bound = genace_core::capacity::MAX_IN_FLIGHT_LIMIT;
     match body.get("max_in_flight") {
         Some(Value::Null) => Ok(None),
         // A whole number, as JSON Schema counts one: `3` and `3.0` alike.

@@ -116,7 +116,7 @@ pub async fn wake_after_wait<S: OperationStore, Q: WorkQueue>(
 /// The account as a wake-up reads it, its learned limit raised first if
 /// earned. A raise not saved (the account item busy) is the sweep's to
 /// make; the wake-up goes on under the limit as read.
-async fn account_raised<S: OperationStore>(store: &S) -> Result<genace_core::ledger::AccountCapacity, String> {
+async fn account_raised<S: OperationStore>(store: &S) -> Result<genace_core::capacity::AccountCapacity, String> {
     let mut account = store.account().await.map_err(|e| e.to_string())?;
     if let Err(e) = raise_if_earned(store, &mut account).await {
         if genace_core::planted::on(genace_core::planted::RAISE_FAILURE_ABORTS_WAKE) {
@@ -145,7 +145,7 @@ pub async fn wake_after_limit<S: OperationStore, Q: WorkQueue>(
 
 /// The slots a wake-up may fill under `account`: its free slots, or one
 /// (a freed slot) when no limit of ours is known.
-fn room_of(account: &genace_core::ledger::AccountCapacity) -> usize {
+fn room_of(account: &genace_core::capacity::AccountCapacity) -> usize {
     match account.free_slots() {
         Some(free) => usize::try_from(free).unwrap_or(usize::MAX),
         None => 1,
@@ -254,7 +254,7 @@ async fn rejoin_stranded<S: OperationStore, Q: WorkQueue>(
 /// What the sweep read of the sets, for [`rejoin_stranded`].
 #[derive(Clone, Copy)]
 struct Stranded<'a> {
-    account: &'a genace_core::ledger::AccountCapacity,
+    account: &'a genace_core::capacity::AccountCapacity,
     /// The operations the parked set holds, read whole.
     parked: i64,
     /// Woken by this run's wake-up.
@@ -265,7 +265,7 @@ struct Stranded<'a> {
 /// Whether the limit changed (another writer may have changed it first).
 async fn raise_if_earned<S: OperationStore>(
     store: &S,
-    account: &mut genace_core::ledger::AccountCapacity,
+    account: &mut genace_core::capacity::AccountCapacity,
 ) -> Result<bool, String> {
     let Some(raised) = account.raised() else {
         return Ok(false);
@@ -288,7 +288,7 @@ async fn raise_if_earned<S: OperationStore>(
 async fn wake_from<S: OperationStore, Q: WorkQueue>(
     store: &S,
     queue: &Q,
-    account: &genace_core::ledger::AccountCapacity,
+    account: &genace_core::capacity::AccountCapacity,
     tenants: &mut Option<Vec<Turn>>,
     hint: Option<&TenantId>,
 ) -> Result<usize, String> {
@@ -470,7 +470,7 @@ fn next_turn(turns: &mut [Turn]) -> Option<&mut Turn> {
 /// good. The next 429 teaches it again. Failures are logged.
 async fn probe<S: OperationStore>(
     store: &S,
-    account: &mut genace_core::ledger::AccountCapacity,
+    account: &mut genace_core::capacity::AccountCapacity,
     now: chrono::DateTime<chrono::Utc>,
 ) {
     let Some(probed) = account.probed(now.timestamp_millis()) else {
@@ -492,7 +492,7 @@ async fn probe<S: OperationStore>(
 /// After Genace refused a claim with 429 while jobs of ours were in flight
 /// (`account` as read then, this claim's slot counted): the real limit is
 /// lower than we believed, so the learned limit becomes what Genace was
-/// seen to take ([`genace_core::ledger::AccountCapacity::lowered_after_429`]).
+/// seen to take ([`genace_core::capacity::AccountCapacity::lowered_after_429`]).
 /// Whether the account now holds the lesson (saved here, taught first by
 /// another 429, or none to teach). A failure (the account item held by
 /// transactions past every try) is logged and answers false: the account
@@ -500,7 +500,7 @@ async fn probe<S: OperationStore>(
 /// wake the refused operation, and the caller must look at it again.
 pub async fn learn_from_429<S: OperationStore>(
     store: &S,
-    account: &genace_core::ledger::AccountCapacity,
+    account: &genace_core::capacity::AccountCapacity,
     metrics: &crate::ports::metrics::Metrics,
     now: chrono::DateTime<chrono::Utc>,
 ) -> bool {
