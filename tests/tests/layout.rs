@@ -368,7 +368,7 @@ fn the_stages_rooms_import_only_downward() {
     ));
     assert!(!allowed(
         "shared/stages/src/api/erase.rs",
-        "shared/stages/src/pipeline/deliver.rs"
+        "shared/stages/src/pipeline/deliver/mod.rs"
     ));
 }
 
