@@ -273,7 +273,7 @@ pub(crate) async fn in_process_intake(
     m: usize,
     run_id: &str,
 ) -> Result<(Vec<Duration>, Vec<Duration>), String> {
-    let intake = genace_app::from_sdk(&stack.sdk, stack.config.clone()).intake();
+    let intake = genace_app::from_sdk(&stack.sdk, stack.config.clone()).api();
     let claims: HashMap<String, String> =
         HashMap::from([("sub".into(), "bench".into()), ("tenant_id".into(), TENANT.into())]);
     let request = |key: &str| {

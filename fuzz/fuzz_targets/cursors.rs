@@ -14,7 +14,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use genace_core::machine::{Event, Policy, transition};
 use genace_edge::http::handle;
 use genace_memory::{MemoryApp, memory_app};
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::ports::Ports;
 use genace_stages::ports::clock::Clock;
 use genace_stages::ports::cursor::{binding, seal};
@@ -141,7 +141,7 @@ fn request(method: &str, path: &str, body: Option<&str>, claims: Value) -> lambd
     lambda_http::request::from_str(&event.to_string()).expect("a valid event")
 }
 
-async fn call<P: Ports>(api: &Intake<P>, method: &str, path: &str, body: Option<&str>, claims: Value) -> (u16, Value) {
+async fn call<P: Ports>(api: &Api<P>, method: &str, path: &str, body: Option<&str>, claims: Value) -> (u16, Value) {
     let resp = handle(api, request(method, path, body, claims)).await;
     let body = serde_json::from_slice(resp.body().as_ref()).unwrap_or(Value::Null);
     (resp.status().as_u16(), body)

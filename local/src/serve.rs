@@ -15,7 +15,7 @@ use genace_aws::S3Store;
 use genace_aws::SqsQueue;
 use genace_edge::http as api;
 use genace_edge::http::Problem;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
@@ -34,7 +34,7 @@ use crate::devauth;
 /// Bodies are read up to this size; the handler enforces the real limit.
 const READ_LIMIT: usize = 1024 * 1024;
 
-pub type LocalIntake = Intake<Parts<DynamoStore, SqsQueue, S3Store>>;
+pub type LocalIntake = Api<Parts<DynamoStore, SqsQueue, S3Store>>;
 
 /// A gateway's answer to one request, on its way.
 pub type Answer<'a> = Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send + 'a>>;

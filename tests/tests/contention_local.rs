@@ -279,7 +279,7 @@ async fn dispatch_into_a_busy_table(
         "specification": {"model": "genace-image-1", "prompt": "busy"}});
     let intent = Intent::parse(&body, None).unwrap();
     let tenant = TenantId::parse("tenant-busy").unwrap();
-    let Submitted::New(rec) = app.intake().submit(&tenant, &intent, chrono::Utc::now()).await.unwrap() else {
+    let Submitted::New(rec) = app.api().submit(&tenant, &intent, chrono::Utc::now()).await.unwrap() else {
         panic!("expected a new operation")
     };
     let quiet = async {

@@ -19,7 +19,7 @@ use genace_core::webhook::{AttemptStatus, EndpointSet, WebhookAttempt};
 use genace_localaws::LocalAws;
 use genace_outbound::GenaceClient;
 use genace_outbound::GenaceConfig;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::api::intake::Submitted;
 use genace_stages::pipeline::dispatch::Dispatched;
 use genace_stages::pipeline::dispatch::Dispatcher;
@@ -36,7 +36,7 @@ struct Rig {
     env: LocalAws,
     genace: MockServer,
     dispatcher: Dispatcher<Parts<DynamoStore, SqsQueue, S3Store, GenaceClient>>,
-    intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>>,
+    intake: Api<Parts<DynamoStore, SqsQueue, S3Store>>,
 }
 
 fn accepted(job_id: &str, state: &str) -> ResponseTemplate {
@@ -67,7 +67,7 @@ async fn rig_configured(response: ResponseTemplate, configure: impl FnOnce(&mut 
     let mut gconf = GenaceConfig::new(genace.uri(), "key");
     gconf.timeout = Duration::from_secs(1);
     let app = genace_app::from_sdk(&env.sdk, config).with_genace(GenaceClient::new(gconf).unwrap());
-    let (dispatcher, intake) = (app.dispatcher(), app.intake());
+    let (dispatcher, intake) = (app.dispatcher(), app.api());
     Rig {
         env,
         genace,
@@ -886,7 +886,7 @@ async fn a_connection_reset_is_uncertain() {
     let config = env.config.clone();
     let app = genace_app::from_sdk(&env.sdk, config)
         .with_genace(GenaceClient::new(GenaceConfig::new(format!("http://{addr}"), "k")).unwrap());
-    let (dispatcher, intake) = (app.dispatcher(), app.intake());
+    let (dispatcher, intake) = (app.dispatcher(), app.api());
     let intent = Intent::parse(
         &json!({"operation_key": "k", "media_type": "image", "specification": {"model": "m", "prompt": "p"}}),
         None,

@@ -6,7 +6,7 @@ use genace_aws::S3Store;
 use genace_aws::SqsQueue;
 use genace_edge::http as api;
 use genace_localaws::LocalAws;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::config::QueueUrls;
 use genace_stages::ports::Parts;
 use lambda_http::{Body, Response};
@@ -85,8 +85,8 @@ fn parse(resp: Response<Body>) -> Parsed {
     }
 }
 
-fn intake(env: &LocalAws) -> Intake<Parts<DynamoStore, SqsQueue, S3Store>> {
-    Intake::new(env.store(), env.queue(), env.objects(), env.config.clone())
+fn intake(env: &LocalAws) -> Api<Parts<DynamoStore, SqsQueue, S3Store>> {
+    Api::new(env.store(), env.queue(), env.objects(), env.config.clone())
 }
 
 #[tokio::test]
@@ -204,7 +204,7 @@ async fn tenants_are_isolated() {
 async fn a_duplicate_intake_costs_one_dynamodb_request() {
     let env = LocalAws::fresh().await;
     let (store, counter) = env.counted_store();
-    let intake = Intake::new(store, env.queue(), env.objects(), env.config.clone());
+    let intake = Api::new(store, env.queue(), env.objects(), env.config.clone());
     assert_eq!(
         parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await).status,
         202
@@ -383,7 +383,7 @@ async fn a_failed_enqueue_does_not_fail_the_request() {
         dispatch: format!("{}-missing", env.queues.dispatch),
         ..env.queues.clone()
     };
-    let intake = Intake::new(
+    let intake = Api::new(
         env.store(),
         SqsQueue::new(genace_aws::clients::sqs(&env.sdk), broken),
         env.objects(),
@@ -403,7 +403,7 @@ async fn an_unavailable_store_answers_503_with_retry_after_and_the_same_key_advi
         genace_aws::clients::dynamodb(&env.sdk),
         format!("{}-missing", env.names.table),
     );
-    let intake = Intake::new(missing, env.queue(), env.objects(), env.config.clone());
+    let intake = Api::new(missing, env.queue(), env.objects(), env.config.clone());
     let resp = api::handle(&intake, post(&spec_body(), "tenant-a")).await;
     let retry_after = resp
         .headers()
@@ -445,7 +445,7 @@ async fn a_retry_after_its_deadline_is_a_replay_not_a_400() {
     let env = LocalAws::fresh().await;
     let start = chrono::Utc::now();
     let clock = ManualClock::new(start);
-    let intake = Intake::<
+    let intake = Api::<
         genace_stages::ports::Parts<_, _, _, genace_stages::ports::Unused, genace_stages::ports::Unused, ManualClock>,
     > {
         store: env.store(),

@@ -21,7 +21,7 @@ use genace_localaws::LocalAws;
 use genace_outbound::GenaceClient;
 use genace_outbound::GenaceConfig;
 use genace_outbound::HttpDownloads;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::api::intake::Submitted;
 use genace_stages::pipeline::deliver::DeliverResult;
 use genace_stages::pipeline::deliver::Deliverer;
@@ -89,8 +89,8 @@ impl Rig {
         self.app().deliverer()
     }
 
-    fn intake(&self) -> Intake<Parts<DynamoStore, SqsQueue, S3Store>> {
-        self.app().intake()
+    fn api(&self) -> Api<Parts<DynamoStore, SqsQueue, S3Store>> {
+        self.app().api()
     }
 
     async fn prepared(&self, fault: Option<&str>) -> OperationId {
@@ -101,7 +101,7 @@ impl Rig {
         }
         let intent = Intent::parse(&body, None).unwrap();
         let Submitted::New(rec) = self
-            .intake()
+            .api()
             .submit(&TenantId::parse("tenant-a").unwrap(), &intent, Utc::now())
             .await
             .unwrap()
@@ -257,11 +257,11 @@ async fn a_job_is_observed_by_its_saved_id_then_delivered_and_verified() {
 
     // The view links to it with a presigned URL that works.
     let view_rec = rig
-        .intake()
+        .api()
         .get(&TenantId::parse("tenant-a").unwrap(), &id, Utc::now())
         .await
         .unwrap();
-    let links = rig.intake().links(&view_rec).await;
+    let links = rig.api().links(&view_rec).await;
     let view = genace_edge::http::views::view_with_links(&view_rec, &links);
     let link = view["delivered_objects"][0]["url"].as_str().unwrap().to_owned();
     assert!(

@@ -15,7 +15,7 @@ use genace_core::record::OperationRecord;
 use genace_core::record::Phase;
 use genace_edge::http as api;
 use genace_localaws::LocalAws;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::ports::table::prelude::*;
 use lambda_http::{Body, Response};
 use serde_json::{Value, json};
@@ -161,8 +161,8 @@ fn intent(key: &str, prompt: &str) -> String {
 )]
 async fn every_documented_response_matches_what_the_handler_sends() {
     let env = LocalAws::fresh().await;
-    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
-        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let intake: Api<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Api::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let doc = Doc::load();
     let mut seen = BTreeSet::new();
     let ops = "/v1/operations";
@@ -1123,8 +1123,8 @@ fn span(
 )]
 async fn an_operator_reads_an_operations_trace_as_its_spans_or_its_link() {
     let env = LocalAws::fresh().await;
-    let mut intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
-        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let mut intake: Api<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Api::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let doc = Doc::load();
     let route = "/v1/operations/{operation_id}/trace";
     let created = api::handle(
@@ -1271,7 +1271,7 @@ fn the_route_table_is_the_documents_list_of_operations() {
 
 /// Every page of a listing through the API, with the cursor each returns.
 async fn pages(
-    intake: &Intake<Parts<DynamoStore, SqsQueue, S3Store>>,
+    intake: &Api<Parts<DynamoStore, SqsQueue, S3Store>>,
     query: &str,
     claims: &Value,
 ) -> (Vec<String>, usize) {
@@ -1297,7 +1297,7 @@ async fn pages(
 }
 
 /// The field a 400 names.
-async fn refused_field(intake: &Intake<Parts<DynamoStore, SqsQueue, S3Store>>, path: &str, claims: Value) -> String {
+async fn refused_field(intake: &Api<Parts<DynamoStore, SqsQueue, S3Store>>, path: &str, claims: Value) -> String {
     let resp = Box::pin(api::handle(intake, event("GET", path, None, claims, &[]))).await;
     let body: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
     assert_eq!(resp.status(), 400, "{path}: {body}");
@@ -1305,7 +1305,7 @@ async fn refused_field(intake: &Intake<Parts<DynamoStore, SqsQueue, S3Store>>, p
 }
 
 /// 25 operations of tenant `ta` (their ids, oldest first) and 3 of `tb`.
-async fn create_listed(intake: &Intake<Parts<DynamoStore, SqsQueue, S3Store>>) -> Vec<String> {
+async fn create_listed(intake: &Api<Parts<DynamoStore, SqsQueue, S3Store>>) -> Vec<String> {
     let mut mine = Vec::new();
     for i in 0..25 {
         let made = Box::pin(api::handle(
@@ -1337,8 +1337,8 @@ async fn create_listed(intake: &Intake<Parts<DynamoStore, SqsQueue, S3Store>>) -
 #[tokio::test]
 async fn a_listing_pages_through_one_tenant_and_its_cursor_serves_no_other() {
     let env = LocalAws::fresh().await;
-    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
-        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let intake: Api<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Api::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let mut mine = create_listed(&intake).await;
     mine.reverse();
     let (listed, page_count) = pages(&intake, "limit=10", &tenant("ta")).await;
@@ -1403,8 +1403,8 @@ async fn a_case_cursor_serves_only_its_own_scope_and_filter() {
     use genace_localaws::{claimed, intent_record, uncertain};
     use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
-    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
-        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let intake: Api<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Api::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let mut opened = Vec::new();
     for (tenant, key) in [("ta", "c1"), ("ta", "c2"), ("tb", "c3"), ("ta", "c4"), ("ta", "c5")] {
         let rec = intent_record(tenant, key, "p");
@@ -1497,8 +1497,8 @@ async fn webhook_endpoints_are_managed_through_the_api_and_show_their_secret_onc
     let env = LocalAws::fresh().await;
     let mut config = env.config.clone();
     config.webhook_max_endpoints = 2;
-    let mut intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
-        Intake::new(env.store(), env.queue(), env.objects(), config);
+    let mut intake: Api<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Api::new(env.store(), env.queue(), env.objects(), config);
     let vault = genace_aws::SecretsManager::new(genace_aws::clients::secrets(&env.sdk), chrono::Duration::hours(24));
     intake.vault = std::sync::Arc::new(vault.clone());
     let doc = Doc::load();
@@ -1887,8 +1887,8 @@ async fn attaching_a_held_job_is_refused_and_names_the_holder_only_in_scope() {
     use genace_localaws::{claimed, intent_record, uncertain};
     use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
-    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
-        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let intake: Api<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Api::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let mut ops = Vec::new();
     for tenant in ["ta", "tb"] {
         let rec = intent_record(tenant, "held", "p");
@@ -1971,8 +1971,8 @@ async fn forged_positions_in_valid_seals_and_an_inverted_range_are_400() {
     use base64::Engine;
     use genace_stages::ports::cursor::{binding, seal};
     let env = LocalAws::fresh().await;
-    let intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
-        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let intake: Api<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Api::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let encoded = |key: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.to_string());
     let op_pk = format!("OP#op_{}", "a".repeat(32));
     // Credits: the inner key must be a ledger's key in the cursor's shard.
@@ -2027,8 +2027,8 @@ async fn no_cursor_a_client_can_send_makes_a_paged_route_answer_5xx() {
     use genace_stages::ports::cursor::{binding, open, seal};
     use genace_stages::ports::table::OperationRecords;
     let env = LocalAws::fresh().await;
-    let mut intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>> =
-        Intake::new(env.store(), env.queue(), env.objects(), env.config.clone());
+    let mut intake: Api<Parts<DynamoStore, SqsQueue, S3Store>> =
+        Api::new(env.store(), env.queue(), env.objects(), env.config.clone());
     let vault = genace_aws::SecretsManager::new(genace_aws::clients::secrets(&env.sdk), chrono::Duration::hours(24));
     intake.vault = std::sync::Arc::new(vault);
     create_listed(&intake).await;

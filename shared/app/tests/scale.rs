@@ -12,7 +12,8 @@ use genace_core::domain::{Intent, OperationId, TenantId};
 use genace_localaws::LocalAws;
 use genace_memory::ManualClock;
 use genace_outbound::{GenaceClient, GenaceConfig};
-use genace_stages::api::intake::{Intake, Submitted};
+use genace_stages::api::context::Api;
+use genace_stages::api::intake::Submitted;
 use genace_stages::pipeline::dispatch::{Dispatched, Dispatcher, PostResult};
 use genace_stages::pipeline::sweep::Sweeper;
 use genace_stages::ports::table::prelude::*;
@@ -25,7 +26,7 @@ struct Rig {
     env: LocalAws,
     genace: MockServer,
     dispatcher: Dispatcher<Parts<DynamoStore, SqsQueue, S3Store, GenaceClient>>,
-    intake: Intake<Parts<DynamoStore, SqsQueue, S3Store>>,
+    intake: Api<Parts<DynamoStore, SqsQueue, S3Store>>,
 }
 
 /// An account of one slot, and a Genace that accepts every POST after
@@ -47,7 +48,7 @@ async fn rig(answer_after: Duration) -> Rig {
     let mut gconf = GenaceConfig::new(genace.uri(), "key");
     gconf.timeout = Duration::from_secs(10);
     let app = genace_app::from_sdk(&env.sdk, config).with_genace(GenaceClient::new(gconf).unwrap());
-    let (dispatcher, intake) = (app.dispatcher(), app.intake());
+    let (dispatcher, intake) = (app.dispatcher(), app.api());
     Rig {
         env,
         genace,

@@ -4,7 +4,7 @@
 //! and a manual clock. Each stage it makes is typed with the
 //! [`Parts`](crate::ports::Parts) of the adapters that stage uses.
 
-use crate::api::intake::Intake;
+use crate::api::context::Api;
 use crate::config::Config;
 use crate::pipeline::deliver::Deliverer;
 use crate::pipeline::dispatch::Dispatcher;
@@ -47,8 +47,8 @@ where
     D: Clone + Send + Sync + 'static,
     C: Clock + Clone + 'static,
 {
-    pub fn intake(&self) -> Intake<Parts<S, Q, O, Unused, Unused, C>> {
-        Intake {
+    pub fn api(&self) -> Api<Parts<S, Q, O, Unused, Unused, C>> {
+        Api {
             store: self.store.clone(),
             queue: self.queue.clone(),
             objects: self.objects.clone(),

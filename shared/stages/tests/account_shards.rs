@@ -34,7 +34,7 @@ async fn submit(app: &MemoryApp, key: &str) -> OperationId {
         "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
     let intent = Intent::parse(&body, None).unwrap();
     let tenant = TenantId::parse("tenant-shards").unwrap();
-    match app.intake().submit(&tenant, &intent, app.clock.now()).await.unwrap() {
+    match app.api().submit(&tenant, &intent, app.clock.now()).await.unwrap() {
         Submitted::New(rec) => rec.operation_id,
         other => panic!("{other:?}"),
     }

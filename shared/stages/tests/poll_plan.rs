@@ -28,7 +28,7 @@ async fn accepted(app: &MemoryApp, key: &str) -> OperationRecord {
         "specification": {"model": "genace-video-2", "prompt": "a lighthouse", "duration": 8}});
     let intent = Intent::parse(&body, None).unwrap();
     let tenant = TenantId::parse("tenant-plan").unwrap();
-    let id = match app.intake().submit(&tenant, &intent, app.clock.now()).await.unwrap() {
+    let id = match app.api().submit(&tenant, &intent, app.clock.now()).await.unwrap() {
         Submitted::New(rec) => rec.operation_id,
         other => panic!("{other:?}"),
     };

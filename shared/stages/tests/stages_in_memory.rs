@@ -63,7 +63,7 @@ async fn submit_media(app: &MemoryApp, tenant: &str, key: &str, media: &str) -> 
         "specification": {"model": model, "prompt": "a lighthouse"}});
     let intent = Intent::parse(&body, None).unwrap();
     match app
-        .intake()
+        .api()
         .submit(&TenantId::parse(tenant).unwrap(), &intent, app.clock.now())
         .await
         .unwrap()
@@ -96,7 +96,7 @@ async fn submit(app: &MemoryApp, key: &str, fault: Option<&str>) -> OperationId 
     }
     let intent = Intent::parse(&body, None).unwrap();
     match app
-        .intake()
+        .api()
         .submit(&TenantId::parse("tenant-a").unwrap(), &intent, app.clock.now())
         .await
         .unwrap()
@@ -1417,7 +1417,7 @@ async fn a_cancel_before_the_claim_wins_and_no_post_ever_follows() {
     let dispatcher = app.dispatcher();
     assert_eq!(app.store.account().await.unwrap().waiting, 1);
 
-    let cancelled = app.intake().cancel(&tenant, &waiting).await.unwrap();
+    let cancelled = app.api().cancel(&tenant, &waiting).await.unwrap();
     assert_eq!(cancelled.phase, Phase::Cancelled);
     let how = cancelled.cancellation.clone().unwrap();
     assert_eq!((how.by.as_str(), how.reason.as_str()), ("tenant-a", "requested"));
@@ -1435,7 +1435,7 @@ async fn a_cancel_before_the_claim_wins_and_no_post_ever_follows() {
         Dispatched::NotDispatchable(Phase::Cancelled)
     );
     assert_eq!(app.genace.posts().len(), 1, "only the running operation's POST");
-    let again = app.intake().cancel(&tenant, &waiting).await.unwrap();
+    let again = app.api().cancel(&tenant, &waiting).await.unwrap();
     assert_eq!(again, cancelled, "a repeat answers the same and writes nothing");
 }
 
@@ -1449,7 +1449,7 @@ async fn a_cancel_after_the_claim_is_too_late_and_names_the_phase() {
     app.dispatcher().dispatch(&id).await.unwrap();
     let before = record(&app, &id).await;
     let refused = app
-        .intake()
+        .api()
         .cancel(&TenantId::parse("tenant-a").unwrap(), &id)
         .await
         .unwrap_err();
@@ -1462,7 +1462,7 @@ async fn a_cancel_after_the_claim_is_too_late_and_names_the_phase() {
     );
     assert_eq!(record(&app, &id).await, before);
     let foreign = app
-        .intake()
+        .api()
         .cancel(&TenantId::parse("tenant-b").unwrap(), &id)
         .await
         .unwrap_err();
@@ -1492,7 +1492,7 @@ async fn cancelling_a_held_operation_closes_its_case_in_the_audit() {
         actor: "ops-1".into(),
         tenant: None,
     };
-    let cancelled = app.intake().admin(&op).cancel(&id).await.unwrap();
+    let cancelled = app.api().admin(&op).cancel(&id).await.unwrap();
     assert_eq!((cancelled.phase, cancelled.case.is_none()), (Phase::Cancelled, true));
     let audit = cancelled.audit.last().unwrap();
     assert_eq!((audit.actor.as_str(), audit.action.as_str()), ("ops-1", "cancel"));
@@ -1511,7 +1511,7 @@ async fn a_deadline_passed_while_waiting_cancels_with_no_post() {
         "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}});
     let intent = Intent::parse(&body, None).unwrap();
     let Submitted::New(rec) = app
-        .intake()
+        .api()
         .submit(&TenantId::parse("tenant-a").unwrap(), &intent, app.clock.now())
         .await
         .unwrap()
@@ -1548,7 +1548,7 @@ async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
     let tenant = TenantId::parse("tenant-a").unwrap();
     let id = submit(&app, "erase", None).await;
     app.dispatcher().dispatch(&id).await.unwrap();
-    let too_early = app.intake().erase_outputs(&tenant, &id).await.unwrap_err();
+    let too_early = app.api().erase_outputs(&tenant, &id).await.unwrap_err();
     assert!(
         matches!(
             too_early,
@@ -1570,7 +1570,7 @@ async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
     let key = delivered.delivered_objects[0].key.clone();
     assert!(app.objects.keys().contains(&key));
 
-    let erased = app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    let erased = app.api().erase_outputs(&tenant, &id).await.unwrap();
     assert!(!app.objects.keys().contains(&key), "the object is gone");
     let how = erased.outputs_erased.clone().unwrap();
     assert_eq!((how.by.as_str(), how.at), ("tenant-a", app.clock.now()));
@@ -1579,11 +1579,11 @@ async fn delivered_outputs_are_erased_once_and_never_before_delivery_ends() {
         erased.delivered_objects, delivered.delivered_objects,
         "keys and digests stay"
     );
-    assert!(app.intake().links(&erased).await.is_empty(), "no links");
-    let again = app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    assert!(app.api().links(&erased).await.is_empty(), "no links");
+    let again = app.api().erase_outputs(&tenant, &id).await.unwrap();
     assert_eq!(again, erased, "a repeat writes nothing");
     let foreign = app
-        .intake()
+        .api()
         .erase_outputs(&TenantId::parse("tenant-b").unwrap(), &id)
         .await
         .unwrap_err();
@@ -1638,7 +1638,7 @@ async fn an_erasure_after_a_refused_delivery_deletes_what_earlier_outputs_left()
         .await
         .unwrap();
 
-    let erased = app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    let erased = app.api().erase_outputs(&tenant, &id).await.unwrap();
     assert!(app.objects.keys().is_empty(), "nothing is left");
     assert_eq!(
         app.objects.abort_uploads(&prefix, 10).await.unwrap(),
@@ -1684,7 +1684,7 @@ async fn a_held_job_is_refused_without_naming_another_tenant() {
         let lost = lost.clone();
         let version = rec.version;
         async move {
-            app.intake()
+            app.api()
                 .admin(&op)
                 .resolve(&lost, &Resolution::AttachRemoteJob { job_id: job }, "found it", version)
                 .await
@@ -1743,7 +1743,7 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
         let (app, lost, version) = (&app, lost.clone(), rec.version);
         let job_id = job.to_owned();
         async move {
-            app.intake()
+            app.api()
                 .admin(&op)
                 .resolve(&lost, &Resolution::AttachRemoteJob { job_id }, "found it", version)
                 .await
@@ -1773,7 +1773,7 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
         tenant: None,
     };
     let attached = app2
-        .intake()
+        .api()
         .admin(&everyone)
         .resolve(
             &other,
@@ -1815,12 +1815,7 @@ async fn a_job_only_the_recovery_queue_held_is_kept_and_attachable_in_scope() {
     };
     let decide = |op: Operator, resolution: Resolution, version: u64| {
         let (app, id) = (&app, id.clone());
-        async move {
-            app.intake()
-                .admin(&op)
-                .resolve(&id, &resolution, "checked", version)
-                .await
-        }
+        async move { app.api().admin(&op).resolve(&id, &resolution, "checked", version).await }
     };
     decide(everyone, Resolution::ConfirmNotCreated, interrupted.version)
         .await
@@ -2129,7 +2124,7 @@ async fn a_cancel_that_lost_a_race_to_a_wait_passes_the_wake_up_on() {
         store.apply_now(&rec, &waiting).expect("the rival's write");
     });
     let tenant = TenantId::parse("tenant-a").unwrap();
-    let cancelled = app.intake().cancel(&tenant, &target).await.unwrap();
+    let cancelled = app.api().cancel(&tenant, &target).await.unwrap();
     assert_eq!(cancelled.phase, Phase::Cancelled);
     assert!(cancelled.version > 2, "written over the rival's record");
     assert_eq!(wakes(), before + 1, "the cancel passed the wake-up on");
@@ -2162,7 +2157,7 @@ async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
         actor: "ops-1".into(),
         tenant: None,
     };
-    let admin = app.intake();
+    let admin = app.api();
     let admin = admin.admin(&op);
     let decided = record(&app, &lost).await.version;
     let abandoned = admin
@@ -2274,7 +2269,7 @@ async fn every_tenants_credits_page_with_a_sealed_cursor() {
         actor: "ops-1".into(),
         tenant: None,
     };
-    let intake = app.intake();
+    let intake = app.api();
     let admin = intake.admin(&op);
     let (mut seen, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
     loop {
@@ -2322,7 +2317,7 @@ async fn a_capacity_report_past_its_page_bound_says_so_and_names_who_waits() {
     };
     let running = submit_as(&app, "aa-running", "r").await;
     app.dispatcher().dispatch(&running).await.unwrap();
-    let report = app.intake().admin(&op).capacity().await.unwrap();
+    let report = app.api().admin(&op).capacity().await.unwrap();
     assert!(report.tenants_complete, "{report:?}");
     // The listing is in tenant order: `zz-waiting` comes after 2,050 idle
     // tenants that each hold a ledger.
@@ -2335,7 +2330,7 @@ async fn a_capacity_report_past_its_page_bound_says_so_and_names_who_waits() {
         app.dispatcher().dispatch(&waiting).await.unwrap(),
         Dispatched::WaitingForCapacity
     );
-    let report = app.intake().admin(&op).capacity().await.unwrap();
+    let report = app.api().admin(&op).capacity().await.unwrap();
     assert!(!report.tenants_complete, "{report:?}");
     let names: Vec<&str> = report.tenants.iter().map(|t| t.tenant_id.as_str()).collect();
     assert!(names.contains(&"aa-running"), "{names:?}");
@@ -2959,7 +2954,7 @@ async fn an_erase_deletes_only_its_own_objects_not_an_old_layouts_nested_tenant(
     let prefix = operation_prefix(&app.config.output_prefix, &delivered);
     let nested = format!("{prefix}op_{}/output-0.mp4", "c".repeat(32));
     put_object(&app, &nested).await;
-    app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    app.api().erase_outputs(&tenant, &id).await.unwrap();
     assert_eq!(app.objects.keys(), [nested], "only the nested tenant's object is left");
 }
 
@@ -2979,7 +2974,7 @@ async fn a_page_of_a_nested_tenants_keys_does_not_hide_an_erased_operations_own(
     }
     let unnamed = object_key(&app.config.output_prefix, &delivered, 7, "mp4");
     put_object(&app, &unnamed).await;
-    app.intake().erase_outputs(&tenant, &id).await.unwrap();
+    app.api().erase_outputs(&tenant, &id).await.unwrap();
     let left = app.objects.keys();
     assert!(!left.contains(&unnamed), "the operation's own object is erased");
     assert_eq!(left.len(), 1_001, "the nested tenant's objects are left");

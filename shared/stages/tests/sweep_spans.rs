@@ -26,7 +26,7 @@ async fn submit(app: &MemoryApp, key: &str, fault: Option<&str>) -> OperationId 
     }
     let intent = Intent::parse(&body, None).unwrap();
     match app
-        .intake()
+        .api()
         .submit(&TenantId::parse("tenant-a").unwrap(), &intent, app.clock.now())
         .await
         .unwrap()

@@ -19,7 +19,7 @@ impl World {
         };
         let intent = Intent::parse(&body, None).expect("a valid intent");
         let tenant_id = TenantId::parse(&tenant).expect("a valid tenant");
-        let intake = self.app.intake();
+        let intake = self.app.api();
         let now = self.now();
         let answers = self.answers.clone();
         let sent = intent.canonical.hash().as_str().to_owned();
@@ -120,7 +120,7 @@ impl World {
             return;
         }
         let rec = self.rng.pick(&records).clone();
-        let intake = self.app.intake();
+        let intake = self.app.api();
         self.spawn(
             format!("cancel {} ({})", short(rec.operation_id.as_str()), rec.phase.as_str()),
             10,
@@ -148,7 +148,7 @@ impl World {
         // erasable then: from here on, its objects may go before the record
         // says so.
         self.erasing.insert(rec.operation_id.as_str().to_owned());
-        let intake = self.app.intake();
+        let intake = self.app.api();
         self.spawn(
             format!("erase {} ({})", short(rec.operation_id.as_str()), rec.phase.as_str()),
             10,
@@ -217,7 +217,7 @@ impl World {
         if resolution == Resolution::ConfirmNotCreated && rec.phase == Phase::Uncertain {
             *self.confirmations.entry(id.clone()).or_default() += 1;
         }
-        let intake = self.app.intake();
+        let intake = self.app.api();
         let op = Operator {
             actor: "sim-operator".into(),
             tenant: None,

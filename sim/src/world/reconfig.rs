@@ -36,7 +36,7 @@ impl World {
             return true;
         }
         let limit = (!self.rng.chance(250)).then(|| 1 + self.rng.below(u64::from(most)) as u32);
-        let intake = self.app.intake();
+        let intake = self.app.api();
         let op = genace_stages::api::admin::Operator {
             actor: "sim-operator".into(),
             tenant: None,

@@ -5,7 +5,7 @@
 //! Gateway's names, or by position from a request made without them (a
 //! local server).
 
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::ports::Ports;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -17,9 +17,9 @@ use super::problem::{Problem, method_not_allowed};
 use super::routes::{CallerHandler, Handler, Miss, OperatorHandler, find};
 
 /// Handles one intake request. Never fails: every outcome is a response.
-pub async fn handle<P: Ports>(intake: &Intake<P>, req: Request) -> Response<Body> {
+pub async fn handle<P: Ports>(api: &Api<P>, req: Request) -> Response<Body> {
     let instance = req.uri().path().to_owned();
-    let response = match route_request(intake, req).await {
+    let response = match route_request(api, req).await {
         Ok(resp) => resp,
         Err(problem) => problem.into_response(&instance),
     };
@@ -41,7 +41,7 @@ pub async fn handle<P: Ports>(intake: &Intake<P>, req: Request) -> Response<Body
 /// The longest an API response waits for its spans to leave.
 pub const SPAN_EXPORT_BOUND: std::time::Duration = std::time::Duration::from_millis(250);
 
-async fn route_request<P: Ports>(intake: &Intake<P>, req: Request) -> Result<Response<Body>, Problem> {
+async fn route_request<P: Ports>(api: &Api<P>, req: Request) -> Result<Response<Body>, Problem> {
     let found = find(req.method(), req.uri().path()).map_err(|miss| match miss {
         Miss::Method(allow) => method_not_allowed(allow),
         Miss::NoRoute => Problem::new(
@@ -60,40 +60,40 @@ async fn route_request<P: Ports>(intake: &Intake<P>, req: Request) -> Result<Res
     match found.route.handler {
         Handler::Caller(handler) => {
             let id = param("operation_id");
-            caller_route(intake, req, handler, &id).await
+            caller_route(api, req, handler, &id).await
         }
         Handler::Operator(handler) => {
             let (id, tenant) = (param("operation_id"), param("tenant_id"));
-            let op = Principal::read(&req, &intake.config)?.operator(&intake.config)?;
-            operator_route(intake, req, &op, handler, &id, &tenant).await
+            let op = Principal::read(&req, &api.config)?.operator(&api.config)?;
+            operator_route(api, req, &op, handler, &id, &tenant).await
         }
         Handler::Endpoints(handler) => {
             let id = param("endpoint_id");
-            webhook_endpoints::handle(intake, req, handler, &id).await
+            webhook_endpoints::handle(api, req, handler, &id).await
         }
     }
 }
 
 /// A route of the owning tenant or an operator in scope: the handler reads which.
 async fn caller_route<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     req: Request,
     handler: CallerHandler,
     id: &str,
 ) -> Result<Response<Body>, Problem> {
     match handler {
-        CallerHandler::CreateOperation => operations::create(intake, req).await,
-        CallerHandler::ListOperations => operations::list(intake, &req).await,
-        CallerHandler::ReadOperation => operations::read(intake, &req, id).await,
-        CallerHandler::CancelOperation => operations::change(intake, &req, id, Change::Cancel).await,
-        CallerHandler::EraseOutputs => operations::change(intake, &req, id, Change::EraseOutputs).await,
-        CallerHandler::MyCredits => credits::my_credits(intake, &req).await,
+        CallerHandler::CreateOperation => operations::create(api, req).await,
+        CallerHandler::ListOperations => operations::list(api, &req).await,
+        CallerHandler::ReadOperation => operations::read(api, &req, id).await,
+        CallerHandler::CancelOperation => operations::change(api, &req, id, Change::Cancel).await,
+        CallerHandler::EraseOutputs => operations::change(api, &req, id, Change::EraseOutputs).await,
+        CallerHandler::MyCredits => credits::my_credits(api, &req).await,
     }
 }
 
 /// An operator's route, with the operator already read.
 async fn operator_route<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     req: Request,
     op: &genace_stages::api::admin::Operator,
     handler: OperatorHandler,
@@ -101,17 +101,17 @@ async fn operator_route<P: Ports>(
     tenant: &str,
 ) -> Result<Response<Body>, Problem> {
     match handler {
-        OperatorHandler::Resolve => cases::resolve(intake, op, req, id).await,
-        OperatorHandler::ReadTrace => trace::trace(intake, op, id).await,
-        OperatorHandler::ListCases => cases::list_cases(intake, op, &req).await,
-        OperatorHandler::CountCases => cases::case_counts(intake, op, &req).await,
-        OperatorHandler::AllCredits => credits::all_credits(intake, op, &req).await,
-        OperatorHandler::SetSpendLimit => credits::set_spend_limit(intake, op, req, tenant).await,
-        OperatorHandler::ReadCapacity => capacity::capacity(intake, op, &req).await,
-        OperatorHandler::SetAccountLimit => capacity::set_account_limit(intake, op, req).await,
-        OperatorHandler::SetMaxInFlight => capacity::set_max_in_flight(intake, op, req, tenant).await,
+        OperatorHandler::Resolve => cases::resolve(api, op, req, id).await,
+        OperatorHandler::ReadTrace => trace::trace(api, op, id).await,
+        OperatorHandler::ListCases => cases::list_cases(api, op, &req).await,
+        OperatorHandler::CountCases => cases::case_counts(api, op, &req).await,
+        OperatorHandler::AllCredits => credits::all_credits(api, op, &req).await,
+        OperatorHandler::SetSpendLimit => credits::set_spend_limit(api, op, req, tenant).await,
+        OperatorHandler::ReadCapacity => capacity::capacity(api, op, &req).await,
+        OperatorHandler::SetAccountLimit => capacity::set_account_limit(api, op, req).await,
+        OperatorHandler::SetMaxInFlight => capacity::set_max_in_flight(api, op, req, tenant).await,
         OperatorHandler::ReadWebhook | OperatorHandler::SetWebhook | OperatorHandler::RemoveWebhook => {
-            webhook::webhook(intake, op, req, tenant).await
+            webhook::webhook(api, op, req, tenant).await
         }
     }
 }

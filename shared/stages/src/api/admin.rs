@@ -5,8 +5,8 @@ use crate::ports::Ports;
 use crate::ports::table::prelude::*;
 use tracing::{info, warn};
 
+use crate::api::context::Api;
 use crate::api::errors::{ListError, OperationError};
-use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::commit::{CommitError, commit, write_attempts};
 use crate::ports::queue::WorkQueue;
@@ -33,14 +33,14 @@ impl Operator {
 
 /// The intake as one operator sees it: every operator action is a method
 /// here, so none can be reached without the [`Operator`] whose scope it
-/// checks and whose name the audit keeps. Made by [`Intake::admin`].
+/// checks and whose name the audit keeps. Made by [`Api::admin`].
 pub struct Admin<'a, P: Ports> {
     /// The intake whose ports and settings the operator's actions use.
-    pub(crate) intake: &'a Intake<P>,
+    pub(crate) intake: &'a Api<P>,
     pub(crate) op: &'a Operator,
 }
 
-impl<P: Ports> Intake<P> {
+impl<P: Ports> Api<P> {
     /// The operator actions, for `op`.
     pub fn admin<'a>(&'a self, op: &'a Operator) -> Admin<'a, P> {
         Admin { intake: self, op }

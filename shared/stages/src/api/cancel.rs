@@ -10,15 +10,15 @@ use crate::ports::Ports;
 use tracing::info;
 
 use crate::api::admin::Admin;
+use crate::api::context::Api;
 use crate::api::errors::OperationError;
-use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::commit::{CommitError, commit_with, write_attempts};
 use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Event};
 use genace_core::record::{CancelReason, OperationRecord};
 
-impl<P: Ports> Intake<P> {
+impl<P: Ports> Api<P> {
     /// The owning tenant takes its operation back. Another tenant's or an
     /// unknown id is [`OperationError::NotFound`].
     pub async fn cancel(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, OperationError> {

@@ -7,14 +7,14 @@ use crate::ports::table::prelude::*;
 use tracing::{info, warn};
 
 use crate::api::admin::Admin;
+use crate::api::context::Api;
 use crate::api::errors::{ListError, SettingsError};
-use crate::api::intake::Intake;
 use crate::ports::table::LedgerPage;
 use genace_core::domain::TenantId;
 use genace_core::ledger::{self, Millicredits, TenantLedger};
 use genace_core::record::OperationRecord;
 
-impl<P: Ports> Intake<P> {
+impl<P: Ports> Api<P> {
     /// A tenant's totals and limit.
     pub async fn credits(&self, tenant: &TenantId) -> Result<TenantLedger, SettingsError> {
         Ok(self.store.ledger(tenant).await?)

@@ -14,8 +14,8 @@ use crate::ports::Ports;
 use tracing::info;
 
 use crate::api::admin::Admin;
+use crate::api::context::Api;
 use crate::api::errors::OperationError;
-use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::commit::{CommitError, commit, write_attempts};
 use crate::ports::outputs::{MAX_DELETE_KEYS, ObjectStore};
@@ -23,7 +23,7 @@ use genace_core::domain::{OperationId, TenantId};
 use genace_core::machine::{self, Event};
 use genace_core::record::OperationRecord;
 
-impl<P: Ports> Intake<P> {
+impl<P: Ports> Api<P> {
     /// The owning tenant erases its operation's outputs. Another tenant's
     /// or an unknown id is [`OperationError::NotFound`].
     pub async fn erase_outputs(&self, tenant: &TenantId, id: &OperationId) -> Result<OperationRecord, OperationError> {

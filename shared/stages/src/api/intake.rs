@@ -1,14 +1,13 @@
-//! Recording intents and reading operations, independent of HTTP.
+//! Recording intents and reading operations, independent of HTTP: the
+//! intake routes of [`Api`].
 
+use crate::api::context::Api;
+use crate::ports::Ports;
 use crate::ports::table::prelude::*;
-use crate::ports::{Parts, Ports};
 use chrono::{DateTime, Utc};
 use tracing::{error, info};
 
 use crate::api::errors::{OperationError, SubmitError};
-use crate::config::Config;
-use crate::ports::clock::SystemClock;
-use crate::ports::metrics::Metrics;
 use crate::ports::outputs::ObjectStore;
 use crate::ports::queue::WorkQueue;
 use crate::ports::table::Created;
@@ -24,41 +23,7 @@ pub enum Submitted {
     Replayed(Box<OperationRecord>),
 }
 
-pub struct Intake<P: Ports> {
-    pub store: P::Store,
-    pub queue: P::Queue,
-    /// Signs read links to delivered objects.
-    pub objects: P::Objects,
-    pub config: Config,
-    pub clock: P::Clock,
-    /// Where the stage counts what happened.
-    pub metrics: Metrics,
-    /// Where webhook endpoints' secrets are written.
-    pub vault: std::sync::Arc<dyn crate::ports::webhooks::SecretVault>,
-    /// Where operators read an operation's trace.
-    pub traces: std::sync::Arc<dyn crate::ports::traces::TraceReader>,
-}
-
-impl<S, Q, O> Intake<Parts<S, Q, O>>
-where
-    Parts<S, Q, O>: Ports<Store = S, Queue = Q, Objects = O, Clock = SystemClock>,
-{
-    /// An intake on the system clock.
-    pub fn new(store: S, queue: Q, objects: O, config: Config) -> Self {
-        Self {
-            store,
-            queue,
-            objects,
-            config,
-            clock: SystemClock,
-            metrics: Metrics::off(),
-            vault: std::sync::Arc::new(crate::ports::webhooks::NoVault),
-            traces: std::sync::Arc::new(crate::ports::traces::NoTraces),
-        }
-    }
-}
-
-impl<P: Ports> Intake<P> {
+impl<P: Ports> Api<P> {
     /// One conditional put decides: a new record, a replay of the same intent,
     /// or a refused reuse of the key. A duplicate costs exactly that request.
     pub async fn submit(
@@ -158,7 +123,7 @@ impl<P: Ports> Intake<P> {
     }
 }
 
-impl<P: Ports> Intake<P> {
+impl<P: Ports> Api<P> {
     /// Presigned GET links to the delivered objects, in output order. A link
     /// that cannot be signed is left out (and logged); the object list says what exists.
     pub async fn links(&self, rec: &OperationRecord) -> Vec<Option<String>> {

@@ -11,8 +11,8 @@ use crate::ports::Ports;
 use chrono::{DateTime, Utc};
 
 use crate::api::admin::Admin;
+use crate::api::context::Api;
 use crate::api::errors::ListError;
-use crate::api::intake::Intake;
 use crate::ports::clock::Clock;
 use crate::ports::list::{ListFilter, ListPosition};
 use crate::ports::table::{OperationStore, StoreError};
@@ -80,7 +80,7 @@ async fn list_in<S: OperationStore>(
     })
 }
 
-impl<P: Ports> Intake<P> {
+impl<P: Ports> Api<P> {
     /// One page of `tenant`'s operations, newest first.
     pub async fn list(
         &self,

@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod cancel;
 pub mod capacity;
+pub mod context;
 pub mod credits;
 pub mod erase;
 pub mod errors;

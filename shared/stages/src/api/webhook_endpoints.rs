@@ -16,8 +16,8 @@ use crate::ports::Ports;
 use serde_json::Value;
 use tracing::{info, warn};
 
+use crate::api::context::Api;
 use crate::api::errors::EndpointError;
-use crate::api::intake::Intake;
 use crate::api::webhook_admin::{parse_events, parse_url};
 use crate::config::{Config, UrlPolicy};
 use crate::ports::clock::Clock;
@@ -511,7 +511,7 @@ fn refuse_unsendable(endpoint: &WebhookEndpoint) -> Result<(), EndpointError> {
     }
 }
 
-impl<P: Ports> Intake<P> {
+impl<P: Ports> Api<P> {
     /// `tenant`'s webhook endpoints, managed by `actor`. Who may manage
     /// them is decided by the caller (the edge reads the credentials).
     pub fn endpoints(&self, tenant: TenantId, actor: String) -> Endpoints<'_, P> {

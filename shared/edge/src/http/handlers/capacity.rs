@@ -2,7 +2,7 @@
 
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_stages::api::admin::Operator;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
@@ -12,12 +12,8 @@ use crate::http::problem::{Problem, not_found};
 use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members};
 use crate::http::views::capacity_view;
 
-pub(crate) async fn capacity<P: Ports>(
-    intake: &Intake<P>,
-    op: &Operator,
-    _req: &Request,
-) -> Result<Response<Body>, Problem> {
-    let report = intake.admin(op).capacity().await?;
+pub(crate) async fn capacity<P: Ports>(api: &Api<P>, op: &Operator, _req: &Request) -> Result<Response<Body>, Problem> {
+    let report = api.admin(op).capacity().await?;
     Ok(ok_json(capacity_view(&report)))
 }
 
@@ -44,24 +40,24 @@ pub(crate) fn in_flight_limit(req: &Request) -> Result<Option<u32>, Problem> {
 /// PUT /v1/capacity: the operator's limit of the whole account's jobs in
 /// flight (null: the deployment's again).
 pub(crate) async fn set_account_limit<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     op: &Operator,
     req: Request,
 ) -> Result<Response<Body>, Problem> {
     let limit = in_flight_limit(&req)?;
-    let report = intake.admin(op).set_account_limit(limit).await?;
+    let report = api.admin(op).set_account_limit(limit).await?;
     Ok(ok_json(capacity_view(&report)))
 }
 
 pub(crate) async fn set_max_in_flight<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     op: &Operator,
     req: Request,
     raw_tenant: &str,
 ) -> Result<Response<Body>, Problem> {
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
     let limit = in_flight_limit(&req)?;
-    let ledger = intake.admin(op).set_max_in_flight(&tenant, limit).await?;
+    let ledger = api.admin(op).set_max_in_flight(&tenant, limit).await?;
     Ok(ok_json(json!({
         "tenant_id": ledger.tenant_id,
         "max_in_flight": ledger.max_in_flight,

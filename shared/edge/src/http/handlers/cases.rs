@@ -4,7 +4,7 @@ use genace_core::domain::{InvalidInput, OperationId, RemoteJobId};
 use genace_core::machine::Resolution;
 use genace_core::record::CaseReason;
 use genace_stages::api::admin::Operator;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
@@ -18,7 +18,7 @@ use crate::http::request::{
 use crate::http::views::{case_view, view_with_links};
 
 pub(crate) async fn list_cases<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     op: &Operator,
     req: &Request,
 ) -> Result<Response<Body>, Problem> {
@@ -31,7 +31,7 @@ pub(crate) async fn list_cases<P: Ports>(
     let opened_before = time_param(&q, "opened_before")?;
     let limit = page_limit(&q)?;
     let filter = genace_stages::ports::table::CaseFilter { reason, opened_before };
-    let page = intake.admin(op).cases(tenant, filter, limit, q.first("cursor")).await?;
+    let page = api.admin(op).cases(tenant, filter, limit, q.first("cursor")).await?;
     let cases: Vec<Value> = page.records.iter().map(case_view).collect();
     Ok(ok_json(json!({"cases": cases, "next_cursor": page.next})))
 }
@@ -39,12 +39,12 @@ pub(crate) async fn list_cases<P: Ports>(
 /// GET /v1/reconciliation-cases/counts: open cases per reason, with the
 /// oldest of each, over the operator's scope (or `tenant`).
 pub(crate) async fn case_counts<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     op: &Operator,
     req: &Request,
 ) -> Result<Response<Body>, Problem> {
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
-    let counts = intake.admin(op).case_counts(tenant_param(&q)?).await?;
+    let counts = api.admin(op).case_counts(tenant_param(&q)?).await?;
     let open: u64 = counts.iter().map(|c| c.open).sum();
     let reasons: Vec<Value> = counts
         .iter()
@@ -57,7 +57,7 @@ pub(crate) async fn case_counts<P: Ports>(
 pub(crate) const MAX_REASON_CHARS: usize = 512;
 
 pub(crate) async fn resolve<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     op: &Operator,
     req: Request,
     raw_id: &str,
@@ -105,7 +105,7 @@ pub(crate) async fn resolve<P: Ports>(
     };
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let version = if_match_version(&req)?;
-    let rec = intake.admin(op).resolve(&id, &resolution, reason, version).await?;
-    let body = view_with_links(&rec, &intake.links(&rec).await);
+    let rec = api.admin(op).resolve(&id, &resolution, reason, version).await?;
+    let body = view_with_links(&rec, &api.links(&rec).await);
     Ok(operation_response(&rec, &body))
 }

@@ -2,7 +2,7 @@
 
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_stages::api::admin::Operator;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
@@ -13,19 +13,19 @@ use crate::http::problem::{Problem, not_found};
 use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members, page_limit};
 use crate::http::views::credits_view;
 
-pub(crate) async fn my_credits<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<Response<Body>, Problem> {
-    let principal = Principal::read(req, &intake.config)?;
-    let ledger = intake.credits(principal.tenant(&intake.config)?).await?;
+pub(crate) async fn my_credits<P: Ports>(api: &Api<P>, req: &Request) -> Result<Response<Body>, Problem> {
+    let principal = Principal::read(req, &api.config)?;
+    let ledger = api.credits(principal.tenant(&api.config)?).await?;
     Ok(ok_json(credits_view(&ledger)))
 }
 
 pub(crate) async fn all_credits<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     op: &Operator,
     req: &Request,
 ) -> Result<Response<Body>, Problem> {
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
-    let page = intake.admin(op).all_credits(page_limit(&q)?, q.first("cursor")).await?;
+    let page = api.admin(op).all_credits(page_limit(&q)?, q.first("cursor")).await?;
     let tenants: Vec<Value> = page.ledgers.iter().map(credits_view).collect();
     Ok(ok_json(json!({"tenants": tenants, "next_cursor": page.next})))
 }
@@ -34,7 +34,7 @@ pub(crate) async fn all_credits<P: Ports>(
 pub(crate) const MAX_SPEND_LIMIT: f64 = 1e12;
 
 pub(crate) async fn set_spend_limit<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     op: &Operator,
     req: Request,
     raw_tenant: &str,
@@ -50,6 +50,6 @@ pub(crate) async fn set_spend_limit<P: Ports>(
         },
         _ => return Err(InvalidInput::new("spend_limit", "is required: a number of credits, or null for none").into()),
     };
-    let ledger = intake.admin(op).set_spend_limit(&tenant, limit).await?;
+    let ledger = api.admin(op).set_spend_limit(&tenant, limit).await?;
     Ok(ok_json(credits_view(&ledger)))
 }

@@ -3,7 +3,8 @@
 
 use genace_core::domain::{Intent, InvalidInput, OperationId};
 use genace_core::record::{DeliveryState, Phase};
-use genace_stages::api::intake::{Intake, Submitted};
+use genace_stages::api::context::Api;
+use genace_stages::api::intake::Submitted;
 use genace_stages::ports::Ports;
 use genace_stages::ports::clock::Clock;
 use genace_stages::ports::list::ListFilter;
@@ -19,10 +20,10 @@ use crate::http::problem::{Problem, not_found};
 use crate::http::request::{json_body, page_limit, tenant_param, time_param};
 use crate::http::views::{etag, expected_spend_hold, queue_view, view, view_with_links};
 
-pub(crate) async fn create<P: Ports>(intake: &Intake<P>, req: Request) -> Result<Response<Body>, Problem> {
-    let principal = Principal::read(&req, &intake.config)?;
-    let tenant = principal.tenant(&intake.config)?;
-    let value = json_body(&req, "intent", intake.config.max_body_bytes)?;
+pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Response<Body>, Problem> {
+    let principal = Principal::read(&req, &api.config)?;
+    let tenant = principal.tenant(&api.config)?;
+    let value = json_body(&req, "intent", api.config.max_body_bytes)?;
     let header_key = match req.headers().get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -31,7 +32,7 @@ pub(crate) async fn create<P: Ports>(intake: &Intake<P>, req: Request) -> Result
         ),
     };
     let intent = Intent::parse(&value, header_key)?;
-    if intent.fault.is_some() && !intake.config.fault_injection {
+    if intent.fault.is_some() && !api.config.fault_injection {
         return Err(InvalidInput::new("fault", "fault injection is disabled in this deployment").into());
     }
     // The intake's span continues the operation's root, which the intake
@@ -40,8 +41,8 @@ pub(crate) async fn create<P: Ports>(intake: &Intake<P>, req: Request) -> Result
     let started = std::time::SystemTime::now();
     let id = OperationId::derive(tenant, &intent.operation_key);
     let span = genace_trace::stage_span("intake", Some(&id), None);
-    let submitted = intake
-        .submit(tenant, &intent, intake.clock.now())
+    let submitted = api
+        .submit(tenant, &intent, api.clock.now())
         .instrument(span.clone())
         .await;
     let outcome = match submitted {
@@ -63,7 +64,7 @@ pub(crate) async fn create<P: Ports>(intake: &Intake<P>, req: Request) -> Result
         }
     };
     let mut body = view(&rec.for_tenant());
-    if !replayed && intake.expects_spend_hold(rec).await {
+    if !replayed && api.expects_spend_hold(rec).await {
         body["hold"] = expected_spend_hold();
     }
     let mut builder = json_response(status).header(
@@ -76,23 +77,23 @@ pub(crate) async fn create<P: Ports>(intake: &Intake<P>, req: Request) -> Result
     Ok(builder.body(Body::Text(body.to_string())).expect("valid response"))
 }
 
-pub(crate) async fn read<P: Ports>(intake: &Intake<P>, req: &Request, raw_id: &str) -> Result<Response<Body>, Problem> {
+pub(crate) async fn read<P: Ports>(api: &Api<P>, req: &Request, raw_id: &str) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
-    let (rec, operator) = match Principal::read(req, &intake.config)? {
-        Principal::Operator(op) => (intake.admin(&op).get(&id).await?, true),
-        Principal::Tenant(tenant) => (intake.get(&tenant, &id, intake.clock.now()).await?, false),
+    let (rec, operator) = match Principal::read(req, &api.config)? {
+        Principal::Operator(op) => (api.admin(&op).get(&id).await?, true),
+        Principal::Tenant(tenant) => (api.get(&tenant, &id, api.clock.now()).await?, false),
     };
     let shown = if operator { rec.clone() } else { rec.for_tenant() };
-    let mut body = view_with_links(&shown, &intake.links(&rec).await);
+    let mut body = view_with_links(&shown, &api.links(&rec).await);
     if operator {
         body["tenant_id"] = serde_json::json!(rec.tenant_id);
         // The decisions this version takes, from the lifecycle's own table.
-        body["resolutions"] = serde_json::json!(genace_core::machine::resolutions_allowed(&rec, intake.clock.now()));
+        body["resolutions"] = serde_json::json!(genace_core::machine::resolutions_allowed(&rec, api.clock.now()));
     }
-    if let Some(at) = rec.outputs_expire_at(intake.config.policy.output_days) {
+    if let Some(at) = rec.outputs_expire_at(api.config.policy.output_days) {
         body["outputs_expire_at"] = serde_json::json!(at);
     }
-    if let Some(position) = genace_stages::pipeline::wake::queue_position(&intake.store, &rec).await {
+    if let Some(position) = genace_stages::pipeline::wake::queue_position(&api.store, &rec).await {
         body["queue"] = queue_view(&rec, Some(position)).unwrap_or_default();
     }
     Ok(operation_response(&rec, &body))
@@ -119,22 +120,22 @@ pub(crate) enum Change {
 }
 
 pub(crate) async fn change<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     req: &Request,
     raw_id: &str,
     change: Change,
 ) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
-    let (rec, shown) = match (Principal::read(req, &intake.config)?, change) {
-        (Principal::Operator(op), Change::Cancel) => intake.admin(&op).cancel(&id).await.map(|r| (r.clone(), r))?,
+    let (rec, shown) = match (Principal::read(req, &api.config)?, change) {
+        (Principal::Operator(op), Change::Cancel) => api.admin(&op).cancel(&id).await.map(|r| (r.clone(), r))?,
         (Principal::Operator(op), Change::EraseOutputs) => {
-            intake.admin(&op).erase_outputs(&id).await.map(|r| (r.clone(), r))?
+            api.admin(&op).erase_outputs(&id).await.map(|r| (r.clone(), r))?
         }
-        (Principal::Tenant(tenant), Change::Cancel) => intake.cancel(&tenant, &id).await.map(|r| {
+        (Principal::Tenant(tenant), Change::Cancel) => api.cancel(&tenant, &id).await.map(|r| {
             let shown = r.for_tenant();
             (r, shown)
         })?,
-        (Principal::Tenant(tenant), Change::EraseOutputs) => intake.erase_outputs(&tenant, &id).await.map(|r| {
+        (Principal::Tenant(tenant), Change::EraseOutputs) => api.erase_outputs(&tenant, &id).await.map(|r| {
             let shown = r.for_tenant();
             (r, shown)
         })?,
@@ -196,19 +197,19 @@ pub(crate) fn list_filter(q: &lambda_http::aws_lambda_events::query_map::QueryMa
 
 /// GET /v1/operations: a page of the caller's operations, newest first. An
 /// operator lists one tenant's (`tenant`) or every tenant's in its scope.
-pub(crate) async fn list<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<Response<Body>, Problem> {
+pub(crate) async fn list<P: Ports>(api: &Api<P>, req: &Request) -> Result<Response<Body>, Problem> {
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
     let filter = list_filter(&q)?;
     let limit = page_limit(&q)?;
     let cursor = q.first("cursor");
     let tenant = tenant_param(&q)?;
-    let (page, operator) = match Principal::read(req, &intake.config)? {
-        Principal::Operator(op) => (intake.admin(&op).list(tenant, &filter, limit, cursor).await?, true),
+    let (page, operator) = match Principal::read(req, &api.config)? {
+        Principal::Operator(op) => (api.admin(&op).list(tenant, &filter, limit, cursor).await?, true),
         Principal::Tenant(own) => {
             if tenant.is_some_and(|t| t != own) {
                 return Err(InvalidInput::new("tenant", "an application lists only its own operations").into());
             }
-            (intake.list(&own, &filter, limit, cursor).await?, false)
+            (api.list(&own, &filter, limit, cursor).await?, false)
         }
     };
     // An operator's list spans tenants: each view names its own.

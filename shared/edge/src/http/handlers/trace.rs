@@ -3,7 +3,7 @@
 
 use genace_core::domain::OperationId;
 use genace_stages::api::admin::Operator;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::ports::Ports;
 use lambda_http::{Body, Response};
 
@@ -11,12 +11,8 @@ use super::ok_json;
 use crate::http::problem::{Problem, not_found};
 use crate::http::views::trace_view;
 
-pub(crate) async fn trace<P: Ports>(
-    intake: &Intake<P>,
-    op: &Operator,
-    raw_id: &str,
-) -> Result<Response<Body>, Problem> {
+pub(crate) async fn trace<P: Ports>(api: &Api<P>, op: &Operator, raw_id: &str) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
-    let (trace_id, found) = intake.admin(op).trace(&id).await?;
+    let (trace_id, found) = api.admin(op).trace(&id).await?;
     Ok(ok_json(trace_view(id.as_str(), &trace_id, &found)))
 }

@@ -2,7 +2,7 @@
 
 use genace_core::domain::TenantId;
 use genace_stages::api::admin::Operator;
-use genace_stages::api::intake::Intake;
+use genace_stages::api::context::Api;
 use genace_stages::api::webhook_admin::WebhookRequest;
 use genace_stages::ports::Ports;
 use lambda_http::http::Method;
@@ -15,7 +15,7 @@ use crate::http::views::webhook_view;
 
 /// GET, PUT or DELETE a tenant's webhook (operators only).
 pub(crate) async fn webhook<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     op: &Operator,
     req: Request,
     raw_tenant: &str,
@@ -25,14 +25,14 @@ pub(crate) async fn webhook<P: Ports>(
         Method::PUT => {
             let body = json_body(&req, "webhook", MAX_SMALL_BODY_BYTES)?;
             only_members(&body, &["url", "secret_id", "events"])?;
-            let request = WebhookRequest::parse(&body, &intake.config.webhook_url_policy(), &tenant)?;
-            Some(intake.admin(op).set_webhook(&tenant, request).await?)
+            let request = WebhookRequest::parse(&body, &api.config.webhook_url_policy(), &tenant)?;
+            Some(api.admin(op).set_webhook(&tenant, request).await?)
         }
         Method::DELETE => {
-            intake.admin(op).remove_webhook(&tenant).await?;
+            api.admin(op).remove_webhook(&tenant).await?;
             None
         }
-        _ => intake.admin(op).webhook(&tenant).await?,
+        _ => api.admin(op).webhook(&tenant).await?,
     };
     Ok(ok_json(webhook_view(tenant.as_str(), config.as_ref())))
 }

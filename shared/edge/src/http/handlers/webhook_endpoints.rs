@@ -5,8 +5,8 @@
 
 use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::webhook::{AttemptStatus, ENDPOINTS_SCOPE, WebhookAttempt, WebhookEndpoint};
+use genace_stages::api::context::Api;
 use genace_stages::api::errors::EndpointError;
-use genace_stages::api::intake::Intake;
 use genace_stages::api::webhook_endpoints::{EndpointChange, Endpoints, WithSecret};
 use genace_stages::ports::Ports;
 use genace_stages::ports::cursor;
@@ -21,9 +21,9 @@ use crate::http::routes::EndpointHandler;
 
 /// The tenant whose endpoints the caller manages, who it is, and whether
 /// an operator.
-fn caller<P: Ports>(intake: &Intake<P>, req: &Request) -> Result<(TenantId, String, bool), Problem> {
+fn caller<P: Ports>(api: &Api<P>, req: &Request) -> Result<(TenantId, String, bool), Problem> {
     let asked = tenant_param(&req.query_string_parameters_ref().cloned().unwrap_or_default())?;
-    match Principal::read(req, &intake.config)? {
+    match Principal::read(req, &api.config)? {
         Principal::Tenant(own) => {
             if !Principal::has_scope(req, ENDPOINTS_SCOPE) {
                 return Err(Problem::new(
@@ -185,14 +185,14 @@ async fn recover<P: Ports>(
 /// Answers one request on a webhook endpoint route: `id` is the path's
 /// endpoint, "" for the collection.
 pub async fn handle<P: Ports>(
-    intake: &Intake<P>,
+    api: &Api<P>,
     req: Request,
     handler: EndpointHandler,
     id: &str,
 ) -> Result<Response<Body>, Problem> {
-    let (tenant, actor, operator) = caller(intake, &req)?;
-    let endpoints = intake.endpoints(tenant, actor);
-    let policy = intake.config.webhook_url_policy();
+    let (tenant, actor, operator) = caller(api, &req)?;
+    let endpoints = api.endpoints(tenant, actor);
+    let policy = api.config.webhook_url_policy();
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
     match handler {
         EndpointHandler::List => {
