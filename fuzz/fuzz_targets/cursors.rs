@@ -171,7 +171,7 @@ fn stack() -> &'static Stack {
 }
 
 async fn seed(app: &MemoryApp) -> (String, HashMap<String, String>) {
-    let api = app.intake();
+    let api = app.api();
     let mut owners = HashMap::new();
     for (i, t) in ["ta", "ta", "ta", "ta", "tb", "tb", "tb"].iter().enumerate() {
         let body = json!({"operation_key": format!("k{i}"), "media_type": "image",
@@ -222,7 +222,7 @@ async fn seed(app: &MemoryApp) -> (String, HashMap<String, String>) {
 /// something, so that a binding the target gets wrong (every input a 400)
 /// stops the run instead of passing it.
 async fn real_positions(app: &MemoryApp, endpoint: &str) -> Vec<String> {
-    let api = app.intake();
+    let api = app.api();
     let mut out = Vec::new();
     for route in &ROUTES {
         let query = route.query.replace("{endpoint}", endpoint);
@@ -303,7 +303,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let cursor: String = url::form_urlencoded::byte_serialize(cursor.as_bytes()).collect();
     let path = format!("{query}&cursor={cursor}");
-    let api = stack.app.intake();
+    let api = stack.app.api();
     let (status, body) = stack.runtime.block_on(call(&api, "GET", &path, None, (route.caller)()));
     assert!(status < 500, "{path}: {status} {body}");
     match status {
