@@ -24,7 +24,7 @@ use genace_core::machine::{self, Resolution};
 use genace_core::messages::Queue;
 use genace_core::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlement};
 use genace_memory::{ManualClock, MemoryDownloads, MemoryGenace, MemoryObjects, MemoryQueue, MemoryStore};
-use genace_stages::api::admin::Operator;
+use genace_stages::api::operator::Operator;
 use genace_stages::app::App;
 use genace_stages::pipeline::stage::{Stage, handle_body};
 

@@ -237,13 +237,13 @@ async fn a_502_with_a_job_id_is_submit_failed_with_the_id_saved() {
         )
     );
     // ...until an operator marks it settled.
-    let op = genace_stages::api::admin::Operator {
+    let op = genace_stages::api::operator::Operator {
         actor: "ops".into(),
         tenant: None,
     };
     let settle = genace_core::machine::Resolution::MarkSettled;
     rig.intake
-        .admin(&op)
+        .operator(&op)
         .resolve(&id, &settle, "refund seen on the invoice", rec.version)
         .await
         .unwrap();

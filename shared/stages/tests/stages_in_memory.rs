@@ -1488,11 +1488,11 @@ async fn cancelling_a_held_operation_closes_its_case_in_the_audit() {
     }
     let held = record(&app, &id).await;
     assert_eq!(held.case.as_ref().map(|c| c.reason), Some(CaseReason::RateLimited));
-    let op = genace_stages::api::admin::Operator {
+    let op = genace_stages::api::operator::Operator {
         actor: "ops-1".into(),
         tenant: None,
     };
-    let cancelled = app.api().admin(&op).cancel(&id).await.unwrap();
+    let cancelled = app.api().operator(&op).cancel(&id).await.unwrap();
     assert_eq!((cancelled.phase, cancelled.case.is_none()), (Phase::Cancelled, true));
     let audit = cancelled.audit.last().unwrap();
     assert_eq!((audit.actor.as_str(), audit.action.as_str()), ("ops-1", "cancel"));
@@ -1662,8 +1662,8 @@ async fn an_erasure_after_a_refused_delivery_deletes_what_earlier_outputs_left()
 #[tokio::test]
 async fn a_held_job_is_refused_without_naming_another_tenant() {
     use genace_core::machine::Resolution;
-    use genace_stages::api::admin::Operator;
     use genace_stages::api::errors::OperationError;
+    use genace_stages::api::operator::Operator;
     let app = app();
     let theirs = submit_as(&app, "ta", "theirs").await;
     app.dispatcher().dispatch(&theirs).await.unwrap();
@@ -1685,7 +1685,7 @@ async fn a_held_job_is_refused_without_naming_another_tenant() {
         let version = rec.version;
         async move {
             app.api()
-                .admin(&op)
+                .operator(&op)
                 .resolve(&lost, &Resolution::AttachRemoteJob { job_id: job }, "found it", version)
                 .await
         }
@@ -1721,8 +1721,8 @@ async fn a_held_job_is_refused_without_naming_another_tenant() {
 #[tokio::test]
 async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
     use genace_core::machine::Resolution;
-    use genace_stages::api::admin::Operator;
     use genace_stages::api::errors::OperationError;
+    use genace_stages::api::operator::Operator;
     let app = app();
     app.genace.plan([SubmitPlan::LostAfterCreate]);
     let lost = submit_as(&app, "tb", "lost").await;
@@ -1744,7 +1744,7 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
         let job_id = job.to_owned();
         async move {
             app.api()
-                .admin(&op)
+                .operator(&op)
                 .resolve(&lost, &Resolution::AttachRemoteJob { job_id }, "found it", version)
                 .await
         }
@@ -1774,7 +1774,7 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
     };
     let attached = app2
         .api()
-        .admin(&everyone)
+        .operator(&everyone)
         .resolve(
             &other,
             &Resolution::AttachRemoteJob {
@@ -1797,8 +1797,8 @@ async fn a_scoped_operator_attaches_only_a_job_the_evidence_names() {
 #[tokio::test]
 async fn a_job_only_the_recovery_queue_held_is_kept_and_attachable_in_scope() {
     use genace_core::machine::Resolution;
-    use genace_stages::api::admin::Operator;
     use genace_stages::api::errors::OperationError;
+    use genace_stages::api::operator::Operator;
     let app = app();
     let id = submit(&app, "k", Some("dispatch.persist_fails")).await;
     assert_eq!(
@@ -1815,7 +1815,12 @@ async fn a_job_only_the_recovery_queue_held_is_kept_and_attachable_in_scope() {
     };
     let decide = |op: Operator, resolution: Resolution, version: u64| {
         let (app, id) = (&app, id.clone());
-        async move { app.api().admin(&op).resolve(&id, &resolution, "checked", version).await }
+        async move {
+            app.api()
+                .operator(&op)
+                .resolve(&id, &resolution, "checked", version)
+                .await
+        }
     };
     decide(everyone, Resolution::ConfirmNotCreated, interrupted.version)
         .await
@@ -2137,8 +2142,8 @@ async fn a_cancel_that_lost_a_race_to_a_wait_passes_the_wake_up_on() {
 #[tokio::test]
 async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
     use genace_core::machine::Resolution;
-    use genace_stages::api::admin::Operator;
     use genace_stages::api::errors::OperationError;
+    use genace_stages::api::operator::Operator;
     let app = app();
     let _limited = app.store.clone().with_account_limit(Some(1));
     app.genace.plan([SubmitPlan::LostAfterCreate]);
@@ -2158,7 +2163,7 @@ async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
         tenant: None,
     };
     let admin = app.api();
-    let admin = admin.admin(&op);
+    let admin = admin.operator(&op);
     let decided = record(&app, &lost).await.version;
     let abandoned = admin
         .resolve(&lost, &Resolution::Abandon, "the user left", decided)
@@ -2257,8 +2262,8 @@ async fn a_decision_that_skips_a_version_is_never_written() {
 /// refused as a bad cursor, never handed to the store.
 #[tokio::test]
 async fn every_tenants_credits_page_with_a_sealed_cursor() {
-    use genace_stages::api::admin::Operator;
     use genace_stages::api::errors::ListError;
+    use genace_stages::api::operator::Operator;
     let app = app();
     for tenant in ["ta", "tb", "tc"] {
         submit_as(&app, tenant, "k").await;
@@ -2270,7 +2275,7 @@ async fn every_tenants_credits_page_with_a_sealed_cursor() {
         tenant: None,
     };
     let intake = app.api();
-    let admin = intake.admin(&op);
+    let admin = intake.operator(&op);
     let (mut seen, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
     loop {
         let page = admin.all_credits(2, cursor.as_deref()).await.unwrap();
@@ -2308,7 +2313,7 @@ async fn every_tenants_credits_page_with_a_sealed_cursor() {
 /// tenants it is whole.
 #[tokio::test]
 async fn a_capacity_report_past_its_page_bound_says_so_and_names_who_waits() {
-    use genace_stages::api::admin::Operator;
+    use genace_stages::api::operator::Operator;
     let app = app();
     let _limited = app.store.clone().with_account_limit(Some(1));
     let op = Operator {
@@ -2317,7 +2322,7 @@ async fn a_capacity_report_past_its_page_bound_says_so_and_names_who_waits() {
     };
     let running = submit_as(&app, "aa-running", "r").await;
     app.dispatcher().dispatch(&running).await.unwrap();
-    let report = app.api().admin(&op).capacity().await.unwrap();
+    let report = app.api().operator(&op).capacity().await.unwrap();
     assert!(report.tenants_complete, "{report:?}");
     // The listing is in tenant order: `zz-waiting` comes after 2,050 idle
     // tenants that each hold a ledger.
@@ -2330,7 +2335,7 @@ async fn a_capacity_report_past_its_page_bound_says_so_and_names_who_waits() {
         app.dispatcher().dispatch(&waiting).await.unwrap(),
         Dispatched::WaitingForCapacity
     );
-    let report = app.api().admin(&op).capacity().await.unwrap();
+    let report = app.api().operator(&op).capacity().await.unwrap();
     assert!(!report.tenants_complete, "{report:?}");
     let names: Vec<&str> = report.tenants.iter().map(|t| t.tenant_id.as_str()).collect();
     assert!(names.contains(&"aa-running"), "{names:?}");

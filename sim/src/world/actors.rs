@@ -230,7 +230,7 @@ impl World {
             Box::pin(async move {
                 let id = OperationId::parse(&id).map_err(|e| e.to_string())?;
                 intake
-                    .admin(&op)
+                    .operator(&op)
                     .resolve(&id, &resolution, "simulated operator", rec.version)
                     .await
                     .map(|r| r.phase.as_str().to_owned())

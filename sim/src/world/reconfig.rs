@@ -37,7 +37,7 @@ impl World {
         }
         let limit = (!self.rng.chance(250)).then(|| 1 + self.rng.below(u64::from(most)) as u32);
         let intake = self.app.api();
-        let op = genace_stages::api::admin::Operator {
+        let op = genace_stages::api::operator::Operator {
             actor: "sim-operator".into(),
             tenant: None,
         };
@@ -47,7 +47,7 @@ impl World {
             None,
             Box::pin(async move {
                 intake
-                    .admin(&op)
+                    .operator(&op)
                     .set_account_limit(limit)
                     .await
                     .map(|r| format!("limit {:?}", r.max_in_flight))

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use genace_core::domain::TenantId;
-use genace_stages::api::admin::Operator;
+use genace_stages::api::operator::Operator;
 use genace_stages::config::Config;
 use lambda_http::http::StatusCode;
 use lambda_http::request::RequestContext;

@@ -95,7 +95,7 @@ async fn caller_route<P: Ports>(
 async fn operator_route<P: Ports>(
     api: &Api<P>,
     req: Request,
-    op: &genace_stages::api::admin::Operator,
+    op: &genace_stages::api::operator::Operator,
     handler: OperatorHandler,
     id: &str,
     tenant: &str,

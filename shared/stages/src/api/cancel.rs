@@ -9,9 +9,9 @@
 use crate::ports::Ports;
 use tracing::info;
 
-use crate::api::admin::Admin;
 use crate::api::context::Api;
 use crate::api::errors::OperationError;
+use crate::api::operator::OperatorApi;
 use crate::ports::clock::Clock;
 use crate::ports::commit::{CommitError, commit_with, write_attempts};
 use genace_core::domain::{OperationId, TenantId};
@@ -67,7 +67,7 @@ impl<P: Ports> Api<P> {
     }
 }
 
-impl<P: Ports> Admin<'_, P> {
+impl<P: Ports> OperatorApi<'_, P> {
     /// An operator takes back an operation in their scope; the record names
     /// them.
     pub async fn cancel(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {

@@ -6,8 +6,8 @@ use crate::ports::Ports;
 use crate::ports::table::prelude::*;
 use tracing::info;
 
-use crate::api::admin::Admin;
 use crate::api::errors::SettingsError;
+use crate::api::operator::OperatorApi;
 use crate::pipeline::wake::{oldest_wait, wake_if_room};
 use crate::ports::clock::Clock;
 use crate::ports::table::StoreError;
@@ -55,7 +55,7 @@ pub struct CapacityReport {
 /// Ledger pages a report reads at most (100 tenants each).
 pub const REPORT_PAGES: usize = 20;
 
-impl<P: Ports> Admin<'_, P> {
+impl<P: Ports> OperatorApi<'_, P> {
     /// The account's capacity as this operator may see it.
     pub async fn capacity(&self) -> Result<CapacityReport, SettingsError> {
         let account = self.intake.store.account().await?;

@@ -6,9 +6,9 @@ use crate::ports::Ports;
 use crate::ports::table::prelude::*;
 use tracing::{info, warn};
 
-use crate::api::admin::Admin;
 use crate::api::context::Api;
 use crate::api::errors::{ListError, SettingsError};
+use crate::api::operator::OperatorApi;
 use crate::ports::table::LedgerPage;
 use genace_core::domain::TenantId;
 use genace_core::ledger::{self, Millicredits, TenantLedger};
@@ -36,7 +36,7 @@ impl<P: Ports> Api<P> {
     }
 }
 
-impl<P: Ports> Admin<'_, P> {
+impl<P: Ports> OperatorApi<'_, P> {
     /// Every tenant's ledger, a page at a time; an operator limited to one
     /// tenant sees that tenant's only.
     pub async fn all_credits(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, ListError> {
@@ -95,7 +95,7 @@ impl<P: Ports> Admin<'_, P> {
 /// Genace account it takes from the others. So an operator scoped to one
 /// tenant, its own included, may read them but not set them; the refusal
 /// does not depend on the tenant named, so it tells nothing of it.
-fn op_may_set_limits(op: &crate::api::admin::Operator) -> Result<(), SettingsError> {
+fn op_may_set_limits(op: &crate::api::operator::Operator) -> Result<(), SettingsError> {
     match op.tenant {
         Some(_) => Err(SettingsError::PlatformLimit),
         None => Ok(()),

@@ -13,9 +13,9 @@
 use crate::ports::Ports;
 use tracing::info;
 
-use crate::api::admin::Admin;
 use crate::api::context::Api;
 use crate::api::errors::OperationError;
+use crate::api::operator::OperatorApi;
 use crate::ports::clock::Clock;
 use crate::ports::commit::{CommitError, commit, write_attempts};
 use crate::ports::outputs::{MAX_DELETE_KEYS, ObjectStore};
@@ -132,7 +132,7 @@ impl<P: Ports> Api<P> {
 /// practice.
 const ERASE_PAGES: usize = 10;
 
-impl<P: Ports> Admin<'_, P> {
+impl<P: Ports> OperatorApi<'_, P> {
     /// An operator erases the outputs of an operation in their scope.
     pub async fn erase_outputs(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(id).await?;

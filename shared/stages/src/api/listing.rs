@@ -10,9 +10,9 @@
 use crate::ports::Ports;
 use chrono::{DateTime, Utc};
 
-use crate::api::admin::Admin;
 use crate::api::context::Api;
 use crate::api::errors::ListError;
+use crate::api::operator::OperatorApi;
 use crate::ports::clock::Clock;
 use crate::ports::list::{ListFilter, ListPosition};
 use crate::ports::table::{OperationStore, StoreError};
@@ -93,7 +93,7 @@ impl<P: Ports> Api<P> {
     }
 }
 
-impl<P: Ports> Admin<'_, P> {
+impl<P: Ports> OperatorApi<'_, P> {
     /// One page of operations, newest first: of `tenant` if given, else of
     /// every tenant. An operator limited to a tenant lists only that
     /// tenant's, whatever it asks for.

@@ -7,11 +7,10 @@
 //!   one operation, lists, settings, webhook endpoints).
 //! - Tenant features: [`cancel`], [`erase`], [`listing`], [`credits`],
 //!   [`webhook_endpoints`].
-//! - Operator features: [`admin`] (cases and their resolutions),
-//!   [`capacity`] (the account's report and limits), [`webhook_admin`]
+//! - Operator features: [`operator`] (cases and their resolutions),
+//!   [`capacity`] (the account's report and limits), [`tenant_webhook`]
 //!   (a tenant's single webhook).
 
-pub mod admin;
 pub mod cancel;
 pub mod capacity;
 pub mod context;
@@ -20,6 +19,7 @@ pub mod erase;
 pub mod errors;
 pub mod intake;
 pub mod listing;
+pub mod operator;
+pub mod tenant_webhook;
 pub mod trace;
-pub mod webhook_admin;
 pub mod webhook_endpoints;

@@ -3,12 +3,12 @@
 use genace_core::domain::OperationId;
 use genace_core::trace::TraceId;
 
-use crate::api::admin::Admin;
 use crate::api::errors::OperationError;
+use crate::api::operator::OperatorApi;
 use crate::ports::Ports;
 use crate::ports::traces::Trace;
 
-impl<P: Ports> Admin<'_, P> {
+impl<P: Ports> OperatorApi<'_, P> {
     /// The trace of `id` (an operation in the operator's scope, else not
     /// found): its id, and its spans or where it is shown.
     pub async fn trace(&self, id: &OperationId) -> Result<(TraceId, Trace), OperationError> {

@@ -1,8 +1,8 @@
 //! `/v1/capacity` and a tenant's limit of jobs in flight: operators only.
 
 use genace_core::domain::{InvalidInput, TenantId};
-use genace_stages::api::admin::Operator;
 use genace_stages::api::context::Api;
+use genace_stages::api::operator::Operator;
 use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
@@ -13,7 +13,7 @@ use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members};
 use crate::http::views::capacity_view;
 
 pub(crate) async fn capacity<P: Ports>(api: &Api<P>, op: &Operator, _req: &Request) -> Result<Response<Body>, Problem> {
-    let report = api.admin(op).capacity().await?;
+    let report = api.operator(op).capacity().await?;
     Ok(ok_json(capacity_view(&report)))
 }
 
@@ -45,7 +45,7 @@ pub(crate) async fn set_account_limit<P: Ports>(
     req: Request,
 ) -> Result<Response<Body>, Problem> {
     let limit = in_flight_limit(&req)?;
-    let report = api.admin(op).set_account_limit(limit).await?;
+    let report = api.operator(op).set_account_limit(limit).await?;
     Ok(ok_json(capacity_view(&report)))
 }
 
@@ -57,7 +57,7 @@ pub(crate) async fn set_max_in_flight<P: Ports>(
 ) -> Result<Response<Body>, Problem> {
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
     let limit = in_flight_limit(&req)?;
-    let ledger = api.admin(op).set_max_in_flight(&tenant, limit).await?;
+    let ledger = api.operator(op).set_max_in_flight(&tenant, limit).await?;
     Ok(ok_json(json!({
         "tenant_id": ledger.tenant_id,
         "max_in_flight": ledger.max_in_flight,

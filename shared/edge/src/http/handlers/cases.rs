@@ -3,8 +3,8 @@
 use genace_core::domain::{InvalidInput, OperationId, RemoteJobId};
 use genace_core::machine::Resolution;
 use genace_core::record::CaseReason;
-use genace_stages::api::admin::Operator;
 use genace_stages::api::context::Api;
+use genace_stages::api::operator::Operator;
 use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
@@ -31,7 +31,7 @@ pub(crate) async fn list_cases<P: Ports>(
     let opened_before = time_param(&q, "opened_before")?;
     let limit = page_limit(&q)?;
     let filter = genace_stages::ports::table::CaseFilter { reason, opened_before };
-    let page = api.admin(op).cases(tenant, filter, limit, q.first("cursor")).await?;
+    let page = api.operator(op).cases(tenant, filter, limit, q.first("cursor")).await?;
     let cases: Vec<Value> = page.records.iter().map(case_view).collect();
     Ok(ok_json(json!({"cases": cases, "next_cursor": page.next})))
 }
@@ -44,7 +44,7 @@ pub(crate) async fn case_counts<P: Ports>(
     req: &Request,
 ) -> Result<Response<Body>, Problem> {
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
-    let counts = api.admin(op).case_counts(tenant_param(&q)?).await?;
+    let counts = api.operator(op).case_counts(tenant_param(&q)?).await?;
     let open: u64 = counts.iter().map(|c| c.open).sum();
     let reasons: Vec<Value> = counts
         .iter()
@@ -105,7 +105,7 @@ pub(crate) async fn resolve<P: Ports>(
     };
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let version = if_match_version(&req)?;
-    let rec = api.admin(op).resolve(&id, &resolution, reason, version).await?;
+    let rec = api.operator(op).resolve(&id, &resolution, reason, version).await?;
     let body = view_with_links(&rec, &api.links(&rec).await);
     Ok(operation_response(&rec, &body))
 }

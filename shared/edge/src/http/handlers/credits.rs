@@ -1,8 +1,8 @@
 //! Credits: a tenant's own, every tenant's, and a tenant's spend limit.
 
 use genace_core::domain::{InvalidInput, TenantId};
-use genace_stages::api::admin::Operator;
 use genace_stages::api::context::Api;
+use genace_stages::api::operator::Operator;
 use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Value, json};
@@ -25,7 +25,7 @@ pub(crate) async fn all_credits<P: Ports>(
     req: &Request,
 ) -> Result<Response<Body>, Problem> {
     let q = req.query_string_parameters_ref().cloned().unwrap_or_default();
-    let page = api.admin(op).all_credits(page_limit(&q)?, q.first("cursor")).await?;
+    let page = api.operator(op).all_credits(page_limit(&q)?, q.first("cursor")).await?;
     let tenants: Vec<Value> = page.ledgers.iter().map(credits_view).collect();
     Ok(ok_json(json!({"tenants": tenants, "next_cursor": page.next})))
 }
@@ -50,6 +50,6 @@ pub(crate) async fn set_spend_limit<P: Ports>(
         },
         _ => return Err(InvalidInput::new("spend_limit", "is required: a number of credits, or null for none").into()),
     };
-    let ledger = api.admin(op).set_spend_limit(&tenant, limit).await?;
+    let ledger = api.operator(op).set_spend_limit(&tenant, limit).await?;
     Ok(ok_json(credits_view(&ledger)))
 }

@@ -80,7 +80,7 @@ pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Respo
 pub(crate) async fn read<P: Ports>(api: &Api<P>, req: &Request, raw_id: &str) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let (rec, operator) = match Principal::read(req, &api.config)? {
-        Principal::Operator(op) => (api.admin(&op).get(&id).await?, true),
+        Principal::Operator(op) => (api.operator(&op).get(&id).await?, true),
         Principal::Tenant(tenant) => (api.get(&tenant, &id, api.clock.now()).await?, false),
     };
     let shown = if operator { rec.clone() } else { rec.for_tenant() };
@@ -127,9 +127,9 @@ pub(crate) async fn change<P: Ports>(
 ) -> Result<Response<Body>, Problem> {
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let (rec, shown) = match (Principal::read(req, &api.config)?, change) {
-        (Principal::Operator(op), Change::Cancel) => api.admin(&op).cancel(&id).await.map(|r| (r.clone(), r))?,
+        (Principal::Operator(op), Change::Cancel) => api.operator(&op).cancel(&id).await.map(|r| (r.clone(), r))?,
         (Principal::Operator(op), Change::EraseOutputs) => {
-            api.admin(&op).erase_outputs(&id).await.map(|r| (r.clone(), r))?
+            api.operator(&op).erase_outputs(&id).await.map(|r| (r.clone(), r))?
         }
         (Principal::Tenant(tenant), Change::Cancel) => api.cancel(&tenant, &id).await.map(|r| {
             let shown = r.for_tenant();
@@ -204,7 +204,7 @@ pub(crate) async fn list<P: Ports>(api: &Api<P>, req: &Request) -> Result<Respon
     let cursor = q.first("cursor");
     let tenant = tenant_param(&q)?;
     let (page, operator) = match Principal::read(req, &api.config)? {
-        Principal::Operator(op) => (api.admin(&op).list(tenant, &filter, limit, cursor).await?, true),
+        Principal::Operator(op) => (api.operator(&op).list(tenant, &filter, limit, cursor).await?, true),
         Principal::Tenant(own) => {
             if tenant.is_some_and(|t| t != own) {
                 return Err(InvalidInput::new("tenant", "an application lists only its own operations").into());

@@ -1,9 +1,9 @@
 //! `/v1/tenants/{tenant_id}/webhook`: a tenant's single webhook, operators only.
 
 use genace_core::domain::TenantId;
-use genace_stages::api::admin::Operator;
 use genace_stages::api::context::Api;
-use genace_stages::api::webhook_admin::WebhookRequest;
+use genace_stages::api::operator::Operator;
+use genace_stages::api::tenant_webhook::WebhookRequest;
 use genace_stages::ports::Ports;
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
@@ -26,13 +26,13 @@ pub(crate) async fn webhook<P: Ports>(
             let body = json_body(&req, "webhook", MAX_SMALL_BODY_BYTES)?;
             only_members(&body, &["url", "secret_id", "events"])?;
             let request = WebhookRequest::parse(&body, &api.config.webhook_url_policy(), &tenant)?;
-            Some(api.admin(op).set_webhook(&tenant, request).await?)
+            Some(api.operator(op).set_webhook(&tenant, request).await?)
         }
         Method::DELETE => {
-            api.admin(op).remove_webhook(&tenant).await?;
+            api.operator(op).remove_webhook(&tenant).await?;
             None
         }
-        _ => api.admin(op).webhook(&tenant).await?,
+        _ => api.operator(op).webhook(&tenant).await?,
     };
     Ok(ok_json(webhook_view(tenant.as_str(), config.as_ref())))
 }

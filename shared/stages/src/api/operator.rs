@@ -33,8 +33,8 @@ impl Operator {
 
 /// The intake as one operator sees it: every operator action is a method
 /// here, so none can be reached without the [`Operator`] whose scope it
-/// checks and whose name the audit keeps. Made by [`Api::admin`].
-pub struct Admin<'a, P: Ports> {
+/// checks and whose name the audit keeps. Made by [`Api::operator`].
+pub struct OperatorApi<'a, P: Ports> {
     /// The intake whose ports and settings the operator's actions use.
     pub(crate) intake: &'a Api<P>,
     pub(crate) op: &'a Operator,
@@ -42,12 +42,12 @@ pub struct Admin<'a, P: Ports> {
 
 impl<P: Ports> Api<P> {
     /// The operator actions, for `op`.
-    pub fn admin<'a>(&'a self, op: &'a Operator) -> Admin<'a, P> {
-        Admin { intake: self, op }
+    pub fn operator<'a>(&'a self, op: &'a Operator) -> OperatorApi<'a, P> {
+        OperatorApi { intake: self, op }
     }
 }
 
-impl<P: Ports> Admin<'_, P> {
+impl<P: Ports> OperatorApi<'_, P> {
     /// Which tenant a listing covers when the operator asks for `asked`
     /// (None: every tenant): an operator limited to a tenant covers only
     /// that one. None when the operator asked for a tenant it may not see.
@@ -60,7 +60,7 @@ impl<P: Ports> Admin<'_, P> {
     }
 }
 
-impl<P: Ports> Admin<'_, P> {
+impl<P: Ports> OperatorApi<'_, P> {
     /// How many cases are open per reason, and since when the oldest of
     /// each, over the operator's scope (one tenant, or every tenant).
     pub async fn case_counts(&self, tenant: Option<TenantId>) -> Result<Vec<CaseCount>, ListError> {
@@ -162,7 +162,7 @@ impl<P: Ports> Admin<'_, P> {
         genace_trace::traced("resolve", id, decided).await
     }
 
-    /// [`Admin::resolve`] on `rec`, read in the operator's scope.
+    /// [`OperatorApi::resolve`] on `rec`, read in the operator's scope.
     async fn decide(
         &self,
         rec: OperationRecord,

@@ -1,5 +1,5 @@
 //! Operators' webhook settings: read, set and remove a tenant's webhook,
-//! beside the other operator actions (`admin`). Parsing a request checks
+//! beside the other operator actions (`operator`). Parsing a request checks
 //! the webhook URL policy and the tenant's secret folder, so a webhook that
 //! could never be sent to or would sign with another tenant's secret is
 //! refused when it is saved. Sending is the `webhook_send` stage.
@@ -9,8 +9,8 @@ use crate::ports::table::prelude::*;
 use serde_json::Value;
 use tracing::info;
 
-use crate::api::admin::Admin;
 use crate::api::errors::SettingsError;
+use crate::api::operator::OperatorApi;
 use crate::config::UrlPolicy;
 use crate::ports::clock::Clock;
 use genace_core::domain::{InvalidInput, TenantId};
@@ -159,7 +159,7 @@ pub fn parse_events(body: &Value) -> Result<Option<Vec<String>>, InvalidInput> {
     }
 }
 
-impl<P: Ports> Admin<'_, P> {
+impl<P: Ports> OperatorApi<'_, P> {
     /// A tenant's webhook, for an operator who may see the tenant.
     pub async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, SettingsError> {
         if !self.op.may_see(tenant) {
