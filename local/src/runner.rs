@@ -166,7 +166,7 @@ pub async fn start(
     });
     // The events pipe seals what the webhook stage checks, as deployed;
     // both run here, so the key is drawn here.
-    let seal = genace_stages::pipeline::event_seal::EventSeal::random()?;
+    let seal = genace_stages::pipeline::webhooks::seal::EventSeal::random()?;
     let mut webhooks = genace_app::webhooks(sdk, &config, metrics.clone())?;
     webhooks.seal = Some(seal.clone());
     consumer.spawn_deferring(

@@ -19,8 +19,8 @@ use genace_aws::{DynamoStore, S3Store, SecretsManager, SqsQueue, SqsReceiptDefer
 use genace_outbound::{GenaceClient, GenaceConfig, HttpDownloads, HttpWebhooks};
 use genace_stages::app::{App, Unused};
 use genace_stages::config::Config;
-use genace_stages::pipeline::event_seal::{EventSeal, MIN_KEY_BYTES};
-use genace_stages::pipeline::webhook_send::WebhookStage;
+use genace_stages::pipeline::webhooks::seal::{EventSeal, MIN_KEY_BYTES};
+use genace_stages::pipeline::webhooks::send::WebhookStage;
 use genace_stages::ports::clock::SystemClock;
 use genace_stages::ports::metrics::{EmfLines, Metrics};
 use genace_stages::ports::traces::XRayLink;
@@ -261,7 +261,7 @@ impl<S: genace_stages::ports::table::WebhookEndpoints> Enrichment<S> {
         batch: &[Value],
     ) -> Result<Vec<genace_core::events::LifecycleEvent>, genace_aws::stream::StreamError> {
         let mut events = lifecycle_events(batch, &self.ctx)?;
-        genace_stages::pipeline::events::mark_for_webhooks(&self.store, &self.metrics, &mut events).await;
+        genace_stages::pipeline::webhooks::filter::mark_for_webhooks(&self.store, &self.metrics, &mut events).await;
         if let Some(seal) = &self.seal {
             seal.seal_all(&mut events);
         }

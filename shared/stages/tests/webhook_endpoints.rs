@@ -8,7 +8,7 @@ use genace_core::domain::TenantId;
 use genace_core::webhook::{AttemptStatus, WebhookAttempt};
 use genace_memory::{MemoryApp, MemorySecrets, memory_app};
 use genace_stages::api::errors::EndpointError;
-use genace_stages::api::webhook_endpoints::EndpointChange;
+use genace_stages::api::webhooks::endpoints::EndpointChange;
 use genace_stages::config::UrlPolicy;
 use genace_stages::ports::clock::Clock;
 use genace_stages::ports::table::prelude::*;
@@ -474,7 +474,7 @@ async fn a_disabled_endpoint_is_sent_nothing_and_enabled_recovers_what_it_missed
 /// `RECOVERY_WINDOW`: another call within it is refused and queues nothing.
 #[tokio::test]
 async fn recoveries_are_capped_and_one_per_endpoint_in_a_window() {
-    use genace_stages::api::webhook_endpoints::{RECOVER_COPIES, RECOVERY_WINDOW};
+    use genace_stages::api::webhooks::endpoints::{RECOVER_COPIES, RECOVERY_WINDOW};
     let (app, _) = app(5);
     let intake = app.api();
     let endpoints = intake.endpoints(acme(), "dev@acme".into());
@@ -524,7 +524,7 @@ async fn recoveries_are_capped_and_one_per_endpoint_in_a_window() {
 /// nothing queued, and a new window once it has passed.
 #[tokio::test]
 async fn replays_of_an_endpoint_are_bounded_per_window() {
-    use genace_stages::api::webhook_endpoints::{RECOVERY_WINDOW, REPLAY_COPIES};
+    use genace_stages::api::webhooks::endpoints::{RECOVERY_WINDOW, REPLAY_COPIES};
     let (app, _) = app(5);
     let intake = app.api();
     let endpoints = intake.endpoints(acme(), "dev@acme".into());

@@ -6,7 +6,7 @@ use genace_core::events::Kind;
 use genace_core::events::LifecycleEvent;
 use genace_core::webhook::{EndpointSet, WebhookConfig, WebhookEndpoint};
 use genace_memory::MemoryStore;
-use genace_stages::pipeline::events::mark_for_webhooks;
+use genace_stages::pipeline::webhooks::filter::mark_for_webhooks;
 use genace_stages::ports::metrics::Metrics;
 use genace_stages::ports::table::{WebhookEndpoints, WebhookSettings};
 

@@ -8,9 +8,9 @@ use genace_core::domain::TenantId;
 use genace_core::webhook::{AttemptStatus, WebhookConfig};
 use genace_memory::{ManualClock, MemoryReceiver, MemorySecrets, MemoryStore, MemoryWebhookQueue};
 use genace_stages::config::RetrySchedule;
-use genace_stages::pipeline::signature::signature;
 use genace_stages::pipeline::stage::{Stage, StageError, handle_body};
-use genace_stages::pipeline::webhook_send::{WebhookStage, Webhooked};
+use genace_stages::pipeline::webhooks::send::{WebhookStage, Webhooked};
+use genace_stages::pipeline::webhooks::signature::signature;
 use genace_stages::ports::table::prelude::*;
 use serde_json::{Value, json};
 
@@ -331,7 +331,7 @@ async fn a_forged_event_is_never_kept_for_replay() {
 /// event, and a copy of one, are posted without the seal.
 #[tokio::test]
 async fn an_event_whose_type_or_data_the_pipe_did_not_seal_is_never_signed() {
-    use genace_stages::pipeline::event_seal::EventSeal;
+    use genace_stages::pipeline::webhooks::seal::EventSeal;
     let mut rig = rig(&[]).await;
     let seal = EventSeal::new(&[9; 32]).unwrap();
     rig.stage.seal = Some(seal.clone());

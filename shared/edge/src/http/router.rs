@@ -12,7 +12,8 @@ use lambda_http::{Body, Request, RequestExt, Response};
 
 use super::auth::Principal;
 use super::handlers::operations::Change;
-use super::handlers::{capacity, cases, credits, operations, trace, webhook, webhook_endpoints};
+use super::handlers::webhooks::{endpoints as webhook_endpoints, settings as webhook};
+use super::handlers::{capacity, cases, credits, operations, trace};
 use super::problem::{Problem, method_not_allowed};
 use super::routes::{CallerHandler, Handler, Miss, OperatorHandler, find};
 

@@ -5,11 +5,11 @@
 //! - [`intake`]: recording an intent once, and reading it back.
 //! - [`errors`]: one error per family of these operations (submitting,
 //!   one operation, lists, settings, webhook endpoints).
-//! - Tenant features: [`cancel`], [`erase`], [`listing`], [`credits`],
-//!   [`webhook_endpoints`].
+//! - Tenant features: [`cancel`], [`erase`], [`listing`], [`credits`].
 //! - Operator features: [`operator`] (cases and their resolutions),
-//!   [`capacity`] (the account's report and limits), [`tenant_webhook`]
-//!   (a tenant's single webhook).
+//!   [`capacity`] (the account's report and limits).
+//! - [`webhooks`]: a tenant's webhook endpoints (managed by the tenant)
+//!   and its single webhook (set by operators).
 
 pub mod cancel;
 pub mod capacity;
@@ -20,6 +20,5 @@ pub mod errors;
 pub mod intake;
 pub mod listing;
 pub mod operator;
-pub mod tenant_webhook;
 pub mod trace;
-pub mod webhook_endpoints;
+pub mod webhooks;

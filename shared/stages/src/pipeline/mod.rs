@@ -7,22 +7,16 @@
 //! - [`dispatch`], [`poll`], [`deliver`], [`recovery`]: the lifecycle of
 //!   one operation; [`sweep`]: the periodic repair of what a crash left.
 //! - [`wake`]: waking operations that wait for a slot or for credits.
-//! - [`webhook_send`]: signed webhook POSTs, their retries and log, each
-//!   signed by [`signature`], each checked first against what the table
-//!   committed (`webhook_verify`);
-//!   [`events`]: which lifecycle changes become webhook events.
+//! - [`webhooks`]: which lifecycle changes become webhook events, the
+//!   events pipe's seal, and the signed POSTs with their retries and log.
 //! - [`outcomes`]: each stage's outcome in words, for its span.
 
 pub mod deliver;
 pub mod dispatch;
-pub mod event_seal;
-pub mod events;
 pub mod outcomes;
 pub mod poll;
 pub mod recovery;
-pub mod signature;
 pub mod stage;
 pub mod sweep;
 pub mod wake;
-pub mod webhook_send;
-mod webhook_verify;
+pub mod webhooks;

@@ -8,7 +8,7 @@ use crate::pipeline::deliver::DeliverResult;
 use crate::pipeline::dispatch::{Dispatched, PostResult};
 use crate::pipeline::poll::Polled;
 use crate::pipeline::recovery::RecoveryOutcome;
-use crate::pipeline::webhook_send::Webhooked;
+use crate::pipeline::webhooks::send::Webhooked;
 
 impl Display for Dispatched {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {

@@ -7,8 +7,7 @@ pub mod cases;
 pub mod credits;
 pub mod operations;
 pub mod trace;
-pub mod webhook;
-pub mod webhook_endpoints;
+pub mod webhooks;
 
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Response};

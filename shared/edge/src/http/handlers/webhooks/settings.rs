@@ -3,12 +3,12 @@
 use genace_core::domain::TenantId;
 use genace_stages::api::context::Api;
 use genace_stages::api::operator::Operator;
-use genace_stages::api::tenant_webhook::WebhookRequest;
+use genace_stages::api::webhooks::settings::WebhookRequest;
 use genace_stages::ports::Ports;
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
 
-use super::ok_json;
+use crate::http::handlers::ok_json;
 use crate::http::problem::{Problem, not_found};
 use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members};
 use crate::http::views::webhook_view;

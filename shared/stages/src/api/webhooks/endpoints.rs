@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use crate::api::context::Api;
 use crate::api::errors::EndpointError;
-use crate::api::tenant_webhook::{parse_events, parse_url};
+use crate::api::webhooks::settings::{parse_events, parse_url};
 use crate::config::{Config, UrlPolicy};
 use crate::ports::clock::Clock;
 use crate::ports::queue::WorkQueue;

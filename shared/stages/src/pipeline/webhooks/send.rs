@@ -21,8 +21,8 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::config::RetrySchedule;
-use crate::pipeline::signature::signature;
 use crate::pipeline::stage::{Stage, StageError};
+use crate::pipeline::webhooks::signature::signature;
 use crate::ports::clock::{Clock, SystemClock};
 use crate::ports::metrics::Metrics;
 use crate::ports::table::{OperationRecords, WebhookEndpoints, WebhookSettings};
@@ -112,7 +112,7 @@ pub struct WebhookStage<S, K, W, D, C = SystemClock> {
     pub metrics: Metrics,
     /// The events pipe's seal: with one, an operation's event is signed,
     /// kept or copied only when it holds it ([`EventSeal`]).
-    pub seal: Option<crate::pipeline::event_seal::EventSeal>,
+    pub seal: Option<crate::pipeline::webhooks::seal::EventSeal>,
 }
 
 impl<S, K, W, D, C> Stage for WebhookStage<S, K, W, D, C>

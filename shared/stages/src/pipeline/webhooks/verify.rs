@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::pipeline::stage::StageError;
-use crate::pipeline::webhook_send::WebhookStage;
+use crate::pipeline::webhooks::send::WebhookStage;
 use crate::ports::clock::Clock;
 use crate::ports::table::OperationRecords;
 use genace_core::domain::TenantId;

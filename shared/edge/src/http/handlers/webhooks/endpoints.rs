@@ -7,7 +7,7 @@ use genace_core::domain::{InvalidInput, TenantId};
 use genace_core::webhook::{AttemptStatus, ENDPOINTS_SCOPE, WebhookAttempt, WebhookEndpoint};
 use genace_stages::api::context::Api;
 use genace_stages::api::errors::EndpointError;
-use genace_stages::api::webhook_endpoints::{EndpointChange, Endpoints, WithSecret};
+use genace_stages::api::webhooks::endpoints::{EndpointChange, Endpoints, WithSecret};
 use genace_stages::ports::Ports;
 use genace_stages::ports::cursor;
 use lambda_http::http::StatusCode;

@@ -2,7 +2,7 @@
 //! beside the other operator actions (`operator`). Parsing a request checks
 //! the webhook URL policy and the tenant's secret folder, so a webhook that
 //! could never be sent to or would sign with another tenant's secret is
-//! refused when it is saved. Sending is the `webhook_send` stage.
+//! refused when it is saved. Sending is the webhook stage (`pipeline::webhooks::send`).
 
 use crate::ports::Ports;
 use crate::ports::table::prelude::*;
