@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, Locator};
 use futures::StreamExt;
 use genace_core::domain::{Intent, TenantId};
-use genace_core::machine::{Event, Policy, transition};
+use genace_core::machine::{Input, Policy, transition};
 use genace_core::record::OperationRecord;
 use genace_local::browser::Driver;
 use genace_local::devauth;
@@ -117,7 +117,7 @@ fn lost_202(tenant: &str, key: &str) -> Result<OperationRecord, String> {
     let rec = OperationRecord::new_intent(&tenant, &intent, None, now, chrono::Duration::seconds(60));
     let claimed = transition(
         &rec,
-        Event::ClaimDispatch {
+        Input::ClaimDispatch {
             token: "bench",
             shard: 0,
         },
@@ -125,7 +125,7 @@ fn lost_202(tenant: &str, key: &str) -> Result<OperationRecord, String> {
         &policy,
     )
     .map_err(|e| format!("{e:?}"))?;
-    let lost = Event::OutcomeUnknown {
+    let lost = Input::OutcomeUnknown {
         token: "bench",
         evidence: "the connection closed before the answer",
     };

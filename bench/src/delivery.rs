@@ -352,7 +352,7 @@ pub(crate) async fn rendered_operation(
     let policy = config.policy;
     let claimed = machine::transition(
         &rec,
-        machine::Event::ClaimDispatch { token: "t", shard: 0 },
+        machine::Input::ClaimDispatch { token: "t", shard: 0 },
         now,
         &policy,
     )
@@ -366,7 +366,7 @@ pub(crate) async fn rendered_operation(
     };
     let accepted = machine::transition(
         &claimed,
-        machine::Event::Accepted { token: "t", job: &job },
+        machine::Input::Accepted { token: "t", job: &job },
         now,
         &policy,
     )
@@ -376,7 +376,7 @@ pub(crate) async fn rendered_operation(
             .ok_or("snapshot")?;
     let rendered = machine::transition(
         &accepted,
-        machine::Event::Observed {
+        machine::Input::Observed {
             snapshot: &snap,
             next_check: now,
             stalled: None,

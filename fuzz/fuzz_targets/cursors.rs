@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use chrono::{DateTime, TimeZone, Utc};
-use genace_core::machine::{Event, Policy, transition};
+use genace_core::machine::{Input, Policy, transition};
 use genace_edge::http::handle;
 use genace_memory::{MemoryApp, memory_app};
 use genace_stages::api::context::Api;
@@ -253,9 +253,9 @@ async fn open_case(app: &MemoryApp, id: &str) {
     let now = app.clock.now();
     let rec = app.store.get(&id, now).await.expect("readable").expect("created");
     let policy = Policy::default();
-    let taken = transition(&rec, Event::ClaimDispatch { token: "t", shard: 0 }, now, &policy).expect("claimable");
+    let taken = transition(&rec, Input::ClaimDispatch { token: "t", shard: 0 }, now, &policy).expect("claimable");
     app.store.apply(&rec, &taken).await.expect("claimed");
-    let unknown = Event::OutcomeUnknown {
+    let unknown = Input::OutcomeUnknown {
         token: "t",
         evidence: "timed out",
     };

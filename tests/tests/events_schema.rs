@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 use genace_core::events::Kind;
-use genace_core::machine::{self, AcceptedJob, Decision, Event, Policy, Resolution};
+use genace_core::machine::{self, AcceptedJob, Decision, Input, Policy, Resolution};
 use genace_core::record::{DeliveredObject, OperationRecord, OutputRef, RemoteError};
 use genace_core::remote::{JobSnapshot, RenderStatus};
 use genace_localaws::{LocalAws, intent_record};
 use genace_stages::ports::table::prelude::*;
 use serde_json::Value;
 
-async fn step<S: OperationStore>(store: &S, rec: OperationRecord, event: Event<'_>) -> OperationRecord {
+async fn step<S: OperationStore>(store: &S, rec: OperationRecord, event: Input<'_>) -> OperationRecord {
     let next = machine::transition(&rec, event, Utc::now(), &Policy::default()).expect("an allowed change");
     store.apply(&rec, &next).await.expect("written");
     next
@@ -89,8 +89,8 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let a = create("delivered").await;
     let a = step(
         &store,
-        step(&store, a, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
-        Event::Accepted {
+        step(&store, a, Input::ClaimDispatch { token: "tok", shard: 0 }).await,
+        Input::Accepted {
             token: "tok",
             job: &job,
         },
@@ -101,14 +101,14 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
         content_type: Some("video/mp4".into()),
     }];
     let done = snapshot(RenderStatus::Succeeded, Some(outputs));
-    let observed = Event::Observed {
+    let observed = Input::Observed {
         snapshot: &done,
         next_check: now,
         stalled: None,
         seen: &Default::default(),
     };
     let a = step(&store, a, observed).await;
-    let a = step(&store, a, Event::ClaimDelivery { token: "d" }).await;
+    let a = step(&store, a, Input::ClaimDelivery { token: "d" }).await;
     let objects = [DeliveredObject {
         key: "outputs/tenant-events/x/output-0.mp4".into(),
         bytes: 5,
@@ -118,7 +118,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     step(
         &store,
         a,
-        Event::Delivered {
+        Input::Delivered {
             token: "d",
             objects: &objects,
         },
@@ -130,8 +130,8 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let rejected = error("http_422", 422);
     step(
         &store,
-        step(&store, b, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
-        Event::Rejected {
+        step(&store, b, Input::ClaimDispatch { token: "tok", shard: 0 }).await,
+        Input::Rejected {
             token: "tok",
             error: &rejected,
         },
@@ -143,14 +143,14 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let refused = error("http_402", 402);
     let c = step(
         &store,
-        step(&store, c, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
-        Event::AccountRefused {
+        step(&store, c, Input::ClaimDispatch { token: "tok", shard: 0 }).await,
+        Input::AccountRefused {
             token: "tok",
             error: &refused,
         },
     )
     .await;
-    let release = Event::Resolved(Decision {
+    let release = Input::Resolved(Decision {
         resolution: &Resolution::ReleaseHold,
         actor: "ops",
         reason: "card updated",
@@ -161,15 +161,15 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let d = create("failed").await;
     let d = step(
         &store,
-        step(&store, d, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
-        Event::Accepted {
+        step(&store, d, Input::ClaimDispatch { token: "tok", shard: 0 }).await,
+        Input::Accepted {
             token: "tok",
             job: &job,
         },
     )
     .await;
     let failed = snapshot(RenderStatus::Failed, None);
-    let observed = Event::Observed {
+    let observed = Input::Observed {
         snapshot: &failed,
         next_check: now,
         stalled: None,
@@ -181,14 +181,14 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let f = create("attached").await;
     let f = step(
         &store,
-        step(&store, f, Event::ClaimDispatch { token: "tok", shard: 0 }).await,
-        Event::Accepted {
+        step(&store, f, Input::ClaimDispatch { token: "tok", shard: 0 }).await,
+        Input::Accepted {
             token: "tok",
             job: &job,
         },
     )
     .await;
-    let missing = Event::CaseNeeded {
+    let missing = Input::CaseNeeded {
         reason: genace_core::record::CaseReason::RemoteJobMissing,
         evidence: "Genace answered 404",
         keep_due: false,
@@ -197,7 +197,7 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     let attach = Resolution::AttachRemoteJob {
         job_id: "job-found".into(),
     };
-    let attach = Event::Resolved(Decision {
+    let attach = Input::Resolved(Decision {
         resolution: &attach,
         actor: "ops",
         reason: "found in the Genace console",
@@ -206,17 +206,17 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
 
     // Waiting for the spend limit.
     let e = create("limited").await;
-    step(&store, e, Event::SpendLimitReached).await;
+    step(&store, e, Input::SpendLimitReached).await;
 
     // Waiting for a slot of the Genace account.
     let g = create("capacity").await;
-    let g = step(&store, g, Event::CapacityReached).await;
+    let g = step(&store, g, Input::CapacityReached).await;
     // ... and taken back while it waits.
     let by = g.tenant_id.as_str().to_owned();
     step(
         &store,
         g,
-        Event::Cancel {
+        Input::Cancel {
             by: &by,
             reason: genace_core::record::CancelReason::Requested,
         },

@@ -1000,7 +1000,7 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     };
     let failed = genace_core::machine::transition(
         &accepted_rec,
-        genace_core::machine::Event::Observed {
+        genace_core::machine::Input::Observed {
             snapshot: &snapshot,
             next_check: Utc::now(),
             stalled: None,

@@ -777,7 +777,7 @@ async fn the_sweep_re_enqueues_due_work_and_interrupts_expired_claims() {
     let mut claimed = rig.record(&id).await;
     let next = genace_core::machine::transition(
         &claimed,
-        genace_core::machine::Event::ClaimDispatch { token: "tok", shard: 0 },
+        genace_core::machine::Input::ClaimDispatch { token: "tok", shard: 0 },
         Utc::now(),
         &rig.config.policy,
     )

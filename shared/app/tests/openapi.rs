@@ -272,7 +272,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let policy = genace_core::machine::Policy::default();
     let claimed = genace_core::machine::transition(
         &prepared,
-        genace_core::machine::Event::ClaimDispatch { token: "tok", shard: 0 },
+        genace_core::machine::Input::ClaimDispatch { token: "tok", shard: 0 },
         Utc::now(),
         &policy,
     )
@@ -280,7 +280,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     store.apply(&prepared, &claimed).await.unwrap();
     let uncertain = genace_core::machine::transition(
         &claimed,
-        genace_core::machine::Event::OutcomeUnknown {
+        genace_core::machine::Input::OutcomeUnknown {
             token: "tok",
             evidence: "timed out",
         },
@@ -631,7 +631,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let fresh = store.get(&waiting_id, Utc::now()).await.unwrap().unwrap();
     let waiting = genace_core::machine::transition(
         &fresh,
-        genace_core::machine::Event::SpendLimitReached,
+        genace_core::machine::Input::SpendLimitReached,
         Utc::now(),
         &policy,
     )
@@ -664,7 +664,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     let fresh = store.get(&slot_id, Utc::now()).await.unwrap().unwrap();
     let since = Utc::now();
     let queued =
-        genace_core::machine::transition(&fresh, genace_core::machine::Event::CapacityReached, since, &policy).unwrap();
+        genace_core::machine::transition(&fresh, genace_core::machine::Input::CapacityReached, since, &policy).unwrap();
     store.apply(&fresh, &queued).await.unwrap();
     let slot_view = call(event(
         "GET",
@@ -915,7 +915,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     // yields to it: this one waits first, and is claimed as if woken.
     let before_claim = genace_core::machine::transition(
         &recorded,
-        genace_core::machine::Event::CapacityReached,
+        genace_core::machine::Input::CapacityReached,
         Utc::now(),
         &policy,
     )
@@ -923,7 +923,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     store.apply(&recorded, &before_claim).await.unwrap();
     let after_claim = genace_core::machine::transition(
         &before_claim,
-        genace_core::machine::Event::ClaimDispatch { token: "tok", shard: 0 },
+        genace_core::machine::Input::ClaimDispatch { token: "tok", shard: 0 },
         Utc::now(),
         &policy,
     )

@@ -157,7 +157,7 @@ async fn a_hung_table_endpoint_fails_within_the_sdk_budget_instead_of_hanging() 
 /// one that waits: each idle tenant holds a ledger with a limit of its own
 /// and waits for nothing.
 async fn wake_requests_beside(idle: usize) -> usize {
-    use genace_core::machine::{self, Event, Policy};
+    use genace_core::machine::{self, Input, Policy};
     let env = LocalAws::fresh().await;
     let store = env.store().with_account_limit(Some(2));
     let now = Utc::now();
@@ -168,7 +168,7 @@ async fn wake_requests_beside(idle: usize) -> usize {
     for key in ["w1", "w2"] {
         let rec = genace_localaws::intent_record("waits", key, "p");
         store.create(&rec, now).await.unwrap();
-        let next = machine::transition(&rec, Event::CapacityReached, now, &Policy::default()).unwrap();
+        let next = machine::transition(&rec, Input::CapacityReached, now, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
     }
     let (counted, counter) = env.counted_store();
@@ -201,7 +201,7 @@ async fn a_wake_up_costs_the_same_however_many_tenants_are_idle() {
 /// back to one item, until it ends.
 #[tokio::test]
 async fn account_limits_and_counts_survive_a_change_of_shards() {
-    use genace_core::machine::{self, Event, Policy};
+    use genace_core::machine::{self, Input, Policy};
     use genace_core::shard::AccountShards;
     let env = LocalAws::fresh().await;
     let one = env.store().with_account_limit(Some(8));
@@ -229,7 +229,7 @@ async fn account_limits_and_counts_survive_a_change_of_shards() {
     two.create(&rec, now).await.unwrap();
     let claimed = machine::transition(
         &rec,
-        Event::ClaimDispatch { token: "t", shard: 1 },
+        Input::ClaimDispatch { token: "t", shard: 1 },
         now,
         &Policy::default(),
     )
@@ -250,7 +250,7 @@ async fn account_limits_and_counts_survive_a_change_of_shards() {
     // The job ends: the second shard is no longer read.
     let released = machine::transition(
         &claimed,
-        Event::RateLimited {
+        Input::RateLimited {
             token: "t",
             retry_at: now,
             busy: false,
@@ -302,7 +302,7 @@ async fn a_plain_write_refused_for_a_transaction_is_sent_again() {
 /// try refused, the read still answers with the tenants that wait.
 #[tokio::test]
 async fn a_drained_tenant_whose_ledger_is_busy_does_not_fail_the_waiting_read() {
-    use genace_core::machine::{self, Event, Policy};
+    use genace_core::machine::{self, Input, Policy};
     use genace_localaws::TransactionConflicts;
     let env = LocalAws::fresh().await;
     let store = env.store();
@@ -311,7 +311,7 @@ async fn a_drained_tenant_whose_ledger_is_busy_does_not_fail_the_waiting_read() 
     for tenant in ["drains", "waits"] {
         let rec = genace_localaws::intent_record(tenant, "k", "p");
         store.create(&rec, now).await.unwrap();
-        let next = machine::transition(&rec, Event::CapacityReached, now, &Policy::default()).unwrap();
+        let next = machine::transition(&rec, Input::CapacityReached, now, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
         waiting.push(next);
         tokio::time::sleep(std::time::Duration::from_millis(3)).await;
@@ -451,7 +451,7 @@ async fn a_claim_between_the_read_and_the_parts_is_read_again() {
 #[tokio::test]
 async fn a_wake_up_costs_the_same_beside_a_hundred_tenants_short_of_credits() {
     use genace_core::domain::TenantId;
-    use genace_core::machine::{self, Event, Policy};
+    use genace_core::machine::{self, Input, Policy};
     let mut costs = Vec::new();
     for short in [0, 100] {
         let env = LocalAws::fresh().await;
@@ -459,7 +459,7 @@ async fn a_wake_up_costs_the_same_beside_a_hundred_tenants_short_of_credits() {
         store.set_account_limit(Some(4)).await.unwrap();
         store.account().await.unwrap();
         let now = Utc::now();
-        let wait = |tenant: String, event: Event<'static>| {
+        let wait = |tenant: String, event: Input<'static>| {
             let store = store.clone();
             async move {
                 let rec = genace_localaws::intent_record(&tenant, "k", "p");
@@ -472,9 +472,9 @@ async fn a_wake_up_costs_the_same_beside_a_hundred_tenants_short_of_credits() {
             let tenant = TenantId::parse(&format!("short-{i:03}")).unwrap();
             let limit = genace_core::ledger::millis(0.5);
             store.set_spend_limit(&tenant, Some(limit)).await.unwrap();
-            wait(tenant.as_str().to_owned(), Event::SpendLimitReached).await;
+            wait(tenant.as_str().to_owned(), Input::SpendLimitReached).await;
         }
-        wait("slot-a".to_owned(), Event::CapacityReached).await;
+        wait("slot-a".to_owned(), Input::CapacityReached).await;
         let queue = genace_memory::MemoryQueue::new(genace_memory::ManualClock::new(now));
         let before = counter.get();
         let woken = genace_stages::pipeline::wake::wake(&store, &queue).await.unwrap();

@@ -114,7 +114,7 @@ async fn fifty_concurrent_claims_have_one_winner<S: OperationStore + Clone + 'st
         async move {
             let next = machine::transition(
                 &rec,
-                machine::Event::ClaimDispatch {
+                machine::Input::ClaimDispatch {
                     token: &format!("tok-{i}"),
                     shard: 0,
                 },
@@ -304,7 +304,7 @@ async fn with_account_case<S: OperationStore>(store: &S, tenant: &str, key: &str
         status: Some(402),
         detail: "payment required".into(),
     };
-    let event = machine::Event::AccountRefused {
+    let event = machine::Input::AccountRefused {
         token: "tok",
         error: &error,
     };
@@ -432,7 +432,7 @@ async fn open_cases_are_counted_by_reason_and_a_closed_one_leaves<S: OperationSt
         actor: "ops",
         reason: "nothing at Genace",
     };
-    let closed = machine::transition(&rec, machine::Event::Resolved(decision), Utc::now(), &Policy::default()).unwrap();
+    let closed = machine::transition(&rec, machine::Input::Resolved(decision), Utc::now(), &Policy::default()).unwrap();
     store.apply(&rec, &closed).await.unwrap();
     let page = store.open_cases_by_age(CaseFilter::default(), 100, None).await.unwrap();
     assert_eq!(page.records.len(), 7);
@@ -455,7 +455,7 @@ async fn the_job_index_finds_the_holder<S: OperationStore>(store: S) {
     };
     let accepted = machine::transition(
         &claimed,
-        machine::Event::Accepted {
+        machine::Input::Accepted {
             token: "tok",
             job: &job,
         },
@@ -528,7 +528,7 @@ async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
         status: Some(502),
         detail: "provider failed".into(),
     };
-    let failed = machine::Event::SubmitFailed {
+    let failed = machine::Input::SubmitFailed {
         token: "tok",
         job_id: "job-ledger-b",
         error: &error,
@@ -544,7 +544,7 @@ async fn the_ledger_follows_every_credit_move<S: OperationStore>(store: S) {
             genace_core::ledger::Millicredits::ZERO
         )
     );
-    let settle = machine::Event::Resolved(machine::Decision {
+    let settle = machine::Input::Resolved(machine::Decision {
         resolution: &machine::Resolution::MarkSettled,
         actor: "ops",
         reason: "refund confirmed",
@@ -588,7 +588,7 @@ async fn an_abandon_keeps_what_genace_charged<S: OperationStore>(store: S) {
         client_reference: None,
         error: None,
     };
-    let observed = machine::Event::Observed {
+    let observed = machine::Input::Observed {
         snapshot: &no_outputs,
         next_check: now,
         stalled: None,
@@ -604,7 +604,7 @@ async fn an_abandon_keeps_what_genace_charged<S: OperationStore>(store: S) {
         millis_held(&store, tenant).await.spent,
         genace_core::ledger::Millicredits::new(12_500)
     );
-    let abandon = machine::Event::Resolved(machine::Decision {
+    let abandon = machine::Input::Resolved(machine::Decision {
         resolution: &machine::Resolution::Abandon,
         actor: "ops",
         reason: "no outputs to deliver",
@@ -860,7 +860,7 @@ async fn operators_and_learned_account_limits_admit_claims<S: OperationStore>(st
     store.apply(&a1, &a2).await.unwrap();
     store.apply(&a2, &rendered(&a2, "job-limits-a")).await.unwrap();
     // b is refused by Genace with 429: its slot frees, but no job ran.
-    let refused = machine::Event::RateLimited {
+    let refused = machine::Input::RateLimited {
         token: "tok",
         retry_at: now,
         busy: false,
@@ -897,7 +897,7 @@ async fn the_waiting_order_is_per_tenant_and_oldest_first<S: OperationStore>(sto
         let rec = record_for(tenant, key, "p");
         store.create(&rec, t0).await.unwrap();
         let at = t0 + chrono::Duration::seconds(after);
-        let next = machine::transition(&rec, machine::Event::CapacityReached, at, &Policy::default()).unwrap();
+        let next = machine::transition(&rec, machine::Input::CapacityReached, at, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
         waiting.push(next);
     }
@@ -947,7 +947,7 @@ async fn batch_yields_to_interactive_for_a_bounded_time<S: OperationStore>(store
         rec.priority = priority;
         store.create(&rec, t0).await.unwrap();
         let at = t0 + chrono::Duration::seconds(after);
-        let next = machine::transition(&rec, machine::Event::CapacityReached, at, &Policy::default()).unwrap();
+        let next = machine::transition(&rec, machine::Input::CapacityReached, at, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
         assert_eq!(
             store.get(&rec.operation_id, t0).await.unwrap().unwrap().priority,
@@ -1038,11 +1038,11 @@ async fn a_claim_that_did_not_wait_yields_to_one_that_waits_for_a_slot<S: Operat
         store.create(r, now).await.unwrap();
     }
     // Waiting for credits only: nobody yields to it.
-    let short1 = machine::transition(&short, machine::Event::SpendLimitReached, now, &Policy::default()).unwrap();
+    let short1 = machine::transition(&short, machine::Input::SpendLimitReached, now, &Policy::default()).unwrap();
     store.apply(&short, &short1).await.unwrap();
     let held1 = claimed(&held, "tok");
     store.apply(&held, &held1).await.unwrap();
-    let waits1 = machine::transition(&waits, machine::Event::CapacityReached, now, &Policy::default()).unwrap();
+    let waits1 = machine::transition(&waits, machine::Input::CapacityReached, now, &Policy::default()).unwrap();
     store.apply(&waits, &waits1).await.unwrap();
     let account = store.account().await.unwrap();
     assert_eq!((account.in_flight, account.waiting, account.queued), (1, 2, 1));
@@ -1430,7 +1430,7 @@ async fn the_waiting_set_holds_only_tenants_that_wait<S: OperationStore>(store: 
     for (tenant, key) in [("set-a", "1"), ("set-b", "1"), ("set-a", "2"), ("set-c", "1")] {
         let rec = record_for(tenant, key, "p");
         store.create(&rec, t0).await.unwrap();
-        let next = machine::transition(&rec, machine::Event::CapacityReached, t0, &Policy::default()).unwrap();
+        let next = machine::transition(&rec, machine::Input::CapacityReached, t0, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
         waiting.push(next);
         // The set orders by when each tenant joined, to the millisecond.
@@ -1465,7 +1465,7 @@ async fn the_waiting_set_holds_only_tenants_that_wait<S: OperationStore>(store: 
     // Waiting again, set-b joins behind the others.
     let again = record_for("set-b", "2", "p");
     store.create(&again, t0).await.unwrap();
-    let next = machine::transition(&again, machine::Event::CapacityReached, t0, &Policy::default()).unwrap();
+    let next = machine::transition(&again, machine::Input::CapacityReached, t0, &Policy::default()).unwrap();
     store.apply(&again, &next).await.unwrap();
     assert_eq!(
         names(store.waiting_ledgers(10).await.unwrap()),
@@ -1482,11 +1482,11 @@ async fn the_waiting_set_holds_only_tenants_that_wait<S: OperationStore>(store: 
 /// place of its last wait is not kept.
 async fn a_tenant_that_waits_again_joins_behind_those_that_joined_since<S: OperationStore>(store: S) {
     let pause = || tokio::time::sleep(std::time::Duration::from_millis(3));
-    let first = waits(&store, "again-a", "1", machine::Event::CapacityReached).await;
+    let first = waits(&store, "again-a", "1", machine::Input::CapacityReached).await;
     store.apply(&first, &claimed(&first, "tok")).await.unwrap();
     pause().await;
-    waits(&store, "again-b", "1", machine::Event::CapacityReached).await;
-    waits(&store, "again-a", "2", machine::Event::CapacityReached).await;
+    waits(&store, "again-b", "1", machine::Input::CapacityReached).await;
+    waits(&store, "again-a", "2", machine::Input::CapacityReached).await;
     let names: Vec<String> = store
         .waiting_ledgers(10)
         .await
@@ -1505,7 +1505,7 @@ async fn tenants_sent_to_the_back_are_read_last<S: OperationStore>(store: S) {
     for tenant in ["back-a", "back-b", "back-c"] {
         let rec = record_for(tenant, "1", "p");
         store.create(&rec, t0).await.unwrap();
-        let next = machine::transition(&rec, machine::Event::CapacityReached, t0, &Policy::default()).unwrap();
+        let next = machine::transition(&rec, machine::Input::CapacityReached, t0, &Policy::default()).unwrap();
         store.apply(&rec, &next).await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     }
@@ -1526,7 +1526,7 @@ async fn tenants_sent_to_the_back_are_read_last<S: OperationStore>(store: S) {
 
 /// A new record of `tenant` that waits for `event` (a wait for credits or
 /// for a slot).
-async fn waits<S: OperationStore>(store: &S, tenant: &str, key: &str, event: machine::Event<'_>) -> OperationRecord {
+async fn waits<S: OperationStore>(store: &S, tenant: &str, key: &str, event: machine::Input<'_>) -> OperationRecord {
     let t0 = Utc::now();
     let rec = record_for(tenant, key, "p");
     store.create(&rec, t0).await.unwrap();
@@ -1554,14 +1554,14 @@ async fn tenants_held_back_by_their_own_limits_are_parked<S: OperationStore>(sto
     store.apply(&rec, &claim).await.unwrap();
     let accepted = accepted_with(&claim, "job-park-c", None);
     store.apply(&claim, &accepted).await.unwrap();
-    waits(&store, "park-a", "1", machine::Event::SpendLimitReached).await;
+    waits(&store, "park-a", "1", machine::Input::SpendLimitReached).await;
     assert!(names(store.waiting_ledgers(10).await.unwrap()).is_empty());
     assert_eq!(names(store.parked_ledgers(10).await.unwrap()), ["park-a"]);
-    waits(&store, "park-b", "1", machine::Event::CapacityReached).await;
+    waits(&store, "park-b", "1", machine::Input::CapacityReached).await;
     let read = store.waiting_ledgers(10).await.unwrap();
     assert_eq!(names(read.clone()), ["park-b"]);
     // Its ledger moved after the read (another operation waits): stays.
-    waits(&store, "park-b", "2", machine::Event::CapacityReached).await;
+    waits(&store, "park-b", "2", machine::Input::CapacityReached).await;
     assert_eq!(store.park(&read).await.unwrap(), 0);
     assert_eq!(names(store.waiting_ledgers(10).await.unwrap()), ["park-b"]);
     let read = store.waiting_ledgers(10).await.unwrap();
@@ -1573,7 +1573,7 @@ async fn tenants_held_back_by_their_own_limits_are_parked<S: OperationStore>(sto
     assert_eq!(names(store.waiting_ledgers(10).await.unwrap()), ["park-b"]);
     // park-c has a job in flight and one waiting for credits: parked,
     // until the job ends and frees what it held.
-    waits(&store, "park-c", "2", machine::Event::SpendLimitReached).await;
+    waits(&store, "park-c", "2", machine::Input::SpendLimitReached).await;
     assert_eq!(names(store.parked_ledgers(10).await.unwrap()), ["park-a", "park-c"]);
     store
         .apply(&accepted, &rendered(&accepted, "job-park-c"))
@@ -1594,13 +1594,13 @@ async fn tenants_held_back_by_their_own_limits_are_parked<S: OperationStore>(sto
 
 /// `rec` claimed on the account's shard `shard`.
 fn claimed_on(rec: &OperationRecord, shard: u16) -> OperationRecord {
-    let event = machine::Event::ClaimDispatch { token: "tok", shard };
+    let event = machine::Input::ClaimDispatch { token: "tok", shard };
     machine::transition(rec, event, Utc::now(), &Policy::default()).unwrap()
 }
 
 /// `rec` waiting for a slot on the account's shard `shard`.
 fn waiting_on(rec: &OperationRecord, shard: u16) -> OperationRecord {
-    let mut next = machine::transition(rec, machine::Event::CapacityReached, Utc::now(), &Policy::default()).unwrap();
+    let mut next = machine::transition(rec, machine::Input::CapacityReached, Utc::now(), &Policy::default()).unwrap();
     next.account_shard = Some(shard);
     next
 }
@@ -1746,7 +1746,7 @@ async fn a_woken_claim_takes_a_slot_on_another_shard<S: OperationStore>(store: S
     // A wait on shard 0 makes a fresh claim there yield, though a slot is free.
     let freed = machine::transition(
         &moved,
-        machine::Event::RateLimited {
+        machine::Input::RateLimited {
             token: "tok",
             retry_at: now,
             busy: true,
@@ -1782,11 +1782,11 @@ async fn a_wait_moved_to_its_home_shard_moves_its_counts<S: OperationStore>(stor
         .find(|r| two.home(r) == 1)
         .unwrap();
     store.create(&rec, Utc::now()).await.unwrap();
-    let mut before_shards = machine::transition(&rec, machine::Event::CapacityReached, Utc::now(), &policy).unwrap();
+    let mut before_shards = machine::transition(&rec, machine::Input::CapacityReached, Utc::now(), &policy).unwrap();
     before_shards.account_shard = None;
     store.apply(&rec, &before_shards).await.unwrap();
     assert_eq!(shard_counts(&store).await, [(0, 1, Some(2)), (0, 0, Some(1))]);
-    let again = machine::transition(&before_shards, machine::Event::CapacityReached, Utc::now(), &policy).unwrap();
+    let again = machine::transition(&before_shards, machine::Input::CapacityReached, Utc::now(), &policy).unwrap();
     assert_eq!(again.account_shard, Some(1));
     store.apply(&before_shards, &again).await.unwrap();
     assert_eq!(shard_counts(&store).await, [(0, 0, Some(2)), (0, 1, Some(1))]);

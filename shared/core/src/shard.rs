@@ -284,7 +284,7 @@ pub fn moves_counters(prev: &OperationRecord, next: &OperationRecord) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machine::{Event, Policy, transition};
+    use crate::machine::{Input, Policy, transition};
     use crate::record::sample_prepared;
 
     fn shards(n: u16) -> AccountShards {
@@ -424,7 +424,7 @@ mod tests {
         let policy = Policy::default();
         let rec = sample_prepared(now);
         let claimed =
-            |r: &OperationRecord, shard| transition(r, Event::ClaimDispatch { token: "t", shard }, now, &policy);
+            |r: &OperationRecord, shard| transition(r, Input::ClaimDispatch { token: "t", shard }, now, &policy);
         // A fresh claim on shard 3 admits there and yields to its waiters.
         let on_three = claimed(&rec, 3).unwrap();
         let moves = account_moves(&rec, &on_three).unwrap();
@@ -434,7 +434,7 @@ mod tests {
             (3, 1, true, true)
         );
         // A wait is counted on its home; a woken claim elsewhere moves it.
-        let mut waiting = transition(&rec, Event::CapacityReached, now, &policy).unwrap();
+        let mut waiting = transition(&rec, Input::CapacityReached, now, &policy).unwrap();
         waiting.account_shard = Some(1);
         let moved = claimed(&waiting, 2).unwrap();
         let moves = account_moves(&waiting, &moved).unwrap();

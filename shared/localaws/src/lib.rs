@@ -374,10 +374,10 @@ pub fn intent_record(tenant: &str, key: &str, prompt: &str) -> genace_core::reco
 
 /// `rec` claimed for dispatch under `token`, now, by the lifecycle rules.
 pub fn claimed(rec: &genace_core::record::OperationRecord, token: &str) -> genace_core::record::OperationRecord {
-    use genace_core::machine::{Event, Policy, transition};
+    use genace_core::machine::{Input, Policy, transition};
     transition(
         rec,
-        Event::ClaimDispatch { token, shard: 0 },
+        Input::ClaimDispatch { token, shard: 0 },
         chrono::Utc::now(),
         &Policy::default(),
     )
@@ -390,8 +390,8 @@ pub fn uncertain(
     token: &str,
     evidence: &str,
 ) -> genace_core::record::OperationRecord {
-    use genace_core::machine::{Event, Policy, transition};
-    let event = Event::OutcomeUnknown { token, evidence };
+    use genace_core::machine::{Input, Policy, transition};
+    let event = Input::OutcomeUnknown { token, evidence };
     transition(rec, event, chrono::Utc::now(), &Policy::default()).expect("a claimed record")
 }
 
@@ -430,7 +430,7 @@ pub fn accepted_with(claimed: &OperationRecord, job_id: &str, held: Option<f64>)
         created_at: None,
         held_credits: held,
     };
-    let event = genace_core::machine::Event::Accepted {
+    let event = genace_core::machine::Input::Accepted {
         token: "tok",
         job: &job,
     };
@@ -457,7 +457,7 @@ pub fn rendered(accepted: &OperationRecord, job_id: &str) -> OperationRecord {
         client_reference: None,
         error: None,
     };
-    let observed = genace_core::machine::Event::Observed {
+    let observed = genace_core::machine::Input::Observed {
         snapshot: &snapshot,
         next_check: chrono::Utc::now(),
         stalled: None,
@@ -481,13 +481,13 @@ pub async fn claims_admitted<S: genace_stages::ports::table::OperationStore>(
     shard: u16,
     count: usize,
 ) -> usize {
-    use genace_core::machine::{self, Event, Policy};
+    use genace_core::machine::{self, Input, Policy};
     let now = chrono::Utc::now();
     let mut admitted = 0;
     for i in 0..count {
         let rec = intent_record(tenant, &format!("s{shard}-{i}"), "p");
         store.create(&rec, now).await.unwrap();
-        let event = Event::ClaimDispatch { token: "t", shard };
+        let event = Input::ClaimDispatch { token: "t", shard };
         let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
         match store.apply(&rec, &claimed).await {
             Ok(_) => admitted += 1,
@@ -505,14 +505,14 @@ pub async fn running_on<S: genace_stages::ports::table::OperationStore>(
     shards: std::ops::Range<u16>,
     per_shard: usize,
 ) -> Vec<genace_core::record::OperationRecord> {
-    use genace_core::machine::{self, Event, Policy};
+    use genace_core::machine::{self, Input, Policy};
     let now = chrono::Utc::now();
     let mut running = Vec::new();
     for shard in shards {
         for i in 0..per_shard {
             let rec = intent_record("t", &format!("r{shard}-{i}"), "p");
             store.create(&rec, now).await.unwrap();
-            let event = Event::ClaimDispatch { token: "tok", shard };
+            let event = Input::ClaimDispatch { token: "tok", shard };
             let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
             store.apply(&rec, &claimed).await.unwrap();
             running.push(claimed);
@@ -527,10 +527,10 @@ pub async fn release_all<S: genace_stages::ports::table::OperationStore>(
     store: &S,
     claimed: Vec<genace_core::record::OperationRecord>,
 ) {
-    use genace_core::machine::{self, Event, Policy};
+    use genace_core::machine::{self, Input, Policy};
     let now = chrono::Utc::now();
     for claimed in claimed {
-        let event = Event::ClaimUnused {
+        let event = Input::ClaimUnused {
             token: "tok",
             retry_at: now,
         };

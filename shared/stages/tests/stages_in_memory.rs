@@ -684,7 +684,7 @@ async fn conflicting_transactions_are_tried_again_and_never_half_written() {
     let store = app.store.clone().with_transaction_conflicts(100, 0);
     let claimed = genace_core::machine::transition(
         &before,
-        genace_core::machine::Event::ClaimDispatch { token: "t", shard: 0 },
+        genace_core::machine::Input::ClaimDispatch { token: "t", shard: 0 },
         app.clock.now(),
         &genace_core::machine::Policy::default(),
     )
@@ -2099,7 +2099,7 @@ async fn a_freed_slot_passes_over_a_tenant_short_of_credits_to_the_next() {
 /// passes the wake-up on to the next in line.
 #[tokio::test]
 async fn a_cancel_that_lost_a_race_to_a_wait_passes_the_wake_up_on() {
-    use genace_core::machine::{self, Event};
+    use genace_core::machine::{self, Input};
     let app = app();
     let _limited = app.store.clone().with_account_limit(Some(1));
     let running = submit(&app, "running", None).await;
@@ -2125,7 +2125,7 @@ async fn a_cancel_that_lost_a_race_to_a_wait_passes_the_wake_up_on() {
             .into_iter()
             .find(|r| r.operation_id == rival)
             .expect("the target");
-        let waiting = machine::transition(&rec, Event::CapacityReached, now, &policy).expect("a wait");
+        let waiting = machine::transition(&rec, Input::CapacityReached, now, &policy).expect("a wait");
         store.apply_now(&rec, &waiting).expect("the rival's write");
     });
     let tenant = TenantId::parse("tenant-a").unwrap();
@@ -2201,7 +2201,7 @@ async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
 /// at the next sweep.
 #[tokio::test]
 async fn a_refused_account_gives_its_slot_to_the_next_in_line() {
-    use genace_core::machine::{self, Event};
+    use genace_core::machine::{self, Input};
     let app = app();
     let _limited = app.store.clone().with_account_limit(Some(1));
     app.genace.plan([SubmitPlan::Answer {
@@ -2219,7 +2219,7 @@ async fn a_refused_account_gives_its_slot_to_the_next_in_line() {
                 .into_iter()
                 .find(|r| r.operation_id == rival)
                 .expect("the rival");
-            let waiting = machine::transition(&rec, Event::CapacityReached, now, &policy).expect("a wait");
+            let waiting = machine::transition(&rec, Input::CapacityReached, now, &policy).expect("a wait");
             store.apply_now(&rec, &waiting).expect("the rival's write");
         });
     });
@@ -2669,7 +2669,7 @@ async fn a_dispatch_without_time_for_its_post_claims_nothing_or_releases_it() {
 /// a store whose indexes lag, the operation is woken by its id.
 #[tokio::test]
 async fn a_slot_freed_while_a_wait_is_written_wakes_the_waiter_though_the_index_lags() {
-    use genace_core::machine::{self, Event};
+    use genace_core::machine::{self, Input};
     use genace_core::remote::{JobSnapshot, RenderStatus};
     let app = app();
     let _lagging = app
@@ -2696,7 +2696,7 @@ async fn a_slot_freed_while_a_wait_is_written_wakes_the_waiter_though_the_index_
                 error: None,
             };
             let seen = genace_core::record::Looks::default();
-            let event = Event::Observed {
+            let event = Input::Observed {
                 snapshot: &snapshot,
                 next_check: clock.now(),
                 stalled: None,

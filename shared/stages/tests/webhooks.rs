@@ -71,7 +71,7 @@ async fn rig(events: &[&str]) -> Rig {
     store.create(&created, now).await.unwrap();
     let claimed = genace_core::machine::transition(
         &created,
-        genace_core::machine::Event::ClaimDispatch { token: "t", shard: 0 },
+        genace_core::machine::Input::ClaimDispatch { token: "t", shard: 0 },
         now,
         &policy,
     )

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use crate::record::{CaseReason, OperationRecord, Phase, Settlement};
 use crate::remote::{JobSnapshot, RenderStatus};
 
-use super::event::Resolution;
+use super::input::Resolution;
 use super::observe::noted;
 use super::policy::Policy;
 use super::steps::{case_is, finish};

@@ -1,7 +1,7 @@
 //! The lifecycle rules: one pure function, [`transition`], owns every change
 //! of an operation record.
 //!
-//! It takes the record as last read and an [`Event`] and returns the next
+//! It takes the record as last read and an [`Input`] and returns the next
 //! record, or a [`Refusal`] saying why the rules forbid it. Its table of
 //! (phase, event) is `table.rs`, one group of arms per concern, tried in
 //! order; the simulator's planted bugs are arms of their own
@@ -20,7 +20,7 @@ pub use crate::remote::AcceptedJob;
 mod abandoned;
 mod deliver;
 mod dispatch;
-mod event;
+mod input;
 mod invariants;
 mod observe;
 mod operator;
@@ -30,7 +30,7 @@ mod refusal;
 mod steps;
 mod table;
 
-pub use event::{Decision, Event, Resolution};
+pub use input::{Decision, Input, Resolution};
 pub use invariants::{check_invariants, debug_check, is_finished};
 pub use policy::{CreditEstimate, Policy};
 pub use refusal::Refusal;
@@ -46,11 +46,11 @@ pub use steps::OUTPUTS_REMOVED_WITHIN;
 /// Otherwise `version` moves by exactly one.
 pub fn transition(
     rec: &OperationRecord,
-    event: Event<'_>,
+    event: Input<'_>,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    let restart = matches!(event, Event::Reschedule { .. });
+    let restart = matches!(event, Input::Reschedule { .. });
     let next = match planted_arms::next(rec, event, now, policy) {
         Some(next) => next?,
         None => table::next(rec, event, now, policy)?,
@@ -122,7 +122,7 @@ pub fn resolutions_allowed(rec: &OperationRecord, now: DateTime<Utc>) -> Vec<&'s
                 actor: "console",
                 reason: "allowed?",
             };
-            transition(rec, Event::Resolved(decision), now, &policy).is_ok_and(|next| next != *rec)
+            transition(rec, Input::Resolved(decision), now, &policy).is_ok_and(|next| next != *rec)
         })
         .map(Resolution::name)
         .collect()

@@ -8,7 +8,7 @@ use crate::record::{
 };
 
 use super::abandoned::{abandon, abandoned_job_over};
-use super::event::Resolution;
+use super::input::Resolution;
 use super::policy::Policy;
 use super::steps::finish;
 

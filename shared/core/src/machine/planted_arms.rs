@@ -8,7 +8,7 @@ use crate::planted;
 use crate::record::{OperationRecord, Phase};
 
 use super::dispatch::claim_dispatch;
-use super::event::Event;
+use super::input::Input;
 use super::observe::open_case;
 use super::operator::cancel;
 use super::policy::Policy;
@@ -17,13 +17,13 @@ use super::refusal::Refusal;
 /// The next record by a planted arm that matches, if any.
 pub(super) fn next(
     rec: &OperationRecord,
-    event: Event<'_>,
+    event: Input<'_>,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Option<Result<OperationRecord, Refusal>> {
     match (rec.phase, event) {
         // The lapsed claim is claimed again (a live one still refuses).
-        (Phase::Submitting, Event::ClaimDispatch { token, shard })
+        (Phase::Submitting, Input::ClaimDispatch { token, shard })
             if planted::on(planted::REPOST_AFTER_LEASE) && !super::steps::lease_live(rec, now) =>
         {
             Some(claim_dispatch(rec, token, shard, now, policy))
@@ -31,7 +31,7 @@ pub(super) fn next(
         // A case whatever the phase.
         (
             _,
-            Event::CaseNeeded {
+            Input::CaseNeeded {
                 reason,
                 evidence,
                 keep_due,
@@ -40,7 +40,7 @@ pub(super) fn next(
             Some(Ok(open_case(rec, reason, evidence, keep_due, now)))
         }
         // A cancel after the claim, while a POST may be under way.
-        (Phase::Submitting, Event::Cancel { by, reason }) if planted::on(planted::CANCEL_AFTER_CLAIM) => {
+        (Phase::Submitting, Input::Cancel { by, reason }) if planted::on(planted::CANCEL_AFTER_CLAIM) => {
             Some(Ok(cancel(rec, by, reason, now, policy)))
         }
         _ => None,

@@ -12,7 +12,7 @@ use super::dispatch::{
     accept, claim_dispatch, hold_for_account, interrupt, keep_unsaved_job, mark_uncertain, reject, release_claim,
     release_unused_claim, submit_failed, wait_for_capacity, wait_for_spend_limit,
 };
-use super::event::{Event, Resolution};
+use super::input::{Input, Resolution};
 use super::observe::{observe, open_case, reschedule};
 use super::operator::{cancel, outputs_erased, resolve};
 use super::policy::Policy;
@@ -26,7 +26,7 @@ type Arm = Option<Result<OperationRecord, Refusal>>;
 /// The next record after `event`, by the first arm that matches.
 pub(super) fn next(
     rec: &OperationRecord,
-    event: Event<'_>,
+    event: Input<'_>,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
@@ -46,56 +46,56 @@ pub(super) fn next(
 }
 
 /// Claims, waits, and what Genace's answer to the POST says.
-fn dispatching(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn dispatching(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::{Prepared, SubmitFailed, Submitting, Uncertain};
     Some(match (rec.phase, event) {
-        (_, Event::JobUnsaved { job_id }) => Ok(keep_unsaved_job(rec, job_id)),
-        (Prepared, Event::ClaimDispatch { token, shard }) => claim_dispatch(rec, token, shard, now, policy),
-        (Prepared, Event::SpendLimitReached) => wait_for_spend_limit(rec, now, policy),
-        (Prepared, Event::CapacityReached) => wait_for_capacity(rec, now, policy),
-        (Submitting, Event::ClaimDispatch { .. }) if super::steps::lease_live(rec, now) => {
+        (_, Input::JobUnsaved { job_id }) => Ok(keep_unsaved_job(rec, job_id)),
+        (Prepared, Input::ClaimDispatch { token, shard }) => claim_dispatch(rec, token, shard, now, policy),
+        (Prepared, Input::SpendLimitReached) => wait_for_spend_limit(rec, now, policy),
+        (Prepared, Input::CapacityReached) => wait_for_capacity(rec, now, policy),
+        (Submitting, Input::ClaimDispatch { .. }) if super::steps::lease_live(rec, now) => {
             let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
             Err(Refusal::LeaseLive { until })
         }
-        (Submitting, Event::RateLimited { token, retry_at, busy }) => {
+        (Submitting, Input::RateLimited { token, retry_at, busy }) => {
             release_claim(rec, token, retry_at, busy, now, policy)
         }
-        (Submitting, Event::ClaimUnused { token, retry_at }) => release_unused_claim(rec, token, retry_at),
-        (Submitting, Event::AccountRefused { token, error }) => {
+        (Submitting, Input::ClaimUnused { token, retry_at }) => release_unused_claim(rec, token, retry_at),
+        (Submitting, Input::AccountRefused { token, error }) => {
             hold_for_account(rec, token, error.clone(), now, policy)
         }
         // A job id already saved: the same one again changes nothing (a
         // retried write, a recovery message applied twice); another is refused.
-        (SubmitFailed, Event::Accepted { .. }) if rec.remote_job_id.is_some() => Err(Refusal::DifferentRemoteJob {
+        (SubmitFailed, Input::Accepted { .. }) if rec.remote_job_id.is_some() => Err(Refusal::DifferentRemoteJob {
             existing: rec.remote_job_id.clone().unwrap_or_default(),
         }),
-        (_, Event::Accepted { job, .. }) if rec.remote_job_id.is_some() => match &rec.remote_job_id {
+        (_, Input::Accepted { job, .. }) if rec.remote_job_id.is_some() => match &rec.remote_job_id {
             Some(existing) if *existing == job.job_id => Ok(rec.clone()),
             existing => Err(Refusal::DifferentRemoteJob {
                 existing: existing.clone().unwrap_or_default(),
             }),
         },
-        (Submitting | Uncertain, Event::Accepted { token, job }) => accept(rec, token, job, now, policy),
-        (SubmitFailed, Event::SubmitFailed { job_id, .. }) if rec.remote_job_id.as_deref() == Some(job_id) => {
+        (Submitting | Uncertain, Input::Accepted { token, job }) => accept(rec, token, job, now, policy),
+        (SubmitFailed, Input::SubmitFailed { job_id, .. }) if rec.remote_job_id.as_deref() == Some(job_id) => {
             Ok(rec.clone())
         }
-        (Submitting | Uncertain, Event::SubmitFailed { token, job_id, error }) => {
+        (Submitting | Uncertain, Input::SubmitFailed { token, job_id, error }) => {
             submit_failed(rec, token, job_id, error.clone(), now)
         }
-        (Submitting, Event::Rejected { token, error }) => reject(rec, token, error.clone(), now, policy),
-        (Submitting, Event::OutcomeUnknown { token, evidence }) => mark_uncertain(rec, token, evidence, now),
-        (Submitting, Event::LeaseExpired { evidence }) => interrupt(rec, evidence, now),
+        (Submitting, Input::Rejected { token, error }) => reject(rec, token, error.clone(), now, policy),
+        (Submitting, Input::OutcomeUnknown { token, evidence }) => mark_uncertain(rec, token, evidence, now),
+        (Submitting, Input::LeaseExpired { evidence }) => interrupt(rec, evidence, now),
         _ => return None,
     })
 }
 
 /// What a look at the job saw, and the looks' schedule.
-fn observing(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn observing(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::{Abandoned, Accepted};
     Some(Ok(match (rec.phase, event) {
         (
             Accepted,
-            Event::Observed {
+            Input::Observed {
                 snapshot,
                 next_check,
                 stalled,
@@ -104,51 +104,51 @@ fn observing(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy
         ) => observe(rec, snapshot, now, next_check, stalled, seen, policy),
         (
             Accepted,
-            Event::CaseNeeded {
+            Input::CaseNeeded {
                 reason,
                 evidence,
                 keep_due,
             },
         ) => open_case(rec, reason, evidence, keep_due, now),
-        (Accepted | Abandoned, Event::LookDeferred { next_check }) if rec.due_at_ms.is_some() => {
+        (Accepted | Abandoned, Input::LookDeferred { next_check }) if rec.due_at_ms.is_some() => {
             let due = rec.due_at_ms.and_then(DateTime::from_timestamp_millis);
             reschedule(rec, due.map_or(next_check, |d| d.max(next_check)))
         }
-        (_, Event::Reschedule { due }) => reschedule(rec, due),
+        (_, Input::Reschedule { due }) => reschedule(rec, due),
         _ => return None,
     }))
 }
 
 /// Storing the outputs.
-fn delivering(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn delivering(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::Rendered;
     Some(match (rec.phase, event) {
-        (Rendered, Event::ClaimDelivery { token }) if rec.outputs_erased.is_none() => {
+        (Rendered, Input::ClaimDelivery { token }) if rec.outputs_erased.is_none() => {
             claim_delivery(rec, token, now, policy)
         }
-        (Rendered, Event::DeliveryLapsed) => give_up_delivery(rec, now),
-        (Rendered, Event::DeliveryFailed { token, error, retry_at }) => {
+        (Rendered, Input::DeliveryLapsed) => give_up_delivery(rec, now),
+        (Rendered, Input::DeliveryFailed { token, error, retry_at }) => {
             delivery_attempt_failed(rec, token, error, retry_at, now, policy)
         }
         (
             Rendered,
-            Event::DeliveryRefused {
+            Input::DeliveryRefused {
                 token,
                 reason,
                 evidence,
             },
         ) => delivery_refused(rec, token, reason, evidence, now),
-        (Rendered, Event::Delivered { token, objects }) => delivered(rec, token, objects.to_vec(), now, policy),
+        (Rendered, Input::Delivered { token, objects }) => delivered(rec, token, objects.to_vec(), now, policy),
         _ => return None,
     })
 }
 
 /// An operator's decision on a case, each where it applies.
-fn resolving(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn resolving(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use CaseReason::{AccountProblem, RateLimited, RemoteJobMissing};
     use Phase::{Abandoned, Accepted, Prepared, Rendered, SubmitFailed, Submitting, Uncertain};
     use Resolution::{Abandon, AttachRemoteJob, ConfirmNotCreated, MarkSettled, RedriveDelivery, ReleaseHold};
-    let Event::Resolved(d) = event else {
+    let Input::Resolved(d) = event else {
         return None;
     };
     let applies = match rec.phase {
@@ -177,13 +177,13 @@ fn resolving(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy
 /// Taking it back before the claim (a repeat changes nothing), and erasing
 /// outputs once no delivery can run (a repeat changes nothing, and no
 /// delivery is claimed after it).
-fn taking_back(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn taking_back(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::{Abandoned, Cancelled, Prepared, Rejected, RenderFailed, Rendered, SubmitFailed};
     Some(Ok(match (rec.phase, event) {
-        (Prepared, Event::Cancel { by, reason }) => cancel(rec, by, reason, now, policy),
-        (Cancelled, Event::Cancel { .. }) => rec.clone(),
-        (_, Event::OutputsErased { .. }) if rec.outputs_erased.is_some() => rec.clone(),
-        (Rendered, Event::OutputsErased { by, objects })
+        (Prepared, Input::Cancel { by, reason }) => cancel(rec, by, reason, now, policy),
+        (Cancelled, Input::Cancel { .. }) => rec.clone(),
+        (_, Input::OutputsErased { .. }) if rec.outputs_erased.is_some() => rec.clone(),
+        (Rendered, Input::OutputsErased { by, objects })
             if matches!(
                 rec.delivery_state,
                 DeliveryState::Delivered | DeliveryState::DeliveryFailed
@@ -191,7 +191,7 @@ fn taking_back(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, poli
         {
             outputs_erased(rec, by, objects, now)
         }
-        (Abandoned | Cancelled | Rejected | RenderFailed | SubmitFailed, Event::OutputsErased { by, objects }) => {
+        (Abandoned | Cancelled | Rejected | RenderFailed | SubmitFailed, Input::OutputsErased { by, objects }) => {
             outputs_erased(rec, by, objects, now)
         }
         _ => return None,
@@ -199,38 +199,38 @@ fn taking_back(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, poli
 }
 
 /// An abandoned operation whose credits still follow a job.
-fn following_abandoned(rec: &OperationRecord, event: Event<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn following_abandoned(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use CaseReason::RemoteJobMissing;
     use Phase::{Abandoned, Accepted, SubmitFailed, Uncertain};
     if rec.phase != Abandoned {
         return None;
     }
     Some(match event {
-        Event::Accepted { token, job } if rec.ledger_phase == Some(Uncertain) => accept(rec, token, job, now, policy)
+        Input::Accepted { token, job } if rec.ledger_phase == Some(Uncertain) => accept(rec, token, job, now, policy)
             .map(|mut next| {
                 next.phase = Abandoned;
                 next.ledger_phase = Some(Accepted);
                 next.due_at_ms = Some(now.timestamp_millis());
                 next
             }),
-        Event::SubmitFailed { token, job_id, error } if rec.ledger_phase == Some(Uncertain) => {
+        Input::SubmitFailed { token, job_id, error } if rec.ledger_phase == Some(Uncertain) => {
             submit_failed(rec, token, job_id, error.clone(), now).map(|mut next| {
                 next.phase = Abandoned;
                 next.ledger_phase = Some(SubmitFailed);
                 next
             })
         }
-        Event::Observed {
+        Input::Observed {
             snapshot, next_check, ..
         } if rec.ledger_phase == Some(Accepted) && !case_is(rec, &[RemoteJobMissing]) => {
             Ok(observe_abandoned(rec, snapshot, now, next_check, policy))
         }
-        Event::CaseNeeded {
+        Input::CaseNeeded {
             reason: RemoteJobMissing,
             evidence,
             ..
         } if rec.ledger_phase == Some(Accepted) => Ok(open_case(rec, RemoteJobMissing, evidence, false, now)),
-        Event::Resolved(d) if abandoned_resolution_applies(rec, d.resolution) => {
+        Input::Resolved(d) if abandoned_resolution_applies(rec, d.resolution) => {
             Ok(resolve(rec, d.resolution, d.actor, d.reason, now, policy))
         }
         _ => return None,

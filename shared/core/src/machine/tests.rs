@@ -16,12 +16,12 @@ use serde_json::json;
 type Next = Result<OperationRecord, Refusal>;
 
 fn claim_dispatch(r: &OperationRecord, token: &str, now: DateTime<Utc>, p: &Policy) -> Next {
-    transition(r, Event::ClaimDispatch { token, shard: 0 }, now, p)
+    transition(r, Input::ClaimDispatch { token, shard: 0 }, now, p)
 }
 fn release_claim(r: &OperationRecord, token: &str, retry_at: DateTime<Utc>, now: DateTime<Utc>, p: &Policy) -> Next {
     transition(
         r,
-        Event::RateLimited {
+        Input::RateLimited {
             token,
             retry_at,
             busy: false,
@@ -31,15 +31,15 @@ fn release_claim(r: &OperationRecord, token: &str, retry_at: DateTime<Utc>, now:
     )
 }
 fn hold_for_account(r: &OperationRecord, token: &str, error: RemoteError, now: DateTime<Utc>, p: &Policy) -> Next {
-    transition(r, Event::AccountRefused { token, error: &error }, now, p)
+    transition(r, Input::AccountRefused { token, error: &error }, now, p)
 }
 fn accept(r: &OperationRecord, token: &str, job: &AcceptedJob, now: DateTime<Utc>, p: &Policy) -> Next {
-    transition(r, Event::Accepted { token, job }, now, p)
+    transition(r, Input::Accepted { token, job }, now, p)
 }
 fn submit_failed(r: &OperationRecord, token: &str, job_id: &str, error: RemoteError, now: DateTime<Utc>) -> Next {
     transition(
         r,
-        Event::SubmitFailed {
+        Input::SubmitFailed {
             token,
             job_id,
             error: &error,
@@ -49,13 +49,13 @@ fn submit_failed(r: &OperationRecord, token: &str, job_id: &str, error: RemoteEr
     )
 }
 fn reject(r: &OperationRecord, token: &str, error: RemoteError, now: DateTime<Utc>, p: &Policy) -> Next {
-    transition(r, Event::Rejected { token, error: &error }, now, p)
+    transition(r, Input::Rejected { token, error: &error }, now, p)
 }
 fn mark_uncertain(r: &OperationRecord, token: &str, evidence: &str, now: DateTime<Utc>) -> Next {
-    transition(r, Event::OutcomeUnknown { token, evidence }, now, &Policy::default())
+    transition(r, Input::OutcomeUnknown { token, evidence }, now, &Policy::default())
 }
 fn interrupt(r: &OperationRecord, evidence: &str, now: DateTime<Utc>) -> Next {
-    transition(r, Event::LeaseExpired { evidence }, now, &Policy::default())
+    transition(r, Input::LeaseExpired { evidence }, now, &Policy::default())
 }
 fn observe(
     r: &OperationRecord,
@@ -66,7 +66,7 @@ fn observe(
 ) -> Next {
     transition(
         r,
-        Event::Observed {
+        Input::Observed {
             snapshot,
             next_check,
             stalled: None,
@@ -79,7 +79,7 @@ fn observe(
 fn open_case(r: &OperationRecord, reason: CaseReason, evidence: &str, keep_due: bool, now: DateTime<Utc>) -> Next {
     transition(
         r,
-        Event::CaseNeeded {
+        Input::CaseNeeded {
             reason,
             evidence,
             keep_due,
@@ -89,13 +89,13 @@ fn open_case(r: &OperationRecord, reason: CaseReason, evidence: &str, keep_due: 
     )
 }
 fn reschedule(r: &OperationRecord, due: DateTime<Utc>, now: DateTime<Utc>) -> OperationRecord {
-    transition(r, Event::Reschedule { due }, now, &Policy::default()).unwrap()
+    transition(r, Input::Reschedule { due }, now, &Policy::default()).unwrap()
 }
 fn claim_delivery(r: &OperationRecord, token: &str, now: DateTime<Utc>, p: &Policy) -> Next {
-    transition(r, Event::ClaimDelivery { token }, now, p)
+    transition(r, Input::ClaimDelivery { token }, now, p)
 }
 fn give_up_delivery(r: &OperationRecord, now: DateTime<Utc>) -> Next {
-    transition(r, Event::DeliveryLapsed, now, &Policy::default())
+    transition(r, Input::DeliveryLapsed, now, &Policy::default())
 }
 fn delivery_attempt_failed(
     r: &OperationRecord,
@@ -105,12 +105,12 @@ fn delivery_attempt_failed(
     now: DateTime<Utc>,
     p: &Policy,
 ) -> Next {
-    transition(r, Event::DeliveryFailed { token, error, retry_at }, now, p)
+    transition(r, Input::DeliveryFailed { token, error, retry_at }, now, p)
 }
 fn delivery_refused(r: &OperationRecord, token: &str, reason: CaseReason, evidence: &str, now: DateTime<Utc>) -> Next {
     transition(
         r,
-        Event::DeliveryRefused {
+        Input::DeliveryRefused {
             token,
             reason,
             evidence,
@@ -122,7 +122,7 @@ fn delivery_refused(r: &OperationRecord, token: &str, reason: CaseReason, eviden
 fn delivered(r: &OperationRecord, token: &str, objects: Vec<DeliveredObject>, now: DateTime<Utc>, p: &Policy) -> Next {
     transition(
         r,
-        Event::Delivered {
+        Input::Delivered {
             token,
             objects: &objects,
         },
@@ -140,7 +140,7 @@ fn resolve(
 ) -> Next {
     transition(
         r,
-        Event::Resolved(Decision {
+        Input::Resolved(Decision {
             resolution,
             actor,
             reason,
@@ -443,7 +443,7 @@ fn the_end_keeps_the_last_looks_of_its_chain() {
         last_running_at: Some(later - Duration::seconds(2)),
         at: (0..50).map(|i| t0() + Duration::seconds(i)).collect(),
     };
-    let event = Event::Observed {
+    let event = Input::Observed {
         snapshot: &snap("completed", RenderStatus::Succeeded),
         next_check: later,
         stalled: None,
@@ -688,10 +688,10 @@ fn resolvable_states() -> Vec<OperationRecord> {
     };
     let later = t0() + Duration::hours(3);
     let held = hold_for_account(&submitting(), "tok", err("http_402"), t0(), &p).unwrap();
-    let held_then_waiting = transition(&held, Event::SpendLimitReached, t0(), &p).unwrap();
+    let held_then_waiting = transition(&held, Input::SpendLimitReached, t0(), &p).unwrap();
     let rate_limited = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
-    let capacity_waiting = transition(&prepared(), Event::CapacityReached, t0(), &p).unwrap();
-    let busy = Event::RateLimited {
+    let capacity_waiting = transition(&prepared(), Input::CapacityReached, t0(), &p).unwrap();
+    let busy = Input::RateLimited {
         token: "tok",
         retry_at: later,
         busy: true,
@@ -801,7 +801,7 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
     let observed = |r: &OperationRecord, s: &JobSnapshot| {
         transition(
             r,
-            Event::Observed {
+            Input::Observed {
                 snapshot: s,
                 next_check,
                 stalled: Some("slow"),
@@ -1043,7 +1043,7 @@ fn every_transition_states_its_phases_and_refuses_all_others() {
             Box::new(move |r| {
                 transition(
                     r,
-                    Event::Cancel {
+                    Input::Cancel {
                         by: "tenant-a",
                         reason: CancelReason::Requested,
                     },
@@ -1215,7 +1215,7 @@ fn a_held_operation_never_joins_the_waiting_order() {
     };
     let held = release_claim(&submitting(), "tok", t0() + Duration::seconds(30), t0(), &p).unwrap();
     assert_eq!(held.case.as_ref().map(|c| c.reason), Some(CaseReason::RateLimited));
-    for event in [Event::CapacityReached, Event::SpendLimitReached] {
+    for event in [Input::CapacityReached, Input::SpendLimitReached] {
         assert_eq!(
             transition(&held, event, t0(), &p),
             Err(Refusal::CaseOpen(CaseReason::RateLimited))
@@ -1225,7 +1225,7 @@ fn a_held_operation_never_joins_the_waiting_order() {
     // ends may wait like any other.
     let account = hold_for_account(&submitting(), "tok", err("account"), t0(), &p).unwrap();
     let later = t0() + p.account_hold + Duration::seconds(1);
-    let waiting = transition(&account, Event::CapacityReached, later, &p).unwrap();
+    let waiting = transition(&account, Input::CapacityReached, later, &p).unwrap();
     assert!(waiting.waits_in_order().is_some());
     // And the invariant catches a held record that waits, however written.
     let mut broken = held.clone();
@@ -1334,7 +1334,7 @@ fn a_stall_rides_on_the_observation_in_one_version() {
     let a = accepted_rec();
     let later = t0() + Duration::hours(3);
     let running = snap("running", RenderStatus::Running);
-    let event = Event::Observed {
+    let event = Input::Observed {
         snapshot: &running,
         next_check: later + Duration::minutes(5),
         stalled: Some("no terminal state in 2 h"),
@@ -1350,7 +1350,7 @@ fn a_stall_rides_on_the_observation_in_one_version() {
         "already open: no write"
     );
     let done = snap("completed", RenderStatus::Succeeded);
-    let finished = Event::Observed {
+    let finished = Input::Observed {
         snapshot: &done,
         next_check: later + Duration::minutes(5),
         stalled: Some("no terminal state in 2 h"),
@@ -1436,7 +1436,7 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
         ..Policy::default()
     };
     let later = t0() + Duration::seconds(5);
-    let waiting = transition(&prepared(), Event::CapacityReached, t0(), &p).unwrap();
+    let waiting = transition(&prepared(), Input::CapacityReached, t0(), &p).unwrap();
     assert_eq!(waiting.phase, Phase::Prepared);
     assert_eq!(waiting.capacity_hold, Some(t0()));
     assert_eq!(
@@ -1445,13 +1445,13 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
         "nothing is scheduled: a wait has no timer, however long it lasts"
     );
     assert!(waiting.case.is_none());
-    let again = transition(&waiting, Event::CapacityReached, later, &p).unwrap();
+    let again = transition(&waiting, Input::CapacityReached, later, &p).unwrap();
     assert_eq!(again.capacity_hold, Some(t0()), "waiting since the first refusal");
     // Woken at any time, the claim goes ahead.
-    let claimed = transition(&again, Event::ClaimDispatch { token: "t2", shard: 0 }, later, &p).unwrap();
+    let claimed = transition(&again, Input::ClaimDispatch { token: "t2", shard: 0 }, later, &p).unwrap();
     assert_eq!((claimed.phase, claimed.capacity_hold), (Phase::Submitting, None));
     // With `rate_limit_max` 1, a plain 429 opens the case at once; a busy one never does.
-    let busy = Event::RateLimited {
+    let busy = Input::RateLimited {
         token: "tok",
         retry_at: later,
         busy: true,
@@ -1471,7 +1471,7 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
     );
     let alone = release_claim(&submitting(), "tok", later, t0(), &p).unwrap();
     assert_eq!(alone.case.map(|c| c.reason), Some(CaseReason::RateLimited));
-    assert!(transition(&accepted_rec(), Event::CapacityReached, t0(), &p).is_err());
+    assert!(transition(&accepted_rec(), Input::CapacityReached, t0(), &p).is_err());
 }
 
 /// A spend-limit wait joins its tenant's waiting order like a capacity
@@ -1482,7 +1482,7 @@ fn a_full_account_is_a_wait_that_the_claim_ends() {
 #[test]
 fn spend_limit_waits_join_the_order_and_keep_their_place() {
     let p = Policy::default();
-    let waiting = transition(&prepared(), Event::SpendLimitReached, t0(), &p).unwrap();
+    let waiting = transition(&prepared(), Input::SpendLimitReached, t0(), &p).unwrap();
     assert_eq!(waiting.waits_in_order(), Some(t0()));
     assert_eq!(waiting.retry_at_ms, None, "claimable the moment it is woken");
     assert_eq!(
@@ -1491,9 +1491,9 @@ fn spend_limit_waits_join_the_order_and_keep_their_place() {
     );
     assert_eq!(crate::ledger::share(&waiting).waiting, 1);
     let later = t0() + Duration::seconds(40);
-    let for_a_slot = transition(&waiting, Event::CapacityReached, later, &p).unwrap();
+    let for_a_slot = transition(&waiting, Input::CapacityReached, later, &p).unwrap();
     assert_eq!((for_a_slot.capacity_hold, for_a_slot.spend_hold), (Some(t0()), None));
-    let back = transition(&for_a_slot, Event::SpendLimitReached, later, &p).unwrap();
+    let back = transition(&for_a_slot, Input::SpendLimitReached, later, &p).unwrap();
     assert_eq!((back.spend_hold, back.capacity_hold), (Some(t0()), None));
     let mut recorded_before = waiting.clone();
     recorded_before.retry_at_ms = Some((later + Duration::seconds(300)).timestamp_millis());
@@ -1510,7 +1510,7 @@ fn a_cancel_ends_a_prepared_operation_with_nothing_counted_and_repeats_change_no
     let cancel = |r: &OperationRecord| {
         transition(
             r,
-            Event::Cancel {
+            Input::Cancel {
                 by: "tenant-a",
                 reason: CancelReason::Deadline,
             },
@@ -1563,9 +1563,9 @@ fn past_its_deadline_an_operation_cannot_be_claimed_and_stays_due_by_it() {
     r.dispatch_deadline = Some(deadline);
     let r = r.due_by_its_deadline();
     assert!(r.due_at_ms.unwrap() <= deadline.timestamp_millis());
-    let waiting = transition(&r, Event::CapacityReached, t0(), &p).unwrap();
+    let waiting = transition(&r, Input::CapacityReached, t0(), &p).unwrap();
     assert_eq!(waiting.due_at_ms, Some(deadline.timestamp_millis()));
-    let claim = |at| transition(&waiting, Event::ClaimDispatch { token: "t", shard: 0 }, at, &p);
+    let claim = |at| transition(&waiting, Input::ClaimDispatch { token: "t", shard: 0 }, at, &p);
     assert!(matches!(claim(deadline), Err(Refusal::DeadlinePassed { .. })));
     assert_eq!(claim(deadline - Duration::seconds(1)).unwrap().phase, Phase::Submitting);
 }
@@ -1574,7 +1574,7 @@ fn past_its_deadline_an_operation_cannot_be_claimed_and_stays_due_by_it() {
 fn erase_outputs(r: &OperationRecord, keys: &[String], p: &Policy) -> Next {
     transition(
         r,
-        Event::OutputsErased {
+        Input::OutputsErased {
             by: "tenant-a",
             objects: keys,
         },
@@ -1672,7 +1672,7 @@ fn outputs_expire_at_midnight_after_the_days_and_not_once_erased() {
     assert_eq!(done.outputs_expire_at(7), Some(t0() + Duration::days(8)));
     let at_midnight = delivered(&claimed, "d1", vec![object()], t0(), &p).unwrap();
     assert_eq!(at_midnight.outputs_expire_at(7), Some(t0() + Duration::days(7)));
-    let erased = transition(&done, Event::OutputsErased { by: "t", objects: &[] }, t0(), &p).unwrap();
+    let erased = transition(&done, Input::OutputsErased { by: "t", objects: &[] }, t0(), &p).unwrap();
     assert_eq!(erased.outputs_expire_at(7), None);
 }
 
@@ -1710,7 +1710,7 @@ fn a_finished_record_is_kept_until_its_outputs_are_gone() {
         );
         let cancelled = transition(
             &prepared(),
-            Event::Cancel {
+            Input::Cancel {
                 by: "tenant-a",
                 reason: CancelReason::Requested,
             },
@@ -1771,66 +1771,66 @@ fn every_event<'a>(
     error: &'a RemoteError,
     snapshot: &'a JobSnapshot,
     resolutions: &'a [Resolution],
-) -> Vec<Event<'a>> {
+) -> Vec<Input<'a>> {
     let now = t0();
     let mut events = vec![
-        Event::ClaimDispatch { token: "tok", shard: 0 },
-        Event::SpendLimitReached,
-        Event::CapacityReached,
-        Event::RateLimited {
+        Input::ClaimDispatch { token: "tok", shard: 0 },
+        Input::SpendLimitReached,
+        Input::CapacityReached,
+        Input::RateLimited {
             token: "tok",
             retry_at: now,
             busy: false,
         },
-        Event::AccountRefused { token: "tok", error },
-        Event::Accepted { token: "tok", job },
-        Event::SubmitFailed {
+        Input::AccountRefused { token: "tok", error },
+        Input::Accepted { token: "tok", job },
+        Input::SubmitFailed {
             token: "tok",
             job_id: "J1",
             error,
         },
-        Event::Rejected { token: "tok", error },
-        Event::OutcomeUnknown {
+        Input::Rejected { token: "tok", error },
+        Input::OutcomeUnknown {
             token: "tok",
             evidence: "e",
         },
-        Event::LeaseExpired { evidence: "e" },
-        Event::Observed {
+        Input::LeaseExpired { evidence: "e" },
+        Input::Observed {
             snapshot,
             next_check: now,
             stalled: None,
             seen: &NO_LOOKS,
         },
-        Event::CaseNeeded {
+        Input::CaseNeeded {
             reason: CaseReason::RemoteJobMissing,
             evidence: "e",
             keep_due: false,
         },
-        Event::Reschedule { due: now },
-        Event::ClaimDelivery { token: "tok" },
-        Event::DeliveryLapsed,
-        Event::DeliveryFailed {
+        Input::Reschedule { due: now },
+        Input::ClaimDelivery { token: "tok" },
+        Input::DeliveryLapsed,
+        Input::DeliveryFailed {
             token: "tok",
             error: "e",
             retry_at: now,
         },
-        Event::DeliveryRefused {
+        Input::DeliveryRefused {
             token: "tok",
             reason: CaseReason::OutputsMissing,
             evidence: "e",
         },
-        Event::Delivered {
+        Input::Delivered {
             token: "tok",
             objects: &[],
         },
-        Event::Cancel {
+        Input::Cancel {
             by: "t",
             reason: crate::record::CancelReason::Requested,
         },
-        Event::OutputsErased { by: "t", objects: &[] },
+        Input::OutputsErased { by: "t", objects: &[] },
     ];
     events.extend(resolutions.iter().map(|resolution| {
-        Event::Resolved(Decision {
+        Input::Resolved(Decision {
             resolution,
             actor: "ops",
             reason: "r",
@@ -1866,7 +1866,7 @@ fn named_phases(expected: &str) -> Vec<Phase> {
     }
 }
 
-/// `Event::expected` is the table's own word, both ways: for every (phase,
+/// `Input::expected` is the table's own word, both ways: for every (phase,
 /// event) pair, a phase the table does not refuse as the wrong phase is one
 /// the event's `expected` text names, and a phase the text names is one the
 /// table does not refuse as the wrong phase. (Guards may still refuse inside a named
@@ -1951,7 +1951,7 @@ fn a_deferred_look_moves_the_deadline_later_and_never_earlier() {
     let r = accepted_rec();
     let due = DateTime::from_timestamp_millis(r.due_at_ms.unwrap()).unwrap();
     let later = due + Duration::minutes(20);
-    let event = |next_check| Event::LookDeferred { next_check };
+    let event = |next_check| Input::LookDeferred { next_check };
     let moved = transition(&r, event(later), t0(), &Policy::default()).unwrap();
     assert_eq!(moved.due_at_ms, Some(later.timestamp_millis()));
     let kept = transition(&moved, event(due), t0(), &Policy::default()).unwrap();
@@ -1970,26 +1970,26 @@ fn an_unsaved_job_id_is_kept_once_and_attaching_it_saves_it() {
     let saved = accept(&submitting(), "tok", &job("J0"), t0(), &p).unwrap();
     for r in [prepared(), submitting(), uncertain.clone(), saved.clone()] {
         let phase = r.phase;
-        let kept = transition(&r, Event::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
+        let kept = transition(&r, Input::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
         assert_eq!(kept.unsaved_jobs, ["J1"], "{phase:?}");
         assert_eq!((kept.phase, kept.version), (phase, r.version + 1));
-        let again = transition(&kept, Event::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
+        let again = transition(&kept, Input::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
         assert_eq!(again, kept, "a repeat changes nothing");
     }
     assert_eq!(
-        transition(&saved, Event::JobUnsaved { job_id: "J0" }, t0(), &p).unwrap(),
+        transition(&saved, Input::JobUnsaved { job_id: "J0" }, t0(), &p).unwrap(),
         saved
     );
     let mut full = uncertain.clone();
     for i in 0..crate::record::MAX_UNSAVED_JOBS + 3 {
         let job_id = format!("J{i}");
-        full = transition(&full, Event::JobUnsaved { job_id: &job_id }, t0(), &p).unwrap();
+        full = transition(&full, Input::JobUnsaved { job_id: &job_id }, t0(), &p).unwrap();
     }
     assert_eq!(full.unsaved_jobs.len(), crate::record::MAX_UNSAVED_JOBS);
 
-    let kept = transition(&uncertain, Event::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
+    let kept = transition(&uncertain, Input::JobUnsaved { job_id: "J1" }, t0(), &p).unwrap();
     // Not "nothing was created" while a job is known to exist.
-    let confirm = Event::Resolved(Decision {
+    let confirm = Input::Resolved(Decision {
         resolution: &Resolution::ConfirmNotCreated,
         actor: "ops",
         reason: "not found",
@@ -2000,7 +2000,7 @@ fn an_unsaved_job_id_is_kept_once_and_attaching_it_saves_it() {
     ));
     assert!(transition(&uncertain, confirm, t0(), &p).is_ok());
     let resolution = Resolution::AttachRemoteJob { job_id: "J1".into() };
-    let decision = Event::Resolved(Decision {
+    let decision = Input::Resolved(Decision {
         resolution: &resolution,
         actor: "ops",
         reason: "found",

@@ -279,7 +279,7 @@ fn spans_view(spans: &[genace_trace::lines::SpanLine]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use genace_core::machine::{self, AcceptedJob, Event, Policy};
+    use genace_core::machine::{self, AcceptedJob, Input, Policy};
 
     fn prepared() -> OperationRecord {
         let intent = genace_core::domain::Intent::parse(
@@ -302,14 +302,14 @@ mod tests {
         let now = chrono::Utc::now();
         let claimed = machine::transition(
             &prepared(),
-            Event::ClaimDispatch { token: "tok", shard: 0 },
+            Input::ClaimDispatch { token: "tok", shard: 0 },
             now,
             &Policy::default(),
         )
         .unwrap();
         let uncertain = machine::transition(
             &claimed,
-            Event::OutcomeUnknown {
+            Input::OutcomeUnknown {
                 token: "tok",
                 evidence: "timed out",
             },
@@ -332,7 +332,7 @@ mod tests {
         };
         let accepted = machine::transition(
             &claimed,
-            Event::Accepted {
+            Input::Accepted {
                 token: "tok",
                 job: &job,
             },

@@ -15,7 +15,7 @@ use crate::api::operator::OperatorApi;
 use crate::ports::clock::Clock;
 use crate::ports::commit::{CommitError, commit_with, write_attempts};
 use genace_core::domain::{OperationId, TenantId};
-use genace_core::machine::{self, Event};
+use genace_core::machine::{self, Input};
 use genace_core::record::{CancelReason, OperationRecord};
 
 impl<P: Ports> Api<P> {
@@ -34,7 +34,7 @@ impl<P: Ports> Api<P> {
         let now = self.clock.now();
         let policy = self.config.policy;
         let id = rec.operation_id.clone();
-        let event = Event::Cancel {
+        let event = Input::Cancel {
             by,
             reason: CancelReason::Requested,
         };

@@ -20,7 +20,7 @@ use crate::ports::clock::Clock;
 use crate::ports::commit::{CommitError, commit, write_attempts};
 use crate::ports::outputs::{MAX_DELETE_KEYS, ObjectStore};
 use genace_core::domain::{OperationId, TenantId};
-use genace_core::machine::{self, Event};
+use genace_core::machine::{self, Input};
 use genace_core::record::OperationRecord;
 
 impl<P: Ports> Api<P> {
@@ -42,7 +42,7 @@ impl<P: Ports> Api<P> {
             delivery_state: r.delivery_state,
         };
         // Refused before anything is deleted.
-        let asked = Event::OutputsErased { by, objects: &[] };
+        let asked = Input::OutputsErased { by, objects: &[] };
         if machine::transition(&rec, asked, now, &policy).is_err() {
             return Err(refused(&rec));
         }
@@ -50,7 +50,7 @@ impl<P: Ports> Api<P> {
             return Ok(rec);
         }
         let deleted = self.delete_stored(&rec).await?;
-        let event = Event::OutputsErased { by, objects: &deleted };
+        let event = Input::OutputsErased { by, objects: &deleted };
         let read = (rec.delivery_attempts, rec.delivered_at, rec.delivery_state);
         let next = commit(&self.store, rec, write_attempts(), |r| {
             // A delivery redriven and run since the listing may have stored

@@ -12,7 +12,7 @@ use crate::ports::commit::{CommitError, commit, write_attempts};
 use crate::ports::queue::WorkQueue;
 use crate::ports::table::{CaseCount, CaseFilter, CasePage};
 use genace_core::domain::{OperationId, TenantId};
-use genace_core::machine::{self, Decision, Event, Resolution};
+use genace_core::machine::{self, Decision, Input, Resolution};
 use genace_core::messages::Queue;
 use genace_core::record::{OperationRecord, Phase};
 
@@ -199,7 +199,7 @@ impl<P: Ports> OperatorApi<'_, P> {
             }
             machine::transition(
                 r,
-                Event::Resolved(Decision {
+                Input::Resolved(Decision {
                     resolution,
                     actor: &op.actor,
                     reason,

@@ -13,7 +13,7 @@ use crate::ports::genace::Genace;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::WorkQueue;
 use genace_core::domain::OperationId;
-use genace_core::machine::{self, Event};
+use genace_core::machine::{self, Input};
 use genace_core::messages::Queue;
 use genace_core::messages::{PollHistory, WorkMessage};
 use genace_core::record::{CaseReason, Fault, Looks, MAX_LOOKS_KEPT, OperationRecord, Phase};
@@ -327,7 +327,7 @@ where
                 .filter_map(|ms| DateTime::from_timestamp_millis(*ms))
                 .collect(),
         };
-        let event = Event::Observed {
+        let event = Input::Observed {
             snapshot: snap,
             next_check: look.next_check,
             stalled: stall.as_deref(),
@@ -429,7 +429,7 @@ where
                 "no terminal state {} after acceptance; last read: {evidence}",
                 humanize(self.config.stall_after)
             );
-            let event = Event::CaseNeeded {
+            let event = Input::CaseNeeded {
                 reason: CaseReason::RenderStalled,
                 evidence: &evidence,
                 keep_due: true,
@@ -451,7 +451,7 @@ where
             .is_some_and(|d| d >= (next_check - margin).timestamp_millis());
         if !covered && !genace_core::planted::on(genace_core::planted::DEADLINE_UNMOVED) {
             match self
-                .record(rec, Event::LookDeferred { next_check }, look, false)
+                .record(rec, Input::LookDeferred { next_check }, look, false)
                 .await?
             {
                 Ok((_, true)) => return Ok(Polled::Superseded),
@@ -480,7 +480,7 @@ where
     async fn record(
         &self,
         rec: OperationRecord,
-        event: Event<'_>,
+        event: Input<'_>,
         look: &Look,
         end: bool,
     ) -> Result<Result<(OperationRecord, bool), Phase>, StageError> {
@@ -520,7 +520,7 @@ where
     ) -> Result<Polled, StageError> {
         let now = self.clock.now();
         let written = match commit(&self.store, rec, write_attempts(), |r| {
-            let event = Event::CaseNeeded {
+            let event = Input::CaseNeeded {
                 reason,
                 evidence,
                 keep_due,

@@ -10,7 +10,7 @@ use crate::pipeline::stage::{Stage, StageError};
 use crate::ports::clock::Clock;
 use crate::ports::commit::{CommitError, commit, commit_with, write_attempts};
 use crate::ports::queue::WorkQueue;
-use genace_core::machine::{self, AcceptedJob, Event, Policy};
+use genace_core::machine::{self, AcceptedJob, Input, Policy};
 use genace_core::messages::Queue;
 use genace_core::messages::{RecoveredOutcome, RecoveryMessage};
 use genace_core::record::{OperationRecord, Phase, RemoteError};
@@ -55,7 +55,7 @@ impl<P: Ports> Recovery<P> {
         let token = msg.claim_token.as_str();
         // Each decision also says whether the record it wrote freed room
         // (judged on the record it replaced), for the wake-up below.
-        let decide = |r: &OperationRecord, event: Event<'_>| {
+        let decide = |r: &OperationRecord, event: Input<'_>| {
             let next = machine::transition(r, event, now, policy)?;
             let freed = genace_core::ledger::frees_room(r, &next);
             Ok((next, freed))
@@ -76,7 +76,7 @@ impl<P: Ports> Recovery<P> {
                     held_credits: *held_credits,
                 };
                 commit_with(store, rec, write_attempts(), |r| {
-                    decide(r, Event::Accepted { token, job: &job })
+                    decide(r, Input::Accepted { token, job: &job })
                 })
                 .await
             }
@@ -87,7 +87,7 @@ impl<P: Ports> Recovery<P> {
                     detail: error.to_string(),
                 };
                 commit_with(store, rec, write_attempts(), |r| {
-                    let event = Event::SubmitFailed {
+                    let event = Input::SubmitFailed {
                         token,
                         job_id,
                         error: &remote,
@@ -128,7 +128,7 @@ impl<P: Ports> Recovery<P> {
         };
         let (now, policy) = (self.clock.now(), &self.policy);
         let kept = commit(&self.store, current, write_attempts(), |r| {
-            machine::transition(r, Event::JobUnsaved { job_id }, now, policy)
+            machine::transition(r, Input::JobUnsaved { job_id }, now, policy)
         })
         .await;
         match kept {

@@ -31,7 +31,7 @@ use crate::ports::clock::Clock;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::WorkQueue;
 use crate::ports::table::{DueCursor, DueItem, StoreError};
-use genace_core::machine::{self, Event};
+use genace_core::machine::{self, Input};
 use genace_core::messages::Queue;
 use genace_core::record::{DUE_SHARDS, DeliveryState, OperationRecord, Phase};
 
@@ -273,7 +273,7 @@ impl<P: Ports> Sweeper<P> {
                     return Ok(());
                 };
                 // A live lease (or a phase that moved on) is left alone.
-                let expired = Event::LeaseExpired {
+                let expired = Input::LeaseExpired {
                     evidence: "the dispatch claim expired before an outcome was recorded; found by the sweep",
                 };
                 if let Ok(next) = machine::transition(&rec, expired, now, &self.config.policy) {
@@ -334,7 +334,7 @@ impl<P: Ports> Sweeper<P> {
         stage: Queue,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StageError> {
-        let reschedule = Event::Reschedule {
+        let reschedule = Input::Reschedule {
             due: now + Duration::seconds(RECHECK_SECONDS),
         };
         let next = machine::transition(rec, reschedule, now, &self.config.policy)

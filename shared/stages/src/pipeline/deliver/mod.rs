@@ -16,7 +16,7 @@ use crate::ports::downloads::Downloads;
 use crate::ports::metrics::Metrics;
 use crate::ports::queue::WorkQueue;
 use genace_core::domain::OperationId;
-use genace_core::machine::{self, Event, Refusal};
+use genace_core::machine::{self, Input, Refusal};
 use genace_core::messages::Queue;
 use genace_core::messages::WorkMessage;
 use genace_core::record::{CaseReason, DeliveryState, Fault, OperationRecord, Phase};
@@ -149,7 +149,7 @@ where
         let claimed = commit_with(&self.store, rec, write_attempts(), |r| {
             // The fault directive the claim consumes fires in this attempt.
             let fault = r.fault.filter(|f| faults && f.fires_in_delivery());
-            machine::transition(r, Event::ClaimDelivery { token: &token }, now, &policy).map(|next| (next, fault))
+            machine::transition(r, Input::ClaimDelivery { token: &token }, now, &policy).map(|next| (next, fault))
         })
         .await;
         let (claimed, fault) = match claimed {
@@ -183,7 +183,7 @@ where
         let done = commit(&self.store, claimed, write_attempts(), |r| {
             machine::transition(
                 r,
-                Event::Delivered {
+                Input::Delivered {
                     token: &token,
                     objects: &objects,
                 },
@@ -208,7 +208,7 @@ where
     async fn give_up(&self, rec: OperationRecord) -> Result<DeliverResult, StageError> {
         let now = self.clock.now();
         let rec = match commit(&self.store, rec, write_attempts(), |r| {
-            machine::transition(r, Event::DeliveryLapsed, now, &self.config.policy)
+            machine::transition(r, Input::DeliveryLapsed, now, &self.config.policy)
         })
         .await
         {
@@ -238,7 +238,7 @@ where
             let rec = commit(&self.store, claimed, write_attempts(), |r| {
                 machine::transition(
                     r,
-                    Event::DeliveryRefused {
+                    Input::DeliveryRefused {
                         token,
                         reason,
                         evidence: &detail,
@@ -257,7 +257,7 @@ where
         let rec = commit(&self.store, claimed, write_attempts(), |r| {
             machine::transition(
                 r,
-                Event::DeliveryFailed {
+                Input::DeliveryFailed {
                     token,
                     error: &detail,
                     retry_at,

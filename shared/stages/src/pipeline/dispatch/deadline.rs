@@ -14,7 +14,7 @@ use crate::ports::clock::Clock;
 use crate::ports::commit::{commit_with, write_attempts};
 use crate::ports::genace::Genace;
 use crate::ports::queue::{RecoveryChannel, WorkQueue};
-use genace_core::machine::{self, Event};
+use genace_core::machine::{self, Input};
 use genace_core::messages::Queue;
 use genace_core::record::{OperationRecord, Phase};
 
@@ -70,7 +70,7 @@ where
         let id = &claimed.operation_id;
         warn!(operation_id = %id, left_ms = left.as_millis() as u64, "too little time left to POST and save; the claim is released");
         let policy = self.config.policy;
-        let event = Event::ClaimUnused { token, retry_at: now };
+        let event = Input::ClaimUnused { token, retry_at: now };
         let (_, freed) = commit_with(&self.store, claimed.clone(), write_attempts(), |r| {
             let next = machine::transition(r, event, now, &policy)?;
             let freed = genace_core::ledger::frees_room(r, &next);

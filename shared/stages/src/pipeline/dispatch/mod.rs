@@ -17,7 +17,7 @@ use crate::ports::metrics::Metrics;
 use crate::ports::queue::{RecoveryChannel, WorkQueue};
 use crate::ports::table::StoreError;
 use genace_core::domain::OperationId;
-use genace_core::machine::{self, Event, Refusal};
+use genace_core::machine::{self, Input, Refusal};
 use genace_core::messages::Queue;
 use genace_core::messages::WorkMessage;
 use genace_core::record::{CancelReason, Fault, OperationRecord, Phase, RemoteError};
@@ -297,11 +297,11 @@ where
         match r.phase {
             Phase::Submitting if !genace_core::planted::on(genace_core::planted::REPOST_AFTER_LEASE) => {
                 let evidence = "a dispatcher's claim expired before its outcome was recorded; it may have POSTed";
-                machine::transition(r, Event::LeaseExpired { evidence }, now, &policy)
+                machine::transition(r, Input::LeaseExpired { evidence }, now, &policy)
                     .map(|next| (next, Decided::Interrupted))
             }
             Phase::Prepared if r.deadline_passed(now) => {
-                let event = Event::Cancel {
+                let event = Input::Cancel {
                     by: DEADLINE_ACTOR,
                     reason: CancelReason::Deadline,
                 };
@@ -311,7 +311,7 @@ where
                 // The fault directive the claim consumes fires in this attempt.
                 let fault = r.fault.filter(|f| self.config.fault_injection && f.fires_in_dispatch());
                 let waited_since = r.wait();
-                machine::transition(r, Event::ClaimDispatch { token, shard }, now, &policy)
+                machine::transition(r, Input::ClaimDispatch { token, shard }, now, &policy)
                     .map(|next| (next, Decided::Claimed { fault, waited_since }))
             }
         }
@@ -386,8 +386,8 @@ where
             return Ok(Dispatched::Missing);
         };
         let event = match room {
-            Room::Credits => Event::SpendLimitReached,
-            Room::Capacity | Room::TenantSlot => Event::CapacityReached,
+            Room::Credits => Input::SpendLimitReached,
+            Room::Capacity | Room::TenantSlot => Input::CapacityReached,
         };
         // A wait that begins now reaches the wait indexes late.
         let newly = rec.waits_in_order().is_none();
@@ -465,7 +465,7 @@ where
             }
             SubmitOutcome::Rejected { status, detail } => {
                 let error = http_error(status, detail);
-                let event = Event::Rejected { token, error: &error };
+                let event = Input::Rejected { token, error: &error };
                 // Genace ran nothing: the claim's slot goes to the next
                 // waiting operation. (A 429 or an account refusal frees the
                 // slot too, but waking another POST there would only meet
@@ -477,7 +477,7 @@ where
             SubmitOutcome::RateLimited { retry_after } => self.rate_limited(posted, retry_after).await,
             SubmitOutcome::Unknown { evidence } => {
                 warn!(operation_id = %posted.claimed.operation_id, %evidence, "submission outcome unknown");
-                let event = Event::OutcomeUnknown {
+                let event = Input::OutcomeUnknown {
                     token,
                     evidence: &evidence,
                 };
@@ -489,7 +489,7 @@ where
     }
 
     /// Writes `event` over the claimed record, as of when the answer came.
-    async fn record(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
+    async fn record(&self, posted: &Posted<'_>, event: Input<'_>) -> Result<OperationRecord, CommitError> {
         let policy = self.config.policy;
         commit(&self.store, posted.claimed.clone(), write_attempts(), |r| {
             machine::transition(r, event, posted.received_at, &policy)
@@ -504,7 +504,7 @@ where
     pub(super) async fn record_freeing(
         &self,
         posted: &Posted<'_>,
-        event: Event<'_>,
+        event: Input<'_>,
     ) -> Result<OperationRecord, CommitError> {
         let (rec, freed) = self.commit_freeing_until(posted, event, None).await?;
         if freed {
@@ -519,7 +519,7 @@ where
     pub(super) async fn commit_freeing_until(
         &self,
         posted: &Posted<'_>,
-        event: Event<'_>,
+        event: Input<'_>,
         until: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<(OperationRecord, bool), CommitError> {
         let policy = self.config.policy;

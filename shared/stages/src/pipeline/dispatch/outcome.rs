@@ -18,7 +18,7 @@ use crate::ports::commit::CommitError;
 use crate::ports::genace::Genace;
 use crate::ports::queue::{RecoveryChannel, WorkQueue};
 use crate::ports::table::StoreError;
-use genace_core::machine::{self, Event};
+use genace_core::machine::{self, Input};
 use genace_core::messages::{PollHistory, Queue, RecoveredOutcome, RecoveryMessage, WorkMessage};
 use genace_core::record::{Fault, OperationRecord, RemoteError};
 
@@ -38,7 +38,7 @@ where
     /// bound, and a try still running at the bound is given up, so the id
     /// reaches the recovery channel before the invocation is stopped,
     /// however slow the store.
-    async fn save_job(&self, posted: &Posted<'_>, event: Event<'_>) -> Result<OperationRecord, CommitError> {
+    async fn save_job(&self, posted: &Posted<'_>, event: Input<'_>) -> Result<OperationRecord, CommitError> {
         // The bound: JOB_SAVE_SECONDS after the answer, and never past the
         // invocation's deadline less the recovery channel's reserve.
         let after_answer = posted.received_at + chrono::Duration::seconds(JOB_SAVE_SECONDS as i64);
@@ -127,7 +127,7 @@ where
                 "injected: dispatch.persist_fails".into(),
             )))
         } else {
-            self.save_job(&posted, Event::Accepted { token, job: &job }).await
+            self.save_job(&posted, Input::Accepted { token, job: &job }).await
         };
         match written {
             Ok(rec) => {
@@ -162,7 +162,7 @@ where
             status: Some(502),
             detail: error.to_string(),
         };
-        let event = Event::SubmitFailed {
+        let event = Input::SubmitFailed {
             token,
             job_id: &job_id,
             error: &remote,

@@ -13,7 +13,7 @@ use crate::ports::Ports;
 use crate::ports::genace::Genace;
 use crate::ports::queue::{RecoveryChannel, WorkQueue};
 use crate::ports::table::prelude::*;
-use genace_core::machine::Event;
+use genace_core::machine::Input;
 use genace_core::messages::Queue;
 
 impl<P: Ports> Dispatcher<P>
@@ -31,7 +31,7 @@ where
     ) -> Result<PostResult, StageError> {
         let id = posted.claimed.operation_id.clone();
         let error = http_error(status, detail);
-        let event = Event::AccountRefused {
+        let event = Input::AccountRefused {
             token: posted.token,
             error: &error,
         };
@@ -81,7 +81,7 @@ where
                 false
             }
         };
-        let event = Event::RateLimited {
+        let event = Input::RateLimited {
             token: posted.token,
             retry_at,
             busy,

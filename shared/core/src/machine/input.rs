@@ -41,7 +41,7 @@ impl Resolution {
 /// Everything that can happen to an operation, as a stage or an operator
 /// reports it.
 #[derive(Debug, Clone, Copy)]
-pub enum Event<'a> {
+pub enum Input<'a> {
     /// Dispatch claims a prepared operation: the only road to a POST.
     ClaimDispatch { token: &'a str, shard: u16 },
     /// The claim would take the tenant past its spend limit: wait to be
@@ -148,59 +148,59 @@ pub struct Decision<'a> {
     pub reason: &'a str,
 }
 
-impl Event<'_> {
+impl Input<'_> {
     /// What the event asks for, as a refusal names it.
     pub fn name(&self) -> &'static str {
         match self {
-            Event::ClaimDispatch { .. } => "claim",
-            Event::SpendLimitReached => "wait for the spend limit",
-            Event::CapacityReached => "wait for capacity",
-            Event::RateLimited { .. } => "release",
-            Event::AccountRefused { .. } => "hold",
-            Event::Accepted { .. } => "accept",
-            Event::SubmitFailed { .. } => "record a submission failure",
-            Event::Rejected { .. } => "reject",
-            Event::OutcomeUnknown { .. } => "mark uncertain",
-            Event::ClaimUnused { .. } => "release an unused claim",
-            Event::LeaseExpired { .. } => "interrupt",
-            Event::JobUnsaved { .. } => "keep an unsaved job id",
-            Event::Observed { .. } => "observe",
-            Event::CaseNeeded { .. } => "open a case",
-            Event::LookDeferred { .. } => "defer the next look",
-            Event::Reschedule { .. } => "reschedule",
-            Event::ClaimDelivery { .. } => "deliver",
-            Event::DeliveryLapsed => "give up delivery",
-            Event::DeliveryFailed { .. } => "record a failed delivery",
-            Event::DeliveryRefused { .. } => "record a refused delivery",
-            Event::Delivered { .. } => "record delivery",
-            Event::Resolved(d) => d.resolution.name(),
-            Event::Cancel { .. } => "cancel",
-            Event::OutputsErased { .. } => "erase outputs",
+            Input::ClaimDispatch { .. } => "claim",
+            Input::SpendLimitReached => "wait for the spend limit",
+            Input::CapacityReached => "wait for capacity",
+            Input::RateLimited { .. } => "release",
+            Input::AccountRefused { .. } => "hold",
+            Input::Accepted { .. } => "accept",
+            Input::SubmitFailed { .. } => "record a submission failure",
+            Input::Rejected { .. } => "reject",
+            Input::OutcomeUnknown { .. } => "mark uncertain",
+            Input::ClaimUnused { .. } => "release an unused claim",
+            Input::LeaseExpired { .. } => "interrupt",
+            Input::JobUnsaved { .. } => "keep an unsaved job id",
+            Input::Observed { .. } => "observe",
+            Input::CaseNeeded { .. } => "open a case",
+            Input::LookDeferred { .. } => "defer the next look",
+            Input::Reschedule { .. } => "reschedule",
+            Input::ClaimDelivery { .. } => "deliver",
+            Input::DeliveryLapsed => "give up delivery",
+            Input::DeliveryFailed { .. } => "record a failed delivery",
+            Input::DeliveryRefused { .. } => "record a refused delivery",
+            Input::Delivered { .. } => "record delivery",
+            Input::Resolved(d) => d.resolution.name(),
+            Input::Cancel { .. } => "cancel",
+            Input::OutputsErased { .. } => "erase outputs",
         }
     }
 
     /// Where the event applies, as a refusal names it.
     pub fn expected(&self) -> &'static str {
         match self {
-            Event::ClaimDispatch { .. } | Event::SpendLimitReached | Event::CapacityReached => "prepared",
-            Event::Cancel { .. } => "prepared, or cancelled already",
-            Event::RateLimited { .. }
-            | Event::AccountRefused { .. }
-            | Event::Rejected { .. }
-            | Event::OutcomeUnknown { .. }
-            | Event::ClaimUnused { .. }
-            | Event::LeaseExpired { .. } => "submitting",
-            Event::Accepted { .. } | Event::SubmitFailed { .. } => "submitting or uncertain",
-            Event::Observed { .. } | Event::CaseNeeded { .. } => "accepted",
-            Event::LookDeferred { .. } => "accepted, or abandoned with its job observed",
-            Event::Reschedule { .. } | Event::JobUnsaved { .. } => "any phase",
-            Event::ClaimDelivery { .. }
-            | Event::DeliveryLapsed
-            | Event::DeliveryFailed { .. }
-            | Event::DeliveryRefused { .. }
-            | Event::Delivered { .. } => "rendered",
-            Event::OutputsErased { .. } => "finished, or rendered with its delivery over",
-            Event::Resolved(d) => match d.resolution {
+            Input::ClaimDispatch { .. } | Input::SpendLimitReached | Input::CapacityReached => "prepared",
+            Input::Cancel { .. } => "prepared, or cancelled already",
+            Input::RateLimited { .. }
+            | Input::AccountRefused { .. }
+            | Input::Rejected { .. }
+            | Input::OutcomeUnknown { .. }
+            | Input::ClaimUnused { .. }
+            | Input::LeaseExpired { .. } => "submitting",
+            Input::Accepted { .. } | Input::SubmitFailed { .. } => "submitting or uncertain",
+            Input::Observed { .. } | Input::CaseNeeded { .. } => "accepted",
+            Input::LookDeferred { .. } => "accepted, or abandoned with its job observed",
+            Input::Reschedule { .. } | Input::JobUnsaved { .. } => "any phase",
+            Input::ClaimDelivery { .. }
+            | Input::DeliveryLapsed
+            | Input::DeliveryFailed { .. }
+            | Input::DeliveryRefused { .. }
+            | Input::Delivered { .. } => "rendered",
+            Input::OutputsErased { .. } => "finished, or rendered with its delivery over",
+            Input::Resolved(d) => match d.resolution {
                 Resolution::AttachRemoteJob { .. } => "uncertain, or accepted with its remote job missing",
                 Resolution::ConfirmNotCreated => "uncertain, with no unsaved job id",
                 Resolution::ReleaseHold => "prepared and held (account_problem or rate_limited)",
