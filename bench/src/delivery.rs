@@ -376,12 +376,12 @@ pub(crate) async fn rendered_operation(
             .ok_or("snapshot")?;
     let rendered = machine::transition(
         &accepted,
-        machine::Input::Observed {
+        machine::Input::Observed(genace_core::machine::Look {
             snapshot: &snap,
             next_check: now,
             stalled: None,
             seen: &Default::default(),
-        },
+        }),
         now,
         &policy,
     )

@@ -101,12 +101,12 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
         content_type: Some("video/mp4".into()),
     }];
     let done = snapshot(RenderStatus::Succeeded, Some(outputs));
-    let observed = Input::Observed {
+    let observed = Input::Observed(genace_core::machine::Look {
         snapshot: &done,
         next_check: now,
         stalled: None,
         seen: &Default::default(),
-    };
+    });
     let a = step(&store, a, observed).await;
     let a = step(&store, a, Input::ClaimDelivery { token: "d" }).await;
     let objects = [DeliveredObject {
@@ -169,12 +169,12 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
     )
     .await;
     let failed = snapshot(RenderStatus::Failed, None);
-    let observed = Input::Observed {
+    let observed = Input::Observed(genace_core::machine::Look {
         snapshot: &failed,
         next_check: now,
         stalled: None,
         seen: &Default::default(),
-    };
+    });
     step(&store, d, observed).await;
 
     // Genace does not know the saved job; an operator attaches the right one.
@@ -188,11 +188,11 @@ async fn every_event_type_from_real_stream_records_matches_the_documented_schema
         },
     )
     .await;
-    let missing = Input::CaseNeeded {
+    let missing = Input::CaseNeeded(genace_core::machine::NeededCase {
         reason: genace_core::record::CaseReason::RemoteJobMissing,
         evidence: "Genace answered 404",
         keep_due: false,
-    };
+    });
     let f = step(&store, f, missing).await;
     let attach = Resolution::AttachRemoteJob {
         job_id: "job-found".into(),

@@ -1000,12 +1000,12 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     };
     let failed = genace_core::machine::transition(
         &accepted_rec,
-        genace_core::machine::Input::Observed {
+        genace_core::machine::Input::Observed(genace_core::machine::Look {
             snapshot: &snapshot,
             next_check: Utc::now(),
             stalled: None,
             seen: &Default::default(),
-        },
+        }),
         Utc::now(),
         &rig.dispatcher.config.policy,
     )

@@ -588,12 +588,12 @@ async fn an_abandon_keeps_what_genace_charged<S: OperationStore>(store: S) {
         client_reference: None,
         error: None,
     };
-    let observed = machine::Input::Observed {
+    let observed = machine::Input::Observed(genace_core::machine::Look {
         snapshot: &no_outputs,
         next_check: now,
         stalled: None,
         seen: &Default::default(),
-    };
+    });
     let a3 = machine::transition(&a2, observed, now, &policy).unwrap();
     assert_eq!(
         a3.case.as_ref().map(|c| c.reason),

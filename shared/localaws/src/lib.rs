@@ -457,12 +457,12 @@ pub fn rendered(accepted: &OperationRecord, job_id: &str) -> OperationRecord {
         client_reference: None,
         error: None,
     };
-    let observed = genace_core::machine::Input::Observed {
+    let observed = genace_core::machine::Input::Observed(genace_core::machine::Look {
         snapshot: &snapshot,
         next_check: chrono::Utc::now(),
         stalled: None,
         seen: &Default::default(),
-    };
+    });
     genace_core::machine::transition(
         accepted,
         observed,

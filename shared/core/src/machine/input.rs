@@ -86,21 +86,10 @@ pub enum Input<'a> {
     /// A status snapshot of the saved job. `stalled` carries the evidence
     /// when the job is silent past the deadline: the stall case rides on
     /// the same write.
-    Observed {
-        snapshot: &'a JobSnapshot,
-        next_check: DateTime<Utc>,
-        stalled: Option<&'a str>,
-        /// The looks before this one ([`crate::record::Detection`] once
-        /// the job is seen to end).
-        seen: &'a crate::record::Looks,
-    },
+    Observed(Look<'a>),
     /// The remote job needs a person (missing, answered for another id, or
     /// silent past the deadline with no snapshot). `keep_due` keeps polling.
-    CaseNeeded {
-        reason: CaseReason,
-        evidence: &'a str,
-        keep_due: bool,
-    },
+    CaseNeeded(NeededCase<'a>),
     /// A look at the job read nothing (a timeout, a 5xx, a 429) and the
     /// next one comes later than the sweep's deadline covers: the deadline
     /// moves to `next_check` (never earlier), so that the sweep does not
@@ -119,11 +108,7 @@ pub enum Input<'a> {
         retry_at: DateTime<Utc>,
     },
     /// An output can never be fetched.
-    DeliveryRefused {
-        token: &'a str,
-        reason: CaseReason,
-        evidence: &'a str,
-    },
+    DeliveryRefused(RefusedDelivery<'a>),
     /// Every output is stored and verified.
     Delivered {
         token: &'a str,
@@ -164,14 +149,14 @@ impl Input<'_> {
             Input::ClaimUnused { .. } => "release an unused claim",
             Input::LeaseExpired { .. } => "interrupt",
             Input::JobUnsaved { .. } => "keep an unsaved job id",
-            Input::Observed { .. } => "observe",
-            Input::CaseNeeded { .. } => "open a case",
+            Input::Observed(..) => "observe",
+            Input::CaseNeeded(..) => "open a case",
             Input::LookDeferred { .. } => "defer the next look",
             Input::Reschedule { .. } => "reschedule",
             Input::ClaimDelivery { .. } => "deliver",
             Input::DeliveryLapsed => "give up delivery",
             Input::DeliveryFailed { .. } => "record a failed delivery",
-            Input::DeliveryRefused { .. } => "record a refused delivery",
+            Input::DeliveryRefused(..) => "record a refused delivery",
             Input::Delivered { .. } => "record delivery",
             Input::Resolved(d) => d.resolution.name(),
             Input::Cancel { .. } => "cancel",
@@ -191,13 +176,13 @@ impl Input<'_> {
             | Input::ClaimUnused { .. }
             | Input::LeaseExpired { .. } => "submitting",
             Input::Accepted { .. } | Input::SubmitFailed { .. } => "submitting or uncertain",
-            Input::Observed { .. } | Input::CaseNeeded { .. } => "accepted",
+            Input::Observed(..) | Input::CaseNeeded(..) => "accepted",
             Input::LookDeferred { .. } => "accepted, or abandoned with its job observed",
             Input::Reschedule { .. } | Input::JobUnsaved { .. } => "any phase",
             Input::ClaimDelivery { .. }
             | Input::DeliveryLapsed
             | Input::DeliveryFailed { .. }
-            | Input::DeliveryRefused { .. }
+            | Input::DeliveryRefused(..)
             | Input::Delivered { .. } => "rendered",
             Input::OutputsErased { .. } => "finished, or rendered with its delivery over",
             Input::Resolved(d) => match d.resolution {
@@ -210,4 +195,33 @@ impl Input<'_> {
             },
         }
     }
+}
+
+/// A status snapshot of the saved job and the looks around it
+/// ([`Input::Observed`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Look<'a> {
+    pub snapshot: &'a JobSnapshot,
+    pub next_check: DateTime<Utc>,
+    pub stalled: Option<&'a str>,
+    /// The looks before this one ([`crate::record::Detection`] once
+    /// the job is seen to end).
+    pub seen: &'a crate::record::Looks,
+}
+
+/// A case a look needs a person for ([`Input::CaseNeeded`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NeededCase<'a> {
+    pub reason: CaseReason,
+    pub evidence: &'a str,
+    pub keep_due: bool,
+}
+
+/// An output that can never be fetched, under the delivery's claim
+/// ([`Input::DeliveryRefused`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RefusedDelivery<'a> {
+    pub token: &'a str,
+    pub reason: CaseReason,
+    pub evidence: &'a str,
 }

@@ -30,7 +30,7 @@ mod refusal;
 mod steps;
 mod table;
 
-pub use input::{Decision, Input, Resolution};
+pub use input::{Decision, Input, Look, NeededCase, RefusedDelivery, Resolution};
 pub use invariants::{check_invariants, debug_check, is_finished};
 pub use policy::{CreditEstimate, Policy};
 pub use refusal::Refusal;

@@ -8,7 +8,7 @@ use crate::planted;
 use crate::record::{OperationRecord, Phase};
 
 use super::dispatch::claim_dispatch;
-use super::input::Input;
+use super::input::{Input, NeededCase};
 use super::observe::open_case;
 use super::operator::cancel;
 use super::policy::Policy;
@@ -31,11 +31,11 @@ pub(super) fn next(
         // A case whatever the phase.
         (
             _,
-            Input::CaseNeeded {
+            Input::CaseNeeded(NeededCase {
                 reason,
                 evidence,
                 keep_due,
-            },
+            }),
         ) if planted::on(planted::CASE_WITHOUT_PHASE_CHECK) => {
             Some(Ok(open_case(rec, reason, evidence, keep_due, now)))
         }

@@ -12,7 +12,7 @@ use super::dispatch::{
     accept, claim_dispatch, hold_for_account, interrupt, keep_unsaved_job, mark_uncertain, reject, release_claim,
     release_unused_claim, submit_failed, wait_for_capacity, wait_for_spend_limit,
 };
-use super::input::{Input, Resolution};
+use super::input::{Input, Look, NeededCase, Resolution};
 use super::observe::{observe, open_case, reschedule};
 use super::operator::{cancel, outputs_erased, resolve};
 use super::policy::Policy;
@@ -93,23 +93,8 @@ fn dispatching(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, poli
 fn observing(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::{Abandoned, Accepted};
     Some(Ok(match (rec.phase, event) {
-        (
-            Accepted,
-            Input::Observed {
-                snapshot,
-                next_check,
-                stalled,
-                seen,
-            },
-        ) => observe(rec, snapshot, now, next_check, stalled, seen, policy),
-        (
-            Accepted,
-            Input::CaseNeeded {
-                reason,
-                evidence,
-                keep_due,
-            },
-        ) => open_case(rec, reason, evidence, keep_due, now),
+        (Accepted, Input::Observed(l)) => observe(rec, l.snapshot, now, l.next_check, l.stalled, l.seen, policy),
+        (Accepted, Input::CaseNeeded(c)) => open_case(rec, c.reason, c.evidence, c.keep_due, now),
         (Accepted | Abandoned, Input::LookDeferred { next_check }) if rec.due_at_ms.is_some() => {
             let due = rec.due_at_ms.and_then(DateTime::from_timestamp_millis);
             reschedule(rec, due.map_or(next_check, |d| d.max(next_check)))
@@ -130,14 +115,7 @@ fn delivering(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, polic
         (Rendered, Input::DeliveryFailed { token, error, retry_at }) => {
             delivery_attempt_failed(rec, token, error, retry_at, now, policy)
         }
-        (
-            Rendered,
-            Input::DeliveryRefused {
-                token,
-                reason,
-                evidence,
-            },
-        ) => delivery_refused(rec, token, reason, evidence, now),
+        (Rendered, Input::DeliveryRefused(r)) => delivery_refused(rec, r.token, r.reason, r.evidence, now),
         (Rendered, Input::Delivered { token, objects }) => delivered(rec, token, objects.to_vec(), now, policy),
         _ => return None,
     })
@@ -220,16 +198,16 @@ fn following_abandoned(rec: &OperationRecord, event: Input<'_>, now: DateTime<Ut
                 next
             })
         }
-        Input::Observed {
+        Input::Observed(Look {
             snapshot, next_check, ..
-        } if rec.ledger_phase == Some(Accepted) && !case_is(rec, &[RemoteJobMissing]) => {
+        }) if rec.ledger_phase == Some(Accepted) && !case_is(rec, &[RemoteJobMissing]) => {
             Ok(observe_abandoned(rec, snapshot, now, next_check, policy))
         }
-        Input::CaseNeeded {
+        Input::CaseNeeded(NeededCase {
             reason: RemoteJobMissing,
             evidence,
             ..
-        } if rec.ledger_phase == Some(Accepted) => Ok(open_case(rec, RemoteJobMissing, evidence, false, now)),
+        }) if rec.ledger_phase == Some(Accepted) => Ok(open_case(rec, RemoteJobMissing, evidence, false, now)),
         Input::Resolved(d) if abandoned_resolution_applies(rec, d.resolution) => {
             Ok(resolve(rec, d.resolution, d.actor, d.reason, now, policy))
         }

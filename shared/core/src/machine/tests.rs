@@ -66,12 +66,12 @@ fn observe(
 ) -> Next {
     transition(
         r,
-        Input::Observed {
+        Input::Observed(Look {
             snapshot,
             next_check,
             stalled: None,
             seen: &Default::default(),
-        },
+        }),
         now,
         p,
     )
@@ -79,11 +79,11 @@ fn observe(
 fn open_case(r: &OperationRecord, reason: CaseReason, evidence: &str, keep_due: bool, now: DateTime<Utc>) -> Next {
     transition(
         r,
-        Input::CaseNeeded {
+        Input::CaseNeeded(NeededCase {
             reason,
             evidence,
             keep_due,
-        },
+        }),
         now,
         &Policy::default(),
     )
@@ -110,11 +110,11 @@ fn delivery_attempt_failed(
 fn delivery_refused(r: &OperationRecord, token: &str, reason: CaseReason, evidence: &str, now: DateTime<Utc>) -> Next {
     transition(
         r,
-        Input::DeliveryRefused {
+        Input::DeliveryRefused(RefusedDelivery {
             token,
             reason,
             evidence,
-        },
+        }),
         now,
         &Policy::default(),
     )
@@ -443,12 +443,12 @@ fn the_end_keeps_the_last_looks_of_its_chain() {
         last_running_at: Some(later - Duration::seconds(2)),
         at: (0..50).map(|i| t0() + Duration::seconds(i)).collect(),
     };
-    let event = Input::Observed {
+    let event = Input::Observed(Look {
         snapshot: &snap("completed", RenderStatus::Succeeded),
         next_check: later,
         stalled: None,
         seen: &seen,
-    };
+    });
     let done = transition(&accepted_rec(), event, later, &Policy::default()).unwrap();
     let d = done.detection.expect("the end is recorded");
     assert_eq!(
@@ -801,12 +801,12 @@ fn an_abandoned_job_keeps_its_hold_until_genace_says_it_is_over() {
     let observed = |r: &OperationRecord, s: &JobSnapshot| {
         transition(
             r,
-            Input::Observed {
+            Input::Observed(Look {
                 snapshot: s,
                 next_check,
                 stalled: Some("slow"),
                 seen: &Default::default(),
-            },
+            }),
             later,
             &p,
         )
@@ -1334,12 +1334,12 @@ fn a_stall_rides_on_the_observation_in_one_version() {
     let a = accepted_rec();
     let later = t0() + Duration::hours(3);
     let running = snap("running", RenderStatus::Running);
-    let event = Input::Observed {
+    let event = Input::Observed(Look {
         snapshot: &running,
         next_check: later + Duration::minutes(5),
         stalled: Some("no terminal state in 2 h"),
         seen: &Default::default(),
-    };
+    });
     let stalled = transition(&a, event, later, &p).unwrap();
     assert_eq!(stalled.version, a.version + 1);
     assert_eq!(stalled.case.as_ref().map(|c| c.reason), Some(CaseReason::RenderStalled));
@@ -1350,12 +1350,12 @@ fn a_stall_rides_on_the_observation_in_one_version() {
         "already open: no write"
     );
     let done = snap("completed", RenderStatus::Succeeded);
-    let finished = Input::Observed {
+    let finished = Input::Observed(Look {
         snapshot: &done,
         next_check: later + Duration::minutes(5),
         stalled: Some("no terminal state in 2 h"),
         seen: &Default::default(),
-    };
+    });
     let rendered = transition(&stalled, finished, later, &p).unwrap();
     assert_eq!(
         (rendered.phase, rendered.case.clone()),
@@ -1795,17 +1795,17 @@ fn every_event<'a>(
             evidence: "e",
         },
         Input::LeaseExpired { evidence: "e" },
-        Input::Observed {
+        Input::Observed(Look {
             snapshot,
             next_check: now,
             stalled: None,
             seen: &NO_LOOKS,
-        },
-        Input::CaseNeeded {
+        }),
+        Input::CaseNeeded(NeededCase {
             reason: CaseReason::RemoteJobMissing,
             evidence: "e",
             keep_due: false,
-        },
+        }),
         Input::Reschedule { due: now },
         Input::ClaimDelivery { token: "tok" },
         Input::DeliveryLapsed,
@@ -1814,11 +1814,11 @@ fn every_event<'a>(
             error: "e",
             retry_at: now,
         },
-        Input::DeliveryRefused {
+        Input::DeliveryRefused(RefusedDelivery {
             token: "tok",
             reason: CaseReason::OutputsMissing,
             evidence: "e",
-        },
+        }),
         Input::Delivered {
             token: "tok",
             objects: &[],

@@ -327,12 +327,12 @@ where
                 .filter_map(|ms| DateTime::from_timestamp_millis(*ms))
                 .collect(),
         };
-        let event = Input::Observed {
+        let event = Input::Observed(genace_core::machine::Look {
             snapshot: snap,
             next_check: look.next_check,
             stalled: stall.as_deref(),
             seen: &seen,
-        };
+        });
         let end = snap.status != RenderStatus::Running;
         let (written, superseded) = match self.record(rec, event, look, end).await? {
             Ok(w) => w,
@@ -429,11 +429,11 @@ where
                 "no terminal state {} after acceptance; last read: {evidence}",
                 humanize(self.config.stall_after)
             );
-            let event = Input::CaseNeeded {
+            let event = Input::CaseNeeded(genace_core::machine::NeededCase {
                 reason: CaseReason::RenderStalled,
                 evidence: &evidence,
                 keep_due: true,
-            };
+            });
             // Another poll may have recorded a terminal state meanwhile.
             match self.record(rec, event, look, false).await? {
                 Ok((_, true)) => return Ok(Polled::Superseded),
@@ -520,11 +520,11 @@ where
     ) -> Result<Polled, StageError> {
         let now = self.clock.now();
         let written = match commit(&self.store, rec, write_attempts(), |r| {
-            let event = Input::CaseNeeded {
+            let event = Input::CaseNeeded(genace_core::machine::NeededCase {
                 reason,
                 evidence,
                 keep_due,
-            };
+            });
             machine::transition(r, event, now, &self.config.policy)
         })
         .await

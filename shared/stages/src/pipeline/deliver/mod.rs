@@ -238,11 +238,11 @@ where
             let rec = commit(&self.store, claimed, write_attempts(), |r| {
                 machine::transition(
                     r,
-                    Input::DeliveryRefused {
+                    Input::DeliveryRefused(genace_core::machine::RefusedDelivery {
                         token,
                         reason,
                         evidence: &detail,
-                    },
+                    }),
                     now,
                     &policy,
                 )
