@@ -97,13 +97,17 @@ fn out_of_range_202(body: &str) -> Option<Value> {
     }))
 }
 
+/// What precedes the excerpt of a Genace body that evidence quotes: the
+/// text after it is Genace's, which may echo the tenant's request.
+pub const QUOTED_BODY: &str = "; body: ";
+
 /// Classifies a POST response. Pure, so every branch is unit-testable.
 pub fn classify_submit(code: u16, retry_after: Option<&str>, body: &str, now: DateTime<Utc>) -> SubmitOutcome {
     let json: Option<Value> = serde_json::from_str(body)
         .ok()
         .or_else(|| (code == 202).then(|| out_of_range_202(body)).flatten());
     let unknown = |why: &str| SubmitOutcome::Unknown {
-        evidence: format!("HTTP {code}: {why}; body: {}", excerpt(body)),
+        evidence: format!("HTTP {code}: {why}{QUOTED_BODY}{}", excerpt(body)),
     };
     match code {
         202 => match json {

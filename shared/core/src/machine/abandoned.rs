@@ -20,7 +20,9 @@ pub(super) fn abandoned_resolution_applies(rec: &OperationRecord, resolution: &R
         _ => false,
     };
     match resolution {
-        Resolution::AttachRemoteJob { .. } | Resolution::ConfirmNotCreated => unobserved_job,
+        Resolution::AttachRemoteJob { .. } => unobserved_job,
+        // Not "nothing was created" while a recovery message named a job.
+        Resolution::ConfirmNotCreated => unobserved_job && rec.unsaved_jobs.is_empty(),
         Resolution::MarkSettled => {
             rec.ledger_phase == Some(Phase::SubmitFailed) && rec.settlement == Some(Settlement::Pending)
         }

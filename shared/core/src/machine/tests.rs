@@ -1999,6 +1999,18 @@ fn an_unsaved_job_id_is_kept_once_and_attaching_it_saves_it() {
         Err(Refusal::WrongPhase { .. })
     ));
     assert!(transition(&uncertain, confirm, t0(), &p).is_ok());
+    // Nor by way of abandoning it first.
+    let abandon = Input::Resolved(Decision {
+        resolution: &Resolution::Abandon,
+        actor: "ops",
+        reason: "giving up",
+    });
+    let abandoned = transition(&kept, abandon, t0(), &p).unwrap();
+    assert_eq!(abandoned.phase, Phase::Abandoned);
+    assert!(matches!(
+        transition(&abandoned, confirm, t0(), &p),
+        Err(Refusal::WrongPhase { .. })
+    ));
     let resolution = Resolution::AttachRemoteJob { job_id: "J1".into() };
     let decision = Input::Resolved(Decision {
         resolution: &resolution,

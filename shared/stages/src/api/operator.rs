@@ -276,9 +276,32 @@ fn named_by_evidence(rec: &OperationRecord, job_id: &str) -> bool {
             || rec.case.as_ref().is_some_and(|c| names(own_words(&c.evidence))))
 }
 
-/// A case's evidence up to the first Genace body it quotes (`; body: `,
-/// as `genace_core::remote` writes it): what follows is Genace's text,
-/// which may echo the tenant's request.
+/// A case's evidence up to the first Genace body it quotes
+/// ([`QUOTED_BODY`](genace_core::remote::QUOTED_BODY)): what follows is
+/// Genace's text, which may echo the tenant's request.
 fn own_words(evidence: &str) -> &str {
-    evidence.split("; body: ").next().unwrap_or_default()
+    evidence
+        .split(genace_core::remote::QUOTED_BODY)
+        .next()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_words;
+
+    /// The evidence of an unknown outcome, as dispatch writes it from
+    /// Genace's answer: a job id only the quoted body names is not the
+    /// service's own word.
+    #[test]
+    fn a_quoted_genace_body_is_not_evidence() {
+        let answer = r#"{"error": "upstream", "prompt": "see job-theirs"}"#;
+        let outcome = genace_core::remote::classify_submit(500, None, answer, chrono::Utc::now());
+        let genace_core::remote::SubmitOutcome::Unknown { evidence } = outcome else {
+            panic!("a 500 is an unknown outcome: {outcome:?}");
+        };
+        assert!(evidence.contains("job-theirs"), "{evidence}");
+        assert!(!own_words(&evidence).contains("job-theirs"), "{evidence}");
+        assert!(own_words(&evidence).starts_with("HTTP 500"), "{evidence}");
+    }
 }

@@ -123,8 +123,10 @@ impl<P: Ports> Recovery<P> {
     /// stays too: it ends in the dead-letter queue, whose alarm brings a
     /// person. A failure here loses nothing (the message is read again).
     async fn keep_unsaved(&self, current: OperationRecord, msg: &RecoveryMessage) {
-        let job_id = match &msg.outcome {
-            RecoveredOutcome::Accepted { job_id, .. } | RecoveredOutcome::FailedWithJob { job_id, .. } => job_id,
+        // A job Genace failed at once (a 502) is a refund to settle, not
+        // a job to attach: only an accepted one is kept.
+        let RecoveredOutcome::Accepted { job_id, .. } = &msg.outcome else {
+            return;
         };
         let (now, policy) = (self.clock.now(), &self.policy);
         let kept = commit(&self.store, current, write_attempts(), |r| {
