@@ -2,11 +2,12 @@
 //! with `tracing`, made OpenTelemetry spans by `tracing-opentelemetry`, and
 //! the context that the queues carry between them.
 //!
-//! - A stage's span ([`stage_span`]) continues the span that sent its
-//!   message (the W3C `traceparent` it carried), else the operation's root:
-//!   the trace id is the operation's ([`genace_core::trace::TraceId::of`]),
-//!   so a poll the sweep sends, or a person's decision, joins the same
-//!   trace without being told.
+//! - A stage's span ([`stage_span`]) sits under the operation's root and
+//!   links the span that sent its message (the W3C `traceparent` it
+//!   carried), so the waterfall stays flat however many looks a render
+//!   takes: the trace id is the operation's
+//!   ([`genace_core::trace::TraceId::of`]), so a poll the sweep sends, or a
+//!   person's decision, joins the same trace without being told.
 //! - The root ([`root_span`]) is written once, by the intake that created
 //!   the operation, with the id every stage names as the parent of last
 //!   resort ([`root_span_id`]).

@@ -83,8 +83,8 @@ pub async fn handle_received<S: Stage>(stage: &S, body: &str, receives: u32) -> 
 }
 
 /// [`handle_received`] in the span of this stage's invocation for the
-/// message: continuing the span that sent it (`traceparent`, the W3C
-/// header it carried), else its operation's root, with how it ended.
+/// message: under its operation's root, linking the span that sent it
+/// (`traceparent`, the W3C header it carried), with how it ended.
 pub async fn handle_traced<S: Stage>(
     stage: &S,
     body: &str,
