@@ -120,7 +120,7 @@ async fn each_repair_of_the_sweep_is_a_span_of_its_operations_trace() {
         genace_core::trace::TraceId::of(&lost).to_hex(),
         "in the operation's trace"
     );
-    assert_eq!(requeued.2, "requeued to Dispatch");
+    assert_eq!(requeued.2, "sent to dispatch again");
     assert!(!requeued.3);
     let interrupted = of(&claimed);
     assert_eq!(interrupted.0, genace_core::trace::TraceId::of(&claimed).to_hex());

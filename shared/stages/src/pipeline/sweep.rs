@@ -310,7 +310,16 @@ impl<P: Ports> Sweeper<P> {
         let span = genace_trace::stage_span(NAME, Some(&item.operation_id), None);
         let requeued = self.requeue(&rec, stage, now).instrument(span.clone()).await;
         let said = match &requeued {
-            Ok(true) => format!("requeued to {stage:?}"),
+            Ok(true) => format!(
+                "sent to {} again",
+                match stage {
+                    Queue::Dispatch => "dispatch",
+                    Queue::Poll => "poll",
+                    Queue::Deliver => "delivery",
+                    Queue::Recovery => "recovery",
+                    Queue::Wake => "the wake-up queue",
+                }
+            ),
             Ok(false) => "changed meanwhile".to_owned(),
             Err(e) => format!("error: {e}"),
         };
