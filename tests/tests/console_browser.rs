@@ -654,7 +654,7 @@ async fn trace_waterfall(browser: &Client, view: &Value) {
         }
         let failed_poll = rows
             .iter()
-            .any(|r| r.get(3).is_some_and(|n| n == "poll") && r[4] == "RenderFailed");
+            .any(|r| r.get(3).is_some_and(|n| n == "poll") && r[4] == "render failed");
         if failed_poll || Instant::now() > deadline {
             break rows;
         }
@@ -683,7 +683,7 @@ async fn trace_waterfall(browser: &Client, view: &Value) {
         2,
         "running at the first look, failed at the second: {rows:?}"
     );
-    assert_eq!(polls[1], "RenderFailed", "{polls:?}");
+    assert_eq!(polls[1], "render failed", "{polls:?}");
     // Each bar is drawn on the trace's time scale (the CSSOM, which the
     // style policy allows): the root's from the left, the last poll's well
     // to the right.
