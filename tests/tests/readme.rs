@@ -102,6 +102,29 @@ fn the_readmes_counts_are_the_templates_and_the_trees() {
     assert_eq!(count_before(&text, "crates under `shared/`"), dirs("shared").len());
 }
 
+/// The crates the README's layout names under `shared/` are the folders
+/// there, and each is a member of the workspace.
+#[test]
+fn the_crates_the_readme_names_are_the_workspaces() {
+    let text = readme();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("shared/") && l.contains("the library crates:"))
+        .expect("the layout's line for shared/");
+    let named: BTreeSet<String> = line
+        .split_once("the library crates:")
+        .map(|(_, list)| list.split(',').map(|n| n.trim().to_owned()).collect())
+        .unwrap_or_default();
+    assert_eq!(named, dirs("shared"), "the README's crates are shared/'s folders");
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("the workspace manifest");
+    for crate_dir in &named {
+        assert!(
+            manifest.contains(&format!("\"shared/{crate_dir}\"")),
+            "shared/{crate_dir} is a workspace member"
+        );
+    }
+}
+
 #[test]
 fn every_package_the_readme_runs_is_in_the_workspace() {
     let text = readme();
