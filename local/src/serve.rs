@@ -34,7 +34,7 @@ use crate::devauth;
 /// Bodies are read up to this size; the handler enforces the real limit.
 const READ_LIMIT: usize = 1024 * 1024;
 
-pub type LocalIntake = Api<Parts<DynamoStore, SqsQueue, S3Store>>;
+pub type LocalApi = Api<Parts<DynamoStore, SqsQueue, S3Store>>;
 
 /// A gateway's answer to one request, on its way.
 pub type Answer<'a> = Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send + 'a>>;
@@ -46,7 +46,7 @@ pub trait Gateway: Send + Sync + 'static {
 }
 
 /// The intake handler in this process, behind the development JWT check.
-impl Gateway for LocalIntake {
+impl Gateway for LocalApi {
     fn call(&self, parts: lambda_http::http::request::Parts, body: Vec<u8>) -> Answer<'_> {
         Box::pin(async move {
             let path = parts.uri.path().to_owned();

@@ -1,4 +1,4 @@
-//! The admin API, called with the operator's token: one request per call,
+//! The operator API, called with the operator's token: one request per call,
 //! a problem answer kept whole for printing.
 
 use serde_json::{Value, json};
@@ -8,7 +8,7 @@ pub(crate) enum Failure {
     Transport(String),
 }
 
-/// The admin API, with the operator's token.
+/// The operator API, with the operator's token.
 pub(crate) struct Api {
     pub url: String,
     pub token: String,

@@ -3,7 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 
-/// The operator's view of Genace operations, through the admin API.
+/// The operator's view of Genace operations, through the operator API.
 #[derive(Parser)]
 #[command(
     name = "genace-ops",

@@ -1,4 +1,4 @@
-//! `genace-ops`: the operator's view of Genace operations, through the admin API.
+//! `genace-ops`: the operator's view of Genace operations, through the operator API.
 //!
 //! ```text
 //! genace-ops cases list [--tenant T] [--reason R] [--limit N] [--cursor C] [--json]

@@ -259,7 +259,7 @@ async fn every_documented_response_matches_what_the_handler_sends() {
     );
     seen.insert(doc.check(one, "get", &view));
 
-    // An uncertain operation with a case, for the admin routes.
+    // An uncertain operation with a case, for the operator routes.
     let uncertain_id = {
         let r = call(event("POST", ops, Some(&intent("k5", "p")), tenant("t1"), &[])).await;
         serde_json::from_slice::<Value>(r.body().as_ref()).unwrap()["operation_id"]

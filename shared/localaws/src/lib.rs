@@ -391,8 +391,8 @@ pub fn uncertain(
     evidence: &str,
 ) -> genace_core::record::OperationRecord {
     use genace_core::machine::{Input, Policy, transition};
-    let event = Input::OutcomeUnknown { token, evidence };
-    transition(rec, event, chrono::Utc::now(), &Policy::default()).expect("a claimed record")
+    let input = Input::OutcomeUnknown { token, evidence };
+    transition(rec, input, chrono::Utc::now(), &Policy::default()).expect("a claimed record")
 }
 
 /// Runs each contract case (an `async fn(adapter)`) once per adapter: in
@@ -430,13 +430,13 @@ pub fn accepted_with(claimed: &OperationRecord, job_id: &str, held: Option<f64>)
         created_at: None,
         held_credits: held,
     };
-    let event = genace_core::machine::Input::Accepted {
+    let input = genace_core::machine::Input::Accepted {
         token: "tok",
         job: &job,
     };
     genace_core::machine::transition(
         claimed,
-        event,
+        input,
         chrono::Utc::now(),
         &genace_core::machine::Policy::default(),
     )
@@ -487,8 +487,8 @@ pub async fn claims_admitted<S: genace_stages::ports::table::OperationStore>(
     for i in 0..count {
         let rec = intent_record(tenant, &format!("s{shard}-{i}"), "p");
         store.create(&rec, now).await.unwrap();
-        let event = Input::ClaimDispatch { token: "t", shard };
-        let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
+        let input = Input::ClaimDispatch { token: "t", shard };
+        let claimed = machine::transition(&rec, input, now, &Policy::default()).unwrap();
         match store.apply(&rec, &claimed).await {
             Ok(_) => admitted += 1,
             Err(genace_stages::ports::table::StoreError::AccountFull) => {}
@@ -512,8 +512,8 @@ pub async fn running_on<S: genace_stages::ports::table::OperationStore>(
         for i in 0..per_shard {
             let rec = intent_record("t", &format!("r{shard}-{i}"), "p");
             store.create(&rec, now).await.unwrap();
-            let event = Input::ClaimDispatch { token: "tok", shard };
-            let claimed = machine::transition(&rec, event, now, &Policy::default()).unwrap();
+            let input = Input::ClaimDispatch { token: "tok", shard };
+            let claimed = machine::transition(&rec, input, now, &Policy::default()).unwrap();
             store.apply(&rec, &claimed).await.unwrap();
             running.push(claimed);
         }
@@ -530,11 +530,11 @@ pub async fn release_all<S: genace_stages::ports::table::OperationStore>(
     use genace_core::machine::{self, Input, Policy};
     let now = chrono::Utc::now();
     for claimed in claimed {
-        let event = Input::ClaimUnused {
+        let input = Input::ClaimUnused {
             token: "tok",
             retry_at: now,
         };
-        let released = machine::transition(&claimed, event, now, &Policy::default()).unwrap();
+        let released = machine::transition(&claimed, input, now, &Policy::default()).unwrap();
         store.apply(&claimed, &released).await.unwrap();
     }
 }

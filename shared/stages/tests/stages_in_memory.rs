@@ -2696,13 +2696,13 @@ async fn a_slot_freed_while_a_wait_is_written_wakes_the_waiter_though_the_index_
                 error: None,
             };
             let seen = genace_core::record::Looks::default();
-            let event = Input::Observed(genace_core::machine::Look {
+            let input = Input::Observed(genace_core::machine::Look {
                 snapshot: &snapshot,
                 next_check: clock.now(),
                 stalled: None,
                 seen: &seen,
             });
-            let next = machine::transition(&rec, event, clock.now(), &policy).unwrap();
+            let next = machine::transition(&rec, input, clock.now(), &policy).unwrap();
             s.apply_now(&rec, &next).unwrap();
         });
     });

@@ -134,7 +134,7 @@ pub struct Decision<'a> {
 }
 
 impl Input<'_> {
-    /// What the event asks for, as a refusal names it.
+    /// What the input asks for, as a refusal names it.
     pub fn name(&self) -> &'static str {
         match self {
             Input::ClaimDispatch { .. } => "claim",
@@ -164,7 +164,7 @@ impl Input<'_> {
         }
     }
 
-    /// Where the event applies, as a refusal names it.
+    /// Where the input applies, as a refusal names it.
     pub fn expected(&self) -> &'static str {
         match self {
             Input::ClaimDispatch { .. } | Input::SpendLimitReached | Input::CapacityReached => "prepared",

@@ -3,7 +3,7 @@
 //!
 //! It takes the record as last read and an [`Input`] and returns the next
 //! record, or a [`Refusal`] saying why the rules forbid it. Its table of
-//! (phase, event) is `table.rs`, one group of arms per concern, tried in
+//! (phase, input) is `table.rs`, one group of arms per concern, tried in
 //! order; the simulator's planted bugs are arms of their own
 //! (`planted_arms.rs`), outside it. It alone bumps `version`, consumes fault
 //! directives, folds a stall case into an observation and decides when a
@@ -36,24 +36,24 @@ pub use policy::{CreditEstimate, Policy};
 pub use refusal::Refusal;
 pub use steps::OUTPUTS_REMOVED_WITHIN;
 
-/// The lifecycle: the next record after `event`, or why the rules refuse
-/// it. The table of (phase, event) is [`table::next`], in the order its
+/// The lifecycle: the next record after `input`, or why the rules refuse
+/// it. The table of (phase, input) is [`table::next`], in the order its
 /// arms are tried; every pair it does not name is refused with
 /// [`Refusal::WrongPhase`]. A planted bug (tests only) is tried first
-/// ([`planted_arms::next`]). A result equal to `rec` means the event
+/// ([`planted_arms::next`]). A result equal to `rec` means the input
 /// changes nothing (a repeated outcome, an observation the schedule
 /// already covers): it is returned as it is, and nothing needs writing.
 /// Otherwise `version` moves by exactly one.
 pub fn transition(
     rec: &OperationRecord,
-    event: Input<'_>,
+    input: Input<'_>,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    let restart = matches!(event, Input::Reschedule { .. });
-    let next = match planted_arms::next(rec, event, now, policy) {
+    let restart = matches!(input, Input::Reschedule { .. });
+    let next = match planted_arms::next(rec, input, now, policy) {
         Some(next) => next?,
-        None => table::next(rec, event, now, policy)?,
+        None => table::next(rec, input, now, policy)?,
     };
     Ok(versioned(rec, next, now, restart))
 }

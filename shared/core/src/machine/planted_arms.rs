@@ -17,11 +17,11 @@ use super::refusal::Refusal;
 /// The next record by a planted arm that matches, if any.
 pub(super) fn next(
     rec: &OperationRecord,
-    event: Input<'_>,
+    input: Input<'_>,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Option<Result<OperationRecord, Refusal>> {
-    match (rec.phase, event) {
+    match (rec.phase, input) {
         // The lapsed claim is claimed again (a live one still refuses).
         (Phase::Submitting, Input::ClaimDispatch { token, shard })
             if planted::on(planted::REPOST_AFTER_LEASE) && !super::steps::lease_live(rec, now) =>

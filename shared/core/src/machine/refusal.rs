@@ -1,4 +1,4 @@
-//! Why the rules refuse an event: the one error [`super::transition`] returns.
+//! Why the rules refuse an input: the one error [`super::transition`] returns.
 
 use chrono::{DateTime, Utc};
 

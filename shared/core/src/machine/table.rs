@@ -1,4 +1,4 @@
-//! The lifecycle's table: for each (phase, event), the step that makes the
+//! The lifecycle's table: for each (phase, input), the step that makes the
 //! next record, or the refusal. Its arms are tried in order, group by
 //! group, as written; the first that matches decides.
 
@@ -23,32 +23,32 @@ use super::steps::case_is;
 /// record, or a refusal.
 type Arm = Option<Result<OperationRecord, Refusal>>;
 
-/// The next record after `event`, by the first arm that matches.
+/// The next record after `input`, by the first arm that matches.
 pub(super) fn next(
     rec: &OperationRecord,
-    event: Input<'_>,
+    input: Input<'_>,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Result<OperationRecord, Refusal> {
-    dispatching(rec, event, now, policy)
-        .or_else(|| observing(rec, event, now, policy))
-        .or_else(|| delivering(rec, event, now, policy))
-        .or_else(|| resolving(rec, event, now, policy))
-        .or_else(|| taking_back(rec, event, now, policy))
-        .or_else(|| following_abandoned(rec, event, now, policy))
+    dispatching(rec, input, now, policy)
+        .or_else(|| observing(rec, input, now, policy))
+        .or_else(|| delivering(rec, input, now, policy))
+        .or_else(|| resolving(rec, input, now, policy))
+        .or_else(|| taking_back(rec, input, now, policy))
+        .or_else(|| following_abandoned(rec, input, now, policy))
         .unwrap_or_else(|| {
             Err(Refusal::WrongPhase {
-                action: event.name(),
+                action: input.name(),
                 actual: rec.phase,
-                expected: event.expected(),
+                expected: input.expected(),
             })
         })
 }
 
 /// Claims, waits, and what Genace's answer to the POST says.
-fn dispatching(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn dispatching(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::{Prepared, SubmitFailed, Submitting, Uncertain};
-    Some(match (rec.phase, event) {
+    Some(match (rec.phase, input) {
         (_, Input::JobUnsaved { job_id }) => Ok(keep_unsaved_job(rec, job_id)),
         (Prepared, Input::ClaimDispatch { token, shard }) => claim_dispatch(rec, token, shard, now, policy),
         (Prepared, Input::SpendLimitReached) => wait_for_spend_limit(rec, now, policy),
@@ -90,9 +90,9 @@ fn dispatching(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, poli
 }
 
 /// What a look at the job saw, and the looks' schedule.
-fn observing(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn observing(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::{Abandoned, Accepted};
-    Some(Ok(match (rec.phase, event) {
+    Some(Ok(match (rec.phase, input) {
         (Accepted, Input::Observed(l)) => observe(rec, l.snapshot, now, l.next_check, l.stalled, l.seen, policy),
         (Accepted, Input::CaseNeeded(c)) => open_case(rec, c.reason, c.evidence, c.keep_due, now),
         (Accepted | Abandoned, Input::LookDeferred { next_check }) if rec.due_at_ms.is_some() => {
@@ -105,9 +105,9 @@ fn observing(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy
 }
 
 /// Storing the outputs.
-fn delivering(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn delivering(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::Rendered;
-    Some(match (rec.phase, event) {
+    Some(match (rec.phase, input) {
         (Rendered, Input::ClaimDelivery { token }) if rec.outputs_erased.is_none() => {
             claim_delivery(rec, token, now, policy)
         }
@@ -122,11 +122,11 @@ fn delivering(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, polic
 }
 
 /// An operator's decision on a case, each where it applies.
-fn resolving(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn resolving(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use CaseReason::{AccountProblem, RateLimited, RemoteJobMissing};
     use Phase::{Abandoned, Accepted, Prepared, Rendered, SubmitFailed, Submitting, Uncertain};
     use Resolution::{Abandon, AttachRemoteJob, ConfirmNotCreated, MarkSettled, RedriveDelivery, ReleaseHold};
-    let Input::Resolved(d) = event else {
+    let Input::Resolved(d) = input else {
         return None;
     };
     let applies = match rec.phase {
@@ -155,9 +155,9 @@ fn resolving(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy
 /// Taking it back before the claim (a repeat changes nothing), and erasing
 /// outputs once no delivery can run (a repeat changes nothing, and no
 /// delivery is claimed after it).
-fn taking_back(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn taking_back(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use Phase::{Abandoned, Cancelled, Prepared, Rejected, RenderFailed, Rendered, SubmitFailed};
-    Some(Ok(match (rec.phase, event) {
+    Some(Ok(match (rec.phase, input) {
         (Prepared, Input::Cancel { by, reason }) => cancel(rec, by, reason, now, policy),
         (Cancelled, Input::Cancel { .. }) => rec.clone(),
         (_, Input::OutputsErased { .. }) if rec.outputs_erased.is_some() => rec.clone(),
@@ -177,13 +177,13 @@ fn taking_back(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, poli
 }
 
 /// An abandoned operation whose credits still follow a job.
-fn following_abandoned(rec: &OperationRecord, event: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
+fn following_abandoned(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use CaseReason::RemoteJobMissing;
     use Phase::{Abandoned, Accepted, SubmitFailed, Uncertain};
     if rec.phase != Abandoned {
         return None;
     }
-    Some(match event {
+    Some(match input {
         Input::Accepted { token, job } if rec.ledger_phase == Some(Uncertain) => accept(rec, token, job, now, policy)
             .map(|mut next| {
                 next.phase = Abandoned;

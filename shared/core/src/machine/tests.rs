@@ -443,13 +443,13 @@ fn the_end_keeps_the_last_looks_of_its_chain() {
         last_running_at: Some(later - Duration::seconds(2)),
         at: (0..50).map(|i| t0() + Duration::seconds(i)).collect(),
     };
-    let event = Input::Observed(Look {
+    let input = Input::Observed(Look {
         snapshot: &snap("completed", RenderStatus::Succeeded),
         next_check: later,
         stalled: None,
         seen: &seen,
     });
-    let done = transition(&accepted_rec(), event, later, &Policy::default()).unwrap();
+    let done = transition(&accepted_rec(), input, later, &Policy::default()).unwrap();
     let d = done.detection.expect("the end is recorded");
     assert_eq!(
         (d.looks, d.last_running_at, d.ended_seen_at),
@@ -953,7 +953,7 @@ fn in_phase(phase: Phase) -> OperationRecord {
 
 type Transition = Box<dyn Fn(&OperationRecord) -> Result<OperationRecord, Refusal>>;
 
-/// The phases each event starts from, written out apart from the table
+/// The phases each input starts from, written out apart from the table
 /// in [`transition`], which must agree.
 #[test]
 #[allow(
@@ -1215,9 +1215,9 @@ fn a_held_operation_never_joins_the_waiting_order() {
     };
     let held = release_claim(&submitting(), "tok", t0() + Duration::seconds(30), t0(), &p).unwrap();
     assert_eq!(held.case.as_ref().map(|c| c.reason), Some(CaseReason::RateLimited));
-    for event in [Input::CapacityReached, Input::SpendLimitReached] {
+    for input in [Input::CapacityReached, Input::SpendLimitReached] {
         assert_eq!(
-            transition(&held, event, t0(), &p),
+            transition(&held, input, t0(), &p),
             Err(Refusal::CaseOpen(CaseReason::RateLimited))
         );
     }
@@ -1334,18 +1334,18 @@ fn a_stall_rides_on_the_observation_in_one_version() {
     let a = accepted_rec();
     let later = t0() + Duration::hours(3);
     let running = snap("running", RenderStatus::Running);
-    let event = Input::Observed(Look {
+    let input = Input::Observed(Look {
         snapshot: &running,
         next_check: later + Duration::minutes(5),
         stalled: Some("no terminal state in 2 h"),
         seen: &Default::default(),
     });
-    let stalled = transition(&a, event, later, &p).unwrap();
+    let stalled = transition(&a, input, later, &p).unwrap();
     assert_eq!(stalled.version, a.version + 1);
     assert_eq!(stalled.case.as_ref().map(|c| c.reason), Some(CaseReason::RenderStalled));
     assert!(stalled.due_at_ms.is_some(), "polling goes on");
     assert_eq!(
-        transition(&stalled, event, later, &p),
+        transition(&stalled, input, later, &p),
         Ok(stalled.clone()),
         "already open: no write"
     );
@@ -1765,8 +1765,8 @@ fn the_allowed_decisions_are_the_ones_the_table_takes_and_the_runbook_names_only
     );
 }
 
-/// Every event, once, with arguments a record of any phase could take.
-fn every_event<'a>(
+/// Every input, once, with arguments a record of any phase could take.
+fn every_input<'a>(
     job: &'a AcceptedJob,
     error: &'a RemoteError,
     snapshot: &'a JobSnapshot,
@@ -1867,8 +1867,8 @@ fn named_phases(expected: &str) -> Vec<Phase> {
 }
 
 /// `Input::expected` is the table's own word, both ways: for every (phase,
-/// event) pair, a phase the table does not refuse as the wrong phase is one
-/// the event's `expected` text names, and a phase the text names is one the
+/// input) pair, a phase the table does not refuse as the wrong phase is one
+/// the input's `expected` text names, and a phase the text names is one the
 /// table does not refuse as the wrong phase. (Guards may still refuse inside a named
 /// phase; a record of one phase alone may even break an invariant there,
 /// which counts as the table taking the pair.)
@@ -1899,12 +1899,12 @@ fn the_expected_phases_agree_with_the_table_for_every_pair() {
         .chain(resolvable_states())
         .chain([delivered_rec])
         .collect();
-    for event in every_event(&job, &error, &snapshot, &resolutions) {
-        let named = named_phases(event.expected());
+    for input in every_input(&job, &error, &snapshot, &resolutions) {
+        let named = named_phases(input.expected());
         let mut takes = Vec::new();
         for rec in &samples {
             let phase = rec.phase;
-            let outcome = std::panic::catch_unwind(|| transition(rec, event, t0(), &Policy::default()));
+            let outcome = std::panic::catch_unwind(|| transition(rec, input, t0(), &Policy::default()));
             let wrong_phase = matches!(outcome, Ok(Err(Refusal::WrongPhase { .. })));
             if !wrong_phase {
                 taken += 1;
@@ -1915,25 +1915,25 @@ fn the_expected_phases_agree_with_the_table_for_every_pair() {
                 if rec == &with_phase(phase) && !named.contains(&phase) {
                     disagree.push(format!(
                         "{} in {}: taken, but expected says {:?}",
-                        event.name(),
+                        input.name(),
                         phase.as_str(),
-                        event.expected()
+                        input.expected()
                     ));
                 }
             }
         }
         // And the other way: every phase the text names is one the table
-        // takes the event in, for some sample record of that phase. A text
+        // takes the input in, for some sample record of that phase. A text
         // that names no phase ("an open reconciliation case") names a
         // condition, which some sample meets.
-        let names_none = named.len() == Phase::ALL.len() && !event.expected().contains("any phase");
+        let names_none = named.len() == Phase::ALL.len() && !input.expected().contains("any phase");
         if names_none && takes.is_empty() {
-            disagree.push(format!("{}: the table takes it in no sample at all", event.name()));
+            disagree.push(format!("{}: the table takes it in no sample at all", input.name()));
         }
         for phase in named.iter().filter(|p| !names_none && !takes.contains(p)) {
             disagree.push(format!(
                 "{} in {}: expected names it, but the table refuses it as the wrong phase",
-                event.name(),
+                input.name(),
                 phase.as_str()
             ));
         }
@@ -1951,13 +1951,13 @@ fn a_deferred_look_moves_the_deadline_later_and_never_earlier() {
     let r = accepted_rec();
     let due = DateTime::from_timestamp_millis(r.due_at_ms.unwrap()).unwrap();
     let later = due + Duration::minutes(20);
-    let event = |next_check| Input::LookDeferred { next_check };
-    let moved = transition(&r, event(later), t0(), &Policy::default()).unwrap();
+    let input = |next_check| Input::LookDeferred { next_check };
+    let moved = transition(&r, input(later), t0(), &Policy::default()).unwrap();
     assert_eq!(moved.due_at_ms, Some(later.timestamp_millis()));
-    let kept = transition(&moved, event(due), t0(), &Policy::default()).unwrap();
+    let kept = transition(&moved, input(due), t0(), &Policy::default()).unwrap();
     assert_eq!(kept.due_at_ms, Some(later.timestamp_millis()), "never earlier");
     // Only an operation whose job is observed has looks to defer.
-    assert!(transition(&submitting(), event(later), t0(), &Policy::default()).is_err());
+    assert!(transition(&submitting(), input(later), t0(), &Policy::default()).is_err());
 }
 
 /// A refused recovery message's job id is kept beside the record in any

@@ -1,4 +1,4 @@
-//! The HTTP API of intake and of the operators.
+//! The HTTP API: its tenants' routes and its operators'.
 //!
 //! - [`routes`]: the one route table (method, path, who may call, handler).
 //! - [`router`]: [`handle`], the entry: finds the route and calls its handler.

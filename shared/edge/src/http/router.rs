@@ -1,4 +1,4 @@
-//! The HTTP router of intake: API Gateway HTTP API (payload v2) requests
+//! The HTTP router of the API: API Gateway HTTP API (payload v2) requests
 //! in, JSON or `application/problem+json` responses out. The route comes
 //! from the one table in [`super::routes`]; an operator route reads its
 //! operator before the handler runs; path parameters come from API
@@ -17,7 +17,7 @@ use super::handlers::{capacity, cases, credits, operations, trace};
 use super::problem::{Problem, method_not_allowed};
 use super::routes::{CallerHandler, Handler, Miss, OperatorHandler, find};
 
-/// Handles one intake request. Never fails: every outcome is a response.
+/// Handles one request to the API. Never fails: every outcome is a response.
 pub async fn handle<P: Ports>(api: &Api<P>, req: Request) -> Response<Body> {
     let instance = req.uri().path().to_owned();
     let response = match route_request(api, req).await {

@@ -34,7 +34,7 @@ impl<P: Ports> Api<P> {
         let now = self.clock.now();
         let policy = self.config.policy;
         let id = rec.operation_id.clone();
-        let event = Input::Cancel {
+        let input = Input::Cancel {
             by,
             reason: CancelReason::Requested,
         };
@@ -47,7 +47,7 @@ impl<P: Ports> Api<P> {
                 r.waits_in_order().is_some(),
                 r.phase == genace_core::record::Phase::Cancelled,
             );
-            machine::transition(r, event, now, &policy).map(|next| (next, before))
+            machine::transition(r, input, now, &policy).map(|next| (next, before))
         })
         .await
         .map_err(|e| match e {
@@ -72,6 +72,6 @@ impl<P: Ports> OperatorApi<'_, P> {
     /// them.
     pub async fn cancel(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(id).await?;
-        genace_trace::traced("cancel", id, self.intake.take_back(rec, &self.op.actor)).await
+        genace_trace::traced("cancel", id, self.api.take_back(rec, &self.op.actor)).await
     }
 }

@@ -58,9 +58,9 @@ pub const REPORT_PAGES: usize = 20;
 impl<P: Ports> OperatorApi<'_, P> {
     /// The account's capacity as this operator may see it.
     pub async fn capacity(&self) -> Result<CapacityReport, SettingsError> {
-        let account = self.intake.store.account().await?;
+        let account = self.api.store.account().await?;
         let (ledgers, whole, complete) = match &self.op.tenant {
-            Some(own) => (vec![self.intake.store.ledger(own).await?], false, true),
+            Some(own) => (vec![self.api.store.ledger(own).await?], false, true),
             None => {
                 let (ledgers, complete) = self.every_ledger().await?;
                 (ledgers, true, complete)
@@ -104,9 +104,9 @@ impl<P: Ports> OperatorApi<'_, P> {
         if self.op.tenant.is_some() {
             return Err(SettingsError::AccountWide);
         }
-        self.intake.store.set_account_limit(limit).await?;
+        self.api.store.set_account_limit(limit).await?;
         info!(actor = %self.op.actor, max_in_flight = ?limit, "account's limit of jobs in flight set");
-        wake_if_room(&self.intake.store, &self.intake.queue).await;
+        wake_if_room(&self.api.store, &self.api.queue).await;
         self.capacity().await
     }
 
@@ -118,7 +118,7 @@ impl<P: Ports> OperatorApi<'_, P> {
         let mut cursor: Option<String> = None;
         let mut complete = false;
         for _ in 0..REPORT_PAGES {
-            let page = self.intake.store.ledgers(100, cursor.as_deref()).await?;
+            let page = self.api.store.ledgers(100, cursor.as_deref()).await?;
             all.extend(page.ledgers);
             match page.next {
                 Some(next) => cursor = Some(next),
@@ -132,7 +132,7 @@ impl<P: Ports> OperatorApi<'_, P> {
             // Best effort: a report without them is still a report, and
             // says it is partial.
             let waiting = match self
-                .intake
+                .api
                 .store
                 .waiting_ledgers(crate::ports::table::WAITING_READ_MAX)
                 .await
@@ -153,6 +153,6 @@ impl<P: Ports> OperatorApi<'_, P> {
     }
 
     async fn oldest_wait(&self, tenant: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-        oldest_wait(&self.intake.store, tenant, self.intake.clock.now()).await
+        oldest_wait(&self.api.store, tenant, self.api.clock.now()).await
     }
 }

@@ -42,14 +42,14 @@ impl<P: Ports> OperatorApi<'_, P> {
     pub async fn all_credits(&self, limit: i32, cursor: Option<&str>) -> Result<LedgerPage, ListError> {
         if let Some(own) = &self.op.tenant {
             return Ok(LedgerPage {
-                ledgers: vec![self.intake.store.ledger(own).await?],
+                ledgers: vec![self.api.store.ledger(own).await?],
                 next: None,
             });
         }
         // The store's position, sealed like every list's cursor.
         let binding = crate::ports::cursor::binding("credits", &[]);
         let position = cursor.map(|c| crate::ports::cursor::open(c, &binding)).transpose()?;
-        let mut page = self.intake.store.ledgers(limit, position.as_deref()).await?;
+        let mut page = self.api.store.ledgers(limit, position.as_deref()).await?;
         page.next = page.next.map(|p| crate::ports::cursor::seal(&p, &binding));
         Ok(page)
     }
@@ -64,10 +64,10 @@ impl<P: Ports> OperatorApi<'_, P> {
     ) -> Result<TenantLedger, SettingsError> {
         let op = self.op;
         op_may_set_limits(op)?;
-        let ledger = self.intake.store.set_spend_limit(tenant, limit).await?;
+        let ledger = self.api.store.set_spend_limit(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, spend_limit_millicredits = ?limit, "spend limit set");
         // A raised (or removed) limit may make room for waiting operations.
-        crate::pipeline::wake::wake_after_limit(&self.intake.store, &self.intake.queue, tenant).await;
+        crate::pipeline::wake::wake_after_limit(&self.api.store, &self.api.queue, tenant).await;
         Ok(ledger)
     }
 
@@ -83,9 +83,9 @@ impl<P: Ports> OperatorApi<'_, P> {
     ) -> Result<TenantLedger, SettingsError> {
         let op = self.op;
         op_may_set_limits(op)?;
-        let ledger = self.intake.store.set_max_in_flight(tenant, limit).await?;
+        let ledger = self.api.store.set_max_in_flight(tenant, limit).await?;
         info!(actor = %op.actor, tenant = %tenant, max_in_flight = ?limit, "tenant's limit of jobs in flight set");
-        crate::pipeline::wake::wake_after_limit(&self.intake.store, &self.intake.queue, tenant).await;
+        crate::pipeline::wake::wake_after_limit(&self.api.store, &self.api.queue, tenant).await;
         Ok(ledger)
     }
 }

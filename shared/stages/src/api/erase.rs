@@ -50,7 +50,7 @@ impl<P: Ports> Api<P> {
             return Ok(rec);
         }
         let deleted = self.delete_stored(&rec).await?;
-        let event = Input::OutputsErased { by, objects: &deleted };
+        let input = Input::OutputsErased { by, objects: &deleted };
         let read = (rec.delivery_attempts, rec.delivered_at, rec.delivery_state);
         let next = commit(&self.store, rec, write_attempts(), |r| {
             // A delivery redriven and run since the listing may have stored
@@ -58,7 +58,7 @@ impl<P: Ports> Api<P> {
             if (r.delivery_attempts, r.delivered_at, r.delivery_state) != read {
                 return Err(genace_core::machine::Refusal::StaleVersion { actual: r.version });
             }
-            machine::transition(r, event, now, &policy)
+            machine::transition(r, input, now, &policy)
         })
         .await
         .map_err(|e| match e {
@@ -136,6 +136,6 @@ impl<P: Ports> OperatorApi<'_, P> {
     /// An operator erases the outputs of an operation in their scope.
     pub async fn erase_outputs(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
         let rec = self.get(id).await?;
-        genace_trace::traced("erase", id, self.intake.erase(rec, &self.op.actor)).await
+        genace_trace::traced("erase", id, self.api.erase(rec, &self.op.actor)).await
     }
 }

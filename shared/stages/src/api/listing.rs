@@ -111,12 +111,12 @@ impl<P: Ports> OperatorApi<'_, P> {
             });
         };
         list_in(
-            &self.intake.store,
+            &self.api.store,
             scope.as_ref(),
             filter,
             limit,
             cursor,
-            self.intake.clock.now(),
+            self.api.clock.now(),
         )
         .await
     }

@@ -31,19 +31,19 @@ impl Operator {
     }
 }
 
-/// The intake as one operator sees it: every operator action is a method
+/// The API as one operator sees it: every operator action is a method
 /// here, so none can be reached without the [`Operator`] whose scope it
 /// checks and whose name the audit keeps. Made by [`Api::operator`].
 pub struct OperatorApi<'a, P: Ports> {
-    /// The intake whose ports and settings the operator's actions use.
-    pub(crate) intake: &'a Api<P>,
+    /// The API whose ports and settings the operator's actions use.
+    pub(crate) api: &'a Api<P>,
     pub(crate) op: &'a Operator,
 }
 
 impl<P: Ports> Api<P> {
     /// The operator actions, for `op`.
     pub fn operator<'a>(&'a self, op: &'a Operator) -> OperatorApi<'a, P> {
-        OperatorApi { intake: self, op }
+        OperatorApi { api: self, op }
     }
 }
 
@@ -65,7 +65,7 @@ impl<P: Ports> OperatorApi<'_, P> {
     /// each, over the operator's scope (one tenant, or every tenant).
     pub async fn case_counts(&self, tenant: Option<TenantId>) -> Result<Vec<CaseCount>, ListError> {
         match self.scope(tenant) {
-            Some(scope) => Ok(self.intake.store.case_counts(scope.as_ref()).await?),
+            Some(scope) => Ok(self.api.store.case_counts(scope.as_ref()).await?),
             None => Ok(Vec::new()),
         }
     }
@@ -102,8 +102,8 @@ impl<P: Ports> OperatorApi<'_, P> {
         let cursor = position.as_deref();
         // Both indexes filter by themselves: their pages are full.
         let mut page = match &scope {
-            Some(one) => self.intake.store.open_cases(Some(one), filter, limit, cursor).await?,
-            None => self.intake.store.open_cases_by_age(filter, limit, cursor).await?,
+            Some(one) => self.api.store.open_cases(Some(one), filter, limit, cursor).await?,
+            None => self.api.store.open_cases_by_age(filter, limit, cursor).await?,
         };
         page.records.retain(|r| op.may_see(&r.tenant_id));
         page.next = page.next.map(|p| crate::ports::cursor::seal(&p, &binding));
@@ -112,7 +112,7 @@ impl<P: Ports> OperatorApi<'_, P> {
 
     /// Any live operation in the operator's scope.
     pub async fn get(&self, id: &OperationId) -> Result<OperationRecord, OperationError> {
-        match self.intake.store.get(id, self.intake.clock.now()).await? {
+        match self.api.store.get(id, self.api.clock.now()).await? {
             Some(rec) if self.op.may_see(&rec.tenant_id) => Ok(rec),
             _ => Err(OperationError::NotFound),
         }
@@ -122,14 +122,14 @@ impl<P: Ports> OperatorApi<'_, P> {
     /// holder when the operator may see it, and nothing about it otherwise.
     async fn refuse_held_job(&self, id: &OperationId, job_id: &str) -> Result<(), OperationError> {
         let op = self.op;
-        let holders = self.intake.store.holders_of_remote_job(job_id).await?;
+        let holders = self.api.store.holders_of_remote_job(job_id).await?;
         if let Some(other) = holders.into_iter().find(|h| h != id) {
             // An operator scoped to one tenant learns only that the job
             // cannot be attached, whoever holds it: naming a holder of its
             // own tenant, and not another's, would tell the two apart.
             let visible = match op.tenant {
                 Some(_) => None,
-                None => self.intake.store.get(&other, self.intake.clock.now()).await?,
+                None => self.api.store.get(&other, self.api.clock.now()).await?,
             };
             return Err(match visible {
                 Some(holder) => OperationError::JobHeldElsewhere {
@@ -190,10 +190,10 @@ impl<P: Ports> OperatorApi<'_, P> {
             }
             self.refuse_held_job(id, job_id).await?;
         }
-        let now = self.intake.clock.now();
-        let policy = self.intake.config.policy;
+        let now = self.api.clock.now();
+        let policy = self.api.config.policy;
         let before = rec.clone();
-        let next = commit(&self.intake.store, rec, write_attempts(), |r| {
+        let next = commit(&self.api.store, rec, write_attempts(), |r| {
             if r.version != expected_version {
                 return Err(machine::Refusal::StaleVersion { actual: r.version });
             }
@@ -218,9 +218,7 @@ impl<P: Ports> OperatorApi<'_, P> {
             CommitError::Store(s) => OperationError::Store(s),
         })?;
         info!(operation_id = %id, tenant = %next.tenant_id, phase = next.phase.as_str(), actor = %op.actor, action = resolution.name(), %reason, "case resolved");
-        self.intake
-            .metrics
-            .count("Resolutions", &[("Action", resolution.name())]);
+        self.api.metrics.count("Resolutions", &[("Action", resolution.name())]);
         let stage = match resolution {
             // An abandoned operation's job is only observed, for its credits.
             _ if next.phase == Phase::Abandoned => next.due_at_ms.map(|_| Queue::Poll),
@@ -234,7 +232,7 @@ impl<P: Ports> OperatorApi<'_, P> {
             _ => genace_core::messages::WorkMessage::for_operation(id.clone()),
         };
         if let Some(stage) = stage
-            && let Err(e) = self.intake.queue.send_work(stage, &message, 0).await
+            && let Err(e) = self.api.queue.send_work(stage, &message, 0).await
         {
             // The record is due now; the sweep re-enqueues it.
             warn!(operation_id = %id, error = %e, "enqueue after resolution failed; the sweep will pick it up");
@@ -242,7 +240,7 @@ impl<P: Ports> OperatorApi<'_, P> {
         // A decision that ends a job's slot (confirm_not_created, an attach
         // elsewhere) wakes the next operation waiting for one.
         if crate::pipeline::wake::frees_a_slot(&before, &next) {
-            crate::pipeline::wake::wake_if_room_for(&self.intake.store, &self.intake.queue, &next.tenant_id).await;
+            crate::pipeline::wake::wake_if_room_for(&self.api.store, &self.api.queue, &next.tenant_id).await;
         }
         Ok(next)
     }

@@ -14,7 +14,7 @@ impl<P: Ports> OperatorApi<'_, P> {
     pub async fn trace(&self, id: &OperationId) -> Result<(TraceId, Trace), OperationError> {
         self.get(id).await?;
         let trace = TraceId::of(id);
-        let found = self.intake.traces.read(&trace).await.map_err(OperationError::Traces)?;
+        let found = self.api.traces.read(&trace).await.map_err(OperationError::Traces)?;
         Ok((trace, found))
     }
 }

@@ -327,14 +327,14 @@ where
                 .filter_map(|ms| DateTime::from_timestamp_millis(*ms))
                 .collect(),
         };
-        let event = Input::Observed(genace_core::machine::Look {
+        let input = Input::Observed(genace_core::machine::Look {
             snapshot: snap,
             next_check: look.next_check,
             stalled: stall.as_deref(),
             seen: &seen,
         });
         let end = snap.status != RenderStatus::Running;
-        let (written, superseded) = match self.record(rec, event, look, end).await? {
+        let (written, superseded) = match self.record(rec, input, look, end).await? {
             Ok(w) => w,
             // Another poll already recorded a terminal state.
             Err(phase) => return Ok(Polled::NotObservable(phase)),
@@ -429,13 +429,13 @@ where
                 "no terminal state {} after acceptance; last read: {evidence}",
                 humanize(self.config.stall_after)
             );
-            let event = Input::CaseNeeded(genace_core::machine::NeededCase {
+            let input = Input::CaseNeeded(genace_core::machine::NeededCase {
                 reason: CaseReason::RenderStalled,
                 evidence: &evidence,
                 keep_due: true,
             });
             // Another poll may have recorded a terminal state meanwhile.
-            match self.record(rec, event, look, false).await? {
+            match self.record(rec, input, look, false).await? {
                 Ok((_, true)) => return Ok(Polled::Superseded),
                 Ok((written, false)) => rec = written,
                 Err(phase) => return Ok(Polled::NotObservable(phase)),
@@ -465,7 +465,7 @@ where
         })
     }
 
-    /// Writes `event`; `Ok(Err(phase))` when the rules refuse it because the
+    /// Writes `input`; `Ok(Err(phase))` when the rules refuse it because the
     /// record moved on (to `phase`), which is no failure of this poll.
     /// With the record written, whether this look's chain is superseded:
     /// the record it wrote over had another sweep deadline than the one
@@ -480,7 +480,7 @@ where
     async fn record(
         &self,
         rec: OperationRecord,
-        event: Input<'_>,
+        input: Input<'_>,
         look: &Look,
         end: bool,
     ) -> Result<Result<(OperationRecord, bool), Phase>, StageError> {
@@ -492,7 +492,7 @@ where
             if !end && of_a_replaced_chain(&look.history, r) {
                 return Ok((r.clone(), (false, true)));
             }
-            machine::transition(r, event, now, &policy).map(|w| {
+            machine::transition(r, input, now, &policy).map(|w| {
                 let frees = crate::pipeline::wake::frees_a_slot(r, &w);
                 (w, (frees, r.due_at_ms != read_due))
             })
@@ -520,12 +520,12 @@ where
     ) -> Result<Polled, StageError> {
         let now = self.clock.now();
         let written = match commit(&self.store, rec, write_attempts(), |r| {
-            let event = Input::CaseNeeded(genace_core::machine::NeededCase {
+            let input = Input::CaseNeeded(genace_core::machine::NeededCase {
                 reason,
                 evidence,
                 keep_due,
             });
-            machine::transition(r, event, now, &self.config.policy)
+            machine::transition(r, input, now, &self.config.policy)
         })
         .await
         {

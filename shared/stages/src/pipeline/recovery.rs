@@ -55,8 +55,8 @@ impl<P: Ports> Recovery<P> {
         let token = msg.claim_token.as_str();
         // Each decision also says whether the record it wrote freed room
         // (judged on the record it replaced), for the wake-up below.
-        let decide = |r: &OperationRecord, event: Input<'_>| {
-            let next = machine::transition(r, event, now, policy)?;
+        let decide = |r: &OperationRecord, input: Input<'_>| {
+            let next = machine::transition(r, input, now, policy)?;
             let freed = genace_core::ledger::frees_room(r, &next);
             Ok((next, freed))
         };
@@ -87,12 +87,12 @@ impl<P: Ports> Recovery<P> {
                     detail: error.to_string(),
                 };
                 commit_with(store, rec, write_attempts(), |r| {
-                    let event = Input::SubmitFailed {
+                    let input = Input::SubmitFailed {
                         token,
                         job_id,
                         error: &remote,
                     };
-                    decide(r, event)
+                    decide(r, input)
                 })
                 .await
             }

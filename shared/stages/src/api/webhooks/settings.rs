@@ -165,7 +165,7 @@ impl<P: Ports> OperatorApi<'_, P> {
         if !self.op.may_see(tenant) {
             return Err(SettingsError::NotFound);
         }
-        Ok(self.intake.store.webhook(tenant).await?)
+        Ok(self.api.store.webhook(tenant).await?)
     }
 
     /// Sets a tenant's webhook; from now on its events are POSTed there.
@@ -183,10 +183,10 @@ impl<P: Ports> OperatorApi<'_, P> {
             url: request.url,
             events: request.events,
             secret_id: request.secret_id,
-            updated_at: self.intake.clock.now(),
+            updated_at: self.api.clock.now(),
             updated_by: op.actor.clone(),
         };
-        self.intake.store.set_webhook(tenant, Some(&config)).await?;
+        self.api.store.set_webhook(tenant, Some(&config)).await?;
         info!(actor = %op.actor, tenant = %tenant, "webhook set");
         Ok(config)
     }
@@ -197,7 +197,7 @@ impl<P: Ports> OperatorApi<'_, P> {
         if !op.may_see(tenant) {
             return Err(SettingsError::NotFound);
         }
-        self.intake.store.set_webhook(tenant, None).await?;
+        self.api.store.set_webhook(tenant, None).await?;
         info!(actor = %op.actor, tenant = %tenant, "webhook removed");
         Ok(())
     }

@@ -70,9 +70,9 @@ where
         let id = &claimed.operation_id;
         warn!(operation_id = %id, left_ms = left.as_millis() as u64, "too little time left to POST and save; the claim is released");
         let policy = self.config.policy;
-        let event = Input::ClaimUnused { token, retry_at: now };
+        let input = Input::ClaimUnused { token, retry_at: now };
         let (_, freed) = commit_with(&self.store, claimed.clone(), write_attempts(), |r| {
-            let next = machine::transition(r, event, now, &policy)?;
+            let next = machine::transition(r, input, now, &policy)?;
             let freed = genace_core::ledger::frees_room(r, &next);
             Ok((next, freed))
         })

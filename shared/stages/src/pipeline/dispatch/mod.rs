@@ -301,11 +301,11 @@ where
                     .map(|next| (next, Decided::Interrupted))
             }
             Phase::Prepared if r.deadline_passed(now) => {
-                let event = Input::Cancel {
+                let input = Input::Cancel {
                     by: DEADLINE_ACTOR,
                     reason: CancelReason::Deadline,
                 };
-                machine::transition(r, event, now, &policy).map(|next| (next, Decided::Expired(r.wait().is_some())))
+                machine::transition(r, input, now, &policy).map(|next| (next, Decided::Expired(r.wait().is_some())))
             }
             _ => {
                 // The fault directive the claim consumes fires in this attempt.
@@ -385,14 +385,14 @@ where
         let Some(rec) = self.store.get(id, now).await? else {
             return Ok(Dispatched::Missing);
         };
-        let event = match room {
+        let input = match room {
             Room::Credits => Input::SpendLimitReached,
             Room::Capacity | Room::TenantSlot => Input::CapacityReached,
         };
         // A wait that begins now reaches the wait indexes late.
         let newly = rec.waits_in_order().is_none();
         match commit(&self.store, rec, write_attempts(), |r| {
-            machine::transition(r, event, now, &policy)
+            machine::transition(r, input, now, &policy)
         })
         .await
         {
@@ -465,34 +465,34 @@ where
             }
             SubmitOutcome::Rejected { status, detail } => {
                 let error = http_error(status, detail);
-                let event = Input::Rejected { token, error: &error };
+                let input = Input::Rejected { token, error: &error };
                 // Genace ran nothing: the claim's slot goes to the next
                 // waiting operation. (A 429 or an account refusal frees the
                 // slot too, but waking another POST there would only meet
                 // the same answer.)
-                self.record_freeing(&posted, event).await.map_err(commit_failure)?;
+                self.record_freeing(&posted, input).await.map_err(commit_failure)?;
                 Ok(PostResult::Rejected)
             }
             SubmitOutcome::AccountProblem { status, detail } => self.account_refused(posted, status, detail).await,
             SubmitOutcome::RateLimited { retry_after } => self.rate_limited(posted, retry_after).await,
             SubmitOutcome::Unknown { evidence } => {
                 warn!(operation_id = %posted.claimed.operation_id, %evidence, "submission outcome unknown");
-                let event = Input::OutcomeUnknown {
+                let input = Input::OutcomeUnknown {
                     token,
                     evidence: &evidence,
                 };
-                let rec = self.record(&posted, event).await.map_err(commit_failure)?;
+                let rec = self.record(&posted, input).await.map_err(commit_failure)?;
                 case_opened(&self.metrics, &rec);
                 Ok(PostResult::Uncertain)
             }
         }
     }
 
-    /// Writes `event` over the claimed record, as of when the answer came.
-    async fn record(&self, posted: &Posted<'_>, event: Input<'_>) -> Result<OperationRecord, CommitError> {
+    /// Writes `input` over the claimed record, as of when the answer came.
+    async fn record(&self, posted: &Posted<'_>, input: Input<'_>) -> Result<OperationRecord, CommitError> {
         let policy = self.config.policy;
         commit(&self.store, posted.claimed.clone(), write_attempts(), |r| {
-            machine::transition(r, event, posted.received_at, &policy)
+            machine::transition(r, input, posted.received_at, &policy)
         })
         .await
     }
@@ -504,9 +504,9 @@ where
     pub(super) async fn record_freeing(
         &self,
         posted: &Posted<'_>,
-        event: Input<'_>,
+        input: Input<'_>,
     ) -> Result<OperationRecord, CommitError> {
-        let (rec, freed) = self.commit_freeing_until(posted, event, None).await?;
+        let (rec, freed) = self.commit_freeing_until(posted, input, None).await?;
         if freed {
             crate::pipeline::wake::wake_if_room_for(&self.store, &self.queue, &rec.tenant_id).await;
         }
@@ -519,14 +519,14 @@ where
     pub(super) async fn commit_freeing_until(
         &self,
         posted: &Posted<'_>,
-        event: Input<'_>,
+        input: Input<'_>,
         until: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<(OperationRecord, bool), CommitError> {
         let policy = self.config.policy;
         let write = chrono::Duration::seconds(WRITE_SECONDS);
         let time_left = || until.is_none_or(|u| self.clock.now() + write <= u);
         let decide = |r: &OperationRecord| {
-            let next = machine::transition(r, event, posted.received_at, &policy)?;
+            let next = machine::transition(r, input, posted.received_at, &policy)?;
             let freed = genace_core::ledger::frees_room(r, &next);
             Ok((next, freed))
         };

@@ -38,7 +38,7 @@ where
     /// bound, and a try still running at the bound is given up, so the id
     /// reaches the recovery channel before the invocation is stopped,
     /// however slow the store.
-    async fn save_job(&self, posted: &Posted<'_>, event: Input<'_>) -> Result<OperationRecord, CommitError> {
+    async fn save_job(&self, posted: &Posted<'_>, input: Input<'_>) -> Result<OperationRecord, CommitError> {
         // The bound: JOB_SAVE_SECONDS after the answer, and never past the
         // invocation's deadline less the recovery channel's reserve.
         let after_answer = posted.received_at + chrono::Duration::seconds(JOB_SAVE_SECONDS as i64);
@@ -54,7 +54,7 @@ where
                 // it had not saved by then goes to the recovery channel.
                 Some(_) => {
                     let left = (until - self.clock.now()).to_std().unwrap_or_default();
-                    tokio::time::timeout(left, self.commit_freeing_until(posted, event, Some(until)))
+                    tokio::time::timeout(left, self.commit_freeing_until(posted, input, Some(until)))
                         .await
                         .unwrap_or_else(|_| {
                             Err(CommitError::Store(StoreError::Service(
@@ -62,7 +62,7 @@ where
                             )))
                         })
                 }
-                None => self.commit_freeing_until(posted, event, Some(until)).await,
+                None => self.commit_freeing_until(posted, input, Some(until)).await,
             };
             match tried {
                 // Saved: the wake-up it owes comes after, outside the bound.
@@ -162,13 +162,13 @@ where
             status: Some(502),
             detail: error.to_string(),
         };
-        let event = Input::SubmitFailed {
+        let input = Input::SubmitFailed {
             token,
             job_id: &job_id,
             error: &remote,
         };
         // The failed job holds no slot: the record written wakes the next.
-        match self.save_job(&posted, event).await {
+        match self.save_job(&posted, input).await {
             Ok(rec) => {
                 case_opened(&self.metrics, &rec);
                 Ok(PostResult::SubmitFailed)

@@ -31,14 +31,14 @@ where
     ) -> Result<PostResult, StageError> {
         let id = posted.claimed.operation_id.clone();
         let error = http_error(status, detail);
-        let event = Input::AccountRefused {
+        let input = Input::AccountRefused {
             token: posted.token,
             error: &error,
         };
         // The held operation gives its slot back: the record written wakes
         // the next, which Genace may accept (a refusal can be this
         // request's alone) or hold in turn.
-        let rec = self.record_freeing(&posted, event).await.map_err(commit_failure)?;
+        let rec = self.record_freeing(&posted, input).await.map_err(commit_failure)?;
         error!(operation_id = %id, status, "Genace refused the account; the operation is held, not rejected");
         self.metrics.count("AccountProblem", &[("Status", &status.to_string())]);
         case_opened(&self.metrics, &rec);
@@ -81,12 +81,12 @@ where
                 false
             }
         };
-        let event = Input::RateLimited {
+        let input = Input::RateLimited {
             token: posted.token,
             retry_at,
             busy,
         };
-        let rec = self.record(&posted, event).await.map_err(commit_failure)?;
+        let rec = self.record(&posted, input).await.map_err(commit_failure)?;
         if rec.case.is_some() {
             case_opened(&self.metrics, &rec);
         } else if rec.capacity_hold.is_some() {
