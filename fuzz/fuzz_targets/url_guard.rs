@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use libfuzzer_sys::fuzz_target;
 use reqwest::Url;
-use genace_stages::config::UrlPolicy;
+use genace_core::urlguard::UrlPolicy;
 use genace_outbound::download::check_url;
 use genace_outbound::download::is_public;
 

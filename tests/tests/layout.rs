@@ -325,7 +325,7 @@ fn stages_room(file: &str) -> &str {
 }
 
 /// `shared/stages` in rooms by role, each importing only from below:
-/// `ports` nothing above it; `config` the ports, `urlguard` the config;
+/// `ports` nothing above it; `config` the ports;
 /// `pipeline` the ports, the settings and itself; `api` the ports, the
 /// settings, itself and, of the pipeline, only the wake-up. `app`
 /// (wiring) stands above them all.
@@ -336,12 +336,8 @@ fn the_stages_rooms_import_only_downward() {
         match stages_room(from) {
             "ports" => room == "ports",
             "config" => room == "ports",
-            "urlguard" => room == "config",
-            "pipeline" => matches!(room, "ports" | "config" | "urlguard" | "pipeline"),
-            "api" => {
-                matches!(room, "ports" | "config" | "urlguard" | "api")
-                    || to == "shared/stages/src/pipeline/wake/mod.rs"
-            }
+            "pipeline" => matches!(room, "ports" | "config" | "pipeline"),
+            "api" => matches!(room, "ports" | "config" | "api") || to == "shared/stages/src/pipeline/wake/mod.rs",
             "app" | "lib" => true,
             other => panic!("{from}: a file of no known room ({other}); give it one here"),
         }
@@ -428,6 +424,43 @@ fn key_prefixes_are_spelt_only_in_the_keys_module() {
     assert_eq!(
         key_prefix_literals(r#"let k = format!("DUE#{s}"); let j = "x#y";"#),
         ["DUE#"]
+    );
+}
+
+/// Request bodies are parsed in one place, core's `domain` (the intent)
+/// and `requests` (every other body), so a request walks only downhill:
+/// the edge reads the bytes and hands the value straight to a core parser,
+/// and no crate above core checks a body's members itself.
+#[test]
+fn request_bodies_are_parsed_in_core_alone() {
+    let mut stray = Vec::new();
+    for dir in ["shared/edge", "shared/stages", "shared/app"] {
+        for file in sources(&root().join(dir).join("src")) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code = code_only(production(&text));
+            let name = file.strip_prefix(root()).unwrap().display().to_string();
+            for word in ["is not a known member", "must be a JSON object", "members("] {
+                if code.contains(word) {
+                    stray.push(format!("{name} checks members itself ({word})"));
+                }
+            }
+            let lines: Vec<&str> = code.lines().collect();
+            for (at, line) in lines.iter().enumerate() {
+                let call = line.contains("json_body(") && !line.contains("fn json_body");
+                // The value goes to a parser in the same statement.
+                let parsed = lines[at.saturating_sub(1)..lines.len().min(at + 2)]
+                    .iter()
+                    .any(|l| l.contains("::parse("));
+                if call && !parsed {
+                    stray.push(format!("{name}:{} reads a body without a core parser", at + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        stray.is_empty(),
+        "bodies parsed outside genace-core:\n{}",
+        stray.join("\n")
     );
 }
 

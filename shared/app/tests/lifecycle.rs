@@ -554,7 +554,7 @@ async fn a_refused_output_url_opens_a_case_at_the_first_attempt_without_retrying
         ("https://cdn.genace.example:8443/x.mp4?sig=secret", "port 8443"),
     ] {
         let mut rig = Rig::new().await;
-        rig.config.url_policy = genace_stages::config::UrlPolicy::default();
+        rig.config.url_policy = genace_core::urlguard::UrlPolicy::default();
         let id = rendered_with_output(&rig, None, output).await;
         rig.env.drain(&rig.env.queues.deliver).await;
         assert_eq!(

@@ -15,6 +15,9 @@
 //! - [`events`]: the lifecycle events a committed change announces.
 //! - [`messages`]: what the stages send each other.
 //! - [`webhook`]: a tenant's webhook settings and its secret folder.
+//! - [`requests`]: every HTTP request body but the intent's, parsed in one
+//!   place (webhook settings and endpoints, resolutions, limits).
+//! - [`urlguard`]: which URLs a policy allows before any request; pure.
 //! - [`planted`]: known bugs the simulator can plant again (feature
 //!   `planted-bugs`; off in every other build).
 //!
@@ -32,6 +35,8 @@ pub mod planted;
 pub mod record;
 pub mod remote;
 pub mod render;
+pub mod requests;
 pub mod shard;
 pub mod trace;
+pub mod urlguard;
 pub mod webhook;

@@ -133,7 +133,7 @@ impl genace_stages::ports::webhooks::WebhookSender for MemoryReceiver {
         headers: Vec<(String, String)>,
         body: String,
     ) -> Result<u16, genace_stages::ports::webhooks::PostError> {
-        genace_stages::urlguard::check_url_text(url, &genace_stages::config::UrlPolicy::default())
+        genace_core::urlguard::check_url_text(url, &genace_core::urlguard::UrlPolicy::default())
             .map_err(genace_stages::ports::webhooks::PostError::Refused)?;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.1.push(ReceivedPost {

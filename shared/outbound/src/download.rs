@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use genace_stages::config::UrlPolicy;
+use genace_core::urlguard::UrlPolicy;
 use genace_stages::ports::downloads::{Download, DownloadBody, DownloadError, Downloads};
 use reqwest::Url;
 
-use genace_stages::urlguard::ip_allowed;
-pub use genace_stages::urlguard::{check_url, is_public};
+use genace_core::urlguard::ip_allowed;
+pub use genace_core::urlguard::{check_url, is_public};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tracing::warn;
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use genace_stages::config::UrlPolicy;
+use genace_core::urlguard::UrlPolicy;
 use genace_stages::ports::webhooks::{PostError, WebhookSender};
 use reqwest::Url;
 

@@ -1,7 +1,7 @@
 //! Webhook POSTs over HTTP against wiremock, and the URL guard in front.
 
+use genace_core::urlguard::UrlPolicy;
 use genace_outbound::HttpWebhooks;
-use genace_stages::config::UrlPolicy;
 use genace_stages::ports::webhooks::{PostError, WebhookSender};
 use wiremock::matchers::{body_string, header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};

@@ -7,6 +7,7 @@
 use chrono::Duration;
 
 use genace_core::machine::Policy;
+use genace_core::urlguard::UrlPolicy;
 
 /// The most copies one recovery of an endpoint queues unless the
 /// deployment says otherwise (`WEBHOOK_RECOVER_COPIES`).
@@ -204,21 +205,6 @@ fn ports(vars: Vars<'_>, name: &str) -> Result<Vec<u16>, ConfigError> {
             })
             .collect(),
     }
-}
-
-/// Which output URLs may be fetched. Production: https only, public
-/// addresses only, optionally an allow-list of hosts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UrlPolicy {
-    /// `DELIVERY_ALLOW_HTTP`: also plain http (local runs).
-    pub allow_http: bool,
-    /// `DELIVERY_ALLOW_PRIVATE`: also loopback, private and link-local addresses (local runs).
-    pub allow_private: bool,
-    /// `OUTPUT_ALLOWED_HOSTS`: comma-separated host names; empty allows any public host.
-    pub allowed_hosts: Vec<String>,
-    /// `OUTPUT_ALLOWED_PORTS`: comma-separated ports; empty allows 443 (and
-    /// 80 where http is allowed).
-    pub allowed_ports: Vec<u16>,
 }
 
 /// Where settings are looked up by name: the composition root passes the

@@ -15,9 +15,9 @@
 //!   pipeline only the wake-up.
 //!
 //! Beside them: [`app::App`] (every port in one place, and each stage made
-//! from it), [`config`] (settings, given as values) and [`urlguard`] (which
-//! URLs a policy allows; pure). The in-memory adapters of every port live
-//! on the adapter floor beside the AWS ones, in `genace-memory`.
+//! from it) and [`config`] (settings, given as values). The in-memory
+//! adapters of every port live on the adapter floor beside the AWS ones,
+//! in `genace-memory`.
 //! `tests/tests/layout.rs` keeps the rule.
 //!
 //! Depends on `genace-core` only among this workspace's crates. It must not
@@ -30,4 +30,3 @@ pub mod app;
 pub mod config;
 pub mod pipeline;
 pub mod ports;
-pub mod urlguard;

@@ -5,11 +5,11 @@
 
 use chrono::{Duration, TimeZone, Utc};
 use genace_core::domain::TenantId;
+use genace_core::requests::EndpointChange;
+use genace_core::urlguard::UrlPolicy;
 use genace_core::webhook::{AttemptStatus, WebhookAttempt};
 use genace_memory::{MemoryApp, MemorySecrets, memory_app};
 use genace_stages::api::errors::EndpointError;
-use genace_stages::api::webhooks::endpoints::EndpointChange;
-use genace_stages::config::UrlPolicy;
 use genace_stages::ports::clock::Clock;
 use genace_stages::ports::table::prelude::*;
 use genace_stages::ports::webhooks::SecretStore;

@@ -45,6 +45,22 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Object members whose value is `null` mean "not given": drop them, at every depth.
 /// Array elements keep their positions, so a `null` inside an array stays.
+/// `value`'s members, when it is an object whose members are all among
+/// `known`: the one check of unknown members every request body passes, so
+/// a misspelt member is refused, never ignored (the OpenAPI document's
+/// `additionalProperties: false`). `name` is the value's field (`body` for
+/// a whole body); a member of a nested value is named `name.member`.
+pub fn members<'a>(value: &'a Value, name: &str, known: &[&str]) -> Result<&'a Map<String, Value>, InvalidInput> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| InvalidInput::new(name, "must be a JSON object"))?;
+    match obj.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(unknown) if name == "body" => Err(InvalidInput::new(unknown.clone(), "is not a known member")),
+        Some(unknown) => Err(InvalidInput::new(format!("{name}.{unknown}"), "is not a known member")),
+        None => Ok(obj),
+    }
+}
+
 pub(super) fn strip_nulls(obj: &Map<String, Value>) -> Map<String, Value> {
     obj.iter()
         .filter(|(_, v)| !v.is_null())

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::canonical::CanonicalSpec;
 use super::deadline::DispatchDeadline;
 use super::ids::OperationKey;
-use super::input::InvalidInput;
+use super::input::{InvalidInput, members};
 use super::spec::{MediaType, Priority, Specification};
 
 /// A parsed request to record an intent. The tenant is not part of it: it
@@ -40,18 +40,13 @@ const INTENT_FIELDS: [&str; 7] = [
 impl Intent {
     /// Parses an intake body. `header_key` is the `Idempotency-Key` header, if any.
     pub fn parse(body: &Value, header_key: Option<&str>) -> Result<Self, InvalidInput> {
-        let obj = body
-            .as_object()
-            .ok_or_else(|| InvalidInput::new("body", "must be a JSON object"))?;
-        if obj.contains_key("tenant_id") || obj.contains_key("tenant") {
+        if body.get("tenant_id").is_some() || body.get("tenant").is_some() {
             return Err(InvalidInput::new(
                 "tenant_id",
                 "must not be sent; the tenant comes from the authenticated principal",
             ));
         }
-        if let Some(unknown) = obj.keys().find(|k| !INTENT_FIELDS.contains(&k.as_str())) {
-            return Err(InvalidInput::new(unknown.clone(), "is not a known member"));
-        }
+        let obj = members(body, "body", &INTENT_FIELDS)?;
         let body_key = match obj.get("operation_key") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.as_str()),

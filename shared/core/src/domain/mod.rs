@@ -20,7 +20,7 @@ mod spec;
 pub use canonical::{CanonicalSpec, SpecHash};
 pub use deadline::DispatchDeadline;
 pub use ids::{OperationId, OperationKey, RemoteJobId, TenantId};
-pub use input::{InvalidInput, MAX_SAFE_INTEGER, hex, is_blank};
+pub use input::{InvalidInput, MAX_SAFE_INTEGER, hex, is_blank, members};
 pub use intent::{Fault, Intent};
 pub use spec::{MediaType, Priority, PromptRevision, Specification};
 

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::input::{InvalidInput, MAX_SAFE_INTEGER, is_blank, strip_nulls};
+use super::input::{InvalidInput, MAX_SAFE_INTEGER, is_blank, members, strip_nulls};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -110,15 +110,15 @@ const SPEC_FIELDS: [&str; 7] = [
 
 impl Specification {
     pub fn parse(value: &Value, media_type: MediaType) -> Result<Self, InvalidInput> {
-        let obj = value
-            .as_object()
-            .ok_or_else(|| InvalidInput::new("specification", "must be an object"))?;
-        if let Some(unknown) = obj.keys().find(|k| !SPEC_FIELDS.contains(&k.as_str())) {
-            return Err(InvalidInput::new(
-                format!("specification.{unknown}"),
-                "is not a known member; put other Genace parameters under specification.parameters",
-            ));
-        }
+        let obj = members(value, "specification", &SPEC_FIELDS).map_err(|mut e| {
+            if e.field != "specification" {
+                e.reason = format!(
+                    "{}; put other Genace parameters under specification.parameters",
+                    e.reason
+                );
+            }
+            e
+        })?;
         let present = |name: &str| obj.get(name).filter(|v| !v.is_null());
         let text = |name: &str, required: bool, max: usize| -> Result<Option<String>, InvalidInput> {
             let field = format!("specification.{name}");

@@ -111,19 +111,6 @@ pub fn if_match_version(req: &Request) -> Result<u64, Problem> {
     })
 }
 
-/// 400 unless the body is an object whose members are all in `allowed`:
-/// unknown members are refused, as the OpenAPI document says
-/// (`additionalProperties: false`), so a misspelt field is never ignored.
-pub fn only_members(body: &Value, allowed: &[&str]) -> Result<(), Problem> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| Problem::from(InvalidInput::new("body", "must be a JSON object")))?;
-    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(unknown) => Err(InvalidInput::new(unknown.clone(), "is not a known member").into()),
-        None => Ok(()),
-    }
-}
-
 /// The query parameter `name` as an RFC 3339 time, if given.
 pub fn time_param(
     q: &lambda_http::aws_lambda_events::query_map::QueryMap,

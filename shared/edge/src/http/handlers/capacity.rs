@@ -1,15 +1,16 @@
 //! `/v1/capacity` and a tenant's limit of jobs in flight: operators only.
 
-use genace_core::domain::{InvalidInput, TenantId};
+use genace_core::domain::TenantId;
+use genace_core::requests::InFlightLimit;
 use genace_stages::api::context::Api;
 use genace_stages::api::operator::Operator;
 use genace_stages::ports::Ports;
 use lambda_http::{Body, Request, Response};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::ok_json;
 use crate::http::problem::{Problem, not_found};
-use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body};
 use crate::http::views::capacity_view;
 
 pub(crate) async fn capacity<P: Ports>(api: &Api<P>, op: &Operator, _req: &Request) -> Result<Response<Body>, Problem> {
@@ -17,24 +18,9 @@ pub(crate) async fn capacity<P: Ports>(api: &Api<P>, op: &Operator, _req: &Reque
     Ok(ok_json(capacity_view(&report)))
 }
 
-/// The body of a PUT of a limit of jobs in flight: `{"max_in_flight": N}`
-/// with N a whole number from 1 to 10000, or null for none.
-pub(crate) fn in_flight_limit(req: &Request) -> Result<Option<u32>, Problem> {
-    let body = json_body(req, "limit", MAX_SMALL_BODY_BYTES)?;
-    only_members(&body, &["max_in_flight"])?;
-    let bound = genace_core::capacity::MAX_IN_FLIGHT_LIMIT;
-    match body.get("max_in_flight") {
-        Some(Value::Null) => Ok(None),
-        // A whole number, as JSON Schema counts one: `3` and `3.0` alike.
-        Some(Value::Number(n)) => match n
-            .as_f64()
-            .filter(|v| v.fract() == 0.0 && *v >= 1.0 && *v <= f64::from(bound))
-        {
-            Some(v) => Ok(Some(v as u32)),
-            _ => Err(InvalidInput::new("max_in_flight", "must be a whole number from 1 to 10000").into()),
-        },
-        _ => Err(InvalidInput::new("max_in_flight", "is required: a number of jobs, or null for none").into()),
-    }
+/// The body of a PUT of a limit of jobs in flight.
+fn in_flight_limit(req: &Request) -> Result<Option<u32>, Problem> {
+    Ok(InFlightLimit::parse(&json_body(req, "limit", MAX_SMALL_BODY_BYTES)?)?.0)
 }
 
 /// PUT /v1/capacity: the operator's limit of the whole account's jobs in

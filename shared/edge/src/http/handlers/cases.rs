@@ -1,8 +1,8 @@
 //! `/v1/reconciliation-cases` and an operation's resolution: operators only.
 
-use genace_core::domain::{InvalidInput, OperationId, RemoteJobId};
-use genace_core::machine::Resolution;
+use genace_core::domain::{InvalidInput, OperationId};
 use genace_core::record::CaseReason;
+use genace_core::requests::ResolutionRequest;
 use genace_stages::api::context::Api;
 use genace_stages::api::operator::Operator;
 use genace_stages::ports::Ports;
@@ -12,9 +12,7 @@ use serde_json::{Value, json};
 use super::ok_json;
 use super::operations::operation_response;
 use crate::http::problem::{Problem, not_found};
-use crate::http::request::{
-    MAX_SMALL_BODY_BYTES, if_match_version, json_body, only_members, page_limit, tenant_param, time_param,
-};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, if_match_version, json_body, page_limit, tenant_param, time_param};
 use crate::http::views::{case_view, view_with_links};
 
 pub(crate) async fn list_cases<P: Ports>(
@@ -53,59 +51,19 @@ pub(crate) async fn case_counts<P: Ports>(
     Ok(ok_json(json!({"open": open, "reasons": reasons})))
 }
 
-/// Longest reason an operator may give for a resolution, in characters.
-pub(crate) const MAX_REASON_CHARS: usize = 512;
-
 pub(crate) async fn resolve<P: Ports>(
     api: &Api<P>,
     op: &Operator,
     req: Request,
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
-    let body = json_body(&req, "resolution", MAX_SMALL_BODY_BYTES)?;
-    only_members(&body, &["action", "reason", "job_id"])?;
-    let text = |name: &str| {
-        body.get(name)
-            .and_then(Value::as_str)
-            .filter(|s| !genace_core::domain::is_blank(s))
-            .map(str::trim)
-    };
-    let reason = text("reason").ok_or_else(|| Problem::from(InvalidInput::new("reason", "is required")))?;
-    if reason.chars().count() > MAX_REASON_CHARS {
-        return Err(InvalidInput::new("reason", format!("must be at most {MAX_REASON_CHARS} characters")).into());
-    }
-    // A job id, whatever the action, is a job id: a number or a blank one
-    // is refused, never ignored.
-    if let Some(job) = body.get("job_id") {
-        let raw = job
-            .as_str()
-            .ok_or_else(|| Problem::from(InvalidInput::new("job_id", "must be a string")))?;
-        RemoteJobId::parse(raw)?;
-    }
-    let resolution = match text("action") {
-        Some("attach_remote_job") => {
-            let raw = text("job_id")
-                .ok_or_else(|| Problem::from(InvalidInput::new("job_id", "is required to attach a job")))?;
-            Resolution::AttachRemoteJob {
-                job_id: RemoteJobId::parse(raw)?.into_string(),
-            }
-        }
-        Some("confirm_not_created") => Resolution::ConfirmNotCreated,
-        Some("release_hold") => Resolution::ReleaseHold,
-        Some("mark_settled") => Resolution::MarkSettled,
-        Some("redrive_delivery") => Resolution::RedriveDelivery,
-        Some("abandon") => Resolution::Abandon,
-        _ => {
-            return Err(InvalidInput::new(
-                "action",
-                "must be attach_remote_job, confirm_not_created, release_hold, mark_settled, redrive_delivery or abandon",
-            )
-            .into());
-        }
-    };
+    let request = ResolutionRequest::parse(&json_body(&req, "resolution", MAX_SMALL_BODY_BYTES)?)?;
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let version = if_match_version(&req)?;
-    let rec = api.operator(op).resolve(&id, &resolution, reason, version).await?;
+    let rec = api
+        .operator(op)
+        .resolve(&id, &request.resolution, &request.reason, version)
+        .await?;
     let body = view_with_links(&rec, &api.links(&rec).await);
     Ok(operation_response(&rec, &body))
 }

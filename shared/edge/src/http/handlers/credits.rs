@@ -1,6 +1,7 @@
 //! Credits: a tenant's own, every tenant's, and a tenant's spend limit.
 
-use genace_core::domain::{InvalidInput, TenantId};
+use genace_core::domain::TenantId;
+use genace_core::requests::SpendLimit;
 use genace_stages::api::context::Api;
 use genace_stages::api::operator::Operator;
 use genace_stages::ports::Ports;
@@ -10,7 +11,7 @@ use serde_json::{Value, json};
 use super::ok_json;
 use crate::http::auth::Principal;
 use crate::http::problem::{Problem, not_found};
-use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members, page_limit};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, page_limit};
 use crate::http::views::credits_view;
 
 pub(crate) async fn my_credits<P: Ports>(api: &Api<P>, req: &Request) -> Result<Response<Body>, Problem> {
@@ -30,9 +31,6 @@ pub(crate) async fn all_credits<P: Ports>(
     Ok(ok_json(json!({"tenants": tenants, "next_cursor": page.next})))
 }
 
-/// Largest spend limit accepted, in credits.
-pub(crate) const MAX_SPEND_LIMIT: f64 = 1e12;
-
 pub(crate) async fn set_spend_limit<P: Ports>(
     api: &Api<P>,
     op: &Operator,
@@ -40,16 +38,7 @@ pub(crate) async fn set_spend_limit<P: Ports>(
     raw_tenant: &str,
 ) -> Result<Response<Body>, Problem> {
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
-    let body = json_body(&req, "spend limit", MAX_SMALL_BODY_BYTES)?;
-    only_members(&body, &["spend_limit"])?;
-    let limit = match body.get("spend_limit") {
-        Some(Value::Null) => None,
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(v) if (0.0..=MAX_SPEND_LIMIT).contains(&v) => Some(genace_core::ledger::millis(v)),
-            _ => return Err(InvalidInput::new("spend_limit", "must be between 0 and 1e12 credits").into()),
-        },
-        _ => return Err(InvalidInput::new("spend_limit", "is required: a number of credits, or null for none").into()),
-    };
+    let limit = SpendLimit::parse(&json_body(&req, "spend limit", MAX_SMALL_BODY_BYTES)?)?.0;
     let ledger = api.operator(op).set_spend_limit(&tenant, limit).await?;
     Ok(ok_json(credits_view(&ledger)))
 }

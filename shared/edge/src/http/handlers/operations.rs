@@ -23,7 +23,6 @@ use crate::http::views::{etag, expected_spend_hold, queue_view, view, view_with_
 pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Response<Body>, Problem> {
     let principal = Principal::read(&req, &api.config)?;
     let tenant = principal.tenant(&api.config)?;
-    let value = json_body(&req, "intent", api.config.max_body_bytes)?;
     let header_key = match req.headers().get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -31,7 +30,7 @@ pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Respo
                 .map_err(|_| Problem::from(InvalidInput::new("Idempotency-Key", "must be visible ASCII")))?,
         ),
     };
-    let intent = Intent::parse(&value, header_key)?;
+    let intent = Intent::parse(&json_body(&req, "intent", api.config.max_body_bytes)?, header_key)?;
     if intent.fault.is_some() && !api.config.fault_injection {
         return Err(InvalidInput::new("fault", "fault injection is disabled in this deployment").into());
     }

@@ -18,108 +18,17 @@ use tracing::{info, warn};
 
 use crate::api::context::Api;
 use crate::api::errors::EndpointError;
-use crate::api::webhooks::settings::{parse_events, parse_url};
-use crate::config::{Config, UrlPolicy};
+use crate::config::Config;
 use crate::ports::clock::Clock;
 use crate::ports::queue::WorkQueue;
 use crate::ports::table::{StoreError, WebhookEndpoints};
 use crate::ports::webhooks::{SecretVault, new_secret};
-use genace_core::domain::{InvalidInput, TenantId};
+use genace_core::domain::TenantId;
+use genace_core::requests::EndpointChange;
 use genace_core::webhook::{AttemptStatus, EndpointSet, WebhookAttempt, WebhookEndpoint, endpoint_secret_name};
-
-/// The longest description kept.
-pub const MAX_DESCRIPTION: usize = 512;
 
 /// Tries of a change against concurrent ones before it gives up.
 const TRIES: usize = 5;
-
-/// What a create or an update asks for; absent members stay as they are.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EndpointChange {
-    pub url: Option<String>,
-    pub description: Option<String>,
-    pub events: Option<Vec<String>>,
-    /// `false` disables the endpoint; `true` enables it again.
-    pub enabled: Option<bool>,
-}
-
-impl EndpointChange {
-    /// Parses `{"url", "description", "events", "enabled"}`. A create needs
-    /// a URL; an update needs at least one member. Unknown members are
-    /// refused, so a misspelt one is not silently ignored.
-    pub fn parse(body: &Value, policy: &UrlPolicy, create: bool) -> Result<Self, InvalidInput> {
-        let Value::Object(members) = body else {
-            return Err(InvalidInput::new("body", "must be a JSON object"));
-        };
-        if let Some(unknown) = members
-            .keys()
-            .find(|k| !["url", "description", "events", "enabled"].contains(&k.as_str()))
-        {
-            return Err(InvalidInput::new(unknown, "is not a member of a webhook endpoint"));
-        }
-        // A member is given with a value or left out; null says neither.
-        if let Some((name, _)) = members.iter().find(|(_, v)| v.is_null()) {
-            return Err(InvalidInput::new(
-                name,
-                "must not be null; leave it out to keep it as it is",
-            ));
-        }
-        let description = match body.get("description") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(d)) if d.chars().count() <= MAX_DESCRIPTION => Some(d.trim().to_owned()),
-            Some(_) => {
-                return Err(InvalidInput::new(
-                    "description",
-                    format!("must be a string of at most {MAX_DESCRIPTION} characters"),
-                ));
-            }
-        };
-        let enabled = match body.get("enabled") {
-            None | Some(Value::Null) => None,
-            Some(Value::Bool(b)) => Some(*b),
-            Some(_) => return Err(InvalidInput::new("enabled", "must be true or false")),
-        };
-        let change = Self {
-            url: parse_url(body, policy)?,
-            description,
-            events: parse_events(body)?,
-            enabled,
-        };
-        if create && change.url.is_none() {
-            return Err(InvalidInput::new("url", "is required"));
-        }
-        if !create && change == Self::default() {
-            return Err(InvalidInput::new("body", "names nothing to change"));
-        }
-        Ok(change)
-    }
-
-    fn apply(self, endpoint: &mut WebhookEndpoint, now: chrono::DateTime<chrono::Utc>, actor: &str) {
-        if let Some(url) = self.url {
-            endpoint.url = url;
-        }
-        if let Some(description) = self.description {
-            endpoint.description = description;
-        }
-        if let Some(events) = self.events {
-            endpoint.events = events;
-        }
-        match self.enabled {
-            Some(true) => {
-                endpoint.disabled_at = None;
-                endpoint.disabled_reason = None;
-                endpoint.failing_since = None;
-            }
-            Some(false) if endpoint.disabled_at.is_none() => {
-                endpoint.disabled_at = Some(now);
-                endpoint.disabled_reason = Some(format!("disabled by {actor}"));
-            }
-            _ => {}
-        }
-        endpoint.updated_at = now;
-        endpoint.updated_by = actor.to_owned();
-    }
-}
 
 /// An endpoint with its secret, in the one answer that shows the secret.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,10 +4,11 @@
 //! `?tenant=` (an operator limited to one tenant needs not).
 
 use genace_core::domain::{InvalidInput, TenantId};
+use genace_core::requests::{EndpointChange, ReplayRequest};
 use genace_core::webhook::{AttemptStatus, ENDPOINTS_SCOPE, WebhookAttempt, WebhookEndpoint};
 use genace_stages::api::context::Api;
 use genace_stages::api::errors::EndpointError;
-use genace_stages::api::webhooks::endpoints::{EndpointChange, Endpoints, WithSecret};
+use genace_stages::api::webhooks::endpoints::{Endpoints, WithSecret};
 use genace_stages::ports::Ports;
 use genace_stages::ports::cursor;
 use lambda_http::http::StatusCode;
@@ -112,10 +113,6 @@ fn answer(status: StatusCode, body: &Value) -> Response<Body> {
         .expect("valid response")
 }
 
-fn body(req: &Request) -> Result<Value, Problem> {
-    json_body(req, "webhook endpoint", MAX_SMALL_BODY_BYTES)
-}
-
 /// A log cursor: the last entry's sort key, sealed to its endpoint like
 /// every list's cursor.
 fn cursor_for(endpoint: &str, key: &str) -> String {
@@ -152,11 +149,9 @@ fn log_query(
 }
 
 /// `POST …/replay {"event_id"}`: 202 once the copy is queued.
-async fn replay<P: Ports>(endpoints: &Endpoints<'_, P>, id: &str, body: &Value) -> Result<Response<Body>, Problem> {
-    let event_id = body["event_id"]
-        .as_str()
-        .filter(|e| !e.is_empty() && e.len() <= 512)
-        .ok_or_else(|| Problem::from(InvalidInput::new("event_id", "is required: the id of one event")))?;
+async fn replay<P: Ports>(endpoints: &Endpoints<'_, P>, id: &str, req: &Request) -> Result<Response<Body>, Problem> {
+    let request = ReplayRequest::parse(&json_body(req, "replay", MAX_SMALL_BODY_BYTES)?)?;
+    let event_id = request.event_id.as_str();
     endpoints.replay(id, event_id).await?;
     Ok(answer(
         StatusCode::ACCEPTED,
@@ -205,7 +200,11 @@ pub async fn handle<P: Ports>(
             Ok(answer(StatusCode::OK, &json!({"endpoints": all})))
         }
         EndpointHandler::Create => {
-            let change = EndpointChange::parse(&body(&req)?, &policy, true)?;
+            let change = EndpointChange::parse(
+                &json_body(&req, "webhook endpoint", MAX_SMALL_BODY_BYTES)?,
+                &policy,
+                true,
+            )?;
             Ok(answer(
                 StatusCode::CREATED,
                 &with_secret(&endpoints.create(change).await?, operator),
@@ -216,7 +215,11 @@ pub async fn handle<P: Ports>(
             &endpoint_view(&endpoints.get(id).await?, operator),
         )),
         EndpointHandler::Update => {
-            let change = EndpointChange::parse(&body(&req)?, &policy, false)?;
+            let change = EndpointChange::parse(
+                &json_body(&req, "webhook endpoint", MAX_SMALL_BODY_BYTES)?,
+                &policy,
+                false,
+            )?;
             Ok(answer(
                 StatusCode::OK,
                 &endpoint_view(&endpoints.update(id, change).await?, operator),
@@ -243,7 +246,7 @@ pub async fn handle<P: Ports>(
                 &json!({"attempts": attempts, "next_cursor": next}),
             ))
         }
-        EndpointHandler::Replay => replay(&endpoints, id, &body(&req)?).await,
+        EndpointHandler::Replay => replay(&endpoints, id, &req).await,
         EndpointHandler::Recover => recover(&endpoints, id, &q).await,
     }
 }

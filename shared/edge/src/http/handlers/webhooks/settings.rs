@@ -1,16 +1,16 @@
 //! `/v1/tenants/{tenant_id}/webhook`: a tenant's single webhook, operators only.
 
 use genace_core::domain::TenantId;
+use genace_core::requests::WebhookRequest;
 use genace_stages::api::context::Api;
 use genace_stages::api::operator::Operator;
-use genace_stages::api::webhooks::settings::WebhookRequest;
 use genace_stages::ports::Ports;
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
 
 use crate::http::handlers::ok_json;
 use crate::http::problem::{Problem, not_found};
-use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, only_members};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body};
 use crate::http::views::webhook_view;
 
 /// GET, PUT or DELETE a tenant's webhook (operators only).
@@ -24,7 +24,6 @@ pub(crate) async fn webhook<P: Ports>(
     let config = match *req.method() {
         Method::PUT => {
             let body = json_body(&req, "webhook", MAX_SMALL_BODY_BYTES)?;
-            only_members(&body, &["url", "secret_id", "events"])?;
             let request = WebhookRequest::parse(&body, &api.config.webhook_url_policy(), &tenant)?;
             Some(api.operator(op).set_webhook(&tenant, request).await?)
         }

@@ -1,15 +1,29 @@
-//! The URL guard's pure half: which URLs a policy allows before any
-//! request is made (scheme, port, host allow-list, literal addresses), and
-//! which addresses are public. The HTTP adapters apply it again to every
-//! address a name resolves to and to every redirect; the routes apply it
-//! when a tenant's webhook URL is saved, so a URL that can never be POSTed
-//! is refused then, not retried for a day.
+//! The URL guard's pure half and the policy it applies: which URLs a
+//! policy allows before any request is made (scheme, port, host
+//! allow-list, literal addresses), and which addresses are public. The
+//! HTTP adapters apply it again to every address a name resolves to and to
+//! every redirect; the webhook requests apply it when a tenant's URL is
+//! saved (`requests`), so a URL that can never be POSTed is refused then,
+//! not retried for a day.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use url::Url;
 
-use crate::config::UrlPolicy;
+/// Which output URLs may be fetched. Production: https only, public
+/// addresses only, optionally an allow-list of hosts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UrlPolicy {
+    /// `DELIVERY_ALLOW_HTTP`: also plain http (local runs).
+    pub allow_http: bool,
+    /// `DELIVERY_ALLOW_PRIVATE`: also loopback, private and link-local addresses (local runs).
+    pub allow_private: bool,
+    /// `OUTPUT_ALLOWED_HOSTS`: comma-separated host names; empty allows any public host.
+    pub allowed_hosts: Vec<String>,
+    /// `OUTPUT_ALLOWED_PORTS`: comma-separated ports; empty allows 443 (and
+    /// 80 where http is allowed).
+    pub allowed_ports: Vec<u16>,
+}
 
 /// True for addresses on the public internet.
 pub fn is_public(ip: IpAddr) -> bool {
