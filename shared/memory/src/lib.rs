@@ -21,7 +21,6 @@ mod account;
 mod clock;
 mod contention;
 mod downloads;
-mod endpoints;
 mod genace;
 mod index_lag;
 mod ledgers;

@@ -22,7 +22,6 @@ mod account_clauses;
 mod account_limits;
 mod account_parts;
 mod cases;
-mod endpoints;
 mod item;
 mod ledger_reads;
 mod ledgers;
@@ -32,7 +31,7 @@ mod records;
 mod render_times;
 mod transact;
 mod update;
-mod webhook_settings;
+mod webhooks;
 
 #[derive(Debug, Clone)]
 pub struct DynamoStore {

@@ -4,8 +4,8 @@ use genace_core::domain::TenantId;
 use genace_core::webhook::WebhookConfig;
 use genace_stages::ports::table::{StoreError, WebhookSettings};
 
-use super::DynamoStore;
-use super::item::{Item, service_error};
+use crate::dynamodb::DynamoStore;
+use crate::dynamodb::item::{Item, service_error};
 
 impl WebhookSettings for DynamoStore {
     async fn webhook(&self, tenant: &TenantId) -> Result<Option<WebhookConfig>, StoreError> {

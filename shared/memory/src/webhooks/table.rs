@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use genace_core::domain::TenantId;
 
-use super::store::MemoryStore;
+use crate::store::MemoryStore;
 use genace_stages::ports::table::{StoreError, WebhookSettings};
 
 impl genace_stages::ports::table::WebhookEndpoints for MemoryStore {

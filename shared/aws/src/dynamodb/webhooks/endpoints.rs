@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use genace_core::webhook::{AttemptStatus, EndpointSet, Receivers, WebhookAttempt};
 use genace_stages::ports::table::{StoreError, WebhookEndpoints, log_page};
 
-use super::DynamoStore;
-use super::item::{Item, service_error};
+use crate::dynamodb::DynamoStore;
+use crate::dynamodb::item::{Item, service_error};
 use crate::schema::WEBHOOK_PREFIX;
 
 fn endpoints_key(tenant: &TenantId) -> Item {
@@ -220,7 +220,7 @@ impl WebhookEndpoints for DynamoStore {
         let out = query
             .send()
             .await
-            .map_err(|e| super::item::start_key_refused(e, after.is_some()))?;
+            .map_err(|e| crate::dynamodb::item::start_key_refused(e, after.is_some()))?;
         let mut read = Vec::new();
         for item in out.items.unwrap_or_default() {
             let key = item
