@@ -3,12 +3,14 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::record::{CaseReason, OperationRecord, Phase, Settlement};
-use crate::remote::{JobSnapshot, RenderStatus};
+use crate::record::{CaseReason, OperationRecord, Phase, RemoteError, Settlement};
+use crate::remote::{AcceptedJob, JobSnapshot, RenderStatus};
 
+use super::dispatch::{accept, submit_failed};
 use super::input::Resolution;
 use super::observe::noted;
 use super::policy::Policy;
+use super::refusal::Refusal;
 use super::steps::{case_is, finish};
 
 /// The decisions an abandoned operation still takes: attach or confirm for
@@ -102,4 +104,38 @@ pub(super) fn observe_abandoned(
 /// Whether an abandoned operation still waits on a job that may run.
 pub(super) fn abandoned_job_may_run(rec: &OperationRecord) -> bool {
     rec.phase == Phase::Abandoned && matches!(rec.ledger_phase, Some(Phase::Accepted | Phase::Uncertain))
+}
+
+/// A late 202 for an abandoned, uncertain operation: the job is saved and
+/// its credits follow it, but the operation stays abandoned; the next look
+/// is due at once.
+pub(super) fn accept_abandoned(
+    rec: &OperationRecord,
+    token: &str,
+    job: &AcceptedJob,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<OperationRecord, Refusal> {
+    accept(rec, token, job, now, policy).map(|mut next| {
+        next.phase = Phase::Abandoned;
+        next.ledger_phase = Some(Phase::Accepted);
+        next.due_at_ms = Some(now.timestamp_millis());
+        next
+    })
+}
+
+/// A late 502 naming a job for an abandoned, uncertain operation: the
+/// refund is pending, and the operation stays abandoned.
+pub(super) fn submit_failed_abandoned(
+    rec: &OperationRecord,
+    token: &str,
+    job_id: &str,
+    error: RemoteError,
+    now: DateTime<Utc>,
+) -> Result<OperationRecord, Refusal> {
+    submit_failed(rec, token, job_id, error, now).map(|mut next| {
+        next.phase = Phase::Abandoned;
+        next.ledger_phase = Some(Phase::SubmitFailed);
+        next
+    })
 }

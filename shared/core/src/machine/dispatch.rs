@@ -224,6 +224,24 @@ pub(super) fn hold_for_account(
 /// `submitting | uncertain -> accepted`, only for the dispatcher (or the
 /// recovery channel) holding the claim token the job was created under.
 /// Applying the same job id again is a no-op, so the write can be retried.
+/// A claim while another dispatcher's lease is live: refused until it ends.
+pub(super) fn lease_held(rec: &OperationRecord, now: DateTime<Utc>) -> Refusal {
+    let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
+    Refusal::LeaseLive { until }
+}
+
+/// A 202 for an operation whose job id is already saved: the same one
+/// again changes nothing (a retried write, a recovery message applied
+/// twice); another is refused, and so is any once a 502 named the job.
+pub(super) fn accepted_again(rec: &OperationRecord, job_id: &str) -> Result<OperationRecord, Refusal> {
+    match &rec.remote_job_id {
+        Some(existing) if existing == job_id && rec.phase != Phase::SubmitFailed => Ok(rec.clone()),
+        existing => Err(Refusal::DifferentRemoteJob {
+            existing: existing.clone().unwrap_or_default(),
+        }),
+    }
+}
+
 pub(super) fn accept(
     rec: &OperationRecord,
     token: &str,

@@ -4,13 +4,52 @@
 use chrono::{DateTime, Utc};
 
 use crate::record::{
-    AuditEntry, CancelReason, Cancellation, DeliveryState, Erasure, MAX_ERASED_KEYS, OperationRecord, Phase, Settlement,
+    AuditEntry, CancelReason, Cancellation, CaseReason, DeliveryState, Erasure, MAX_ERASED_KEYS, OperationRecord,
+    Phase, Settlement,
 };
 
-use super::abandoned::{abandon, abandoned_job_over};
+use super::abandoned::{abandon, abandoned_job_over, abandoned_resolution_applies};
 use super::input::Resolution;
 use super::policy::Policy;
-use super::steps::finish;
+use super::steps::{case_is, finish};
+
+/// Whether `resolution` applies to `rec` now: each decision where it
+/// applies, and abandoning wherever a case waits for a person.
+pub(super) fn resolution_applies(rec: &OperationRecord, resolution: &Resolution) -> bool {
+    use CaseReason::{AccountProblem, RateLimited, RemoteJobMissing};
+    use Phase::{Abandoned, Accepted, Prepared, Rendered, SubmitFailed, Submitting, Uncertain};
+    use Resolution::{Abandon, AttachRemoteJob, ConfirmNotCreated, MarkSettled, RedriveDelivery, ReleaseHold};
+    let applies = match rec.phase {
+        Abandoned => return abandoned_resolution_applies(rec, resolution),
+        // Not "nothing was created" while a recovery message named a job.
+        Uncertain => {
+            matches!(resolution, AttachRemoteJob { .. })
+                || (*resolution == ConfirmNotCreated && rec.unsaved_jobs.is_empty())
+        }
+        Accepted => matches!(resolution, AttachRemoteJob { .. }) && case_is(rec, &[RemoteJobMissing]),
+        Prepared => *resolution == ReleaseHold && case_is(rec, &[AccountProblem, RateLimited]),
+        SubmitFailed => *resolution == MarkSettled && rec.settlement == Some(Settlement::Pending),
+        // Not once erased: a delivery then would store what the tenant erased.
+        Rendered => {
+            *resolution == RedriveDelivery
+                && rec.delivery_state == DeliveryState::DeliveryFailed
+                && rec.outputs_erased.is_none()
+        }
+        _ => false,
+    };
+    // Never while a dispatcher holds the claim: it may be POSTing, and an
+    // abandoned record would leave its job on no record and in no case.
+    applies || (*resolution == Abandon && rec.phase != Submitting && rec.case.is_some())
+}
+
+/// Whether a rendered operation's outputs may be erased: once delivery is
+/// over, and while no delivery holds its claim.
+pub(super) fn erasable_once_delivered(rec: &OperationRecord) -> bool {
+    matches!(
+        rec.delivery_state,
+        DeliveryState::Delivered | DeliveryState::DeliveryFailed
+    ) && rec.delivery_claim.is_none()
+}
 
 /// Applies an operator's decision, valid only from the right phase, and
 /// appends who decided, when, what and why to the audit trail.

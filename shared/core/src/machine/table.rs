@@ -4,20 +4,20 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::record::{CaseReason, DeliveryState, OperationRecord, Phase, Settlement};
+use crate::record::{CaseReason, OperationRecord, Phase};
 
-use super::abandoned::{abandoned_resolution_applies, observe_abandoned};
+use super::abandoned::{accept_abandoned, observe_abandoned, submit_failed_abandoned};
 use super::deliver::{claim_delivery, delivered, delivery_attempt_failed, delivery_refused, give_up_delivery};
 use super::dispatch::{
-    accept, claim_dispatch, hold_for_account, interrupt, keep_unsaved_job, mark_uncertain, reject, release_claim,
-    release_unused_claim, submit_failed, wait_for_capacity, wait_for_spend_limit,
+    accept, accepted_again, claim_dispatch, hold_for_account, interrupt, keep_unsaved_job, lease_held, mark_uncertain,
+    reject, release_claim, release_unused_claim, submit_failed, wait_for_capacity, wait_for_spend_limit,
 };
-use super::input::{Input, Look, NeededCase, Resolution};
+use super::input::Input;
 use super::observe::{observe, open_case, reschedule};
-use super::operator::{cancel, outputs_erased, resolve};
+use super::operator::{cancel, erasable_once_delivered, outputs_erased, resolution_applies, resolve};
 use super::policy::Policy;
 use super::refusal::Refusal;
-use super::steps::case_is;
+use super::steps::{case_is, lease_live};
 
 /// What one group of arms decides: nothing (no arm matched), or the next
 /// record, or a refusal.
@@ -53,10 +53,7 @@ fn dispatching(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, poli
         (Prepared, Input::ClaimDispatch { token, shard }) => claim_dispatch(rec, token, shard, now, policy),
         (Prepared, Input::SpendLimitReached) => wait_for_spend_limit(rec, now, policy),
         (Prepared, Input::CapacityReached) => wait_for_capacity(rec, now, policy),
-        (Submitting, Input::ClaimDispatch { .. }) if super::steps::lease_live(rec, now) => {
-            let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
-            Err(Refusal::LeaseLive { until })
-        }
+        (Submitting, Input::ClaimDispatch { .. }) if lease_live(rec, now) => Err(lease_held(rec, now)),
         (Submitting, Input::RateLimited { token, retry_at, busy }) => {
             release_claim(rec, token, retry_at, busy, now, policy)
         }
@@ -64,17 +61,7 @@ fn dispatching(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, poli
         (Submitting, Input::AccountRefused { token, error }) => {
             hold_for_account(rec, token, error.clone(), now, policy)
         }
-        // A job id already saved: the same one again changes nothing (a
-        // retried write, a recovery message applied twice); another is refused.
-        (SubmitFailed, Input::Accepted { .. }) if rec.remote_job_id.is_some() => Err(Refusal::DifferentRemoteJob {
-            existing: rec.remote_job_id.clone().unwrap_or_default(),
-        }),
-        (_, Input::Accepted { job, .. }) if rec.remote_job_id.is_some() => match &rec.remote_job_id {
-            Some(existing) if *existing == job.job_id => Ok(rec.clone()),
-            existing => Err(Refusal::DifferentRemoteJob {
-                existing: existing.clone().unwrap_or_default(),
-            }),
-        },
+        (_, Input::Accepted { job, .. }) if rec.remote_job_id.is_some() => accepted_again(rec, &job.job_id),
         (Submitting | Uncertain, Input::Accepted { token, job }) => accept(rec, token, job, now, policy),
         (SubmitFailed, Input::SubmitFailed { job_id, .. }) if rec.remote_job_id.as_deref() == Some(job_id) => {
             Ok(rec.clone())
@@ -123,33 +110,10 @@ fn delivering(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, polic
 
 /// An operator's decision on a case, each where it applies.
 fn resolving(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
-    use CaseReason::{AccountProblem, RateLimited, RemoteJobMissing};
-    use Phase::{Abandoned, Accepted, Prepared, Rendered, SubmitFailed, Submitting, Uncertain};
-    use Resolution::{Abandon, AttachRemoteJob, ConfirmNotCreated, MarkSettled, RedriveDelivery, ReleaseHold};
     let Input::Resolved(d) = input else {
         return None;
     };
-    let applies = match rec.phase {
-        // Not "nothing was created" while a recovery message named a job.
-        Uncertain => {
-            matches!(d.resolution, AttachRemoteJob { .. })
-                || (*d.resolution == ConfirmNotCreated && rec.unsaved_jobs.is_empty())
-        }
-        Accepted => matches!(d.resolution, AttachRemoteJob { .. }) && case_is(rec, &[RemoteJobMissing]),
-        Prepared => *d.resolution == ReleaseHold && case_is(rec, &[AccountProblem, RateLimited]),
-        SubmitFailed => *d.resolution == MarkSettled && rec.settlement == Some(Settlement::Pending),
-        // Not once erased: a delivery then would store what the tenant erased.
-        Rendered => {
-            *d.resolution == RedriveDelivery
-                && rec.delivery_state == DeliveryState::DeliveryFailed
-                && rec.outputs_erased.is_none()
-        }
-        _ => false,
-    };
-    // Never while a dispatcher holds the claim: it may be POSTing, and an
-    // abandoned record would leave its job on no record and in no case.
-    let abandons = *d.resolution == Abandon && !matches!(rec.phase, Abandoned | Submitting) && rec.case.is_some();
-    (applies || abandons).then(|| Ok(resolve(rec, d.resolution, d.actor, d.reason, now, policy)))
+    resolution_applies(rec, d.resolution).then(|| Ok(resolve(rec, d.resolution, d.actor, d.reason, now, policy)))
 }
 
 /// Taking it back before the claim (a repeat changes nothing), and erasing
@@ -161,12 +125,7 @@ fn taking_back(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, poli
         (Prepared, Input::Cancel { by, reason }) => cancel(rec, by, reason, now, policy),
         (Cancelled, Input::Cancel { .. }) => rec.clone(),
         (_, Input::OutputsErased { .. }) if rec.outputs_erased.is_some() => rec.clone(),
-        (Rendered, Input::OutputsErased { by, objects })
-            if matches!(
-                rec.delivery_state,
-                DeliveryState::Delivered | DeliveryState::DeliveryFailed
-            ) && rec.delivery_claim.is_none() =>
-        {
+        (Rendered, Input::OutputsErased { by, objects }) if erasable_once_delivered(rec) => {
             outputs_erased(rec, by, objects, now)
         }
         (Abandoned | Cancelled | Rejected | RenderFailed | SubmitFailed, Input::OutputsErased { by, objects }) => {
@@ -179,37 +138,21 @@ fn taking_back(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, poli
 /// An abandoned operation whose credits still follow a job.
 fn following_abandoned(rec: &OperationRecord, input: Input<'_>, now: DateTime<Utc>, policy: &Policy) -> Arm {
     use CaseReason::RemoteJobMissing;
-    use Phase::{Abandoned, Accepted, SubmitFailed, Uncertain};
+    use Phase::{Abandoned, Accepted, Uncertain};
     if rec.phase != Abandoned {
         return None;
     }
+    let job = rec.ledger_phase;
     Some(match input {
-        Input::Accepted { token, job } if rec.ledger_phase == Some(Uncertain) => accept(rec, token, job, now, policy)
-            .map(|mut next| {
-                next.phase = Abandoned;
-                next.ledger_phase = Some(Accepted);
-                next.due_at_ms = Some(now.timestamp_millis());
-                next
-            }),
-        Input::SubmitFailed { token, job_id, error } if rec.ledger_phase == Some(Uncertain) => {
-            submit_failed(rec, token, job_id, error.clone(), now).map(|mut next| {
-                next.phase = Abandoned;
-                next.ledger_phase = Some(SubmitFailed);
-                next
-            })
+        Input::Accepted { token, job: j } if job == Some(Uncertain) => accept_abandoned(rec, token, j, now, policy),
+        Input::SubmitFailed { token, job_id, error } if job == Some(Uncertain) => {
+            submit_failed_abandoned(rec, token, job_id, error.clone(), now)
         }
-        Input::Observed(Look {
-            snapshot, next_check, ..
-        }) if rec.ledger_phase == Some(Accepted) && !case_is(rec, &[RemoteJobMissing]) => {
-            Ok(observe_abandoned(rec, snapshot, now, next_check, policy))
+        Input::Observed(l) if job == Some(Accepted) && !case_is(rec, &[RemoteJobMissing]) => {
+            Ok(observe_abandoned(rec, l.snapshot, now, l.next_check, policy))
         }
-        Input::CaseNeeded(NeededCase {
-            reason: RemoteJobMissing,
-            evidence,
-            ..
-        }) if rec.ledger_phase == Some(Accepted) => Ok(open_case(rec, RemoteJobMissing, evidence, false, now)),
-        Input::Resolved(d) if abandoned_resolution_applies(rec, d.resolution) => {
-            Ok(resolve(rec, d.resolution, d.actor, d.reason, now, policy))
+        Input::CaseNeeded(c) if c.reason == RemoteJobMissing && job == Some(Accepted) => {
+            Ok(open_case(rec, RemoteJobMissing, c.evidence, false, now))
         }
         _ => return None,
     })
