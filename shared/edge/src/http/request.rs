@@ -1,7 +1,8 @@
-//! Reading a request: the one JSON body reader (413 over its limit, 415
-//! unless it says JSON, 400 unless it parses) and its members, the page
-//! limit, the operator's `tenant` parameter, `If-Match` and time parameters. Every route reads through these, so every
-//! route answers the same way.
+//! Reading a request: the one body reader (413 over its limit, 415 unless
+//! it says JSON, 400 unless it parses), which hands the JSON to a parser of
+//! `genace_core`; the page limit, the operator's `tenant` parameter,
+//! `If-Match` and time parameters. Every route reads through these, so
+//! every route answers the same way.
 
 use genace_core::domain::{InvalidInput, TenantId};
 use lambda_http::Request;
@@ -21,9 +22,22 @@ pub const MAX_SMALL_BODY_BYTES: usize = 8 * 1024;
 const PAGE_LIMITS: std::ops::RangeInclusive<i32> = 1..=100;
 const DEFAULT_PAGE_LIMIT: i32 = 25;
 
-/// The request body as JSON, `what` naming it in the answers: 413 over
-/// `max_bytes`, 415 unless it says JSON, 400 unless it parses.
-pub fn json_body(req: &Request, what: &str, max_bytes: usize) -> Result<Value, Problem> {
+/// The request body, read by `parse`, a parser of `genace_core` (the
+/// intent's own or one of `requests`): the one way a handler reads a
+/// body, so bodies are parsed in one place. `what` names the body in the
+/// answers: 413 over `max_bytes`, 415 unless it says JSON, 400 unless it
+/// parses as JSON and then as what `parse` wants.
+pub fn parsed_body<T>(
+    req: &Request,
+    what: &str,
+    max_bytes: usize,
+    parse: impl FnOnce(&Value) -> Result<T, InvalidInput>,
+) -> Result<T, Problem> {
+    Ok(parse(&json_body(req, what, max_bytes)?)?)
+}
+
+/// The request body as JSON (see [`parsed_body`]).
+fn json_body(req: &Request, what: &str, max_bytes: usize) -> Result<Value, Problem> {
     if req.body().as_ref().len() > max_bytes {
         return Err(Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,

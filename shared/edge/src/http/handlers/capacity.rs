@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::ok_json;
 use crate::http::problem::{Problem, not_found};
-use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, parsed_body};
 use crate::http::views::capacity_view;
 
 pub(crate) async fn capacity<P: Ports>(api: &Api<P>, op: &Operator, _req: &Request) -> Result<Response<Body>, Problem> {
@@ -20,7 +20,7 @@ pub(crate) async fn capacity<P: Ports>(api: &Api<P>, op: &Operator, _req: &Reque
 
 /// The body of a PUT of a limit of jobs in flight.
 fn in_flight_limit(req: &Request) -> Result<Option<u32>, Problem> {
-    Ok(InFlightLimit::parse(&json_body(req, "limit", MAX_SMALL_BODY_BYTES)?)?.0)
+    Ok(parsed_body(req, "limit", MAX_SMALL_BODY_BYTES, InFlightLimit::parse)?.0)
 }
 
 /// PUT /v1/capacity: the operator's limit of the whole account's jobs in

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::ok_json;
 use super::operations::operation_response;
 use crate::http::problem::{Problem, not_found};
-use crate::http::request::{MAX_SMALL_BODY_BYTES, if_match_version, json_body, page_limit, tenant_param, time_param};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, if_match_version, page_limit, parsed_body, tenant_param, time_param};
 use crate::http::views::{case_view, view_with_links};
 
 pub(crate) async fn list_cases<P: Ports>(
@@ -57,7 +57,7 @@ pub(crate) async fn resolve<P: Ports>(
     req: Request,
     raw_id: &str,
 ) -> Result<Response<Body>, Problem> {
-    let request = ResolutionRequest::parse(&json_body(&req, "resolution", MAX_SMALL_BODY_BYTES)?)?;
+    let request = parsed_body(&req, "resolution", MAX_SMALL_BODY_BYTES, ResolutionRequest::parse)?;
     let id = OperationId::parse(raw_id).map_err(|_| not_found())?;
     let version = if_match_version(&req)?;
     let rec = api

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::ok_json;
 use crate::http::auth::Principal;
 use crate::http::problem::{Problem, not_found};
-use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, page_limit};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, page_limit, parsed_body};
 use crate::http::views::credits_view;
 
 pub(crate) async fn my_credits<P: Ports>(api: &Api<P>, req: &Request) -> Result<Response<Body>, Problem> {
@@ -38,7 +38,7 @@ pub(crate) async fn set_spend_limit<P: Ports>(
     raw_tenant: &str,
 ) -> Result<Response<Body>, Problem> {
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
-    let limit = SpendLimit::parse(&json_body(&req, "spend limit", MAX_SMALL_BODY_BYTES)?)?.0;
+    let limit = parsed_body(&req, "spend limit", MAX_SMALL_BODY_BYTES, SpendLimit::parse)?.0;
     let ledger = api.operator(op).set_spend_limit(&tenant, limit).await?;
     Ok(ok_json(credits_view(&ledger)))
 }

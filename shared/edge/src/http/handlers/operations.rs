@@ -17,7 +17,7 @@ use tracing::Instrument;
 use super::{json_response, ok_json};
 use crate::http::auth::Principal;
 use crate::http::problem::{Problem, not_found};
-use crate::http::request::{json_body, page_limit, tenant_param, time_param};
+use crate::http::request::{page_limit, parsed_body, tenant_param, time_param};
 use crate::http::views::{etag, expected_spend_hold, queue_view, view, view_with_links};
 
 pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Response<Body>, Problem> {
@@ -30,7 +30,9 @@ pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Respo
                 .map_err(|_| Problem::from(InvalidInput::new("Idempotency-Key", "must be visible ASCII")))?,
         ),
     };
-    let intent = Intent::parse(&json_body(&req, "intent", api.config.max_body_bytes)?, header_key)?;
+    let intent = parsed_body(&req, "intent", api.config.max_body_bytes, |body| {
+        Intent::parse(body, header_key)
+    })?;
     if intent.fault.is_some() && !api.config.fault_injection {
         return Err(InvalidInput::new("fault", "fault injection is disabled in this deployment").into());
     }

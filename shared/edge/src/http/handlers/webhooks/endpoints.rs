@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::http::auth::Principal;
 use crate::http::problem::Problem;
-use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body, page_limit, tenant_param};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, page_limit, parsed_body, tenant_param};
 use crate::http::routes::EndpointHandler;
 
 /// The tenant whose endpoints the caller manages, who it is, and whether
@@ -150,7 +150,7 @@ fn log_query(
 
 /// `POST …/replay {"event_id"}`: 202 once the copy is queued.
 async fn replay<P: Ports>(endpoints: &Endpoints<'_, P>, id: &str, req: &Request) -> Result<Response<Body>, Problem> {
-    let request = ReplayRequest::parse(&json_body(req, "replay", MAX_SMALL_BODY_BYTES)?)?;
+    let request = parsed_body(req, "replay", MAX_SMALL_BODY_BYTES, ReplayRequest::parse)?;
     let event_id = request.event_id.as_str();
     endpoints.replay(id, event_id).await?;
     Ok(answer(
@@ -200,11 +200,9 @@ pub async fn handle<P: Ports>(
             Ok(answer(StatusCode::OK, &json!({"endpoints": all})))
         }
         EndpointHandler::Create => {
-            let change = EndpointChange::parse(
-                &json_body(&req, "webhook endpoint", MAX_SMALL_BODY_BYTES)?,
-                &policy,
-                true,
-            )?;
+            let change = parsed_body(&req, "webhook endpoint", MAX_SMALL_BODY_BYTES, |body| {
+                EndpointChange::parse(body, &policy, true)
+            })?;
             Ok(answer(
                 StatusCode::CREATED,
                 &with_secret(&endpoints.create(change).await?, operator),
@@ -215,11 +213,9 @@ pub async fn handle<P: Ports>(
             &endpoint_view(&endpoints.get(id).await?, operator),
         )),
         EndpointHandler::Update => {
-            let change = EndpointChange::parse(
-                &json_body(&req, "webhook endpoint", MAX_SMALL_BODY_BYTES)?,
-                &policy,
-                false,
-            )?;
+            let change = parsed_body(&req, "webhook endpoint", MAX_SMALL_BODY_BYTES, |body| {
+                EndpointChange::parse(body, &policy, false)
+            })?;
             Ok(answer(
                 StatusCode::OK,
                 &endpoint_view(&endpoints.update(id, change).await?, operator),

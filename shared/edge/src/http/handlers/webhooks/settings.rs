@@ -10,7 +10,7 @@ use lambda_http::{Body, Request, Response};
 
 use crate::http::handlers::ok_json;
 use crate::http::problem::{Problem, not_found};
-use crate::http::request::{MAX_SMALL_BODY_BYTES, json_body};
+use crate::http::request::{MAX_SMALL_BODY_BYTES, parsed_body};
 use crate::http::views::webhook_view;
 
 /// GET, PUT or DELETE a tenant's webhook (operators only).
@@ -23,8 +23,10 @@ pub(crate) async fn webhook<P: Ports>(
     let tenant = TenantId::parse(raw_tenant).map_err(|_| not_found())?;
     let config = match *req.method() {
         Method::PUT => {
-            let body = json_body(&req, "webhook", MAX_SMALL_BODY_BYTES)?;
-            let request = WebhookRequest::parse(&body, &api.config.webhook_url_policy(), &tenant)?;
+            let policy = api.config.webhook_url_policy();
+            let request = parsed_body(&req, "webhook", MAX_SMALL_BODY_BYTES, |body| {
+                WebhookRequest::parse(body, &policy, &tenant)
+            })?;
             Some(api.operator(op).set_webhook(&tenant, request).await?)
         }
         Method::DELETE => {
