@@ -16,7 +16,8 @@
 # from infra/template.yaml (`conformance run --local --artifacts`, JUnit
 # report in target/conformance-artifacts.xml). Set SKIP_ARTIFACTS=1 to skip.
 #
-# Last, schemathesis checks the API against docs/openapi.yaml from outside,
+# Last, Redocly CLI lints docs/openapi.yaml (recommended rules, 0 errors)
+# and schemathesis checks the API against it from outside,
 # with a tenant's and an operator's token (scripts/api-check.sh; exceptions
 # and their reasons in schemathesis.toml). Set SKIP_API_CHECK=1 to skip.
 set -euo pipefail
@@ -70,7 +71,7 @@ if [ "${SKIP_ARTIFACTS:-}" != 1 ]; then
 fi
 
 if [ "${SKIP_API_CHECK:-}" != 1 ]; then
-  echo "== the API against its OpenAPI document: schemathesis, tenant and operator tokens (scripts/api-check.sh)"
+  echo "== the API against its OpenAPI document: redocly lint, then schemathesis with tenant and operator tokens (scripts/api-check.sh)"
   set +e
   scripts/api-check.sh 2>&1 | tee -a "$log"
   api_status=${PIPESTATUS[0]}

@@ -43,8 +43,6 @@ pub fn hex(bytes: &[u8]) -> String {
     })
 }
 
-/// Object members whose value is `null` mean "not given": drop them, at every depth.
-/// Array elements keep their positions, so a `null` inside an array stays.
 /// `value`'s members, when it is an object whose members are all among
 /// `known`: the one check of unknown members every request body passes, so
 /// a misspelt member is refused, never ignored (the OpenAPI document's
@@ -61,6 +59,8 @@ pub fn members<'a>(value: &'a Value, name: &str, known: &[&str]) -> Result<&'a M
     }
 }
 
+/// Object members whose value is `null` mean "not given": drop them, at every depth.
+/// Array elements keep their positions, so a `null` inside an array stays.
 pub(super) fn strip_nulls(obj: &Map<String, Value>) -> Map<String, Value> {
     obj.iter()
         .filter(|(_, v)| !v.is_null())

@@ -221,9 +221,6 @@ pub(super) fn hold_for_account(
     Ok(next)
 }
 
-/// `submitting | uncertain -> accepted`, only for the dispatcher (or the
-/// recovery channel) holding the claim token the job was created under.
-/// Applying the same job id again is a no-op, so the write can be retried.
 /// A claim while another dispatcher's lease is live: refused until it ends.
 pub(super) fn lease_held(rec: &OperationRecord, now: DateTime<Utc>) -> Refusal {
     let until = rec.claim.as_ref().map_or(now, |c| c.lease_expires_at);
@@ -242,6 +239,9 @@ pub(super) fn accepted_again(rec: &OperationRecord, job_id: &str) -> Result<Oper
     }
 }
 
+/// `submitting | uncertain -> accepted`, only for the dispatcher (or the
+/// recovery channel) holding the claim token the job was created under.
+/// Applying the same job id again is a no-op, so the write can be retried.
 pub(super) fn accept(
     rec: &OperationRecord,
     token: &str,
