@@ -274,3 +274,21 @@ fn a_dispatch_deadline_is_parsed_and_fingerprinted_as_sent() {
     both["dispatch_within_seconds"] = Value::Null;
     assert_eq!(intent(both).unwrap_err().field, "dispatch_within_seconds");
 }
+
+#[test]
+fn an_unknown_member_is_named_where_it_is() {
+    let known = ["a", "b"];
+    assert!(members(&json!({"a": 1}), "body", &known).is_ok());
+    assert_eq!(members(&json!({"c": 1}), "body", &known).unwrap_err().field, "c");
+    assert_eq!(members(&json!({"c": 1}), "outer", &known).unwrap_err().field, "outer.c");
+    assert_eq!(members(&json!([1]), "outer", &known).unwrap_err().field, "outer");
+    let intent = json!({"operation_key": "k", "media_type": "image",
+                        "specification": {"model": "m", "prompt": "p", "seed": 3}});
+    let err = Intent::parse(&intent, None).unwrap_err();
+    assert_eq!(err.field, "specification.seed");
+    assert!(err.reason.contains("specification.parameters"), "{}", err.reason);
+    let not_object = json!({"operation_key": "k", "media_type": "image", "specification": "p"});
+    let err = Intent::parse(&not_object, None).unwrap_err();
+    assert_eq!(err.field, "specification");
+    assert!(!err.reason.contains("parameters"), "{}", err.reason);
+}

@@ -272,6 +272,21 @@ fn accept_is_idempotent_for_the_same_job_and_refuses_another() {
     );
 }
 
+/// Once a 502 named the job, a 202 is refused even for that same job: the
+/// refund is pending, and a retried 202 would undo the settlement.
+#[test]
+fn a_202_for_a_job_a_502_already_named_is_refused() {
+    let p = Policy::default();
+    let failed = submit_failed(&submitting(), "tok", "J5", err("http_502"), t0()).unwrap();
+    for job_id in ["J5", "J6"] {
+        assert_eq!(
+            accept(&failed, "tok", &job(job_id), t0(), &p),
+            Err(Refusal::DifferentRemoteJob { existing: "J5".into() }),
+            "{job_id}"
+        );
+    }
+}
+
 #[test]
 fn accept_from_uncertain_keeps_the_job_and_closes_the_case() {
     let p = Policy::default();

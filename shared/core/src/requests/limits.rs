@@ -90,6 +90,22 @@ mod tests {
                 .field,
             "x"
         );
+        for edge in [1, 10_000] {
+            assert_eq!(
+                InFlightLimit::parse(&json!({"max_in_flight": edge})),
+                Ok(InFlightLimit(Some(edge)))
+            );
+        }
+        for bad in [json!({"max_in_flight": "3"}), json!({"max_in_flight": true})] {
+            assert_eq!(InFlightLimit::parse(&bad).unwrap_err().field, "max_in_flight", "{bad}");
+        }
+        assert_eq!(InFlightLimit::parse(&json!(3)).unwrap_err().field, "body");
+        for edge in [0.0, 1e12] {
+            assert_eq!(
+                SpendLimit::parse(&json!({"spend_limit": edge})),
+                Ok(SpendLimit(Some(millis(edge))))
+            );
+        }
         assert_eq!(
             SpendLimit::parse(&json!({"spend_limit": 1.5})),
             Ok(SpendLimit(Some(millis(1.5))))

@@ -41,7 +41,8 @@ impl ResolutionRequest {
             Some(Value::String(raw)) => Some(RemoteJobId::parse(raw)?),
             Some(_) => return Err(InvalidInput::new("job_id", "must be a string")),
         };
-        let resolution = match text("action") {
+        // The action is one of the names, exactly: the OpenAPI document's enum.
+        let resolution = match obj.get("action").and_then(Value::as_str) {
             Some("attach_remote_job") => Resolution::AttachRemoteJob {
                 job_id: job_id
                     .ok_or_else(|| InvalidInput::new("job_id", "is required to attach a job"))?
@@ -104,5 +105,26 @@ mod tests {
             "actor"
         );
         assert_eq!(field(json!(["abandon"])), "body");
+        assert_eq!(field(json!({"action": " abandon ", "reason": "r"})), "action");
+        assert_eq!(field(json!({"action": 3, "reason": "r"})), "action");
+        assert_eq!(
+            field(json!({"action": "abandon", "reason": "r", "job_id": null})),
+            "job_id"
+        );
+    }
+
+    #[test]
+    fn every_action_names_its_resolution() {
+        for (action, resolution) in [
+            ("confirm_not_created", Resolution::ConfirmNotCreated),
+            ("release_hold", Resolution::ReleaseHold),
+            ("mark_settled", Resolution::MarkSettled),
+            ("redrive_delivery", Resolution::RedriveDelivery),
+            ("abandon", Resolution::Abandon),
+        ] {
+            let parsed = ResolutionRequest::parse(&json!({"action": action, "reason": "r"})).unwrap();
+            assert_eq!(parsed.resolution, resolution);
+            assert_eq!(parsed.resolution.name(), action);
+        }
     }
 }

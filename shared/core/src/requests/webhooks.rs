@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::domain::{InvalidInput, TenantId, members};
 use crate::events::Kind;
 use crate::urlguard::UrlPolicy;
-use crate::webhook::{WebhookEndpoint, secret_belongs_to, tenant_secret_prefix};
+use crate::webhook::{secret_belongs_to, tenant_secret_prefix};
 
 /// The longest description kept.
 pub const MAX_DESCRIPTION: usize = 512;
@@ -209,33 +209,6 @@ impl EndpointChange {
         }
         Ok(change)
     }
-
-    /// Applies the change to `endpoint`, as `actor` at `now`.
-    pub fn apply(self, endpoint: &mut WebhookEndpoint, now: chrono::DateTime<chrono::Utc>, actor: &str) {
-        if let Some(url) = self.url {
-            endpoint.url = url;
-        }
-        if let Some(description) = self.description {
-            endpoint.description = description;
-        }
-        if let Some(events) = self.events {
-            endpoint.events = events;
-        }
-        match self.enabled {
-            Some(true) => {
-                endpoint.disabled_at = None;
-                endpoint.disabled_reason = None;
-                endpoint.failing_since = None;
-            }
-            Some(false) if endpoint.disabled_at.is_none() => {
-                endpoint.disabled_at = Some(now);
-                endpoint.disabled_reason = Some(format!("disabled by {actor}"));
-            }
-            _ => {}
-        }
-        endpoint.updated_at = now;
-        endpoint.updated_by = actor.to_owned();
-    }
 }
 
 /// A replay: `{"event_id"}`, the id of one of the tenant's kept events.
@@ -245,13 +218,13 @@ pub struct ReplayRequest {
 }
 
 impl ReplayRequest {
-    /// The longest event id accepted.
+    /// The longest event id accepted, in characters.
     pub const MAX_EVENT_ID: usize = 512;
 
     pub fn parse(body: &Value) -> Result<Self, InvalidInput> {
         let obj = members(body, "body", &["event_id"])?;
         match obj.get("event_id").and_then(Value::as_str) {
-            Some(id) if !id.is_empty() && id.len() <= Self::MAX_EVENT_ID => Ok(Self {
+            Some(id) if !id.is_empty() && id.chars().count() <= Self::MAX_EVENT_ID => Ok(Self {
                 event_id: id.to_owned(),
             }),
             _ => Err(InvalidInput::new("event_id", "is required: the id of one event")),

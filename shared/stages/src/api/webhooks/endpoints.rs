@@ -30,6 +30,33 @@ use genace_core::webhook::{AttemptStatus, EndpointSet, WebhookAttempt, WebhookEn
 /// Tries of a change against concurrent ones before it gives up.
 const TRIES: usize = 5;
 
+/// Applies a create's or an update's change to `endpoint`, as `actor` at `now`.
+fn apply(change: EndpointChange, endpoint: &mut WebhookEndpoint, now: chrono::DateTime<chrono::Utc>, actor: &str) {
+    if let Some(url) = change.url {
+        endpoint.url = url;
+    }
+    if let Some(description) = change.description {
+        endpoint.description = description;
+    }
+    if let Some(events) = change.events {
+        endpoint.events = events;
+    }
+    match change.enabled {
+        Some(true) => {
+            endpoint.disabled_at = None;
+            endpoint.disabled_reason = None;
+            endpoint.failing_since = None;
+        }
+        Some(false) if endpoint.disabled_at.is_none() => {
+            endpoint.disabled_at = Some(now);
+            endpoint.disabled_reason = Some(format!("disabled by {actor}"));
+        }
+        _ => {}
+    }
+    endpoint.updated_at = now;
+    endpoint.updated_by = actor.to_owned();
+}
+
 /// An endpoint with its secret, in the one answer that shows the secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WithSecret {
@@ -129,7 +156,7 @@ impl<P: Ports> Endpoints<'_, P> {
             recovering_until: None,
             replays: None,
         };
-        change.apply(&mut endpoint, now, &self.actor);
+        apply(change, &mut endpoint, now, &self.actor);
         let limit = self.config.webhook_max_endpoints;
         if self.store.endpoints(&self.tenant).await?.endpoints.len() >= limit {
             return Err(EndpointError::EndpointLimit { limit });
@@ -161,7 +188,7 @@ impl<P: Ports> Endpoints<'_, P> {
         let now = self.clock.now();
         let set = self
             .change(|set| {
-                change.clone().apply(named(set, id)?, now, &self.actor);
+                apply(change.clone(), named(set, id)?, now, &self.actor);
                 Ok(())
             })
             .await?;
