@@ -273,7 +273,7 @@ pub(crate) async fn in_process_intake(
     m: usize,
     run_id: &str,
 ) -> Result<(Vec<Duration>, Vec<Duration>), String> {
-    let intake = genace_app::from_sdk(&stack.sdk, stack.config.clone()).api();
+    let api = genace_app::from_sdk(&stack.sdk, stack.config.clone()).api();
     let claims: HashMap<String, String> =
         HashMap::from([("sub".into(), "bench".into()), ("tenant_id".into(), TENANT.into())]);
     let request = |key: &str| {
@@ -291,7 +291,7 @@ pub(crate) async fn in_process_intake(
         for i in 0..m {
             let req = request(&format!("inproc-{run_id}-{i}"));
             let started = Instant::now();
-            let resp = genace_edge::http::handle(&intake, req).await;
+            let resp = genace_edge::http::handle(&api, req).await;
             let took = started.elapsed();
             let expected = if pass == 0 { 202 } else { 200 };
             if resp.status().as_u16() != expected {

@@ -142,10 +142,10 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind(settings.intake_addr)
         .await
         .map_err(|e| format!("binding intake to {}: {e}", settings.intake_addr))?;
-    let intake = Arc::new(app.api());
+    let api = Arc::new(app.api());
     let console = Arc::new(genace_console::Console::new(settings.console.clone()));
     tasks.spawn(async move {
-        if let Err(e) = crate::serve::serve(listener, intake, console).await {
+        if let Err(e) = crate::serve::serve(listener, api, console).await {
             tracing::error!(error = %e, "intake server stopped");
         }
     });

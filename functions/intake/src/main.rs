@@ -5,9 +5,9 @@ use lambda_http::{Error, Request, run, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     genace_app::telemetry::init_with_secrets().await;
-    let intake = &genace_app::from_env().await?.api();
+    let api = &genace_app::from_env().await?.api();
     run(service_fn(move |req: Request| async move {
-        Ok::<_, Error>(genace_edge::http::handle(intake, req).await)
+        Ok::<_, Error>(genace_edge::http::handle(api, req).await)
     }))
     .await
 }

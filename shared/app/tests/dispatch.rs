@@ -36,7 +36,7 @@ struct Rig {
     env: LocalAws,
     genace: MockServer,
     dispatcher: Dispatcher<Parts<DynamoStore, SqsQueue, S3Store, GenaceClient>>,
-    intake: Api<Parts<DynamoStore, SqsQueue, S3Store>>,
+    api: Api<Parts<DynamoStore, SqsQueue, S3Store>>,
 }
 
 fn accepted(job_id: &str, state: &str) -> ResponseTemplate {
@@ -67,12 +67,12 @@ async fn rig_configured(response: ResponseTemplate, configure: impl FnOnce(&mut 
     let mut gconf = GenaceConfig::new(genace.uri(), "key");
     gconf.timeout = Duration::from_secs(1);
     let app = genace_app::from_sdk(&env.sdk, config).with_genace(GenaceClient::new(gconf).unwrap());
-    let (dispatcher, intake) = (app.dispatcher(), app.api());
+    let (dispatcher, api) = (app.dispatcher(), app.api());
     Rig {
         env,
         genace,
         dispatcher,
-        intake,
+        api,
     }
 }
 
@@ -89,7 +89,7 @@ impl Rig {
         }
         let intent = Intent::parse(&body, None).unwrap();
         let tenant = TenantId::parse("tenant-a").unwrap();
-        let Submitted::New(rec) = self.intake.submit(&tenant, &intent, Utc::now()).await.unwrap() else {
+        let Submitted::New(rec) = self.api.submit(&tenant, &intent, Utc::now()).await.unwrap() else {
             panic!("expected a new operation")
         };
         self.env.drain(&self.env.queues.dispatch).await;
@@ -227,7 +227,7 @@ async fn a_502_with_a_job_id_is_submit_failed_with_the_id_saved() {
     assert_eq!(rig.posts().await, 1);
     // The failed job's reservation waits for its refund in the ledger...
     let tenant = TenantId::parse("tenant-a").unwrap();
-    let totals = rig.intake.credits(&tenant).await.unwrap().totals;
+    let totals = rig.api.credits(&tenant).await.unwrap().totals;
     assert_eq!(
         (totals.held, totals.pending_refund, totals.settled),
         (
@@ -242,12 +242,12 @@ async fn a_502_with_a_job_id_is_submit_failed_with_the_id_saved() {
         tenant: None,
     };
     let settle = genace_core::machine::Resolution::MarkSettled;
-    rig.intake
+    rig.api
         .operator(&op)
         .resolve(&id, &settle, "refund seen on the invoice", rec.version)
         .await
         .unwrap();
-    let totals = rig.intake.credits(&tenant).await.unwrap().totals;
+    let totals = rig.api.credits(&tenant).await.unwrap().totals;
     assert_eq!(
         (totals.pending_refund, totals.settled),
         (
@@ -886,13 +886,13 @@ async fn a_connection_reset_is_uncertain() {
     let config = env.config.clone();
     let app = genace_app::from_sdk(&env.sdk, config)
         .with_genace(GenaceClient::new(GenaceConfig::new(format!("http://{addr}"), "k")).unwrap());
-    let (dispatcher, intake) = (app.dispatcher(), app.api());
+    let (dispatcher, api) = (app.dispatcher(), app.api());
     let intent = Intent::parse(
         &json!({"operation_key": "k", "media_type": "image", "specification": {"model": "m", "prompt": "p"}}),
         None,
     )
     .unwrap();
-    let Submitted::New(rec) = intake
+    let Submitted::New(rec) = api
         .submit(&TenantId::parse("t").unwrap(), &intent, Utc::now())
         .await
         .unwrap()
@@ -965,14 +965,14 @@ async fn two_dispatches_race_for_room_for_one_and_the_loser_resumes() {
     assert_eq!(waiting.phase, Phase::Prepared);
     assert!(waiting.spend_hold.is_some());
     assert_eq!(waiting.due_at_ms, None, "no timer: woken when credits may be free");
-    // The view intake answers with reports the hold.
+    // The view api answers with reports the hold.
     let replay = Intent::parse(
         &json!({"operation_key": waiting.operation_key, "media_type": "video",
             "specification": {"model": "genace-video-2", "prompt": "a lighthouse", "duration": 5}}),
         None,
     )
     .unwrap();
-    let Submitted::Replayed(seen) = rig.intake.submit(&tenant, &replay, Utc::now()).await.unwrap() else {
+    let Submitted::Replayed(seen) = rig.api.submit(&tenant, &replay, Utc::now()).await.unwrap() else {
         panic!("expected the recorded operation")
     };
     assert!(seen.spend_hold.is_some());

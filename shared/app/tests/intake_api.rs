@@ -92,8 +92,8 @@ fn intake(env: &LocalAws) -> Api<Parts<DynamoStore, SqsQueue, S3Store>> {
 #[tokio::test]
 async fn a_new_intent_is_recorded_and_announced_once() {
     let env = LocalAws::fresh().await;
-    let intake = intake(&env);
-    let r = parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await);
+    let api = intake(&env);
+    let r = parse(api::handle(&api, post(&spec_body(), "tenant-a")).await);
     assert_eq!(r.status, 202, "{}", r.body);
     assert_eq!(r.content_type, "application/json");
     let id = r.body["operation_id"].as_str().unwrap().to_owned();
@@ -111,7 +111,7 @@ async fn a_new_intent_is_recorded_and_announced_once() {
         json!({"operation_id": id})
     );
 
-    let view = parse(api::handle(&intake, get(&id, Some("tenant-a"))).await);
+    let view = parse(api::handle(&api, get(&id, Some("tenant-a"))).await);
     assert_eq!(view.status, 200);
     assert_eq!(view.body["operation_id"], id.as_str());
     assert_eq!(view.body["specification"]["parameters"]["camera"]["move"], "dolly");
@@ -119,8 +119,8 @@ async fn a_new_intent_is_recorded_and_announced_once() {
 
 async fn concurrent_duplicates(n: usize) {
     let env = LocalAws::fresh().await;
-    let intake = intake(&env);
-    let calls = (0..n).map(|_| api::handle(&intake, post(&spec_body(), "tenant-a")));
+    let api = intake(&env);
+    let calls = (0..n).map(|_| api::handle(&api, post(&spec_body(), "tenant-a")));
     let responses: Vec<Parsed> = futures::future::join_all(calls).await.into_iter().map(parse).collect();
     let created = responses.iter().filter(|r| r.status == 202).count();
     let replayed = responses.iter().filter(|r| r.status == 200 && r.replayed).count();
@@ -148,12 +148,12 @@ async fn fifty_concurrent_duplicates_converge() {
 #[tokio::test]
 async fn reordered_keys_and_number_spelling_replay_the_same_operation() {
     let env = LocalAws::fresh().await;
-    let intake = intake(&env);
-    let first = parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await);
+    let api = intake(&env);
+    let first = parse(api::handle(&api, post(&spec_body(), "tenant-a")).await);
     let reordered = r#"{"specification":{"parameters":{"camera":{"speed":0.50,"move":"dolly"},"seed":7.0},
         "aspect_ratio":"16:9","duration":5.0,"prompt":"a lighthouse at dusk","model":"genace-video-2"},
         "media_type":"video","operation_key":"storyboard-7/frame-3/rev-2"}"#;
-    let again = parse(api::handle(&intake, post_raw(reordered, Some("tenant-a"), &[])).await);
+    let again = parse(api::handle(&api, post_raw(reordered, Some("tenant-a"), &[])).await);
     assert_eq!(again.status, 200, "{}", again.body);
     assert!(again.replayed);
     assert_eq!(again.body["operation_id"], first.body["operation_id"]);
@@ -168,12 +168,12 @@ async fn reordered_keys_and_number_spelling_replay_the_same_operation() {
 #[tokio::test]
 async fn a_changed_prompt_conflicts_and_leaves_the_original_untouched() {
     let env = LocalAws::fresh().await;
-    let intake = intake(&env);
-    let first = parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await);
+    let api = intake(&env);
+    let first = parse(api::handle(&api, post(&spec_body(), "tenant-a")).await);
     let before = env.scan().await;
     let mut changed = spec_body();
     changed["specification"]["prompt"] = json!("a lighthouse at dawn");
-    let r = parse(api::handle(&intake, post(&changed, "tenant-a")).await);
+    let r = parse(api::handle(&api, post(&changed, "tenant-a")).await);
     assert_eq!(r.status, 409);
     assert_eq!(r.content_type, "application/problem+json");
     assert_eq!(r.body["status"], 409);
@@ -184,17 +184,17 @@ async fn a_changed_prompt_conflicts_and_leaves_the_original_untouched() {
 #[tokio::test]
 async fn tenants_are_isolated() {
     let env = LocalAws::fresh().await;
-    let intake = intake(&env);
-    let a = parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await);
+    let api = intake(&env);
+    let a = parse(api::handle(&api, post(&spec_body(), "tenant-a")).await);
     let a_id = a.body["operation_id"].as_str().unwrap().to_owned();
 
-    let b_reads_a = parse(api::handle(&intake, get(&a_id, Some("tenant-b"))).await);
-    let unknown = parse(api::handle(&intake, get("op_0123456789abcdef0123456789abcdef", Some("tenant-a"))).await);
+    let b_reads_a = parse(api::handle(&api, get(&a_id, Some("tenant-b"))).await);
+    let unknown = parse(api::handle(&api, get("op_0123456789abcdef0123456789abcdef", Some("tenant-a"))).await);
     assert_eq!((b_reads_a.status, unknown.status), (404, 404));
     assert_eq!(b_reads_a.content_type, "application/problem+json");
     assert_eq!(b_reads_a.body["detail"], unknown.body["detail"], "both look the same");
 
-    let b = parse(api::handle(&intake, post(&spec_body(), "tenant-b")).await);
+    let b = parse(api::handle(&api, post(&spec_body(), "tenant-b")).await);
     assert_eq!(b.status, 202, "B with A's key gets its own operation");
     assert_ne!(b.body["operation_id"], a.body["operation_id"]);
     assert_eq!(env.scan().await.len(), 2);
@@ -204,14 +204,14 @@ async fn tenants_are_isolated() {
 async fn a_duplicate_intake_costs_one_dynamodb_request() {
     let env = LocalAws::fresh().await;
     let (store, counter) = env.counted_store();
-    let intake = Api::new(store, env.queue(), env.objects(), env.config.clone());
+    let api = Api::new(store, env.queue(), env.objects(), env.config.clone());
     assert_eq!(
-        parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await).status,
+        parse(api::handle(&api, post(&spec_body(), "tenant-a")).await).status,
         202
     );
     let before = counter.get();
     assert_eq!(
-        parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await).status,
+        parse(api::handle(&api, post(&spec_body(), "tenant-a")).await).status,
         200
     );
     assert_eq!(counter.get() - before, 1);
@@ -220,12 +220,12 @@ async fn a_duplicate_intake_costs_one_dynamodb_request() {
 #[tokio::test]
 async fn the_key_may_come_from_the_idempotency_key_header() {
     let env = LocalAws::fresh().await;
-    let intake = intake(&env);
+    let api = intake(&env);
     let mut body = spec_body();
     body.as_object_mut().unwrap().remove("operation_key");
     let r = parse(
         api::handle(
-            &intake,
+            &api,
             post_raw(
                 &body.to_string(),
                 Some("tenant-a"),
@@ -237,7 +237,7 @@ async fn the_key_may_come_from_the_idempotency_key_header() {
     assert_eq!(r.status, 202);
     assert_eq!(r.body["operation_key"], "storyboard-7/frame-3/rev-2");
     // The same key in the body replays the same operation.
-    let again = parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await);
+    let again = parse(api::handle(&api, post(&spec_body(), "tenant-a")).await);
     assert_eq!(
         (again.status, again.body["operation_id"].clone()),
         (200, r.body["operation_id"].clone())
@@ -251,7 +251,7 @@ async fn the_key_may_come_from_the_idempotency_key_header() {
 )]
 async fn bad_requests_get_problems_and_write_nothing() {
     let env = LocalAws::fresh().await;
-    let intake = intake(&env);
+    let api = intake(&env);
     let with = |f: &dyn Fn(&mut Value)| {
         let mut b = spec_body();
         f(&mut b);
@@ -355,7 +355,7 @@ async fn bad_requests_get_problems_and_write_nothing() {
         ),
     ];
     for (name, body, tenant, headers, status) in cases {
-        let r = parse(api::handle(&intake, post_raw(&body, tenant, &headers)).await);
+        let r = parse(api::handle(&api, post_raw(&body, tenant, &headers)).await);
         assert_eq!(r.status, status, "{name}: {}", r.body);
         assert_eq!(r.content_type, "application/problem+json", "{name}");
         assert_eq!(r.body["status"], status, "{name}");
@@ -369,10 +369,10 @@ async fn bad_requests_get_problems_and_write_nothing() {
 #[tokio::test]
 async fn reads_need_a_tenant_too() {
     let env = LocalAws::fresh().await;
-    let intake = intake(&env);
-    let r = parse(api::handle(&intake, get("op_0123456789abcdef0123456789abcdef", None)).await);
+    let api = intake(&env);
+    let r = parse(api::handle(&api, get("op_0123456789abcdef0123456789abcdef", None)).await);
     assert_eq!(r.status, 401);
-    let malformed = parse(api::handle(&intake, get("not-an-id", Some("tenant-a"))).await);
+    let malformed = parse(api::handle(&api, get("not-an-id", Some("tenant-a"))).await);
     assert_eq!(malformed.status, 404);
 }
 
@@ -383,13 +383,13 @@ async fn a_failed_enqueue_does_not_fail_the_request() {
         dispatch: format!("{}-missing", env.queues.dispatch),
         ..env.queues.clone()
     };
-    let intake = Api::new(
+    let api = Api::new(
         env.store(),
         SqsQueue::new(genace_aws::clients::sqs(&env.sdk), broken),
         env.objects(),
         env.config.clone(),
     );
-    let r = parse(api::handle(&intake, post(&spec_body(), "tenant-a")).await);
+    let r = parse(api::handle(&api, post(&spec_body(), "tenant-a")).await);
     assert_eq!(r.status, 202);
     assert_eq!(env.scan().await.len(), 1, "the record is the truth");
 }
@@ -403,8 +403,8 @@ async fn an_unavailable_store_answers_503_with_retry_after_and_the_same_key_advi
         genace_aws::clients::dynamodb(&env.sdk),
         format!("{}-missing", env.names.table),
     );
-    let intake = Api::new(missing, env.queue(), env.objects(), env.config.clone());
-    let resp = api::handle(&intake, post(&spec_body(), "tenant-a")).await;
+    let api = Api::new(missing, env.queue(), env.objects(), env.config.clone());
+    let resp = api::handle(&api, post(&spec_body(), "tenant-a")).await;
     let retry_after = resp
         .headers()
         .get("retry-after")
@@ -423,14 +423,14 @@ async fn an_unavailable_store_answers_503_with_retry_after_and_the_same_key_advi
 #[tokio::test]
 async fn a_wrong_method_answers_405_with_allow() {
     let env = LocalAws::fresh().await;
-    let intake = intake(&env);
+    let api = intake(&env);
     let mut event: Value = serde_json::from_str(GET_FIXTURE).unwrap();
     event["rawPath"] = json!("/v1/operations");
     event["requestContext"]["http"]["path"] = json!("/v1/operations");
     event["requestContext"]["http"]["method"] = json!("DELETE");
     event["pathParameters"] = json!({});
     let req = lambda_http::request::from_str(&event.to_string()).unwrap();
-    let resp = api::handle(&intake, req).await;
+    let resp = api::handle(&api, req).await;
     assert_eq!(resp.status().as_u16(), 405);
     assert_eq!(resp.headers().get("allow").unwrap(), "GET, POST");
 }
@@ -445,7 +445,7 @@ async fn a_retry_after_its_deadline_is_a_replay_not_a_400() {
     let env = LocalAws::fresh().await;
     let start = chrono::Utc::now();
     let clock = ManualClock::new(start);
-    let intake = Api::<
+    let api = Api::<
         genace_stages::ports::Parts<_, _, _, genace_stages::ports::Unused, genace_stages::ports::Unused, ManualClock>,
     > {
         store: env.store(),
@@ -459,11 +459,11 @@ async fn a_retry_after_its_deadline_is_a_replay_not_a_400() {
     };
     let mut body = spec_body();
     body["dispatch_deadline"] = json!((start + chrono::Duration::seconds(60)).to_rfc3339());
-    let first = parse(api::handle(&intake, post(&body, "tenant-a")).await);
+    let first = parse(api::handle(&api, post(&body, "tenant-a")).await);
     assert_eq!(first.status, 202, "{}", first.body);
 
     clock.advance(chrono::Duration::minutes(10));
-    let again = parse(api::handle(&intake, post(&body, "tenant-a")).await);
+    let again = parse(api::handle(&api, post(&body, "tenant-a")).await);
     assert_eq!(again.status, 200, "{}", again.body);
     assert!(again.replayed);
     assert_eq!(again.body["operation_id"], first.body["operation_id"]);
@@ -472,14 +472,14 @@ async fn a_retry_after_its_deadline_is_a_replay_not_a_400() {
     // taken (409), whatever the deadline says.
     let mut changed = body.clone();
     changed["specification"]["prompt"] = json!("a lighthouse at dawn");
-    let conflict = parse(api::handle(&intake, post(&changed, "tenant-a")).await);
+    let conflict = parse(api::handle(&api, post(&changed, "tenant-a")).await);
     assert_eq!(conflict.status, 409, "{}", conflict.body);
     assert_eq!(conflict.body["operation_id"], first.body["operation_id"]);
 
     // A new key with that deadline is a new intent: in the past, 400.
     let mut fresh = body.clone();
     fresh["operation_key"] = json!("storyboard-7/frame-4/rev-1");
-    let refused = parse(api::handle(&intake, post(&fresh, "tenant-a")).await);
+    let refused = parse(api::handle(&api, post(&fresh, "tenant-a")).await);
     assert_eq!(
         (refused.status, &refused.body["field"]),
         (400, &json!("dispatch_deadline"))

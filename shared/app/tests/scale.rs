@@ -26,7 +26,7 @@ struct Rig {
     env: LocalAws,
     genace: MockServer,
     dispatcher: Dispatcher<Parts<DynamoStore, SqsQueue, S3Store, GenaceClient>>,
-    intake: Api<Parts<DynamoStore, SqsQueue, S3Store>>,
+    api: Api<Parts<DynamoStore, SqsQueue, S3Store>>,
 }
 
 /// An account of one slot, and a Genace that accepts every POST after
@@ -48,24 +48,24 @@ async fn rig(answer_after: Duration) -> Rig {
     let mut gconf = GenaceConfig::new(genace.uri(), "key");
     gconf.timeout = Duration::from_secs(10);
     let app = genace_app::from_sdk(&env.sdk, config).with_genace(GenaceClient::new(gconf).unwrap());
-    let (dispatcher, intake) = (app.dispatcher(), app.api());
+    let (dispatcher, api) = (app.dispatcher(), app.api());
     Rig {
         env,
         genace,
         dispatcher,
-        intake,
+        api,
     }
 }
 
 impl Rig {
-    /// A new intent of `tenant-a`; intake's dispatch message is dropped, as
+    /// A new intent of `tenant-a`; api's dispatch message is dropped, as
     /// the tests dispatch by hand.
     async fn intent(&self, key: &str) -> OperationId {
         let body = json!({"operation_key": key, "media_type": "image",
             "specification": {"model": "genace-image-1", "prompt": key}});
         let intent = Intent::parse(&body, None).unwrap();
         let tenant = TenantId::parse("tenant-a").unwrap();
-        let Submitted::New(rec) = self.intake.submit(&tenant, &intent, Utc::now()).await.unwrap() else {
+        let Submitted::New(rec) = self.api.submit(&tenant, &intent, Utc::now()).await.unwrap() else {
             panic!("expected a new operation")
         };
         rec.operation_id

@@ -23,14 +23,14 @@ impl genace_trace::Flush for SlowReceiver {
 async fn a_slow_trace_receiver_delays_no_response_past_the_bound() {
     genace_trace::set_flush(SlowReceiver);
     let app = genace_memory::memory_app(Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap());
-    let intake = app.api();
+    let api = app.api();
     let request = lambda_http::http::Request::builder()
         .method("GET")
         .uri("/v1/no-such-route")
         .body(lambda_http::Body::Empty)
         .unwrap();
     let began = Instant::now();
-    let response = handle(&intake, request).await;
+    let response = handle(&api, request).await;
     let waited = began.elapsed();
     assert_eq!(response.status(), 404);
     assert!(waited >= SPAN_EXPORT_BOUND, "it waited for the spans: {waited:?}");

@@ -2162,16 +2162,16 @@ async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
         actor: "ops-1".into(),
         tenant: None,
     };
-    let admin = app.api();
-    let admin = admin.operator(&op);
+    let operator = app.api();
+    let operator = operator.operator(&op);
     let decided = record(&app, &lost).await.version;
-    let abandoned = admin
+    let abandoned = operator
         .resolve(&lost, &Resolution::Abandon, "the user left", decided)
         .await
         .unwrap();
     assert_eq!(abandoned.phase, Phase::Abandoned);
     assert_eq!(wakes(), before, "the job may run: its slot stays taken");
-    let replayed = admin.resolve(&lost, &Resolution::Abandon, "again", decided).await;
+    let replayed = operator.resolve(&lost, &Resolution::Abandon, "again", decided).await;
     assert!(
         matches!(replayed, Err(OperationError::StaleVersion { .. })),
         "{replayed:?}"
@@ -2181,7 +2181,7 @@ async fn an_abandoned_job_keeps_its_slot_until_it_ends_then_wakes_the_next() {
     let attach = Resolution::AttachRemoteJob {
         job_id: "job-0001".into(),
     };
-    admin
+    operator
         .resolve(&lost, &attach, "found it", abandoned.version)
         .await
         .unwrap();
@@ -2274,11 +2274,11 @@ async fn every_tenants_credits_page_with_a_sealed_cursor() {
         actor: "ops-1".into(),
         tenant: None,
     };
-    let intake = app.api();
-    let admin = intake.operator(&op);
+    let api = app.api();
+    let operator = api.operator(&op);
     let (mut seen, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
     loop {
-        let page = admin.all_credits(2, cursor.as_deref()).await.unwrap();
+        let page = operator.all_credits(2, cursor.as_deref()).await.unwrap();
         seen.extend(page.ledgers.into_iter().map(|l| l.tenant_id));
         pages += 1;
         match page.next {
@@ -2290,13 +2290,13 @@ async fn every_tenants_credits_page_with_a_sealed_cursor() {
     seen.sort();
     assert_eq!(seen, ["ta", "tb", "tc"]);
     assert!(pages >= 2, "a limit of 2 pages three ledgers");
-    let first = admin.all_credits(2, None).await.unwrap().next.unwrap();
+    let first = operator.all_credits(2, None).await.unwrap().next.unwrap();
     submit_as(&app, "ta", "k2").await;
     let ta = TenantId::parse("ta").unwrap();
-    let listing = intake.list(&ta, &Default::default(), 1, None).await.unwrap();
+    let listing = api.list(&ta, &Default::default(), 1, None).await.unwrap();
     let other_list = listing.next_cursor.expect("two operations, one a page");
     for bad in [other_list, "garbled".into(), first[1..].to_owned()] {
-        let refused = admin.all_credits(2, Some(&bad)).await;
+        let refused = operator.all_credits(2, Some(&bad)).await;
         assert!(
             matches!(
                 refused,

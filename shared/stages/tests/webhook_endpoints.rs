@@ -41,8 +41,8 @@ async fn secret_of(secrets: &MemorySecrets, name: &str) -> Option<String> {
 #[tokio::test]
 async fn a_created_endpoint_has_a_generated_secret_in_its_tenants_folder_shown_once() {
     let (app, secrets) = app(5);
-    let intake = app.api();
-    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let api = app.api();
+    let endpoints = api.endpoints(acme(), "dev@acme".into());
     let created = endpoints
         .create(change(
             json!({"url": "https://hooks.acme.example/a", "description": "billing",
@@ -76,7 +76,7 @@ async fn a_created_endpoint_has_a_generated_secret_in_its_tenants_folder_shown_o
     assert_eq!(listed, [created.endpoint.clone(), other.endpoint.clone()]);
     assert!(!serde_json::to_string(&listed).unwrap().contains(raw));
     // Another tenant sees none of them.
-    let globex = intake.endpoints(TenantId::parse("globex").unwrap(), "dev@globex".into());
+    let globex = api.endpoints(TenantId::parse("globex").unwrap(), "dev@globex".into());
     assert!(globex.list().await.unwrap().is_empty());
     assert!(matches!(globex.get(&e.id).await, Err(EndpointError::NoSuchEndpoint)));
 }
@@ -84,8 +84,8 @@ async fn a_created_endpoint_has_a_generated_secret_in_its_tenants_folder_shown_o
 #[tokio::test]
 async fn past_the_limit_a_create_is_refused_and_stores_no_secret() {
     let (app, secrets) = app(2);
-    let intake = app.api();
-    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let api = app.api();
+    let endpoints = api.endpoints(acme(), "dev@acme".into());
     for n in 0..2 {
         endpoints
             .create(change(json!({"url": format!("https://hooks.acme.example/{n}")})))
@@ -132,8 +132,8 @@ async fn past_the_limit_a_create_is_refused_and_stores_no_secret() {
 #[tokio::test]
 async fn rotation_puts_a_new_secret_and_updates_change_only_what_they_name() {
     let (app, secrets) = app(5);
-    let intake = app.api();
-    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let api = app.api();
+    let endpoints = api.endpoints(acme(), "dev@acme".into());
     let created = endpoints
         .create(change(
             json!({"url": "https://hooks.acme.example/a", "description": "d"}),
@@ -238,8 +238,8 @@ fn attempt(n: u32, status: AttemptStatus, at: chrono::DateTime<Utc>) -> WebhookA
 #[tokio::test]
 async fn the_delivery_log_pages_newest_first_filters_by_status_and_forgets_after_its_days() {
     let (app, _) = app(5);
-    let intake = app.api();
-    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let api = app.api();
+    let endpoints = api.endpoints(acme(), "dev@acme".into());
     let id = endpoints
         .create(change(json!({"url": "https://hooks.acme.example/a"})))
         .await
@@ -302,8 +302,8 @@ async fn the_delivery_log_pages_newest_first_filters_by_status_and_forgets_after
 )]
 async fn replay_and_recovery_queue_copies_of_kept_events_with_their_ids() {
     let (app, _) = app(5);
-    let intake = app.api();
-    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let api = app.api();
+    let endpoints = api.endpoints(acme(), "dev@acme".into());
     let id = endpoints
         .create(change(json!({"url": "https://hooks.acme.example/a"})))
         .await
@@ -368,7 +368,7 @@ async fn replay_and_recovery_queue_copies_of_kept_events_with_their_ids() {
         Err(EndpointError::NoSuchEndpoint)
     ));
     // Another tenant's endpoint cannot replay acme's event.
-    let globex = intake.endpoints(TenantId::parse("globex").unwrap(), "dev@globex".into());
+    let globex = api.endpoints(TenantId::parse("globex").unwrap(), "dev@globex".into());
     let theirs = globex
         .create(change(json!({"url": "https://hooks.globex.example/a"})))
         .await
@@ -394,8 +394,8 @@ async fn replay_and_recovery_queue_copies_of_kept_events_with_their_ids() {
 #[tokio::test]
 async fn a_disabled_endpoint_is_sent_nothing_and_enabled_recovers_what_it_missed() {
     let (app, _) = app(5);
-    let intake = app.api();
-    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let api = app.api();
+    let endpoints = api.endpoints(acme(), "dev@acme".into());
     let id = endpoints
         .create(change(
             json!({"url": "https://hooks.acme.example/a", "events": ["operation.accepted"]}),
@@ -476,8 +476,8 @@ async fn a_disabled_endpoint_is_sent_nothing_and_enabled_recovers_what_it_missed
 async fn recoveries_are_capped_and_one_per_endpoint_in_a_window() {
     use genace_stages::api::webhooks::endpoints::{RECOVER_COPIES, RECOVERY_WINDOW};
     let (app, _) = app(5);
-    let intake = app.api();
-    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let api = app.api();
+    let endpoints = api.endpoints(acme(), "dev@acme".into());
     let id = endpoints
         .create(change(json!({"url": "https://hooks.acme.example/a"})))
         .await
@@ -526,8 +526,8 @@ async fn recoveries_are_capped_and_one_per_endpoint_in_a_window() {
 async fn replays_of_an_endpoint_are_bounded_per_window() {
     use genace_stages::api::webhooks::endpoints::{RECOVERY_WINDOW, REPLAY_COPIES};
     let (app, _) = app(5);
-    let intake = app.api();
-    let endpoints = intake.endpoints(acme(), "dev@acme".into());
+    let api = app.api();
+    let endpoints = api.endpoints(acme(), "dev@acme".into());
     let id = endpoints
         .create(change(json!({"url": "https://hooks.acme.example/a"})))
         .await

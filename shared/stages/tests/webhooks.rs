@@ -744,8 +744,8 @@ async fn the_first_post_after_a_rotation_is_signed_with_the_new_secret() {
     let mut api = genace_memory::memory_app(rig.stage.clock.now());
     api.store = rig.stage.store.clone();
     api.vault = std::sync::Arc::new(rig.stage.secrets.clone());
-    let intake = api.api();
-    let rotated = intake
+    let api = api.api();
+    let rotated = api
         .endpoints(acme, "dev@acme".into())
         .rotate(&endpoint.id)
         .await

@@ -19,7 +19,7 @@ impl World {
         };
         let intent = Intent::parse(&body, None).expect("a valid intent");
         let tenant_id = TenantId::parse(&tenant).expect("a valid tenant");
-        let intake = self.app.api();
+        let api = self.app.api();
         let now = self.now();
         let answers = self.answers.clone();
         let sent = intent.canonical.hash().as_str().to_owned();
@@ -31,7 +31,7 @@ impl World {
             Box::pin(async move {
                 use genace_stages::api::errors::SubmitError;
                 use genace_stages::api::intake::Submitted;
-                let result = intake.submit(&tenant_id, &intent, now).await;
+                let result = api.submit(&tenant_id, &intent, now).await;
                 let reply = match &result {
                     Ok(Submitted::New(r)) | Ok(Submitted::Replayed(r)) => Reply::Operation {
                         id: r.operation_id.as_str().to_owned(),
@@ -120,13 +120,13 @@ impl World {
             return;
         }
         let rec = self.rng.pick(&records).clone();
-        let intake = self.app.api();
+        let api = self.app.api();
         self.spawn(
             format!("cancel {} ({})", short(rec.operation_id.as_str()), rec.phase.as_str()),
             10,
             None,
             Box::pin(async move {
-                match intake.cancel(&rec.tenant_id, &rec.operation_id).await {
+                match api.cancel(&rec.tenant_id, &rec.operation_id).await {
                     Ok(r) => Ok(r.phase.as_str().to_owned()),
                     Err(e @ genace_stages::api::errors::OperationError::TooLateToCancel { .. }) => Ok(e.to_string()),
                     Err(e) => Err(e.to_string()),
@@ -148,13 +148,13 @@ impl World {
         // erasable then: from here on, its objects may go before the record
         // says so.
         self.erasing.insert(rec.operation_id.as_str().to_owned());
-        let intake = self.app.api();
+        let api = self.app.api();
         self.spawn(
             format!("erase {} ({})", short(rec.operation_id.as_str()), rec.phase.as_str()),
             10,
             None,
             Box::pin(async move {
-                match intake.erase_outputs(&rec.tenant_id, &rec.operation_id).await {
+                match api.erase_outputs(&rec.tenant_id, &rec.operation_id).await {
                     Ok(r) => Ok(format!(
                         "erased {} objects",
                         r.outputs_erased.map_or(0, |e| e.objects.len())
@@ -217,7 +217,7 @@ impl World {
         if resolution == Resolution::ConfirmNotCreated && rec.phase == Phase::Uncertain {
             *self.confirmations.entry(id.clone()).or_default() += 1;
         }
-        let intake = self.app.api();
+        let api = self.app.api();
         let op = Operator {
             actor: "sim-operator".into(),
             tenant: None,
@@ -229,8 +229,7 @@ impl World {
             None,
             Box::pin(async move {
                 let id = OperationId::parse(&id).map_err(|e| e.to_string())?;
-                intake
-                    .operator(&op)
+                api.operator(&op)
                     .resolve(&id, &resolution, "simulated operator", rec.version)
                     .await
                     .map(|r| r.phase.as_str().to_owned())

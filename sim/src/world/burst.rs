@@ -187,10 +187,10 @@ impl World {
     pub(super) fn submit_intent(&mut self, tenant: &str, body: &serde_json::Value) -> String {
         let intent = Intent::parse(body, None).expect("a valid intent");
         let tenant = TenantId::parse(tenant).expect("a valid tenant");
-        let intake = self.app.api();
+        let api = self.app.api();
         let now = self.now();
         run_to_end(Box::pin(async move {
-            match intake.submit(&tenant, &intent, now).await {
+            match api.submit(&tenant, &intent, now).await {
                 Ok(genace_stages::api::intake::Submitted::New(r)) => Ok(r.operation_id.as_str().to_owned()),
                 other => Err(format!("{other:?}")),
             }

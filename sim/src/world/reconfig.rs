@@ -36,7 +36,7 @@ impl World {
             return true;
         }
         let limit = (!self.rng.chance(250)).then(|| 1 + self.rng.below(u64::from(most)) as u32);
-        let intake = self.app.api();
+        let api = self.app.api();
         let op = genace_stages::api::operator::Operator {
             actor: "sim-operator".into(),
             tenant: None,
@@ -46,8 +46,7 @@ impl World {
             30,
             None,
             Box::pin(async move {
-                intake
-                    .operator(&op)
+                api.operator(&op)
                     .set_account_limit(limit)
                     .await
                     .map(|r| format!("limit {:?}", r.max_in_flight))
