@@ -47,7 +47,7 @@ BIN="$ROOT/target/debug"
 # own; its exit status is schemathesis's.
 check_as() {
   local who="$1"
-  export MOTO_PORT="$(free_port)" INTAKE_PORT="$(free_port)" SIM_PORT="$(free_port)"
+  export MOTO_PORT="$(free_port)" INTAKE_PORT="$(free_port)" SIM_PORT="$(free_port)" TRACES_PORT="$(free_port)"
   export GENACE_BASE_URL="http://127.0.0.1:$SIM_PORT" GENACE_API_KEY=local-simulator
   export DELIVERY_ALLOW_HTTP=true DELIVERY_ALLOW_PRIVATE=true FAULT_INJECTION=true
   export METRICS_DISABLED=true RUST_LOG="${RUST_LOG:-warn}" LOG_FORMAT=text

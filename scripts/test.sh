@@ -16,10 +16,14 @@
 # from infra/template.yaml (`conformance run --local --artifacts`, JUnit
 # report in target/conformance-artifacts.xml). Set SKIP_ARTIFACTS=1 to skip.
 #
-# Last, Redocly CLI lints docs/openapi.yaml (recommended rules, 0 errors)
+# Then Redocly CLI lints docs/openapi.yaml (recommended rules, 0 errors)
 # and schemathesis checks the API against it from outside,
 # with a tenant's and an operator's token (scripts/api-check.sh; exceptions
 # and their reasons in schemathesis.toml). Set SKIP_API_CHECK=1 to skip.
+#
+# Last, the TypeScript client (clients/typescript) is type-checked against
+# docs/openapi.yaml, built and tested with `node --test` against a local
+# stack of its own (scripts/client-ts.sh). Set SKIP_CLIENT_TS=1 to skip.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -79,6 +83,16 @@ if [ "${SKIP_API_CHECK:-}" != 1 ]; then
   [ "$api_status" = 0 ] || status=$api_status
 fi
 
+if [ "${SKIP_CLIENT_TS:-}" != 1 ]; then
+  echo "== the TypeScript client against a local stack (scripts/client-ts.sh)"
+  set +e
+  cargo build --quiet -p genace-local --bins 2>&1 | tee -a "$log"
+  scripts/client-ts.sh 2>&1 | tee -a "$log"
+  client_status=${PIPESTATUS[0]}
+  set -e
+  [ "$client_status" = 0 ] || status=$client_status
+fi
+
 # One closing line for the whole run (nextest prints one summary, cargo test
 # one line per test binary and the doc tests', the conformance suite one of
 # its own).
@@ -88,7 +102,8 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $
                          if ($i ~ /^out,?$/ && $(i-1) == "timed") f += $(i-2) } }
      /^conformance: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4; c += $2 + $4 }
      /^schemathesis: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4; a += $2 + $4 }
-     END { printf "tests: %d passed, %d failed (%d of them conformance scenarios against the artifacts, %d schemathesis runs against the OpenAPI document)\n", p, f, c, a }' "$log"
+     /^typescript client: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5; t += $3 + $5 }
+     END { printf "tests: %d passed, %d failed (%d of them conformance scenarios against the artifacts, %d schemathesis runs against the OpenAPI document, %d TypeScript client tests)\n", p, f, c, a, t }' "$log"
 # A failing test's message is printed after whatever it logged, which can be
 # long; repeat each panic here, so the end of the output says what failed.
 if grep -Eq "^ *thread '.*' panicked at" "$log"; then
