@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use genace_client::{Client, RetryPolicy, Submitted};
 use genace_core::domain::{Intent, OperationId, TenantId};
 use genace_core::record::{DeliveryState, OperationRecord};
 use genace_local::devauth;
@@ -97,7 +98,7 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
     Ok(())
 }
 
-/// How often one intent is retried after a 503 before the run fails.
+/// How often one intent is retried after a 503 (or a 429) before the run fails.
 const MAX_INTAKE_RETRIES: u32 = 5;
 
 /// Every intent POSTed, 16 at a time, each as `tenants[its tenant]`;
@@ -111,37 +112,25 @@ pub(crate) async fn burst(
         .iter()
         .map(|t| devauth::issue("tenant_id", t, 7200))
         .collect::<Result<_, _>>()?;
-    let client = reqwest::Client::new();
+    // As the API asks of every client: a 503 is retried with the same key
+    // after its Retry-After (a retry never makes a second operation); a
+    // retried create may answer 200, a replay.
+    let retry = RetryPolicy {
+        attempts: MAX_INTAKE_RETRIES + 1,
+        ..RetryPolicy::default()
+    };
+    let clients: Vec<Client> = tokens.iter().map(|t| Client::new(api, t).with_retry(retry)).collect();
     let answers: Vec<Result<(usize, OperationId), String>> = futures::stream::iter(intents.iter())
         .map(|(tenant, key)| {
-            let (client, token) = (client.clone(), tokens[*tenant].clone());
+            let client = &clients[*tenant];
             async move {
-                // As the API asks of every client: a 503 is retried with the
-                // same key after its Retry-After (a retry never makes a
-                // second operation); a retried create may answer 200.
-                let mut attempt = 0;
-                loop {
-                    let resp = client
-                        .post(format!("{api}/v1/operations"))
-                        .bearer_auth(&token)
-                        .header("content-type", "application/json")
-                        .body(intent_body(key, &format!("a harbour, take {key}")))
-                        .send()
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    match resp.status().as_u16() {
-                        200 | 202 => break,
-                        503 if attempt < MAX_INTAKE_RETRIES => {
-                            attempt += 1;
-                            let after = resp
-                                .headers()
-                                .get("retry-after")
-                                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                                .unwrap_or(1);
-                            tokio::time::sleep(Duration::from_secs(after)).await;
-                        }
-                        _ => return Err(format!("intake answered {}", resp.status())),
+                let body = serde_json::from_str(&intent_body(key, &format!("a harbour, take {key}"))).expect("json");
+                match client.submit(&genace_client::Intent::from_body(key, body)).await {
+                    Ok(Submitted::Created(_) | Submitted::Replayed(_)) => {}
+                    Ok(Submitted::KeyReused { problem, .. } | Submitted::Refused(problem)) => {
+                        return Err(format!("intake answered {problem}"));
                     }
+                    Err(e) => return Err(format!("intake answered {e}")),
                 }
                 let intent = Intent::parse(&serde_json::from_str(&intent_body(key, "x")).expect("json"), None)
                     .map_err(|e| e.to_string())?;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, Locator};
 use futures::StreamExt;
+use genace_client::{ListQuery, RetryPolicy};
 use genace_core::domain::{Intent, TenantId};
 use genace_core::machine::{Input, Policy, transition};
 use genace_core::record::OperationRecord;
@@ -47,12 +48,13 @@ pub(crate) async fn run(endpoint: &str, args: &ConsoleArgs) -> Result<(), String
     let (running, addr) = stack.start_runner(&base, 2).await?;
     let api = format!("http://{addr}");
     let operator = devauth::issue_operator("bench-operator", "tenant_id", None, 3600)?;
-    let http = reqwest::Client::new();
+    let ops = genace_client::Client::new(&api, &operator).with_retry(RetryPolicy::none());
+    let first_page = ListQuery::new().with("limit", PAGE);
     let mut list = Vec::new();
     let mut counts = Vec::new();
     for _ in 0..args.runs {
-        list.push(timed_get(&http, &format!("{api}/v1/reconciliation-cases?limit={PAGE}"), &operator).await?);
-        counts.push(timed_get(&http, &format!("{api}/v1/reconciliation-cases/counts"), &operator).await?);
+        list.push(timed("the page of cases", ops.cases_page(&first_page, None)).await?);
+        counts.push(timed("the counts", ops.case_counts(None)).await?);
     }
     let driver = Driver::start()?;
     let browser = driver.connect().await?;
@@ -132,18 +134,13 @@ fn lost_202(tenant: &str, key: &str) -> Result<OperationRecord, String> {
     transition(&claimed, lost, now, &policy).map_err(|e| format!("{e:?}"))
 }
 
-async fn timed_get(http: &reqwest::Client, url: &str, token: &str) -> Result<Duration, String> {
+/// How long `call` takes to answer with a success.
+async fn timed<T>(
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, genace_client::Error>>,
+) -> Result<Duration, String> {
     let t0 = Instant::now();
-    let res = http
-        .get(url)
-        .bearer_auth(token)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !res.status().is_success() {
-        return Err(format!("{url}: {}", res.status()));
-    }
-    res.bytes().await.map_err(|e| e.to_string())?;
+    call.await.map_err(|e| format!("{what}: {e}"))?;
     Ok(t0.elapsed())
 }
 

@@ -14,12 +14,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use genace_core::domain::OperationId;
-use genace_local::devauth;
 use serde_json::Value;
 
 use crate::cli::EventsArgs;
 use crate::pricing::{DDB_READS, Prices, count_of, load_prices};
-use crate::stack::{Stack, TENANT, operation_id, post_http, start_standin};
+use crate::stack::{Stack, operation_id, post_http, start_standin, tenant_client};
 
 /// What one run counted, per operation.
 struct Run {
@@ -154,13 +153,11 @@ async fn once(endpoint: &str, n: usize, unfiltered: bool) -> Result<Run, String>
         })
         .await?;
     stack.meter.reset();
-    let api = format!("http://{addr}");
-    let token = devauth::issue("tenant_id", TENANT, 3600)?;
-    let client = reqwest::Client::new();
+    let client = tenant_client(&format!("http://{addr}"))?;
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let keys: Vec<String> = (0..n).map(|i| format!("events-{run_id}-{i}")).collect();
     let answers: Vec<_> = futures::stream::iter(keys.iter())
-        .map(|k| post_http(&client, &api, &token, k))
+        .map(|k| post_http(&client, k))
         .buffer_unordered(8)
         .collect()
         .await;

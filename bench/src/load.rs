@@ -6,11 +6,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use genace_core::domain::OperationId;
-use genace_local::devauth;
 
 use crate::cli::LoadArgs;
 use crate::report::{ms, progress, summary};
-use crate::stack::{Stack, TENANT, operation_id, post_http, start_standin};
+use crate::stack::{Stack, operation_id, post_http, start_standin, tenant_client};
 
 /// The keys to offer, in order, and the distinct ones among them: every
 /// k-th intent repeats an earlier key, `duplicate_percent` of them.
@@ -39,8 +38,7 @@ struct Offered {
 
 /// POSTs each key at its due time, `rate` a second, without waiting for answers.
 async fn offer(api: &str, keys: Vec<String>, rate: f64) -> Result<Offered, String> {
-    let token = devauth::issue("tenant_id", TENANT, 3600)?;
-    let client = reqwest::Client::new();
+    let client = tenant_client(api)?;
     let bar = progress(keys.len() as u64, "intents offered");
     let interval = Duration::from_secs_f64(1.0 / rate.max(0.1));
     let started = Instant::now();
@@ -48,8 +46,8 @@ async fn offer(api: &str, keys: Vec<String>, rate: f64) -> Result<Offered, Strin
     for (i, key) in keys.into_iter().enumerate() {
         let due = started + interval * i as u32;
         tokio::time::sleep_until(due.into()).await;
-        let (client, api, token) = (client.clone(), api.to_owned(), token.clone());
-        tasks.spawn(async move { post_http(&client, &api, &token, &key).await });
+        let client = client.clone();
+        tasks.spawn(async move { post_http(&client, &key).await });
         bar.inc(1);
     }
     bar.finish_and_clear();

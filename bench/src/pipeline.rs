@@ -6,13 +6,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use genace_client::Client;
 use genace_core::domain::OperationId;
-use genace_local::{devauth, serve};
+use genace_local::serve;
 
 use crate::cli::PipelineArgs;
 use crate::pricing::{DDB_WRITES, PerOperation, Prices, count_of, load_prices};
 use crate::report::{ms, summary};
-use crate::stack::{Stack, TENANT, intent_body, operation_id, post_http, start_standin};
+use crate::stack::{Stack, TENANT, intent_body, operation_id, post_http, start_standin, tenant_client};
 
 /// AWS requests by (service, operation).
 type Requests = BTreeMap<(String, String), u64>;
@@ -41,14 +42,12 @@ pub(crate) async fn run(endpoint: &str, args: &PipelineArgs) -> Result<(), Strin
     let stack = Stack::fresh(endpoint).await?;
     let (sim, base) = start_standin(args.output_bytes).await?;
     let (running, addr) = stack.start_runner(&base, 4).await?;
-    let api = format!("http://{addr}");
-    let token = devauth::issue("tenant_id", TENANT, 3600)?;
-    let client = reqwest::Client::new();
+    let client = tenant_client(&format!("http://{addr}"))?;
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let keys: Vec<String> = (0..n).map(|i| format!("bench-{run_id}-{i}")).collect();
 
     let started = Instant::now();
-    let http_new = burst(&client, &api, &token, &keys).await?;
+    let http_new = burst(&client, &keys).await?;
     let ids: Vec<OperationId> = keys.iter().map(|k| operation_id(k)).collect();
     let delivered = stack.wait_delivered(&ids, Duration::from_secs(120 + n as u64)).await?;
     let burst = Burst {
@@ -59,7 +58,7 @@ pub(crate) async fn run(endpoint: &str, args: &PipelineArgs) -> Result<(), Strin
         posts: sim.counters.posts.load(Ordering::SeqCst),
         gets: sim.counters.status_gets.load(Ordering::SeqCst),
     };
-    let idle = idle(&stack, &client, &api, &token, &keys, run_id).await?;
+    let idle = idle(&stack, &client, &keys, run_id).await?;
     running.shutdown().await;
     let spans = receiver.map(|receiver| spans_counted(&receiver, n));
 
@@ -120,9 +119,9 @@ fn print_summary(
 }
 
 /// Every key POSTed, 8 at a time; each must be answered 202.
-async fn burst(client: &reqwest::Client, api: &str, token: &str, keys: &[String]) -> Result<Vec<Duration>, String> {
+async fn burst(client: &Client, keys: &[String]) -> Result<Vec<Duration>, String> {
     let results: Vec<_> = futures::stream::iter(keys.iter())
-        .map(|k| post_http(client, api, token, k))
+        .map(|k| post_http(client, k))
         .buffer_unordered(8)
         .collect()
         .await;
@@ -140,18 +139,11 @@ async fn burst(client: &reqwest::Client, api: &str, token: &str, keys: &[String]
 /// Over HTTP on the idle stack, one at a time: duplicates (their AWS
 /// requests counted apart), then new intents (their later stages run on,
 /// outside every count of the burst).
-async fn idle(
-    stack: &Stack,
-    client: &reqwest::Client,
-    api: &str,
-    token: &str,
-    keys: &[String],
-    run_id: &str,
-) -> Result<Idle, String> {
+async fn idle(stack: &Stack, client: &Client, keys: &[String], run_id: &str) -> Result<Idle, String> {
     stack.meter.reset();
     let mut http_dup = Vec::new();
     for k in keys.iter().take(100) {
-        let (status, took) = post_http(client, api, token, k).await?;
+        let (status, took) = post_http(client, k).await?;
         if status != 200 {
             return Err(format!("intake answered {status} to a duplicate"));
         }
@@ -160,7 +152,7 @@ async fn idle(
     let dup_requests = stack.meter.requests();
     let mut http_new = Vec::new();
     for i in 0..keys.len().min(100) {
-        let (status, took) = post_http(client, api, token, &format!("idle-{run_id}-{i}")).await?;
+        let (status, took) = post_http(client, &format!("idle-{run_id}-{i}")).await?;
         if status != 202 {
             return Err(format!("intake answered {status} to a new intent"));
         }

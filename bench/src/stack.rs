@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use genace_aws::DynamoStore;
 use genace_aws::clients as aws;
 use genace_aws::provision;
+use genace_client::{Client, Request, RetryPolicy};
 use genace_core::domain::Intent;
 use genace_core::domain::OperationId;
 use genace_core::domain::TenantId;
@@ -18,7 +19,7 @@ use genace_stages::config::ResourceNames;
 use genace_stages::ports::table::prelude::*;
 use serde_json::json;
 
-use genace_local::{meter, runner, standin};
+use genace_local::{devauth, meter, runner, standin};
 
 /// The tenant the single-tenant workloads run as.
 pub(crate) const TENANT: &str = "bench-tenant";
@@ -239,25 +240,23 @@ pub(crate) fn operation_id(key: &str) -> OperationId {
     OperationId::derive(&TenantId::parse(TENANT).expect("tenant"), &intent.operation_key)
 }
 
-/// POSTs an intent over HTTP; returns its status and latency.
-pub(crate) async fn post_http(
-    client: &reqwest::Client,
-    api: &str,
-    token: &str,
-    key: &str,
-) -> Result<(u16, Duration), String> {
+/// A client of the API at `api` as [`TENANT`], each request sent once:
+/// every answer is measured as it came.
+pub(crate) fn tenant_client(api: &str) -> Result<Client, String> {
+    let token = devauth::issue("tenant_id", TENANT, 3600)?;
+    Ok(Client::new(api, &token).with_retry(RetryPolicy::none()))
+}
+
+/// POSTs an intent over HTTP, its key in the body alone; returns the
+/// answer's status and latency.
+pub(crate) async fn post_http(api: &Client, key: &str) -> Result<(u16, Duration), String> {
     let started = Instant::now();
-    let resp = client
-        .post(format!("{api}/v1/operations"))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(intent_body(key, &format!("a lighthouse, take {key}")))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = resp.status().as_u16();
-    let _ = resp.bytes().await;
-    Ok((status, started.elapsed()))
+    let req = Request::new(reqwest::Method::POST, "/v1/operations").raw(
+        "application/json",
+        intent_body(key, &format!("a lighthouse, take {key}")),
+    );
+    let reply = api.send(&req).await.map_err(|e| e.to_string())?;
+    Ok((reply.status, started.elapsed()))
 }
 
 /// Starts the simulator with quick jobs: `running` at the first poll (5 s),

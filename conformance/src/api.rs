@@ -1,137 +1,79 @@
-//! The deployment's public API, as a client sees it. This crate defines its
-//! own view of the JSON on purpose: it must catch contract drift.
+//! The deployment's public API, as a client sees it: through `genace-client`,
+//! sending each request once (a retry would hide what the deployment
+//! answered). This crate keeps its own view of the JSON on purpose: it
+//! asserts on the answers as `serde_json::Value`s, to catch contract drift.
 
 use std::time::{Duration, Instant};
 
-use reqwest::StatusCode;
+use genace_client::{Client, Error, Problem, Reply, Request, RetryPolicy};
+use reqwest::Method;
 use serde_json::Value;
 
-#[derive(Debug, Clone)]
-pub struct Api {
-    http: reqwest::Client,
-    base: String,
-    token: String,
+/// A client of the deployment at `base` as the caller `token`, each
+/// request sent once.
+pub fn client(base: &str, token: &str) -> Client {
+    Client::new(base, token).with_retry(RetryPolicy::none())
 }
 
-#[derive(Debug, Clone)]
-pub struct Reply {
-    pub status: StatusCode,
-    pub content_type: String,
-    pub replayed: bool,
-    pub location: Option<String>,
-    pub body: Value,
+/// `POST /v1/operations` with a raw JSON body, the key in the body alone;
+/// the answer as it came (its status and headers are what is checked).
+pub async fn create_raw(api: &Client, body: &str) -> Result<Reply, String> {
+    let req = Request::new(Method::POST, "/v1/operations").raw("application/json", body);
+    api.send(&req).await.map_err(|e| e.to_string())
 }
 
-impl Api {
-    pub fn new(base: &str, token: &str) -> Self {
-        Self {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("an HTTP client"),
-            base: base.trim_end_matches('/').to_owned(),
-            token: token.to_owned(),
+pub async fn create(api: &Client, body: &Value) -> Result<Reply, String> {
+    create_raw(api, &body.to_string()).await
+}
+
+/// Whether a create's answer is a replay of an earlier one.
+pub fn replayed(r: &Reply) -> bool {
+    r.header("idempotent-replayed") == Some("true")
+}
+
+/// An operation's view; a problem answer is a failure naming it.
+pub async fn view(api: &Client, id: &str) -> Result<Value, String> {
+    api.operation(id)
+        .await
+        .map(|op| op.view)
+        .map_err(|e| format!("GET {id}: {e}"))
+}
+
+/// What the deployment answered: the success, or its problem; `Err` only
+/// when no answer came.
+pub fn answer<T>(r: Result<T, Error>) -> Result<Result<T, Problem>, String> {
+    match r {
+        Ok(t) => Ok(Ok(t)),
+        Err(Error::Api(p)) => Ok(Err(p)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Reads the operation until `done` holds for its view, or fails after
+/// `within`; an answer that is not a view is read again.
+pub async fn wait_for(
+    api: &Client,
+    id: &str,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Result<Value, String> {
+    let start = Instant::now();
+    let mut last = Value::Null;
+    while start.elapsed() < within {
+        match api.operation(id).await {
+            Ok(op) if done(&op.view) => return Ok(op.view),
+            Ok(op) => last = op.view,
+            Err(Error::Api(_)) => {}
+            Err(e) => return Err(e.to_string()),
         }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-
-    async fn reply(resp: reqwest::Response) -> Result<Reply, String> {
-        let header = |n: &str| resp.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let status = resp.status();
-        let content_type = header("content-type").unwrap_or_default();
-        let replayed = header("idempotent-replayed").as_deref() == Some("true");
-        let location = header("location");
-        let text = resp.text().await.map_err(|e| e.to_string())?;
-        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Ok(Reply {
-            status,
-            content_type,
-            replayed,
-            location,
-            body,
-        })
-    }
-
-    /// `POST /v1/operations` with a raw JSON body.
-    pub async fn create_raw(&self, body: &str) -> Result<Reply, String> {
-        let resp = self
-            .http
-            .post(format!("{}/v1/operations", self.base))
-            .bearer_auth(&self.token)
-            .header("content-type", "application/json")
-            .body(body.to_owned())
-            .send()
-            .await
-            .map_err(|e| format!("POST /v1/operations: {e}"))?;
-        Self::reply(resp).await
-    }
-
-    pub async fn create(&self, body: &Value) -> Result<Reply, String> {
-        self.create_raw(&body.to_string()).await
-    }
-
-    pub async fn get(&self, id: &str) -> Result<Reply, String> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/operations/{id}", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| format!("GET /v1/operations/{id}: {e}"))?;
-        Self::reply(resp).await
-    }
-
-    /// `POST /v1/operations/{id}/cancel`.
-    pub async fn cancel(&self, id: &str) -> Result<Reply, String> {
-        let resp = self
-            .http
-            .post(format!("{}/v1/operations/{id}/cancel", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| format!("POST /v1/operations/{id}/cancel: {e}"))?;
-        Self::reply(resp).await
-    }
-
-    /// `GET /v1/operations` with a query string (`limit=10&key_prefix=...`).
-    pub async fn list(&self, query: &[(&str, &str)]) -> Result<Reply, String> {
-        let url = reqwest::Url::parse_with_params(&format!("{}/v1/operations", self.base), query)
-            .map_err(|e| format!("GET /v1/operations: {e}"))?;
-        let resp = self
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| format!("GET /v1/operations: {e}"))?;
-        Self::reply(resp).await
-    }
-
-    /// Reads the operation until `done` holds for its view, or fails after `within`.
-    pub async fn wait_for(
-        &self,
-        id: &str,
-        within: Duration,
-        what: &str,
-        done: impl Fn(&Value) -> bool,
-    ) -> Result<Value, String> {
-        let start = Instant::now();
-        let mut last = Value::Null;
-        while start.elapsed() < within {
-            let r = self.get(id).await?;
-            if r.status == StatusCode::OK {
-                if done(&r.body) {
-                    return Ok(r.body);
-                }
-                last = r.body;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        Err(format!(
-            "{what}: not reached within {}s; last view: phase={} delivery_state={} case={}",
-            within.as_secs(),
-            last["phase"],
-            last["delivery_state"],
-            last["reconciliation_case"]
-        ))
-    }
+    Err(format!(
+        "{what}: not reached within {}s; last view: phase={} delivery_state={} case={}",
+        within.as_secs(),
+        last["phase"],
+        last["delivery_state"],
+        last["reconciliation_case"]
+    ))
 }

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path, path_regex};
 use wiremock::{Mock, Request, Respond, ResponseTemplate};
 
+use crate::api;
 use crate::context::{Context, Outcome};
 use crate::genace::PromptMarker;
 
@@ -120,7 +121,7 @@ pub async fn burst(ctx: &Context) -> Outcome {
             "media_type": "video",
             "specification": {"model": "genace-video-2", "prompt": format!("harbour, take {i} {marker}")}
         });
-        async move { ctx.api.create(&body).await }
+        async move { api::create(&ctx.api, &body).await }
     });
     let mut ids = Vec::new();
     let mut traces = Vec::new();
@@ -132,12 +133,10 @@ pub async fn burst(ctx: &Context) -> Outcome {
     // Twelve jobs two at a time take six renders; give the slower deployments room.
     let patience = ctx.patience.max(RENDER * (BURST / ACCOUNT_JOBS) as u32 * 4);
     for id in &ids {
-        let v = ctx
-            .api
-            .wait_for(id, patience, "delivered", |v| {
-                v["delivery_state"] == "delivered" || !v["reconciliation_case"].is_null()
-            })
-            .await?;
+        let v = api::wait_for(&ctx.api, id, patience, "delivered", |v| {
+            v["delivery_state"] == "delivered" || !v["reconciliation_case"].is_null()
+        })
+        .await?;
         if !v["reconciliation_case"].is_null() {
             return Err(format!("{id}: a case opened: {}", v["reconciliation_case"]));
         }

@@ -3,13 +3,15 @@
 
 use std::time::Duration;
 
-use crate::api::Api;
+use genace_client::Client;
+
 use crate::genace::GenaceDouble;
 
 pub struct Context {
-    pub api: Api,
+    /// The tenant's client; see [`crate::api`].
+    pub api: Client,
     /// A second tenant, for the isolation scenario.
-    pub api_other_tenant: Option<Api>,
+    pub api_other_tenant: Option<Client>,
     pub genace: GenaceDouble,
     /// Longest wait for an asynchronous outcome.
     pub patience: Duration,

@@ -17,7 +17,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, builder::PossibleValuesParser};
-use conformance::api::Api;
+use conformance::api;
 use conformance::genace::GenaceDouble;
 use conformance::{Context, SCENARIOS, junit, run_scenarios_reporting, summary};
 use tokio::process::{Child, Command};
@@ -303,8 +303,8 @@ async fn run(o: Options) -> Result<bool, String> {
     };
     println!("target: {target}");
     let ctx = Context {
-        api: Api::new(&target, &token),
-        api_other_tenant: token_b.map(|t| Api::new(&target, &t)),
+        api: api::client(&target, &token),
+        api_other_tenant: token_b.map(|t| api::client(&target, &t)),
         genace,
         patience: Duration::from_secs(o.patience),
         lost_delay: Duration::from_secs(o.lost_delay),

@@ -9,11 +9,11 @@ mod listing;
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};
 
+use crate::api;
 use crate::context::{Context, Outcome, check};
 use crate::genace::{PromptMarker, RESET_MARKER};
 
@@ -119,11 +119,8 @@ impl<'a> Scenario<'a> {
     }
 
     async fn create_new(&self, fault: Option<&str>) -> Result<String, String> {
-        let r = self.ctx.api.create(&self.body(fault)).await?;
-        check(
-            r.status == StatusCode::ACCEPTED,
-            format!("create answered {} {}", r.status, r.body),
-        )?;
+        let r = api::create(&self.ctx.api, &self.body(fault)).await?;
+        check(r.status == 202, format!("create answered {} {}", r.status, r.body))?;
         r.body["operation_id"]
             .as_str()
             .map(str::to_owned)
@@ -131,22 +128,17 @@ impl<'a> Scenario<'a> {
     }
 
     async fn wait_phase(&self, id: &str, phase: &str) -> Result<Value, String> {
-        self.ctx
-            .api
-            .wait_for(id, self.ctx.patience, &format!("phase {phase}"), |v| {
-                v["phase"] == phase
-            })
-            .await
+        api::wait_for(&self.ctx.api, id, self.ctx.patience, &format!("phase {phase}"), |v| {
+            v["phase"] == phase
+        })
+        .await
     }
 
     async fn wait_delivered(&self, id: &str) -> Result<Value, String> {
-        let v = self
-            .ctx
-            .api
-            .wait_for(id, self.ctx.patience, "delivered", |v| {
-                v["delivery_state"] == "delivered"
-            })
-            .await?;
+        let v = api::wait_for(&self.ctx.api, id, self.ctx.patience, "delivered", |v| {
+            v["delivery_state"] == "delivered"
+        })
+        .await?;
         let objects = v["delivered_objects"].as_array().cloned().unwrap_or_default();
         check(!objects.is_empty(), "delivered without objects")?;
         check(
@@ -162,13 +154,10 @@ impl<'a> Scenario<'a> {
         self.on_post(self.accepted("queued")).await;
         self.on_status(None, self.snapshot("running", Value::Null)).await;
         let body = self.body(None);
-        let replies = futures::future::join_all((0..20).map(|_| self.ctx.api.create(&body))).await;
+        let replies = futures::future::join_all((0..20).map(|_| api::create(&self.ctx.api, &body))).await;
         let replies: Vec<_> = replies.into_iter().collect::<Result<_, _>>()?;
-        let created = replies.iter().filter(|r| r.status == StatusCode::ACCEPTED).count();
-        let replayed = replies
-            .iter()
-            .filter(|r| r.status == StatusCode::OK && r.replayed)
-            .count();
+        let created = replies.iter().filter(|r| r.status == 202).count();
+        let replayed = replies.iter().filter(|r| r.status == 200 && api::replayed(r)).count();
         check(
             (created, replayed) == (1, 19),
             format!("{created} created and {replayed} replayed, expected 1 and 19"),
@@ -188,9 +177,9 @@ impl<'a> Scenario<'a> {
         self.on_status(None, self.snapshot("running", Value::Null)).await;
         let id = self.create_new(None).await?;
         self.wait_phase(&id, "accepted").await?;
-        let again = self.ctx.api.create(&self.body(None)).await?;
+        let again = api::create(&self.ctx.api, &self.body(None)).await?;
         check(
-            again.status == StatusCode::OK && again.replayed,
+            again.status == 200 && api::replayed(&again),
             format!("retry answered {}", again.status),
         )?;
         check(
@@ -208,19 +197,17 @@ impl<'a> Scenario<'a> {
         self.on_post(self.accepted("queued")).await;
         self.on_status(None, self.snapshot("running", Value::Null)).await;
         let id = self.create_new(None).await?;
-        let before = self.ctx.api.get(&id).await?.body;
+        let before = api::view(&self.ctx.api, &id).await?;
         let mut changed = self.body(None);
         changed["specification"]["prompt"] = json!(format!("a lighthouse at dawn {}", self.marker));
-        let r = self.ctx.api.create(&changed).await?;
+        let r = api::create(&self.ctx.api, &changed).await?;
+        check(r.status == 409, format!("a changed spec answered {}", r.status))?;
         check(
-            r.status == StatusCode::CONFLICT,
-            format!("a changed spec answered {}", r.status),
-        )?;
-        check(
-            r.content_type.starts_with("application/problem+json"),
+            r.header("content-type")
+                .is_some_and(|t| t.starts_with("application/problem+json")),
             "409 must be problem+json",
         )?;
-        let after = self.ctx.api.get(&id).await?.body;
+        let after = api::view(&self.ctx.api, &id).await?;
         check(
             after["specification"] == before["specification"],
             "the original specification changed",
@@ -239,9 +226,9 @@ impl<'a> Scenario<'a> {
             r#"{{"specification":{{"parameters":{{"camera":{{"speed":0.50,"move":"dolly"}},"seed":42.0}},"aspect_ratio":"16:9","duration":5.0,"prompt":"a lighthouse at dusk {}","model":"genace-video-2"}},"media_type":"video","operation_key":"{}"}}"#,
             self.marker, self.key
         );
-        let r = self.ctx.api.create_raw(&reordered).await?;
+        let r = api::create_raw(&self.ctx.api, &reordered).await?;
         check(
-            r.status == StatusCode::OK,
+            r.status == 200,
             format!("reordered JSON answered {} {}", r.status, r.body),
         )?;
         check(
@@ -259,7 +246,7 @@ impl<'a> Scenario<'a> {
         // Redeliveries and sweeps must not POST again.
         tokio::time::sleep(Duration::from_secs(8)).await;
         self.expect_posts(1).await?;
-        let v = self.ctx.api.get(&id).await?.body;
+        let v = api::view(&self.ctx.api, &id).await?;
         check(
             v["phase"] == "uncertain",
             format!("left uncertain by itself: {}", v["phase"]),
@@ -287,11 +274,8 @@ impl<'a> Scenario<'a> {
             b["specification"]["prompt"] = json!(format!("a lighthouse at dusk {} {RESET_MARKER}", self.marker));
             b
         };
-        let r = self.ctx.api.create(&marker_body).await?;
-        check(
-            r.status == StatusCode::ACCEPTED,
-            format!("create answered {}", r.status),
-        )?;
+        let r = api::create(&self.ctx.api, &marker_body).await?;
+        check(r.status == 202, format!("create answered {}", r.status))?;
         let id = r.body["operation_id"].as_str().unwrap_or_default().to_owned();
         let v = self.wait_phase(&id, "uncertain").await?;
         check(v["reconciliation_case"].is_object(), "uncertain without a visible case")?;
@@ -369,19 +353,22 @@ impl<'a> Scenario<'a> {
         self.on_post(self.accepted("queued")).await;
         self.on_status(None, self.snapshot("running", Value::Null)).await;
         let id = self.create_new(None).await?;
-        let peek = other.get(&id).await?;
+        let peek = match api::answer(other.operation(&id).await)? {
+            Err(p) if p.status == 404 => p,
+            Err(p) => return Err(format!("another tenant read the operation: {}", p.status)),
+            Ok(_) => return Err("another tenant read the operation: 200".into()),
+        };
+        let unknown = api::answer(other.operation("op_0123456789abcdef0123456789abcdef").await)?
+            .err()
+            .map(|p| p.body)
+            .unwrap_or_default();
         check(
-            peek.status == StatusCode::NOT_FOUND,
-            format!("another tenant read the operation: {}", peek.status),
-        )?;
-        let unknown = other.get("op_0123456789abcdef0123456789abcdef").await?;
-        check(
-            peek.body["detail"] == unknown.body["detail"],
+            peek.body["detail"] == unknown["detail"],
             "another tenant's operation must look unknown",
         )?;
-        let theirs = other.create(&self.body(None)).await?;
+        let theirs = api::create(other, &self.body(None)).await?;
         check(
-            theirs.status == StatusCode::ACCEPTED,
+            theirs.status == 202,
             format!("the same key for another tenant answered {}", theirs.status),
         )?;
         check(theirs.body["operation_id"] != id.as_str(), "tenants share an operation")

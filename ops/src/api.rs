@@ -1,6 +1,8 @@
-//! The operator API, called with the operator's token: one request per call,
-//! a problem answer kept whole for printing.
+//! The operator API through `genace-client`, with the operator's token:
+//! each request sent once (a decision is never retried behind the
+//! operator's back), a problem answer kept whole for printing.
 
+use genace_client::{Client, Error, ListQuery, Page, RetryPolicy};
 use serde_json::{Value, json};
 
 pub(crate) enum Failure {
@@ -8,72 +10,34 @@ pub(crate) enum Failure {
     Transport(String),
 }
 
-/// The operator API, with the operator's token.
-pub(crate) struct Api {
-    pub url: String,
-    pub token: String,
-}
-
-impl Api {
-    pub(crate) async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<Value, Failure> {
-        self.call_if_match(method, path, body, None).await
-    }
-
-    pub(crate) async fn call_if_match(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-        version: Option<u64>,
-    ) -> Result<Value, Failure> {
-        let client = reqwest::Client::new();
-        let mut req = client
-            .request(method, format!("{}{path}", self.url.trim_end_matches('/')))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.header("content-type", "application/json").body(b.to_string());
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Api(p) => Failure::Api(match p.body {
+                Value::Null => json!({"status": p.status, "detail": ""}),
+                Value::String(text) => json!({"status": p.status, "detail": text}),
+                body => body,
+            }),
+            Error::Transport { reason, .. } => Failure::Transport(reason),
+            other => Failure::Transport(other.to_string()),
         }
-        if let Some(v) = version {
-            req = req.header("if-match", format!("\"{v}\""));
-        }
-        let resp = req.send().await.map_err(|e| Failure::Transport(e.to_string()))?;
-        let ok = resp.status().is_success();
-        let status = resp.status().as_u16();
-        let text = resp.text().await.map_err(|e| Failure::Transport(e.to_string()))?;
-        let value = serde_json::from_str(&text).unwrap_or_else(|_| json!({"status": status, "detail": text}));
-        if ok { Ok(value) } else { Err(Failure::Api(value)) }
-    }
-
-    pub(crate) async fn get(&self, path: &str) -> Result<Value, Failure> {
-        self.call(reqwest::Method::GET, path, None).await
     }
 }
 
-/// Everything but RFC 3986's unreserved characters is percent-encoded.
-pub(crate) const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-
-/// Percent-encodes everything but the unreserved characters.
-pub(crate) fn enc(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
+/// A client of the API at `url` as the operator `token`.
+pub(crate) fn client(url: &str, token: &str) -> Client {
+    Client::new(url, token).with_retry(RetryPolicy::none())
 }
 
-pub(crate) fn query(pairs: &[(&str, Option<&str>)]) -> String {
-    let parts: Vec<String> = pairs
+/// `pairs` with a value, as a listing's query.
+pub(crate) fn query(pairs: &[(&str, Option<&str>)]) -> ListQuery {
+    pairs
         .iter()
-        .filter_map(|(k, v)| v.map(|v| format!("{k}={}", enc(v))))
-        .collect();
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("?{}", parts.join("&"))
-    }
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .fold(ListQuery::new(), |q, (k, v)| q.with(k, v))
+}
+
+/// A page as the API sent it: its items under `member`, and `next_cursor`.
+pub(crate) fn page_json(member: &str, page: Page) -> Value {
+    json!({member: page.items, "next_cursor": page.next_cursor})
 }

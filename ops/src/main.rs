@@ -42,11 +42,12 @@ mod print;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, error::ErrorKind};
+use genace_client::Client;
 
-use api::{Api, Failure};
+use api::Failure;
 use cli::{Cli, Command};
 
-async fn run(api: &Api, json: bool, command: Command) -> Result<(), Failure> {
+async fn run(api: &Client, json: bool, command: Command) -> Result<(), Failure> {
     match command {
         Command::Cases(c) => commands::cases(api, json, c).await,
         Command::Op(o) => commands::op(api, json, o).await,
@@ -93,10 +94,9 @@ async fn main() -> ExitCode {
             .error(ErrorKind::MissingRequiredArgument, format!("set {what}"))
             .exit()
     };
-    let api = Api {
-        url: cli.url.unwrap_or_else(|| missing("--url or GENACE_OPS_URL")),
-        token: cli.token.unwrap_or_else(|| missing("--token or GENACE_OPS_TOKEN")),
-    };
+    let url = cli.url.unwrap_or_else(|| missing("--url or GENACE_OPS_URL"));
+    let token = cli.token.unwrap_or_else(|| missing("--token or GENACE_OPS_TOKEN"));
+    let api = api::client(&url, &token);
     match run(&api, cli.json, cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Transport(e)) => {

@@ -4,6 +4,7 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use genace_client::{Client, Error, Intent, Request, Submitted};
 use genace_local::{devauth, runner};
 use genace_localaws::LocalAws;
 use genace_outbound::GenaceConfig;
@@ -50,29 +51,24 @@ impl Stack {
 
     async fn create(&self, tenant: &str, key: &str) -> String {
         let token = devauth::issue("tenant_id", tenant, 600).unwrap();
-        let resp = reqwest::Client::new()
-            .post(format!("{}/v1/operations", self.api))
-            .bearer_auth(token)
-            .json(&json!({"operation_key": key, "media_type": "image",
-                "specification": {"model": "genace-image-1", "prompt": format!("a lighthouse {key}")}}))
-            .send()
+        let spec = json!({"model": "genace-image-1", "prompt": format!("a lighthouse {key}")});
+        match Client::new(&self.api, &token)
+            .submit(&Intent::new(key, "image", spec))
             .await
-            .unwrap();
-        assert_eq!(resp.status(), 202);
-        resp.json::<Value>().await.unwrap()["operation_id"]
-            .as_str()
             .unwrap()
-            .to_owned()
+        {
+            Submitted::Created(op) => op.id().to_owned(),
+            other => panic!("not created: {other:?}"),
+        }
     }
 
+    /// The answer's status and body to `GET` of operation `id`.
     async fn view(&self, token: &str, id: &str) -> (u16, Value) {
-        let resp = reqwest::Client::new()
-            .get(format!("{}/v1/operations/{id}", self.api))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
-        (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
+        match Client::new(&self.api, token).operation(id).await {
+            Ok(op) => (200, op.view),
+            Err(Error::Api(p)) => (p.status, p.body),
+            Err(e) => panic!("{e}"),
+        }
     }
 
     async fn wait(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
@@ -278,15 +274,12 @@ async fn wrong_phases_non_operators_and_other_tenants_are_refused() {
     let refused = stack.cli(&user, &["cases", "list"]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("403"), "{refused:?}");
-    let resp = reqwest::Client::new()
-        .post(format!("{}/v1/operations/{a}/resolution", stack.api))
-        .bearer_auth(&user)
-        .json(&json!({"action": "abandon", "reason": "mine"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 403);
-    assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    // Sent as is, without If-Match: the token is refused before the version matters.
+    let resolution = Request::new(reqwest::Method::POST, format!("/v1/operations/{a}/resolution"))
+        .json(&json!({"action": "abandon", "reason": "mine"}));
+    let resp = Client::new(&stack.api, &user).send(&resolution).await.unwrap();
+    assert_eq!(resp.status, 403);
+    assert_eq!(resp.header("content-type"), Some("application/problem+json"));
 
     // An operator limited to tenant A sees and resolves only A's cases.
     let ops_a = operator(Some("tenant-a"));

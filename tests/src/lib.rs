@@ -1,30 +1,50 @@
 //! End-to-end tests live in this crate's `tests/` folder: the whole stack,
 //! hosted in-process by the local runner against the local AWS endpoint,
 //! checked by the conformance suite. The helpers here are what those tests
-//! share.
+//! share; every call to the stack's API goes through `genace-client`.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
+use genace_client::{Client, Error, Intent, RetryPolicy, Submitted};
 use serde_json::Value;
 
-/// GET `url` with `token` as its bearer; the answer's body as JSON.
-pub async fn get_json(http: &reqwest::Client, url: &str, token: &str) -> Value {
-    let resp = http.get(url).bearer_auth(token).send().await.unwrap();
-    resp.json().await.unwrap()
+/// A client of the API at `api` as `token`, each request sent once: a test
+/// sees every answer as it came, a 5xx or a 429 included.
+pub fn client(api: &str, token: &str) -> Client {
+    Client::new(api, token).with_retry(RetryPolicy::none())
 }
 
-/// Reads `url` (as [`get_json`]) every 200 ms until `done` holds for the
-/// answer or `within` has passed; the last answer either way.
-pub async fn get_until(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    within: Duration,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
+/// Submits `body` as a new intent under its `operation_key`: the created
+/// operation's view; the test fails on any other answer.
+pub async fn create(api: &Client, body: Value) -> Value {
+    let key = body["operation_key"].as_str().expect("an operation_key").to_owned();
+    match api.submit(&Intent::from_body(&key, body)).await {
+        Ok(Submitted::Created(op)) => op.view,
+        other => panic!("{key} was not created: {other:?}"),
+    }
+}
+
+/// The body of `answer`: the success's, or the problem document.
+pub fn body_of(answer: Result<Value, Error>) -> Value {
+    match answer {
+        Ok(body) => body,
+        Err(Error::Api(problem)) => problem.body,
+        Err(e) => panic!("no answer: {e}"),
+    }
+}
+
+/// Calls `read` every 200 ms until `done` holds for its answer (a problem
+/// answer is read as its document) or `within` has passed; the last answer
+/// either way.
+pub async fn read_until<F, R>(within: Duration, read: R, done: impl Fn(&Value) -> bool) -> Value
+where
+    R: Fn() -> F,
+    F: Future<Output = Result<Value, Error>>,
+{
     let deadline = Instant::now() + within;
     loop {
-        let body = get_json(http, url, token).await;
+        let body = body_of(read().await);
         if done(&body) || Instant::now() > deadline {
             return body;
         }
@@ -33,18 +53,11 @@ pub async fn get_until(
 }
 
 /// The operation `id`'s view once its `delivery_state` is `state`, read
-/// from `api` with `token` every 200 ms for up to `within`; fails the test
-/// with the last view when it never gets there.
-pub async fn until_delivery(
-    http: &reqwest::Client,
-    api: &str,
-    token: &str,
-    id: &str,
-    state: &str,
-    within: Duration,
-) -> Value {
-    let url = format!("{api}/v1/operations/{id}");
-    let op = get_until(http, &url, token, within, |op| op["delivery_state"] == state).await;
+/// through `api` every 200 ms for up to `within`; fails the test with the
+/// last view when it never gets there.
+pub async fn until_delivery(api: &Client, id: &str, state: &str, within: Duration) -> Value {
+    let read = || async { api.operation(id).await.map(|op| op.view) };
+    let op = read_until(within, read, |op| op["delivery_state"] == state).await;
     assert_eq!(op["delivery_state"], state, "not {state} within {within:?}: {op}");
     op
 }

@@ -114,39 +114,28 @@ async fn a_freed_slot_goes_past_a_video_short_of_credits_to_an_image_that_fits()
     let settings = runner::RunnerSettings::for_tests();
     let api = format!("http://{}", settings.intake_addr);
     let running = runner::start(&env.sdk, config.clone(), gconf, settings).await.unwrap();
-    let http = reqwest::Client::new();
     // Unique per run: the table may outlive one test run.
     let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let mixed = format!("mixed-{run}");
     let other = format!("other-{run}");
-    let operator = devauth::issue_operator("ops-1", "tenant_id", None, 600).unwrap();
-    let limit = http
-        .put(format!("{api}/v1/tenants/{mixed}/spend-limit"))
-        .bearer_auth(&operator)
-        .json(&json!({"spend_limit": 12}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(limit.status(), 200, "{}", limit.text().await.unwrap());
+    let operator = e2e::client(&api, &devauth::issue_operator("ops-1", "tenant_id", None, 600).unwrap());
+    let limit = operator.set_spend_limit(&mixed, Some(12.0)).await;
+    assert!(limit.is_ok(), "{limit:?}");
     let submit = |tenant: String, prompt: &'static str, media: &'static str| {
-        let http = http.clone();
         let api = api.clone();
         async move {
-            let user = devauth::issue("tenant_id", &tenant, 600).unwrap();
+            let user = e2e::client(&api, &devauth::issue("tenant_id", &tenant, 600).unwrap());
             let model = if media == "video" {
                 "genace-video-2"
             } else {
                 "genace-image-1"
             };
-            let created = http
-                .post(format!("{api}/v1/operations"))
-                .bearer_auth(&user)
-                .json(&json!({"operation_key": prompt, "media_type": media,
-                              "specification": {"model": model, "prompt": prompt}}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(created.status(), 202, "{prompt}");
+            e2e::create(
+                &user,
+                json!({"operation_key": prompt, "media_type": media,
+                       "specification": {"model": model, "prompt": prompt}}),
+            )
+            .await;
         }
     };
 

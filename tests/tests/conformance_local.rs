@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use conformance::api::Api;
+use conformance::api;
 use conformance::genace::GenaceDouble;
 use conformance::{Context, run_scenarios, summary};
 use genace_local::{devauth, runner};
@@ -54,8 +54,8 @@ async fn every_acceptance_scenario_passes_on_the_local_stack() {
 
     let token = |tenant: &str| devauth::issue("tenant_id", tenant, 3600).unwrap();
     let ctx = Context {
-        api: Api::new(&target, &token("e2e-tenant-a")),
-        api_other_tenant: Some(Api::new(&target, &token("e2e-tenant-b"))),
+        api: api::client(&target, &token("e2e-tenant-a")),
+        api_other_tenant: Some(api::client(&target, &token("e2e-tenant-b"))),
         genace,
         patience: Duration::from_secs(90),
         lost_delay: Duration::from_secs(10),

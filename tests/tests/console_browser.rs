@@ -91,9 +91,10 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
     let addr = settings.intake_addr;
     let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
     let api = Api {
-        base: format!("http://{addr}"),
-        http: reqwest::Client::new(),
-        operator: devauth::issue_operator("ops-check", "tenant_id", None, 600).unwrap(),
+        operator: e2e::client(
+            &format!("http://{addr}"),
+            &devauth::issue_operator("ops-check", "tenant_id", None, 600).unwrap(),
+        ),
     };
 
     let mut ids = Vec::new();
@@ -176,11 +177,7 @@ async fn an_operator_resolves_cases_in_the_console_one_by_one_and_in_bulk() {
         .for_element(Locator::Css("form[data-action='confirm_not_created']"))
         .await
         .unwrap();
-    api.resolve(
-        &b,
-        json!({"action": "attach_remote_job", "job_id": "job-b", "reason": "found it"}),
-    )
-    .await;
+    api.resolve(&b, "attach_remote_job", Some("job-b"), "found it").await;
     type_into(&form, "input[name='reason']", "nothing there").await;
     press(&form, "button[type='submit']").await;
     let stale = browser.wait().for_element(Locator::Id("stale")).await.unwrap();
@@ -401,58 +398,38 @@ impl Respond for Pkce {
 
 /// The public API, as the test's own operator sees it.
 struct Api {
-    base: String,
-    http: reqwest::Client,
-    operator: String,
+    operator: genace_client::Client,
 }
 
 impl Api {
     async fn create(&self, tenant: &str, key: &str) -> String {
-        let user = devauth::issue("tenant_id", tenant, 600).unwrap();
-        let created: Value = self
-            .http
-            .post(format!("{}/v1/operations", self.base))
-            .bearer_auth(&user)
-            .json(&json!({"operation_key": key, "media_type": "image",
-                          "specification": {"model": "genace-image-1", "prompt": key}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let user = self
+            .operator
+            .with_token(&devauth::issue("tenant_id", tenant, 600).unwrap());
+        let created = e2e::create(
+            &user,
+            json!({"operation_key": key, "media_type": "image",
+                   "specification": {"model": "genace-image-1", "prompt": key}}),
+        )
+        .await;
         created["operation_id"].as_str().unwrap().to_owned()
     }
 
     /// A webhook endpoint of `tenant`'s, created by the operator: its id.
     async fn endpoint(&self, tenant: &str, url: &str) -> String {
-        let res = self
-            .http
-            .post(format!("{}/v1/webhooks/endpoints?tenant={tenant}", self.base))
-            .bearer_auth(&self.operator)
-            .json(&json!({"url": url, "description": "console test receiver"}))
-            .send()
+        let created = self
+            .operator
+            .create_endpoint(
+                Some(tenant),
+                &json!({"url": url, "description": "console test receiver"}),
+            )
             .await
-            .unwrap();
-        assert_eq!(res.status(), 201);
-        let created: Value = res.json().await.unwrap();
+            .expect("created, 201");
         created["id"].as_str().unwrap().to_owned()
     }
 
     async fn get(&self, id: &str) -> Value {
-        self.read(id).await.1
-    }
-
-    async fn read(&self, id: &str) -> (String, Value) {
-        let res = self
-            .http
-            .get(format!("{}/v1/operations/{id}", self.base))
-            .bearer_auth(&self.operator)
-            .send()
-            .await
-            .unwrap();
-        let etag = res.headers()["etag"].to_str().unwrap().to_owned();
-        (etag, res.json().await.unwrap())
+        self.operator.operation(id).await.unwrap().view
     }
 
     /// The view of `id` once `done` holds for it.
@@ -468,18 +445,11 @@ impl Api {
         }
     }
 
-    async fn resolve(&self, id: &str, body: Value) {
-        let (etag, _) = self.read(id).await;
-        let res = self
-            .http
-            .post(format!("{}/v1/operations/{id}/resolution", self.base))
-            .bearer_auth(&self.operator)
-            .header("If-Match", etag)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    /// `action` decided on the version read just before, with `reason`.
+    async fn resolve(&self, id: &str, action: &str, job_id: Option<&str>, reason: &str) {
+        let version = self.operator.operation(id).await.unwrap().version.expect("an ETag");
+        let resolved = self.operator.resolve(id, version, action, reason, job_id).await;
+        assert!(resolved.is_ok(), "{resolved:?}");
     }
 }
 

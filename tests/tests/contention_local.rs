@@ -11,6 +11,7 @@
 
 use std::time::{Duration, Instant};
 
+use genace_client::Client;
 use genace_local::faults::FaultProxy;
 use genace_local::{devauth, runner};
 use genace_localaws::LocalAws;
@@ -79,12 +80,12 @@ async fn standin() -> MockServer {
 }
 
 /// Each operation's view once delivered, within 150 s in all.
-async fn delivered(http: &reqwest::Client, api: &str, operations: &[(String, String)]) -> Vec<Value> {
+async fn delivered(operations: &[(Client, String)]) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(150);
     let mut views = Vec::new();
     for (user, id) in operations {
         let left = deadline.saturating_duration_since(Instant::now());
-        views.push(e2e::until_delivery(http, api, user, id, "delivered", left).await);
+        views.push(e2e::until_delivery(user, id, "delivered", left).await);
     }
     views
 }
@@ -126,43 +127,35 @@ async fn burst(conflict_percent: u64, during: impl FnOnce(&FaultProxy), quiet_af
     let settings = runner::RunnerSettings::for_tests();
     let api = format!("http://{}", settings.intake_addr);
     let running = runner::start(&sdk, config.clone(), gconf, settings).await.unwrap();
-    let http = reqwest::Client::new();
     let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
     during(&proxy);
     let mut operations = Vec::new();
     for t in 0..TENANTS {
         let tenant = format!("busy-{t}-{run}");
-        let user = devauth::issue("tenant_id", &tenant, 600).unwrap();
+        let user = e2e::client(&api, &devauth::issue("tenant_id", &tenant, 600).unwrap());
         for i in 0..PER_TENANT {
-            let created = http
-                .post(format!("{api}/v1/operations"))
-                .bearer_auth(&user)
-                .json(&json!({"operation_key": format!("k{i}"), "media_type": "image",
-                              "specification": {"model": "genace-image-1", "prompt": format!("{tenant}-{i}")}}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(created.status(), 202);
-            let created: Value = created.json().await.unwrap();
+            let created = e2e::create(
+                &user,
+                json!({"operation_key": format!("k{i}"), "media_type": "image",
+                       "specification": {"model": "genace-image-1", "prompt": format!("{tenant}-{i}")}}),
+            )
+            .await;
             operations.push((user.clone(), created["operation_id"].as_str().unwrap().to_owned()));
         }
     }
     // Mid-burst, with claims and ends writing the account item.
-    let operator = devauth::issue_operator("ops@example.com", "tenant_id", None, 600).unwrap();
+    let operator = e2e::client(
+        &api,
+        &devauth::issue_operator("ops@example.com", "tenant_id", None, 600).unwrap(),
+    );
     let mut limit_set = Vec::new();
     for limit in [3, 4, 3, 4] {
-        let put = http
-            .put(format!("{api}/v1/capacity"))
-            .bearer_auth(&operator)
-            .json(&json!({"max_in_flight": limit}))
-            .send()
-            .await
-            .unwrap();
-        limit_set.push(put.status().as_u16());
+        let put = operator.set_account_limit(Some(limit)).await;
+        limit_set.push(put.map_or_else(|e| e.status().unwrap_or(0), |_| 200));
     }
     tokio::time::sleep(quiet_after).await;
     proxy.set_delay(Duration::ZERO);
-    let views = delivered(&http, &api, &operations).await;
+    let views = delivered(&operations).await;
     running.shutdown().await;
     let posts = genace
         .received_requests()

@@ -10,7 +10,7 @@ use genace_local::{devauth, runner};
 use genace_localaws::LocalAws;
 use genace_outbound::GenaceConfig;
 use genace_stages::ports::outputs::ObjectStore;
-use serde_json::{Value, json};
+use serde_json::json;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -54,38 +54,24 @@ async fn an_erasure_deletes_what_a_refused_delivery_left() {
     let settings = runner::RunnerSettings::for_tests();
     let api = format!("http://{}", settings.intake_addr);
     let running = runner::start(&env.sdk, config.clone(), gconf, settings).await.unwrap();
-    let http = reqwest::Client::new();
     // Unique per run: the table and bucket may outlive one test run.
     let tenant = format!("erase-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let user = devauth::issue("tenant_id", &tenant, 600).unwrap();
-    let created: Value = http
-        .post(format!("{api}/v1/operations"))
-        .bearer_auth(&user)
-        .json(&json!({"operation_key": "part-1", "media_type": "image",
-                      "specification": {"model": "genace-image-1", "prompt": "a pier"}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let user = e2e::client(&api, &devauth::issue("tenant_id", &tenant, 600).unwrap());
+    let created = e2e::create(
+        &user,
+        json!({"operation_key": "part-1", "media_type": "image",
+               "specification": {"model": "genace-image-1", "prompt": "a pier"}}),
+    )
+    .await;
     let id = created["operation_id"].as_str().unwrap().to_owned();
-    let view = format!("{api}/v1/operations/{id}");
-    let op = e2e::until_delivery(&http, &api, &user, &id, "delivery_failed", Duration::from_secs(90)).await;
+    let op = e2e::until_delivery(&user, &id, "delivery_failed", Duration::from_secs(90)).await;
     assert_eq!(op["reconciliation_case"]["reason"], "output_too_large", "{op}");
     let prefix = format!("{}/{tenant}/{id}/", config.output_prefix);
     let objects = env.objects();
     let left = objects.list(&prefix, 10).await.unwrap();
     assert_eq!(left.len(), 1, "the first output was stored: {left:?}");
 
-    let erased = http
-        .delete(format!("{view}/outputs"))
-        .bearer_auth(&user)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(erased.status(), 200);
-    let erased: Value = erased.json().await.unwrap();
+    let erased = user.erase_outputs(&id).await.expect("erased, 200").view;
     assert_eq!(erased["erased_objects"], json!(left), "{erased}");
     assert_eq!(erased["erased_object_count"], left.len(), "{erased}");
     assert!(objects.list(&prefix, 10).await.unwrap().is_empty(), "nothing is left");

@@ -1,6 +1,7 @@
 //! The layout's rules, read from the source as text: no circle of imports
 //! between the files of any crate, the rooms of `shared/stages` importing
-//! only downward, and no non-test source file over 600 lines. A file imports another when it names an item by a `crate::`,
+//! only downward, no non-test source file over 600 lines, and the tools
+//! calling the API only through `genace-client`. A file imports another when it names an item by a `crate::`,
 //! `super::` or `self::` path (in a `use` line or inline) that resolves to
 //! the other file's module. Test code is left out: `tests.rs` files, and
 //! everything from a file's first `#[cfg(test)]` on.
@@ -469,6 +470,111 @@ fn request_bodies_are_parsed_in_core_alone() {
         "bodies parsed outside genace-core:\n{}",
         stray.join("\n")
     );
+}
+
+/// The folders of the tools that call the service's API: the conformance
+/// suite, the operator CLI, the benchmark and these end-to-end tests.
+const API_CALLERS: [&str; 6] = [
+    "conformance/src",
+    "ops/src",
+    "ops/tests",
+    "bench/src",
+    "tests/src",
+    "tests/tests",
+];
+
+/// Files that may spell an API path and make HTTP requests themselves, and why.
+const OWN_HTTP: [(&str, &str); 1] = [(
+    "tests/tests/client_local.rs",
+    "its lossy gateway forwards the client's requests to intake as they came, and loses an answer",
+)];
+
+/// What builds an HTTP request by hand.
+const HAND_MADE_REQUESTS: [&str; 8] = [
+    "reqwest::Client",
+    "reqwest::get(",
+    ".bearer_auth(",
+    "http.get(",
+    ".post(",
+    ".put(",
+    ".patch(",
+    ".delete(",
+];
+
+/// The paths of the service's API that a text spells: `/v1/...` right after
+/// a quote or a format string's `}`, as in `"/v1/operations"` or
+/// `"{api}/v1/capacity"`. Genace's own `/v1/jobs`, which the stand-ins
+/// answer, is not the service's. Comment lines are left out.
+fn api_paths(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for (at, _) in line.match_indices("/v1/") {
+            let before = line[..at].chars().next_back();
+            let path: String = line[at..]
+                .chars()
+                .take_while(|c| !matches!(c, '"' | '?' | ' '))
+                .collect();
+            if matches!(before, Some('"' | '}')) && !path.starts_with("/v1/jobs") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// `text` without its comment lines.
+fn uncommented(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first way `text` builds an HTTP request by hand, if it does.
+fn hand_made_request(text: &str) -> Option<&'static str> {
+    let code = uncommented(text);
+    HAND_MADE_REQUESTS.iter().copied().find(|m| code.contains(m))
+}
+
+/// The tools call the API only through `genace-client`: no file of theirs
+/// both spells one of the API's paths and builds an HTTP request itself,
+/// nor sends a bearer token itself.
+/// Requests to other servers (a Genace stand-in, a receiver, the console's
+/// page) may stay hand-made, in files that name no API path.
+#[test]
+fn the_tools_call_the_api_only_through_the_client() {
+    let mut stray = Vec::new();
+    for dir in API_CALLERS {
+        for file in sources(&root().join(dir)) {
+            let name = file.strip_prefix(root()).unwrap().display().to_string();
+            if name == "tests/tests/layout.rs" || OWN_HTTP.iter().any(|(f, _)| *f == name) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            if let (Some(path), Some(how)) = (api_paths(&text).first(), hand_made_request(&text)) {
+                stray.push(format!("{name} spells {path} and builds a request itself ({how})"));
+            } else if uncommented(&text).contains(".bearer_auth(") {
+                // A bearer token is the API's: no other server these tools
+                // call takes one, wherever the paths are spelt.
+                stray.push(format!("{name} sends a bearer token itself"));
+            }
+        }
+    }
+    assert!(
+        stray.is_empty(),
+        "calls to the API beside genace-client:\n{}",
+        stray.join("\n")
+    );
+    for (file, _) in OWN_HTTP {
+        assert!(root().join(file).is_file(), "{file} is gone: drop it from OWN_HTTP");
+    }
+    // The reader itself.
+    let hand = r#"let r = http.post(format!("{api}/v1/operations/{id}/cancel")).bearer_auth(&t);"#;
+    assert_eq!(api_paths(hand), ["/v1/operations/{id}/cancel"]);
+    assert_eq!(hand_made_request(hand), Some(".bearer_auth("));
+    assert!(api_paths(r#"Mock::given(path("/v1/jobs")); // GET /v1/operations"#).is_empty());
+    assert_eq!(api_paths(r#"Request::new(GET, "/v1/capacity?x=1")"#), ["/v1/capacity"]);
+    assert_eq!(hand_made_request("client.operation(id).await"), None);
 }
 
 #[test]

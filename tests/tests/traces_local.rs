@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use genace_client::Client;
 use genace_core::domain::OperationId;
 use genace_core::trace::TraceId;
 use genace_local::traces::{Receiver, read_trace};
@@ -73,8 +74,8 @@ async fn standin() -> MockServer {
     genace
 }
 
-async fn delivered(http: &reqwest::Client, api: &str, user: &str, id: &str) -> Value {
-    e2e::until_delivery(http, api, user, id, "delivered", Duration::from_secs(90)).await
+async fn delivered(user: &Client, id: &str) -> Value {
+    e2e::until_delivery(user, id, "delivered", Duration::from_secs(90)).await
 }
 
 /// The trace's spans once `done` holds for them (the last invocations
@@ -121,9 +122,8 @@ async fn an_operation_is_one_trace_with_its_stages_its_wait_and_its_posts() {
     };
     let api = format!("http://{}", settings.intake_addr);
     let running = runner::start(&env.sdk, config, gconf, settings).await.unwrap();
-    let http = reqwest::Client::new();
     let tenant = format!("traced-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let user = devauth::issue("tenant_id", &tenant, 600).unwrap();
+    let user = e2e::client(&api, &devauth::issue("tenant_id", &tenant, 600).unwrap());
     let mut ids = Vec::new();
     for (prompt, fault) in [
         ("first", None),
@@ -135,31 +135,16 @@ async fn an_operation_is_one_trace_with_its_stages_its_wait_and_its_posts() {
         if let Some(f) = fault {
             intent["fault"] = json!(f);
         }
-        let created: Value = http
-            .post(format!("{api}/v1/operations"))
-            .bearer_auth(&user)
-            .json(&intent)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let created = e2e::create(&user, intent).await;
         ids.push(created["operation_id"].as_str().unwrap().to_owned());
     }
-    let second = delivered(&http, &api, &user, &ids[1]).await;
-    delivered(&http, &api, &user, &ids[2]).await;
+    let second = delivered(&user, &ids[1]).await;
+    delivered(&user, &ids[2]).await;
     // The tenant erases the outputs: a span of the operation's trace too.
-    let erased = http
-        .delete(format!("{api}/v1/operations/{}/outputs", ids[1]))
-        .bearer_auth(&user)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(erased.status(), 200);
+    user.erase_outputs(&ids[1]).await.expect("erased, 200");
     let trace = TraceId::of(&OperationId::parse(&ids[1]).unwrap()).to_hex();
     assert_eq!(second["trace_id"], trace, "the view names the trace");
-    the_operators_route_serves_the_trace(&http, &api, &ids[1], &trace).await;
+    the_operators_route_serves_the_trace(&api, &ids[1], &trace).await;
     running.shutdown().await;
 
     assert_the_trace(&file, &trace, &ids[1]).await;
@@ -187,18 +172,24 @@ async fn an_operation_is_one_trace_with_its_stages_its_wait_and_its_posts() {
 /// The operator's trace route serves the receiver's spans of `id`'s
 /// trace, in causal order under the operation's root, with the POSTs'
 /// statuses: what the console draws.
-async fn the_operators_route_serves_the_trace(http: &reqwest::Client, api: &str, id: &str, trace: &str) {
-    let operator = devauth::issue_operator("ops-trace", "tenant_id", None, 600).unwrap();
-    let url = format!("{api}/v1/operations/{id}/trace");
-    let body = e2e::get_until(http, &url, &operator, Duration::from_secs(20), |body| {
-        // The erasure's span leaves with the rest of its trace (a webhook
-        // send of the same operation may hold it back a moment).
-        ["deliver", "erase"].iter().all(|name| {
-            body["spans"]
-                .as_array()
-                .is_some_and(|s| s.iter().any(|s| s["name"] == *name))
-        })
-    })
+async fn the_operators_route_serves_the_trace(api: &str, id: &str, trace: &str) {
+    let operator = e2e::client(
+        api,
+        &devauth::issue_operator("ops-trace", "tenant_id", None, 600).unwrap(),
+    );
+    let body = e2e::read_until(
+        Duration::from_secs(20),
+        || operator.trace(id),
+        |body| {
+            // The erasure's span leaves with the rest of its trace (a webhook
+            // send of the same operation may hold it back a moment).
+            ["deliver", "erase"].iter().all(|name| {
+                body["spans"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|s| s["name"] == *name))
+            })
+        },
+    )
     .await;
     assert_eq!(body["trace_id"], trace);
     assert_eq!(body["source"], "receiver");

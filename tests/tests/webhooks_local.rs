@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use genace_client::{Client, Intent, ListQuery};
 use genace_local::{devauth, runner};
 use genace_localaws::LocalAws;
 use genace_outbound::GenaceConfig;
@@ -61,41 +62,32 @@ async fn a_tenants_webhook_receives_its_lifecycle_signed() {
         max_seconds: 60,
     };
     let (running, api, events) = start_stack(&env, config, &genace).await;
-    let http = reqwest::Client::new();
 
-    let operator = devauth::issue_operator("ops-alice", "tenant_id", None, 600).unwrap();
-    let set = http
-        .put(format!("{api}/v1/tenants/hooked/webhook"))
-        .bearer_auth(&operator)
-        .json(&json!({"url": format!("{}/genace", receiver.uri()), "secret_id": secret_id}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(set.status(), 200);
+    let operator = e2e::client(
+        &api,
+        &devauth::issue_operator("ops-alice", "tenant_id", None, 600).unwrap(),
+    );
+    let set = operator
+        .set_webhook(
+            "hooked",
+            &json!({"url": format!("{}/genace", receiver.uri()), "secret_id": secret_id}),
+        )
+        .await;
+    assert!(set.is_ok(), "{set:?}");
 
-    let user = devauth::issue("tenant_id", "hooked", 600).unwrap();
-    let created: Value = http
-        .post(format!("{api}/v1/operations"))
-        .bearer_auth(&user)
-        .json(&json!({"operation_key": "hooked-1", "media_type": "video",
-                      "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let user = e2e::client(&api, &devauth::issue("tenant_id", "hooked", 600).unwrap());
+    let created = e2e::create(
+        &user,
+        json!({"operation_key": "hooked-1", "media_type": "video",
+               "specification": {"model": "genace-video-2", "prompt": "a lighthouse"}}),
+    )
+    .await;
     let id = created["operation_id"].as_str().unwrap().to_owned();
 
     // A second tenant without a webhook: its events stay off the webhook queue.
-    let other = devauth::issue("tenant_id", "unhooked", 600).unwrap();
-    http.post(format!("{api}/v1/operations"))
-        .bearer_auth(&other)
-        .json(&json!({"operation_key": "plain-1", "media_type": "image",
-                      "specification": {"model": "genace-image-1", "prompt": "a harbour"}}))
-        .send()
-        .await
-        .unwrap();
+    let other = e2e::client(&api, &devauth::issue("tenant_id", "unhooked", 600).unwrap());
+    let spec = json!({"model": "genace-image-1", "prompt": "a harbour"});
+    other.submit(&Intent::new("plain-1", "image", spec)).await.unwrap();
 
     let wanted = ["operation.accepted", "operation.rendered", "operation.delivered"];
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -303,60 +295,39 @@ async fn a_disabled_endpoint_enabled_again_recovers_what_it_missed() {
         .await;
 
     let (running, api, events) = start_stack(&env, env.config.clone(), &genace).await;
-    let http = reqwest::Client::new();
     // Unique per run: the table may outlive one test run.
     let tenant = format!("off-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let app = devauth::issue_with_webhooks("tenant_id", &tenant, 600).unwrap();
-    let created: Value = http
-        .post(format!("{api}/v1/webhooks/endpoints"))
-        .bearer_auth(&app)
-        .json(
+    let app = e2e::client(&api, &devauth::issue_with_webhooks("tenant_id", &tenant, 600).unwrap());
+    let created = app
+        .create_endpoint(
+            None,
             &json!({"url": format!("{}/off", receiver.uri()), "events": ["operation.accepted", "operation.delivered"]}),
         )
-        .send()
-        .await
-        .unwrap()
-        .json()
         .await
         .unwrap();
-    let endpoint = format!("{api}/v1/webhooks/endpoints/{}", created["id"].as_str().unwrap());
+    let endpoint = created["id"].as_str().unwrap().to_owned();
     let secret = created["secret"].as_str().unwrap().to_owned();
-    let disabled = http
-        .patch(&endpoint)
-        .bearer_auth(&app)
-        .json(&json!({"enabled": false}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(disabled.status(), 200);
-    let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let disabled = app.update_endpoint(None, &endpoint, &json!({"enabled": false})).await;
+    assert!(disabled.is_ok(), "{disabled:?}");
+    let since = chrono::Utc::now();
 
-    let op: Value = http
-        .post(format!("{api}/v1/operations"))
-        .bearer_auth(&app)
-        .json(&json!({"operation_key": "off-1", "media_type": "image",
-                      "specification": {"model": "genace-image-1", "prompt": "a quay"}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let op = e2e::create(
+        &app,
+        json!({"operation_key": "off-1", "media_type": "image",
+               "specification": {"model": "genace-image-1", "prompt": "a quay"}}),
+    )
+    .await;
     let op_id = op["operation_id"].as_str().unwrap().to_owned();
     // Both events the endpoint takes are logged as skipped.
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut skipped: Vec<Value> = Vec::new();
+    let only_skipped = ListQuery::new().with("status", "skipped");
     while Instant::now() < deadline && skipped.len() < 2 {
-        let log: Value = http
-            .get(format!("{endpoint}/attempts?status=skipped"))
-            .bearer_auth(&app)
-            .send()
+        skipped = app
+            .endpoint_attempts_page(&endpoint, &only_skipped, None)
             .await
             .unwrap()
-            .json()
-            .await
-            .unwrap();
-        skipped = log["attempts"].as_array().cloned().unwrap_or_default();
+            .items;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let mut types: Vec<&str> = skipped.iter().map(|a| a["event_type"].as_str().unwrap()).collect();
@@ -367,32 +338,12 @@ async fn a_disabled_endpoint_enabled_again_recovers_what_it_missed() {
         "nothing sent while disabled"
     );
     let event_id = skipped[0]["event_id"].as_str().unwrap().to_owned();
-    let refused = http
-        .post(format!("{endpoint}/replay"))
-        .bearer_auth(&app)
-        .json(&json!({"event_id": event_id}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), 409);
+    let refused = app.replay(None, &endpoint, &event_id).await.unwrap_err();
+    assert_eq!(refused.status(), Some(409), "{refused}");
 
-    let enabled = http
-        .patch(&endpoint)
-        .bearer_auth(&app)
-        .json(&json!({"enabled": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(enabled.status(), 200);
-    let recovered: Value = http
-        .post(format!("{endpoint}/recover?since={since}"))
-        .bearer_auth(&app)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let enabled = app.update_endpoint(None, &endpoint, &json!({"enabled": true})).await;
+    assert!(enabled.is_ok(), "{enabled:?}");
+    let recovered = app.recover(None, &endpoint, since).await.unwrap();
     assert_eq!(
         (recovered["queued"].clone(), recovered["missing"].clone()),
         (json!(2), json!(0))
@@ -550,43 +501,30 @@ async fn one_tenants_recoveries_do_not_hold_back_anothers_webhooks() {
     let mut config = env.config.clone();
     config.webhook_recover_copies = 4;
     let (running, api, events) = start_stack(&env, config, &genace).await;
-    let http = reqwest::Client::new();
     let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let since = chrono::Utc::now();
     let endpoint_of = |tenant: &str, receiver: &MockServer| {
-        let app = devauth::issue_with_webhooks("tenant_id", tenant, 600).unwrap();
+        let app = e2e::client(&api, &devauth::issue_with_webhooks("tenant_id", tenant, 600).unwrap());
         let url = receiver.uri();
-        let http = http.clone();
-        let api = api.clone();
         async move {
-            let created: Value = http
-                .post(format!("{api}/v1/webhooks/endpoints"))
-                .bearer_auth(&app)
-                .json(&json!({"url": format!("{url}/hook"), "events": ["operation.accepted", "operation.delivered"]}))
-                .send()
-                .await
-                .unwrap()
-                .json()
+            let created = app
+                .create_endpoint(
+                    None,
+                    &json!({"url": format!("{url}/hook"), "events": ["operation.accepted", "operation.delivered"]}),
+                )
                 .await
                 .unwrap();
-            let endpoint = format!("{api}/v1/webhooks/endpoints/{}", created["id"].as_str().unwrap());
+            let endpoint = created["id"].as_str().unwrap().to_owned();
             (app, endpoint)
         }
     };
-    let submit = |app: String, key: String| {
-        let http = http.clone();
-        let api = api.clone();
-        async move {
-            let r = http
-                .post(format!("{api}/v1/operations"))
-                .bearer_auth(&app)
-                .json(&json!({"operation_key": key, "media_type": "image",
-                              "specification": {"model": "genace-image-1", "prompt": "a quay"}}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 202, "accepted for processing");
-        }
+    let submit = |app: Client, key: String| async move {
+        e2e::create(
+            &app,
+            json!({"operation_key": key, "media_type": "image",
+                   "specification": {"model": "genace-image-1", "prompt": "a quay"}}),
+        )
+        .await;
     };
     // The noisy tenant: three operations whose events its endpoint fails.
     let noisy = format!("noisy-{run}");
@@ -597,16 +535,11 @@ async fn one_tenants_recoveries_do_not_hold_back_anothers_webhooks() {
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut failed = 0;
     while Instant::now() < deadline && failed < 6 {
-        let log: Value = http
-            .get(format!("{noisy_endpoint}/attempts?status=failed"))
-            .bearer_auth(&noisy_app)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        failed = log["attempts"].as_array().map_or(0, Vec::len);
+        let only_failed = ListQuery::new().with("status", "failed");
+        let log = noisy_app
+            .endpoint_attempts_page(&noisy_endpoint, &only_failed, None)
+            .await;
+        failed = log.unwrap().items.len();
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert!(
@@ -621,20 +554,13 @@ async fn one_tenants_recoveries_do_not_hold_back_anothers_webhooks() {
     submit(neighbour_app, "neighbour-1".into()).await;
     let (mut queued, mut left, mut refused) = (0, 0, 0);
     for _ in 0..10 {
-        let r = http
-            .post(format!("{noisy_endpoint}/recover?since={since}"))
-            .bearer_auth(&noisy_app)
-            .send()
-            .await
-            .unwrap();
-        match r.status().as_u16() {
-            202 => {
-                let done: Value = r.json().await.unwrap();
+        match noisy_app.recover(None, &noisy_endpoint, since).await {
+            Ok(done) => {
                 queued += done["queued"].as_u64().unwrap();
                 left += done["left"].as_u64().unwrap();
             }
-            409 => refused += 1,
-            other => panic!("recover answered {other}"),
+            Err(e) if e.status() == Some(409) => refused += 1,
+            Err(other) => panic!("recover answered {other}"),
         }
     }
     assert_eq!(

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::client::{Client, Request, enc, with_query};
 use crate::error::Error;
-use crate::operations::ListQuery;
+use crate::operations::{ListQuery, Page};
 
 impl Client {
     fn endpoint_path(id: &str, tail: &str, tenant: Option<&str>) -> String {
@@ -70,6 +70,17 @@ impl Client {
         query: &'a ListQuery,
     ) -> impl Stream<Item = Result<Value, Error>> + 'a {
         self.pages(path, "attempts", query)
+    }
+
+    /// One page of endpoint `id`'s delivery attempts, newest first
+    /// (`status`, `limit`, and `tenant` for an operator, in `query`).
+    pub async fn endpoint_attempts_page(
+        &self,
+        id: &str,
+        query: &ListQuery,
+        cursor: Option<&str>,
+    ) -> Result<Page, Error> {
+        self.page(&Self::attempts_path(id), "attempts", query, cursor).await
     }
 
     /// The path of an endpoint's attempt log, for

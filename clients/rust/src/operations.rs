@@ -137,10 +137,19 @@ impl Client {
 
     /// One page of `GET /v1/operations`.
     pub async fn operations_page(&self, query: &ListQuery, cursor: Option<&str>) -> Result<Page, Error> {
-        let body = self
-            .call(Request::new(Method::GET, query.path("/v1/operations", cursor)))
-            .await?;
-        page_of(body, "operations")
+        self.page("/v1/operations", "operations", query, cursor).await
+    }
+
+    /// One page of the paged listing at `path`, its items under `member`.
+    pub(crate) async fn page(
+        &self,
+        path: &str,
+        member: &str,
+        query: &ListQuery,
+        cursor: Option<&str>,
+    ) -> Result<Page, Error> {
+        let body = self.call(Request::new(Method::GET, query.path(path, cursor))).await?;
+        page_of(body, member)
     }
 
     /// Every operation the query matches, page after page, following

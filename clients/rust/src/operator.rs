@@ -7,13 +7,18 @@ use serde_json::{Value, json};
 
 use crate::client::{Client, Request, enc, with_query};
 use crate::error::Error;
-use crate::operations::{ListQuery, Operation};
+use crate::operations::{ListQuery, Operation, Page};
 
 impl Client {
     /// Open reconciliation cases, page after page (`tenant`, `reason`,
     /// `opened_before`, `limit` as the API names them).
     pub fn cases<'a>(&'a self, query: &'a ListQuery) -> impl Stream<Item = Result<Value, Error>> + 'a {
         self.pages("/v1/reconciliation-cases", "cases", query)
+    }
+
+    /// One page of open reconciliation cases (`GET /v1/reconciliation-cases`).
+    pub async fn cases_page(&self, query: &ListQuery, cursor: Option<&str>) -> Result<Page, Error> {
+        self.page("/v1/reconciliation-cases", "cases", query, cursor).await
     }
 
     /// `GET /v1/reconciliation-cases/counts`, of one tenant or all.
@@ -49,6 +54,11 @@ impl Client {
     /// Every tenant's credits, page after page (`GET /v1/credits`).
     pub fn credits<'a>(&'a self, query: &'a ListQuery) -> impl Stream<Item = Result<Value, Error>> + 'a {
         self.pages("/v1/credits", "tenants", query)
+    }
+
+    /// One page of every tenant's credits (`GET /v1/credits`).
+    pub async fn credits_page(&self, query: &ListQuery, cursor: Option<&str>) -> Result<Page, Error> {
+        self.page("/v1/credits", "tenants", query, cursor).await
     }
 
     /// `GET /v1/capacity`.

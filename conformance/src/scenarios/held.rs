@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
 use serde_json::{Value, json};
 use wiremock::ResponseTemplate;
 
 use super::Scenario;
+use crate::api;
 use crate::context::{Outcome, check};
 
 impl Scenario<'_> {
@@ -18,18 +18,13 @@ impl Scenario<'_> {
                 .set_body_json(json!({"error": {"code": "unauthorized", "message": "invalid API key"}})),
         )
         .await;
-        let r = self.ctx.api.create(body).await?;
-        check(
-            r.status == StatusCode::ACCEPTED,
-            format!("create answered {} {}", r.status, r.body),
-        )?;
+        let r = api::create(&self.ctx.api, body).await?;
+        check(r.status == 202, format!("create answered {} {}", r.status, r.body))?;
         let id = r.body["operation_id"].as_str().unwrap_or_default().to_owned();
-        self.ctx
-            .api
-            .wait_for(&id, self.ctx.patience, "held for the account", |v| {
-                v["reconciliation_case"]["reason"] == "account_problem"
-            })
-            .await?;
+        api::wait_for(&self.ctx.api, &id, self.ctx.patience, "held for the account", |v| {
+            v["reconciliation_case"]["reason"] == "account_problem"
+        })
+        .await?;
         Ok(id)
     }
 
@@ -39,14 +34,14 @@ impl Scenario<'_> {
         let id = self.create_held(&self.body(None)).await?;
         let posts = self.posts().await;
         for attempt in ["cancel", "repeated cancel"] {
-            let r = self.ctx.api.cancel(&id).await?;
-            check(
-                r.status == StatusCode::OK && r.body["phase"] == "cancelled",
-                format!("{attempt} answered {} {}", r.status, r.body),
-            )?;
+            match api::answer(self.ctx.api.cancel(&id).await)? {
+                Ok(op) if op.view["phase"] == "cancelled" => {}
+                Ok(op) => return Err(format!("{attempt} answered {}", op.view)),
+                Err(p) => return Err(format!("{attempt} answered {} {}", p.status, p.body)),
+            }
         }
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let view = self.ctx.api.get(&id).await?.body;
+        let view = api::view(&self.ctx.api, &id).await?;
         check(
             view["phase"] == "cancelled" && view["reconciliation_case"].is_null(),
             format!(
@@ -67,13 +62,14 @@ impl Scenario<'_> {
         body["dispatch_within_seconds"] = json!(30);
         let id = self.create_held(&body).await?;
         let posts = self.posts().await;
-        let view = self
-            .ctx
-            .api
-            .wait_for(&id, self.ctx.patience, "cancelled at its deadline", |v| {
-                v["phase"] == "cancelled"
-            })
-            .await?;
+        let view = api::wait_for(
+            &self.ctx.api,
+            &id,
+            self.ctx.patience,
+            "cancelled at its deadline",
+            |v| v["phase"] == "cancelled",
+        )
+        .await?;
         check(
             view["cancellation"]["reason"] == "deadline",
             format!("cancelled for {}", view["cancellation"]),

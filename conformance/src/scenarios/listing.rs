@@ -2,27 +2,24 @@
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
+use genace_client::{Client, ListQuery};
 use serde_json::json;
 use wiremock::ResponseTemplate;
 
 use super::Scenario;
-use crate::api::Api;
+use crate::api;
 use crate::context::{Outcome, check};
 
 impl Scenario<'_> {
     /// Records `n` intents under this scenario's key prefix (`<key>/<i>`),
     /// through `api`; returns their ids, oldest first.
-    async fn create_family(&self, api: &Api, n: usize) -> Result<Vec<String>, String> {
+    async fn create_family(&self, client: &Client, n: usize) -> Result<Vec<String>, String> {
         let mut ids = Vec::with_capacity(n);
         for i in 0..n {
             let mut body = self.body(None);
             body["operation_key"] = json!(format!("{}/{i:02}", self.key));
-            let r = api.create(&body).await?;
-            check(
-                r.status == StatusCode::ACCEPTED,
-                format!("create {i} answered {} {}", r.status, r.body),
-            )?;
+            let r = api::create(client, &body).await?;
+            check(r.status == 202, format!("create {i} answered {} {}", r.status, r.body))?;
             ids.push(r.body["operation_id"].as_str().unwrap_or_default().to_owned());
             // Creation times apart, so newest first is one order.
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -32,20 +29,17 @@ impl Scenario<'_> {
 
     /// Every page of `api`'s listing of this scenario's keys, 10 at a time:
     /// the ids in order and the first page's cursor.
-    async fn list_family(&self, api: &Api) -> Result<(Vec<String>, Option<String>), String> {
-        let prefix = format!("{}/", self.key);
+    async fn list_family(&self, client: &Client) -> Result<(Vec<String>, Option<String>), String> {
+        let query = ListQuery::new()
+            .with("limit", 10)
+            .with("key_prefix", format!("{}/", self.key));
         let (mut ids, mut cursor, mut first_cursor) = (Vec::new(), None::<String>, None);
         for page in 0..20 {
-            let mut query = vec![("limit", "10"), ("key_prefix", prefix.as_str())];
-            if let Some(c) = &cursor {
-                query.push(("cursor", c.as_str()));
-            }
-            let r = api.list(&query).await?;
-            check(
-                r.status == StatusCode::OK,
-                format!("page {page} answered {} {}", r.status, r.body),
-            )?;
-            let listed = r.body["operations"].as_array().cloned().unwrap_or_default();
+            let listed = match api::answer(client.operations_page(&query, cursor.as_deref()).await)? {
+                Ok(listed) => listed,
+                Err(p) => return Err(format!("page {page} answered {} {}", p.status, p.body)),
+            };
+            let (listed, next) = (listed.items, listed.next_cursor);
             check(
                 listed.len() <= 10,
                 format!("page {page} held {} operations", listed.len()),
@@ -55,7 +49,7 @@ impl Scenario<'_> {
                     .iter()
                     .map(|v| v["operation_id"].as_str().unwrap_or_default().to_owned()),
             );
-            cursor = r.body["next_cursor"].as_str().map(str::to_owned);
+            cursor = next;
             if page == 0 {
                 first_cursor.clone_from(&cursor);
             }
@@ -113,10 +107,15 @@ impl Scenario<'_> {
             format!("the other tenant listed {their_list:?}"),
         )?;
         let cursor = cursor.ok_or("25 operations fit one page of 10")?;
-        let foreign = other.list(&[("limit", "10"), ("cursor", cursor.as_str())]).await?;
-        check(
-            foreign.status == StatusCode::BAD_REQUEST && foreign.body["field"] == "cursor",
-            format!("another tenant's cursor answered {} {}", foreign.status, foreign.body),
-        )
+        let foreign = api::answer(
+            other
+                .operations_page(&ListQuery::new().with("limit", 10), Some(&cursor))
+                .await,
+        )?;
+        match foreign {
+            Err(p) if p.status == 400 && p.body["field"] == "cursor" => Ok(()),
+            Err(p) => Err(format!("another tenant's cursor answered {} {}", p.status, p.body)),
+            Ok(page) => Err(format!("another tenant's cursor answered 200 {:?}", page.items)),
+        }
     }
 }

@@ -1,10 +1,12 @@
 //! `cases`: the open reconciliation cases, one of them, and their counts.
 
-use crate::api::{Api, Failure, enc, query};
+use genace_client::Client;
+
+use crate::api::{Failure, page_json, query};
 use crate::cli::Cases;
 use crate::print::{emit, print_cases, print_counts, print_timeline};
 
-pub(crate) async fn cases(api: &Api, json: bool, command: Cases) -> Result<(), Failure> {
+pub(crate) async fn cases(api: &Client, json: bool, command: Cases) -> Result<(), Failure> {
     match command {
         Cases::List {
             tenant,
@@ -18,18 +20,16 @@ pub(crate) async fn cases(api: &Api, json: bool, command: Cases) -> Result<(), F
                 ("reason", reason.as_deref()),
                 ("opened_before", opened_before.as_deref()),
                 ("limit", limit.as_deref()),
-                ("cursor", page.cursor.as_deref()),
             ]);
-            let page = api.get(&format!("/v1/reconciliation-cases{q}")).await?;
+            let page = page_json("cases", api.cases_page(&q, page.cursor.as_deref()).await?);
             emit(json, &page, print_cases);
         }
         Cases::Counts { tenant } => {
-            let q = query(&[("tenant", tenant.as_deref())]);
-            let counts = api.get(&format!("/v1/reconciliation-cases/counts{q}")).await?;
+            let counts = api.case_counts(tenant.as_deref()).await?;
             emit(json, &counts, print_counts);
         }
         Cases::Show { operation_id } => {
-            let op = api.get(&format!("/v1/operations/{}", enc(&operation_id))).await?;
+            let op = api.operation(&operation_id).await?.view;
             emit(json, &op, print_timeline);
         }
     }

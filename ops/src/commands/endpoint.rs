@@ -1,9 +1,10 @@
 //! `endpoint`: the webhook endpoints a tenant manages, their secrets and
 //! their attempt logs.
 
+use genace_client::Client;
 use serde_json::{Value, json};
 
-use crate::api::{Api, Failure, enc, query};
+use crate::api::{Failure, page_json, query};
 use crate::cli::EndpointAction;
 use crate::print::{emit, print_attempts, print_endpoint, print_endpoints, s};
 
@@ -40,13 +41,11 @@ fn update_body(
     Value::Object(body)
 }
 
-pub(crate) async fn endpoint(api: &Api, json: bool, tenant: &str, action: EndpointAction) -> Result<(), Failure> {
-    let base = "/v1/webhooks/endpoints";
-    let t = query(&[("tenant", Some(tenant))]);
-    let one = |id: &str| format!("{base}/{}", enc(id));
+pub(crate) async fn endpoint(api: &Client, json: bool, tenant: &str, action: EndpointAction) -> Result<(), Failure> {
+    let t = Some(tenant);
     let answer = match action {
         EndpointAction::List => {
-            let all = api.get(&format!("{base}{t}")).await?;
+            let all = api.endpoints(t).await?;
             emit(json, &all, print_endpoints);
             return Ok(());
         }
@@ -56,8 +55,7 @@ pub(crate) async fn endpoint(api: &Api, json: bool, tenant: &str, action: Endpoi
             events,
         } => {
             let body = json!({"url": hook_url, "description": description, "events": events_of(&events)});
-            api.call(reqwest::Method::POST, &format!("{base}{t}"), Some(body))
-                .await?
+            api.create_endpoint(t, &body).await?
         }
         EndpointAction::Update {
             endpoint_id,
@@ -68,21 +66,16 @@ pub(crate) async fn endpoint(api: &Api, json: bool, tenant: &str, action: Endpoi
             enable,
         } => {
             let body = update_body(hook_url, description, events.as_deref().map(events_of), disable, enable);
-            let path = format!("{}{t}", one(&endpoint_id));
-            api.call(reqwest::Method::PATCH, &path, Some(body)).await?
+            api.update_endpoint(t, &endpoint_id, &body).await?
         }
         EndpointAction::Delete { endpoint_id } => {
-            api.call(reqwest::Method::DELETE, &format!("{}{t}", one(&endpoint_id)), None)
-                .await?;
+            api.delete_endpoint(t, &endpoint_id).await?;
             emit(json, &json!({"deleted": endpoint_id}), |v| {
                 println!("deleted {}", s(&v["deleted"]))
             });
             return Ok(());
         }
-        EndpointAction::Rotate { endpoint_id } => {
-            let path = format!("{}/rotate{t}", one(&endpoint_id));
-            api.call(reqwest::Method::POST, &path, None).await?
-        }
+        EndpointAction::Rotate { endpoint_id } => api.rotate_endpoint(t, &endpoint_id).await?,
         EndpointAction::Attempts {
             endpoint_id,
             status,
@@ -93,9 +86,11 @@ pub(crate) async fn endpoint(api: &Api, json: bool, tenant: &str, action: Endpoi
                 ("tenant", Some(tenant)),
                 ("status", status.as_deref()),
                 ("limit", limit.as_deref()),
-                ("cursor", page.cursor.as_deref()),
             ]);
-            let log = api.get(&format!("{}/attempts{q}", one(&endpoint_id))).await?;
+            let log = api
+                .endpoint_attempts_page(&endpoint_id, &q, page.cursor.as_deref())
+                .await?;
+            let log = page_json("attempts", log);
             emit(json, &log, print_attempts);
             return Ok(());
         }

@@ -1,10 +1,12 @@
 //! `op`: one operation, or a page of them; cancel and erase.
 
-use crate::api::{Api, Failure, enc, query};
+use genace_client::Client;
+
+use crate::api::{Failure, page_json, query};
 use crate::cli::Op;
 use crate::print::{emit, print_operations, print_timeline};
 
-pub(crate) async fn op(api: &Api, json: bool, command: Op) -> Result<(), Failure> {
+pub(crate) async fn op(api: &Client, json: bool, command: Op) -> Result<(), Failure> {
     match command {
         Op::List { filter, page } => {
             let limit = page.limit.map(|l| l.to_string());
@@ -16,23 +18,20 @@ pub(crate) async fn op(api: &Api, json: bool, command: Op) -> Result<(), Failure
                 ("created_before", filter.created_before.as_deref()),
                 ("key_prefix", filter.key_prefix.as_deref()),
                 ("limit", limit.as_deref()),
-                ("cursor", page.cursor.as_deref()),
             ]);
-            let page = api.get(&format!("/v1/operations{q}")).await?;
+            let page = page_json("operations", api.operations_page(&q, page.cursor.as_deref()).await?);
             emit(json, &page, print_operations);
         }
         Op::Cancel { operation_id } => {
-            let path = format!("/v1/operations/{}/cancel", enc(&operation_id));
-            let op = api.call(reqwest::Method::POST, &path, None).await?;
+            let op = api.cancel(&operation_id).await?.view;
             emit(json, &op, print_timeline);
         }
         Op::Erase { operation_id } => {
-            let path = format!("/v1/operations/{}/outputs", enc(&operation_id));
-            let op = api.call(reqwest::Method::DELETE, &path, None).await?;
+            let op = api.erase_outputs(&operation_id).await?.view;
             emit(json, &op, print_timeline);
         }
         Op::Show { operation_id } => {
-            let op = api.get(&format!("/v1/operations/{}", enc(&operation_id))).await?;
+            let op = api.operation(&operation_id).await?.view;
             emit(json, &op, print_timeline);
         }
     }

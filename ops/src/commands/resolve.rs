@@ -1,13 +1,13 @@
 //! `resolve`: an operator's decision on an operation's case, tied to the
 //! version it was decided on.
 
-use serde_json::json;
+use genace_client::Client;
 
-use crate::api::{Api, Failure, enc};
+use crate::api::Failure;
 use crate::cli::Action;
 use crate::print::{emit, s};
 
-pub(crate) async fn resolve(api: &Api, json: bool, id: &str, action: Action) -> Result<(), Failure> {
+pub(crate) async fn resolve(api: &Client, json: bool, id: &str, action: Action) -> Result<(), Failure> {
     let (name, job_id, decision) = match action {
         Action::Attach { job_id, decision } => ("attach_remote_job", Some(job_id), decision),
         Action::ConfirmNotCreated(d) => ("confirm_not_created", None, d),
@@ -16,15 +16,10 @@ pub(crate) async fn resolve(api: &Api, json: bool, id: &str, action: Action) -> 
         Action::RedriveDelivery(d) => ("redrive_delivery", None, d),
         Action::Abandon(d) => ("abandon", None, d),
     };
-    let mut body = json!({"action": name, "reason": decision.reason});
-    if let Some(job) = job_id {
-        body["job_id"] = json!(job);
-    }
-    let view = format!("/v1/operations/{}", enc(id));
     let version = match decision.version {
         Some(v) => v,
         None => {
-            let seen = api.get(&view).await?;
+            let seen = api.operation(id).await?.view;
             let v = seen["version"]
                 .as_u64()
                 .ok_or_else(|| Failure::Transport("the operation view has no version".into()))?;
@@ -38,13 +33,9 @@ pub(crate) async fn resolve(api: &Api, json: bool, id: &str, action: Action) -> 
         }
     };
     let op = api
-        .call_if_match(
-            reqwest::Method::POST,
-            &format!("{view}/resolution"),
-            Some(body),
-            Some(version),
-        )
-        .await?;
+        .resolve(id, version, name, &decision.reason, job_id.as_deref())
+        .await?
+        .view;
     emit(json, &op, |op| {
         println!(
             "resolved: {} is now {} ({})",
