@@ -152,6 +152,36 @@ fn print(args: &LatencyArgs, runs: &[(&str, LatencyFigures)]) {
     }
     println!();
     println!(
+        "| limit | jobs ended by the p50 first given (goal: 50 % ± 5) | by the p90 (goal: 90 % ± 5) | given no \
+         estimate | expected start, error p50 | p90 | claimed inside the window | waits estimated |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, f) in runs {
+        let (by50, by90) = f.calibration();
+        let (e50, e90, inside) = f.start_error();
+        println!(
+            "| {name} | {:.1} % of {} | {:.1} % | {} | {e50:.1} s | {e90:.1} s | {:.0} % | {} |",
+            by50 * 100.0,
+            f.eta.len(),
+            by90 * 100.0,
+            f.eta_unlearned,
+            inside * 100.0,
+            f.starts.len()
+        );
+    }
+    println!();
+    println!(
+        "| limit | client reading at next_look_at: lag p50 | p90 | reads per job | client reading every 2 s: lag p50 | \
+         p90 | reads per job |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (name, f) in runs {
+        let (f50, f90, freads) = LatencyFigures::client(&f.follower);
+        let (p50, p90, preads) = LatencyFigures::client(&f.poller);
+        println!("| {name} | {f50:.2} s | {f90:.2} s | {freads:.1} | {p50:.2} s | {p90:.2} s | {preads:.1} |");
+    }
+    println!();
+    println!(
         "Goals: lag p50 at most 1 s + 2 % of the render, p99 at most 3 s + 5 %; at most 8 GETs a job; drain at most \
          1.05× the ideal configured, 1.15× learned; 0 cases. The ideal: the same renders in the same order, \
          each on the first free slot and seen the moment it ends."

@@ -104,6 +104,10 @@ pub struct LifecycleEvent {
     pub version: u64,
     /// What is particular to the type; see docs/events.md.
     pub data: Map<String, Value>,
+    /// While the operation is unfinished: when its client should read it
+    /// again ([`crate::progress::next_look`] at the commit time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_look_at: Option<DateTime<Utc>>,
     /// Set by the events pipe when the tenant has a receiver that takes
     /// the event: the bus's webhook rule queues only these. Receivers'
     /// POSTs never carry it.
@@ -171,6 +175,7 @@ fn event(rec: &OperationRecord, kind: Kind, data: Value) -> LifecycleEvent {
             Value::Object(m) => m,
             _ => Map::new(),
         },
+        next_look_at: crate::progress::next_look(rec, None, rec.updated_at),
         webhooks: false,
         trace_id: Some(crate::trace::TraceId::of(&rec.operation_id).to_hex()),
         trace_kept: false,

@@ -12,6 +12,8 @@
 //! - [`capacity`]: the Genace account's capacity and its limits.
 //! - [`shard`]: the Genace account's counters split over shards.
 //! - [`render`]: learned render times and the poll plan drawn from them.
+//! - [`progress`]: what a client is shown of an unfinished operation: its
+//!   place in the queue, its expected start and end, when to look again.
 //! - [`events`]: the lifecycle events a committed change announces.
 //! - [`messages`]: what the stages send each other.
 //! - [`webhook`]: a tenant's webhook settings and its secret folder.
@@ -32,6 +34,7 @@ pub mod ledger;
 pub mod machine;
 pub mod messages;
 pub mod planted;
+pub mod progress;
 pub mod record;
 pub mod remote;
 pub mod render;

@@ -133,6 +133,25 @@ impl RenderTimes {
         self.counts.iter().fold(0u32, |a, c| a.saturating_add(*c))
     }
 
+    /// The share (0 to 1) of the renders that ended by `seconds`,
+    /// interpolated within its bucket on a log scale as [`Self::quantile`]
+    /// is, so the two are inverses; none without data.
+    pub fn cdf(&self, seconds: f64) -> Option<f64> {
+        let total = f64::from(self.samples());
+        if total == 0.0 {
+            return None;
+        }
+        let i = Self::bucket(seconds);
+        let below: f64 = self.counts[..i].iter().map(|c| f64::from(*c)).sum();
+        let (low, high) = bucket_bounds(i);
+        let within = if seconds <= low {
+            0.0
+        } else {
+            ((seconds / low).ln() / (high / low).ln()).clamp(0.0, 1.0)
+        };
+        Some(((below + within * f64::from(self.counts[i])) / total).clamp(0.0, 1.0))
+    }
+
     /// The time below which a share `q` (0 to 1) of the renders ended,
     /// interpolated within its bucket on a log scale; none without data.
     pub fn quantile(&self, q: f64) -> Option<f64> {
@@ -279,6 +298,27 @@ impl PollPlan {
             .find(|at| **at >= age + MIN_SPACING_SECONDS)
             .map_or(age_based, |at| at - age)
     }
+}
+
+/// The age of the poll stage's next look at a job `age` seconds after its
+/// acceptance, by the schedule the poll stage follows: the first look at
+/// the plan's first (else `first_delay`), then the plan's looks, then the
+/// age-based schedule within `max_delay`, each delay in whole seconds as
+/// poll messages carry them. Looks come a little later than planned (a
+/// look takes time), so this is when the service looks at the earliest.
+pub fn next_planned_look(plan: Option<&PollPlan>, age: f64, first_delay: f64, max_delay: f64) -> f64 {
+    let max = max_delay.max(1.0);
+    let mut at = plan.and_then(PollPlan::first).unwrap_or(first_delay);
+    let mut looks = 1;
+    while at <= age && looks < 100_000 {
+        let by_age = (at / 10.0)
+            .floor()
+            .clamp(FALLBACK_MIN_SECONDS, max.max(FALLBACK_MIN_SECONDS));
+        let delay = plan.map_or(by_age, |p| p.next_delay(at, looks + 1, by_age));
+        at += delay.round().clamp(1.0, max);
+        looks += 1;
+    }
+    at
 }
 
 /// Where a class's renders end, smoothed: the weight of a gap at each age.

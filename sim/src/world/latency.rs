@@ -84,6 +84,21 @@ pub struct LatencyFigures {
     /// The first look the run made that it must not have: a GET after the
     /// end was seen, two in one handler, or more than the look bound.
     pub violation: Option<String>,
+    /// Per measured job given a learned expected end at its acceptance:
+    /// whether it ended by the p50 first given, and by the p90.
+    pub eta: Vec<(bool, bool)>,
+    /// Measured jobs accepted before their class had enough renders for
+    /// an expected end.
+    pub eta_unlearned: usize,
+    /// Per measured operation that waited for a slot and was given an
+    /// expected start: seconds from the earliest expected to its claim,
+    /// and whether the claim fell inside the window given.
+    pub starts: Vec<(f64, bool)>,
+    /// Per measured job: seconds from its end until a client saw it
+    /// rendered, and that client's reads, for a client that reads when
+    /// the service suggests (`next_look_at`) and one that reads every 2 s.
+    pub follower: Vec<(f64, u32)>,
+    pub poller: Vec<(f64, u32)>,
 }
 
 impl LatencyFigures {
@@ -95,6 +110,30 @@ impl LatencyFigures {
     /// The same, over each job's render time.
     pub fn relative_lag_quantile(&self, q: f64) -> f64 {
         quantile(self.lags.iter().map(|(_, rel)| *rel).collect(), q)
+    }
+
+    /// The share of jobs that ended by the p50 first given, and by the p90.
+    pub fn calibration(&self) -> (f64, f64) {
+        let n = self.eta.len().max(1) as f64;
+        let by50 = self.eta.iter().filter(|(a, _)| *a).count() as f64;
+        let by90 = self.eta.iter().filter(|(_, b)| *b).count() as f64;
+        (by50 / n, by90 / n)
+    }
+
+    /// The median and 90th percentile of the expected start's error
+    /// (claim less earliest), in seconds, and the share claimed inside the
+    /// window.
+    pub fn start_error(&self) -> (f64, f64, f64) {
+        let errors: Vec<f64> = self.starts.iter().map(|(e, _)| e.abs()).collect();
+        let inside = self.starts.iter().filter(|(_, w)| *w).count() as f64 / self.starts.len().max(1) as f64;
+        (quantile(errors.clone(), 0.5), quantile(errors, 0.9), inside)
+    }
+
+    /// A client's lag p50 and p90 (seconds) and reads per job.
+    pub fn client(samples: &[(f64, u32)]) -> (f64, f64, f64) {
+        let lags: Vec<f64> = samples.iter().map(|(l, _)| *l).collect();
+        let reads = samples.iter().map(|(_, r)| f64::from(*r)).sum::<f64>() / samples.len().max(1) as f64;
+        (quantile(lags.clone(), 0.5), quantile(lags, 0.9), reads)
     }
 
     pub fn gets_per_job(&self) -> f64 {
@@ -157,7 +196,7 @@ pub fn latency(opts: &LatencyOptions) -> LatencyFigures {
     }
     let refused_warmup = world.genace.refused_full();
     let began = world.now();
-    let (ids, drain) = match world.latency_burst(opts, opts.jobs, "measured", &mut rng, &mut took, &mut learned) {
+    let (ids, drain, clients) = match world.latency_burst(opts, opts.jobs, "measured", &mut rng, &mut took, &mut learned) {
         Ok(burst) => burst,
         Err(v) => {
             return LatencyFigures {
@@ -168,6 +207,8 @@ pub fn latency(opts: &LatencyOptions) -> LatencyFigures {
     };
     let start = learned[0].0;
     let mut renders: Vec<f64> = took.values().copied().collect();
+    let figures = world.latency_figures(opts, &ids, &took, began, drain);
+    let seen = world.client_figures(&clients, &took);
     LatencyFigures {
         refused_warmup,
         learned: learned
@@ -179,7 +220,7 @@ pub fn latency(opts: &LatencyOptions) -> LatencyFigures {
             renders.sort_by(f64::total_cmp);
             renders.get(renders.len() / 2).copied().unwrap_or_default()
         },
-        ..world.latency_figures(opts, &ids, &took, began, drain)
+        ..seen.merged(figures)
     }
 }
 
@@ -221,7 +262,7 @@ impl World {
         rng: &mut Rng,
         took: &mut BTreeMap<String, f64>,
         learned: &mut Vec<(DateTime<Utc>, Option<u32>)>,
-    ) -> Result<(Vec<String>, DateTime<Utc>), String> {
+    ) -> Result<(Vec<String>, DateTime<Utc>, Clients), String> {
         let mut ids = Vec::new();
         for i in 0..per_class {
             for (c, median) in opts.medians.iter().enumerate() {
@@ -231,6 +272,7 @@ impl World {
             }
         }
         let began = self.now();
+        let mut clients = Clients::new(&ids, began);
         let mut renders = BTreeMap::new();
         let mut next_sweep = began + Duration::seconds(60);
         let total: f64 = ids.iter().filter_map(|id| took.get(id)).sum();
@@ -246,6 +288,9 @@ impl World {
             let records = self.store.records();
             self.check_looks(&records)?;
             self.check_gets_bound(&records)?;
+            if name == "measured" {
+                self.watch(&mut clients, &records);
+            }
             let now_learned = self.store.account_now().learned;
             if learned.last().is_none_or(|(_, l)| *l != now_learned) {
                 learned.push((self.now(), now_learned));
@@ -260,7 +305,7 @@ impl World {
                 }
             }
         }
-        Ok((ids, last))
+        Ok((ids, last, clients))
     }
 
     fn latency_figures(
@@ -316,5 +361,176 @@ impl World {
         let body = serde_json::json!({"operation_key": key, "media_type": "video",
             "specification": {"model": "genace-video-2", "prompt": key, "duration": length}});
         self.submit_intent(TENANTS[0], &body)
+    }
+}
+
+/// What the clients of the measured burst saw, in virtual time, step by
+/// step: the expected end each job was first given at its acceptance, the
+/// expected start each waiting operation was first given and its claim,
+/// and a client that reads when the service suggests.
+pub(super) struct Clients {
+    submitted: BTreeMap<String, DateTime<Utc>>,
+    /// The p50 and p90 first given (none: its class had too few renders).
+    eta: BTreeMap<String, Option<(DateTime<Utc>, DateTime<Utc>)>>,
+    start: BTreeMap<String, (DateTime<Utc>, Option<DateTime<Utc>>)>,
+    claimed: BTreeMap<String, DateTime<Utc>>,
+    follow: BTreeMap<String, Follow>,
+    /// The records as they were until the last step, and since when.
+    before: BTreeMap<String, OperationRecord>,
+    before_at: DateTime<Utc>,
+}
+
+/// A client that reads an operation when the service suggests.
+struct Follow {
+    next: DateTime<Utc>,
+    reads: u32,
+    seen: Option<DateTime<Utc>>,
+}
+
+/// How often the polling client reads.
+const POLL_EVERY_SECONDS: i64 = 2;
+
+impl Clients {
+    fn new(ids: &[String], now: DateTime<Utc>) -> Self {
+        let follow = ids
+            .iter()
+            .map(|id| {
+                let first = Follow {
+                    next: now,
+                    reads: 0,
+                    seen: None,
+                };
+                (id.clone(), first)
+            })
+            .collect();
+        Self {
+            submitted: ids.iter().map(|id| (id.clone(), now)).collect(),
+            eta: BTreeMap::new(),
+            start: BTreeMap::new(),
+            claimed: BTreeMap::new(),
+            follow,
+            before: BTreeMap::new(),
+            before_at: now,
+        }
+    }
+}
+
+/// A future of the in-memory stack, run to its end (nothing it awaits
+/// waits in a calm run).
+fn settle<T>(fut: impl std::future::Future<Output = T>) -> Option<T> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    for _ in 0..1_000_000 {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+impl World {
+    /// After a step: what the clients of the measured burst are given and
+    /// see now.
+    fn watch(&self, clients: &mut Clients, records: &[OperationRecord]) {
+        let now = self.now();
+        let api = self.app.api();
+        for rec in records {
+            let id = rec.operation_id.as_str();
+            if !clients.submitted.contains_key(id) {
+                continue;
+            }
+            if let (Some(accepted), false) = (rec.accepted_at, clients.eta.contains_key(id)) {
+                let class = genace_core::render::RenderClass::of(rec);
+                let times = settle(self.store.render_times(&class))
+                    .and_then(Result::ok)
+                    .unwrap_or_default();
+                let end = genace_core::progress::expected_end(accepted, &times, accepted);
+                let given = end.p50_at.zip(end.p90_at);
+                clients.eta.insert(id.to_owned(), given);
+            }
+            let waits = matches!(rec.wait(), Some((genace_core::record::WaitReason::Capacity, _)));
+            if waits && !clients.start.contains_key(id) {
+                let progress = settle(api.progress(rec)).unwrap_or_default();
+                if let Some(s) = progress.queue.and_then(|q| q.expected_start) {
+                    clients.start.insert(id.to_owned(), (s.earliest, s.latest));
+                }
+            }
+            if rec.phase != Phase::Prepared && !clients.claimed.contains_key(id) {
+                clients.claimed.insert(id.to_owned(), now);
+            }
+            let Some(follow) = clients.follow.get_mut(id) else {
+                continue;
+            };
+            while follow.seen.is_none() && follow.next <= now {
+                // A read before this step saw the record as it was before it.
+                let seen = match clients.before.get(id) {
+                    Some(before) if follow.next < now && follow.next >= clients.before_at => before,
+                    _ => rec,
+                };
+                follow.reads += 1;
+                if seen.phase == Phase::Rendered || machine::is_finished(seen) {
+                    follow.seen = Some(follow.next);
+                } else {
+                    let next = genace_core::progress::next_look(seen, None, follow.next);
+                    follow.next = next.unwrap_or(follow.next).max(follow.next + Duration::seconds(1));
+                }
+            }
+        }
+        clients.before = records
+            .iter()
+            .filter(|r| clients.submitted.contains_key(r.operation_id.as_str()))
+            .map(|r| (r.operation_id.as_str().to_owned(), r.clone()))
+            .collect();
+        clients.before_at = now;
+    }
+
+    /// The clients' figures of the measured burst.
+    fn client_figures(&self, clients: &Clients, took: &BTreeMap<String, f64>) -> LatencyFigures {
+        let records: BTreeMap<String, OperationRecord> = self
+            .store
+            .records()
+            .into_iter()
+            .map(|r| (r.operation_id.as_str().to_owned(), r))
+            .collect();
+        let mut f = LatencyFigures::default();
+        let secs = |a: DateTime<Utc>, b: DateTime<Utc>| (b - a).num_milliseconds() as f64 / 1000.0;
+        for (id, submitted) in &clients.submitted {
+            let (Some(rec), Some(seconds)) = (records.get(id), took.get(id)) else {
+                continue;
+            };
+            let Some(accepted) = rec.accepted_at else { continue };
+            let ended = accepted + Duration::milliseconds((seconds * 1000.0) as i64);
+            match clients.eta.get(id) {
+                Some(Some((p50, p90))) => f.eta.push((ended <= *p50, ended <= *p90)),
+                _ => f.eta_unlearned += 1,
+            }
+            if let (Some((earliest, latest)), Some(claimed)) = (clients.start.get(id), clients.claimed.get(id)) {
+                let inside = claimed >= earliest && latest.is_none_or(|l| *claimed <= l);
+                f.starts.push((secs(*earliest, *claimed), inside));
+            }
+            if let Some(Follow { seen: Some(seen), reads, .. }) = clients.follow.get(id) {
+                f.follower.push((secs(ended, *seen).max(0.0), *reads));
+            }
+            if let Some(d) = &rec.detection {
+                let polls = (secs(*submitted, d.ended_seen_at) / POLL_EVERY_SECONDS as f64).ceil().max(1.0);
+                let seen = *submitted + Duration::seconds(polls as i64 * POLL_EVERY_SECONDS);
+                f.poller.push((secs(ended, seen).max(0.0), polls as u32));
+            }
+        }
+        f
+    }
+}
+
+impl LatencyFigures {
+    /// These clients' figures beside the service's.
+    fn merged(self, service: LatencyFigures) -> LatencyFigures {
+        LatencyFigures {
+            eta: self.eta,
+            eta_unlearned: self.eta_unlearned,
+            starts: self.starts,
+            follower: self.follower,
+            poller: self.poller,
+            ..service
+        }
     }
 }

@@ -143,6 +143,31 @@ pub fn queue_view(rec: &OperationRecord, position: Option<u32>) -> Option<Value>
     Some(json!({"reason": reason.as_str(), "since": since, "position": position, "priority": rec.priority}))
 }
 
+/// What a UI shows of an unfinished operation's progress (none once it is
+/// finished): when to look again, its place and expected start while it
+/// waits, its expected end while it renders.
+pub fn progress_view(p: &genace_stages::api::progress::Progress) -> Option<Value> {
+    let next_look_at = p.next_look_at?;
+    let queue = p.queue.as_ref().map(|q| {
+        json!({
+            "place": q.place,
+            "ahead_in_account": q.ahead.map(|a| json!({"min": a.min, "max": a.max})),
+            "expected_start": q.expected_start.map(|s| json!({"earliest": s.earliest, "latest": s.latest})),
+        })
+    });
+    let end = p.expected_end.as_ref().map(|e| {
+        json!({"basis": e.basis.as_str(), "samples": e.samples, "p50_at": e.p50_at, "p90_at": e.p90_at})
+    });
+    Some(json!({"next_look_at": next_look_at, "queue": queue, "expected_end": end}))
+}
+
+/// Whole seconds from `now` until `at`, at least 1: the `Next-Look-In`
+/// header.
+pub fn seconds_until(at: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc>) -> i64 {
+    let ms = (at - now).num_milliseconds();
+    ((ms + 999) / 1000).max(1)
+}
+
 /// The hold a new intent's view announces when the tenant's spend limit
 /// leaves no room for it now: dispatch has not waited yet.
 pub fn expected_spend_hold() -> Value {

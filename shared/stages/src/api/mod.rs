@@ -5,7 +5,9 @@
 //! - [`intake`]: recording an intent once, and reading it back.
 //! - [`errors`]: one error per family of these operations (submitting,
 //!   one operation, lists, settings, webhook endpoints).
-//! - Tenant features: [`cancel`], [`erase`], [`listing`], [`credits`].
+//! - Tenant features: [`cancel`], [`erase`], [`listing`], [`credits`],
+//!   [`progress`] (an operation's queue place, expected start and end,
+//!   and next look).
 //! - Operator features: [`operator`] (cases and their resolutions),
 //!   [`capacity`] (the account's report and limits).
 //! - [`webhooks`]: a tenant's webhook endpoints (managed by the tenant)
@@ -20,5 +22,6 @@ pub mod errors;
 pub mod intake;
 pub mod listing;
 pub mod operator;
+pub mod progress;
 pub mod trace;
 pub mod webhooks;

@@ -18,7 +18,9 @@ use super::{json_response, ok_json};
 use crate::http::auth::Principal;
 use crate::http::problem::{Problem, not_found};
 use crate::http::request::{page_limit, parsed_body, tenant_param, time_param};
-use crate::http::views::{etag, expected_spend_hold, queue_view, view, view_with_links};
+use crate::http::views::{
+    etag, expected_spend_hold, progress_view, queue_view, seconds_until, view, view_with_links,
+};
 
 pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Response<Body>, Problem> {
     let principal = Principal::read(&req, &api.config)?;
@@ -68,7 +70,7 @@ pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Respo
     if !replayed && api.expects_spend_hold(rec).await {
         body["hold"] = expected_spend_hold();
     }
-    let mut builder = json_response(status).header(
+    let mut builder = json_response(status).header(header::ETAG, etag(rec)).header(
         header::LOCATION,
         HeaderValue::from_str(&format!("/v1/operations/{}", rec.operation_id)).expect("ids are ASCII"),
     );
@@ -94,11 +96,25 @@ pub(crate) async fn read<P: Ports>(api: &Api<P>, req: &Request, raw_id: &str) ->
     if let Some(at) = rec.outputs_expire_at(api.config.policy.output_days) {
         body["outputs_expire_at"] = serde_json::json!(at);
     }
-    if let Some(position) = genace_stages::pipeline::wake::queue_position(&api.store, &rec).await {
-        body["queue"] = queue_view(&rec, Some(position)).unwrap_or_default();
+    let progress = api.progress(&rec).await;
+    if let Some(queue) = queue_view(&rec, progress.queue.and_then(|q| q.place)) {
+        body["queue"] = queue;
     }
-    Ok(operation_response(&rec, &body))
+    if let Some(view) = progress_view(&progress) {
+        body["progress"] = view;
+    }
+    let mut resp = operation_response(&rec, &body);
+    if let Some(at) = progress.next_look_at {
+        let seconds = seconds_until(at, api.clock.now());
+        resp.headers_mut()
+            .insert(NEXT_LOOK_HEADER, HeaderValue::from(seconds));
+    }
+    Ok(resp)
 }
+
+/// The header of a `GET` of an unfinished operation that says, in whole
+/// seconds, when to look again (the view's `progress.next_look_at`).
+pub(crate) const NEXT_LOOK_HEADER: &str = "next-look-in";
 
 /// 200 with an operation's view, its version as the ETag.
 pub(crate) fn operation_response(rec: &genace_core::record::OperationRecord, body: &Value) -> Response<Body> {
@@ -214,17 +230,23 @@ pub(crate) async fn list<P: Ports>(api: &Api<P>, req: &Request) -> Result<Respon
         }
     };
     // An operator's list spans tenants: each view names its own.
+    let progress = api.progress_of(&page.records).await;
     let operations: Vec<Value> = page
         .records
         .iter()
-        .map(|rec| {
-            if operator {
+        .zip(&progress)
+        .map(|(rec, progress)| {
+            let mut v = if operator {
                 let mut v = view(rec);
                 v["tenant_id"] = json!(rec.tenant_id);
                 v
             } else {
                 view(&rec.for_tenant())
+            };
+            if let Some(p) = progress_view(progress) {
+                v["progress"] = p;
             }
+            v
         })
         .collect();
     Ok(ok_json(
