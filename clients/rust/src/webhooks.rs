@@ -26,6 +26,9 @@ pub struct Event {
     /// What is particular to the type.
     #[serde(default)]
     pub data: Value,
+    /// While the operation is unfinished: when to read it again (RFC 3339).
+    #[serde(default)]
+    pub next_look_at: Option<String>,
 }
 
 /// Why a delivery was not accepted.

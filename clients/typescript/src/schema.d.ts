@@ -630,6 +630,7 @@ export interface components {
                 position: number | null;
                 priority: components["schemas"]["Priority"];
             };
+            progress?: components["schemas"]["Progress"];
             /** @description Grows with every change; the ETag. */
             version?: number;
             /** Format: date-time */
@@ -704,6 +705,51 @@ export interface components {
             runbook: components["schemas"]["Runbook"];
             /** @description The operation's version when listed: send it in If-Match to decide on what was seen. */
             version: number;
+        };
+        /** @description Present while the operation is unfinished, in a read and in a listing: what a UI shows so that a queued operation is not taken for a stuck one. Drawn from state the service keeps; a part it could not read is null. */
+        Progress: {
+            /**
+             * Format: date-time
+             * @description When to read the operation again: just after the poll stage's next planned look while the job renders, so a client that follows it sees the end about as soon as the service does; at the expected start (within 30 s) while it waits; in about 2 s while a claim, a POST or a delivery runs; in 5 minutes while a person must decide.
+             */
+            next_look_at: string;
+            /** @description While dispatch waits for a slot or for the spend limit. */
+            queue: {
+                /** @description Its place in its tenant's order (1: next); null when not counted (beyond the first 1,000, or in a listing that spans tenants). */
+                place: number | null;
+                /** @description How many operations of all tenants the account serves before it under the fair rotation: its own tenant's ahead of it at least, and at most those plus each other waiting tenant's share; max null when not every waiting tenant was read. */
+                ahead_in_account: {
+                    min: number;
+                    max: number | null;
+                } | null;
+                /** @description When it is expected to be dispatched, slots freeing at the account's limit over its class's median render; null for a spend-limit wait or without enough learned renders. */
+                expected_start: {
+                    /** Format: date-time */
+                    earliest: string;
+                    /** Format: date-time */
+                    latest: string | null;
+                } | null;
+            } | null;
+            /** @description While the job renders (accepted). */
+            expected_end: {
+                /**
+                 * @description learned: from its class's render times, given how long it has run; too_little_data: fewer than 8 renders of its class finished; past_learned: it has run longer than 99.5 % of them.
+                 * @enum {string}
+                 */
+                basis: "learned" | "too_little_data" | "past_learned";
+                /** @description Finished renders of its class. */
+                samples: number;
+                /**
+                 * Format: date-time
+                 * @description Half of its class's renders that ran as long ended by then.
+                 */
+                p50_at: string | null;
+                /**
+                 * Format: date-time
+                 * @description Nine in ten did.
+                 */
+                p90_at: string | null;
+            } | null;
         };
         OperationList: {
             operations: components["schemas"]["OperationView"][];
@@ -999,6 +1045,8 @@ export interface operations {
                 headers: {
                     "Idempotent-Replayed"?: "true";
                     Location?: string;
+                    /** @description The operation's version, quoted. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1010,6 +1058,8 @@ export interface operations {
                 headers: {
                     /** @description Path of the operation. */
                     Location?: string;
+                    /** @description The operation's version, quoted. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1040,6 +1090,8 @@ export interface operations {
                 headers: {
                     /** @description The operation's version, quoted. */
                     ETag?: string;
+                    /** @description While the operation is unfinished: whole seconds until a client should read it again (progress.next_look_at), just after the service's own next look. Absent once it is finished. */
+                    "Next-Look-In"?: number;
                     [name: string]: unknown;
                 };
                 content: {

@@ -76,8 +76,17 @@ impl Doc {
             schema.is_object(),
             "{method} {path} {status}: content type {ct} is not documented"
         );
+        let body: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
         for (header, _) in response["headers"].as_object().into_iter().flatten() {
-            if header != "Idempotent-Replayed" || status == "200" {
+            // Next-Look-In: exactly while the view shows progress (the
+            // operation is unfinished).
+            if header == "Next-Look-In" {
+                assert_eq!(
+                    resp.headers().contains_key(header.as_str()),
+                    body.get("progress").is_some(),
+                    "{method} {path} {status}: header {header}"
+                );
+            } else if header != "Idempotent-Replayed" || status == "200" {
                 assert!(
                     resp.headers().contains_key(header.as_str()),
                     "{method} {path} {status}: header {header}"
@@ -86,7 +95,6 @@ impl Doc {
         }
         let mut full = schema.clone();
         full["components"] = self.root["components"].clone();
-        let body: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
         if let Err(e) = jsonschema::validate(&full, &body) {
             panic!("{method} {path} {status}: {e}\nbody: {body}");
         }

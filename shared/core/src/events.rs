@@ -175,7 +175,7 @@ fn event(rec: &OperationRecord, kind: Kind, data: Value) -> LifecycleEvent {
             Value::Object(m) => m,
             _ => Map::new(),
         },
-        next_look_at: crate::progress::next_look(rec, None, rec.updated_at),
+        next_look_at: crate::progress::next_look(rec, crate::progress::LookHints::default(), rec.updated_at),
         webhooks: false,
         trace_id: Some(crate::trace::TraceId::of(&rec.operation_id).to_hex()),
         trace_kept: false,

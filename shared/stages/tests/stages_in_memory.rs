@@ -2984,3 +2984,58 @@ async fn a_page_of_a_nested_tenants_keys_does_not_hide_an_erased_operations_own(
     assert!(!left.contains(&unnamed), "the operation's own object is erased");
     assert_eq!(left.len(), 1_001, "the nested tenant's objects are left");
 }
+
+/// A view's progress: a waiting operation's place, how many the account
+/// serves before it and when to look again; a rendering job's expected
+/// end once its class has renders enough, and the waiting one's expected
+/// start from them; nothing once an operation is finished.
+#[tokio::test]
+async fn a_view_shows_the_queue_the_expected_start_and_end_and_the_next_look() {
+    use genace_core::progress::Basis;
+    use genace_core::render::RenderClass;
+    let app = app();
+    let (running, waiting) = one_running_one_waiting(&app).await;
+    let rival = submit_as(&app, "tenant-b", "rival").await;
+    assert_eq!(
+        app.dispatcher().dispatch(&rival).await.unwrap(),
+        Dispatched::WaitingForCapacity
+    );
+    let api = app.api();
+    let now = app.clock.now();
+    let held = record(&app, &waiting).await;
+    let shown = api.progress(&held).await;
+    let queue = shown.queue.expect("a waiting operation shows its queue");
+    assert_eq!(queue.place, Some(1));
+    // First of its tenant; the other waiting tenant may go first, or not.
+    let ahead = queue.ahead.unwrap();
+    assert_eq!((ahead.min, ahead.max), (0, Some(1)));
+    assert_eq!(queue.expected_start, None, "no renders learned yet");
+    let look = shown.next_look_at.unwrap();
+    assert!(look > now && look <= now + Duration::seconds(10), "{look}");
+
+    let job = record(&app, &running).await;
+    assert_eq!(job.phase, Phase::Accepted);
+    let unlearned = api.progress(&job).await.expected_end.unwrap();
+    assert_eq!(unlearned.basis, Basis::TooLittleData);
+    let class = RenderClass::of(&job);
+    for _ in 0..20 {
+        app.store.add_render_time(&class, 60.0).await.unwrap();
+    }
+    let end = api.progress(&job).await.expected_end.unwrap();
+    assert_eq!(end.basis, Basis::Learned);
+    let accepted = job.accepted_at.unwrap();
+    let p50 = end.p50_at.unwrap();
+    assert!(
+        p50 >= accepted + Duration::seconds(54) && p50 <= accepted + Duration::seconds(66),
+        "{p50}"
+    );
+    // One slot turning over every 60 s: the waiting one starts with the
+    // next, or the one after it if the other tenant's goes first.
+    let start = api.progress(&held).await.queue.unwrap().expected_start.unwrap();
+    assert!((start.earliest - now).num_seconds().abs() <= 66, "{start:?}");
+    assert!(start.latest.unwrap() > start.earliest, "{start:?}");
+
+    let mut done = job.clone();
+    done.phase = Phase::Cancelled;
+    assert_eq!(api.progress(&done).await, Default::default());
+}

@@ -155,9 +155,10 @@ pub fn progress_view(p: &genace_stages::api::progress::Progress) -> Option<Value
             "expected_start": q.expected_start.map(|s| json!({"earliest": s.earliest, "latest": s.latest})),
         })
     });
-    let end = p.expected_end.as_ref().map(|e| {
-        json!({"basis": e.basis.as_str(), "samples": e.samples, "p50_at": e.p50_at, "p90_at": e.p90_at})
-    });
+    let end = p
+        .expected_end
+        .as_ref()
+        .map(|e| json!({"basis": e.basis.as_str(), "samples": e.samples, "p50_at": e.p50_at, "p90_at": e.p90_at}));
     Some(json!({"next_look_at": next_look_at, "queue": queue, "expected_end": end}))
 }
 

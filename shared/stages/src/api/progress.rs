@@ -21,7 +21,9 @@ use genace_core::capacity::AccountCapacity;
 use genace_core::domain::TenantId;
 use genace_core::ledger::TenantLedger;
 use genace_core::machine::is_finished;
-use genace_core::progress::{ExpectedEnd, Queue, QueueProgress, Rival, expected_end, next_look, queue_progress};
+use genace_core::progress::{
+    ExpectedEnd, LookHints, Queue, QueueProgress, Rival, expected_end, next_look, queue_progress,
+};
 use genace_core::record::{OperationRecord, Phase, WaitReason};
 use genace_core::render::{MIN_SAMPLES, RenderClass, RenderTimes};
 
@@ -40,7 +42,7 @@ struct Reads {
     ledgers: Option<(Vec<TenantLedger>, bool)>,
     account: Option<AccountCapacity>,
     /// The one tenant whose waiting order was read, and the order.
-    order: Option<(String, Vec<genace_core::domain::OperationId>)>,
+    order: Option<(TenantId, Vec<genace_core::domain::OperationId>)>,
 }
 
 fn waits_for_a_slot(rec: &OperationRecord) -> bool {
@@ -66,7 +68,10 @@ impl<P: Ports> Api<P> {
     async fn reads_for(&self, recs: &[OperationRecord]) -> Reads {
         let mut reads = Reads::default();
         let open: Vec<&OperationRecord> = recs.iter().filter(|r| !is_finished(r)).collect();
-        for rec in open.iter().filter(|r| r.phase == Phase::Accepted || waits_for_a_slot(r)) {
+        for rec in open
+            .iter()
+            .filter(|r| r.phase == Phase::Accepted || waits_for_a_slot(r))
+        {
             let class = RenderClass::of(rec);
             if reads.times.contains_key(&class) {
                 continue;
@@ -94,9 +99,8 @@ impl<P: Ports> Api<P> {
             Err(e) => warn!(error = %e, "the account unreadable for a view"),
         }
         let tenant = &waiting[0].tenant_id;
-        let one_tenant = waiting.iter().all(|r| r.tenant_id == *tenant);
-        if let (true, Ok(id)) = (one_tenant, TenantId::parse(tenant)) {
-            match self.store.waiting(&id, POSITION_COUNTED).await {
+        if waiting.iter().all(|r| r.tenant_id == *tenant) {
+            match self.store.waiting(tenant, POSITION_COUNTED).await {
                 Ok(order) => reads.order = Some((tenant.clone(), order)),
                 Err(e) => warn!(tenant = %tenant, error = %e, "a waiting order unreadable for a view"),
             }
@@ -119,11 +123,18 @@ impl<P: Ports> Api<P> {
             .then(|| queue_of(rec, reads))
             .flatten()
             .and_then(|q| {
-                let typical = times.filter(|t| t.samples() >= MIN_SAMPLES).and_then(|t| t.quantile(0.5));
+                let typical = times
+                    .filter(|t| t.samples() >= MIN_SAMPLES)
+                    .and_then(|t| t.quantile(0.5));
                 queue_progress(rec, &q, typical, now)
             });
+        let hints = LookHints {
+            times,
+            max_delay: f64::from(self.config.poll_max_delay_seconds),
+            start: queue.as_ref().and_then(|q| q.expected_start.as_ref()),
+        };
         Progress {
-            next_look_at: next_look(rec, queue.as_ref().and_then(|q| q.expected_start.as_ref()), now),
+            next_look_at: next_look(rec, hints, now),
             queue,
             expected_end,
         }
@@ -140,10 +151,10 @@ fn queue_of(rec: &OperationRecord, reads: &Reads) -> Option<Queue> {
         .filter(|(tenant, _)| *tenant == rec.tenant_id)
         .and_then(|(_, order)| order.iter().position(|id| *id == rec.operation_id))
         .and_then(|at| u32::try_from(at + 1).ok());
-    let own = ledgers.iter().find(|l| l.tenant_id == rec.tenant_id);
+    let own = ledgers.iter().find(|l| l.tenant_id == rec.tenant_id.as_str());
     let rivals = ledgers
         .iter()
-        .filter(|l| l.tenant_id != rec.tenant_id && l.totals.waiting > 0)
+        .filter(|l| l.tenant_id != rec.tenant_id.as_str() && l.totals.waiting > 0)
         .map(|l| Rival {
             waiting: l.totals.waiting,
             in_flight: l.totals.in_flight,

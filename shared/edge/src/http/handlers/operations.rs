@@ -18,9 +18,7 @@ use super::{json_response, ok_json};
 use crate::http::auth::Principal;
 use crate::http::problem::{Problem, not_found};
 use crate::http::request::{page_limit, parsed_body, tenant_param, time_param};
-use crate::http::views::{
-    etag, expected_spend_hold, progress_view, queue_view, seconds_until, view, view_with_links,
-};
+use crate::http::views::{etag, expected_spend_hold, progress_view, queue_view, seconds_until, view, view_with_links};
 
 pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Response<Body>, Problem> {
     let principal = Principal::read(&req, &api.config)?;
@@ -106,8 +104,7 @@ pub(crate) async fn read<P: Ports>(api: &Api<P>, req: &Request, raw_id: &str) ->
     let mut resp = operation_response(&rec, &body);
     if let Some(at) = progress.next_look_at {
         let seconds = seconds_until(at, api.clock.now());
-        resp.headers_mut()
-            .insert(NEXT_LOOK_HEADER, HeaderValue::from(seconds));
+        resp.headers_mut().insert(NEXT_LOOK_HEADER, HeaderValue::from(seconds));
     }
     Ok(resp)
 }
