@@ -150,6 +150,19 @@ fn print(args: &LatencyArgs, runs: &[(&str, LatencyFigures)]) {
                 .map_or("-".into(), |s| format!("{:.2}", s / f.median_render.max(1e-9))),
         );
     }
+    print_progress(runs);
+    println!();
+    println!(
+        "Goals: lag p50 at most 1 s + 2 % of the render, p99 at most 3 s + 5 %; at most 8 GETs a job; drain at most \
+         1.05× the ideal configured, 1.15× learned; 0 cases. The ideal: the same renders in the same order, \
+         each on the first free slot and seen the moment it ends."
+    );
+}
+
+/// What clients are told: the expected end's calibration, the expected
+/// start's error, and a client that reads when told against one that reads
+/// every 2 s.
+fn print_progress(runs: &[(&str, LatencyFigures)]) {
     println!();
     println!(
         "| limit | jobs ended by the p50 first given (goal: 50 % ± 5) | by the p90 (goal: 90 % ± 5) | given no \
@@ -180,10 +193,4 @@ fn print(args: &LatencyArgs, runs: &[(&str, LatencyFigures)]) {
         let (p50, p90, preads) = LatencyFigures::client(&f.poller);
         println!("| {name} | {f50:.2} s | {f90:.2} s | {freads:.1} | {p50:.2} s | {p90:.2} s | {preads:.1} |");
     }
-    println!();
-    println!(
-        "Goals: lag p50 at most 1 s + 2 % of the render, p99 at most 3 s + 5 %; at most 8 GETs a job; drain at most \
-         1.05× the ideal configured, 1.15× learned; 0 cases. The ideal: the same renders in the same order, \
-         each on the first free slot and seen the moment it ends."
-    );
 }

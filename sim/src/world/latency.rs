@@ -196,15 +196,16 @@ pub fn latency(opts: &LatencyOptions) -> LatencyFigures {
     }
     let refused_warmup = world.genace.refused_full();
     let began = world.now();
-    let (ids, drain, clients) = match world.latency_burst(opts, opts.jobs, "measured", &mut rng, &mut took, &mut learned) {
-        Ok(burst) => burst,
-        Err(v) => {
-            return LatencyFigures {
-                violation: Some(v),
-                ..LatencyFigures::default()
-            };
-        }
-    };
+    let (ids, drain, clients) =
+        match world.latency_burst(opts, opts.jobs, "measured", &mut rng, &mut took, &mut learned) {
+            Ok(burst) => burst,
+            Err(v) => {
+                return LatencyFigures {
+                    violation: Some(v),
+                    ..LatencyFigures::default()
+                };
+            }
+        };
     let start = learned[0].0;
     let mut renders: Vec<f64> = took.values().copied().collect();
     let figures = world.latency_figures(opts, &ids, &took, began, drain);
@@ -371,14 +372,19 @@ impl World {
 pub(super) struct Clients {
     submitted: BTreeMap<String, DateTime<Utc>>,
     /// The p50 and p90 first given (none: its class had too few renders).
-    eta: BTreeMap<String, Option<(DateTime<Utc>, DateTime<Utc>)>>,
+    eta: BTreeMap<String, Option<Window>>,
     start: BTreeMap<String, (DateTime<Utc>, Option<DateTime<Utc>>)>,
     claimed: BTreeMap<String, DateTime<Utc>>,
+    /// Each job's class's render times at its acceptance.
+    times: BTreeMap<String, genace_core::render::RenderTimes>,
     follow: BTreeMap<String, Follow>,
     /// The records as they were until the last step, and since when.
     before: BTreeMap<String, OperationRecord>,
     before_at: DateTime<Utc>,
 }
+
+/// Two times: an expected end's p50 and p90.
+type Window = (DateTime<Utc>, DateTime<Utc>);
 
 /// A client that reads an operation when the service suggests.
 struct Follow {
@@ -408,6 +414,7 @@ impl Clients {
             eta: BTreeMap::new(),
             start: BTreeMap::new(),
             claimed: BTreeMap::new(),
+            times: BTreeMap::new(),
             follow,
             before: BTreeMap::new(),
             before_at: now,
@@ -441,10 +448,14 @@ impl World {
             }
             if let (Some(accepted), false) = (rec.accepted_at, clients.eta.contains_key(id)) {
                 let class = genace_core::render::RenderClass::of(rec);
-                let times = settle(self.store.render_times(&class))
-                    .and_then(Result::ok)
-                    .unwrap_or_default();
+                let times = settle(genace_stages::ports::table::RenderTimeLog::render_times(
+                    &self.store,
+                    &class,
+                ))
+                .and_then(Result::ok)
+                .unwrap_or_default();
                 let end = genace_core::progress::expected_end(accepted, &times, accepted);
+                clients.times.insert(id.to_owned(), times.clone());
                 let given = end.p50_at.zip(end.p90_at);
                 clients.eta.insert(id.to_owned(), given);
             }
@@ -471,7 +482,18 @@ impl World {
                 if seen.phase == Phase::Rendered || machine::is_finished(seen) {
                     follow.seen = Some(follow.next);
                 } else {
-                    let next = genace_core::progress::next_look(seen, None, follow.next);
+                    let class = genace_core::render::RenderClass::of(seen);
+                    let times = settle(genace_stages::ports::table::RenderTimeLog::render_times(
+                        &self.store,
+                        &class,
+                    ))
+                    .and_then(Result::ok);
+                    let hints = genace_core::progress::LookHints {
+                        times: times.as_ref(),
+                        max_delay: f64::from(self.app.config.poll_max_delay_seconds),
+                        start: None,
+                    };
+                    let next = genace_core::progress::next_look(seen, hints, follow.next);
                     follow.next = next.unwrap_or(follow.next).max(follow.next + Duration::seconds(1));
                 }
             }
@@ -508,11 +530,18 @@ impl World {
                 let inside = claimed >= earliest && latest.is_none_or(|l| *claimed <= l);
                 f.starts.push((secs(*earliest, *claimed), inside));
             }
-            if let Some(Follow { seen: Some(seen), reads, .. }) = clients.follow.get(id) {
+            if let Some(Follow {
+                seen: Some(seen),
+                reads,
+                ..
+            }) = clients.follow.get(id)
+            {
                 f.follower.push((secs(ended, *seen).max(0.0), *reads));
             }
             if let Some(d) = &rec.detection {
-                let polls = (secs(*submitted, d.ended_seen_at) / POLL_EVERY_SECONDS as f64).ceil().max(1.0);
+                let polls = (secs(*submitted, d.ended_seen_at) / POLL_EVERY_SECONDS as f64)
+                    .ceil()
+                    .max(1.0);
                 let seen = *submitted + Duration::seconds(polls as i64 * POLL_EVERY_SECONDS);
                 f.poller.push((secs(ended, seen).max(0.0), polls as u32));
             }
