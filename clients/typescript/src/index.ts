@@ -52,27 +52,11 @@ export type OperationFilter = Omit<Query<"listOperations">, "cursor">;
 export type CaseFilter = Omit<Query<"listCases">, "cursor">;
 export type AttemptFilter = Omit<Query<"listWebhookEndpointAttempts">, "cursor">;
 
-/**
- * What the service suggests about an operation's progress. Not in the
- * OpenAPI document yet; read when present.
- */
-export interface Progress {
-  /** When to read the operation again (RFC 3339). */
-  next_look_at?: string | null;
-  queue?: {
-    place?: number | null;
-    ahead_in_account?: number | null;
-    expected_start_at?: string | null;
-  } | null;
-  expected_end?: {
-    p50_at?: string | null;
-    p90_at?: string | null;
-    samples?: number | null;
-  } | null;
-}
+/** What a UI shows of an unfinished operation: its next look, its queue, its expected end. */
+export type Progress = Schemas["Progress"];
 
-/** An operation's view, as the document describes it, and its `progress` once the service sends it. */
-export type OperationView = Schemas["OperationView"] & { progress?: Progress | null };
+/** An operation's view, as the document describes it (with `progress` while unfinished). */
+export type OperationView = Schemas["OperationView"];
 
 /** An RFC 9457 problem document, with the members a route adds (`phase`, `delivery_state`, ...). */
 export type Problem = Schemas["Problem"] & { [member: string]: unknown };

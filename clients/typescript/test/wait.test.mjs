@@ -1,6 +1,6 @@
-// How `wait` paces its reads: as the service suggests, through a node:http
-// proxy in front of the real stack that adds the suggestion the API will
-// send (`Next-Look-In`, `progress.next_look_at`); the values are the proxy's.
+// How `wait` paces its reads: as the service suggests (`Next-Look-In`, else
+// `progress.next_look_at`, else a backoff), through a node:http proxy in
+// front of the real stack that sets or strips the suggestion.
 import assert from "node:assert/strict";
 import { before, test } from "node:test";
 
@@ -51,8 +51,9 @@ test("Next-Look-In sets the time of the next read", async () => {
 
 test("progress.next_look_at sets it when there is no header", async () => {
   const { reads, proxy, c } = await pacedProxy((answer) => {
+    delete answer.headers["next-look-in"];
     const view = JSON.parse(answer.body.toString("utf8"));
-    view.progress = { next_look_at: new Date(Date.now() + 300).toISOString() };
+    view.progress = { ...view.progress, next_look_at: new Date(Date.now() + 300).toISOString() };
     answer.body = Buffer.from(JSON.stringify(view));
   });
   try {
@@ -66,7 +67,12 @@ test("progress.next_look_at sets it when there is no header", async () => {
 });
 
 test("without a suggestion, reads back off from 1 s", async () => {
-  const { reads, proxy, c } = await pacedProxy(() => {});
+  const { reads, proxy, c } = await pacedProxy((answer) => {
+    delete answer.headers["next-look-in"];
+    const view = JSON.parse(answer.body.toString("utf8"));
+    delete view.progress;
+    answer.body = Buffer.from(JSON.stringify(view));
+  });
   try {
     await assert.rejects(c.wait(operationId, { until: ["cancelled"], deadline: 3300 }), WaitTimeoutError);
     const [first, second] = gaps(reads);
@@ -77,3 +83,14 @@ test("without a suggestion, reads back off from 1 s", async () => {
   }
 });
 
+
+test("the service itself suggests the next look of an unfinished operation", async () => {
+  // Read at once: a render takes a second at least, so it is unfinished.
+  const outcome = await client().submit(newIntent(spec("suggested"), { operationKey: `suggest-${RUN}` }));
+  const read = await client().getOperation(outcome.operation.operation_id);
+  assert.notEqual(read.operation.delivery_state, "delivered");
+  assert.equal(read.nextLook?.source, "next-look-in");
+  assert.ok(read.operation.progress?.next_look_at, JSON.stringify(read.operation));
+  const seconds = (read.nextLook.at.getTime() - Date.now()) / 1000;
+  assert.ok(seconds > 0 && seconds <= 301, `next look in ${seconds} s`);
+});
