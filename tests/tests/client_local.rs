@@ -20,6 +20,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wiremock::matchers::{method, path, path_regex};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
+/// The example docs/clients.md quotes.
+#[path = "../../clients/rust/examples/quickstart.rs"]
+mod quickstart;
+
 /// A Genace stand-in: every POST a new job, every job rendered at once to
 /// one small output.
 async fn genace() -> MockServer {
@@ -175,6 +179,11 @@ async fn an_intent_walks_from_submit_to_erasure_through_the_client() {
     let event = genace_client::webhooks::verify(&[&secret], &headers, &post.body).unwrap();
     assert_eq!(event.kind, "operation.delivered");
     assert_eq!(event.operation_id, op.id());
+    assert_eq!(
+        quickstart::on_webhook(&headers, &post.body, &[&secret]).map(|e| e.operation_id),
+        Some(op.id().to_owned()),
+        "the documented receiver verifies it too"
+    );
     let mut tampered = post.body.clone();
     tampered.push(b' ');
     assert!(genace_client::webhooks::verify(&[&secret], &headers, &tampered).is_err());
@@ -307,5 +316,16 @@ async fn a_submit_whose_answer_is_lost_is_retried_as_a_replay_with_one_genace_po
         .filter(|r| r.method.as_str() == "POST")
         .count();
     assert_eq!(posts, 1, "one Genace POST");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_documented_example_runs_as_written() {
+    let env = LocalAws::fresh().await;
+    let genace = genace().await;
+    let (running, api) = stack(&env, &genace).await;
+    let token = devauth::issue("tenant_id", &tenant("example"), 600).unwrap();
+    let op = quickstart::quickstart(&api, &token, "quickstart-1").await.unwrap();
+    assert_eq!(op.delivery_state(), "delivered", "{}", op.view);
     running.shutdown().await;
 }

@@ -185,3 +185,29 @@ fn the_readmes_test_command_is_the_one_ci_runs() {
         "the Run section's command"
     );
 }
+
+/// docs/clients.md quotes the client examples that the tests run
+/// (clients/rust/examples/quickstart.rs in client_local.rs,
+/// clients/typescript/examples/quickstart.mjs under node --test), between
+/// their `[quickstart]` marks, word for word.
+#[test]
+fn the_client_examples_in_the_docs_are_the_ones_that_run() {
+    let root = root();
+    let doc = std::fs::read_to_string(root.join("docs/clients.md")).unwrap();
+    for example in [
+        "clients/rust/examples/quickstart.rs",
+        "clients/typescript/examples/quickstart.mjs",
+    ] {
+        let text = std::fs::read_to_string(root.join(example)).unwrap();
+        let region = text
+            .split("// [quickstart]\n")
+            .nth(1)
+            .and_then(|rest| rest.split("// [/quickstart]").next())
+            .unwrap_or_else(|| panic!("{example} has no [quickstart] region"));
+        assert!(!region.trim().is_empty(), "{example}: an empty region");
+        assert!(
+            doc.contains(region.trim_end()),
+            "docs/clients.md does not quote {example} as it is"
+        );
+    }
+}
