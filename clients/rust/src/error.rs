@@ -58,6 +58,10 @@ pub enum Error {
     /// [`crate::Client::wait`] reached its deadline; the last view read.
     #[error("not reached by the deadline; last phase {}", .0["phase"])]
     Deadline(Box<Value>),
+    /// [`crate::Client::wait`]: the operation finished without reaching
+    /// what was waited for (it failed, was cancelled...); its last view.
+    #[error("finished without reaching it, in phase {}", .0["phase"])]
+    Finished(Box<Value>),
 }
 
 impl Error {

@@ -11,6 +11,10 @@ use serde_json::Value;
 use crate::client::{Client, Reply, Request, enc, with_query};
 use crate::error::Error;
 
+/// The shortest pause between two reads of [`Client::wait`], whatever the
+/// service suggests.
+const MIN_PAUSE: Duration = Duration::from_millis(250);
+
 /// The header of a `GET` of an operation that says when to look again,
 /// in whole seconds.
 pub const NEXT_LOOK_HEADER: &str = "next-look-in";
@@ -58,6 +62,15 @@ impl Operation {
     /// suggested next look, while unfinished.
     pub fn progress(&self) -> &Value {
         &self.view["progress"]
+    }
+
+    /// How long until the view's `progress.next_look_at`, when it says.
+    fn suggested_by_view(&self) -> Option<Duration> {
+        let at = self.progress()["next_look_at"].as_str()?;
+        let at = chrono::DateTime::parse_from_rfc3339(at)
+            .ok()?
+            .with_timezone(&chrono::Utc);
+        (at - chrono::Utc::now()).to_std().ok()
     }
 }
 
@@ -232,15 +245,21 @@ impl Client {
             if until.holds(&op.view) {
                 return Ok(op);
             }
+            // Finished (no progress shown, so nothing more will happen to it
+            // without a person): waiting longer cannot help.
+            if op.view.get("progress").is_none() && op.view.get("phase").is_some() {
+                return Err(Error::Finished(Box::new(op.view)));
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::Deadline(Box::new(op.view)));
             }
-            let pause = op.next_look.unwrap_or_else(|| {
+            let suggested = op.next_look.or_else(|| op.suggested_by_view());
+            let pause = suggested.unwrap_or_else(|| {
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 backoff / 2
             });
-            tokio::time::sleep(pause.min(deadline - now)).await;
+            tokio::time::sleep(pause.max(MIN_PAUSE).min(deadline - now)).await;
         }
     }
 }

@@ -66,7 +66,8 @@ pub enum Submitted {
     /// operation was made. The application reused a key for a new intent.
     KeyReused { operation_id: String, problem: Problem },
     /// The service refused the intent (invalid, too large, ...); nothing
-    /// was made.
+    /// was made. A 429 that outlasts the retries is an error instead: the
+    /// same intent may be sent again later.
     Refused(Problem),
 }
 
@@ -96,6 +97,9 @@ impl Client {
         match reply.status {
             202 => Ok(Submitted::Created(Operation::from_reply(reply))),
             200 if replayed => Ok(Submitted::Replayed(Operation::from_reply(reply))),
+            // Still too many requests after every retry: nothing was made,
+            // and the same intent is to be sent again later, not dropped.
+            429 => Err(reply.into_result().unwrap_err()),
             400..=499 => {
                 let problem = Problem {
                     status: reply.status,

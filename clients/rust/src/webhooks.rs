@@ -43,6 +43,20 @@ pub enum VerifyError {
     Unreadable(String),
 }
 
+/// The shortest key a secret may give: 16 bytes (a Standard Webhooks
+/// secret gives 24 to 64).
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// The HMAC key of a secret, as the service signs with it: for `whsec_`
+/// and base64, the decoded bytes; for any other value, its bytes.
+fn signing_key(secret: &str) -> Vec<u8> {
+    use base64::Engine;
+    secret
+        .strip_prefix("whsec_")
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .unwrap_or_else(|| secret.as_bytes().to_vec())
+}
+
 /// Verifies a delivery (`webhook-id`, `webhook-timestamp`,
 /// `webhook-signature` in `headers`, `body` as received, byte for byte)
 /// against each of `secrets` (`whsec_...`), and reads its event. Any one
@@ -51,11 +65,14 @@ pub enum VerifyError {
 pub fn verify(secrets: &[&str], headers: &HeaderMap, body: &[u8]) -> Result<Event, VerifyError> {
     let mut last = String::from("no secret given");
     for secret in secrets {
-        let hook = match secret.strip_prefix("whsec_") {
-            Some(_) => Webhook::new(secret),
-            // A secret that is not a Standard Webhooks one signs with its bytes.
-            None => Webhook::from_bytes(secret.as_bytes().to_vec()),
-        };
+        // An empty or short key (an unset variable, a cut value) would
+        // let anyone sign: such a secret verifies nothing.
+        let key = signing_key(secret);
+        if key.len() < MIN_KEY_BYTES {
+            last = format!("a secret of {} bytes is too short to verify with", key.len());
+            continue;
+        }
+        let hook = Webhook::from_bytes(key);
         match hook.and_then(|h| h.verify(body, headers)) {
             Ok(()) => {
                 return serde_json::from_slice(body).map_err(|e| VerifyError::Unreadable(e.to_string()));
@@ -101,5 +118,42 @@ mod tests {
         let tampered = body.replace("\"version\":2", "\"version\":3");
         assert!(verify(&[old, new], &headers, tampered.as_bytes()).is_err());
         assert!(verify(&[old], &HeaderMap::new(), body.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn an_empty_or_short_secret_verifies_nothing() {
+        let body = r#"{"id":"x"}"#;
+        // Signed under the empty key: what anyone could make.
+        let now = chrono::Utc::now().timestamp();
+        let forged = Webhook::from_bytes(Vec::new())
+            .unwrap()
+            .sign("msg_1", now, body.as_bytes())
+            .unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("webhook-id", "msg_1".parse().unwrap());
+        h.insert("webhook-timestamp", now.to_string().parse().unwrap());
+        h.insert("webhook-signature", forged.parse().unwrap());
+        assert!(verify(&[""], &h, body.as_bytes()).is_err());
+        assert!(verify(&["short"], &signed_raw("short", body), body.as_bytes()).is_err());
+        // A secret the service signs with its bytes verifies as it signs.
+        let raw = "a-raw-secret-of-enough-bytes";
+        // (It verifies; the body is no event, so it is unreadable, not unverified.)
+        assert!(matches!(
+            verify(&[raw], &signed_raw(raw, body), body.as_bytes()),
+            Err(VerifyError::Unreadable(_))
+        ));
+    }
+
+    fn signed_raw(secret: &str, body: &str) -> HeaderMap {
+        let now = chrono::Utc::now().timestamp();
+        let sig = Webhook::from_bytes(secret.as_bytes().to_vec())
+            .unwrap()
+            .sign("msg_1", now, body.as_bytes())
+            .unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("webhook-id", "msg_1".parse().unwrap());
+        h.insert("webhook-timestamp", now.to_string().parse().unwrap());
+        h.insert("webhook-signature", sig.parse().unwrap());
+        h
     }
 }

@@ -88,8 +88,8 @@ async fn a_retry_after_past_the_policys_bound_ends_the_retries() {
     let client = Client::new(&api.uri(), "t");
     let intent = Intent::with_new_key("image", json!({"model": "m", "prompt": "p"}));
     let started = Instant::now();
-    let outcome = client.submit(&intent).await.unwrap();
-    assert!(matches!(outcome, Submitted::Refused(ref p) if p.status == 429));
+    let outcome = client.submit(&intent).await;
+    assert_eq!(outcome.unwrap_err().status(), Some(429));
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(api.received_requests().await.unwrap().len(), 1);
 }
@@ -118,7 +118,8 @@ async fn wait_looks_again_when_the_service_suggests() {
         .respond_with(
             ResponseTemplate::new(200)
                 .insert_header("next-look-in", "1")
-                .set_body_json(json!({"operation_id": "op-1", "phase": "accepted"})),
+                .set_body_json(json!({"operation_id": "op-1", "phase": "accepted",
+                                      "progress": {"next_look_at": "2026-12-07T12:00:00Z"}})),
         )
         .up_to_n_times(1)
         .mount(&api)
@@ -138,9 +139,53 @@ async fn wait_looks_again_when_the_service_suggests() {
     assert!(started.elapsed() >= Duration::from_secs(1), "looked again too soon");
     assert_eq!(api.received_requests().await.unwrap().len(), 2);
 
+    // Finished in another phase: no use waiting for the deadline.
     let never = client
-        .wait("op-1", WaitFor::phases(&["delivered"]), Duration::from_millis(300))
+        .wait("op-1", WaitFor::phases(&["delivered"]), Duration::from_secs(30))
         .await
         .unwrap_err();
-    assert!(matches!(never, genace_client::Error::Deadline(_)), "{never}");
+    assert!(matches!(never, genace_client::Error::Finished(_)), "{never}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn wait_gives_up_at_its_deadline_and_never_spins_on_a_zero_suggestion() {
+    let api = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/operations/op-2"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("next-look-in", "0")
+                .set_body_json(json!({"operation_id": "op-2", "phase": "accepted",
+                                      "progress": {"next_look_at": "2026-12-07T12:00:00Z"}})),
+        )
+        .mount(&api)
+        .await;
+    let client = Client::new(&api.uri(), "t");
+    let late = client
+        .wait("op-2", WaitFor::phases(&["rendered"]), Duration::from_millis(700))
+        .await
+        .unwrap_err();
+    assert!(matches!(late, genace_client::Error::Deadline(_)), "{late}");
+    let reads = api.received_requests().await.unwrap().len();
+    assert!((2..=4).contains(&reads), "{reads} reads in 700 ms");
+}
+
+#[tokio::test]
+async fn a_429_that_outlasts_the_retries_is_an_error_to_send_again_later() {
+    let api = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "0"))
+        .mount(&api)
+        .await;
+    let policy = RetryPolicy {
+        attempts: 2,
+        base: Duration::from_millis(10),
+        ..RetryPolicy::default()
+    };
+    let client = Client::new(&api.uri(), "t").with_retry(policy);
+    let intent = Intent::with_new_key("image", json!({"model": "m", "prompt": "p"}));
+    let err = client.submit(&intent).await.unwrap_err();
+    assert_eq!(err.status(), Some(429));
+    assert_eq!(api.received_requests().await.unwrap().len(), 2);
 }
