@@ -19,7 +19,7 @@ export interface paths {
         put?: never;
         /**
          * Record an intent (idempotent per tenant and operation key)
-         * @description A client may also send the operation key in an `Idempotency-Key` header, which must then equal the body's `operation_key` (400 otherwise). That header is described here rather than as a parameter, because a schema cannot say that two values must be equal.
+         * @description A client may also send the operation key in an `Idempotency-Key` header, which must then equal the body's `operation_key` (400 otherwise). That header is described here rather than as a parameter, because a schema cannot say that two values must be equal. A W3C `traceparent` header, when sent, is linked from the operation's intake span, so the application's trace leads into the operation's (whose id is the operation's own).
          */
         post: operations["createOperation"];
         delete?: never;
@@ -710,7 +710,7 @@ export interface components {
         Progress: {
             /**
              * Format: date-time
-             * @description When to read the operation again: just after the poll stage's next planned look while the job renders, so a client that follows it sees the end about as soon as the service does; at the expected start (within 30 s) while it waits; in about 2 s while a claim, a POST or a delivery runs; in 5 minutes while a person must decide.
+             * @description When to read the operation again: just after the poll stage's next planned look while the job renders, so a client that follows it sees the end about as soon as the service does; at the expected start (within 10 s) while it waits for a slot, in a minute while it waits for credits; in about 2 s while a claim, a POST or a delivery runs (or just after a 429's retry); in 5 minutes while a person must decide.
              */
             next_look_at: string;
             /** @description While dispatch waits for a slot or for the spend limit. */
@@ -722,7 +722,7 @@ export interface components {
                     min: number;
                     max: number | null;
                 } | null;
-                /** @description When it is expected to be dispatched, slots freeing at the account's limit over its class's median render; null for a spend-limit wait or without enough learned renders. */
+                /** @description When it is expected to be dispatched, slots freeing at the account's limit over its class's median render (a rough figure where renders of several lengths share the account); null for a spend-limit wait, while its tenant is at its own limit or out of credits, or without enough learned renders. */
                 expected_start: {
                     /** Format: date-time */
                     earliest: string;
@@ -737,8 +737,8 @@ export interface components {
                  * @enum {string}
                  */
                 basis: "learned" | "too_little_data" | "past_learned";
-                /** @description Finished renders of its class. */
-                samples: number;
+                /** @description Operators' views only: finished renders of its class the estimate draws on. */
+                samples?: number;
                 /**
                  * Format: date-time
                  * @description Half of its class's renders that ran as long ended by then.

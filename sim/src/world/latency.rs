@@ -488,9 +488,13 @@ impl World {
                         &class,
                     ))
                     .and_then(Result::ok);
+                    let max_delay = f64::from(self.app.config.poll_max_delay_seconds.max(1));
+                    let plan = times
+                        .as_ref()
+                        .and_then(|t| genace_core::render::PollPlan::from_times(t, max_delay));
                     let hints = genace_core::progress::LookHints {
-                        times: times.as_ref(),
-                        max_delay: f64::from(self.app.config.poll_max_delay_seconds),
+                        plan: plan.as_ref(),
+                        max_delay,
                         start: None,
                     };
                     let next = genace_core::progress::next_look(seen, hints, follow.next);

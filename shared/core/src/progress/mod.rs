@@ -30,11 +30,30 @@ pub const BUSY_LOOK_SECONDS: i64 = 2;
 /// looks again, whatever the estimate: a wait may end sooner than
 /// expected, and a short render then ends soon after.
 pub const WAITING_LOOK_SECONDS: i64 = 10;
+/// The next look while an operation waits for its tenant's credits.
+pub const CREDIT_WAIT_LOOK_SECONDS: i64 = 60;
 /// The next look while a person must decide (a case is open).
 pub const PERSON_LOOK_SECONDS: i64 = 300;
 /// The share of a class's renders past which an estimate is no longer
 /// given: the job has run longer than all but this share of them.
 pub const PAST_LEARNED: f64 = 0.995;
+
+/// The longest span a progress time is put from its base: past it, the
+/// figure says nothing a client could use, and chrono's range is near.
+const LONGEST_SECONDS: f64 = 10.0 * 365.0 * 86_400.0;
+
+/// `base` plus `seconds`, the seconds bounded to [0, [`LONGEST_SECONDS`]]
+/// (a NaN counts as 0), never out of chrono's range.
+fn after(base: DateTime<Utc>, seconds: f64) -> DateTime<Utc> {
+    let s = if seconds.is_nan() {
+        0.0
+    } else {
+        seconds.clamp(0.0, LONGEST_SECONDS)
+    };
+    Duration::try_milliseconds((s * 1000.0) as i64)
+        .and_then(|d| base.checked_add_signed(d))
+        .unwrap_or(base)
+}
 
 /// How an expected end was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +113,7 @@ pub fn expected_end(accepted_at: DateTime<Utc>, times: &RenderTimes, now: DateTi
     let at = |q: f64| {
         times
             .quantile(done + q * (1.0 - done))
-            .map(|s| accepted_at + Duration::milliseconds((s.max(age) * 1000.0) as i64))
+            .map(|s| after(accepted_at, s.max(age)))
     };
     ExpectedEnd {
         basis: Basis::Learned,
@@ -126,6 +145,10 @@ pub struct Queue {
     pub free_slots: i64,
     /// The account's limit of jobs in flight; none: no limit.
     pub limit: Option<u32>,
+    /// Whether its own tenant may take a slot now: under its own limit of
+    /// jobs in flight, with credits free. If not, it starts when its own
+    /// jobs end, which the account's turnover does not say.
+    pub tenant_may_start: bool,
 }
 
 /// How many operations of all tenants the account serves before one.
@@ -164,11 +187,13 @@ pub fn ahead_in_account(queue: &Queue) -> Option<Ahead> {
         .rivals
         .iter()
         .map(|r| {
-            let lead = (queue.own_in_flight - r.in_flight).max(0);
-            r.waiting.max(0).min(i64::from(own) + 1 + lead)
+            let lead = queue.own_in_flight.saturating_sub(r.in_flight).max(0);
+            r.waiting
+                .max(0)
+                .min(i64::from(own).saturating_add(1).saturating_add(lead))
         })
-        .sum();
-    let max = u32::try_from(i64::from(own) + rivals).unwrap_or(u32::MAX);
+        .fold(0, i64::saturating_add);
+    let max = u32::try_from(i64::from(own).saturating_add(rivals)).unwrap_or(u32::MAX);
     Some(Ahead {
         min: own,
         max: queue.rivals_complete.then_some(max),
@@ -179,13 +204,16 @@ pub fn ahead_in_account(queue: &Queue) -> Option<Ahead> {
 /// freeing at the account's limit over a typical render (`typical`
 /// seconds): the first `free_slots` start at once, each further one a
 /// slot's turn later. None without a limit (nothing waits for a slot
-/// then) or a typical render.
+/// then) or a typical render, or while its own tenant may not take a slot.
 pub fn expected_start(queue: &Queue, ahead: Ahead, typical: Option<f64>, now: DateTime<Utc>) -> Option<StartWindow> {
     let limit = f64::from(queue.limit?.max(1));
     let typical = typical.filter(|t| t.is_finite() && *t > 0.0)?;
+    if !queue.tenant_may_start {
+        return None;
+    }
     let at = |before: u32| {
-        let turns = (i64::from(before) + 1 - queue.free_slots.max(0)).max(0) as f64;
-        now + Duration::milliseconds((turns * typical / limit * 1000.0) as i64)
+        let turns = (i64::from(before) + 1).saturating_sub(queue.free_slots.max(0)).max(0) as f64;
+        after(now, turns * typical / limit)
     };
     Some(StartWindow {
         earliest: at(ahead.min),
@@ -216,15 +244,28 @@ pub fn queue_progress(
 }
 
 /// What the next look is drawn from beside the record.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct LookHints<'a> {
-    /// The class's render times, for the poll stage's plan (none: the
-    /// age-based schedule, as the poll stage follows without a plan).
-    pub times: Option<&'a RenderTimes>,
-    /// The poll stage's longest delay (`POLL_MAX_DELAY_SECONDS`).
+    /// The class's poll plan ([`PollPlan::from_times`] of its render
+    /// times; none: the age-based schedule, as the poll stage follows
+    /// without a plan).
+    pub plan: Option<&'a PollPlan>,
+    /// The poll stage's longest delay (`POLL_MAX_DELAY_SECONDS`; at least
+    /// 1, as the poll stage takes it).
     pub max_delay: f64,
     /// A waiting operation's expected start.
     pub start: Option<&'a StartWindow>,
+}
+
+impl Default for LookHints<'_> {
+    /// No plan, no start, the longest delay SQS allows.
+    fn default() -> Self {
+        Self {
+            plan: None,
+            max_delay: MAX_DELAY_SECONDS,
+            start: None,
+        }
+    }
 }
 
 /// The poll stage's first look without a plan, and its longest delay when
@@ -255,18 +296,23 @@ pub fn next_look(rec: &OperationRecord, hints: LookHints<'_>, now: DateTime<Utc>
             .map_or(person, |r| r.clamp(soon, person)),
         Phase::Accepted | Phase::Abandoned => match rec.accepted_at {
             Some(accepted) => {
-                let max = if hints.max_delay > 0.0 {
-                    hints.max_delay
+                let max = if hints.max_delay.is_nan() {
+                    1.0
                 } else {
-                    MAX_DELAY_SECONDS
+                    hints.max_delay.max(1.0)
                 };
-                let plan = hints.times.and_then(|t| PollPlan::from_times(t, max));
                 let age = ((now - accepted).num_milliseconds().max(0) as f64) / 1000.0;
-                let look = next_planned_look(plan.as_ref(), age, FIRST_LOOK_SECONDS, max);
-                accepted + Duration::milliseconds((look * 1000.0) as i64 + LOOK_MARGIN_MS)
+                let look = next_planned_look(hints.plan, age, FIRST_LOOK_SECONDS, max);
+                // An acceptance time ahead of this clock says nothing of
+                // when the look comes: at most one longest delay away.
+                after(accepted, look + LOOK_MARGIN_MS as f64 / 1000.0).min(after(now, max + 1.0))
             }
             None => person,
         },
+        // Credits free when the tenant's other jobs end: minutes, not seconds.
+        Phase::Prepared if matches!(rec.wait(), Some((WaitReason::SpendLimit, _))) => {
+            now + Duration::seconds(CREDIT_WAIT_LOOK_SECONDS)
+        }
         Phase::Prepared if rec.wait().is_some() => {
             let cap = now + Duration::seconds(WAITING_LOOK_SECONDS);
             hints.start.map_or(cap, |s| s.earliest.clamp(soon, cap))

@@ -114,6 +114,7 @@ fn queue(place: u32, own_in_flight: i64, rivals: &[(i64, i64)], complete: bool) 
         rivals_complete: complete,
         free_slots: 0,
         limit: Some(4),
+        tenant_may_start: true,
     }
 }
 
@@ -155,8 +156,26 @@ fn the_expected_start_is_a_slots_turn_per_operation_ahead() {
     };
     assert_eq!(expected_start(&free, ahead, Some(8.0), t0()).unwrap().earliest, t0());
     assert_eq!(expected_start(&q, ahead, None, t0()), None);
-    let unlimited = Queue { limit: None, ..q };
+    let unlimited = Queue {
+        limit: None,
+        ..q.clone()
+    };
     assert_eq!(expected_start(&unlimited, ahead, Some(8.0), t0()), None);
+    // At its own limit, or out of credits: it starts when its own jobs
+    // end, which the account's turnover does not say.
+    let held = Queue {
+        tenant_may_start: false,
+        ..q.clone()
+    };
+    assert_eq!(expected_start(&held, ahead, Some(8.0), t0()), None);
+    // Absurd inputs stay in range instead of panicking.
+    let huge = Ahead {
+        min: u32::MAX,
+        max: Some(u32::MAX),
+    };
+    let far = expected_start(&q, huge, Some(f64::MAX), t0()).unwrap();
+    assert!(far.earliest > t0());
+    assert!(expected_start(&q, ahead, Some(f64::NAN), t0()).is_none());
 }
 
 #[test]
@@ -183,7 +202,7 @@ fn the_next_look_follows_the_polls_plan_and_ends_with_the_operation() {
     }
     let plan = PollPlan::from_times(&times, 900.0).unwrap();
     let planned = LookHints {
-        times: Some(&times),
+        plan: Some(&plan),
         max_delay: 900.0,
         start: None,
     };

@@ -146,7 +146,9 @@ pub fn queue_view(rec: &OperationRecord, position: Option<u32>) -> Option<Value>
 /// What a UI shows of an unfinished operation's progress (none once it is
 /// finished): when to look again, its place and expected start while it
 /// waits, its expected end while it renders.
-pub fn progress_view(p: &genace_stages::api::progress::Progress) -> Option<Value> {
+/// How many renders an estimate draws on is the account's business, not
+/// a tenant's: an operator's view alone shows `samples`.
+pub fn progress_view(p: &genace_stages::api::progress::Progress, operator: bool) -> Option<Value> {
     let next_look_at = p.next_look_at?;
     let queue = p.queue.as_ref().map(|q| {
         json!({
@@ -155,10 +157,13 @@ pub fn progress_view(p: &genace_stages::api::progress::Progress) -> Option<Value
             "expected_start": q.expected_start.map(|s| json!({"earliest": s.earliest, "latest": s.latest})),
         })
     });
-    let end = p
-        .expected_end
-        .as_ref()
-        .map(|e| json!({"basis": e.basis.as_str(), "samples": e.samples, "p50_at": e.p50_at, "p90_at": e.p90_at}));
+    let end = p.expected_end.as_ref().map(|e| {
+        let mut end = json!({"basis": e.basis.as_str(), "p50_at": e.p50_at, "p90_at": e.p90_at});
+        if operator {
+            end["samples"] = json!(e.samples);
+        }
+        end
+    });
     Some(json!({"next_look_at": next_look_at, "queue": queue, "expected_end": end}))
 }
 

@@ -98,7 +98,7 @@ pub(crate) async fn read<P: Ports>(api: &Api<P>, req: &Request, raw_id: &str) ->
     if let Some(queue) = queue_view(&rec, progress.queue.and_then(|q| q.place)) {
         body["queue"] = queue;
     }
-    if let Some(view) = progress_view(&progress) {
+    if let Some(view) = progress_view(&progress, operator) {
         body["progress"] = view;
     }
     let mut resp = operation_response(&rec, &body);
@@ -240,7 +240,7 @@ pub(crate) async fn list<P: Ports>(api: &Api<P>, req: &Request) -> Result<Respon
             } else {
                 view(&rec.for_tenant())
             };
-            if let Some(p) = progress_view(progress) {
+            if let Some(p) = progress_view(progress, operator) {
                 v["progress"] = p;
             }
             v
