@@ -41,7 +41,15 @@ pub(crate) async fn create<P: Ports>(api: &Api<P>, req: Request) -> Result<Respo
     // start): a replay is a span of the same trace, never a second root.
     let started = std::time::SystemTime::now();
     let id = OperationId::derive(tenant, &intent.operation_key);
-    let span = genace_trace::stage_span("intake", Some(&id), None);
+    // The caller's span (`traceparent`), when it sends one, is linked
+    // from the intake's span: the operation's trace keeps its own id, and
+    // the application's trace points into it.
+    let caller = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(genace_core::trace::TraceParent::parse);
+    let span = genace_trace::stage_span("intake", Some(&id), caller);
     let submitted = api
         .submit(tenant, &intent, api.clock.now())
         .instrument(span.clone())
