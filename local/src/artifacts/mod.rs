@@ -38,7 +38,7 @@ use crate::template::Template;
 pub use gateway::{apigw_event, http_response};
 use settings::local_locals;
 pub use settings::{ArtifactSettings, local_overlay};
-use wiring::{Shared, serve_api, spawn_events_pipe, spawn_queue_sources, spawn_schedule, start_function};
+use wiring::{Shared, bind_api, serve_api, spawn_events_pipe, spawn_queue_sources, spawn_schedule, start_function};
 
 /// Starts every function of the template under the emulator and the AWS
 /// side around them.
@@ -69,13 +69,14 @@ pub async fn start(
         runner: &runner,
         http: &http,
     };
+    let listener = bind_api(&runner).await?;
     let mut tasks = JoinSet::new();
     let mut functions = HashMap::new();
     for name in template.functions() {
         let function = start_function(&shared, name.clone(), &mut tasks).await?;
         functions.insert(name, function);
     }
-    serve_api(&shared, &functions, &mut tasks).await?;
+    serve_api(&shared, &functions, &mut tasks, listener).await?;
     spawn_queue_sources(sdk, &shared, &functions, &mut tasks)?;
     spawn_schedule(&shared, &functions, &mut tasks);
     spawn_events_pipe(sdk, &config, &shared, &functions, &mut tasks);

@@ -88,11 +88,22 @@ pub(super) async fn start_function(
     }))
 }
 
-/// The template's HTTP API in front of the functions, on the intake address.
+/// The intake address, bound before any emulator starts: each emulator
+/// picks free ports of its own, and one that picked this one would
+/// answer the API's requests with its own 404s.
+pub(super) async fn bind_api(runner: &RunnerSettings) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(runner.intake_addr)
+        .await
+        .map_err(|e| format!("binding the API to {}: {e}", runner.intake_addr))
+}
+
+/// The template's HTTP API in front of the functions, on the intake
+/// address bound by [`bind_api`].
 pub(super) async fn serve_api(
     shared: &Shared<'_>,
     functions: &HashMap<String, Arc<Function>>,
     tasks: &mut JoinSet<()>,
+    listener: tokio::net::TcpListener,
 ) -> Result<(), String> {
     let Shared {
         template,
@@ -104,9 +115,6 @@ pub(super) async fn serve_api(
         routes: template.http_routes(locals)?,
         functions: functions.clone(),
     });
-    let listener = tokio::net::TcpListener::bind(runner.intake_addr)
-        .await
-        .map_err(|e| format!("binding the API to {}: {e}", runner.intake_addr))?;
     let console = Arc::new(genace_console::Console::new(runner.console.clone()));
     tasks.spawn(async move {
         if let Err(e) = crate::serve::serve(listener, gateway, console).await {
