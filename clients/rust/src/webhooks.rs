@@ -87,9 +87,10 @@ pub fn verify(secrets: &[&str], headers: &HeaderMap, body: &[u8]) -> Result<Even
 mod tests {
     use super::*;
 
-    fn signed(secret: &str, body: &str) -> HeaderMap {
+    /// Headers of a delivery of `body` signed now under `key`'s bytes.
+    fn signed_with(key: Vec<u8>, body: &str) -> HeaderMap {
         let now = chrono::Utc::now().timestamp();
-        let sig = Webhook::new(secret)
+        let sig = Webhook::from_bytes(key)
             .unwrap()
             .sign("msg_1", now, body.as_bytes())
             .unwrap();
@@ -98,6 +99,10 @@ mod tests {
         h.insert("webhook-timestamp", now.to_string().parse().unwrap());
         h.insert("webhook-signature", sig.parse().unwrap());
         h
+    }
+
+    fn signed(secret: &str, body: &str) -> HeaderMap {
+        signed_with(signing_key(secret), body)
     }
 
     #[test]
@@ -124,36 +129,15 @@ mod tests {
     fn an_empty_or_short_secret_verifies_nothing() {
         let body = r#"{"id":"x"}"#;
         // Signed under the empty key: what anyone could make.
-        let now = chrono::Utc::now().timestamp();
-        let forged = Webhook::from_bytes(Vec::new())
-            .unwrap()
-            .sign("msg_1", now, body.as_bytes())
-            .unwrap();
-        let mut h = HeaderMap::new();
-        h.insert("webhook-id", "msg_1".parse().unwrap());
-        h.insert("webhook-timestamp", now.to_string().parse().unwrap());
-        h.insert("webhook-signature", forged.parse().unwrap());
+        let h = signed_with(Vec::new(), body);
         assert!(verify(&[""], &h, body.as_bytes()).is_err());
-        assert!(verify(&["short"], &signed_raw("short", body), body.as_bytes()).is_err());
+        assert!(verify(&["short"], &signed("short", body), body.as_bytes()).is_err());
         // A secret the service signs with its bytes verifies as it signs.
         let raw = "a-raw-secret-of-enough-bytes";
         // (It verifies; the body is no event, so it is unreadable, not unverified.)
         assert!(matches!(
-            verify(&[raw], &signed_raw(raw, body), body.as_bytes()),
+            verify(&[raw], &signed(raw, body), body.as_bytes()),
             Err(VerifyError::Unreadable(_))
         ));
-    }
-
-    fn signed_raw(secret: &str, body: &str) -> HeaderMap {
-        let now = chrono::Utc::now().timestamp();
-        let sig = Webhook::from_bytes(secret.as_bytes().to_vec())
-            .unwrap()
-            .sign("msg_1", now, body.as_bytes())
-            .unwrap();
-        let mut h = HeaderMap::new();
-        h.insert("webhook-id", "msg_1".parse().unwrap());
-        h.insert("webhook-timestamp", now.to_string().parse().unwrap());
-        h.insert("webhook-signature", sig.parse().unwrap());
-        h
     }
 }
