@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 mod genace;
+pub(crate) use genace::output_url;
 mod ledgers;
 pub(crate) mod time;
 mod timing;
@@ -88,6 +89,17 @@ pub(crate) struct ChaosState {
     pub(crate) returned_ids: BTreeMap<usize, Vec<String>>,
     /// Calls that take time.
     pub(crate) time: timing::TimeState,
+    /// An observer outside the service reads (the latency bench's
+    /// clients): its requests are not the service's, and neither count nor
+    /// move the clock.
+    pub(crate) observing: bool,
+    /// When Genace created each job, on the latency model's clock: its
+    /// render starts then, before the 202 is back.
+    pub(crate) created_at: BTreeMap<String, chrono::DateTime<chrono::Utc>>,
+    /// When each job's render ends, in a calm run: a status read at or
+    /// after it answers the end, even from inside a handler that waited
+    /// for its look (the run applies ends only between its steps).
+    pub(crate) render_ends: BTreeMap<String, chrono::DateTime<chrono::Utc>>,
 }
 
 /// The seed's say over every port call, shared by every wrapper.
@@ -105,6 +117,9 @@ impl Chaos {
             latency: None,
             status_storm: None,
             status_errors: 5,
+            observing: false,
+            created_at: BTreeMap::new(),
+            render_ends: BTreeMap::new(),
             requests: 0,
             wake_ups: 0,
             wake_requests: 0,
@@ -160,6 +175,9 @@ impl Chaos {
     /// latency model, if any.
     pub(crate) fn request(&self, n: u64) {
         let mut s = self.lock();
+        if s.observing {
+            return;
+        }
         s.requests += n;
         if let Some((actor, _)) = s.polling {
             *s.requests_by_actor.entry(actor).or_default() += n;
@@ -169,6 +187,15 @@ impl Chaos {
                 clock.advance(*latency);
             }
         }
+    }
+
+    /// Runs `read` as an observer outside the service: its requests take
+    /// none of the run's time.
+    pub(crate) fn observe<T>(&self, read: impl FnOnce() -> T) -> T {
+        self.lock().observing = true;
+        let seen = read();
+        self.lock().observing = false;
+        seen
     }
 
     /// `n` of those requests were a wake-up's.

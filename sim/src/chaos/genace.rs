@@ -64,6 +64,10 @@ impl Genace for Chaotic<MemoryGenace> {
             _ => None,
         };
         let mut chaos = self.chaos.lock();
+        if let (Some(job_id), Some((clock, _))) = (&returned, &chaos.latency) {
+            let now = genace_stages::ports::clock::Clock::now(clock);
+            chaos.created_at.insert(job_id.clone(), now);
+        }
         if let (Some(job_id), Some((actor, _))) = (returned, chaos.polling) {
             chaos.returned_ids.entry(actor).or_default().push(job_id);
         }
@@ -92,6 +96,21 @@ impl Genace for Chaotic<MemoryGenace> {
             })
             .await;
         }
+        let ended = {
+            let chaos = self.chaos.lock();
+            let now = chaos
+                .latency
+                .as_ref()
+                .map(|(clock, _)| genace_stages::ports::clock::Clock::now(clock));
+            chaos
+                .render_ends
+                .get(job_id)
+                .is_some_and(|end| now.is_some_and(|now| *end <= now))
+        };
+        if ended {
+            let outputs = serde_json::json!([{"url": output_url(job_id), "content_type": "image/png"}]);
+            self.inner.set_job(job_id, "completed", Some(outputs));
+        }
         let errors = self.chaos.lock().status_errors;
         match self.chaos.below(100) {
             _ if self.chaos.is_calm() => port(&self.chaos, self.inner.status(job_id)).await,
@@ -107,4 +126,9 @@ impl Genace for Chaotic<MemoryGenace> {
             _ => port(&self.chaos, self.inner.status(job_id)).await,
         }
     }
+}
+
+/// Where a calm run serves job `id`'s one output.
+pub(crate) fn output_url(id: &str) -> String {
+    format!("https://cdn.genace.example/{id}/0.png")
 }

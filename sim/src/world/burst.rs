@@ -204,7 +204,11 @@ impl World {
         for job in self.genace.jobs() {
             if (job.state == "queued" || job.state == "running") && !renders.contains_key(&job.id) {
                 let took = seconds(job.client_reference.as_deref().unwrap_or_default());
-                let end = self.now() + Duration::milliseconds((took * 1000.0) as i64);
+                // The render began when Genace created the job (under the
+                // latency model, a few requests before this step).
+                let began = self.chaos.lock().created_at.get(&job.id).copied();
+                let end = began.unwrap_or_else(|| self.now()) + Duration::milliseconds((took * 1000.0) as i64);
+                self.chaos.lock().render_ends.insert(job.id.clone(), end);
                 renders.insert(job.id.clone(), end);
             }
         }
@@ -258,7 +262,7 @@ impl World {
             .map(|(id, _)| id.clone())
             .collect();
         for id in done {
-            let url = format!("https://cdn.genace.example/{id}/0.png");
+            let url = crate::chaos::output_url(&id);
             self.downloads.serve(&url, Some("image/png"), id.as_bytes().repeat(16));
             let outputs = serde_json::json!([{"url": url, "content_type": "image/png"}]);
             self.genace.set_job(&id, "completed", Some(outputs));

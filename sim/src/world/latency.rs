@@ -239,6 +239,23 @@ fn zero_lag_drain(renders: &[f64], slots: u32) -> f64 {
     free.into_iter().fold(0.0, f64::max)
 }
 
+/// When `rec`'s render of `seconds` ended: it ran from its job's creation
+/// (before the 202 was back and the acceptance written), else from the
+/// acceptance.
+fn render_ended(
+    created: &BTreeMap<String, DateTime<Utc>>,
+    rec: &OperationRecord,
+    accepted: DateTime<Utc>,
+    seconds: f64,
+) -> DateTime<Utc> {
+    let began = rec
+        .remote_job_id
+        .as_ref()
+        .and_then(|j| created.get(j).copied())
+        .unwrap_or(accepted);
+    began + Duration::milliseconds((seconds * 1000.0) as i64)
+}
+
 /// A render time around `median`: log-normal, `ln(1 + spread)` one
 /// standard deviation of its log (Box-Muller over the seeded draws).
 fn draw(rng: &mut Rng, median: f64, spread: f64) -> f64 {
@@ -290,7 +307,10 @@ impl World {
             self.check_looks(&records)?;
             self.check_gets_bound(&records)?;
             if name == "measured" {
-                self.watch(&mut clients, &records);
+                // The clients' reads are not the service's: they take none
+                // of its time (each would move the run's clock on).
+                let chaos = self.chaos.clone();
+                chaos.observe(|| self.watch(&mut clients, &records));
             }
             let now_learned = self.store.account_now().learned;
             if learned.last().is_none_or(|(_, l)| *l != now_learned) {
@@ -345,7 +365,7 @@ impl World {
             let (Some(d), Some(accepted)) = (rec.detection.as_ref(), rec.accepted_at) else {
                 continue;
             };
-            let ended = accepted + Duration::milliseconds((seconds * 1000.0) as i64);
+            let ended = render_ended(&chaos.created_at, rec, accepted, *seconds);
             let lag = ((d.ended_seen_at - ended).num_milliseconds() as f64 / 1000.0).max(0.0);
             f.lags.push((lag, lag / seconds));
             slot += (d.ended_seen_at - accepted).num_milliseconds() as f64 / 1000.0;
@@ -525,7 +545,7 @@ impl World {
                 continue;
             };
             let Some(accepted) = rec.accepted_at else { continue };
-            let ended = accepted + Duration::milliseconds((seconds * 1000.0) as i64);
+            let ended = render_ended(&self.chaos.lock().created_at, rec, accepted, *seconds);
             match clients.eta.get(id) {
                 Some(Some((p50, p90))) => f.eta.push((ended <= *p50, ended <= *p90)),
                 _ => f.eta_unlearned += 1,
