@@ -61,6 +61,10 @@ pub struct LatencyArgs {
     /// answered 429 with Retry-After: 600); 0 skips them.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub storm_jobs: usize,
+    /// Fail when a burst drains slower than this many times the ideal
+    /// (virtual time gives the same figure every run: a gate, not a flake).
+    #[arg(long, value_name = "RATIO")]
+    pub max_drain: Option<f64>,
 }
 
 #[derive(Args, Clone)]

@@ -4,8 +4,9 @@
 //! measured burst, with the limit configured and with it learned from
 //! Genace's 429s. It prints the detection lag, the GETs per job, the slot
 //! time against the render time and the drain against the ideal, beside
-//! the goals; it fails only on an undelivered job or a case (the figures
-//! are the benchmark's to print, not to assert).
+//! the goals; it fails on an undelivered job or a case, and with
+//! `--max-drain` on a drain slower than that against the ideal (the other
+//! figures are the benchmark's to print, not to assert).
 
 use genace_dst::{LatencyFigures, LatencyOptions, latency};
 
@@ -51,6 +52,15 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<(), String> {
     for (name, f) in &runs {
         if let Some(v) = &f.violation {
             return Err(format!("with the limit {name}: {v}"));
+        }
+        let drain = f.drain_seconds / f.ideal_seconds.max(1e-9);
+        // The storm's renders are past every plan by design: not gated.
+        if let Some(max) = args.max_drain.filter(|_| !name.contains("storm"))
+            && drain > max
+        {
+            return Err(format!(
+                "with the limit {name}: the burst drained in {drain:.2}× the ideal (at most {max:.2}×)"
+            ));
         }
         if f.delivered < f.jobs || f.cases > 0 {
             return Err(format!(
