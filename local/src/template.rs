@@ -532,7 +532,7 @@ mod tests {
         let poll = SqsSource {
             queue: "PollQueue".into(),
             batch_size: 5,
-            window_seconds: 1,
+            window_seconds: 0,
             report_failures: true,
         };
         assert_eq!(t.sqs_sources("PollFunction"), vec![poll]);
@@ -542,9 +542,14 @@ mod tests {
             ("DispatchQueue", 1, 0)
         );
         assert!(t.sqs_sources("IntakeFunction").is_empty());
-        let edited = TEMPLATE.replacen("            BatchSize: 5\n", "            BatchSize: 7\n", 1);
+        let edited = TEMPLATE.replacen(
+            "            BatchSize: 5\n",
+            "            BatchSize: 7\n            MaximumBatchingWindowInSeconds: 2\n",
+            1,
+        );
         let edited = Template::parse(&edited).unwrap();
-        assert_eq!(edited.sqs_sources("PollFunction")[0].batch_size, 7);
+        let poll = &edited.sqs_sources("PollFunction")[0];
+        assert_eq!((poll.batch_size, poll.window_seconds), (7, 2));
     }
 
     #[test]
