@@ -65,6 +65,26 @@ pub struct PollHistory {
     /// none in a message from before chains were named: it looks on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<u64>,
+    /// When this look is planned (milliseconds since the epoch): a queue
+    /// delays a message by whole seconds, so the message is sent with the
+    /// whole seconds of its delay and the look waits out the rest
+    /// (at most [`LOOK_WAIT_MAX_MS`]). None: look when received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub look_at_ms: Option<i64>,
+}
+
+/// The longest a look waits for its planned time once received: the part
+/// of a second a queue's whole-second delay leaves.
+pub const LOOK_WAIT_MAX_MS: i64 = 1_000;
+
+impl PollHistory {
+    /// How long a look received at `now_ms` waits for its planned time:
+    /// nothing when it is due or late, at most [`LOOK_WAIT_MAX_MS`] (a
+    /// plan far ahead is a clock apart, not a reason to hold a handler).
+    pub fn wait_before_look_ms(&self, now_ms: i64) -> u64 {
+        self.look_at_ms
+            .map_or(0, |at| at.saturating_sub(now_ms).clamp(0, LOOK_WAIT_MAX_MS) as u64)
+    }
 }
 
 impl WorkMessage {

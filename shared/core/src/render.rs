@@ -295,7 +295,9 @@ impl PollPlan {
         }
         self.looks
             .iter()
-            .find(|at| **at >= age + MIN_SPACING_SECONDS)
+            // A look rounded to the tenth a second after this one is not
+            // passed over for a float's last bit.
+            .find(|at| **at >= age + MIN_SPACING_SECONDS - 1e-9)
             .map_or(age_based, |at| at - age)
     }
 }
@@ -303,9 +305,10 @@ impl PollPlan {
 /// The age of the poll stage's next look at a job `age` seconds after its
 /// acceptance, by the schedule the poll stage follows: the first look at
 /// the plan's first (else `first_delay`), then the plan's looks, then the
-/// age-based schedule within `max_delay`, each delay in whole seconds as
-/// poll messages carry them. Looks come a little later than planned (a
-/// look takes time), so this is when the service looks at the earliest.
+/// age-based schedule within `max_delay` (a look waits out the part of a
+/// second its message's whole-second delay leaves, so it comes when
+/// planned). Looks come a little later than planned (a look takes time),
+/// so this is when the service looks at the earliest.
 pub fn next_planned_look(plan: Option<&PollPlan>, age: f64, first_delay: f64, max_delay: f64) -> f64 {
     let max = max_delay.max(1.0);
     let mut at = plan.and_then(PollPlan::first).unwrap_or(first_delay);
@@ -315,7 +318,7 @@ pub fn next_planned_look(plan: Option<&PollPlan>, age: f64, first_delay: f64, ma
             .floor()
             .clamp(FALLBACK_MIN_SECONDS, max.max(FALLBACK_MIN_SECONDS));
         let delay = plan.map_or(by_age, |p| p.next_delay(at, looks + 1, by_age));
-        at += delay.round().clamp(1.0, max);
+        at += delay.clamp(1.0, max);
         looks += 1;
     }
     at

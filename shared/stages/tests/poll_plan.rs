@@ -180,11 +180,115 @@ async fn the_first_look_is_planned_at_acceptance() {
     let history = WorkMessage::parse(&message.body).unwrap().poll.unwrap();
     let plan = history.plan.expect("planned from 40 renders");
     assert!(history.planned && history.looks == 0);
-    let delay = (message.visible_at - app.clock.now()).num_seconds() as f64;
-    assert!(
-        (delay - plan.first().unwrap()).abs() <= 0.5 && delay > 20.0,
-        "the first look {delay} s after the 202, at the early quantile (to the second) {plan:?}"
+    // The queue delays by whole seconds, the look waits out the rest: it
+    // comes at the early quantile to the tenth of a second.
+    let first_look = plan.first().unwrap();
+    let delay = (message.visible_at - app.clock.now()).num_milliseconds();
+    assert_eq!(delay, (first_look.floor() * 1000.0) as i64, "{plan:?}");
+    assert!(first_look > 20.0, "{plan:?}");
+    let at = app.clock.now().timestamp_millis() + (first_look * 1000.0).round() as i64;
+    assert_eq!(history.look_at_ms, Some(at), "{plan:?}");
+}
+
+/// A look whose message the queue handed over before its planned time
+/// (a queue's delay is whole seconds) waits for that time, at most a
+/// second, then reads Genace; the next look it plans carries its own.
+#[tokio::test]
+async fn a_look_comes_at_its_planned_time_to_the_tenth_of_a_second() {
+    let app = app();
+    let rec = accepted(&app, "precise").await;
+    learned(&app, &rec, 40, 30.0).await;
+    // Received 0.7 s before its planned time: it waits 0.7 s.
+    app.clock.advance(Duration::seconds(20));
+    let planned_at = app.clock.now() + Duration::milliseconds(700);
+    let history = PollHistory {
+        looks: 1,
+        look_at_ms: Some(planned_at.timestamp_millis()),
+        ..PollHistory::default()
+    };
+    let polled = app.poller().poll_after(&rec.operation_id, history).await.unwrap();
+    assert!(matches!(polled, Polled::Running { .. }), "{polled:?}");
+    assert_eq!(app.clock.now(), planned_at, "the look waited for its time");
+    let next = last_poll(&app);
+    let carried = next.poll.clone().unwrap();
+    assert_eq!(
+        carried.looked_at_ms.last(),
+        Some(&planned_at.timestamp_millis()),
+        "and read Genace then"
     );
+    let at = carried.look_at_ms.expect("the next look is planned");
+    let whole = (next_visible(&app, &next) - app.clock.now()).num_milliseconds();
+    assert!(at - planned_at.timestamp_millis() >= 1000, "at least a second on");
+    assert!(
+        (0..1000).contains(&(at - planned_at.timestamp_millis() - whole)),
+        "the queue's delay is the whole seconds of the planned one: {whole} ms, look at +{} ms",
+        at - planned_at.timestamp_millis()
+    );
+    // A look received late, or planned far ahead (a clock apart), waits
+    // at most a second.
+    let late = PollHistory {
+        looks: 2,
+        look_at_ms: Some(app.clock.now().timestamp_millis() - 3000),
+        ..PollHistory::default()
+    };
+    let now = app.clock.now();
+    app.poller().poll_after(&rec.operation_id, late).await.unwrap();
+    assert_eq!(app.clock.now(), now, "a late look does not wait");
+    let far = PollHistory {
+        looks: 3,
+        look_at_ms: Some(app.clock.now().timestamp_millis() + 60_000),
+        ..PollHistory::default()
+    };
+    app.poller().poll_after(&rec.operation_id, far).await.unwrap();
+    assert_eq!(app.clock.now(), now + Duration::seconds(1));
+}
+
+/// A look that came a little after its planned time plans the next from
+/// the time it was planned: the grid's next look, a second on, is not
+/// passed over for being a second and some milliseconds from the look.
+#[tokio::test]
+async fn a_look_a_little_late_keeps_to_the_grid() {
+    let app = app();
+    let rec = accepted(&app, "late").await;
+    learned(&app, &rec, 40, 30.0).await;
+    app.clock.advance(Duration::seconds(5));
+    app.poller().poll(&rec.operation_id).await.unwrap();
+    let plan = last_poll(&app).poll.unwrap().plan.expect("planned");
+    let looks = &plan.looks;
+    let k = (0..looks.len() - 1)
+        .find(|&k| looks[k + 1] - looks[k] < 1.05)
+        .expect("the window's looks are a second apart");
+    let accepted_ms = rec.accepted_at.unwrap().timestamp_millis();
+    let at = |age: f64| accepted_ms + (age * 1000.0).round() as i64;
+    // This look was planned at the grid's k-th and came 30 ms late.
+    app.clock
+        .set(chrono::DateTime::from_timestamp_millis(at(looks[k]) + 30).unwrap());
+    let history = PollHistory {
+        looks: u32::try_from(k).unwrap() + 1,
+        plan: Some(plan.clone()),
+        planned: true,
+        look_at_ms: Some(at(looks[k])),
+        ..PollHistory::default()
+    };
+    app.poller().poll_after(&rec.operation_id, history).await.unwrap();
+    let next = last_poll(&app).poll.unwrap();
+    let planned = next.look_at_ms.expect("planned");
+    assert!(
+        (planned - at(looks[k + 1])).abs() <= 1,
+        "the next look at {planned}, the grid's at {}: {looks:?}, k = {k}",
+        at(looks[k + 1])
+    );
+}
+
+/// When the queue hands `message` over.
+fn next_visible(app: &MemoryApp, message: &WorkMessage) -> chrono::DateTime<Utc> {
+    let body = serde_json::to_string(message).unwrap();
+    app.queue
+        .messages()
+        .into_iter()
+        .find(|m| m.queue == Queue::Poll && m.body == body)
+        .unwrap()
+        .visible_at
 }
 
 /// A job accepted before its class had data polls by age; once the class

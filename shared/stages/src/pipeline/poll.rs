@@ -109,19 +109,46 @@ fn of_a_replaced_chain(history: &PollHistory, rec: &OperationRecord) -> bool {
 }
 
 /// Seconds until the look after the `history.looks` before it: the
-/// plan's, else the age-based schedule, within `max` (`POLL_MAX_DELAY_SECONDS`).
-pub(crate) fn next_look_delay(rec: &OperationRecord, history: &PollHistory, now: DateTime<Utc>, max: u32) -> u32 {
-    let max = max.max(1);
-    let age = rec
-        .accepted_at
-        .map_or(0.0, |a| (now - a).num_milliseconds().max(0) as f64 / 1000.0);
-    let by_age = f64::from(next_poll_delay(rec.accepted_at, now, max));
+/// plan's, to the tenth of a second it plans, else the age-based
+/// schedule, within `max` (`POLL_MAX_DELAY_SECONDS`). A look that came
+/// at its planned time (or up to a second after it) finds the plan's next
+/// look from that time, not from its own: a look a few milliseconds late
+/// would otherwise pass over the next look of the grid, a second away.
+pub(crate) fn next_look_delay(rec: &OperationRecord, history: &PollHistory, now: DateTime<Utc>, max: u32) -> f64 {
+    let max = f64::from(max.max(1));
+    let since_acceptance = |ms: i64| {
+        rec.accepted_at
+            .map_or(0.0, |a| (ms - a.timestamp_millis()).max(0) as f64 / 1000.0)
+    };
+    let age = since_acceptance(now.timestamp_millis());
+    let by_age = f64::from(next_poll_delay(rec.accepted_at, now, max as u32));
     let delay = match &history.plan {
         _ if genace_core::planted::on(genace_core::planted::LOOKS_UNBOUNDED) => 1.0,
-        Some(plan) => plan.next_delay(age, history.looks + 1, by_age),
+        Some(plan) => {
+            let planned = history
+                .look_at_ms
+                .map(since_acceptance)
+                .filter(|p| (age - 1.0..=age).contains(p))
+                .unwrap_or(age);
+            planned + plan.next_delay(planned, history.looks + 1, by_age) - age
+        }
         None => by_age,
     };
-    (delay.round() as u32).clamp(1, max)
+    delay.clamp(MIN_LOOK_DELAY_SECONDS, max)
+}
+
+/// The shortest delay between two looks: half the plan's spacing, for a
+/// look that came late to its planned time.
+const MIN_LOOK_DELAY_SECONDS: f64 = genace_core::render::MIN_SPACING_SECONDS / 2.0;
+
+/// The look `delay` seconds after `now` as a poll message carries it: the
+/// whole seconds the queue delays it by, and the planned time the look
+/// waits for once received ([`PollHistory::look_at_ms`]).
+pub(crate) fn planned_look(now: DateTime<Utc>, delay: f64) -> (u32, i64) {
+    (
+        delay.floor() as u32,
+        now.timestamp_millis() + (delay * 1000.0).round() as i64,
+    )
 }
 
 impl<P: Ports> Stage for Poller<P>
@@ -151,6 +178,12 @@ where
     /// look from the class's render times (read at the first look), and
     /// carries what this one saw to the next.
     pub async fn poll_after(&self, id: &OperationId, history: PollHistory) -> Result<Polled, StageError> {
+        // A queue delays by whole seconds: the rest of the planned delay
+        // is waited out here, so that a look comes when its plan says.
+        let wait = history.wait_before_look_ms(self.clock.now().timestamp_millis());
+        if wait > 0 {
+            self.clock.pause(std::time::Duration::from_millis(wait)).await;
+        }
         let now = self.clock.now();
         let Some(rec) = self.store.get(id, now).await? else {
             return Ok(Polled::Missing);
@@ -170,7 +203,8 @@ where
             return Ok(Polled::Superseded);
         }
         let history = planned(&self.store, &rec, history, self.config.poll_max_delay_seconds).await;
-        let delay = next_look_delay(&rec, &history, now, self.config.poll_max_delay_seconds);
+        let planned = next_look_delay(&rec, &history, now, self.config.poll_max_delay_seconds);
+        let delay = planned.ceil() as u32;
         // An unreadable status waits at least the age-based delay: the
         // sweep's deadline covers the longer of the two (and a look that
         // waits longer still moves it; see `unreadable`).
@@ -185,6 +219,7 @@ where
         let look = Look {
             now,
             delay,
+            planned,
             next_check: now + Duration::seconds(longest as i64 + SWEEP_SLACK_SECONDS),
             stalled,
             history,
@@ -232,6 +267,16 @@ where
     ) -> Result<(), StageError> {
         let mut history = look.history.clone();
         history.looks += 1;
+        // The look after a read of the job waits for its planned time;
+        // one after an unreadable read looks when received.
+        let delay = if running.is_some() {
+            let (whole, at) = planned_look(look.now, look.planned);
+            history.look_at_ms = Some(at);
+            whole
+        } else {
+            history.look_at_ms = None;
+            delay
+        };
         if running == Some("running") && history.first_running_ms.is_none() {
             history.first_running_ms = Some(look.now.timestamp_millis());
         }
@@ -544,7 +589,10 @@ where
 /// sweep's next deadline, and whether the job is silent past the stall limit.
 struct Look {
     now: chrono::DateTime<chrono::Utc>,
+    /// The next look's delay in whole seconds, rounded up.
     delay: u32,
+    /// The next look's delay as planned, to the tenth of a second.
+    planned: f64,
     next_check: chrono::DateTime<chrono::Utc>,
     stalled: bool,
     /// The looks before this one, and the job's plan.

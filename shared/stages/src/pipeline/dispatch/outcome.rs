@@ -10,7 +10,7 @@ use tracing::{error, info, warn};
 use super::{
     Dispatcher, JOB_SAVE_PAUSE_MAX, JOB_SAVE_SECONDS, JOB_SAVE_TRY_SECONDS, PostResult, Posted, RECOVERY_RESERVE,
 };
-use crate::pipeline::poll::{FIRST_POLL_DELAY_SECONDS, SWEEP_SLACK_SECONDS, next_look_delay, planned};
+use crate::pipeline::poll::{FIRST_POLL_DELAY_SECONDS, SWEEP_SLACK_SECONDS, next_look_delay, planned, planned_look};
 use crate::pipeline::stage::{StageError, case_opened};
 use crate::ports::Ports;
 use crate::ports::clock::Clock;
@@ -95,14 +95,20 @@ where
             chain: rec.poll_chain,
             ..PollHistory::default()
         };
-        let history = planned(&self.store, rec, chain, max).await;
+        let mut history = planned(&self.store, rec, chain, max).await;
         // Before the sweep's deadline the acceptance set (`observe_grace`,
         // less its slack): a later first look would find a second chain of
         // polls, started by the sweep, already looking.
         let grace = self.config.policy.observe_grace.num_seconds() - SWEEP_SLACK_SECONDS;
         let latest = u32::try_from(grace).unwrap_or(0).max(FIRST_POLL_DELAY_SECONDS);
         let delay = match history.plan {
-            Some(_) => next_look_delay(rec, &history, self.clock.now(), max).min(latest),
+            Some(_) => {
+                let now = self.clock.now();
+                let seconds = next_look_delay(rec, &history, now, max).min(f64::from(latest));
+                let (whole, at) = planned_look(now, seconds);
+                history.look_at_ms = Some(at);
+                whole
+            }
             None => FIRST_POLL_DELAY_SECONDS,
         };
         let message = WorkMessage {
