@@ -40,16 +40,25 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
     // Queued for a second, then running: `render` in all.
     let queued = Duration::from_secs(1).min(render);
     let (sim, base) = start_standin_with(16 * 1024, queued, render - queued, Some(args.real_limit() as usize)).await?;
-    let (running, addr) = stack.start_runner(&base, 8).await?;
+    // The stack as `scripts/run-local.sh` runs it (`genace-local run`'s
+    // defaults): what someone measuring from outside would run.
+    let (running, addr) = stack
+        .start_runner_with(&base, 3, |s| {
+            s.batch_size = 5;
+            s.visibility_seconds = 10;
+            s.sweep_every = Duration::from_secs(15);
+        })
+        .await?;
     let api = format!("http://{addr}");
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let intents: Vec<(usize, String)> = (0..args.intents)
         .map(|i| (tenant_of(i), format!("cap-{run_id}-{i}")))
         .collect();
     let started = Instant::now();
+    let started_at = chrono::Utc::now();
     let ids = burst(&api, &TENANTS, &intents).await?;
     let records = wait_drained(&stack, &ids, started, render, args).await?;
-    let drain = started.elapsed();
+    let drain = last_delivery(&records, started_at);
     running.shutdown().await;
     let by_call = stack.meter.requests();
     let requests: u64 = by_call.values().sum();
@@ -72,6 +81,8 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
         (requests, receives),
         sim.counters.peak_in_flight.load(Ordering::SeqCst),
     );
+    println!();
+    crate::idle::print(&crate::idle::slot_idle(&sim.timeline(), args.real_limit() as usize));
     print_calls(&by_call, records.len());
     // What an operation costs when the burst is larger than the account:
     // the same table as the pipeline's happy path, every wait included.
@@ -96,6 +107,16 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
         ));
     }
     Ok(())
+}
+
+/// From the first submit to the last delivery, by the records' own clock
+/// (the observer's rounds of reads would add their period).
+fn last_delivery(records: &[(usize, OperationRecord)], started_at: chrono::DateTime<chrono::Utc>) -> Duration {
+    records
+        .iter()
+        .map(|(_, r)| (r.updated_at - started_at).to_std().unwrap_or_default())
+        .max()
+        .unwrap_or_default()
 }
 
 /// How often one intent is retried after a 503 (or a 429) before the run fails.

@@ -30,6 +30,7 @@ mod cli;
 mod console;
 mod delivery;
 mod events;
+mod idle;
 mod latency;
 mod load;
 mod model;

@@ -77,6 +77,18 @@ struct Job {
     created: Instant,
     fails: bool,
     media_type: String,
+    /// When a status read first answered the job's end.
+    seen_ended: Option<Instant>,
+}
+
+/// One job's times as the stand-in saw them, for benchmarks that measure
+/// from Genace's side: when it was created (its POST accepted), when its
+/// render ended, and when a status read first reported that end.
+#[derive(Debug, Clone, Copy)]
+pub struct JobTimes {
+    pub created: Instant,
+    pub ended: Instant,
+    pub seen_ended: Option<Instant>,
 }
 
 pub struct StandIn {
@@ -198,14 +210,28 @@ impl StandIn {
                 created: Instant::now(),
                 fails: picked(n, s.pct_failed, 53),
                 media_type,
+                seen_ended: None,
             },
         );
         Ok(())
     }
 
-    fn status(&self, id: &str) -> Response<Full<Bytes>> {
+    /// Every job's times, in no order.
+    pub fn timeline(&self) -> Vec<JobTimes> {
+        let done_after = self.settings.queued + self.settings.running;
         let jobs = self.jobs.lock().expect("jobs lock");
-        let Some(job) = jobs.get(id) else {
+        jobs.values()
+            .map(|j| JobTimes {
+                created: j.created,
+                ended: j.created + done_after,
+                seen_ended: j.seen_ended,
+            })
+            .collect()
+    }
+
+    fn status(&self, id: &str) -> Response<Full<Bytes>> {
+        let mut jobs = self.jobs.lock().expect("jobs lock");
+        let Some(job) = jobs.get_mut(id) else {
             return json_response(StatusCode::NOT_FOUND, json!({"error": {"code": "job_not_found"}}));
         };
         let s = &self.settings;
@@ -215,12 +241,14 @@ impl StandIn {
         } else if age < s.queued + s.running {
             ("running", Value::Null, Value::Null)
         } else if job.fails {
+            job.seen_ended.get_or_insert_with(Instant::now);
             (
                 "failed",
                 Value::Null,
                 json!({"code": "generation_failed", "message": "the provider could not render this prompt"}),
             )
         } else {
+            job.seen_ended.get_or_insert_with(Instant::now);
             let content_type = if job.media_type == "image" {
                 "image/png"
             } else {
