@@ -314,9 +314,7 @@ pub fn next_planned_look(plan: Option<&PollPlan>, age: f64, first_delay: f64, ma
     let mut at = plan.and_then(PollPlan::first).unwrap_or(first_delay);
     let mut looks = 1;
     while at <= age && looks < 100_000 {
-        let by_age = (at / 10.0)
-            .floor()
-            .clamp(FALLBACK_MIN_SECONDS, max.max(FALLBACK_MIN_SECONDS));
+        let by_age = next_age_based_look(at, max) - at;
         let delay = plan.map_or(by_age, |p| p.next_delay(at, looks + 1, by_age));
         at += delay.clamp(1.0, max);
         looks += 1;
@@ -395,6 +393,26 @@ pub fn look_bound(age: f64, max_delay: f64) -> u32 {
         looks += 1;
     }
     looks
+}
+
+/// The age-based schedule's next look after one at `age`: its looks fall
+/// on one lattice of ages walked from the acceptance (0, 5, 10, ... 50,
+/// 55, 60, 66, 72, ...: each step a tenth of the age, in whole seconds,
+/// at least [`FALLBACK_MIN_SECONDS`], at most `max`), the first of them at
+/// least [`MIN_SPACING_SECONDS`] after `age`. Whatever plan a chain of
+/// looks had before (a view may walk another, drawn from more renders),
+/// past it every chain looks at the same ages.
+pub fn next_age_based_look(age: f64, max: f64) -> f64 {
+    let step = |at: f64| {
+        (at / 10.0)
+            .floor()
+            .clamp(FALLBACK_MIN_SECONDS, max.max(FALLBACK_MIN_SECONDS))
+    };
+    let mut at = 0.0;
+    while at < age + MIN_SPACING_SECONDS - 1e-9 {
+        at += step(at);
+    }
+    at
 }
 
 /// The age-based schedule: a tenth of the job's age, at least
@@ -542,5 +560,29 @@ mod tests {
         let old: PollPlan = serde_json::from_str(r#"{"early":5.0,"median":8.0,"late":12.0}"#).unwrap();
         assert_eq!(old.first(), None);
         assert_eq!(old.next_delay(3.0, 1, 5.0), 5.0);
+    }
+
+    #[test]
+    fn age_based_looks_fall_on_one_lattice_whatever_the_age_they_start_from() {
+        let lattice: Vec<f64> = std::iter::successors(Some(0.0), |at| Some(next_age_based_look(*at, 900.0)))
+            .take(16)
+            .collect();
+        assert_eq!(
+            lattice,
+            [
+                0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 55.0, 60.0, 66.0, 72.0, 79.0
+            ]
+        );
+        // From any age: the first lattice age at least a second on.
+        for age in [0.3, 4.2, 54.5, 65.1, 71.0, 78.95, 1000.0, 50_000.0] {
+            let next = next_age_based_look(age, 900.0);
+            assert!(next >= age + MIN_SPACING_SECONDS, "{age} -> {next}");
+            let mut at = 0.0;
+            while at < next {
+                at = next_age_based_look(at, 900.0);
+            }
+            assert_eq!(at, next, "{next} is on the lattice");
+            assert!(next - age <= 901.0, "within the longest delay: {age} -> {next}");
+        }
     }
 }

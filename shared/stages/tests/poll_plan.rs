@@ -150,11 +150,14 @@ async fn past_the_window_the_schedule_is_by_age_again() {
     app.genace
         .set_job(rec.remote_job_id.as_deref().unwrap(), "running", None);
     let planned = app.poller().poll_after(&rec.operation_id, history).await.unwrap();
+    // The age-based lattice walked from the acceptance: ... 86, 94, 103.
     assert_eq!(
         planned,
-        Polled::Running { next_poll_seconds: 10 },
+        Polled::Running { next_poll_seconds: 3 },
         "past the window: by age"
     );
+    let at = last_poll(&app).poll.unwrap().look_at_ms.unwrap();
+    assert_eq!(at - rec.accepted_at.unwrap().timestamp_millis(), 103_000);
 }
 
 /// Dispatch reads the class's plan once it saved the job id: the first
@@ -278,6 +281,43 @@ async fn a_look_a_little_late_keeps_to_the_grid() {
         "the next look at {planned}, the grid's at {}: {looks:?}, k = {k}",
         at(looks[k + 1])
     );
+}
+
+/// A long render's looks, each handled 300 ms after its planned time,
+/// keep to the schedule a view walks from the acceptance: the lateness of
+/// one look does not move the next, so the looks do not drift later and a
+/// client reading just after a suggested look sees what that look saw.
+#[tokio::test]
+async fn late_looks_do_not_drift_from_the_schedule_a_view_walks() {
+    let app = app();
+    let rec = accepted(&app, "drift").await;
+    let accepted_ms = rec.accepted_at.unwrap().timestamp_millis();
+    let max = f64::from(app.config.poll_max_delay_seconds);
+    let mut message = last_poll(&app);
+    let mut planned = message
+        .poll
+        .as_ref()
+        .unwrap()
+        .look_at_ms
+        .expect("the first look is planned");
+    assert_eq!(planned - accepted_ms, 5_000, "the first look, 5 s after the 202");
+    for look in 0..30 {
+        app.clock
+            .set(chrono::DateTime::from_timestamp_millis(planned + 300).unwrap());
+        let polled = app.poller().handle(message).await.unwrap();
+        assert!(matches!(polled, Polled::Running { .. }), "{polled:?}");
+        message = last_poll(&app);
+        let next = message.poll.as_ref().unwrap().look_at_ms.expect("planned");
+        let age = (planned - accepted_ms) as f64 / 1000.0;
+        let walked = genace_core::render::next_planned_look(None, age, 5.0, max);
+        assert_eq!(
+            next - accepted_ms,
+            (walked * 1000.0).round() as i64,
+            "look {look} at {age} s: the next at the walked {walked} s"
+        );
+        planned = next;
+    }
+    assert!(planned - accepted_ms > 200_000, "a long render's schedule was walked");
 }
 
 /// When the queue hands `message` over.

@@ -111,30 +111,32 @@ fn of_a_replaced_chain(history: &PollHistory, rec: &OperationRecord) -> bool {
 /// Seconds until the look after the `history.looks` before it: the
 /// plan's, to the tenth of a second it plans, else the age-based
 /// schedule, within `max` (`POLL_MAX_DELAY_SECONDS`). A look that came
-/// at its planned time (or up to a second after it) finds the plan's next
-/// look from that time, not from its own: a look a few milliseconds late
-/// would otherwise pass over the next look of the grid, a second away.
+/// at its planned time (or up to a second after it) finds the next look
+/// from that time, not from its own: a look a few milliseconds late would
+/// otherwise pass over the plan's next look, a second away, and the
+/// looks of a long render would drift later with each one. So the looks
+/// keep to the schedule a view walks from the acceptance
+/// ([`genace_core::render::next_planned_look`]), and a client that reads
+/// just after the look it suggests sees what that look saw.
 pub(crate) fn next_look_delay(rec: &OperationRecord, history: &PollHistory, now: DateTime<Utc>, max: u32) -> f64 {
-    let max = f64::from(max.max(1));
     let since_acceptance = |ms: i64| {
         rec.accepted_at
             .map_or(0.0, |a| (ms - a.timestamp_millis()).max(0) as f64 / 1000.0)
     };
     let age = since_acceptance(now.timestamp_millis());
-    let by_age = f64::from(next_poll_delay(rec.accepted_at, now, max as u32));
-    let delay = match &history.plan {
+    let planned = history
+        .look_at_ms
+        .map(since_acceptance)
+        .filter(|p| (age - 1.0..=age).contains(p))
+        .unwrap_or(age);
+    let max_delay = f64::from(max.max(1));
+    let by_age = genace_core::render::next_age_based_look(planned, max_delay) - planned;
+    let from_base = match &history.plan {
         _ if genace_core::planted::on(genace_core::planted::LOOKS_UNBOUNDED) => 1.0,
-        Some(plan) => {
-            let planned = history
-                .look_at_ms
-                .map(since_acceptance)
-                .filter(|p| (age - 1.0..=age).contains(p))
-                .unwrap_or(age);
-            planned + plan.next_delay(planned, history.looks + 1, by_age) - age
-        }
+        Some(plan) => plan.next_delay(planned, history.looks + 1, by_age),
         None => by_age,
     };
-    delay.clamp(MIN_LOOK_DELAY_SECONDS, max)
+    (planned + from_base - age).clamp(MIN_LOOK_DELAY_SECONDS, max_delay)
 }
 
 /// The shortest delay between two looks: half the plan's spacing, for a

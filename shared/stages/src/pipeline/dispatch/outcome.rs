@@ -101,16 +101,13 @@ where
         // polls, started by the sweep, already looking.
         let grace = self.config.policy.observe_grace.num_seconds() - SWEEP_SLACK_SECONDS;
         let latest = u32::try_from(grace).unwrap_or(0).max(FIRST_POLL_DELAY_SECONDS);
-        let delay = match history.plan {
-            Some(_) => {
-                let now = self.clock.now();
-                let seconds = next_look_delay(rec, &history, now, max).min(f64::from(latest));
-                let (whole, at) = planned_look(now, seconds);
-                history.look_at_ms = Some(at);
-                whole
-            }
-            None => FIRST_POLL_DELAY_SECONDS,
+        let now = self.clock.now();
+        let seconds = match history.plan {
+            Some(_) => next_look_delay(rec, &history, now, max).min(f64::from(latest)),
+            None => f64::from(FIRST_POLL_DELAY_SECONDS),
         };
+        let (delay, at) = planned_look(now, seconds);
+        history.look_at_ms = Some(at);
         let message = WorkMessage {
             operation_id: rec.operation_id.clone(),
             poll: Some(history),
