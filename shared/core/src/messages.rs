@@ -38,7 +38,7 @@ pub struct WorkMessage {
 
 /// What the looks at one accepted job saw so far, carried from each poll
 /// message to the next: a look that finds the job still running writes
-/// nothing to the record, and the plan is read once per job.
+/// nothing to the record; each look reads its class's plan again.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PollHistory {
     /// Looks at the job so far.
@@ -49,11 +49,13 @@ pub struct PollHistory {
     /// When a look first found it `running` (not `queued`), if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_running_ms: Option<i64>,
-    /// The job's plan, from its class's render times at its first look;
-    /// none: not enough data, the age-based schedule.
+    /// The job's plan, from its class's render times at the last look
+    /// (each look reads them again; the carried plan stays when a read
+    /// fails); none: not enough data, the age-based schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<crate::render::PollPlan>,
-    /// Whether the class's render times were read for the plan.
+    /// Whether the class's render times were read for the plan (at the
+    /// first look, by dispatch; every look reads them again).
     #[serde(default)]
     pub planned: bool,
     /// When each look so far was made (milliseconds since the epoch), the

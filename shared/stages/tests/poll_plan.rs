@@ -331,13 +331,16 @@ fn next_visible(app: &MemoryApp, message: &WorkMessage) -> chrono::DateTime<Utc>
         .visible_at
 }
 
-/// A job accepted before its class had data polls by age; once the class
-/// has learned, the job reads the plan again after 4 looks (not after 3)
-/// and switches to it; so does a job whose plan came in an older form.
+/// Every look draws the plan from its class's render times as they are
+/// then: a job accepted before its class had data switches to the plan
+/// at its next look, and a job's carried plan gives way to the one the
+/// renders that ended since would draw (the plan a view walks).
 #[tokio::test]
-async fn a_job_without_a_plan_reads_again_after_four_looks() {
+async fn every_look_follows_its_class_s_plan_as_it_is_now() {
     let app = app();
     let rec = accepted(&app, "early").await;
+    let first = last_poll(&app).poll.unwrap();
+    assert_eq!((first.planned, first.plan), (true, None), "no data at acceptance");
     learned(&app, &rec, 40, 300.0).await;
     app.clock.advance(Duration::seconds(20));
     let without = |looks| PollHistory {
@@ -345,18 +348,16 @@ async fn a_job_without_a_plan_reads_again_after_four_looks() {
         planned: true,
         ..PollHistory::default()
     };
-    app.poller().poll_after(&rec.operation_id, without(3)).await.unwrap();
-    assert_eq!(last_poll(&app).poll.unwrap().plan, None, "not after 3 looks");
-    app.poller().poll_after(&rec.operation_id, without(4)).await.unwrap();
-    let plan = last_poll(&app).poll.unwrap().plan.expect("read again after 4 looks");
+    app.poller().poll_after(&rec.operation_id, without(1)).await.unwrap();
+    let plan = last_poll(&app).poll.unwrap().plan.expect("the plan at the next look");
     assert!(plan.first().unwrap() > 250.0, "{plan:?}");
+    // A plan carried from before (an empty one here) is replaced.
     let older = PollHistory {
         plan: Some(PollPlan::default()),
-        ..without(8)
+        ..without(2)
     };
     app.poller().poll_after(&rec.operation_id, older).await.unwrap();
-    let again = last_poll(&app).poll.unwrap().plan.expect("an empty plan is read again");
-    assert!(!again.looks.is_empty());
+    assert_eq!(last_poll(&app).poll.unwrap().plan, Some(plan));
 }
 
 /// Which ends teach a class its render times, and what the metrics say:

@@ -70,31 +70,24 @@ pub fn next_poll_delay(accepted_at: Option<DateTime<Utc>>, now: DateTime<Utc>, m
     ((age / 10) as u32).max(MIN_POLL_DELAY_SECONDS).min(max.max(1))
 }
 
-/// `history` with the job's plan: read at the first look (or by dispatch,
-/// for the first look's delay), from its class's render times (none with
-/// too few, or unread: the age-based schedule). A job that had no plan
-/// reads again after 4, 8, 16... looks, so the jobs of a burst that taught
-/// a new class its render times switch to the plan they taught.
+/// `history` with the job's plan, drawn from its class's render times as
+/// they are now (none with too few): read at every look, so that a chain
+/// follows the plan a view walks (`api::progress` reads the same times)
+/// and its later looks learn from the renders that ended since its
+/// first. A read that fails keeps the plan the message carried.
 pub(crate) async fn planned<S: RenderTimeLog>(
     store: &S,
     rec: &OperationRecord,
     mut history: PollHistory,
     max_delay: u32,
 ) -> PollHistory {
-    // A plan carried in an older form reads as one with no looks: none.
-    let none = history.plan.as_ref().is_none_or(|p| p.looks.is_empty());
-    let again = none && history.looks >= 4 && history.looks.is_power_of_two();
-    if history.planned && !again {
-        return history;
-    }
     let class = RenderClass::of(rec);
-    history.plan = match store.render_times(&class).await {
-        Ok(times) => PollPlan::from_times(&times, f64::from(max_delay.max(1))),
+    match store.render_times(&class).await {
+        Ok(times) => history.plan = PollPlan::from_times(&times, f64::from(max_delay.max(1))),
         Err(e) => {
-            warn!(operation_id = %rec.operation_id, error = %e, "render times unread; polling by age");
-            None
+            warn!(operation_id = %rec.operation_id, error = %e, "render times unread; the carried plan stays");
         }
-    };
+    }
     history.planned = true;
     history
 }
