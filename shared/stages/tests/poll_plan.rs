@@ -187,7 +187,10 @@ async fn the_first_look_is_planned_at_acceptance() {
     // comes at the early quantile to the tenth of a second.
     let first_look = plan.first().unwrap();
     let delay = (message.visible_at - app.clock.now()).num_milliseconds();
-    assert_eq!(delay, (first_look.floor() * 1000.0) as i64, "{plan:?}");
+    // Whole seconds, rounded down unless that leaves a wait of more than
+    // 0.9 s (a look a tenth of a second late needs no wait).
+    let whole = (((first_look * 1000.0).round() as i64 + 100) / 1000) * 1000;
+    assert_eq!(delay, whole, "{plan:?}");
     assert!(first_look > 20.0, "{plan:?}");
     let at = app.clock.now().timestamp_millis() + (first_look * 1000.0).round() as i64;
     assert_eq!(history.look_at_ms, Some(at), "{plan:?}");
@@ -223,7 +226,7 @@ async fn a_look_comes_at_its_planned_time_to_the_tenth_of_a_second() {
     let whole = (next_visible(&app, &next) - app.clock.now()).num_milliseconds();
     assert!(at - planned_at.timestamp_millis() >= 1000, "at least a second on");
     assert!(
-        (0..1000).contains(&(at - planned_at.timestamp_millis() - whole)),
+        (-100..900).contains(&(at - planned_at.timestamp_millis() - whole)),
         "the queue's delay is the whole seconds of the planned one: {whole} ms, look at +{} ms",
         at - planned_at.timestamp_millis()
     );

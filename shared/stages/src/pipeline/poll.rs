@@ -114,7 +114,7 @@ fn of_a_replaced_chain(history: &PollHistory, rec: &OperationRecord) -> bool {
 pub(crate) fn next_look_delay(rec: &OperationRecord, history: &PollHistory, now: DateTime<Utc>, max: u32) -> f64 {
     let since_acceptance = |ms: i64| {
         rec.accepted_at
-            .map_or(0.0, |a| (ms - a.timestamp_millis()).max(0) as f64 / 1000.0)
+            .map_or(0.0, |a| ms.saturating_sub(a.timestamp_millis()).max(0) as f64 / 1000.0)
     };
     let age = since_acceptance(now.timestamp_millis());
     let planned = history
@@ -136,14 +136,25 @@ pub(crate) fn next_look_delay(rec: &OperationRecord, history: &PollHistory, now:
 /// look that came late to its planned time.
 const MIN_LOOK_DELAY_SECONDS: f64 = genace_core::render::MIN_SPACING_SECONDS / 2.0;
 
-/// The look `delay` seconds after `now` as a poll message carries it: the
-/// whole seconds the queue delays it by, and the planned time the look
-/// waits for once received ([`PollHistory::look_at_ms`]).
-pub(crate) fn planned_look(now: DateTime<Utc>, delay: f64) -> (u32, i64) {
-    (
-        delay.floor() as u32,
-        now.timestamp_millis() + (delay * 1000.0).round() as i64,
-    )
+/// The planned time (milliseconds since the epoch) of the look `delay`
+/// seconds after `now`, as a poll message carries it
+/// ([`PollHistory::look_at_ms`]).
+pub(crate) fn look_at_ms(now: DateTime<Utc>, delay: f64) -> i64 {
+    now.timestamp_millis().saturating_add((delay * 1000.0).round() as i64)
+}
+
+/// A look the queue hands over at most this late to its planned time
+/// comes without a wait: a delay a few milliseconds short of a whole
+/// second is sent as that second, not as one less and a wait of nearly
+/// a second.
+const LATE_OK_MS: i64 = 100;
+
+/// The whole seconds a poll message sent at `sent` is delayed by for a
+/// look at `at_ms`: SQS counts the delay from the send, and the look
+/// waits out the rest once received.
+pub(crate) fn queue_delay_until(at_ms: i64, sent: DateTime<Utc>) -> u32 {
+    let ms = at_ms.saturating_sub(sent.timestamp_millis()).saturating_add(LATE_OK_MS);
+    u32::try_from(ms.max(0) / 1000).unwrap_or(u32::MAX)
 }
 
 impl<P: Ports> Stage for Poller<P>
@@ -158,6 +169,7 @@ where
         self.poll_after(&message.operation_id, message.poll.unwrap_or_default())
             .await
     }
+
 }
 
 impl<P: Ports> Poller<P>
@@ -170,7 +182,7 @@ where
     }
 
     /// Looks at the job after the looks `history` records: plans the next
-    /// look from the class's render times (read at the first look), and
+    /// look from the class's render times (read at every look), and
     /// carries what this one saw to the next.
     pub async fn poll_after(&self, id: &OperationId, history: PollHistory) -> Result<Polled, StageError> {
         // A queue delays by whole seconds: the rest of the planned delay
@@ -265,9 +277,9 @@ where
         // The look after a read of the job waits for its planned time;
         // one after an unreadable read looks when received.
         let delay = if running.is_some() {
-            let (whole, at) = planned_look(look.now, look.planned);
+            let at = look_at_ms(look.now, look.planned);
             history.look_at_ms = Some(at);
-            whole
+            queue_delay_until(at, self.clock.now())
         } else {
             history.look_at_ms = None;
             delay
@@ -600,4 +612,28 @@ fn humanize(d: Duration) -> String {
     } else {
         format!("{} s", d.num_seconds())
     }
+}
+
+#[cfg(test)]
+mod queue_delay_tests {
+    use super::*;
+
+    #[test]
+    fn a_look_is_sent_with_its_whole_seconds_and_none_a_tenth_short() {
+        let sent = DateTime::from_timestamp_millis(1_000_000).unwrap();
+        let at = |ms: i64| 1_000_000 + ms;
+        // The rest is waited out once received...
+        assert_eq!(queue_delay_until(at(4_850), sent), 4);
+        assert_eq!(queue_delay_until(at(4_899), sent), 4);
+        // ...unless the message, a whole second later, is at most a tenth
+        // of a second late: then it needs no wait.
+        assert_eq!(queue_delay_until(at(4_900), sent), 5);
+        assert_eq!(queue_delay_until(at(4_995), sent), 5);
+        assert_eq!(queue_delay_until(at(5_000), sent), 5);
+        // A look already due goes at once.
+        assert_eq!(queue_delay_until(at(-3_000), sent), 0);
+        assert_eq!(queue_delay_until(i64::MIN, sent), 0);
+        assert_eq!(look_at_ms(sent, 2.25), at(2_250));
+    }
+
 }

@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;
 
-    /// Waits `pause` before a stage tries again. On the system clock, a
-    /// sleep; a simulated clock moves on by it instead, so that a test or
-    /// a simulation never waits in real time.
+    /// Waits `pause`: before a stage tries again, or for a look's planned
+    /// time. On the system clock, a sleep; a simulated clock moves on by
+    /// it instead, so that a test or a simulation never waits in real time.
     fn pause(&self, pause: std::time::Duration) -> impl Future<Output = ()> + Send {
         tokio::time::sleep(pause)
     }

@@ -10,7 +10,9 @@ use tracing::{error, info, warn};
 use super::{
     Dispatcher, JOB_SAVE_PAUSE_MAX, JOB_SAVE_SECONDS, JOB_SAVE_TRY_SECONDS, PostResult, Posted, RECOVERY_RESERVE,
 };
-use crate::pipeline::poll::{FIRST_POLL_DELAY_SECONDS, SWEEP_SLACK_SECONDS, next_look_delay, planned, planned_look};
+use crate::pipeline::poll::{
+    FIRST_POLL_DELAY_SECONDS, SWEEP_SLACK_SECONDS, look_at_ms, next_look_delay, planned, queue_delay_until,
+};
 use crate::pipeline::stage::{StageError, case_opened};
 use crate::ports::Ports;
 use crate::ports::clock::Clock;
@@ -106,8 +108,9 @@ where
             Some(_) => next_look_delay(rec, &history, now, max).min(f64::from(latest)),
             None => f64::from(FIRST_POLL_DELAY_SECONDS),
         };
-        let (delay, at) = planned_look(now, seconds);
+        let at = look_at_ms(now, seconds);
         history.look_at_ms = Some(at);
+        let delay = queue_delay_until(at, self.clock.now());
         let message = WorkMessage {
             operation_id: rec.operation_id.clone(),
             poll: Some(history),
