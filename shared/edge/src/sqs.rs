@@ -13,8 +13,9 @@ use genace_stages::pipeline::stage::{Stage, StageError, handle_traced};
 use genace_stages::ports::queue::{ReceiptDeferral, VisibilityTimeout, visibility_left};
 use tracing::{error, warn};
 
-/// Runs the stage on every message of a batch, one after another, and
-/// reports the ones that failed so SQS redelivers only those.
+/// Runs the stage on every message of a batch, one after another (in the
+/// stage's [`Stage::batch_order`]), and reports the ones that failed so
+/// SQS redelivers only those.
 pub async fn process_batch<S: Stage>(event: SqsEvent, stage: &S) -> SqsBatchResponse {
     process_batch_with(event, stage, &VisibilityTimeout).await
 }
@@ -29,7 +30,9 @@ pub async fn process_batch_with<S: Stage, R: ReceiptDeferral>(
     let mut response = SqsBatchResponse::default();
     // SQS counts a receipt's 12 hours from the receive, which came before this start.
     let started = std::time::Instant::now();
-    for record in event.records {
+    let mut records = event.records;
+    records.sort_by_cached_key(|r| r.body.as_deref().map_or(i64::MIN, S::batch_order));
+    for record in records {
         let id = record.message_id.clone().unwrap_or_default();
         let Some(body) = record.body.as_deref() else {
             warn!(message_id = %id, "message without a body");
@@ -193,5 +196,43 @@ mod tests {
         let most =
             genace_stages::ports::queue::MAX_VISIBILITY_SECONDS - genace_stages::ports::queue::RECEIPT_MARGIN_SECONDS;
         assert!(asked <= most && asked >= most - 5, "asked {asked} s");
+    }
+
+    /// Records the order it handled its messages in, ordered by `at`.
+    #[derive(Default)]
+    struct Timed(Mutex<Vec<String>>);
+
+    impl Stage for Timed {
+        type Message = serde_json::Value;
+        type Outcome = &'static str;
+
+        async fn handle(&self, message: serde_json::Value) -> Result<&'static str, StageError> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(message["id"].as_str().unwrap_or_default().to_owned());
+            Ok("ok")
+        }
+
+        fn batch_order(body: &str) -> i64 {
+            serde_json::from_str::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v["at"].as_i64())
+                .unwrap_or(i64::MIN)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_handled_in_the_stage_s_order_and_ties_keep_the_queue_s() {
+        let mut event = SqsEvent::default();
+        event.records = vec![
+            message("1", r#"{"id": "late", "at": 900}"#, None),
+            message("2", r#"{"id": "soon", "at": 100}"#, None),
+            message("3", r#"{"id": "untimed"}"#, None),
+            message("4", r#"{"id": "soon-too", "at": 100}"#, None),
+        ];
+        let stage = Timed::default();
+        process_batch(event, &stage).await;
+        assert_eq!(*stage.0.lock().unwrap(), ["untimed", "soon", "soon-too", "late"]);
     }
 }

@@ -136,6 +136,15 @@ pub(crate) fn next_look_delay(rec: &OperationRecord, history: &PollHistory, now:
 /// look that came late to its planned time.
 const MIN_LOOK_DELAY_SECONDS: f64 = genace_core::render::MIN_SPACING_SECONDS / 2.0;
 
+/// Where a poll message goes in its batch: by its look's planned time, one
+/// without a time (or a body that does not parse) first.
+fn look_order(body: &str) -> i64 {
+    WorkMessage::parse(body)
+        .ok()
+        .and_then(|m| m.poll?.look_at_ms)
+        .unwrap_or(i64::MIN)
+}
+
 /// The planned time (milliseconds since the epoch) of the look `delay`
 /// seconds after `now`, as a poll message carries it
 /// ([`PollHistory::look_at_ms`]).
@@ -170,6 +179,12 @@ where
             .await
     }
 
+    /// A batch's looks by their planned times, earliest first: a look
+    /// waits for its time, and must not hold up one due before it. A
+    /// message without a time goes first.
+    fn batch_order(body: &str) -> i64 {
+        look_order(body)
+    }
 }
 
 impl<P: Ports> Poller<P>
@@ -636,4 +651,22 @@ mod queue_delay_tests {
         assert_eq!(look_at_ms(sent, 2.25), at(2_250));
     }
 
+    #[test]
+    fn a_batch_of_looks_goes_by_their_planned_times() {
+        let look = |at: Option<i64>| {
+            let history = PollHistory {
+                look_at_ms: at,
+                ..PollHistory::default()
+            };
+            let message = WorkMessage {
+                operation_id: OperationId::parse("op_0123456789abcdef0123456789abcdef").unwrap(),
+                poll: Some(history),
+                look: false,
+            };
+            serde_json::to_string(&message).unwrap()
+        };
+        assert_eq!(look_order(&look(Some(5_000))), 5_000);
+        assert_eq!(look_order(&look(None)), i64::MIN);
+        assert_eq!(look_order("not a message"), i64::MIN);
+    }
 }
