@@ -402,17 +402,21 @@ pub fn look_bound(age: f64, max_delay: f64) -> u32 {
 /// least [`MIN_SPACING_SECONDS`] after `age`. Whatever plan a chain of
 /// looks had before (a view may walk another, drawn from more renders),
 /// past it every chain looks at the same ages.
+///
+/// The walk takes a few dozen steps at most whatever the age: once the
+/// steps reach `max` they stay there, and the rest is counted, not walked.
 pub fn next_age_based_look(age: f64, max: f64) -> f64 {
-    let step = |at: f64| {
-        (at / 10.0)
-            .floor()
-            .clamp(FALLBACK_MIN_SECONDS, max.max(FALLBACK_MIN_SECONDS))
-    };
+    let longest = max.max(FALLBACK_MIN_SECONDS);
+    let step = |at: f64| (at / 10.0).floor().clamp(FALLBACK_MIN_SECONDS, longest);
+    let target = age + MIN_SPACING_SECONDS - 1e-9;
     let mut at = 0.0;
-    while at < age + MIN_SPACING_SECONDS - 1e-9 {
+    while at < target && step(at) < longest {
         at += step(at);
     }
-    at
+    if at >= target || target.is_nan() {
+        return at;
+    }
+    at + ((target - at) / longest).ceil() * longest
 }
 
 /// The age-based schedule: a tenth of the job's age, at least
@@ -584,5 +588,22 @@ mod tests {
             assert_eq!(at, next, "{next} is on the lattice");
             assert!(next - age <= 901.0, "within the longest delay: {age} -> {next}");
         }
+        // Past the growing steps the rest is counted, not walked: the same
+        // ages as a walk step by step, for any longest delay.
+        for max in [5.0, 7.5, 60.0, 900.0] {
+            let mut walked = 0.0;
+            for _ in 0..2_000 {
+                let next = next_age_based_look(walked, max);
+                let step = (walked / 10.0)
+                    .floor()
+                    .clamp(FALLBACK_MIN_SECONDS, max.max(FALLBACK_MIN_SECONDS));
+                assert_eq!(next, walked + step, "max {max}, from {walked}");
+                walked = next;
+            }
+        }
+        assert_eq!(next_age_based_look(f64::NAN, 900.0), 0.0);
+        // A job a year old with the shortest longest delay: no long walk.
+        let year = 365.0 * 86_400.0;
+        assert_eq!(next_age_based_look(year, 5.0), year + 5.0);
     }
 }
