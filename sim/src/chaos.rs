@@ -192,10 +192,16 @@ impl Chaos {
     /// Runs `read` as an observer outside the service: its requests take
     /// none of the run's time.
     pub(crate) fn observe<T>(&self, read: impl FnOnce() -> T) -> T {
-        self.lock().observing = true;
-        let seen = read();
-        self.lock().observing = false;
-        seen
+        /// Puts the flag back as it was, however `read` ends.
+        struct Restore<'a>(&'a Chaos, bool);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.0.lock().observing = self.1;
+            }
+        }
+        let was = std::mem::replace(&mut self.lock().observing, true);
+        let _restore = Restore(self, was);
+        read()
     }
 
     /// `n` of those requests were a wake-up's.

@@ -107,7 +107,12 @@ impl Genace for Chaotic<MemoryGenace> {
                 .get(job_id)
                 .is_some_and(|end| now.is_some_and(|now| *end <= now))
         };
-        if ended {
+        let rendering = self
+            .inner
+            .jobs()
+            .iter()
+            .any(|j| j.id == job_id && (j.state == "queued" || j.state == "running"));
+        if ended && rendering {
             let outputs = serde_json::json!([{"url": output_url(job_id), "content_type": "image/png"}]);
             self.inner.set_job(job_id, "completed", Some(outputs));
         }
