@@ -114,7 +114,11 @@ pub(crate) async fn run(endpoint: &str, args: &CapacityArgs) -> Result<(), Strin
 fn last_delivery(records: &[(usize, OperationRecord)], started_at: chrono::DateTime<chrono::Utc>) -> Duration {
     records
         .iter()
-        .map(|(_, r)| (r.updated_at - started_at).to_std().unwrap_or_default())
+        .map(|(_, r)| {
+            (r.delivered_at.unwrap_or(r.updated_at) - started_at)
+                .to_std()
+                .unwrap_or_default()
+        })
         .max()
         .unwrap_or_default()
 }

@@ -40,14 +40,23 @@ impl Span {
 pub(crate) struct SlotIdle {
     /// A job's end to the first status read that saw it.
     pub detection: Span,
-    /// A slot freed by a detection to the next accepted POST, while jobs
-    /// were still to be submitted.
+    /// That read (which frees the slot) to the POST that took the slot,
+    /// while jobs were still to be submitted.
     pub handover: Span,
+    /// POSTs Genace accepted before the end that freed their slot was
+    /// seen (a learned limit probed one above the account's).
+    pub before_seen: usize,
+    /// Idle slot-seconds between jobs, over the slots: what the account's
+    /// idling added to the drain, each half apart.
+    pub detection_per_slot: Duration,
+    pub handover_per_slot: Duration,
 }
 
-/// The halves from the stand-in's `jobs` on an account of `slots`. The
-/// k-th detection frees the slot the (k + slots)-th accepted POST takes:
-/// once the account is full, every POST waits for one more job to end.
+/// The halves from the stand-in's `jobs` on an account of `slots`, as
+/// Genace counts its slots: the k-th job to end frees the slot the
+/// (k + slots)-th job created takes. The gap between the two is split at
+/// the first read that saw the k-th end; a POST that came before that
+/// read leaves no handover, and is counted.
 pub(crate) fn slot_idle(jobs: &[JobTimes], slots: usize) -> SlotIdle {
     let detection = jobs
         .iter()
@@ -55,34 +64,62 @@ pub(crate) fn slot_idle(jobs: &[JobTimes], slots: usize) -> SlotIdle {
         .collect();
     let mut created: Vec<Instant> = jobs.iter().map(|j| j.created).collect();
     created.sort();
-    let mut seen: Vec<Instant> = jobs.iter().filter_map(|j| j.seen_ended).collect();
-    seen.sort();
-    let handover = seen
-        .iter()
-        .zip(created.iter().skip(slots))
-        .map(|(freed, next)| next.saturating_duration_since(*freed))
-        .collect();
+    let mut by_end: Vec<&JobTimes> = jobs.iter().collect();
+    by_end.sort_by_key(|j| j.ended);
+    let (mut handover, mut before_seen) = (Vec::new(), 0);
+    let (mut idle_detection, mut idle_handover) = (Duration::ZERO, Duration::ZERO);
+    for (freed, next) in by_end.iter().zip(created.iter().skip(slots)) {
+        let seen = freed.seen_ended.unwrap_or(*next);
+        idle_detection += seen.min(*next).saturating_duration_since(freed.ended);
+        let after = next.saturating_duration_since(seen);
+        idle_handover += after;
+        if *next < seen {
+            before_seen += 1;
+        } else {
+            handover.push(after);
+        }
+    }
+    let per_slot = |d: Duration| d / u32::try_from(slots.max(1)).unwrap_or(u32::MAX);
     SlotIdle {
         detection: Span::of(detection),
         handover: Span::of(handover),
+        before_seen,
+        detection_per_slot: per_slot(idle_detection),
+        handover_per_slot: per_slot(idle_handover),
     }
 }
 
 /// The halves as table rows.
 pub(crate) fn print(idle: &SlotIdle) {
-    let row = |what: &str, s: &Span| {
+    let row = |what: &str, s: &Span, per_slot: Duration| {
         println!(
-            "| {what} | {} | {:.2} s | {:.2} s | {:.2} s |",
+            "| {what} | {} | {:.2} s | {:.2} s | {:.2} s | {:.1} s |",
             s.count,
             s.p50.as_secs_f64(),
             s.p90.as_secs_f64(),
-            s.mean.as_secs_f64()
+            s.mean.as_secs_f64(),
+            per_slot.as_secs_f64()
         );
     };
-    println!("| where a slot idles (from Genace's side) | jobs | p50 | p90 | mean |");
-    println!("|---|---|---|---|---|");
-    row("a job's end → the first read that saw it", &idle.detection);
-    row("that read (the slot freed) → the next POST", &idle.handover);
+    println!("| where a slot idles (from Genace's side) | jobs | p50 | p90 | mean | added to the drain |");
+    println!("|---|---|---|---|---|---|");
+    row(
+        "a job's end → the first read that saw it",
+        &idle.detection,
+        idle.detection_per_slot,
+    );
+    row(
+        "that read (the slot freed) → the next POST",
+        &idle.handover,
+        idle.handover_per_slot,
+    );
+    if idle.before_seen > 0 {
+        println!();
+        println!(
+            "{} POSTs were accepted before the end that freed their slot was seen (a limit probed above the account's).",
+            idle.before_seen
+        );
+    }
 }
 
 #[cfg(test)]
@@ -100,7 +137,7 @@ mod tests {
     }
 
     #[test]
-    fn each_post_is_paired_with_the_detection_that_freed_its_slot() {
+    fn each_post_is_paired_with_the_end_that_freed_its_slot() {
         let t0 = Instant::now();
         // Two slots, 10 s renders: jobs 0 and 1 at once; job 2 after job 0
         // is seen (at 10.5 s) and POSTed at 12; job 3 after job 1 (seen at
@@ -119,5 +156,41 @@ mod tests {
         assert_eq!(idle.handover.p50, Duration::from_millis(1500));
         assert_eq!(idle.handover.p90, Duration::from_secs(2));
         assert_eq!(idle.handover.mean, Duration::from_millis(1750));
+        assert_eq!(idle.before_seen, 0);
+        // Slot-seconds over the slots: (0.5 + 1.0) / 2 and (1.5 + 2.0) / 2.
+        assert_eq!(idle.detection_per_slot, Duration::from_millis(750));
+        assert_eq!(idle.handover_per_slot, Duration::from_millis(1750));
+    }
+
+    #[test]
+    fn a_post_before_the_end_was_seen_is_counted_not_paired_with_the_wrong_end() {
+        let t0 = Instant::now();
+        // One slot: job 0 ends at 10 s, seen at 12 s; job 1 was POSTed at
+        // 10.5 s (a probe of the limit), job 2 at 21 s after job 1's end
+        // (20.5 s) was seen at 20.7 s.
+        let jobs = [
+            JobTimes {
+                created: t0,
+                ended: t0 + Duration::from_secs(10),
+                seen_ended: Some(t0 + Duration::from_secs(12)),
+            },
+            JobTimes {
+                created: t0 + Duration::from_millis(10_500),
+                ended: t0 + Duration::from_millis(20_500),
+                seen_ended: Some(t0 + Duration::from_millis(20_700)),
+            },
+            JobTimes {
+                created: t0 + Duration::from_secs(21),
+                ended: t0 + Duration::from_secs(31),
+                seen_ended: None,
+            },
+        ];
+        let idle = slot_idle(&jobs, 1);
+        assert_eq!(idle.before_seen, 1);
+        assert_eq!(idle.handover.count, 1);
+        assert_eq!(idle.handover.p50, Duration::from_millis(300));
+        // The slot idled 0.5 s (end to the early POST) and 0.2 + 0.3 s.
+        assert_eq!(idle.detection_per_slot, Duration::from_millis(700));
+        assert_eq!(idle.handover_per_slot, Duration::from_millis(300));
     }
 }
