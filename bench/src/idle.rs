@@ -43,8 +43,9 @@ pub(crate) struct SlotIdle {
     /// That read (which frees the slot) to the POST that took the slot,
     /// while jobs were still to be submitted.
     pub handover: Span,
-    /// POSTs Genace accepted before the end that freed their slot was
-    /// seen (a learned limit probed one above the account's).
+    /// POSTs Genace accepted before the read that saw the end they are
+    /// paired with: ends seen in another order than they came, or a
+    /// learned limit one above the account's.
     pub before_seen: usize,
     /// Idle slot-seconds between jobs, over the slots: what the account's
     /// idling added to the drain, each half apart.
@@ -116,7 +117,8 @@ pub(crate) fn print(idle: &SlotIdle) {
     if idle.before_seen > 0 {
         println!();
         println!(
-            "{} POSTs were accepted before the end that freed their slot was seen (a limit probed above the account's).",
+            "{} POSTs came before the read that saw the end they are paired with (ends seen in another order \
+             than they came, or a limit above the account's).",
             idle.before_seen
         );
     }
