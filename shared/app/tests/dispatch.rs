@@ -140,8 +140,19 @@ async fn an_accepted_job_is_saved_then_polled() {
     // and the chain of looks the acceptance named.
     assert_eq!(rec.poll_chain, Some(rec.version));
     tokio::time::sleep(Duration::from_secs(6)).await;
+    let mut queued = rig.queued(&rig.env.queues.poll).await;
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    // The look is planned 5 s after the 202 (dispatch's clock, just after
+    // the acceptance it wrote).
+    let look_at = queued[0]["poll"]
+        .as_object_mut()
+        .and_then(|p| p.remove("look_at_ms"))
+        .and_then(|v| v.as_i64())
+        .expect("the first look's planned time");
+    let after = look_at - rec.accepted_at.unwrap().timestamp_millis();
+    assert!((5_000..6_000).contains(&after), "{after} ms after the acceptance");
     assert_eq!(
-        rig.queued(&rig.env.queues.poll).await,
+        queued,
         vec![json!({"operation_id": id, "poll": {"looks": 0, "planned": true, "chain": rec.version}})]
     );
     // A message received again changes nothing and never POSTs again.
