@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 mod genace;
-pub(crate) use genace::output_url;
 mod ledgers;
 pub(crate) mod time;
 mod timing;

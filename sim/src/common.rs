@@ -13,3 +13,8 @@ pub(crate) fn hex_sha256(data: &[u8]) -> String {
 pub(crate) fn start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap()
 }
+
+/// Where a calm run serves job `id`'s one output.
+pub(crate) fn output_url(id: &str) -> String {
+    format!("https://cdn.genace.example/{id}/0.png")
+}

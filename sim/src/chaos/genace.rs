@@ -113,7 +113,7 @@ impl Genace for Chaotic<MemoryGenace> {
             .iter()
             .any(|j| j.id == job_id && (j.state == "queued" || j.state == "running"));
         if ended && rendering {
-            let outputs = serde_json::json!([{"url": output_url(job_id), "content_type": "image/png"}]);
+            let outputs = serde_json::json!([{"url": crate::common::output_url(job_id), "content_type": "image/png"}]);
             self.inner.set_job(job_id, "completed", Some(outputs));
         }
         let errors = self.chaos.lock().status_errors;
@@ -131,9 +131,4 @@ impl Genace for Chaotic<MemoryGenace> {
             _ => port(&self.chaos, self.inner.status(job_id)).await,
         }
     }
-}
-
-/// Where a calm run serves job `id`'s one output.
-pub(crate) fn output_url(id: &str) -> String {
-    format!("https://cdn.genace.example/{id}/0.png")
 }

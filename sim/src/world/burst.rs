@@ -262,7 +262,7 @@ impl World {
             .map(|(id, _)| id.clone())
             .collect();
         for id in done {
-            let url = crate::chaos::output_url(&id);
+            let url = crate::common::output_url(&id);
             self.downloads.serve(&url, Some("image/png"), id.as_bytes().repeat(16));
             let outputs = serde_json::json!([{"url": url, "content_type": "image/png"}]);
             self.genace.set_job(&id, "completed", Some(outputs));
